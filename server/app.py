@@ -2,8 +2,8 @@
 
 Routes: POST /rollout, GET /harnesses, GET /catalog, GET /health, /docs, /mcp (MCP over streamable
 HTTP, also OpenEnv's MCPToolClient), /ws (OpenEnv's session socket), /capture/v1 (the capture
-proxy, where sandboxes reach the policy). No state is shared between requests beyond what one
-rollout owns, so replicas can sit behind a load balancer.
+proxy, where sandboxes reach the policy), /web (the Gradio UI). No state is shared between requests
+beyond what one rollout owns, so replicas can sit behind a load balancer.
 """
 
 from __future__ import annotations
@@ -54,13 +54,17 @@ def create_app(
     service = RolloutService(proxy, public_url.rstrip("/") + CAPTURE_PREFIX + "/v1", slots, use_bwrap)
 
     from harness_env.server.mcp_tools import build_mcp
+    from harness_env.server.web import WebUI
 
     mcp = build_mcp(service)
+    web: WebUI | None = None
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         async with mcp.lifespan():
             yield
+        if web is not None:
+            await web.aclose()
         await proxy.aclose()
 
     app = FastAPI(title="harness-env", version="0.1.0", lifespan=lifespan,
@@ -108,7 +112,8 @@ def create_app(
 
     app.mount(CAPTURE_PREFIX, proxy.app)
     mcp.mount(app)
-    return TokenAuth(_limit_body(app), token)
+    web = WebUI(app, service, token)  # the Gradio UI at /web, loaded on first use
+    return TokenAuth(_limit_body(web.wrap(app)), token)
 
 
 def _limit_body(app):

@@ -1,0 +1,89 @@
+"""The web UI at /web: manual rollouts a person can watch (Gradio, mounted in the server's app).
+
+- page.py: layout and handlers (rollouts go through the server's RolloutService)
+- render.py: pure functions from a RolloutResult to tables, plots, chat messages
+- form.py: form values -> the run_rollout tool's arguments
+- examples.py: example tasks (data)
+- login.py: the token form when the server has a token
+
+Gradio takes about ten seconds of CPU to import, so it is loaded on the first request to /web, not
+when the server starts: a training server whose UI nobody opens never pays for it, and neither do
+the tests that start servers by the dozen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from contextlib import AsyncExitStack
+
+from fastapi import FastAPI
+
+from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, send_reply
+from harness_env.server.auth import WEB_LOGIN_PATH, WEB_PREFIX, is_web_path
+from harness_env.server.service import RolloutService
+from harness_env.server.web.login import add_login_routes
+
+
+def _import_gradio() -> None:
+    # Nothing of Gradio's may call out: analytics and Hub telemetry off before it is imported.
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    import gradio  # noqa: F401
+
+    import harness_env.server.web.page  # noqa: F401
+
+
+class WebUI:
+    """Adds /web to `app`: the login routes at once, the Gradio page on first use."""
+
+    def __init__(self, app: FastAPI, service: RolloutService, token: str | None) -> None:
+        self.app = app
+        self.service = service
+        self.page = None  # the WebPage, once mounted
+        self._lock = asyncio.Lock()
+        self._stack = AsyncExitStack()
+        add_login_routes(app, token)
+
+    def wrap(self, inner):
+        """An ASGI app that mounts the page before the first /web request reaches `inner`."""
+
+        async def web_on_demand(scope: Scope, receive: Receive, send: Send) -> None:
+            if self.page is None and scope["type"] in ("http", "websocket") and is_web_path(scope.get("path", "")) \
+                    and scope.get("path") != WEB_LOGIN_PATH:
+                try:
+                    await self.ensure_mounted()
+                except Exception as e:  # a broken UI must not take the API down with it
+                    if scope["type"] == "http":
+                        await send_reply(send, error_reply(503, f"the web UI failed to load: {type(e).__name__}: {e}", "web_unavailable"))
+                    return
+            await inner(scope, receive, send)
+
+        return web_on_demand
+
+    async def ensure_mounted(self) -> None:
+        async with self._lock:
+            if self.page is not None:
+                return
+            await asyncio.to_thread(_import_gradio)  # the slow part, off the event loop
+            import gradio as gr
+
+            from harness_env.server.web.page import CSS, build_page
+
+            page = build_page(self.service)
+            # run_history off: Gradio would otherwise keep every run's inputs (the API key among
+            # them) in the browser's storage. No footer: its links lead to API docs and gradio.app.
+            gr.mount_gradio_app(self.app, page.blocks, path=WEB_PREFIX, css=CSS, run_history=False, footer_links=[],
+                                ssr_mode=False, show_error=True)
+            # The server's lifespan has already run: start what mount_gradio_app would have
+            # started there (Gradio's own lifespan, its queue), and stop it in aclose().
+            gradio_app = self.app.router.routes[-1].app
+            await self._stack.enter_async_context(gradio_app.router.lifespan_context(gradio_app))
+            page.blocks.run_startup_events()
+            await page.blocks.run_extra_startup_events()
+            self.page = page
+
+    async def aclose(self) -> None:
+        if self.page is not None:
+            self.page.close()
+        await self._stack.aclose()

@@ -1,0 +1,95 @@
+"""The web form's values -> the `run_rollout` tool's arguments (the same RolloutArgs every other
+surface sends), plus the choices the form offers. Pure functions: no Gradio, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydantic import SecretStr, ValidationError
+
+from harness_env.core.errors import InvalidRequestError, describe_validation_error
+from harness_env.models import HarnessInfo, RolloutArgs
+
+EXPLICIT = "explicit base URL"
+
+
+@dataclass
+class WebForm:
+    endpoint: str = EXPLICIT  # a configured catalog shorthand, or EXPLICIT
+    base_url: str = ""
+    model: str = ""
+    api_key: str = ""
+    harness: str = "pi"
+    mode: str = "transparent_proxy"
+    max_turns: float | None = None  # 0 or empty: no limit
+    agent_timeout_s: float | None = 600
+    max_tokens_cap: float | None = None  # 0 or empty: no cap
+    disable_thinking: bool = False
+    top_logprobs: float | None = 0
+    instruction: str = ""
+    setup: str = ""  # one command per line
+    verify: str = ""
+    files: list[tuple[str, str]] = field(default_factory=list)  # (path, content); empty paths ignored
+
+
+def lines(text: str) -> list[str]:
+    """One command per line; blank lines are skipped."""
+    return [ln for ln in (text or "").splitlines() if ln.strip()]
+
+
+def _positive_int(value: float | None) -> int | None:
+    return int(value) if value else None
+
+
+def to_args(form: WebForm) -> RolloutArgs:
+    """Raises InvalidRequestError with a one-line message for bad input."""
+    files: dict[str, str] = {}
+    for path, content in form.files:
+        path = (path or "").strip()
+        if not path:
+            continue
+        if path in files:
+            raise InvalidRequestError(f"file {path!r} is listed twice")
+        files[path] = content or ""
+    endpoint = {"endpoint": form.endpoint} if form.endpoint != EXPLICIT else {
+        "base_url": form.base_url.strip(), "model": form.model.strip(), "api_key": SecretStr(form.api_key or "")}
+    try:
+        return RolloutArgs(
+            instruction=form.instruction,
+            setup=lines(form.setup),
+            verify=lines(form.verify),
+            files=files,
+            harness=form.harness,
+            mode=form.mode,  # type: ignore[arg-type]
+            max_turns=_positive_int(form.max_turns),
+            agent_timeout_s=form.agent_timeout_s or 600,
+            max_tokens_cap=_positive_int(form.max_tokens_cap),
+            disable_thinking=bool(form.disable_thinking),
+            top_logprobs=int(form.top_logprobs or 0),
+            **endpoint,
+        )
+    except ValidationError as e:
+        raise InvalidRequestError(describe_validation_error(e)) from None
+
+
+def harness_choices(harnesses: list[HarnessInfo]) -> list[tuple[str, str]]:
+    """(label, value) pairs: name and version, installed ones first, else in the registry's order."""
+    ordered = sorted(harnesses, key=lambda h: not h.installed)
+    return [(f"{h.name} {h.version}" if h.installed else f"{h.name} (not installed)", h.name) for h in ordered]
+
+
+def endpoint_choices(catalog: list[dict]) -> list[str]:
+    """Only the catalog shorthands the server has configured, then the explicit choice."""
+    return [e["name"] for e in catalog if e.get("configured")] + [EXPLICIT]
+
+
+def endpoint_note(catalog: list[dict], name: str) -> str:
+    entry = next((e for e in catalog if e["name"] == name), None)
+    if entry is None:
+        return "Base URL, model and key of an OpenAI-compatible endpoint. The key stays on the server; it is never shown again."
+    return f"`{name}`: {entry['base_url']} · model `{entry['model']}` · key {'set' if entry['api_key_set'] else 'not set'} (from the server's environment)"
+
+
+def disable_thinking_default(catalog: list[dict], name: str) -> bool:
+    entry = next((e for e in catalog if e["name"] == name), None)
+    return bool(entry and entry.get("disable_thinking_default"))

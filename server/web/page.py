@@ -1,0 +1,319 @@
+"""The /web page: layout and event handlers (Gradio Blocks).
+
+Rollouts run through the server's RolloutService, like every other surface, so admission slots,
+the endpoint catalog and auth apply equally. The Run handler is an async generator: it starts the
+rollout as an asyncio task, reads its PhaseEvents from a queue and yields the growing log (with
+elapsed time) until the result arrives. Cancel cancels that task; the engine then cleans up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the server must not call home
+
+import gradio as gr  # noqa: E402
+
+from harness_env.core.errors import HarnessEnvError  # noqa: E402
+from harness_env.models import PhaseEvent, RolloutResult  # noqa: E402
+from harness_env.server.service import RolloutService  # noqa: E402
+from harness_env.server.web import render  # noqa: E402
+from harness_env.server.web.examples import example_names, get_example  # noqa: E402
+from harness_env.server.web.form import (  # noqa: E402
+    EXPLICIT,
+    WebForm,
+    disable_thinking_default,
+    endpoint_choices,
+    endpoint_note,
+    harness_choices,
+    to_args,
+)
+
+FILE_SLOTS = 8  # file rows the form offers (shown one by one with "Add file")
+HISTORY_LIMIT = 50  # rollouts kept per browser session
+MAX_JSON_VIEW_CHARS = 300_000  # the JSON tab; the download always has everything
+TICK_S = 0.25  # how often the elapsed time refreshes while nothing else happens
+
+
+class WebPage:
+    """One Blocks app per server; per-browser state lives in gr.State, running tasks here."""
+
+    def __init__(self, service: RolloutService) -> None:
+        self.service = service
+        self.running: dict[str, asyncio.Task[RolloutResult]] = {}  # session hash -> rollout task
+        self._downloads = tempfile.TemporaryDirectory(prefix="harness-env-web-")  # removed at exit
+        self.blocks = self._build()
+
+    def close(self) -> None:
+        """Server shutdown: stop the rollouts started here (the engine cleans up) and the queue."""
+        for task in self.running.values():
+            task.cancel()
+        self.blocks.close(verbose=False)
+
+    # -- layout ---------------------------------------------------------------------------------
+    def _build(self) -> gr.Blocks:
+        with gr.Blocks(title="harness-env", analytics_enabled=False, delete_cache=(3600, 86400)) as blocks:
+            gr.Markdown("## harness-env · manual rollouts\nPick an endpoint and a harness, write a task, run it and watch it live.")
+            with gr.Row():
+                with gr.Column(scale=1, min_width=320):
+                    gr.Markdown("### Endpoint")
+                    self.endpoint = gr.Dropdown(choices=[EXPLICIT], value=EXPLICIT, label="endpoint", elem_id="endpoint")
+                    self.endpoint_note = gr.Markdown(endpoint_note([], EXPLICIT))
+                    with gr.Group(visible=True) as self.explicit_group:
+                        self.base_url = gr.Textbox(label="base URL", placeholder="http://127.0.0.1:8000/v1", elem_id="base-url")
+                        self.model = gr.Textbox(label="model", placeholder="Qwen/Qwen3-8B", elem_id="model")
+                        self.api_key = gr.Textbox(label="API key", type="password", placeholder="(none)", elem_id="api-key")
+                    gr.Markdown("### Harness")
+                    self.harness = gr.Dropdown(choices=[], label="harness", elem_id="harness")
+                    self.mode = gr.Radio(["transparent_proxy", "black_box"], value="transparent_proxy", label="mode", elem_id="mode")
+                    with gr.Accordion("limits", open=True):
+                        with gr.Row():
+                            self.max_turns = gr.Number(value=30, label="max turns (0: none)", precision=0, minimum=0, elem_id="max-turns")
+                            self.agent_timeout = gr.Number(value=600, label="agent timeout (s)", minimum=1, elem_id="agent-timeout")
+                        with gr.Row():
+                            self.max_tokens_cap = gr.Number(value=0, label="max tokens cap (0: none)", precision=0, minimum=0)
+                            self.top_logprobs = gr.Number(value=5, label="top logprobs", precision=0, minimum=0, maximum=20)
+                        self.disable_thinking = gr.Checkbox(value=False, label="disable thinking")
+                with gr.Column(scale=2, min_width=480):
+                    gr.Markdown("### Task")
+                    self.example = gr.Dropdown(choices=example_names(), value=None, label="load an example task", elem_id="example")
+                    self.instruction = gr.Textbox(label="instruction", lines=4, elem_id="instruction")
+                    with gr.Row():
+                        self.setup = gr.Textbox(label="setup commands (one per line)", lines=3, elem_id="setup")
+                        self.verify = gr.Textbox(label="verify commands (one per line)", lines=3, elem_id="verify")
+                    gr.Markdown("files written into the workspace before setup")
+                    self.file_count = gr.State(1)
+                    self.file_rows, self.file_paths, self.file_contents = [], [], []
+                    for i in range(FILE_SLOTS):
+                        with gr.Row(visible=i == 0) as row:
+                            p = gr.Textbox(label=f"path {i + 1}", scale=1, elem_id=f"file-path-{i}")
+                            c = gr.Textbox(label="content", lines=3, scale=3, elem_id=f"file-content-{i}")
+                        self.file_rows.append(row)
+                        self.file_paths.append(p)
+                        self.file_contents.append(c)
+                    self.add_file = gr.Button("add file", size="sm")
+                    with gr.Row():
+                        self.run_btn = gr.Button("Run", variant="primary", elem_id="run")
+                        self.cancel_btn = gr.Button("Cancel", variant="stop", interactive=False, elem_id="cancel")
+            self.status = gr.Markdown("idle", elem_id="status")
+            self.log = gr.Textbox(label="phase log (live)", lines=12, max_lines=30, interactive=False, elem_id="phase-log", autoscroll=True)
+            gr.Markdown("### Result")
+            with gr.Row():
+                self.reward = gr.HTML(render.reward_html(None), elem_id="reward")
+                self.summary = gr.Markdown("", elem_id="summary")
+            with gr.Tabs():
+                with gr.Tab("verify", id="verify"):
+                    self.verify_html = gr.HTML("", elem_id="verify-results")
+                with gr.Tab("files", id="files"):
+                    self.files_html = gr.HTML("", elem_id="files-out")
+                with gr.Tab("conversation", id="conversation"):
+                    self.chat = gr.Chatbot(value=[], label="the agent's turns", height=520, elem_id="conversation", feedback_options=None)
+                with gr.Tab("logprobs", id="logprobs"):
+                    self.logprob_plot = gr.HTML("", elem_id="logprob-plot")
+                    self.logprob_md = gr.Markdown("", elem_id="logprob-summary")
+                with gr.Tab("JSON", id="json"):
+                    self.download = gr.DownloadButton("download RolloutResult JSON", value=None, visible=False, elem_id="download")
+                    self.json_code = gr.Code("", language="json", label="RolloutResult", elem_id="result-json")
+            gr.Markdown("### History (this browser session; click a row to reopen)")
+            self.history = gr.State([])
+            self.history_df = gr.Dataframe(headers=render.HISTORY_HEADERS, value=[], interactive=False, elem_id="history")
+            self._wire(blocks)
+        return blocks
+
+    @property
+    def _result_outputs(self) -> list[gr.components.Component]:
+        return [self.reward, self.summary, self.verify_html, self.files_html, self.chat, self.logprob_plot,
+                self.logprob_md, self.json_code, self.download]
+
+    def _wire(self, blocks: gr.Blocks) -> None:
+        blocks.load(self._on_load, outputs=[self.endpoint, self.harness], queue=False)
+        self.endpoint.change(self._on_endpoint, inputs=[self.endpoint],
+                             outputs=[self.explicit_group, self.endpoint_note, self.disable_thinking], queue=False)
+        self.example.change(self._on_example, inputs=[self.example],
+                            outputs=[self.instruction, self.setup, self.verify, self.file_count, *self.file_paths, *self.file_contents, *self.file_rows],
+                            queue=False)
+        self.add_file.click(self._on_add_file, inputs=[self.file_count], outputs=[self.file_count, *self.file_rows], queue=False)
+        inputs = [self.endpoint, self.base_url, self.model, self.api_key, self.harness, self.mode, self.max_turns,
+                  self.agent_timeout, self.max_tokens_cap, self.disable_thinking, self.top_logprobs, self.instruction,
+                  self.setup, self.verify, self.history, *self.file_paths, *self.file_contents]
+        outputs = [self.status, self.log, self.run_btn, self.cancel_btn, *self._result_outputs, self.history, self.history_df]
+        # Slots already bound how many rollouts run at once: no second limit here.
+        self.run_btn.click(self._on_run, inputs=inputs, outputs=outputs, concurrency_limit=None, show_progress="hidden", api_name=False)
+        self.cancel_btn.click(self._on_cancel, outputs=[self.status], queue=False, api_name=False)
+        self.history_df.select(self._on_reopen, inputs=[self.history], outputs=self._result_outputs, queue=False, api_name=False)
+
+    # -- small handlers -------------------------------------------------------------------------
+    def _on_load(self):
+        catalog = self.service.catalog()
+        endpoints = endpoint_choices(catalog)
+        harnesses = harness_choices(self.service.list_harnesses())
+        default = harnesses[0][1] if harnesses else None
+        return gr.update(choices=endpoints, value=endpoints[0]), gr.update(choices=harnesses, value=default)
+
+    def _on_endpoint(self, name: str):
+        catalog = self.service.catalog()
+        return (gr.update(visible=name == EXPLICIT), endpoint_note(catalog, name),
+                gr.update(value=disable_thinking_default(catalog, name)))
+
+    def _on_example(self, name: str | None):
+        if not name:
+            return [gr.update()] * (4 + 3 * FILE_SLOTS)
+        ex = get_example(name)
+        files = list(ex.files.items())[:FILE_SLOTS]
+        count = max(1, len(files))
+        paths = [files[i][0] if i < len(files) else "" for i in range(FILE_SLOTS)]
+        contents = [files[i][1] if i < len(files) else "" for i in range(FILE_SLOTS)]
+        rows = [gr.update(visible=i < count) for i in range(FILE_SLOTS)]
+        return [ex.instruction, "\n".join(ex.setup), "\n".join(ex.verify), count, *paths, *contents, *rows]
+
+    def _on_add_file(self, count: int):
+        count = min(FILE_SLOTS, (count or 1) + 1)
+        return [count, *[gr.update(visible=i < count) for i in range(FILE_SLOTS)]]
+
+    def _on_cancel(self, request: gr.Request):
+        task = self.running.get(request.session_hash or "")
+        if task is None or task.done():
+            return "nothing is running"
+        task.cancel()  # the engine closes the sandbox and kills the harness on cancellation
+        return "**cancelling...**"
+
+    def _on_reopen(self, history: list[dict[str, Any]], evt: gr.SelectData):
+        row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
+        if not history or row is None or not 0 <= row < len(history):
+            return [gr.update()] * len(self._result_outputs)
+        entry = history[len(history) - 1 - row]  # the table shows the newest first
+        result = RolloutResult.model_validate(entry["result"]) if entry["result"] else None
+        return self._result_view(result, cancelled=entry["cancelled"], key=entry["id"])
+
+    # -- results --------------------------------------------------------------------------------
+    def _result_view(self, result: RolloutResult | None, *, cancelled: bool = False, key: str = "") -> list[Any]:
+        if result is None:
+            return [render.reward_html(None, cancelled=cancelled), "", "", "", [], "", "", "", gr.update(value=None, visible=False)]
+        points = render.logprob_points(result.proxy_turns)
+        text = render.result_json(result)
+        path = Path(self._downloads.name) / f"rollout-{key or result.sandbox_id or 'result'}.json"
+        path.write_text(text)
+        shown = text if len(text) <= MAX_JSON_VIEW_CHARS else text[:MAX_JSON_VIEW_CHARS] + "\n... (cut here; the download has everything)"
+        return [
+            render.reward_html(result),
+            render.summary_markdown(result),
+            render.commands_html(result.verify_results),
+            render.files_html(result.files),
+            render.conversation(result),
+            render.logprob_svg(points),
+            render.logprob_summary_markdown(points),
+            shown,
+            gr.update(value=str(path), visible=True),
+        ]
+
+    # -- the run --------------------------------------------------------------------------------
+    async def _on_run(self, request: gr.Request, endpoint, base_url, model, api_key, harness, mode, max_turns,
+                      agent_timeout, max_tokens_cap, disable_thinking, top_logprobs, instruction, setup, verify,
+                      history, *file_values):
+        out = dict(zip(["status", "log", "run", "cancel"], [self.status, self.log, self.run_btn, self.cancel_btn]))
+        session = getattr(request, "session_hash", None) or ""
+        form = WebForm(endpoint=endpoint, base_url=base_url or "", model=model or "", api_key=api_key or "",
+                       harness=harness or "", mode=mode, max_turns=max_turns, agent_timeout_s=agent_timeout,
+                       max_tokens_cap=max_tokens_cap, disable_thinking=bool(disable_thinking), top_logprobs=top_logprobs,
+                       instruction=instruction or "", setup=setup or "", verify=verify or "",
+                       files=list(zip(file_values[:FILE_SLOTS], file_values[FILE_SLOTS:])))
+        secrets = [form.api_key]
+        if session in self.running and not self.running[session].done():
+            yield {out["status"]: "a rollout is already running in this page: cancel it first"}
+            return
+        try:
+            rollout_request = self.service.resolve(to_args(form))
+        except HarnessEnvError as e:
+            yield {out["status"]: f"**not started:** {render.redact(str(e), secrets)}"}
+            return
+        events: asyncio.Queue[PhaseEvent] = asyncio.Queue()
+        t0 = time.monotonic()
+        task = asyncio.create_task(self.service.run(rollout_request, on_event=events.put_nowait))
+        self.running[session] = task
+        log: list[str] = []
+        phase = "queued"
+        result: RolloutResult | None = None
+        cancelled = False
+        error = ""
+        try:
+            cleared = dict(zip(self._result_outputs, self._result_view(None)))
+            yield {**cleared, out["status"]: render.status_line("running", 0.0, phase), out["log"]: "",
+                   out["run"]: gr.update(interactive=False), out["cancel"]: gr.update(interactive=True)}
+            while True:
+                getter = asyncio.ensure_future(events.get())
+                await asyncio.wait({getter, task}, timeout=TICK_S, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    batch = [getter.result()]
+                else:
+                    getter.cancel()
+                    batch = []
+                while not events.empty():
+                    batch.append(events.get_nowait())
+                for ev in batch:
+                    log.append(render.log_line(ev))
+                    if ev.phase != "done":
+                        phase = ev.phase
+                update: dict[Any, Any] = {out["status"]: render.status_line("running", time.monotonic() - t0, phase)}
+                if batch:
+                    update[out["log"]] = render.redact("\n".join(log), secrets)
+                if task.done() and events.empty():
+                    break
+                yield update
+            try:
+                result = task.result()
+            except asyncio.CancelledError:
+                cancelled = True
+            except HarnessEnvError as e:  # the server is busy
+                error = str(e)
+            if result is not None:
+                result = RolloutResult.model_validate(render.redact(result.model_dump(mode="json"), secrets))
+            wall = time.monotonic() - t0
+            state = "cancelled" if cancelled else (f"not run: {error}" if error else "finished")
+            if cancelled:
+                log.append(f"{wall:7.2f}s  cancelled; the sandbox was cleaned up")
+            key = f"{len(history) + 1}-{int(time.time())}"
+            entry = {"id": key, "cancelled": cancelled, "result": result.model_dump(mode="json") if result else None,
+                     "row": render.history_row(len(history) + 1, result, form.harness, result.wall_s if result else wall,
+                                               form.instruction, cancelled)}
+            history = ([*history, entry])[-HISTORY_LIMIT:]
+            yield {
+                **dict(zip(self._result_outputs, self._result_view(result, cancelled=cancelled, key=key))),
+                out["status"]: render.status_line(state, wall),
+                out["log"]: render.redact("\n".join(log), secrets),
+                out["run"]: gr.update(interactive=True),
+                out["cancel"]: gr.update(interactive=False),
+                self.history: history,
+                self.history_df: [e["row"] for e in reversed(history)],
+            }
+        finally:
+            if not task.done():  # the page went away or Gradio cancelled the event: stop the rollout too
+                task.cancel()
+            if self.running.get(session) is task:
+                del self.running[session]
+
+
+CSS = """
+.he-reward { text-align: center; padding: 12px 8px; border-radius: 8px; min-width: 180px; }
+.he-reward-label { display: block; font-size: 0.9rem; opacity: 0.8; }
+.he-reward-value { display: block; font-size: 3rem; font-weight: 700; line-height: 1.1; }
+.he-reward-error { font-size: 0.85rem; margin-top: 6px; word-break: break-word; }
+.he-pass { background: #dcfce7; color: #166534; }
+.he-fail { background: #fee2e2; color: #991b1b; }
+.he-none { background: #f3f4f6; color: #4b5563; }
+.he-table { width: 100%; border-collapse: collapse; font-size: 0.9rem; }
+.he-table th, .he-table td { border-bottom: 1px solid #e5e7eb; padding: 4px 8px; text-align: left; vertical-align: top; }
+.he-table tr.he-bad td.he-code { color: #b91c1c; font-weight: 600; }
+.he-table tr.he-ok td.he-code { color: #15803d; font-weight: 600; }
+.he-table pre, .he-file pre { max-height: 320px; overflow: auto; white-space: pre-wrap; font-size: 0.8rem; }
+.he-empty { opacity: 0.7; font-style: italic; }
+#phase-log textarea { font-family: var(--font-mono), monospace; font-size: 0.85rem; }
+"""
+
+
+def build_page(service: RolloutService) -> WebPage:
+    return WebPage(service)

@@ -1,0 +1,338 @@
+"""Pure functions that turn a RolloutResult (and PhaseEvents) into what the page shows.
+
+No Gradio here: every function takes plain data and returns HTML, Markdown, rows or chat messages,
+so each can be unit-tested without a browser. Everything that came from the sandbox or the model
+(commands, outputs, file contents, tokens) is HTML-escaped: an agent must not be able to inject
+markup into the page of the person watching it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+
+from harness_env.models import CommandResult, PhaseEvent, RolloutResult, Turn
+
+MAX_SHOWN_CHARS = 20_000  # per output or file shown inline; the JSON download has everything
+LOWEST_TOKENS = 10
+PLOT_W, PLOT_H, PLOT_PAD = 760, 260, 40
+TURN_COLOURS = ("#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2")
+
+
+def _clip(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n... ({len(text) - limit} more characters in the JSON download)"
+
+
+# -- live log -------------------------------------------------------------------------------------
+def log_line(ev: PhaseEvent) -> str:
+    """One line of the live phase log: elapsed time, phase, status, detail."""
+    if ev.status == "info":  # e.g. one model call the proxy saw
+        return f"{ev.elapsed_s:7.2f}s  {ev.phase:<8} · {ev.detail}".rstrip()
+    detail = f"  {ev.detail}" if ev.detail else ""
+    return f"{ev.elapsed_s:7.2f}s  {ev.phase:<8} {ev.status}{detail}".rstrip()
+
+
+def status_line(state: str, elapsed_s: float, phase: str = "") -> str:
+    where = f" ({phase})" if phase else ""
+    return f"**{state}**{where} · {elapsed_s:.1f} s"
+
+
+# -- reward and summary ---------------------------------------------------------------------------
+def reward_html(result: RolloutResult | None, cancelled: bool = False) -> str:
+    """The reward, big, green when it passed (reward >= 1), red when not, grey when there is none."""
+    if result is None:
+        label, cls = ("cancelled", "none") if cancelled else ("-", "none")
+        return f'<div class="he-reward he-{cls}" data-reward=""><span class="he-reward-value">{label}</span></div>'
+    if result.reward is None:
+        label, cls = "no reward", "none"
+    else:
+        label, cls = f"{result.reward:g}", "pass" if result.reward >= 1.0 else "fail"
+    why = f'<div class="he-reward-error">{escape(result.error_kind or "")}: {escape(_clip(result.error or "", 500))}</div>' if result.error else ""
+    value = "" if result.reward is None else f"{result.reward:g}"
+    return (f'<div class="he-reward he-{cls}" data-reward="{escape(value)}">'
+            f'<span class="he-reward-label">reward</span><span class="he-reward-value">{escape(label)}</span>{why}</div>')
+
+
+def summary_markdown(result: RolloutResult) -> str:
+    policy = [t for t in result.proxy_turns if t.purpose == "policy"]
+    rows = [
+        ("harness", result.harness),
+        ("mode", result.mode),
+        ("capture level", f"{result.capture_level} (tokens > logprobs > text)"),
+        ("wall time", f"{result.wall_s:.2f} s"),
+        ("model calls", f"{len(result.proxy_turns)} ({len(policy)} policy)"),
+        ("agent tool calls", "-" if result.agent_tool_calls is None else str(result.agent_tool_calls)),
+        ("agent exit code", "-" if result.agent_exit_code is None else str(result.agent_exit_code)),
+        ("reward source", result.reward_source or "-"),
+        ("sandbox", f"{result.sandbox_backend or '-'} {result.sandbox_id}".strip()),
+        ("turn limit hit", "yes" if result.turn_limit_hit else "no"),
+    ]
+    if result.error:
+        rows.append(("error", f"{result.error_kind}: {result.error.splitlines()[0][:300]}"))
+    for note in result.reward_notes + result.sandbox_notes:
+        rows.append(("note", note))
+    if result.dropped_fields:
+        rows.append(("dropped fields", ", ".join(result.dropped_fields)))
+    lines = ["| rollout | |", "| --- | --- |"]
+    lines += [f"| {k} | {_md_cell(v)} |" for k, v in rows]
+    return "\n".join(lines)
+
+
+def _md_cell(text: str) -> str:
+    return escape(text).replace("|", "&#124;").replace("\n", " ")
+
+
+# -- verify table and files -----------------------------------------------------------------------
+def _output_details(name: str, text: str) -> str:
+    if not text:
+        return f'<span class="he-empty">no {name}</span>'
+    n = text.count("\n") + (0 if text.endswith("\n") else 1)
+    return f"<details><summary>{name} ({n} lines)</summary><pre>{escape(_clip(text))}</pre></details>"
+
+
+def commands_html(results: list[CommandResult], empty: str = "no verify commands ran") -> str:
+    """Verify (or setup) results as a table: command, exit code, duration; stdout/stderr expandable."""
+    if not results:
+        return f'<p class="he-empty">{escape(empty)}</p>'
+    rows = []
+    for r in results:
+        code = "timed out" if r.timed_out else ("-" if r.exit_code is None else str(r.exit_code))
+        cls = "he-ok" if r.exit_code == 0 and not r.timed_out else "he-bad"
+        rows.append(
+            f'<tr class="{cls}"><td><code>{escape(r.cmd)}</code></td><td class="he-code">{escape(code)}</td>'
+            f"<td>{r.duration_s:.2f} s</td><td>{_output_details('stdout', r.stdout)}{_output_details('stderr', r.stderr)}</td></tr>"
+        )
+    return ('<table class="he-table he-commands"><thead><tr><th>command</th><th>exit code</th><th>duration</th>'
+            f"<th>output</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def files_html(files: dict[str, str]) -> str:
+    """The workspace's files after the rollout, each expandable."""
+    if not files:
+        return '<p class="he-empty">no files collected</p>'
+    items = [
+        f'<details class="he-file"><summary><code>{escape(path)}</code> ({len(content)} chars)</summary>'
+        f"<pre>{escape(_clip(content))}</pre></details>"
+        for path, content in sorted(files.items())
+    ]
+    return "".join(items)
+
+
+# -- conversation ---------------------------------------------------------------------------------
+def _content_text(content: Any) -> str:
+    """OpenAI message content: a string, or a list of parts (text parts kept, others named)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                out.append(str(part.get("text", "")))
+            elif isinstance(part, dict):
+                out.append(f"[{part.get('type', 'part')}]")
+            else:
+                out.append(str(part))
+        return "\n".join(out)
+    return json.dumps(content)
+
+
+def _code_block(text: str, lang: str = "") -> str:
+    fence = "````" if "```" in text else "```"
+    return f"{fence}{lang}\n{_clip(text)}\n{fence}"
+
+
+def _tool_call_messages(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for call in calls:
+        fn = call.get("function") or {}
+        args = fn.get("arguments", "")
+        try:
+            args = json.dumps(json.loads(args), indent=2)
+        except (TypeError, ValueError):
+            pass
+        out.append({"role": "assistant", "content": _code_block(str(args), "json"),
+                    "metadata": {"title": f"tool call: {fn.get('name', '?')}"}})
+    return out
+
+
+def _message_to_chat(msg: dict[str, Any]) -> list[dict[str, Any]]:
+    role = msg.get("role", "")
+    text = _content_text(msg.get("content"))
+    if role == "user":
+        return [{"role": "user", "content": text}]
+    if role in ("system", "developer"):
+        return [{"role": "assistant", "content": _code_block(text), "metadata": {"title": f"{role} prompt", "status": "done"}}]
+    if role == "tool":
+        name = msg.get("name") or msg.get("tool_call_id") or ""
+        return [{"role": "assistant", "content": _code_block(text), "metadata": {"title": f"tool result {name}".strip()}}]
+    out: list[dict[str, Any]] = []
+    reasoning = msg.get("reasoning_content") or msg.get("reasoning")
+    if reasoning:
+        out.append({"role": "assistant", "content": str(reasoning), "metadata": {"title": "reasoning", "status": "done"}})
+    if text:
+        out.append({"role": "assistant", "content": text})
+    out += _tool_call_messages(msg.get("tool_calls") or [])
+    return out
+
+
+def conversation(result: RolloutResult) -> list[dict[str, Any]]:
+    """The agent's conversation as Chatbot messages (role, content, metadata for tool calls).
+
+    Each policy turn's request holds the history the model saw; only what is new since the
+    previous request is shown (earlier answers come back in it as the harness replays them). A
+    turn whose answer is not replayed by the next request (the last turn, or one before a new
+    branch, e.g. after compaction) gets its captured answer shown.
+    """
+    turns = [t for t in result.proxy_turns if t.purpose == "policy"] or list(result.proxy_turns)
+    messages: list[dict[str, Any]] = []
+    prev: list[dict[str, Any]] = []
+    for i, turn in enumerate(turns):
+        req = turn.request_messages
+        if prev and req[: len(prev)] != prev:
+            messages.append({"role": "assistant", "content": f"model call {turn.index} starts a new branch", "metadata": {"title": "new branch"}})
+            prev = []
+        for msg in req[len(prev):]:
+            messages += _message_to_chat(msg)
+        nxt = turns[i + 1].request_messages if i + 1 < len(turns) else None
+        if nxt is None or nxt[: len(req)] != req:
+            messages += _message_to_chat(_answer_message(turn))
+        if turn.upstream_error:
+            messages.append({"role": "assistant", "content": _code_block(turn.upstream_error),
+                             "metadata": {"title": f"model call {turn.index} failed ({turn.upstream_status})"}})
+        prev = req
+    return messages
+
+
+def _answer_message(turn: Turn) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": "assistant", "content": turn.completion_text or None}
+    if turn.reasoning_text:
+        msg["reasoning_content"] = turn.reasoning_text
+    if turn.tool_calls:
+        msg["tool_calls"] = turn.tool_calls
+    return msg
+
+
+# -- logprobs -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TokenPoint:
+    turn: int  # the turn's index
+    position: int  # position within the rollout's completion tokens (0-based)
+    token: str
+    logprob: float
+
+
+def logprob_points(turns: list[Turn]) -> list[TokenPoint]:
+    """One point per completion token that has a logprob, numbered across the rollout's turns."""
+    points: list[TokenPoint] = []
+    for turn in turns:
+        for k, lp in enumerate(turn.per_token_logps):
+            if k < len(turn.completion_tokens):
+                token = turn.completion_tokens[k]
+            elif k < len(turn.completion_token_ids):
+                token = f"<id {turn.completion_token_ids[k]}>"
+            else:
+                token = "?"
+            points.append(TokenPoint(turn.index, len(points), token, lp))
+    return points
+
+
+def logprob_svg(points: list[TokenPoint]) -> str:
+    """A scatter plot (position vs logprob) as inline SVG: one circle per token, hover shows it.
+
+    Inline SVG needs no plotting library, loads nothing from the network, and each circle's
+    <title> is the browser's own tooltip.
+    """
+    if not points:
+        return '<p class="he-empty">no per-token logprobs were captured (capture level text, or black_box mode)</p>'
+    finite = [p.logprob for p in points if math.isfinite(p.logprob)]
+    lo = min(min(finite, default=-1.0), -1e-3)
+    n = len(points)
+    w, h, pad = PLOT_W, PLOT_H, PLOT_PAD
+
+    def x(pos: int) -> float:
+        return pad + (w - 2 * pad) * (pos / max(n - 1, 1))
+
+    def y(lp: float) -> float:
+        lp = lp if math.isfinite(lp) else lo
+        return pad / 2 + (h - 1.5 * pad) * (lp / lo)  # 0 at the top, the lowest at the bottom
+
+    parts = [f'<svg class="he-logprob-plot" viewBox="0 0 {w} {h}" width="100%" role="img" aria-label="per-token logprobs">',
+             f'<line x1="{pad}" y1="{y(0):.1f}" x2="{w - pad}" y2="{y(0):.1f}" stroke="#999" stroke-width="0.5"/>',
+             f'<text x="{pad - 4}" y="{y(0) + 4:.1f}" font-size="10" text-anchor="end">0</text>',
+             f'<text x="{pad - 4}" y="{y(lo) + 4:.1f}" font-size="10" text-anchor="end">{lo:.2f}</text>',
+             f'<text x="{w / 2:.0f}" y="{h - 4}" font-size="10" text-anchor="middle">completion token position (all turns)</text>']
+    turn_order = {t: i for i, t in enumerate(dict.fromkeys(p.turn for p in points))}
+    prev_turn = None
+    for p in points:
+        if p.turn != prev_turn:  # a dashed line and a label where each turn starts
+            parts.append(f'<line x1="{x(p.position):.1f}" y1="{pad / 2}" x2="{x(p.position):.1f}" y2="{h - pad}" stroke="#ccc" stroke-dasharray="3,3"/>'
+                         f'<text x="{x(p.position) + 2:.1f}" y="{pad / 2 - 4}" font-size="10">turn {p.turn}</text>')
+            prev_turn = p.turn
+        colour = TURN_COLOURS[turn_order[p.turn] % len(TURN_COLOURS)]
+        parts.append(f'<circle class="he-token" cx="{x(p.position):.1f}" cy="{y(p.logprob):.1f}" r="3" fill="{colour}" data-turn="{p.turn}">'
+                     f"<title>turn {p.turn}, token {p.position}: {escape(repr(p.token))}  logprob {p.logprob:.4f}</title></circle>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def logprob_summary_markdown(points: list[TokenPoint], lowest: int = LOWEST_TOKENS) -> str:
+    """Mean logprob (overall and per turn) and the lowest-probability tokens."""
+    if not points:
+        return ""
+    finite = [p for p in points if math.isfinite(p.logprob)]
+    mean = sum(p.logprob for p in finite) / len(finite) if finite else float("nan")
+    per_turn: dict[int, list[float]] = {}
+    for p in finite:
+        per_turn.setdefault(p.turn, []).append(p.logprob)
+    turn_means = ", ".join(f"turn {t}: {sum(v) / len(v):.3f}" for t, v in per_turn.items())
+    lines = [f"**{len(points)} tokens**, mean logprob **{mean:.4f}** (perplexity {math.exp(-mean):.3f}); {turn_means}", "",
+             f"Lowest-probability tokens:", "", "| turn | position | token | logprob | probability |", "| --- | --- | --- | --- | --- |"]
+    for p in sorted(points, key=lambda p: p.logprob if math.isfinite(p.logprob) else -math.inf)[:lowest]:
+        prob = math.exp(p.logprob) if math.isfinite(p.logprob) else 0.0
+        lines.append(f"| {p.turn} | {p.position} | <code>{_md_cell(repr(p.token))}</code> | {p.logprob:.4f} | {prob:.3f} |")
+    return "\n".join(lines)
+
+
+# -- history and the raw JSON ---------------------------------------------------------------------
+HISTORY_HEADERS = ["#", "reward", "harness", "duration (s)", "status", "task"]
+
+
+def history_row(n: int, result: RolloutResult | None, harness: str, wall_s: float, instruction: str, cancelled: bool = False) -> list[Any]:
+    if result is None:
+        reward, status = "-", "cancelled" if cancelled else "no result"
+    else:
+        reward = "-" if result.reward is None else f"{result.reward:g}"
+        status = result.error_kind or "ok"
+    task = instruction.strip().splitlines()[0][:60] if instruction.strip() else ""
+    return [n, reward, harness, round(wall_s, 2), status, task]
+
+
+def redact(value: Any, secrets: list[str]) -> Any:
+    """Replace every occurrence of a secret (the upstream key) in strings, recursively.
+
+    The result never carries the key by construction; this guards against an upstream that
+    echoes it back in an error message.
+    """
+    secrets = [s for s in secrets if s and len(s) >= 4]
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        for s in secrets:
+            value = value.replace(s, "[redacted]")
+        return value
+    if isinstance(value, list):
+        return [redact(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {redact(k, secrets): redact(v, secrets) for k, v in value.items()}
+    return value
+
+
+def result_json(result: RolloutResult) -> str:
+    return json.dumps(result.model_dump(mode="json"), indent=2)
