@@ -203,6 +203,40 @@ class Turn(BaseModel):
     upstream_status: int | None = None
     upstream_error: str | None = None
     capture_level: CaptureLevel = "none"
+    # The turn graph (core/capture/graph.py): the turn this one continues, and its branch. Both
+    # None for auxiliary and failed turns, which belong to no branch.
+    parent: int | None = None
+    branch: int | None = None
+
+
+class GraphSummary(BaseModel):
+    """The shape of a rollout's turn graph: how many branches a trainer gets rows for."""
+
+    turns: int = 0
+    branches: int = 0
+    auxiliary_turns: int = 0  # e.g. title generation: kept in the trace, never trained on
+    failed_turns: int = 0  # no answer from the endpoint
+    trainable_tokens: int = 0  # sampled tokens in rows that can be trained on
+    untrainable_branches: int = 0
+
+
+class TrainingRow(BaseModel):
+    """One branch of a rollout as a trainer consumes it: the concatenated token ids, a loss mask
+    (1 on tokens the engine sampled, 0 on prompt, tool results and user text) and the sampled
+    tokens' logprobs aligned to it (0.0 where the mask is 0). `token_ids[:prompt_length]` is the
+    branch's first prompt. A row that cannot be trained on says why and carries no tokens."""
+
+    rollout_id: str = ""
+    task_id: str | None = None
+    branch: int
+    turn_indices: list[int]
+    token_ids: list[int] = Field(default_factory=list)
+    loss_mask: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    prompt_length: int = 0
+    reward: float | None = None
+    trainable: bool = True
+    untrainable_reason: str | None = None
 
 
 class Phase(BaseModel):
@@ -241,12 +275,43 @@ class RolloutResult(BaseModel):
     sandbox_notes: list[str] = Field(default_factory=list)
     dropped_fields: list[str] = Field(default_factory=list)
     turn_limit_hit: bool = False
+    graph: GraphSummary = Field(default_factory=GraphSummary)
+
+    def training_rows(self) -> list[TrainingRow]:
+        """One row per branch of the turn graph; auxiliary and failed turns are left out. Rows of a
+        rollout with no reward (an infrastructure failure) carry reward None: skip them."""
+        by_branch: dict[int, list[Turn]] = {}
+        for t in sorted(self.proxy_turns, key=lambda t: t.index):
+            if t.branch is not None:
+                by_branch.setdefault(t.branch, []).append(t)
+        return [_branch_row(b, turns, self.reward, self.task_id, self.sandbox_id) for b, turns in sorted(by_branch.items())]
 
     @model_validator(mode="after")
     def _finite_reward(self) -> RolloutResult:
         if self.reward is not None and not math.isfinite(self.reward):
             raise ValueError("reward must be a finite number or None")
         return self
+
+
+def _branch_row(branch: int, turns: list[Turn], reward: float | None, task_id: str | None, rollout_id: str) -> TrainingRow:
+    row = TrainingRow(rollout_id=rollout_id, task_id=task_id, branch=branch, turn_indices=[t.index for t in turns], reward=reward)
+    for t in turns:
+        if not t.prompt_token_ids or not t.completion_token_ids:
+            row.trainable, row.untrainable_reason = False, f"turn {t.index} has no token ids (capture level {t.capture_level})"
+        elif len(t.per_token_logps) != len(t.completion_token_ids):
+            row.trainable, row.untrainable_reason = False, f"turn {t.index} has {len(t.per_token_logps)} logprobs for {len(t.completion_token_ids)} tokens"
+        elif t.prompt_token_ids[: len(row.token_ids)] != row.token_ids:
+            row.trainable, row.untrainable_reason = False, f"turn {t.index} does not extend its branch's tokens"
+        if not row.trainable:
+            row.token_ids, row.loss_mask, row.logprobs, row.prompt_length = [], [], [], 0
+            return row
+        new_prompt = t.prompt_token_ids[len(row.token_ids):]  # the turn extends the branch so far
+        if not row.token_ids:
+            row.prompt_length = len(new_prompt)
+        row.token_ids += new_prompt + t.completion_token_ids
+        row.loss_mask += [0] * len(new_prompt) + [1] * len(t.completion_token_ids)
+        row.logprobs += [0.0] * len(new_prompt) + t.per_token_logps
+    return row
 
 
 class PhaseEvent(BaseModel):

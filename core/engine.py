@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from harness_env.core.capture.graph import link_turns, summarise_rows
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.errors import EndpointError, HarnessEnvError
@@ -108,6 +109,40 @@ def _command_result(cmd: str, res) -> CommandResult:
     )
 
 
+async def run_setup(sandbox: LocalSandbox, commands: list[str], timeout: float, results: list[CommandResult]) -> str | None:
+    """Run the task's setup commands in order, appending to `results`; the first failure stops
+    them and is returned in words."""
+    for cmd in commands:
+        r = await sandbox.exec(cmd, timeout=timeout)
+        results.append(_command_result(cmd, r))
+        if r.exit_code != 0:
+            why = f"timed out after {timeout}s" if r.timed_out else f"exited {r.exit_code}"
+            return f"setup command {cmd!r} {why}: {_tail(r.stderr or r.stdout, 500)}"
+    return None
+
+
+async def grade(
+    sandbox: LocalSandbox,
+    commands: list[str],
+    timeout: float,
+    results: list[CommandResult],
+    *,
+    reward_mode: str = "correctness",
+    tool_calls: int | None = None,
+) -> tuple[float | None, str | None, list[str]]:
+    """Run the verify commands (appending to `results`) and compute (reward, source, notes). The
+    reward file is cleared first, so the agent cannot forge it."""
+    sandbox.clear_reward_file()
+    for cmd in commands:
+        r = await sandbox.exec(cmd, timeout=timeout, env=sandbox.verify_env())
+        results.append(_command_result(cmd, r))
+    reward, source, notes = compute_reward(results, sandbox.read_reward_file())
+    if reward is not None and reward_mode == "tool_efficiency":
+        reward, note = tool_efficiency_reward(reward, tool_calls)
+        notes.append(note or f"tool-efficiency reward over {tool_calls} verified tool calls")
+    return reward, source, notes
+
+
 def _turn_line(turn: Turn) -> str:
     if turn.upstream_error and turn.upstream_status != 200:
         return f"model call {turn.index}: failed ({turn.upstream_status}): {turn.upstream_error[:160]}"
@@ -153,14 +188,11 @@ async def run_rollout_with(
             ph.detail = f"{sandbox.backend} {sandbox.sandbox_id}"
 
         with run.phase("setup") as ph:
-            for cmd in request.task.setup:
-                r = await sandbox.exec(cmd, timeout=request.setup_timeout_s)
-                res.setup_results.append(_command_result(cmd, r))
-                if r.exit_code != 0:
-                    why = f"timed out after {request.setup_timeout_s}s" if r.timed_out else f"exited {r.exit_code}"
-                    run.fail("setup", f"setup command {cmd!r} {why}: {_tail(r.stderr or r.stdout, 500)}")
-                    ph.ok = False
-                    return res
+            failure = await run_setup(sandbox, request.task.setup, request.setup_timeout_s, res.setup_results)
+            if failure:
+                run.fail("setup", failure)
+                ph.ok = False
+                return res
 
         with run.phase("agent") as ph:
             ctx = LaunchContext(
@@ -170,29 +202,18 @@ async def run_rollout_with(
                 proxy_base_url=proxy_base_url,
                 session_key=session.key,
             )
-            spec = harness.launch(ctx)
-            for path, content in spec.files.items():
-                sandbox.write_file(path, content)
-            parser = harness.parser()
-            r = await sandbox.exec(
-                spec.argv,
-                timeout=request.agent_timeout_s,
-                env=spec.env,
-                max_output=256 * 1024,
-                on_stdout_line=parser.feed_line,
-                stop=session.endpoint_down,  # set when model calls keep failing: no point waiting
-            )
-            outcome = parser.outcome()
+            # Stopped when model calls keep failing: no point waiting.
+            r, outcome = await harness.run_agent(ctx, sandbox, session.endpoint_down)
             res.agent_exit_code = r.exit_code
             res.agent_tool_calls = outcome.tool_calls
             res.agent_final_text = outcome.final_text
             res.agent_log_tail = _tail(r.stdout + ("\n[stderr]\n" + r.stderr if r.stderr.strip() else ""))
-            res.turn_limit_hit = session.turn_limit_hit
+            res.turn_limit_hit = session.turn_limit_hit or outcome.turn_limit_hit
             ph.detail = f"exit {r.exit_code}, {outcome.tool_calls} tool calls, {len(session.turns)} model calls"
             last_error = next((t.upstream_error for t in reversed(session.turns) if t.upstream_error), "") or ""
             if r.timed_out:
                 run.fail("agent_timeout", f"the agent did not finish within agent_timeout_s={request.agent_timeout_s}; its processes were killed")
-            elif session.turn_limit_hit:
+            elif res.turn_limit_hit:
                 pass  # the policy used up its turns: a normal end, graded as the workspace stands
             elif r.stopped and session.last_failure_infra:
                 run.fail("endpoint", f"the policy endpoint failed {session.consecutive_failures} times in a row; the agent was stopped: {last_error[:300]}")
@@ -208,14 +229,10 @@ async def run_rollout_with(
 
         if res.error is None:
             with run.phase("verify") as ph:
-                sandbox.clear_reward_file()  # the agent cannot forge the reward
-                for cmd in request.task.verify:
-                    r = await sandbox.exec(cmd, timeout=request.verify_timeout_s, env=sandbox.verify_env())
-                    res.verify_results.append(_command_result(cmd, r))
-                reward, source, notes = compute_reward(res.verify_results, sandbox.read_reward_file())
-                if reward is not None and request.reward_mode == "tool_efficiency":
-                    reward, note = tool_efficiency_reward(reward, res.agent_tool_calls)
-                    notes.append(note or f"tool-efficiency reward over {res.agent_tool_calls} verified tool calls")
+                reward, source, notes = await grade(
+                    sandbox, request.task.verify, request.verify_timeout_s, res.verify_results,
+                    reward_mode=request.reward_mode, tool_calls=res.agent_tool_calls,
+                )
                 res.reward, res.reward_source, res.reward_notes = reward, source, notes
                 ph.detail = f"reward {reward}"
     except HarnessEnvError as e:
@@ -244,6 +261,7 @@ async def _collect_and_close(run: _Run, proxy: CaptureProxy, session, sandbox: L
         if session is not None:
             await proxy.close_session(session)
             res.proxy_turns = session.sorted_turns()
+            res.graph = summarise_rows(link_turns(res.proxy_turns), res.training_rows())
             res.proxy_log_tail = _tail(session.log_tail())
             res.capture_level = session.capture_level()
             res.dropped_fields = sorted(session.dropped_fields)

@@ -7,11 +7,16 @@ and how to read its output.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from harness_env.core import toolchain
+from harness_env.core.sandbox.base import ExecResult
 from harness_env.models import RolloutRequest
+
+if TYPE_CHECKING:
+    from harness_env.core.sandbox.local import LocalSandbox
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class AgentOutcome:
     tool_calls: int | None = None
     error: str | None = None  # the harness reported a failed model call or run
     events: int = 0
+    turn_limit_hit: bool = False  # the harness itself stopped at max_turns
 
 
 class OutputParser(Protocol):
@@ -60,16 +66,39 @@ class Harness(Protocol):
         """Host paths the sandbox must expose read-only (the CLI and its runtime)."""
         ...
 
-    def launch(self, ctx: LaunchContext) -> LaunchSpec: ...
-
-    def parser(self) -> OutputParser: ...
+    async def run_agent(self, ctx: LaunchContext, sandbox: LocalSandbox, stop: asyncio.Event) -> tuple[ExecResult, AgentOutcome]:
+        """Run the agent in `sandbox` until it ends, `ctx.request.agent_timeout_s` passes (then
+        `timed_out`) or `stop` is set (then `stopped`)."""
+        ...
 
 
 class PinnedCliHarness:
     """What every harness whose CLI comes from the pinned toolchain shares (its `name` is its
-    entry in toolchain.PINS)."""
+    entry in toolchain.PINS): the agent is that CLI, launched in the sandbox, its stdout parsed
+    line by line."""
 
     name: str
+
+    def launch(self, ctx: LaunchContext) -> LaunchSpec:
+        raise NotImplementedError
+
+    def parser(self) -> OutputParser:
+        raise NotImplementedError
+
+    async def run_agent(self, ctx: LaunchContext, sandbox: LocalSandbox, stop: asyncio.Event) -> tuple[ExecResult, AgentOutcome]:
+        spec = self.launch(ctx)
+        for path, content in spec.files.items():
+            sandbox.write_file(path, content)
+        parser = self.parser()
+        r = await sandbox.exec(
+            spec.argv,
+            timeout=ctx.request.agent_timeout_s,
+            env=spec.env,
+            max_output=256 * 1024,
+            on_stdout_line=parser.feed_line,
+            stop=stop,
+        )
+        return r, parser.outcome()
 
     def version(self) -> str | None:
         return toolchain.installed_version(self.name)

@@ -6,8 +6,9 @@ from harness_env.core.errors import InvalidRequestError
 from harness_env.core.harness import Harness
 from harness_env.envs.opencode import OpenCodeHarness
 from harness_env.envs.pi import PiHarness
+from harness_env.envs.whitebox import WhiteboxHarness
 
-HARNESSES: dict[str, type] = {"pi": PiHarness, "opencode": OpenCodeHarness}
+HARNESSES: dict[str, type] = {"pi": PiHarness, "opencode": OpenCodeHarness, "whitebox": WhiteboxHarness}
 
 
 def get_harness(name: str) -> Harness:

@@ -268,7 +268,9 @@ class LocalSandbox:
         return alive
 
     # -- files ------------------------------------------------------------------------------
-    def _resolve(self, path: str) -> Path:
+    def resolve(self, path: str) -> Path:
+        """`path` (relative to the workspace, or absolute) on the host; outside the rollout's
+        directory (after following symlinks) is an error."""
         p = Path(path)
         full = (p if p.is_absolute() else Path(self.workspace) / p).resolve()
         if not full.is_relative_to(self.root.resolve()):
@@ -276,14 +278,14 @@ class LocalSandbox:
         return full
 
     def write_file(self, path: str, content: str | bytes) -> None:
-        full = self._resolve(path)
+        full = self.resolve(path)
         full.parent.mkdir(parents=True, exist_ok=True)
         data = content.encode() if isinstance(content, str) else content
         full.write_bytes(data)
 
     def read_file(self, path: str, max_bytes: int = 1_000_000) -> bytes | None:
         try:
-            full = self._resolve(path)
+            full = self.resolve(path)
             with open(full, "rb") as f:
                 return f.read(max_bytes)
         except (OSError, SandboxError):

@@ -1,5 +1,5 @@
-"""End to end, one suite for every harness: the real CLI, in the real sandbox, through the capture
-proxy, against the scripted fake policy."""
+"""End to end, one suite for every harness: the real CLI (or the white-box loop), in the real
+sandbox, through the capture proxy, against the scripted fake policy."""
 
 import json
 import os
@@ -8,21 +8,22 @@ import sys
 import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout, run_rollout_sync
-from harness_env.core import toolchain
 from harness_env.core.errors import ToolMissingError
 from harness_env.core.sandbox.local import _marked_pids
+from harness_env.envs import get_harness
 
 UPSTREAM_KEY = "sk-upstream-e2e-9f8e7d"
 pytestmark = pytest.mark.e2e
 
 
-HARNESSES = ["pi", "opencode"]
+HARNESSES = ["pi", "opencode", "whitebox"]
+CLI_HARNESSES = {"pi", "opencode"}  # the white-box loop has no CLI process and does not stream
 
 
 @pytest.fixture(params=HARNESSES)
 def harness(request):
     try:
-        toolchain.harness_command(request.param)
+        get_harness(request.param).check_installed()
     except ToolMissingError as e:
         pytest.fail(f"{e} (./dev test installs it)")
     return request.param
@@ -76,8 +77,14 @@ async def test_agent_doing_the_work_gets_reward_1_and_exact_tokens(policy_server
         assert turn.prompt_token_ids == s.prompt_token_ids and turn.prompt_token_ids
         assert turn.completion_token_ids == s.completion_token_ids and turn.completion_token_ids
         assert turn.per_token_logps == s.logprobs
-        assert turn.stream is True and turn.ttft_s is not None
+        assert turn.stream is (harness in CLI_HARNESSES) and (turn.ttft_s is not None) == turn.stream
     assert policy_turns[0].tool_calls[0]["function"]["name"] == "bash"
+    # Training rows hold the policy turns only: the auxiliary title turn stays out.
+    rows = res.training_rows()
+    assert rows and all(r.trainable and r.reward == 1.0 for r in rows)
+    assert sorted(i for r in rows for i in r.turn_indices) == [t.index for t in policy_turns]
+    assert res.graph.auxiliary_turns == len(auxiliary) and res.graph.branches == len(rows)
+    assert res.graph.trainable_tokens == sum(len(t.completion_token_ids) for t in policy_turns)
     # Phases happened in order and were emitted live, before the end.
     assert [p.name for p in res.phases] == ["endpoint", "sandbox", "setup", "agent", "verify", "collect"]
     started = [e.phase for e in events if e.status == "started"]
@@ -146,7 +153,7 @@ async def test_turn_limit_ends_the_agent_and_still_verifies(policy_server, make_
 
 
 @pytest.mark.parametrize("use_bwrap", [True, False])
-async def test_upstream_key_never_reaches_the_sandbox(policy_server, make_request, monkeypatch, use_bwrap):
+async def test_upstream_key_never_reaches_the_sandbox(policy_server, make_request, monkeypatch, use_bwrap, harness):
     monkeypatch.setenv("OPENAI_API_KEY", "host-env-secret-1234")
     # Every file of the rollout (.. is the rollout directory) is searched; the pattern is written
     # so that it does not itself contain the key.
@@ -155,7 +162,8 @@ async def test_upstream_key_never_reaches_the_sandbox(policy_server, make_reques
     assert res.error is None, res.error
     assert {"env.txt", "ps.txt", "cmdlines.txt"} <= set(res.files)
     agent_lines = [ln for ln in res.files["ps.txt"].splitlines() if ln.strip() == "pi" or "cli.js" in ln or "opencode run" in ln]
-    assert agent_lines, res.files["ps.txt"]  # the agent's own process was visible to the spy
+    if harness in CLI_HARNESSES:
+        assert agent_lines, res.files["ps.txt"]  # the agent's own process was visible to the spy
     everything = res.model_dump_json()
     assert UPSTREAM_KEY not in everything
     assert "host-env-secret-1234" not in everything

@@ -7,7 +7,14 @@ per model name: the step taken is the number of assistant messages already in th
 so a retried request gets the same answer. Every answer it sends is recorded in `sent` so tests can
 compare the captured turns with the truth.
 
-Steps: {"bash": CMD} calls the harness's shell tool; {"text": T} answers and ends;
+Token ids come from a stand-in chat template that only ever appends: the prompt renders each
+message (an assistant message as exactly the tokens that were sampled for it), then the generation
+header. So a harness that sends its history back verbatim gets prompts that extend the previous
+prompt + completion, and one that rewrites it (re-serialised tool arguments, dropped turns) does not,
+as with a real model.
+
+Steps: {"bash": CMD} calls the harness's shell tool; {"call": NAME, "arguments": STR} calls any
+tool with that exact argument string; {"text": T} answers and ends;
 {"hang": S} sleeps S seconds first; {"status": N} answers an HTTP error; {"malformed": True}
 streams a broken chunk.
 """
@@ -40,6 +47,37 @@ def fake_token_ids(text: str) -> list[int]:
 
 def pieces(text: str, size: int = 4) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+GEN_HEADER = "<|assistant|>"
+END = "<|end|>"
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, list):  # content parts
+        return "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else str(content)
+
+
+def completion_pieces(text: str, tool_calls: list[dict[str, Any]]) -> list[str]:
+    """What is sampled for an answer: the text, then each tool call's argument string."""
+    return pieces(text) + [p for c in tool_calls for p in pieces(str((c.get("function") or {}).get("arguments", "")))]
+
+
+def piece_ids(parts: list[str]) -> list[int]:
+    return [fake_token_ids(p)[0] for p in parts if p]
+
+
+def render_prompt(body: dict[str, Any]) -> list[int]:
+    """The stand-in chat template: tools, then each message, then the generation header."""
+    ids = fake_token_ids(json.dumps(body.get("tools") or [], sort_keys=True))
+    for m in body.get("messages", []):
+        if m.get("role") == "assistant":
+            ids += fake_token_ids(GEN_HEADER) + piece_ids(completion_pieces(_text_of(m.get("content")), m.get("tool_calls") or []))
+        else:
+            ids += fake_token_ids(f"<|{m.get('role')}|>") + piece_ids(pieces(_text_of(m.get("content"))))
+        ids += fake_token_ids(END)
+    return ids + fake_token_ids(GEN_HEADER)
 
 
 def fake_logprob(token_id: int) -> float:
@@ -119,12 +157,13 @@ class FakePolicy:
             if "description" in required:
                 args["description"] = "run a command"
             tool_calls = [{"id": f"call_{len(self.sent)}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]
+        elif "call" in step:
+            tool_calls = [{"id": f"call_{len(self.sent)}", "type": "function", "function": {"name": step["call"], "arguments": step["arguments"]}}]
         else:
             text = step.get("text", "done")
-        prompt_ids = fake_token_ids(json.dumps(body.get("messages", []), sort_keys=True))
-        # Completion pieces: the text, then each tool call's arguments.
-        parts = pieces(text) + [p for c in tool_calls for p in pieces(c["function"]["arguments"])]
-        ids = [fake_token_ids(p)[0] for p in parts]
+        prompt_ids = render_prompt(body)
+        parts = completion_pieces(text, tool_calls)
+        ids = piece_ids(parts)
         want_ids = bool(body.get("return_token_ids"))
         want_lp = bool(body.get("logprobs"))
         top_n = int(body.get("top_logprobs") or 0)

@@ -1,0 +1,41 @@
+"""The white-box harness: no CLI, the environment runs the tool loop itself (loop.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from harness_env.core.harness import AgentOutcome, LaunchContext
+from harness_env.core.sandbox.base import ExecResult
+from harness_env.core.sandbox.local import LocalSandbox
+from harness_env.envs.whitebox.loop import run_loop
+from harness_env.envs.whitebox.tools import ToolBox, ToolLimits
+
+VERSION = "1"  # of the tool schema and system prompt: bump when either changes
+
+
+class WhiteboxHarness:
+    name = "whitebox"
+    capabilities = ("tool_calls", "token_capture", "tool_call_count", "exact_history")
+
+    def version(self) -> str | None:
+        return VERSION  # part of this package: always installed
+
+    def check_installed(self) -> None:
+        return None
+
+    def readonly_paths(self) -> list[str]:
+        return []
+
+    async def run_agent(self, ctx: LaunchContext, sandbox: LocalSandbox, stop: asyncio.Event) -> tuple[ExecResult, AgentOutcome]:
+        req = ctx.request
+        toolbox = ToolBox(sandbox, ToolLimits.from_config(req.harness_config))
+        return await run_loop(
+            toolbox=toolbox,
+            proxy_base_url=ctx.proxy_base_url,
+            session_key=ctx.session_key,
+            model=req.endpoint.model,
+            instruction=req.task.instruction,
+            max_turns=req.max_turns,
+            timeout_s=req.agent_timeout_s,
+            stop=stop,
+        )
