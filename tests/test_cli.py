@@ -67,3 +67,18 @@ def test_infrastructure_failure_still_exits_0_with_a_result(tmp_path):
     assert p.returncode == 0
     r = json.loads(p.stdout)
     assert r["error_kind"] == "endpoint" and r["reward"] is None
+
+
+@pytest.mark.e2e
+def test_whitebox_run_writes_training_rows(tmp_path, policy_server):
+    policy_server.policy.scripts["m"] = [{"bash": "echo hi > hello.txt"}, {"text": "done"}]
+    (tmp_path / "task.json").write_text(json.dumps({"instruction": "make hello.txt", "verify": ["test -f hello.txt"]}))
+    p = _run(["run", "--harness", "whitebox", "--task", "task.json", "--base-url", policy_server.base_url, "--model", "m",
+              "--rows-out", "rows.jsonl", "--out", "r.json", "--quiet"], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    result = json.loads((tmp_path / "r.json").read_text())
+    (row,) = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert result["reward"] == 1.0 and result["harness"] == "whitebox" and result["graph"]["branches"] == 1
+    assert row["reward"] == 1.0 and row["trainable"] and row["turn_indices"] == [0, 1]
+    assert len(row["token_ids"]) == len(row["loss_mask"]) == len(row["logprobs"])
+    assert sum(row["loss_mask"]) == result["graph"]["trainable_tokens"] > 0
