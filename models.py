@@ -276,6 +276,10 @@ class RolloutResult(BaseModel):
     dropped_fields: list[str] = Field(default_factory=list)
     turn_limit_hit: bool = False
     graph: GraphSummary = Field(default_factory=GraphSummary)
+    # `train` only when the endpoint gives token ids and processed (post-temperature) logprobs and
+    # every turn was captured at token level; otherwise `eval`, and the reason says why.
+    rollout_type: Literal["train", "eval"] = "eval"
+    rollout_type_reason: str = ""
 
     def training_rows(self) -> list[TrainingRow]:
         """One row per branch of the turn graph; auxiliary and failed turns are left out. Rows of a

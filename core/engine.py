@@ -16,6 +16,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from harness_env.core.capture.graph import link_turns, summarise_rows
+from harness_env.core.capture.probe import ProbeResult
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.errors import EndpointError, HarnessEnvError
@@ -27,6 +28,19 @@ from harness_env.models import CommandResult, Phase, PhaseEvent, RolloutRequest,
 EventSink = Callable[[PhaseEvent], None]
 LOG_TAIL_CHARS = 4000
 COMMAND_OUTPUT_CHARS = 8000
+
+
+def rollout_type(probe: ProbeResult | None, res: RolloutResult) -> tuple[str, str]:
+    """`train` only with token ids and processed logprobs from the endpoint and on every turn."""
+    if res.mode == "black_box":
+        return "eval", "black_box mode asks the endpoint for no token data"
+    if probe is None:
+        return "eval", "the endpoint was not probed (the rollout failed before)"
+    if not probe.trainable:
+        return "eval", probe.detail
+    if res.capture_level != "tokens":
+        return "eval", f"some model calls were captured only at level {res.capture_level!r}"
+    return "train", probe.detail
 
 
 def _tail(text: str, n: int = LOG_TAIL_CHARS) -> str:
@@ -59,6 +73,7 @@ class _Run:
         self.rollout_id = uuid.uuid4().hex[:12]
         self.t0 = time.monotonic()
         self.result = RolloutResult(task_id=request.task.task_id, mode=request.mode, harness=harness.name)
+        self.probe: ProbeResult | None = None
 
     def emit(self, phase: str, status: str, detail: str = "") -> None:
         if self.on_event is None:
@@ -171,6 +186,12 @@ async def run_rollout_with(
             harness.check_installed()
             await check_endpoint_reachable(request.endpoint.base_url)
             ph.detail = request.endpoint.base_url
+            if request.mode == "transparent_proxy":
+                probe = await proxy.probe(request.endpoint)
+                ph.detail += f": {probe.detail}"
+            else:
+                probe = None
+        run.probe = probe
         policy = CapturePolicy(
             capture=request.mode == "transparent_proxy",
             top_logprobs=request.top_logprobs,
@@ -264,6 +285,7 @@ async def _collect_and_close(run: _Run, proxy: CaptureProxy, session, sandbox: L
             res.graph = summarise_rows(link_turns(res.proxy_turns), res.training_rows())
             res.proxy_log_tail = _tail(session.log_tail())
             res.capture_level = session.capture_level()
+            res.rollout_type, res.rollout_type_reason = rollout_type(run.probe, res)
             res.dropped_fields = sorted(session.dropped_fields)
         if sandbox is not None:
             await sandbox.close()

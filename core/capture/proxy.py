@@ -28,6 +28,7 @@ from harness_env.core.capture.asgi import (
     send_reply,
 )
 from harness_env.core.capture.assemble import TurnDraft
+from harness_env.core.capture.probe import PROBE_TEMPERATURES, PROBE_TIMEOUT_S, PROBE_TOP_LOGPROBS, ProbeResult, classify, probe_body
 from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, learn_from_rejection, rewrite_request
 from harness_env.core.capture.session import CaptureSession, new_session_key
 from harness_env.core.capture.sse import SSEDecoder
@@ -51,6 +52,7 @@ class CaptureProxy:
     def __init__(self, *, read_timeout_s: float = 900.0, connect_timeout_s: float = 10.0) -> None:
         self._sessions: dict[str, CaptureSession] = {}
         self._quirks: dict[str, EndpointQuirks] = {}
+        self._probes: dict[tuple[str, str], asyncio.Future[ProbeResult]] = {}
         self._client: aiohttp.ClientSession | None = None
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
         self.app = self  # the proxy is its own ASGI app (an async __call__, detected as ASGI 3)
@@ -71,6 +73,31 @@ class CaptureProxy:
             fut.cancel()
         for resp in list(session._responses):
             resp.close()
+
+    async def probe(self, endpoint: Endpoint) -> ProbeResult:
+        """What `endpoint` gives a trainer (core/capture/probe.py); asked once per endpoint and
+        model, shared by concurrent rollouts. A failed probe is not remembered."""
+        key = (endpoint.base_url, endpoint.model)
+        task = self._probes.get(key)
+        if task is None:
+            task = self._probes[key] = asyncio.ensure_future(self._probe(endpoint))
+        result = await asyncio.shield(task)
+        if result.capture_level == "none":
+            self._probes.pop(key, None)
+        return result
+
+    async def _probe(self, endpoint: Endpoint) -> ProbeResult:
+        policy = CapturePolicy(capture=True, top_logprobs=PROBE_TOP_LOGPROBS)
+        turns = []
+        for temperature in PROBE_TEMPERATURES:
+            session = CaptureSession(key="probe", endpoint=endpoint, policy=policy)
+            turn = Turn(index=0, purpose="auxiliary")
+            try:
+                await asyncio.wait_for(self._forward(session, probe_body(temperature), turn), PROBE_TIMEOUT_S)
+            except TimeoutError:
+                return ProbeResult("none", None, f"the probe call got no answer within {PROBE_TIMEOUT_S}s")
+            turns.append(turn)
+        return classify(*turns)
 
     @property
     def active_sessions(self) -> int:

@@ -43,7 +43,7 @@ def make_request(policy_server, harness):
 
 def _policy_requests(srv):
     """What the harness asked the policy with tools (OpenCode also asks for a title without)."""
-    return [r for r in srv.policy.requests if r.get("tools")]
+    return srv.policy.tool_requests()
 
 
 def _no_process_left(result):

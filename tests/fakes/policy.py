@@ -105,7 +105,12 @@ class FakePolicy:
     reject_unknown_fields: bool = False  # behave like a hosted API: 400 on return_token_ids etc.
     require_max_completion_tokens: bool = False
     default_step: dict[str, Any] = field(default_factory=lambda: {"text": "done"})
+    processed_logprobs: bool = True  # logprobs after temperature, as vLLM with --logprobs-mode processed_logprobs
     base_url: str = ""
+
+    def tool_requests(self) -> list[dict[str, Any]]:
+        """The requests an agent made with its tools (not capture probes, not titles)."""
+        return [r for r in self.requests if r.get("tools")]
 
     def app(self) -> Starlette:
         return Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"]), Route("/v1/models", self._models)])
@@ -167,13 +172,16 @@ class FakePolicy:
         want_ids = bool(body.get("return_token_ids"))
         want_lp = bool(body.get("logprobs"))
         top_n = int(body.get("top_logprobs") or 0)
+        # Processed logprobs are the model's divided by the temperature (a stand-in for
+        # log_softmax(logits / T)); raw ones ignore it.
+        scale = float(body.get("temperature") or 1.0) if self.processed_logprobs else 1.0
         sent = Sent(
             model=body.get("model", ""),
             stream=bool(body.get("stream")),
             request=body,
             prompt_token_ids=prompt_ids if want_ids else [],
             completion_token_ids=ids if want_ids else [],
-            logprobs=[fake_logprob(i) for i in ids] if want_lp else [],
+            logprobs=[fake_logprob(i) / scale for i in ids] if want_lp else [],
             text=text,
             tool_calls=tool_calls,
         )
@@ -181,12 +189,13 @@ class FakePolicy:
         finish = "tool_calls" if tool_calls else "stop"
 
         def lp_entry(piece: str, tid: int) -> dict[str, Any]:
+            lp = fake_logprob(tid) / scale
             return {
                 "token": piece,
-                "logprob": fake_logprob(tid),
+                "logprob": lp,
                 "bytes": list(piece.encode()),
-                "top_logprobs": [{"token": piece, "logprob": fake_logprob(tid), "bytes": list(piece.encode())}]
-                + [{"token": f"alt{k}", "logprob": fake_logprob(tid) - 1 - k, "bytes": []} for k in range(max(0, top_n - 1))],
+                "top_logprobs": [{"token": piece, "logprob": lp, "bytes": list(piece.encode())}]
+                + [{"token": f"alt{k}", "logprob": (fake_logprob(tid) - 1 - k) / scale, "bytes": []} for k in range(max(0, top_n - 1))],
             }
 
         usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids), "total_tokens": len(prompt_ids) + len(ids)}

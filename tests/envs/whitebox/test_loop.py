@@ -29,7 +29,7 @@ async def test_history_is_verbatim_and_the_trajectory_one_branch(policy_server, 
     odd = '{ "command" :  "echo hello > hello.txt" }'  # spacing a re-serialiser would change
     res = await run_rollout(make_request([{"call": "bash", "arguments": odd}, {"bash": "cat hello.txt"}, {"text": "Done."}]))
     assert res.error is None and res.reward == 1.0 and res.agent_tool_calls == 2 and res.agent_final_text == "Done."
-    second = policy_server.policy.requests[1]["messages"]
+    second = policy_server.policy.tool_requests()[1]["messages"]
     assert second[2]["role"] == "assistant" and second[2]["tool_calls"][0]["function"]["arguments"] == odd
     assert second[3]["role"] == "tool" and second[3]["tool_call_id"] == second[2]["tool_calls"][0]["id"]
     turns = res.proxy_turns
@@ -51,7 +51,7 @@ async def test_a_bad_tool_call_is_told_to_the_model_and_the_loop_goes_on(policy_
     script = [{"call": "python", "arguments": "{}"}, {"call": "bash", "arguments": "not json"}, {"bash": "touch hello.txt"}, {"text": "ok"}]
     res = await run_rollout(make_request(script))
     assert res.error is None and res.reward == 1.0 and res.agent_tool_calls == 3
-    tool_replies = [m["content"] for m in policy_server.policy.requests[-1]["messages"] if m["role"] == "tool"]
+    tool_replies = [m["content"] for m in policy_server.policy.tool_requests()[-1]["messages"] if m["role"] == "tool"]
     assert tool_replies[0].startswith("error: there is no tool 'python'")
     assert tool_replies[1].startswith("error: the arguments of bash are not valid JSON")
     assert tool_replies[2] == "[exit code 0]"
@@ -61,7 +61,7 @@ async def test_submit_ends_the_loop_with_the_answer(policy_server, make_request)
     script = [{"bash": "touch hello.txt"}, {"call": "submit", "arguments": json.dumps({"answer": "made it"})}, {"bash": "rm hello.txt"}]
     res = await run_rollout(make_request(script, reward_mode="tool_efficiency"))
     assert res.agent_final_text == "made it" and res.agent_tool_calls == 1  # submit is the answer, not a tool use
-    assert len(policy_server.policy.requests) == 2
+    assert len(policy_server.policy.tool_requests()) == 2
     assert res.reward == pytest.approx(1.09375)
 
 
@@ -75,7 +75,7 @@ async def test_the_deadline_stops_a_long_command_and_leaves_nothing(policy_serve
 async def test_tool_limits_come_from_harness_config(policy_server, make_request):
     script = [{"bash": "seq 1 100000 > big.txt; cat big.txt; touch hello.txt"}, {"text": "ok"}]
     res = await run_rollout(make_request(script, harness_config={"max_tool_output_bytes": 300}))
-    tool_reply = [m for m in policy_server.policy.requests[1]["messages"] if m["role"] == "tool"][0]["content"]
+    tool_reply = [m for m in policy_server.policy.tool_requests()[1]["messages"] if m["role"] == "tool"][0]["content"]
     assert "bytes cut" in tool_reply and tool_reply.endswith("100000\n[exit code 0]") and len(tool_reply) < 400
     bad = await run_rollout(make_request(script, harness_config={"tool_timeout": 1}))
     assert bad.error_kind == "invalid_request" and "tool_timeout_s" in bad.error
