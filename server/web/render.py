@@ -43,6 +43,10 @@ def status_line(state: str, elapsed_s: float, phase: str = "") -> str:
 
 
 # -- reward and summary ---------------------------------------------------------------------------
+def format_reward(reward: float | None) -> str:
+    return "-" if reward is None else str(round(reward, 4))
+
+
 def reward_html(result: RolloutResult | None, cancelled: bool = False) -> str:
     """The reward, big, green when it passed (reward >= 1), red when not, grey when there is none."""
     if result is None:
@@ -51,9 +55,9 @@ def reward_html(result: RolloutResult | None, cancelled: bool = False) -> str:
     if result.reward is None:
         label, cls = "no reward", "none"
     else:
-        label, cls = f"{result.reward:g}", "pass" if result.reward >= 1.0 else "fail"
+        label, cls = format_reward(result.reward), "pass" if result.reward >= 1.0 else "fail"
     why = f'<div class="he-reward-error">{escape(result.error_kind or "")}: {escape(_clip(result.error or "", 500))}</div>' if result.error else ""
-    value = "" if result.reward is None else f"{result.reward:g}"
+    value = "" if result.reward is None else format_reward(result.reward)
     return (f'<div class="he-reward he-{cls}" data-reward="{escape(value)}">'
             f'<span class="he-reward-label">reward</span><span class="he-reward-value">{escape(label)}</span>{why}</div>')
 
@@ -308,7 +312,7 @@ def history_row(n: int, result: RolloutResult | None, harness: str, wall_s: floa
     if result is None:
         reward, status = "-", "cancelled" if cancelled else "no result"
     else:
-        reward = "-" if result.reward is None else f"{result.reward:g}"
+        reward = format_reward(result.reward)
         status = result.error_kind or "ok"
     task = instruction.strip().splitlines()[0][:60] if instruction.strip() else ""
     return [n, reward, harness, round(wall_s, 2), status, task]

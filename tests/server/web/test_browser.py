@@ -1,0 +1,179 @@
+"""/web in real headless Chromium, against a server process running rollouts on the scripted policy."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.server.web.driver import WebDriver
+
+pytestmark = pytest.mark.e2e
+WRITE = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
+KEY = "sk-web-test-upstream-key-8c1f"
+PHASES = ("setup", "agent", "verify", "collect")
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _phases_in(log: str) -> set[str]:
+    return {m.group(1) for m in re.finditer(r"^\s*[\d.]+s\s+(\w+)", log, re.M)}
+
+
+def _no_rollout_left(server) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        health = httpx.get(server.url + "/health").json()
+        if health["rollouts_running"] == 0 and not os.listdir(server.sandbox_dir):
+            break
+        time.sleep(0.2)
+    assert health["rollouts_running"] == 0
+    assert os.listdir(server.sandbox_dir) == []
+    leftovers = subprocess.run(["pgrep", "-af", str(server.sandbox_dir)], capture_output=True, text=True).stdout
+    assert leftovers.strip() == "", leftovers
+
+
+def test_write_a_file_with_pi_live_log_logprob_plot_and_download(chromium, web_server, artifacts):
+    server, policy_server = web_server
+    policy_server.policy.scripts["m"] = WRITE
+    sent_before = len(policy_server.policy.sent)
+    web = WebDriver(chromium, server.url)
+    try:
+        web.open()
+        web.explicit_endpoint(policy_server.base_url, "m", KEY)
+        web.choose("harness", re.compile(r"^pi\b"))
+        web.load_example("write a file")
+        web.run()
+        web.wait_reward("1.0")
+        web.page.wait_for_function("document.querySelector('#run').disabled === false")
+
+        # The live log showed each phase before the result arrived, and elapsed time with it.
+        before_end = [s["log"] for s in web.snapshots() if s["reward"] == ""]
+        seen_live = set().union(*(_phases_in(log) for log in before_end))
+        assert set(PHASES) <= seen_live, before_end
+        assert any("model call 0" in log and "verify" not in _phases_in(log) for log in before_end), "no model call shown while the agent ran"
+        final_log = web.log()
+        assert _phases_in(final_log) >= {"endpoint", "sandbox", *PHASES, "done"}
+        assert re.search(r"finished · \d+\.\d s", web.page.inner_text("#status"))
+
+        verify_table = web.page.inner_text("#verify-results")
+        assert "grep -qx hello hello.txt" in verify_table and "0" in verify_table
+        web.tab("files")
+        assert "hello.txt" in web.page.inner_text("#files-out")
+        web.tab("conversation")
+        assert "tool call: bash" in web.page.inner_text("#conversation")
+
+        # One point per completion token the proxy captured, each with the token in its tooltip.
+        result = json.loads(_download(web))
+        tokens = sum(len(t["completion_token_ids"]) for t in result["proxy_turns"])
+        sent = [s.completion_token_ids for s in policy_server.policy.sent[sent_before:]]
+        assert tokens > 0 and all(t["completion_token_ids"] in sent for t in result["proxy_turns"])
+        web.tab("logprobs")
+        assert web.page.locator("#logprob-plot svg circle.he-token").count() == tokens
+        assert "logprob" in web.page.locator("#logprob-plot circle.he-token title").first.text_content()
+        assert "mean logprob" in web.page.inner_text("#logprob-summary")
+        web.page.screenshot(path=str(artifacts / "web-logprobs.png"), full_page=True)
+        web.tab("verify")
+        web.page.screenshot(path=str(artifacts / "web-finished.png"), full_page=True)
+
+        assert result["reward"] == 1.0 and result["harness"] == "pi" and result["capture_level"] == "tokens"
+        assert KEY not in json.dumps(result)
+        assert KEY not in web.page.content()
+        assert web.page.locator("#history [role=grid]").get_attribute("aria-rowcount") == "2"
+        assert web.foreign_requests == [], "the page loaded something from outside the server"
+    finally:
+        web.close()
+    _no_rollout_left(server)
+    assert KEY not in server.log_path.read_text()
+    if os.environ.get("HARNESS_ENV_UPDATE_SCREENSHOT"):  # refresh the README's picture
+        shutil.copy(artifacts / "web-finished.png", REPO / "docs" / "web.png")
+
+
+def _download(web: WebDriver) -> str:
+    web.tab("JSON")
+    with web.page.expect_download() as info:
+        web.page.click("#download")
+    return Path(info.value.path()).read_text()
+
+
+def test_cancel_stops_a_long_rollout_and_leaves_nothing_behind(chromium, web_server, artifacts):
+    server, policy_server = web_server
+    policy_server.policy.scripts["slow"] = [{"hang": 120}]
+    web = WebDriver(chromium, server.url)
+    try:
+        web.open()
+        web.explicit_endpoint(policy_server.base_url, "slow")
+        web.choose("harness", re.compile(r"^pi\b"))
+        web.load_example("write a file")
+        web.run()
+        web.page.wait_for_function("document.querySelector('#phase-log textarea').value.includes('agent    started')", timeout=60_000)
+        assert httpx.get(server.url + "/health").json()["rollouts_running"] == 1
+        time.sleep(0.5)  # the harness is up and waiting on the model
+        web.page.click("#cancel")
+        web.page.wait_for_function("document.querySelector('#status').innerText.includes('cancelled')", timeout=30_000)
+        assert web.page.inner_text("#reward").strip().endswith("cancelled")
+        assert "cancelled" in web.log()
+        web.page.wait_for_function("document.querySelector('#history').innerText.includes('cancelled')", timeout=10_000)
+        web.page.screenshot(path=str(artifacts / "web-cancelled.png"), full_page=True)
+    finally:
+        web.close()
+    _no_rollout_left(server)
+
+
+def test_auth_on_asks_for_the_token_once(chromium, start_server, policy_server, artifacts):
+    policy_server.policy.scripts["m"] = WRITE
+    server = start_server(env={"HARNESS_ENV_TOKEN": "web-s3cret"})
+    assert httpx.get(server.url + "/web/", follow_redirects=False).status_code == 303
+    assert httpx.get(server.url + "/web/config").status_code == 401
+    web = WebDriver(chromium, server.url)
+    try:
+        web.page.goto(server.url + "/web/")
+        web.page.fill("#token", "wrong")
+        web.page.click("#sign-in")
+        assert "wrong token" in web.page.inner_text("body")
+        web.login("web-s3cret")
+        cookies = web.context.cookies()
+        assert [c["name"] for c in cookies] == ["harness_env_web"] and "web-s3cret" not in cookies[0]["value"]
+        assert cookies[0]["httpOnly"] and cookies[0]["path"] == "/web"
+        web.explicit_endpoint(policy_server.base_url, "m")
+        web.choose("harness", re.compile(r"^pi\b"))
+        web.load_example("write a file")
+        web.run()
+        web.wait_reward("1.0")
+        web.page.reload()  # the cookie holds: no second prompt (the history is per page session)
+        web.page.wait_for_selector("#run", timeout=60_000)
+        assert web.page.locator("#token").count() == 0
+    finally:
+        web.close()
+    _no_rollout_left(server)
+
+
+def test_history_click_reopens_an_earlier_rollout(chromium, web_server):
+    server, policy_server = web_server
+    policy_server.policy.scripts["m"] = WRITE
+    web = WebDriver(chromium, server.url)
+    try:
+        web.open()
+        web.explicit_endpoint(policy_server.base_url, "m")
+        web.choose("harness", re.compile(r"^pi\b"))
+        web.load_example("write a file")
+        web.run()
+        web.wait_reward("1.0")
+        web.page.wait_for_function("document.querySelector('#run').disabled === false")
+        web.load_example("a task that fails on purpose")
+        web.run()
+        web.wait_reward("0.0")
+        assert "he-fail" in web.page.locator("#reward .he-reward").get_attribute("class")
+        web.page.wait_for_function("document.querySelector('#run').disabled === false")
+        assert web.page.locator("#history [role=grid]").get_attribute("aria-rowcount") == "3"  # the header and 2 rollouts
+        web.page.click("#history [data-testid='cell-1-1']")  # newest first: the first rollout
+        web.wait_reward("1.0", timeout_ms=15_000)
+    finally:
+        web.close()
+    _no_rollout_left(server)
