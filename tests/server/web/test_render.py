@@ -1,0 +1,99 @@
+"""The pure renderers: RolloutResult -> what the page shows."""
+
+import json
+import math
+
+from harness_env.models import CommandResult, PhaseEvent, RolloutResult, Turn
+from harness_env.server.web import render
+
+
+def _turn(index, prompt_msgs, text="", tool_calls=(), logps=(), tokens=(), ids=()):
+    return Turn(index=index, request_messages=list(prompt_msgs), completion_text=text, tool_calls=list(tool_calls),
+                per_token_logps=list(logps), completion_tokens=list(tokens), completion_token_ids=list(ids),
+                upstream_status=200, capture_level="tokens", request_tools=[{"type": "function"}])
+
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "echo hi > a.txt"}'}}
+SYS = {"role": "system", "content": "You are an agent."}
+USER = {"role": "user", "content": "Write a.txt"}
+T0 = _turn(0, [SYS, USER], tool_calls=[CALL], logps=[-0.1, -2.5, -0.3], tokens=["{\"c", "omm", "and"], ids=[1, 2, 3])
+T1 = _turn(1, [SYS, USER, {"role": "assistant", "content": None, "tool_calls": [CALL]},
+               {"role": "tool", "tool_call_id": "c1", "content": "<b>ok</b>"}], text="done", logps=[-0.05], tokens=["done"], ids=[4])
+
+
+def _result(**kw) -> RolloutResult:
+    base = dict(reward=1.0, harness="pi", proxy_turns=[T0, T1], capture_level="tokens", wall_s=1.5,
+                verify_results=[CommandResult(cmd="grep -q x <a.txt", exit_code=0, stdout="line1\nline2\n", duration_s=0.01)],
+                files={"a.txt": "<script>alert(1)</script>"})
+    return RolloutResult(**{**base, **kw})
+
+
+def test_reward_colour_pass_fail_none():
+    assert 'he-pass' in render.reward_html(_result()) and 'data-reward="1.0"' in render.reward_html(_result())
+    assert 'he-fail' in render.reward_html(_result(reward=0.5))
+    none = render.reward_html(_result(reward=None, error="boom <x>", error_kind="endpoint"))
+    assert "he-none" in none and "no reward" in none and "boom &lt;x&gt;" in none
+    assert "cancelled" in render.reward_html(None, cancelled=True)
+
+
+def test_verify_table_and_files_escape_what_the_agent_wrote():
+    table = render.commands_html(_result().verify_results)
+    assert "<code>grep -q x &lt;a.txt</code>" in table and "stdout (2 lines)" in table and "no stderr" in table
+    files = render.files_html(_result().files)
+    assert "<script>" not in files and "&lt;script&gt;" in files
+    assert "no verify commands" in render.commands_html([])
+
+
+def test_conversation_shows_each_message_once_with_tool_calls_and_results():
+    msgs = render.conversation(_result())
+    titles = [m.get("metadata", {}).get("title") for m in msgs]
+    assert titles == ["system prompt", None, "tool call: bash", "tool result c1", None]
+    assert msgs[1] == {"role": "user", "content": "Write a.txt"}
+    assert '"command": "echo hi > a.txt"' in msgs[2]["content"]
+    assert msgs[-1] == {"role": "assistant", "content": "done"}
+
+
+def test_conversation_marks_a_new_branch():
+    other = _turn(2, [SYS, {"role": "user", "content": "summary of the work"}], text="ok")
+    msgs = render.conversation(_result(proxy_turns=[T0, T1, other]))
+    assert any(m.get("metadata", {}).get("title") == "new branch" for m in msgs)
+    assert msgs[-1]["content"] == "ok"
+
+
+def test_logprob_points_one_per_token_and_plot():
+    points = render.logprob_points([T0, T1])
+    assert [(p.turn, p.position, p.token) for p in points] == [(0, 0, '{"c'), (0, 1, "omm"), (0, 2, "and"), (1, 3, "done")]
+    svg = render.logprob_svg(points)
+    assert svg.count('<circle class="he-token"') == 4
+    assert "turn 0, token 1: &#x27;omm&#x27;  logprob -2.5000" in svg
+    summary = render.logprob_summary_markdown(points)
+    mean = (-0.1 - 2.5 - 0.3 - 0.05) / 4
+    assert f"mean logprob **{mean:.4f}**" in summary
+    lowest = summary.split("| --- | --- | --- | --- | --- |")[1].strip().splitlines()[0]
+    assert "omm" in lowest and "-2.5000" in lowest
+    assert "no per-token logprobs" in render.logprob_svg([])
+
+
+def test_logprob_points_fall_back_to_ids_and_survive_infinities():
+    t = _turn(0, [USER], logps=[-math.inf, -1.0], ids=[7, 8])
+    points = render.logprob_points([t])
+    assert [p.token for p in points] == ["<id 7>", "<id 8>"]
+    assert render.logprob_svg(points).count("<circle") == 2
+    assert "mean logprob **-1.0000**" in render.logprob_summary_markdown(points)
+
+
+def test_log_line_and_history_row():
+    ev = PhaseEvent(rollout_id="r", phase="agent", status="info", elapsed_s=1.234, detail="model call 0 (policy): 3 tokens")
+    assert render.log_line(ev) == "   1.23s  agent    · model call 0 (policy): 3 tokens"
+    assert render.log_line(PhaseEvent(rollout_id="r", phase="setup", status="started", elapsed_s=0)) == "   0.00s  setup    started"
+    assert render.history_row(2, _result(), "pi", 1.5, "Write a.txt\nmore") == [2, "1.0", "pi", 1.5, "ok", "Write a.txt"]
+    assert render.history_row(3, None, "pi", 0.7, "x", cancelled=True)[4] == "cancelled"
+
+
+def test_redact_and_json():
+    data = {"error": "bad key sk-abcdef", "list": ["sk-abcdef!"], "n": 1}
+    assert render.redact(data, ["sk-abcdef"]) == {"error": "bad key [redacted]", "list": ["[redacted]!"], "n": 1}
+    assert render.redact(data, [""]) == data
+    assert json.loads(render.result_json(_result()))["reward"] == 1.0
+    summary = render.summary_markdown(_result(error="a | b", error_kind="agent_error"))
+    assert "capture level | tokens" in summary and "a &#124; b" in summary
