@@ -92,7 +92,7 @@ def test_write_a_file_with_pi_live_log_logprob_plot_and_download(chromium, web_s
     _no_rollout_left(server)
     assert KEY not in server.log_path.read_text()
     if os.environ.get("HARNESS_ENV_UPDATE_SCREENSHOT"):  # refresh the README's picture
-        shutil.copy(artifacts / "web-finished.png", REPO / "docs" / "web.png")
+        shutil.copy(artifacts / "web-logprobs.png", REPO / "docs" / "web.png")
 
 
 def _download(web: WebDriver) -> str:
