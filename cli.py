@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-tokens-cap", type=int)
     run.add_argument("--disable-thinking", action="store_true")
     run.add_argument("--top-logprobs", type=int, default=0)
+    run.add_argument("--temperature", type=float, help="sampling temperature forced on every policy call (train at the same one)")
     run.add_argument("--reward-mode", choices=["correctness", "tool_efficiency"], default="correctness")
     run.add_argument("--harness-config", help="JSON object deep-merged into the harness's own config (e.g. OpenCode's opencode.json)")
     run.add_argument("--sandbox", choices=["auto", "bwrap", "plain"], default="auto", help="local sandbox isolation (auto: bubblewrap when available)")
@@ -114,6 +115,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "disable_thinking": args.disable_thinking,
         "max_tokens_cap": args.max_tokens_cap,
         "top_logprobs": args.top_logprobs,
+        "temperature": args.temperature,
         "max_turns": args.max_turns,
         "agent_timeout_s": args.agent_timeout_s,
         "setup_timeout_s": args.setup_timeout_s,

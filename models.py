@@ -128,6 +128,9 @@ class RolloutOptions(BaseModel):
     mode: Mode = "transparent_proxy"
     max_tokens_cap: int | None = Field(default=None, ge=1, le=1_000_000)
     top_logprobs: int = Field(default=0, ge=0, le=20)
+    # Set on every policy call by the proxy, whatever the harness asks: a trainer's logprobs
+    # match the sampler's only at the temperature it trains with.
+    temperature: float | None = Field(default=None, ge=0, le=10)
     max_turns: int | None = Field(default=None, ge=1, le=10_000)
     agent_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
     setup_timeout_s: float = Field(default=300.0, gt=0, le=86_400)

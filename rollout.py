@@ -80,3 +80,23 @@ def run_rollout_sync(request: RolloutRequest | dict, *, on_event: EventSink | No
     except ImportError:
         return asyncio.run(run_rollout(request, on_event=on_event, use_bwrap=use_bwrap))
     return uvloop.run(run_rollout(request, on_event=on_event, use_bwrap=use_bwrap))
+
+
+async def run_many(requests: list[RolloutRequest | dict], *, concurrency: int = 8, use_bwrap: bool | None = None) -> list[RolloutResult]:
+    """Run rollouts in this process, `concurrency` at a time; results in request order. Bad input
+    becomes a result with `error_kind: "invalid_request"` (a batch never raises midway)."""
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(request: RolloutRequest | dict) -> RolloutResult:
+        async with sem:
+            try:
+                return await run_rollout(request, use_bwrap=use_bwrap)
+            except InvalidRequestError as e:
+                return RolloutResult(error=str(e), error_kind="invalid_request")
+
+    return list(await asyncio.gather(*(one(r) for r in requests)))
+
+
+def run_many_sync(requests: list[RolloutRequest | dict], *, concurrency: int = 8, use_bwrap: bool | None = None) -> list[RolloutResult]:
+    """The synchronous twin of `run_many` (e.g. the RunMany of client.trl's adapters)."""
+    return asyncio.run(run_many(requests, concurrency=concurrency, use_bwrap=use_bwrap))

@@ -198,6 +198,7 @@ async def run_rollout_with(
             max_tokens_cap=request.max_tokens_cap,
             disable_thinking=request.disable_thinking,
             max_turns=request.max_turns,
+            temperature=request.temperature,
         )
         session = proxy.open_session(request.endpoint, policy, on_turn=lambda t: run.emit("agent", "info", _turn_line(t)))
 

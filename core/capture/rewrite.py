@@ -28,6 +28,7 @@ class CapturePolicy:
     max_tokens_cap: int | None = None
     disable_thinking: bool = False
     max_turns: int | None = None
+    temperature: float | None = None
 
 
 @dataclass
@@ -55,6 +56,8 @@ def rewrite_request(
         if "return_token_ids" not in body:
             out["return_token_ids"] = True
             added.add("return_token_ids")
+    if policy.temperature is not None:
+        out["temperature"] = policy.temperature
     if policy.disable_thinking:
         kwargs = dict(out.get("chat_template_kwargs") or {})
         kwargs["enable_thinking"] = False

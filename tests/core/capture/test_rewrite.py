@@ -53,3 +53,10 @@ def test_unrelated_errors_are_not_learned():
     assert learn_from_rejection(500, b"return_token_ids", {"return_token_ids"}, q) is None
     assert learn_from_rejection(400, b"bad return_token_ids", set(), q) is None  # the harness's own field
     assert q.dropped == set()
+
+
+def test_the_rollout_temperature_overrides_the_harness():
+    out, _ = rewrite_request({**BODY, "temperature": 0.2}, CapturePolicy(temperature=1.0), EndpointQuirks(), "m")
+    assert out["temperature"] == 1.0
+    out, _ = rewrite_request({**BODY, "temperature": 0.2}, CapturePolicy(), EndpointQuirks(), "m")
+    assert out["temperature"] == 0.2

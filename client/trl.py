@@ -1,0 +1,262 @@
+"""TRL adapters: harness rollouts as GRPO training data (the optional `harness-env[train]` extra).
+
+Two shapes, both built on the training rows of a RolloutResult (one row per branch of its turn
+graph, loss mask 1 on sampled tokens only):
+
+- `HarnessRolloutFunc`: GRPOTrainer's `rollout_func`. TRL hands it the prompts (each repeated
+  `num_generations` times in a row); it runs one rollout per entry and returns `prompt_ids`,
+  `completion_ids`, `logprobs`, `env_mask` and the reward and metrics as extra fields.
+- `HarnessSessionFactory`: the loop-owning session factory that TRL's AsyncGRPOTrainer
+  (`HarnessRolloutWorker`) and OpenEnv's harness protocol use: `create(task, seed, episode_id)`
+  starts a rollout; the session's `wait_for_completion`, `fetch_training_trace` /
+  `fetch_proxy_trace`, `verify` and `close` hand over its turns and reward.
+
+A failed rollout never crashes a step: it is unscored (reward None, which TRL leaves out of the
+group baseline with zero advantage) and its completion carries no trainable token. Groups whose
+rollouts all failed or all tied are marked, so a trainer can skip them.
+
+This module imports only the wire types: rollouts run through a `RunMany` callable, either
+`remote_runner(HarnessEnv(url))` or, in-process, `harness_env.rollout.run_many_sync`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness_env.models import RolloutRequest, RolloutResult, TrainingRow
+
+RunMany = Callable[[list[dict[str, Any]]], list[RolloutResult]]  # RolloutRequest dicts -> results, same order
+TaskForPrompt = Callable[[Any], dict[str, Any]]
+
+
+# -- running rollouts ---------------------------------------------------------------------------
+def args_from_request(request: dict[str, Any]) -> dict[str, Any]:
+    """A RolloutRequest-shaped dict as the flat arguments the server's /rollout takes."""
+    req = RolloutRequest.model_validate(request)
+    flat = req.model_dump(mode="json", exclude={"task", "endpoint"})
+    task = req.task.model_dump(mode="json", exclude={"metadata"})
+    ep = req.endpoint
+    return {**flat, **task, "base_url": ep.base_url, "model": ep.model, "api_key": ep.api_key.get_secret_value()}
+
+
+def remote_runner(client: Any, concurrency: int = 8) -> RunMany:
+    """Run through a harness-env server with a `HarnessEnv` client (results keep request order)."""
+
+    def run(requests: list[dict[str, Any]]) -> list[RolloutResult]:
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            return list(pool.map(lambda r: _safe(client.run_rollout, args_from_request(r), r), requests))
+
+    return run
+
+
+def _safe(fn: Callable[[dict[str, Any]], RolloutResult], arg: dict[str, Any], request: dict[str, Any]) -> RolloutResult:
+    try:
+        return fn(arg)
+    except Exception as e:  # a refused or broken call is data for the trainer, never a crash
+        task = request.get("task") or {}
+        return RolloutResult(task_id=task.get("task_id"), error=f"{type(e).__name__}: {e}", error_kind="internal")
+
+
+def main_row(result: RolloutResult) -> tuple[TrainingRow | None, int]:
+    """The row of the branch holding the rollout's last policy turn (what the agent ended on),
+    and how many other branches were left out."""
+    rows = result.training_rows()
+    if not rows:
+        return None, 0
+    last = max((t for t in result.proxy_turns if t.branch is not None), key=lambda t: t.index)
+    main = next(r for r in rows if r.branch == last.branch)
+    return main, len(rows) - 1
+
+
+def group_status(rewards: Sequence[float | None]) -> str:
+    scored = [r for r in rewards if r is not None]
+    if not scored:
+        return "all_failed"
+    if max(scored) - min(scored) < 1e-12:  # one scored rollout, or equal rewards: zero advantage
+        return "all_tied"
+    return "ok"
+
+
+# -- GRPOTrainer rollout_func ---------------------------------------------------------------------
+@dataclass
+class HarnessRolloutFunc:
+    """`GRPOTrainer(..., rollout_func=HarnessRolloutFunc(...), reward_funcs=[harness_reward])`.
+
+    `request`: RolloutRequest fields shared by every rollout (endpoint, harness, limits,
+    temperature: set it to the trainer's temperature); `task_for_prompt(prompt)` returns the Task
+    fields for a prompt (a dataset lookup, say)."""
+
+    run_many: RunMany
+    task_for_prompt: TaskForPrompt
+    request: dict[str, Any]
+    num_generations: int | None = None  # default: the trainer's
+    last_results: list[RolloutResult] = field(default_factory=list, repr=False)
+
+    def __call__(self, prompts: list[Any], trainer: Any = None) -> dict[str, list[Any]]:
+        requests = [{**self.request, "task": self.task_for_prompt(p)} for p in prompts]
+        results = self.run_many(requests)
+        self.last_results = results
+        n = self.num_generations or getattr(getattr(trainer, "args", None), "num_generations", None) or len(prompts)
+        return rollout_batch(results, n, filler_token_id=_filler(trainer))
+
+
+def _filler(trainer: Any) -> int:
+    tok = getattr(trainer, "processing_class", None)
+    tok = getattr(tok, "tokenizer", tok)
+    for name in ("eos_token_id", "pad_token_id"):
+        value = getattr(tok, name, None)
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def rollout_batch(results: Sequence[RolloutResult], num_generations: int, filler_token_id: int = 0) -> dict[str, list[Any]]:
+    """TRL's rollout_func output for `results` (consecutive groups of `num_generations`)."""
+    out: dict[str, list[Any]] = {k: [] for k in (
+        "prompt_ids", "completion_ids", "logprobs", "env_mask", "harness_reward", "harness_error",
+        "rollout_type", "group_status", "dropped_branches", "agent_tool_calls")}
+    rewards: list[float | None] = []
+    for res in results:
+        row, dropped = main_row(res)
+        reward = res.reward if res.error is None and row is not None and row.trainable else None
+        if reward is not None and not math.isfinite(reward):
+            reward = None
+        if reward is None or row is None:
+            # Unscored: one filler token TRL can batch, masked out of the loss.
+            out["prompt_ids"].append([filler_token_id])
+            out["completion_ids"].append([filler_token_id])
+            out["logprobs"].append([0.0])
+            out["env_mask"].append([0])
+        else:
+            p = row.prompt_length
+            out["prompt_ids"].append(row.token_ids[:p])
+            out["completion_ids"].append(row.token_ids[p:])
+            out["logprobs"].append(row.logprobs[p:])
+            out["env_mask"].append(row.loss_mask[p:])
+        why = res.error or (row.untrainable_reason if row is not None and not row.trainable else None) or ("no model call" if row is None else None)
+        out["harness_reward"].append(reward)
+        out["harness_error"].append(why)
+        out["rollout_type"].append(res.rollout_type)
+        out["dropped_branches"].append(dropped)
+        out["agent_tool_calls"].append(res.agent_tool_calls)
+        rewards.append(reward)
+    for start in range(0, len(rewards), max(1, num_generations)):
+        status = group_status(rewards[start : start + num_generations])
+        out["group_status"] += [status] * len(rewards[start : start + num_generations])
+    return out
+
+
+def harness_reward(completions: list[Any] | None = None, harness_reward: list[float | None] | None = None, **_: Any) -> list[float | None]:
+    """The reward function to pass with HarnessRolloutFunc: the rollout's own reward (None for an
+    unscored rollout, which TRL leaves out)."""
+    return list(harness_reward or [])
+
+
+# -- loop-owning sessions (AsyncGRPOTrainer's HarnessRolloutWorker, OpenEnv's harness protocol) ----
+class HarnessSession:
+    """One rollout started by `HarnessSessionFactory.create`, running in a background thread."""
+
+    def __init__(self, run_many: RunMany, request: dict[str, Any], episode_id: str | None) -> None:
+        self.episode_id = episode_id or ""
+        self.result: RolloutResult | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(run_many, request), daemon=True, name=f"harness-session-{self.episode_id}")
+        self._thread.start()
+
+    def _run(self, run_many: RunMany, request: dict[str, Any]) -> None:
+        try:
+            self.result = run_many([request])[0]
+        except Exception as e:
+            self.result = RolloutResult(error=f"{type(e).__name__}: {e}", error_kind="internal")
+        finally:
+            self._done.set()
+
+    def wait_for_completion(self, timeout_s: float | None = None) -> int:
+        """The agent's exit code (-1 when it had none); TimeoutError when not done in time."""
+        if not self._done.wait(timeout_s):
+            raise TimeoutError(f"rollout {self.episode_id} still running after {timeout_s}s")
+        assert self.result is not None
+        return self.result.agent_exit_code if self.result.agent_exit_code is not None else -1
+
+    def fetch_proxy_trace(self) -> list[dict[str, Any]]:
+        """One TraceEntry per trainable policy turn: its own prompt and completion ids, logprobs,
+        a loss mask over prompt + completion, the reward, and metadata (node_id, branch, parent)."""
+        self.wait_for_completion()
+        res = self.result
+        assert res is not None
+        entries = []
+        for t in res.proxy_turns:
+            if t.branch is None or not t.completion_token_ids or len(t.per_token_logps) != len(t.completion_token_ids):
+                continue
+            entries.append({
+                "request": {"messages": t.request_messages, "tools": t.request_tools},
+                "response": {"content": t.completion_text, "tool_calls": t.tool_calls, "finish_reason": t.finish_reason},
+                "prompt_token_ids": list(t.prompt_token_ids),
+                "completion_token_ids": list(t.completion_token_ids),
+                "per_token_logps": list(t.per_token_logps),
+                "loss_mask": [0] * len(t.prompt_token_ids) + [1] * len(t.completion_token_ids),
+                "reward": res.reward,
+                "metadata": {"node_id": f"{self.episode_id or res.sandbox_id}:{t.index}", "turn": t.index, "branch": t.branch,
+                             "parent": t.parent, "task_id": res.task_id, "harness": res.harness, "rollout_type": res.rollout_type},
+            })
+        return entries
+
+    def fetch_training_trace(self) -> Any:
+        """The same turns as OpenEnv's TrainingTrace (what TRL's HarnessRolloutWorker reads)."""
+        from openenv.core.harness import TrainingTrace
+
+        return TrainingTrace.from_entries(self.fetch_proxy_trace())
+
+    def verify(self, transcript: Any = None, final_state: Any = None) -> Any:
+        """The rollout's reward as OpenEnv's VerifyResult (env_reward None: unscored)."""
+        from openenv.core.harness import VerifyResult
+
+        self.wait_for_completion()
+        res = self.result
+        assert res is not None
+        return VerifyResult(env_reward=res.reward if res.error is None else None, done=True,
+                            metrics={"agent_tool_calls": res.agent_tool_calls, "wall_s": res.wall_s, "error_kind": res.error_kind,
+                                     "rollout_type": res.rollout_type, "branches": res.graph.branches})
+
+    def close(self) -> None:
+        """Nothing to release here: the engine cleans its sandbox up when the rollout ends."""
+        return None
+
+
+@dataclass
+class HarnessSessionFactory:
+    """`create(task, seed=None, episode_id=None)` starts a rollout of `task` (Task fields, or the
+    prompt messages, whose last user message becomes the instruction). Picklable when `run_many`
+    is (e.g. `functools.partial` of a module-level function)."""
+
+    run_many: RunMany
+    request: dict[str, Any]
+    sampling: dict[str, Any] | None = None
+
+    def __call__(self, sampling: dict[str, Any] | None = None) -> HarnessSessionFactory:
+        """TRL calls the factory callable with the trainer's sampling settings."""
+        return HarnessSessionFactory(self.run_many, self.request, sampling)
+
+    def create(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> HarnessSession:
+        request = {**self.request, "task": task_fields(task)}
+        if self.sampling and self.sampling.get("temperature") is not None:
+            request["temperature"] = self.sampling["temperature"]
+        return HarnessSession(self.run_many, request, episode_id)
+
+
+def task_fields(task: Any) -> dict[str, Any]:
+    if isinstance(task, dict):
+        return task
+    if isinstance(task, list):  # prompt messages
+        users = [m for m in task if isinstance(m, dict) and m.get("role") == "user"]
+        if users:
+            content = users[-1].get("content")
+            return {"instruction": content if isinstance(content, str) else str(content)}
+    if isinstance(task, str):
+        return {"instruction": task}
+    raise TypeError(f"cannot make a task of {type(task).__name__}: pass Task fields (a dict), prompt messages or a string")

@@ -1,0 +1,70 @@
+"""The TRL adapters: rollout_func output and loop-owning sessions, on real rollouts (white-box
+harness, in-process, against the scripted fake policy)."""
+
+import functools
+import itertools
+import pickle
+
+import pytest
+
+from harness_env.client.trl import HarnessRolloutFunc, HarnessSessionFactory, harness_reward, rollout_batch
+from harness_env.models import RolloutResult
+from harness_env.rollout import run_many_sync
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def request_for(policy_server):
+    policy_server.policy.scripts["m"] = [{"bash": "touch a"}, {"text": "done"}]
+    return {"harness": "whitebox", "endpoint": {"base_url": policy_server.base_url, "model": "m"}, "temperature": 1.0, "agent_timeout_s": 30}
+
+
+def test_rollout_func_returns_trl_keys_with_masks_aligned(request_for):
+    verdicts = itertools.cycle([["test -f a"], ["false"]])  # one pass, one fail per group
+    func = HarnessRolloutFunc(run_many=functools.partial(run_many_sync, concurrency=2),
+                              task_for_prompt=lambda p: {"instruction": p[-1]["content"], "verify": next(verdicts)},
+                              request=request_for, num_generations=2)
+    prompts = [[{"role": "user", "content": "make a"}]] * 2 + [[{"role": "user", "content": "make b"}]] * 2
+    out = func(prompts)
+    assert out["harness_reward"] == [1.0, 0.0, 1.0, 0.0]
+    assert out["group_status"] == ["ok"] * 4 and out["rollout_type"] == ["train"] * 4
+    assert harness_reward(completions=None, **out) == out["harness_reward"]
+    for i, res in enumerate(func.last_results):
+        (row,) = res.training_rows()
+        assert out["prompt_ids"][i] + out["completion_ids"][i] == row.token_ids
+        assert len(out["completion_ids"][i]) == len(out["logprobs"][i]) == len(out["env_mask"][i])
+        # Tool results inside the completion are masked out; sampled tokens are in, with their logprobs.
+        sampled = [lp for lp, m in zip(out["logprobs"][i], out["env_mask"][i]) if m]
+        assert sampled == [lp for t in res.proxy_turns for lp in t.per_token_logps]
+        assert 0 in out["env_mask"][i]
+
+
+def test_failed_rollouts_are_unscored_and_groups_marked():
+    ok = RolloutResult(reward=1.0)
+    failed = RolloutResult(error="endpoint down", error_kind="endpoint")
+    out = rollout_batch([failed, failed, ok, RolloutResult(reward=1.0)], 2, filler_token_id=7)
+    assert out["harness_reward"] == [None, None, None, None]  # no trainable row: never scored
+    assert out["completion_ids"][0] == [7] and out["env_mask"][0] == [0]
+    assert out["group_status"] == ["all_failed"] * 2 + ["all_failed"] * 2
+    assert out["harness_error"][0] == "endpoint down"
+
+
+def test_loop_owning_session_matches_openenv_and_trl_protocols(request_for, policy_server):
+    from openenv.core.harness import LoopOwningSession, TrainableSession, TrainingTrace, VerifyResult
+
+    factory = HarnessSessionFactory(run_many=functools.partial(run_many_sync, concurrency=1), request=request_for)
+    factory = pickle.loads(pickle.dumps(factory))(sampling={"temperature": 0.7})  # TRL pickles it into its worker, then calls it
+    session = factory.create({"instruction": "make a", "verify": ["test -f a"]}, seed=3, episode_id="ep1")
+    assert isinstance(session, TrainableSession) and isinstance(session, LoopOwningSession)
+    assert session.wait_for_completion(60) == 0
+    trace = session.fetch_training_trace()
+    assert isinstance(trace, TrainingTrace) and len(trace.turns) == 2
+    assert [t.node_id for t in trace.turns] == ["ep1:0", "ep1:1"]
+    first = trace.turns[0]
+    assert len(first.loss_mask) == len(first.prompt_token_ids) + len(first.completion_token_ids)
+    verdict = session.verify([])
+    assert isinstance(verdict, VerifyResult) and verdict.env_reward == 1.0
+    session.close()
+    # The temperature TRL trains with is the one every policy call was sampled at.
+    assert [r["temperature"] for r in policy_server.policy.tool_requests()] == [0.7, 0.7]
