@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--harness-config", help="JSON object deep-merged into the harness's own config (e.g. OpenCode's opencode.json)")
     run.add_argument("--sandbox", choices=["auto", "bwrap", "plain"], default="auto", help="local sandbox isolation (auto: bubblewrap when available)")
     run.add_argument("--out", help="write the result JSON to this file instead of stdout")
+    run.add_argument("--compact", action="store_true", help="write the result compactly (each turn's new tokens once; read it with harness_env.storage.load)")
     run.add_argument("--rows-out", help="also write the training rows (one per branch of the turn graph) as JSON lines to this file")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
@@ -135,7 +136,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result = run_rollout_sync(request, on_event=progress, use_bwrap=use_bwrap)
     except InvalidRequestError as e:
         _bad_input(str(e))
-    text = result.model_dump_json(indent=2)
+    if args.compact:
+        from harness_env.storage import pack
+
+        text = json.dumps(pack(result), separators=(",", ":"))
+    else:
+        text = result.model_dump_json(indent=2)
     if args.rows_out:
         Path(args.rows_out).write_text("".join(row.model_dump_json() + "\n" for row in result.training_rows()))
     if args.out:

@@ -82,3 +82,10 @@ def test_whitebox_run_writes_training_rows(tmp_path, policy_server):
     assert row["reward"] == 1.0 and row["trainable"] and row["turn_indices"] == [0, 1]
     assert len(row["token_ids"]) == len(row["loss_mask"]) == len(row["logprobs"])
     assert sum(row["loss_mask"]) == result["graph"]["trainable_tokens"] > 0
+    compact = _run(["run", "--harness", "whitebox", "--task", "task.json", "--base-url", policy_server.base_url, "--model", "m",
+                    "--compact", "--out", "c.json", "--quiet"], cwd=tmp_path)
+    assert compact.returncode == 0, compact.stderr
+    from harness_env.storage import load
+
+    stored = load(tmp_path / "c.json")
+    assert stored.reward == 1.0 and stored.proxy_turns[1].prompt_token_ids[: len(stored.proxy_turns[0].prompt_token_ids)] == stored.proxy_turns[0].prompt_token_ids
