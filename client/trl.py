@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness_env.models import RolloutRequest, RolloutResult, TrainingRow
+from harness_env.models import RolloutArgs, RolloutRequest, RolloutResult, TrainingRow
 
 RunMany = Callable[[list[dict[str, Any]]], list[RolloutResult]]  # RolloutRequest dicts -> results, same order
 TaskForPrompt = Callable[[Any], dict[str, Any]]
@@ -36,7 +36,12 @@ TaskForPrompt = Callable[[Any], dict[str, Any]]
 
 # -- running rollouts ---------------------------------------------------------------------------
 def args_from_request(request: dict[str, Any]) -> dict[str, Any]:
-    """A RolloutRequest-shaped dict as the flat arguments the server's /rollout takes."""
+    """A RolloutRequest-shaped dict as the flat arguments the server's /rollout takes. `endpoint`
+    may be a catalog name there (vllm, openai, hf_router): the server fills it in."""
+    if isinstance(request.get("endpoint"), str):
+        flat = {k: v for k, v in request.items() if k != "task"}
+        return RolloutArgs.model_validate({**flat, **request.get("task", {})}).model_dump(mode="json", exclude_none=True) | {
+            "api_key": ""}
     req = RolloutRequest.model_validate(request)
     flat = req.model_dump(mode="json", exclude={"task", "endpoint"})
     task = req.task.model_dump(mode="json", exclude={"metadata"})
@@ -49,14 +54,14 @@ def remote_runner(client: Any, concurrency: int = 8) -> RunMany:
 
     def run(requests: list[dict[str, Any]]) -> list[RolloutResult]:
         with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-            return list(pool.map(lambda r: _safe(client.run_rollout, args_from_request(r), r), requests))
+            return list(pool.map(lambda r: _safe(lambda: client.run_rollout(args_from_request(r)), r), requests))
 
     return run
 
 
-def _safe(fn: Callable[[dict[str, Any]], RolloutResult], arg: dict[str, Any], request: dict[str, Any]) -> RolloutResult:
+def _safe(fn: Callable[[], RolloutResult], request: dict[str, Any]) -> RolloutResult:
     try:
-        return fn(arg)
+        return fn()
     except Exception as e:  # a refused or broken call is data for the trainer, never a crash
         task = request.get("task") or {}
         return RolloutResult(task_id=task.get("task_id"), error=f"{type(e).__name__}: {e}", error_kind="internal")

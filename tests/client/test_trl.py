@@ -68,3 +68,18 @@ def test_loop_owning_session_matches_openenv_and_trl_protocols(request_for, poli
     session.close()
     # The temperature TRL trains with is the one every policy call was sampled at.
     assert [r["temperature"] for r in policy_server.policy.tool_requests()] == [0.7, 0.7]
+
+
+def test_rollout_func_through_a_server_with_a_catalog_endpoint(start_server, policy_server):
+    from harness_env.client import HarnessEnv
+    from harness_env.client.trl import remote_runner
+
+    policy_server.policy.scripts["m"] = [{"bash": "touch a"}, {"text": "done"}]
+    server = start_server(env={"VLLM_URL": policy_server.base_url, "VLLM_MODEL": "m"})
+    with HarnessEnv(server.url) as client:
+        func = HarnessRolloutFunc(run_many=remote_runner(client, concurrency=2),
+                                  task_for_prompt=lambda p: {"instruction": p, "verify": ["test -f a"]},
+                                  request={"harness": "whitebox", "endpoint": "vllm", "temperature": 1.0}, num_generations=2)
+        out = func(["make a", "make a", "", ""])  # an empty instruction is refused: unscored, never a crash
+    assert out["harness_reward"][:2] == [1.0, 1.0] and out["group_status"] == ["all_tied"] * 2 + ["all_failed"] * 2
+    assert out["harness_reward"][2:] == [None, None] and "instruction" in out["harness_error"][2]
