@@ -41,7 +41,9 @@ class RolloutService:
             version = h.version()
             pin = toolchain.PINS.get(name)
             out.append(HarnessInfo(name=name, installed=version is not None, version=version,
-                                   pinned_version=pin.version if pin else None, capabilities=list(getattr(h, "capabilities", ()))))
+                                   # No pin: the harness is bundled with this package (whitebox).
+                                   pinned_version=pin.version if pin else version,
+                                   capabilities=list(getattr(h, "capabilities", ()))))
         return out
 
     @staticmethod
