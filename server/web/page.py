@@ -175,7 +175,7 @@ class WebPage:
         count = min(FILE_SLOTS, (count or 1) + 1)
         return [count, *[gr.update(visible=i < count) for i in range(FILE_SLOTS)]]
 
-    def _on_cancel(self, request: gr.Request):
+    async def _on_cancel(self, request: gr.Request):  # async: on the event loop, where the task lives
         task = self.running.get(request.session_hash or "")
         if task is None or task.done():
             return "nothing is running"

@@ -19,7 +19,9 @@ CHROMIUM_ARGS = [
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: while Playwright's sync API is open, its event loop counts as running
+# in this thread, and a later test's asyncio.run() would refuse to start.
+@pytest.fixture(scope="module")
 def chromium():
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"Chromium not found at {CHROMIUM}: install it with `apt-get install -y chromium chromium-driver` "
