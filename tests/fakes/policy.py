@@ -24,17 +24,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import socket
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.fakes.loopback import LoopbackServer
 
 SHELL_TOOL_NAMES = ("bash", "shell", "run_shell_command", "exec", "execute")
 
@@ -244,29 +243,10 @@ class FakePolicy:
         return StreamingResponse(stream(), media_type="text/event-stream")
 
 
-class FakePolicyServer:
-    """Serves a FakePolicy on a loopback port from a background thread (harness CLIs need a real port)."""
+class FakePolicyServer(LoopbackServer):
+    """Serves a FakePolicy on a loopback port from a background thread."""
 
     def __init__(self, policy: FakePolicy | None = None) -> None:
         self.policy = policy or FakePolicy()
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY on accept
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self.port = self._sock.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        super().__init__(self.policy.app())
         self.policy.base_url = self.base_url
-        self._server = uvicorn.Server(uvicorn.Config(self.policy.app(), log_level="warning", lifespan="off", access_log=False))
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
-
-    def __enter__(self) -> FakePolicyServer:
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._server.force_exit = True
-        self._thread.join(timeout=10)
-        self._sock.close()

