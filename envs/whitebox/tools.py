@@ -135,7 +135,8 @@ class ToolBox:
         except HarnessEnvError as e:  # a path outside the sandbox, say
             return ToolReply(f"error: {e}", ok=False)
         except OSError as e:
-            return ToolReply(f"error: {e.strerror or e}", ok=False)
+            where = f" ({args['path']})" if isinstance(args.get("path"), str) else ""
+            return ToolReply(f"error: {e.strerror or e}{where}", ok=False)
 
     # -- helpers ------------------------------------------------------------------------------
     def _timeout(self) -> float:
