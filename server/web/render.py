@@ -68,6 +68,9 @@ def summary_markdown(result: RolloutResult) -> str:
         ("harness", result.harness),
         ("mode", result.mode),
         ("capture level", f"{result.capture_level} (tokens > logprobs > text)"),
+        ("rollout type", f"{result.rollout_type}: {result.rollout_type_reason}" if result.rollout_type_reason else result.rollout_type),
+        ("turn graph", f"{result.graph.branches} branch(es), {result.graph.auxiliary_turns} auxiliary turn(s), "
+                       f"{result.graph.trainable_tokens} trainable tokens"),
         ("wall time", f"{result.wall_s:.2f} s"),
         ("model calls", f"{len(result.proxy_turns)} ({len(policy)} policy)"),
         ("agent tool calls", "-" if result.agent_tool_calls is None else str(result.agent_tool_calls)),

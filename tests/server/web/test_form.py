@@ -50,3 +50,10 @@ def test_examples_are_valid_tasks():
         assert to_args(form).verify
     with pytest.raises(KeyError):
         get_example("nope")
+
+
+def test_every_registered_harness_is_offered():
+    from harness_env.server.service import RolloutService
+
+    offered = dict((value, label) for label, value in harness_choices(RolloutService.list_harnesses()))
+    assert set(offered) == {"pi", "opencode", "whitebox"} and offered["whitebox"] == "whitebox 1"

@@ -97,3 +97,5 @@ def test_redact_and_json():
     assert json.loads(render.result_json(_result()))["reward"] == 1.0
     summary = render.summary_markdown(_result(error="a | b", error_kind="agent_error"))
     assert "capture level | tokens" in summary and "a &#124; b" in summary
+    labelled = render.summary_markdown(_result(rollout_type="eval", rollout_type_reason="its logprobs are raw"))
+    assert "rollout type | eval: its logprobs are raw" in labelled and "turn graph | 0 branch(es)" in labelled
