@@ -41,6 +41,19 @@ class ServerProcess:
                 time.sleep(0.1)
         raise RuntimeError("server did not come up")
 
+    def assert_no_rollout_left(self, timeout_s: float = 15) -> None:
+        """Within `timeout_s`: no rollout running, no rollout directory, no process of one."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            health = httpx.get(self.url + "/health").json()
+            if health["rollouts_running"] == 0 and not os.listdir(self.sandbox_dir):
+                break
+            time.sleep(0.2)
+        assert health["rollouts_running"] == 0
+        assert os.listdir(self.sandbox_dir) == []
+        leftovers = subprocess.run(["pgrep", "-af", str(self.sandbox_dir)], capture_output=True, text=True).stdout
+        assert leftovers.strip() == "", leftovers
+
     def stop(self) -> str:
         """Stop the server; returns what it printed."""
         self.proc.terminate()

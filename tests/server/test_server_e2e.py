@@ -178,16 +178,7 @@ def test_killed_client_connection_cancels_the_rollout(start_server, policy_serve
     t = threading.Thread(target=call)
     t.start()
     t.join()
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        health = httpx.get(server.url + "/health").json()
-        if health["rollouts_running"] == 0 and not os.listdir(server.sandbox_dir):
-            break
-        time.sleep(0.2)
-    assert health["rollouts_running"] == 0
-    assert os.listdir(server.sandbox_dir) == []
-    leftovers = subprocess.run(["pgrep", "-f", str(server.sandbox_dir)], capture_output=True, text=True).stdout
-    assert leftovers.strip() == ""
+    server.assert_no_rollout_left()
 
 
 def test_serve_refuses_an_exposed_address_without_a_token():
@@ -215,11 +206,4 @@ async def test_mcp_client_that_goes_away_cancels_its_rollout(start_server, polic
         task.cancel()
         with pytest.raises(BaseException):
             await task
-        for _ in range(60):
-            health = await env.health()
-            if health["rollouts_running"] == 0 and not os.listdir(server.sandbox_dir):
-                break
-            await asyncio.sleep(0.25)
-    assert health["rollouts_running"] == 0 and os.listdir(server.sandbox_dir) == []
-    leftovers = subprocess.run(["pgrep", "-f", str(server.sandbox_dir)], capture_output=True, text=True).stdout
-    assert leftovers.strip() == ""
+    server.assert_no_rollout_left()

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -24,19 +23,6 @@ REPO = Path(__file__).resolve().parents[3]
 
 def _phases_in(log: str) -> set[str]:
     return {m.group(1) for m in re.finditer(r"^\s*[\d.]+s\s+(\w+)", log, re.M)}
-
-
-def _no_rollout_left(server) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        health = httpx.get(server.url + "/health").json()
-        if health["rollouts_running"] == 0 and not os.listdir(server.sandbox_dir):
-            break
-        time.sleep(0.2)
-    assert health["rollouts_running"] == 0
-    assert os.listdir(server.sandbox_dir) == []
-    leftovers = subprocess.run(["pgrep", "-af", str(server.sandbox_dir)], capture_output=True, text=True).stdout
-    assert leftovers.strip() == "", leftovers
 
 
 def test_write_a_file_with_pi_live_log_logprob_plot_and_download(chromium, web_server, artifacts):
@@ -89,7 +75,7 @@ def test_write_a_file_with_pi_live_log_logprob_plot_and_download(chromium, web_s
         assert web.foreign_requests == [], "the page loaded something from outside the server"
     finally:
         web.close()
-    _no_rollout_left(server)
+    server.assert_no_rollout_left()
     assert KEY not in server.log_path.read_text()
     if os.environ.get("HARNESS_ENV_UPDATE_SCREENSHOT"):  # refresh the README's picture
         shutil.copy(artifacts / "web-logprobs.png", REPO / "docs" / "web.png")
@@ -123,7 +109,7 @@ def test_cancel_stops_a_long_rollout_and_leaves_nothing_behind(chromium, web_ser
         web.page.screenshot(path=str(artifacts / "web-cancelled.png"), full_page=True)
     finally:
         web.close()
-    _no_rollout_left(server)
+    server.assert_no_rollout_left()
 
 
 def test_auth_on_asks_for_the_token_once(chromium, start_server, policy_server, artifacts):
@@ -151,7 +137,7 @@ def test_auth_on_asks_for_the_token_once(chromium, start_server, policy_server, 
         assert web.page.locator("#token").count() == 0
     finally:
         web.close()
-    _no_rollout_left(server)
+    server.assert_no_rollout_left()
 
 
 def test_history_click_reopens_an_earlier_rollout(chromium, web_server):
@@ -176,4 +162,4 @@ def test_history_click_reopens_an_earlier_rollout(chromium, web_server):
         web.wait_reward("1.0", timeout_ms=15_000)
     finally:
         web.close()
-    _no_rollout_left(server)
+    server.assert_no_rollout_left()
