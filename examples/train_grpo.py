@@ -26,7 +26,7 @@ rollouts come back unscored and cost the step nothing.
 The trainer's weights reach the vLLM server the way your vLLM deployment supports (TRL's vLLM
 server mode, or a checkpoint reload every `--save-steps`); until then rollouts are slightly
 off-policy, which the importance ratios (per token for GRPO, per sequence for GSPO) account for.
-This script is not run in CI (no GPU there); tests/training runs the same rows through one TRL
+This script is not run in CI (no GPU there); tests/client/test_trl_real_model.py runs the same rows through one TRL
 GRPO step on a small real model on CPU.
 """
 
