@@ -5,7 +5,6 @@ logprobs against the model's own teacher-forced ones, and one TRL GRPO step on t
 Slow (minutes: the model loads once per process, decoding runs at ~10 tokens/s): deselect with
 `-m "not real_model"` while developing; CI runs them."""
 
-import copy
 import functools
 import itertools
 import json
@@ -73,7 +72,7 @@ def test_rows_from_a_group_of_rollouts_take_one_grpo_step(model, tmp_path):
             request={"harness": "whitebox", "endpoint": {"base_url": srv.base_url, "model": srv.model_name},
                      "temperature": TEMPERATURE, "max_turns": 2, "agent_timeout_s": 600},
         )
-        policy = copy.deepcopy(model.model).train()  # the server keeps serving the original weights
+        policy = model.trainable_copy()  # the server keeps serving the original weights
         before = {n: p.detach().clone() for n, p in policy.named_parameters()}
         config = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=2, num_generations=2,
                             max_steps=1, learning_rate=1e-4, loss_type="grpo", beta=0.0, temperature=TEMPERATURE,

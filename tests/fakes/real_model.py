@@ -210,6 +210,18 @@ class RealModel:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def trainable_copy(self) -> Any:
+        """The same float32 weights in a plain model a Trainer accepts (a model loaded from GGUF
+        is marked quantized, and transformers refuses to fine-tune it)."""
+        from transformers import AutoModelForCausalLM
+
+        config = copy.deepcopy(self.model.config)
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        fresh = AutoModelForCausalLM.from_config(config, dtype=self.torch.float32)
+        fresh.load_state_dict(self.model.state_dict())
+        return fresh.train()
+
     # -- tokens ---------------------------------------------------------------------------
     def token_text(self, token_id: int) -> str:
         return self.tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
