@@ -40,8 +40,8 @@ def args_from_request(request: dict[str, Any]) -> dict[str, Any]:
     may be a catalog name there (vllm, openai, hf_router): the server fills it in."""
     if isinstance(request.get("endpoint"), str):
         flat = {k: v for k, v in request.items() if k != "task"}
-        return RolloutArgs.model_validate({**flat, **request.get("task", {})}).model_dump(mode="json", exclude_none=True) | {
-            "api_key": ""}
+        args = RolloutArgs.model_validate({**flat, **request.get("task", {})})
+        return args.model_dump(mode="json", exclude_none=True) | {"api_key": args.api_key.get_secret_value()}
     req = RolloutRequest.model_validate(request)
     flat = req.model_dump(mode="json", exclude={"task", "endpoint"})
     task = req.task.model_dump(mode="json", exclude={"metadata"})
@@ -229,7 +229,8 @@ class HarnessSession:
                                      "rollout_type": res.rollout_type, "branches": res.graph.branches})
 
     def close(self) -> None:
-        """Nothing to release here: the engine cleans its sandbox up when the rollout ends."""
+        """Nothing to release here: the engine removes the sandbox when the rollout ends (a rollout
+        still running ends at its own agent_timeout_s)."""
         return None
 
 

@@ -83,3 +83,13 @@ def test_rollout_func_through_a_server_with_a_catalog_endpoint(start_server, pol
         out = func(["make a", "make a", "", ""])  # an empty instruction is refused: unscored, never a crash
     assert out["harness_reward"][:2] == [1.0, 1.0] and out["group_status"] == ["all_tied"] * 2 + ["all_failed"] * 2
     assert out["harness_reward"][2:] == [None, None] and "instruction" in out["harness_error"][2]
+
+
+def test_requests_become_the_servers_flat_arguments():
+    from harness_env.client.trl import args_from_request
+
+    named = args_from_request({"harness": "pi", "endpoint": "openai", "api_key": "sk-x", "temperature": 0.5, "task": {"instruction": "x"}})
+    assert (named["endpoint"], named["api_key"], named["temperature"], named["instruction"]) == ("openai", "sk-x", 0.5, "x")
+    explicit = args_from_request({"endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key": "k"},
+                                  "task": {"instruction": "y", "verify": ["true"]}})
+    assert (explicit["base_url"], explicit["model"], explicit["api_key"], explicit["verify"]) == ("http://127.0.0.1:9/v1", "m", "k", ["true"])
