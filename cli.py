@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="run one rollout and print the RolloutResult JSON")
-    run.add_argument("--task", required=True, help="task JSON file (instruction, setup, verify, files, task_id, metadata)")
+    run.add_argument("--task", required=True, help="task JSON file (instruction, setup, verify, files, task_id, metadata; "
+                     "or a task family's record: task_family, prompt, ...)")
     run.add_argument("--harness", default="pi")
     run.add_argument("--base-url", required=True, help="OpenAI-compatible policy endpoint, e.g. http://127.0.0.1:8000/v1")
     run.add_argument("--model", required=True)
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     key.add_argument("--api-key", help="upstream key (prefer --api-key-env: command lines are visible to other users)")
     key.add_argument("--api-key-env", help="name of an environment variable holding the upstream key")
     run.add_argument("--mode", choices=["transparent_proxy", "black_box"], default="transparent_proxy")
-    run.add_argument("--agent-timeout-s", type=float, default=600.0)
+    run.add_argument("--agent-timeout-s", type=float, default=AGENT_TIMEOUT_DEFAULT)
     run.add_argument("--setup-timeout-s", type=float, default=300.0)
     run.add_argument("--verify-timeout-s", type=float, default=300.0)
     run.add_argument("--max-turns", type=int)
@@ -72,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+AGENT_TIMEOUT_DEFAULT = 600.0
+
+
 def _load_task(path: str) -> dict:
     try:
         text = Path(path).read_text()
@@ -86,6 +90,28 @@ def _load_task(path: str) -> dict:
     return data
 
 
+TASK_KEYS = ("instruction", "setup", "verify", "files", "task_id", "metadata")
+FAMILY_REQUEST_KEYS = ("max_turns", "agent_timeout_s")  # a family record's own limits
+
+
+def split_family_task(data: dict, task_file: str) -> tuple[dict, str | None, dict, dict]:
+    """A task file with a top-level `task_family` (e.g. {"task_family": "svg_icon", "prompt": ...,
+    "reference_png": "ref.png"}): (task, family, family_options, request limits). `prompt` is the
+    instruction; a relative reference_png is relative to the task file."""
+    data = dict(data)
+    family = data.pop("task_family", None)
+    if family is None:
+        return data, None, {}, {}
+    if "prompt" in data:
+        data["instruction"] = data.pop("prompt")
+    task = {k: data.pop(k) for k in TASK_KEYS if k in data}
+    limits = {k: data.pop(k) for k in FAMILY_REQUEST_KEYS if data.get(k) is not None}
+    ref = data.get("reference_png")
+    if isinstance(ref, str) and ref and not os.path.isabs(ref):
+        data["reference_png"] = os.path.join(os.path.dirname(os.path.abspath(task_file)), ref)
+    return task, family, data, limits
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
@@ -94,7 +120,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness_env.core.errors import describe_validation_error
     from harness_env.rollout import run_rollout_sync
 
-    task = _load_task(args.task)
+    task, task_family, family_options, family_limits = split_family_task(_load_task(args.task), args.task)
     api_key = args.api_key or ""
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env, "")
@@ -121,7 +147,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "agent_timeout_s": args.agent_timeout_s,
         "setup_timeout_s": args.setup_timeout_s,
         "verify_timeout_s": args.verify_timeout_s,
+        "task_family": task_family,
+        "family_options": family_options,
     }
+    for key, value in family_limits.items():  # the record's limits, unless given on the command line
+        if key == "max_turns" and args.max_turns is None or key == "agent_timeout_s" and args.agent_timeout_s == AGENT_TIMEOUT_DEFAULT:
+            raw[key] = value
     try:
         request = RolloutRequest.model_validate(raw)
     except ValidationError as e:

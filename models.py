@@ -23,7 +23,7 @@ MAX_PATH_CHARS = 512
 
 Mode = Literal["transparent_proxy", "black_box"]
 ErrorKind = Literal[
-    "invalid_request", "endpoint", "sandbox", "setup", "agent_timeout", "agent_error", "verify", "internal"
+    "invalid_request", "endpoint", "sandbox", "setup", "agent_timeout", "agent_error", "verify", "judge", "internal"
 ]
 CaptureLevel = Literal["tokens", "logprobs", "text", "none"]
 TurnPurpose = Literal["policy", "auxiliary"]
@@ -140,11 +140,16 @@ class RolloutOptions(BaseModel):
     harness_config: dict[str, Any] = Field(default_factory=dict)
     # "correctness": the verify reward; "tool_efficiency": correctness * (1 + 0.1 * 15 / (15 + tool calls))
     reward_mode: Literal["correctness", "tool_efficiency"] = "correctness"
+    # A task family (families/: e.g. "svg_icon") prepares what the agent gets from the instruction
+    # and grades the submission instead of the verify commands; family_options are its own fields
+    # (svg_icon: reference_png, rubric, renderer).
+    task_family: str | None = Field(default=None, min_length=1, max_length=64)
+    family_options: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("harness_config")
+    @field_validator("harness_config", "family_options")
     @classmethod
     def _config_bounded(cls, cfg: dict[str, Any]) -> dict[str, Any]:
-        return _bounded_mapping(cfg, "harness_config")
+        return _bounded_mapping(cfg, "harness_config / family_options")
 
     @field_validator("agent_timeout_s", "setup_timeout_s", "verify_timeout_s")
     @classmethod
@@ -272,13 +277,16 @@ class RolloutResult(BaseModel):
     agent_tool_calls: int | None = None
     agent_final_text: str = ""
     capture_level: CaptureLevel = "none"
-    reward_source: Literal["reward_file", "verify_ratio"] | None = None
+    reward_source: Literal["reward_file", "verify_ratio", "judge", "zero_check"] | None = None
     reward_notes: list[str] = Field(default_factory=list)
     sandbox_backend: str = ""
     sandbox_notes: list[str] = Field(default_factory=list)
     dropped_fields: list[str] = Field(default_factory=list)
     turn_limit_hit: bool = False
     graph: GraphSummary = Field(default_factory=GraphSummary)
+    # A task family's grading evidence (svg_icon: the rendered PNG as base64, zero_reasons,
+    # page_valid, the judge's raw answer and per-dimension scores, timings).
+    grading: dict[str, Any] | None = None
     # `train` only when the endpoint gives token ids and processed (post-temperature) logprobs and
     # every turn was captured at token level; otherwise `eval`, and the reason says why.
     rollout_type: Literal["train", "eval"] = "eval"

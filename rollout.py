@@ -14,6 +14,7 @@ from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.serve import serve_on_loopback
 from harness_env.core.engine import EventSink, run_rollout_with
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
+from harness_env import families
 from harness_env.envs import get_harness
 from harness_env.models import RolloutRequest, RolloutResult
 
@@ -69,8 +70,10 @@ async def run_rollout(
         except ValidationError as e:
             raise InvalidRequestError(describe_validation_error(e)) from None
     harness = get_harness(request.harness)
+    request, grader = families.prepare(request, trusted=True)
     async with loopback_proxy() as (proxy, base_url):
-        return await run_rollout_with(request, harness, proxy=proxy, proxy_base_url=base_url, on_event=on_event, use_bwrap=use_bwrap)
+        return await run_rollout_with(request, harness, proxy=proxy, proxy_base_url=base_url, on_event=on_event,
+                                      use_bwrap=use_bwrap, grader=grader)
 
 
 def run_rollout_sync(request: RolloutRequest | dict, *, on_event: EventSink | None = None, use_bwrap: bool | None = None) -> RolloutResult:

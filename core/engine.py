@@ -20,6 +20,7 @@ from harness_env.core.capture.probe import ProbeResult
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.errors import EndpointError, HarnessEnvError
+from harness_env.core.grading import Grader
 from harness_env.core.harness import Harness, LaunchContext
 from harness_env.core.reward import compute_reward, tool_efficiency_reward
 from harness_env.core.sandbox.local import LocalSandbox, create_local_sandbox
@@ -136,14 +137,8 @@ async def run_setup(sandbox: LocalSandbox, commands: list[str], timeout: float, 
     return None
 
 
-async def grade(
-    sandbox: LocalSandbox,
-    commands: list[str],
-    timeout: float,
-    results: list[CommandResult],
-    *,
-    reward_mode: str = "correctness",
-    tool_calls: int | None = None,
+async def run_verify(
+    sandbox: LocalSandbox, commands: list[str], timeout: float, results: list[CommandResult]
 ) -> tuple[float | None, str | None, list[str]]:
     """Run the verify commands (appending to `results`) and compute (reward, source, notes). The
     reward file is cleared first, so the agent cannot forge it."""
@@ -151,11 +146,7 @@ async def grade(
     for cmd in commands:
         r = await sandbox.exec(cmd, timeout=timeout, env=sandbox.verify_env())
         results.append(_command_result(cmd, r))
-    reward, source, notes = compute_reward(results, sandbox.read_reward_file())
-    if reward is not None and reward_mode == "tool_efficiency":
-        reward, note = tool_efficiency_reward(reward, tool_calls)
-        notes.append(note or f"tool-efficiency reward over {tool_calls} verified tool calls")
-    return reward, source, notes
+    return compute_reward(results, sandbox.read_reward_file())
 
 
 def _turn_line(turn: Turn) -> str:
@@ -175,8 +166,10 @@ async def run_rollout_with(
     proxy_base_url: str,
     on_event: EventSink | None = None,
     use_bwrap: bool | None = None,
+    grader: Grader | None = None,
 ) -> RolloutResult:
-    """Run one rollout. `proxy_base_url` is where the sandbox reaches `proxy` (ends in /v1)."""
+    """Run one rollout. `proxy_base_url` is where the sandbox reaches `proxy` (ends in /v1).
+    `grader`: the task family's, which replaces the verify commands."""
     run = _Run(request, harness, on_event)
     res = run.result
     sandbox: LocalSandbox | None = None
@@ -251,12 +244,21 @@ async def run_rollout_with(
 
         if res.error is None:
             with run.phase("verify") as ph:
-                reward, source, notes = await grade(
-                    sandbox, request.task.verify, request.verify_timeout_s, res.verify_results,
-                    reward_mode=request.reward_mode, tool_calls=res.agent_tool_calls,
-                )
-                res.reward, res.reward_source, res.reward_notes = reward, source, notes
-                ph.detail = f"reward {reward}"
+                if grader is not None:  # a task family grades the submission itself
+                    outcome = await grader.grade(sandbox, request)
+                    res.grading = outcome.evidence
+                    reward, source, notes = outcome.reward, outcome.source, outcome.notes
+                    if outcome.error:
+                        run.fail("judge", outcome.error)
+                        ph.ok, ph.detail = False, outcome.error[:300]
+                else:
+                    reward, source, notes = await run_verify(sandbox, request.task.verify, request.verify_timeout_s, res.verify_results)
+                if res.error is None:
+                    if reward is not None and request.reward_mode == "tool_efficiency":
+                        reward, note = tool_efficiency_reward(reward, res.agent_tool_calls)
+                        notes.append(note or f"tool-efficiency reward over {res.agent_tool_calls} verified tool calls")
+                    res.reward, res.reward_source, res.reward_notes = reward, source, notes  # type: ignore[assignment]
+                    ph.detail = f"reward {reward}"
     except HarnessEnvError as e:
         run.fail(e.kind, str(e))
     except asyncio.CancelledError:

@@ -85,7 +85,7 @@ class McpFace:
     def _register(self) -> None:
         face = self
 
-        @self.mcp.tool(description="Run one rollout of a coding-agent harness on a task; returns the RolloutResult (reward, verify results, captured turns with token ids and logprobs, files, logs). A failed rollout is a result with `error`.")
+        @self.mcp.tool(description="Run one rollout of a coding-agent harness on a task; returns the RolloutResult (reward, verify results, captured turns with token ids and logprobs, files, logs). A failed rollout is a result with `error`. task_family=\"svg_icon\" makes the instruction what to draw: the agent writes icon.svg and it is graded by rendering and a vision judge (family_options: reference_png, source_prompt, rubric, renderer).")
         async def run_rollout(
             instruction: str,
             ctx: Context,
@@ -108,6 +108,9 @@ class McpFace:
             verify_timeout_s: float = 300.0,
             harness_config: dict[str, Any] | None = None,
             reward_mode: Literal["correctness", "tool_efficiency"] = "correctness",
+            temperature: float | None = None,
+            task_family: str | None = None,
+            family_options: dict[str, Any] | None = None,
         ) -> RolloutResult:
             raw = {k: v for k, v in locals().items() if k not in ("ctx", "face") and v is not None}
             try:

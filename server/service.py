@@ -3,6 +3,7 @@ of each tool."""
 
 from __future__ import annotations
 
+from harness_env import families
 from harness_env.core import toolchain
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.engine import EventSink, run_rollout_with
@@ -23,14 +24,17 @@ class RolloutService:
         """Raises InvalidRequestError with a clear message for bad arguments."""
         request = catalog.to_request(args)
         get_harness(request.harness)
+        request, _grader = families.prepare(request, trusted=False)
         return request
 
     async def run(self, request: RolloutRequest, on_event: EventSink | None = None) -> RolloutResult:
         """Raises ServerBusy when the queue is full; otherwise always returns a result."""
         harness = get_harness(request.harness)
+        grader = families.grader_for(request)
         async with self.slots.slot():
             return await run_rollout_with(
-                request, harness, proxy=self.proxy, proxy_base_url=self.proxy_base_url, on_event=on_event, use_bwrap=self.use_bwrap
+                request, harness, proxy=self.proxy, proxy_base_url=self.proxy_base_url, on_event=on_event,
+                use_bwrap=self.use_bwrap, grader=grader,
             )
 
     @staticmethod

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from harness_env.core.engine import grade, run_setup
+from harness_env.core.engine import run_setup, run_verify
 from harness_env.core.sandbox.local import LocalSandbox, create_local_sandbox
 from harness_env.envs.whitebox.tools import ToolBox, ToolLimits
 from harness_env.models import CommandResult, Task
@@ -109,7 +109,7 @@ class WhiteboxEnv:
             return None
         self.verify_results = []
         reward, _source, self.reward_notes = self._runner.run(
-            grade(sandbox, self._task.verify, self._verify_timeout_s, self.verify_results)
+            run_verify(sandbox, self._task.verify, self._verify_timeout_s, self.verify_results)
         )
         return reward
 

@@ -1,0 +1,143 @@
+"""The SVG icon family: the agent writes `icon.svg`, previews and refines it; the server renders
+it and asks a vision-language judge, after the checks that give 0 without asking.
+
+A request is `task_family="svg_icon"` with the instruction being what to draw, and
+`family_options`: `reference_png` (a server-side path; the agent never sees it), `source_prompt`,
+`rubric` (dimensions and weights), `renderer` ("chromium" or "resvg", chosen explicitly),
+`max_svg_bytes`.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness_env.core.errors import InvalidRequestError, describe_validation_error
+from harness_env.core.grading import GradeOutcome
+from harness_env.core.sandbox.local import LocalSandbox
+from harness_env.families.svg_icon import checks, render
+from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC, Judge, JudgeConfig, Rubric
+from harness_env.families.svg_icon.preview import PREVIEW_COMMAND, preview_files
+from harness_env.models import RolloutRequest
+
+ICON_FILE = "icon.svg"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MAX_REFERENCE_BYTES = 8 * 1024 * 1024
+REFERENCE_DIR_VAR = "HARNESS_ENV_REFERENCE_DIR"
+
+
+class SvgIconOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reference_png: str | None = Field(default=None, max_length=4096)
+    source_prompt: str | None = Field(default=None, max_length=20_000)
+    rubric: Rubric | None = None
+    renderer: Literal["chromium", "resvg"] = "chromium"
+    max_svg_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024)
+
+
+def instruction_for(prompt: str) -> str:
+    return (
+        f"Draw this icon as an SVG file: {prompt}\n\n"
+        f"Write the SVG to {ICON_FILE} in your working directory (it exists and is empty). It is graded by how it looks "
+        f"when rendered at a fixed square size, so give the root <svg> a viewBox. Preview it whenever you like with "
+        f"`{PREVIEW_COMMAND}`: it renders {ICON_FILE} to a PNG and reports its size, parse errors and whether it is blank. "
+        "Refine it until it looks right, then stop."
+    )
+
+
+def _check_reference(path: str, trusted: bool) -> str:
+    p = Path(path).expanduser()
+    if not trusted:
+        root = os.environ.get(REFERENCE_DIR_VAR)
+        if not root:
+            raise InvalidRequestError(f"reference_png paths are read on the server only under ${REFERENCE_DIR_VAR}, which is not set here")
+        p = (Path(root) / p).resolve() if not p.is_absolute() else p.resolve()
+        if not p.is_relative_to(Path(root).resolve()):
+            raise InvalidRequestError(f"reference_png must lie under ${REFERENCE_DIR_VAR} ({root})")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(8)
+        size = p.stat().st_size
+    except OSError as e:
+        raise InvalidRequestError(f"reference_png {path!r} cannot be read: {e.strerror or e}") from None
+    if head != PNG_SIGNATURE:
+        raise InvalidRequestError(f"reference_png {path!r} is not a PNG file")
+    if size > MAX_REFERENCE_BYTES:
+        raise InvalidRequestError(f"reference_png {path!r} is larger than {MAX_REFERENCE_BYTES} bytes")
+    return str(p.resolve())
+
+
+class SvgIconFamily:
+    name = "svg_icon"
+
+    def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
+        if request.task.metadata.get("task_family") == self.name:
+            return request  # prepared already
+        try:
+            options = SvgIconOptions.model_validate(request.family_options)
+        except ValidationError as e:
+            raise InvalidRequestError("svg_icon " + describe_validation_error(e).replace("invalid request: ", "family_options: ")) from None
+        if request.task.verify:
+            raise InvalidRequestError("svg_icon grades the rendered icon; verify commands are not used: leave verify empty")
+        if options.reference_png:
+            options.reference_png = _check_reference(options.reference_png, trusted)
+        if options.renderer == "chromium":
+            render.chromium_path()  # a clear error naming the install command, before any work
+        JudgeConfig.from_env().require()
+        prompt = request.task.instruction
+        task = request.task.model_copy(update={
+            "instruction": instruction_for(prompt),
+            "files": {**request.task.files, ICON_FILE: "", **preview_files()},
+            "metadata": {**request.task.metadata, "task_family": self.name, "prompt": prompt},
+        })
+        return request.model_copy(update={"task": task, "family_options": options.model_dump(mode="json", exclude_none=True)})
+
+    def grader(self, request: RolloutRequest) -> SvgIconGrader:
+        return SvgIconGrader(SvgIconOptions.model_validate(request.family_options), request.task.metadata.get("prompt", ""))
+
+
+class SvgIconGrader:
+    def __init__(self, options: SvgIconOptions, prompt: str) -> None:
+        self.options = options
+        self.prompt = prompt
+
+    async def grade(self, sandbox: LocalSandbox, request: RolloutRequest) -> GradeOutcome:
+        opts = self.options
+        evidence: dict[str, Any] = {"renderer": opts.renderer, "zero_reasons": [], "page_valid": False, "timings": {}}
+        data = sandbox.read_file(ICON_FILE, max_bytes=opts.max_svg_bytes + 1)
+        text = None if data is None else data.decode("utf-8", errors="replace")
+        reasons = checks.inspect_svg(text, opts.max_svg_bytes)
+        if reasons:
+            return self._zero(evidence, reasons)
+        t0 = time.monotonic()
+        rendered = await render.render_png_async(text, renderer=opts.renderer)
+        evidence["timings"]["render_s"] = round(time.monotonic() - t0, 3)
+        if rendered.error or not rendered.png:
+            return self._zero(evidence, [f"unrenderable: {rendered.error or 'no image'}"])
+        evidence["rendered_png_b64"] = base64.b64encode(rendered.png).decode()
+        if checks.is_blank(rendered.png):
+            return self._zero(evidence, ["blank: the rendered icon is a near-uniform image"])
+        evidence["page_valid"] = True
+        reference = Path(opts.reference_png).read_bytes() if opts.reference_png else None
+        rubric = opts.rubric or DEFAULT_RUBRIC
+        judge = Judge(JudgeConfig.from_env())
+        outcome = await judge.score(opts.source_prompt or self.prompt, rendered.png, reference,
+                                    {"renderer": opts.renderer, "svg_bytes": len(data or b""), "size": [rendered.width, rendered.height]}, rubric)
+        evidence["timings"]["judge_s"] = round(outcome.seconds, 3)
+        evidence["judge"] = {"raw_answer": outcome.raw_answer, "attempts": outcome.attempts,
+                             "scores": {k: {"score": s, "reason": r} for k, (s, r) in (outcome.scores or {}).items()},
+                             "weights": {d.name: d.weight for d in rubric.dimensions}}
+        if outcome.reward is None:
+            return GradeOutcome(None, None, evidence=evidence, error=f"the judge failed after {outcome.attempts} attempt(s): {outcome.error}")
+        return GradeOutcome(outcome.reward, "judge", [f"judge: weighted mean over {len(rubric.dimensions)} rubric dimensions"], evidence)
+
+    @staticmethod
+    def _zero(evidence: dict[str, Any], reasons: list[str]) -> GradeOutcome:
+        evidence["zero_reasons"] = reasons
+        return GradeOutcome(0.0, "zero_check", [f"zero before the judge: {'; '.join(reasons)}"], evidence)
