@@ -1,0 +1,688 @@
+"""Build SVG icon task records from local icon-dataset shards and/or a CSV of briefs.
+
+Inputs
+  * parquet shards of an icon dataset (one or more `--parquet`), with a column holding the SVG
+    source and one holding its description. The defaults match OmniSVG/MMSVG-Icon (`id`, `svg`,
+    `description`); these machines cannot download it, so shards are passed as local files.
+  * CSV files of briefs (`--csv`): a prompt column (`prompt`, `description` or `brief`), an
+    optional id column (`task_id` or `id`) and an optional reference image column
+    (`reference_image`, `reference_png`, `reference` or `image`; a PNG or an SVG file, a relative
+    path is resolved against the CSV's directory).
+
+Filters, applied to each row in this order (cheapest first), each counted in the provenance:
+  empty_prompt     no description / blank prompt
+  too_long         SVG larger than --max-svg-bytes, or prompt longer than --max-prompt-chars
+  malformed        not UTF-8, not XML, root is not <svg>, a DOCTYPE/ENTITY declaration, an external
+                   reference (href not '#...' or 'data:'), or the renderer refuses it
+  duplicate_svg    same SVG as a kept record (after XML canonicalisation)
+  duplicate_prompt same prompt as a kept record (case- and whitespace-insensitive)
+  blank            the rendered reference is near-uniform (no visible drawing)
+A row is counted once, under the first filter that rejects it. Rows are read in input order (files
+as given, rows in file order); `--seed` shuffles them first; `--limit N` stops after N kept records.
+
+Outputs in the output directory: `tasks.jsonl` (one SvgTaskRecord per line, reference_png relative
+to it), `refs/<task_id>.png` (the rendered references), `provenance.json` (inputs with row counts
+and sha256, counts per filter with a few examples each, settings, tool version). A one-paragraph
+summary is printed.
+
+Rendering goes through a `renderer(svg_text, width, height) -> png_bytes` parameter (default
+resvg-py) so the family's own renderer can be plugged in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import io
+import json
+import random
+import re
+import shutil
+import struct
+import sys
+import xml.etree.ElementTree as ET
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import NoReturn
+
+from harness_env.core.errors import InvalidRequestError
+from harness_env.families.svg_icon.records import (
+    MAX_PROMPT_CHARS,
+    MAX_SOURCE_PROMPT_CHARS,
+    SvgTaskRecord,
+    SvgTaskSource,
+    write_records,
+)
+
+EXIT_BAD_INPUT = 2
+FILTERS = ("empty_prompt", "too_long", "malformed", "duplicate_svg", "duplicate_prompt", "blank")
+EXAMPLES_PER_FILTER = 5
+CSV_PROMPT_COLUMNS = ("prompt", "description", "brief")
+CSV_ID_COLUMNS = ("task_id", "id")
+CSV_IMAGE_COLUMNS = ("reference_image", "reference_png", "reference", "image")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+SVG_NS = "http://www.w3.org/2000/svg"
+
+Renderer = Callable[[str, int, int], bytes]
+"""(svg_text, width, height) -> PNG bytes; raises ValueError when the SVG cannot be rendered."""
+BlankCheck = Callable[[bytes], bool]
+"""PNG bytes -> True when the image shows nothing (near-uniform)."""
+
+
+class DatasetError(InvalidRequestError):
+    """Bad input to the generator (missing file or column, bad CSV row, ...): one line, says what to fix."""
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering and checks
+
+
+def render_with_resvg(svg_text: str, width: int, height: int) -> bytes:
+    """The default renderer: resvg-py on a white background."""
+    import resvg_py
+
+    return bytes(resvg_py.svg_to_bytes(svg_string=svg_text, width=width, height=height, background="#ffffff"))
+
+
+# TODO(merge): use checks.inspect_svg (families/svg_icon/checks.py) instead of this private copy.
+def _svg_problem(svg_text: str) -> str | None:
+    """Why this text is not an acceptable standalone SVG document, or None when it is."""
+    if re.search(r"<!\s*(DOCTYPE|ENTITY)", svg_text, re.IGNORECASE):
+        return "DOCTYPE/ENTITY declarations are not allowed"
+    try:
+        root = ET.fromstring(svg_text)
+    except ET.ParseError as e:
+        return f"not XML: {e}"
+    ns, _, local = root.tag.rpartition("}")
+    if local != "svg" or (ns and ns.lstrip("{") != SVG_NS):
+        return f"root element is <{root.tag}>, not <svg>"
+    for el in root.iter():
+        for name, value in el.attrib.items():
+            if name.rpartition("}")[2] == "href":
+                v = value.strip()
+                if not (v.startswith("#") or v.lower().startswith("data:")):
+                    return f"external reference {v[:80]!r} (only '#id' and 'data:' hrefs are allowed)"
+    return None
+
+
+def _png_pixels(png: bytes) -> tuple[int, int, int, bytes] | None:
+    """Decode an 8-bit, non-interlaced PNG (what resvg writes) to (width, height, channels, raw
+    pixels); None for any other kind of PNG (palette, 16-bit, interlaced) or a broken file."""
+    if not png.startswith(PNG_SIGNATURE):
+        return None
+    pos, ihdr, idat = 8, None, []
+    try:
+        while pos + 8 <= len(png):
+            (n,) = struct.unpack(">I", png[pos : pos + 4])
+            kind, data = png[pos + 4 : pos + 8], png[pos + 8 : pos + 8 + n]
+            pos += 12 + n
+            if kind == b"IHDR":
+                ihdr = struct.unpack(">IIBBBBB", data)
+            elif kind == b"IDAT":
+                idat.append(data)
+            elif kind == b"IEND":
+                break
+        if ihdr is None:
+            return None
+        width, height, depth, color, _, _, interlace = ihdr
+        channels = {0: 1, 2: 3, 4: 2, 6: 4}.get(color)
+        if depth != 8 or channels is None or interlace != 0 or width == 0 or height == 0:
+            return None
+        raw = zlib.decompress(b"".join(idat))
+    except (struct.error, zlib.error):
+        return None
+    stride = width * channels
+    if len(raw) < height * (stride + 1):
+        return None
+    out = bytearray(height * stride)
+    prev = bytearray(stride)
+    bpp = channels
+    for y in range(height):
+        start = y * (stride + 1)
+        ftype, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
+        if ftype == 1:  # Sub
+            for i in range(bpp, stride):
+                line[i] = (line[i] + line[i - bpp]) & 255
+        elif ftype == 2:  # Up
+            line = bytearray((a + b) & 255 for a, b in zip(line, prev))
+        elif ftype == 3:  # Average
+            for i in range(stride):
+                left = line[i - bpp] if i >= bpp else 0
+                line[i] = (line[i] + ((left + prev[i]) >> 1)) & 255
+        elif ftype == 4:  # Paeth
+            for i in range(stride):
+                a = line[i - bpp] if i >= bpp else 0
+                b = prev[i]
+                c = prev[i - bpp] if i >= bpp else 0
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        elif ftype != 0:
+            return None
+        out[y * stride : (y + 1) * stride] = line
+        prev = line
+    return width, height, channels, bytes(out)
+
+
+# TODO(merge): use checks.is_blank (families/svg_icon/checks.py) instead of this private copy.
+def _png_is_near_uniform(png: bytes, *, tolerance: int = 8, min_ink_fraction: float = 0.001) -> bool:
+    """True when fewer than `min_ink_fraction` of the pixels differ (by more than `tolerance` in
+    some channel, after compositing on white) from the image's most common colour. A PNG this
+    decoder does not read is never called blank."""
+    decoded = _png_pixels(png)
+    if decoded is None:
+        return False
+    width, height, channels, px = decoded
+    n = width * height
+    opaque = channels in (1, 3) or px[channels - 1 :: channels].count(255) == n
+    if not opaque:  # composite on white so transparent == white
+        color = channels - 1
+        flat = bytearray()
+        for i in range(0, len(px), channels):
+            a = px[i + color]
+            flat.extend((v * a + 255 * (255 - a)) // 255 for v in px[i : i + color])
+        px, channels = bytes(flat), color
+    color = channels - 1 if channels in (2, 4) else channels  # alpha (all 255 here) is not compared
+    if channels == 4:  # one int per pixel: fast counting
+        pixels = memoryview(px).cast("I").tolist()
+        mode_int = Counter(pixels).most_common(1)[0][0]
+        mode = mode_int.to_bytes(4, sys.byteorder)[:color]
+        differing = (px[i * 4 : i * 4 + color] for i, p in enumerate(pixels) if p != mode_int)
+    else:
+        pixels = [px[i : i + channels] for i in range(0, len(px), channels)]
+        mode_full = Counter(pixels).most_common(1)[0][0]
+        mode = mode_full[:color]
+        differing = (p[:color] for p in pixels if p != mode_full)
+    limit = min_ink_fraction * n
+    ink = 0
+    for p in differing:
+        if max(abs(x - y) for x, y in zip(p, mode)) > tolerance:
+            ink += 1
+            if ink >= limit:
+                return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# Normalisation
+
+
+def _clean_prompt(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _prompt_key(prompt: str) -> str:
+    return _clean_prompt(prompt).casefold().rstrip(".!;: ")
+
+
+def _svg_key(svg_text: str) -> str:
+    try:
+        canon = ET.canonicalize(svg_text, strip_text=True)
+    except ET.ParseError:
+        canon = " ".join(svg_text.split())
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
+def _safe_id(text: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
+    return s[:100] or "x"
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs
+
+
+@dataclass
+class Settings:
+    """Everything that shapes the output; recorded in provenance.json."""
+
+    svg_column: str = "svg"
+    text_column: str = "description"
+    id_column: str | None = None  # None: "id" when the shard has it
+    csv_prompt_column: str | None = None  # None: the first of CSV_PROMPT_COLUMNS present
+    csv_image_column: str | None = None  # None: the first of CSV_IMAGE_COLUMNS present, if any
+    max_svg_bytes: int = 16_384
+    max_prompt_chars: int = 1_000
+    render_size: int = 256
+    limit: int | None = None
+    seed: int | None = None
+    task_id_prefix: str = "icon"
+    max_turns: int | None = None
+    agent_timeout_s: float = 600.0
+    verify_timeout_s: float = 120.0
+    include_source_svg: bool = True
+
+
+@dataclass
+class _Row:
+    where: str  # for messages: "a.parquet row 3", "briefs.csv:4"
+    text: object  # the raw description / prompt cell
+    svg: object = None  # raw SVG cell (parquet) or the text of an SVG reference file (csv)
+    png: bytes | None = None  # a PNG reference file's bytes (csv)
+    dataset_id: str | None = None
+    source: SvgTaskSource = field(default_factory=SvgTaskSource)
+
+
+@dataclass
+class _Input:
+    kind: str
+    path: Path
+    rows: int = 0
+    rows_examined: int = 0
+    columns: dict = field(default_factory=dict)
+    sha256: str = ""
+    bytes: int = 0
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "path": str(self.path), "sha256": self.sha256, "bytes": self.bytes,
+                "rows": self.rows, "rows_examined": self.rows_examined, "columns": self.columns}
+
+
+def _file_digest(path: Path) -> tuple[str, int]:
+    h, n = hashlib.sha256(), 0
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            n += len(chunk)
+    return h.hexdigest(), n
+
+
+def _open_input(kind: str, path: Path) -> _Input:
+    if not path.is_file():
+        raise DatasetError(f"{kind} file {path} not found")
+    digest, size = _file_digest(path)
+    return _Input(kind=kind, path=path, sha256=digest, bytes=size)
+
+
+def _parquet_rows(inp: _Input, settings: Settings) -> Iterator[_Row]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(inp.path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise DatasetError(f"{inp.path}: not a readable parquet file: {e}") from None
+    schema = pf.schema_arrow
+    present = schema.names
+    wanted = {"svg": (settings.svg_column, "--svg-column"), "text": (settings.text_column, "--text-column")}
+    if settings.id_column is not None:
+        wanted["id"] = (settings.id_column, "--id-column")
+    for name, flag in wanted.values():
+        if name not in present:
+            raise DatasetError(f"{inp.path}: no column {name!r} ({flag}); columns present: {', '.join(present) or '(none)'}")
+    id_col = settings.id_column if settings.id_column is not None else ("id" if "id" in present else None)
+    for role, name in (("svg", settings.svg_column), ("text", settings.text_column)):
+        t = schema.field(name).type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+                or pa.types.is_large_binary(t) or pa.types.is_null(t)):
+            raise DatasetError(f"{inp.path}: column {name!r} ({role}) has type {t}, expected strings")
+    inp.columns = {"svg": settings.svg_column, "text": settings.text_column, "id": id_col}
+    inp.rows = pf.metadata.num_rows
+    columns = [settings.svg_column, settings.text_column] + ([id_col] if id_col and id_col not in
+                                                             (settings.svg_column, settings.text_column) else [])
+    row = 0
+    name = inp.path.name
+    batches = pf.iter_batches(batch_size=1024, columns=columns)
+    while True:
+        try:
+            batch = next(batches, None)
+        except (pa.ArrowException, OSError) as e:
+            raise DatasetError(f"{inp.path}: cannot read rows after row {row}: {e}") from None
+        if batch is None:
+            break
+        data = batch.to_pydict()
+        for i in range(batch.num_rows):
+            raw_id = data[id_col][i] if id_col else None
+            ds_id = None if raw_id is None else str(raw_id)
+            yield _Row(where=f"{name} row {row}", text=data[settings.text_column][i], svg=data[settings.svg_column][i],
+                       dataset_id=ds_id, source=SvgTaskSource(kind="parquet", file=name, row=row, dataset_id=ds_id))
+            row += 1
+
+
+def _pick_column(fieldnames: list[str], explicit: str | None, candidates: tuple[str, ...], flag: str,
+                 path: Path, required: bool) -> str | None:
+    if explicit is not None:
+        if explicit not in fieldnames:
+            raise DatasetError(f"{path}: no column {explicit!r} ({flag}); columns present: {', '.join(fieldnames) or '(none)'}")
+        return explicit
+    for c in candidates:
+        if c in fieldnames:
+            return c
+    if required:
+        raise DatasetError(f"{path}: no prompt column (one of {', '.join(candidates)}, or {flag}); "
+                           f"columns present: {', '.join(fieldnames) or '(none)'}")
+    return None
+
+
+def _csv_rows(inp: _Input, settings: Settings) -> Iterator[_Row]:
+    try:
+        text = inp.path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DatasetError(f"{inp.path}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    fieldnames = [f.strip() for f in (reader.fieldnames or [])]
+    reader.fieldnames = fieldnames
+    prompt_col = _pick_column(fieldnames, settings.csv_prompt_column, CSV_PROMPT_COLUMNS, "--csv-prompt-column",
+                              inp.path, required=True)
+    image_col = _pick_column(fieldnames, settings.csv_image_column, CSV_IMAGE_COLUMNS, "--csv-image-column",
+                             inp.path, required=False)
+    id_col = next((c for c in CSV_ID_COLUMNS if c in fieldnames), None)
+    inp.columns = {"prompt": prompt_col, "image": image_col, "id": id_col}
+    base = inp.path.parent
+    try:
+        rows = [(reader.line_num, rec) for rec in reader]
+    except csv.Error as e:
+        raise DatasetError(f"{inp.path}:{reader.line_num}: bad CSV: {e}") from None
+    inp.rows = len(rows)
+    # Every row (and its reference file) is checked before the first is yielded, so a bad brief
+    # is reported before the output directory is touched.
+    out: list[_Row] = []
+    for lineno, rec in rows:
+        where = f"{inp.path.name}:{lineno}"
+        row = _Row(where=where, text=rec.get(prompt_col), dataset_id=(rec.get(id_col) or None) if id_col else None,
+                   source=SvgTaskSource(kind="csv", file=inp.path.name, row=lineno))
+        row.source.dataset_id = row.dataset_id
+        ref = (rec.get(image_col) or "").strip() if image_col else ""
+        if ref:
+            p = Path(ref)
+            if not p.is_absolute():
+                p = base / p
+            if not p.is_file():
+                raise DatasetError(f"{inp.path}:{lineno}: reference image {ref!r} not found (looked at {p})")
+            data = p.read_bytes()
+            if data.startswith(PNG_SIGNATURE):
+                row.png = data
+            elif p.suffix.lower() == ".svg" or b"<svg" in data[:4096]:
+                try:
+                    row.svg = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    row.svg = data  # counted as malformed below
+            else:
+                raise DatasetError(f"{inp.path}:{lineno}: reference image {ref!r} is neither a PNG nor an SVG file")
+        out.append(row)
+    yield from out
+
+
+# --------------------------------------------------------------------------------------------
+# The generator
+
+
+@dataclass
+class Report:
+    """What `generate` did: the kept records and the provenance written beside them."""
+
+    records: list[SvgTaskRecord]
+    provenance: dict
+    out_dir: Path
+
+    def summary(self) -> str:
+        c = self.provenance["counts"]
+        dropped = ", ".join(f"{k} {v}" for k, v in c["filtered"].items() if v) or "none"
+        inputs = self.provenance["inputs"]
+        n_pq = sum(1 for i in inputs if i["kind"] == "parquet")
+        n_csv = len(inputs) - n_pq
+        limit = " (stopped at --limit)" if self.provenance["stopped_at_limit"] else ""
+        return (f"kept {c['kept']} of {c['examined']} rows examined ({c['rows_total']} in {n_pq} parquet and "
+                f"{n_csv} csv files){limit}; filtered: {dropped}; wrote {self.out_dir / 'tasks.jsonl'}, "
+                f"{self.out_dir / 'refs'}/, {self.out_dir / 'provenance.json'}")
+
+
+def _tool_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("harness-env")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
+    ours = [out_dir / "tasks.jsonl", out_dir / "provenance.json", out_dir / "refs"]
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DatasetError(f"output {out_dir} exists and is not a directory")
+    existing = [p for p in ours if p.exists()]
+    if existing and not overwrite:
+        raise DatasetError(f"output directory {out_dir} already holds {existing[0].name} (pass --overwrite to replace it)")
+    for p in existing:
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    (out_dir / "refs").mkdir(parents=True, exist_ok=True)
+
+
+def generate(
+    out_dir: str | Path,
+    *,
+    parquet: list[str | Path] = (),
+    csv_files: list[str | Path] = (),
+    settings: Settings | None = None,
+    renderer: Renderer = render_with_resvg,
+    is_blank: BlankCheck = _png_is_near_uniform,
+    overwrite: bool = False,
+) -> Report:
+    """Filter the inputs' rows into task records; write tasks.jsonl, refs/ and provenance.json.
+
+    Raises DatasetError for bad input (missing file or column, bad CSV reference), before writing
+    anything when the problem is in a file header, or mid-way for a bad CSV row.
+    """
+    settings = settings or Settings()
+    out_dir = Path(out_dir)
+    if not parquet and not csv_files:
+        raise DatasetError("no input: give at least one --parquet shard or --csv file of briefs")
+    if settings.max_prompt_chars > MAX_PROMPT_CHARS:
+        raise DatasetError(f"--max-prompt-chars must be at most {MAX_PROMPT_CHARS}")
+    inputs = [_open_input("parquet", Path(p)) for p in parquet] + [_open_input("csv", Path(p)) for p in csv_files]
+    # Open every input (column checks) before touching the output directory.
+    streams: list[tuple[_Input, Iterator[_Row]]] = []
+    for inp in inputs:
+        gen = _parquet_rows(inp, settings) if inp.kind == "parquet" else _csv_rows(inp, settings)
+        first = next(gen, None)  # runs the header checks now
+        streams.append((inp, _chain_first(first, gen)))
+    _prepare_out_dir(out_dir, overwrite)
+
+    def all_rows() -> Iterator[tuple[_Input, _Row]]:
+        for inp, rows in streams:
+            for row in rows:
+                yield inp, row
+
+    ordered: Iterator[tuple[_Input, _Row]] = all_rows()
+    if settings.seed is not None:
+        materialised = list(ordered)
+        random.Random(settings.seed).shuffle(materialised)
+        ordered = iter(materialised)
+
+    counts = dict.fromkeys(FILTERS, 0)
+    examples: dict[str, list[str]] = {k: [] for k in FILTERS}
+    seen_svg: dict[str, str] = {}
+    seen_prompt: dict[str, str] = {}
+    used_ids: set[str] = set()
+    records: list[SvgTaskRecord] = []
+    examined = 0
+    stopped = False
+    size = settings.render_size
+
+    def drop(kind: str, row: _Row, why: str) -> None:
+        counts[kind] += 1
+        if len(examples[kind]) < EXAMPLES_PER_FILTER:
+            examples[kind].append(f"{row.where}: {why}")
+
+    for inp, row in ordered:
+        if settings.limit is not None and len(records) >= settings.limit:
+            stopped = True
+            break
+        examined += 1
+        inp.rows_examined += 1
+        text = row.text.decode("utf-8", "replace") if isinstance(row.text, bytes) else row.text
+        prompt = _clean_prompt(text) if isinstance(text, str) else ""
+        if not prompt:
+            drop("empty_prompt", row, "no description")
+            continue
+        svg = row.svg
+        svg_bytes = len(svg) if isinstance(svg, bytes) else len(svg.encode("utf-8", "replace")) if isinstance(svg, str) else 0
+        if svg_bytes > settings.max_svg_bytes:
+            drop("too_long", row, f"SVG is {svg_bytes} bytes (--max-svg-bytes {settings.max_svg_bytes})")
+            continue
+        if len(prompt) > settings.max_prompt_chars:
+            drop("too_long", row, f"prompt is {len(prompt)} characters (--max-prompt-chars {settings.max_prompt_chars})")
+            continue
+        if isinstance(svg, bytes):
+            try:
+                svg = svg.decode("utf-8")
+            except UnicodeDecodeError:
+                drop("malformed", row, "SVG is not UTF-8")
+                continue
+        if row.png is None and not (isinstance(svg, str) and svg.strip()):
+            if inp.kind == "parquet":
+                drop("malformed", row, "no SVG")
+                continue
+            svg = None  # a brief without a reference image
+        svg_key = None
+        if svg is not None:
+            svg = svg.lstrip("\ufeff").strip()
+            problem = _svg_problem(svg)
+            if problem:
+                drop("malformed", row, problem)
+                continue
+            svg_key = _svg_key(svg)
+            if svg_key in seen_svg:
+                drop("duplicate_svg", row, f"same SVG as {seen_svg[svg_key]}")
+                continue
+        prompt_key = _prompt_key(prompt)
+        if prompt_key in seen_prompt:
+            drop("duplicate_prompt", row, f"same prompt as {seen_prompt[prompt_key]}")
+            continue
+        png = row.png
+        if svg is not None:
+            try:
+                png = renderer(svg, size, size)
+            except ValueError as e:
+                drop("malformed", row, f"cannot be rendered: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
+                continue
+        if png is not None and is_blank(png):
+            drop("blank", row, "the rendered image is near-uniform")
+            continue
+
+        if inp.kind == "parquet":
+            base_id = f"{settings.task_id_prefix}-{_safe_id(row.dataset_id) if row.dataset_id else svg_key[:12]}"
+        elif row.dataset_id:
+            base_id = _safe_id(row.dataset_id)
+        else:
+            base_id = f"brief-{hashlib.sha256(prompt_key.encode()).hexdigest()[:12]}"
+        task_id, n = base_id, 1
+        while task_id in used_ids:
+            n += 1
+            task_id = f"{base_id}-{n}"
+        used_ids.add(task_id)
+        ref_rel = None
+        if png is not None:
+            ref_rel = f"refs/{task_id}.png"
+            (out_dir / ref_rel).write_bytes(png)
+        source_prompt = text[:MAX_SOURCE_PROMPT_CHARS]
+        records.append(SvgTaskRecord(
+            task_id=task_id, prompt=prompt, source_prompt=source_prompt, reference_png=ref_rel,
+            source_svg=svg if settings.include_source_svg else None, max_turns=settings.max_turns,
+            agent_timeout_s=settings.agent_timeout_s, verify_timeout_s=settings.verify_timeout_s,
+            source=row.source,
+        ))
+        if svg_key is not None:
+            seen_svg[svg_key] = row.where
+        seen_prompt[prompt_key] = row.where
+
+    write_records(records, out_dir / "tasks.jsonl")
+    provenance = {
+        "tool": {"name": "harness-env svg-dataset", "version": _tool_version()},
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "inputs": [inp.describe() for inp in inputs],
+        "settings": asdict(settings),
+        "filter_order": list(FILTERS),
+        "counts": {"rows_total": sum(i.rows for i in inputs), "examined": examined, "filtered": counts,
+                   "kept": len(records)},
+        "stopped_at_limit": stopped,
+        "examples": {k: v for k, v in examples.items() if v},
+        "outputs": {"tasks": "tasks.jsonl", "refs_dir": "refs", "references": sum(1 for r in records if r.reference_png)},
+    }
+    (out_dir / "provenance.json").write_text(json.dumps(provenance, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return Report(records=records, provenance=provenance, out_dir=out_dir)
+
+
+def _chain_first(first: _Row | None, rest: Iterator[_Row]) -> Iterator[_Row]:
+    if first is not None:
+        yield first
+        yield from rest
+
+
+# --------------------------------------------------------------------------------------------
+# Command line (wired as `harness-env svg-dataset` by cli.py)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not usage + message
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser(prog: str = "harness-env svg-dataset") -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, description="Build SVG icon task records (tasks.jsonl, refs/, provenance.json) from "
+                                       "local parquet shards of an icon dataset and/or a CSV of briefs.")
+    p.add_argument("--parquet", action="append", default=[], metavar="FILE",
+                   help="a parquet shard (repeat for several), e.g. of OmniSVG/MMSVG-Icon")
+    p.add_argument("--csv", action="append", default=[], metavar="FILE",
+                   help="a CSV of briefs: prompt|description|brief, optional task_id|id and reference_image columns")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--overwrite", action="store_true", help="replace a previous output in --out")
+    d = Settings()
+    p.add_argument("--svg-column", default=d.svg_column, help=f"parquet column with the SVG (default {d.svg_column})")
+    p.add_argument("--text-column", default=d.text_column,
+                   help=f"parquet column with the description (default {d.text_column})")
+    p.add_argument("--id-column", default=None, help="parquet column with a row id (default: 'id' when present)")
+    p.add_argument("--csv-prompt-column", default=None, help="CSV column with the prompt")
+    p.add_argument("--csv-image-column", default=None, help="CSV column with a reference image path")
+    p.add_argument("--max-svg-bytes", type=int, default=d.max_svg_bytes)
+    p.add_argument("--max-prompt-chars", type=int, default=d.max_prompt_chars)
+    p.add_argument("--render-size", type=int, default=d.render_size, help="reference PNG width and height")
+    p.add_argument("--limit", type=int, default=None, help="stop after N kept records")
+    p.add_argument("--seed", type=int, default=None, help="shuffle rows with this seed before filtering")
+    p.add_argument("--task-id-prefix", default=d.task_id_prefix)
+    p.add_argument("--max-turns", type=int, default=None)
+    p.add_argument("--agent-timeout-s", type=float, default=d.agent_timeout_s)
+    p.add_argument("--verify-timeout-s", type=float, default=d.verify_timeout_s)
+    p.add_argument("--no-source-svg", action="store_true", help="do not store the dataset's SVG in the records")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit 0 with a summary on stdout; exit 2 with one line on stderr for bad input."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    positive = {"--max-svg-bytes": args.max_svg_bytes, "--max-prompt-chars": args.max_prompt_chars,
+                "--render-size": args.render_size, "--limit": args.limit, "--max-turns": args.max_turns,
+                "--agent-timeout-s": args.agent_timeout_s, "--verify-timeout-s": args.verify_timeout_s}
+    for flag, value in positive.items():
+        if value is not None and not value > 0:
+            parser.error(f"{flag} must be positive")
+    if args.render_size > 4096:
+        parser.error("--render-size must be at most 4096")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,26}", args.task_id_prefix):
+        parser.error("--task-id-prefix must be 1-27 characters of letters, digits, '.', '_' or '-'")
+    settings = Settings(
+        svg_column=args.svg_column, text_column=args.text_column, id_column=args.id_column,
+        csv_prompt_column=args.csv_prompt_column, csv_image_column=args.csv_image_column,
+        max_svg_bytes=args.max_svg_bytes, max_prompt_chars=args.max_prompt_chars, render_size=args.render_size,
+        limit=args.limit, seed=args.seed, task_id_prefix=args.task_id_prefix, max_turns=args.max_turns,
+        agent_timeout_s=args.agent_timeout_s, verify_timeout_s=args.verify_timeout_s,
+        include_source_svg=not args.no_source_svg,
+    )
+    try:
+        report = generate(args.out, parquet=args.parquet, csv_files=args.csv, settings=settings,
+                          overwrite=args.overwrite)
+    except DatasetError as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(report.summary())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
