@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--allow-unauthenticated", action="store_true",
                      default=os.environ.get("HARNESS_ENV_ALLOW_UNAUTHENTICATED") == "1",
                      help="serve a non-loopback address without a token (env HARNESS_ENV_ALLOW_UNAUTHENTICATED=1)")
+    sub.add_parser("svg-dataset", add_help=False,
+                   help="build svg_icon task records from icon parquet shards or a CSV of briefs (--help for its options)")
     return p
 
 
@@ -210,6 +212,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["svg-dataset"]:  # its own parser, options and errors
+        from harness_env.families.svg_icon import dataset
+
+        return dataset.main(argv[1:])
     args = build_parser().parse_args(argv)
     handlers = {"run": _cmd_run, "install": _cmd_install, "serve": _cmd_serve}
     return handlers[args.command](args)

@@ -89,3 +89,8 @@ def test_whitebox_run_writes_training_rows(tmp_path, policy_server):
 
     stored = load(tmp_path / "c.json")
     assert stored.reward == 1.0 and stored.proxy_turns[1].prompt_token_ids[: len(stored.proxy_turns[0].prompt_token_ids)] == stored.proxy_turns[0].prompt_token_ids
+
+
+def test_svg_dataset_subcommand_reports_bad_input_in_one_line(tmp_path):
+    p = _run(["svg-dataset", "--parquet", str(tmp_path / "missing.parquet"), "--out", str(tmp_path / "out")])
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [f"harness-env svg-dataset: error: parquet file {tmp_path / 'missing.parquet'} not found"]
