@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env.core.grading import GradeOutcome
 from harness_env.core.sandbox.local import LocalSandbox
-from harness_env.families.svg_icon import checks, render
+from harness_env.families.svg_icon import render
 from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC, Judge, JudgeConfig, Rubric
 from harness_env.families.svg_icon.preview import PREVIEW_COMMAND, preview_files
 from harness_env.models import RolloutRequest
@@ -111,28 +111,23 @@ class SvgIconGrader:
         opts = self.options
         evidence: dict[str, Any] = {"renderer": opts.renderer, "zero_reasons": [], "page_valid": False, "timings": {}}
         data = sandbox.read_file(ICON_FILE, max_bytes=opts.max_svg_bytes + 1)
-        text = None if data is None else data.decode("utf-8", errors="replace")
-        reasons = checks.inspect_svg(text, opts.max_svg_bytes)
+        t0 = time.monotonic()
+        reasons, rendered = await render.zero_reasons(data, render.RenderSettings(renderer=opts.renderer, max_bytes=opts.max_svg_bytes))
+        evidence["timings"]["checks_and_render_s"] = round(time.monotonic() - t0, 3)
+        if rendered is not None and rendered.png:
+            evidence["rendered_png_b64"] = base64.b64encode(rendered.png).decode()
         if reasons:
             return self._zero(evidence, reasons)
-        t0 = time.monotonic()
-        rendered = await render.render_png_async(text, renderer=opts.renderer)
-        evidence["timings"]["render_s"] = round(time.monotonic() - t0, 3)
-        if rendered.error or not rendered.png:
-            return self._zero(evidence, [f"unrenderable: {rendered.error or 'no image'}"])
-        evidence["rendered_png_b64"] = base64.b64encode(rendered.png).decode()
-        if checks.is_blank(rendered.png):
-            return self._zero(evidence, ["blank: the rendered icon is a near-uniform image"])
+        assert rendered is not None
         evidence["page_valid"] = True
         reference = Path(opts.reference_png).read_bytes() if opts.reference_png else None
         rubric = opts.rubric or DEFAULT_RUBRIC
-        judge = Judge(JudgeConfig.from_env())
-        outcome = await judge.score(opts.source_prompt or self.prompt, rendered.png, reference,
-                                    {"renderer": opts.renderer, "svg_bytes": len(data or b""), "size": [rendered.width, rendered.height]}, rubric)
+        outcome = await Judge(JudgeConfig.from_env()).score(
+            opts.source_prompt or self.prompt, rendered.png, reference,
+            {"renderer": opts.renderer, "svg_bytes": len(data or b""), "size": [rendered.width, rendered.height]}, rubric,
+        )
+        evidence["judge"] = outcome.to_evidence(rubric)
         evidence["timings"]["judge_s"] = round(outcome.seconds, 3)
-        evidence["judge"] = {"raw_answer": outcome.raw_answer, "attempts": outcome.attempts,
-                             "scores": {k: {"score": s, "reason": r} for k, (s, r) in (outcome.scores or {}).items()},
-                             "weights": {d.name: d.weight for d in rubric.dimensions}}
         if outcome.reward is None:
             return GradeOutcome(None, None, evidence=evidence, error=f"the judge failed after {outcome.attempts} attempt(s): {outcome.error}")
         return GradeOutcome(outcome.reward, "judge", [f"judge: weighted mean over {len(rubric.dimensions)} rubric dimensions"], evidence)

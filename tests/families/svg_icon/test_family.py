@@ -1,0 +1,120 @@
+"""The svg_icon family end to end: the real Pi CLI writes icon.svg (scripted fake policy), the
+server renders it and asks a scripted fake judge; zero before the judge; judge failures."""
+
+import base64
+import json
+
+import pytest
+import resvg_py
+
+from harness_env import Endpoint, RolloutRequest, Task, run_rollout
+from harness_env.core.errors import InvalidRequestError
+from harness_env.families import prepare
+from harness_env.families.svg_icon.preview import PREVIEW_COMMAND
+from tests.fakes.judge import FakeJudge, FakeJudgeServer
+
+pytestmark = pytest.mark.e2e
+
+RED_SQUARE = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 100 100"><rect x="20" y="20" width="60" height="60" fill="#e00"/></svg>'
+BLANK = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 100 100"><rect width="100" height="100" fill="#fff"/></svg>'
+
+
+def write_icon(svg: str) -> dict:
+    return {"bash": f"cat > icon.svg <<'EOF'\n{svg}\nEOF"}
+
+
+@pytest.fixture
+def judge(monkeypatch):
+    fake = FakeJudge()
+    with FakeJudgeServer(fake) as srv:
+        monkeypatch.setenv("HARNESS_ENV_JUDGE_BASE_URL", srv.base_url)
+        monkeypatch.setenv("HARNESS_ENV_JUDGE_MODEL", "judge-vl")
+        monkeypatch.setenv("HARNESS_ENV_JUDGE_API_KEY", "sk-judge-secret-77")
+        yield fake
+
+
+@pytest.fixture
+def reference(tmp_path):
+    path = tmp_path / "reference.png"
+    path.write_bytes(resvg_py.svg_to_bytes(svg_string=RED_SQUARE, width=256, height=256, background="#ffffff"))
+    return str(path)
+
+
+def icon_request(policy_server, script, **options):
+    policy_server.policy.scripts["m"] = script
+    return RolloutRequest(task=Task(instruction="a red square", task_id="icon-1"), harness="pi", task_family="svg_icon",
+                          family_options={"renderer": "resvg", **options}, agent_timeout_s=90,
+                          endpoint=Endpoint(base_url=policy_server.base_url, model="m"))
+
+
+async def test_a_good_icon_gets_the_judges_weighted_score(policy_server, judge, reference):
+    judge.expect_images = 2
+    judge.script = [{"scores": {"semantic_match": 1.0, "composition": 0.5, "geometry": 1.0, "style": 0.5, "aesthetics": 0.5}}]
+    req = icon_request(policy_server, [write_icon(RED_SQUARE), {"bash": PREVIEW_COMMAND}, {"text": "done"}],
+                       reference_png=reference, renderer="chromium")
+    res = await run_rollout(req)
+    assert res.error is None, res.error
+    assert res.reward == pytest.approx(0.7) and res.reward_source == "judge"
+    assert judge.calls == 1 and judge.problems == []
+    g = res.grading
+    assert g["page_valid"] and g["zero_reasons"] == [] and g["renderer"] == "chromium"
+    assert g["judge"]["scores"]["composition"]["score"] == 0.5 and g["judge"]["raw_answer"]
+    # The candidate the judge saw is the PNG in the evidence; the reference went to the judge only.
+    assert base64.b64decode(g["rendered_png_b64"]) in judge.images[0]
+    assert "reference.png" not in json.dumps(res.files) and all(not f.endswith(".png") or f == "icon.preview.png" for f in res.files)
+    preview = res.proxy_turns[2].request_messages[-1]  # Pi sent the preview's report back to the model
+    assert "blank" in json.dumps(preview).lower()
+    assert "sk-judge-secret-77" not in res.model_dump_json()
+
+
+@pytest.mark.parametrize(
+    ("script", "reason"),
+    [
+        ([{"text": "I will not draw."}], "empty"),
+        ([write_icon("<svg><rect"), {"text": "done"}], "not_xml"),
+        ([write_icon("<html><body/></html>"), {"text": "done"}], "not_svg_root"),
+        ([write_icon(BLANK), {"text": "done"}], "blank"),
+    ],
+)
+async def test_bad_submissions_get_0_without_asking_the_judge(policy_server, judge, script, reason):
+    res = await run_rollout(icon_request(policy_server, script))
+    assert res.error is None and res.reward == 0.0 and res.reward_source == "zero_check"
+    assert any(r.startswith(reason) for r in res.grading["zero_reasons"]), res.grading["zero_reasons"]
+    assert judge.calls == 0
+
+
+async def test_a_custom_rubric_weights_the_scores(policy_server, judge):
+    judge.script = [{"scores": {"shape": 1.0, "colour": 0.0}}]
+    rubric = {"dimensions": [{"name": "shape", "description": "Is it a square?", "weight": 3},
+                             {"name": "colour", "description": "Is it red?", "weight": 1}]}
+    res = await run_rollout(icon_request(policy_server, [write_icon(RED_SQUARE), {"text": "done"}], rubric=rubric))
+    assert res.reward == pytest.approx(0.75) and set(res.grading["judge"]["scores"]) == {"shape", "colour"}
+
+
+async def test_judge_down_is_an_infrastructure_error_not_a_zero(policy_server, judge):
+    judge.default_step = {"status": 503}
+    res = await run_rollout(icon_request(policy_server, [write_icon(RED_SQUARE), {"text": "done"}]))
+    assert res.reward is None and res.error_kind == "judge" and "503" in res.error
+    assert judge.calls >= 2  # retried before giving up
+
+
+def test_bad_family_input_is_refused_before_any_work(monkeypatch, reference):
+    def req(**options):
+        return RolloutRequest(task=Task(instruction="a red square"), task_family="svg_icon", family_options=options,
+                              endpoint=Endpoint(base_url="http://127.0.0.1:9/v1", model="m"))
+
+    monkeypatch.delenv("HARNESS_ENV_JUDGE_BASE_URL", raising=False)
+    with pytest.raises(InvalidRequestError, match="HARNESS_ENV_JUDGE_BASE_URL"):
+        prepare(req(renderer="resvg"), trusted=True)
+    monkeypatch.setenv("HARNESS_ENV_JUDGE_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("HARNESS_ENV_JUDGE_MODEL", "j")
+    with pytest.raises(InvalidRequestError, match="svg_icon family_options: colour: Extra inputs are not permitted"):
+        prepare(req(colour="red"), trusted=True)
+    with pytest.raises(InvalidRequestError, match="HARNESS_ENV_REFERENCE_DIR"):
+        prepare(req(reference_png=reference, renderer="resvg"), trusted=False)  # a remote caller names no server path
+    with pytest.raises(InvalidRequestError, match="not a PNG"):
+        prepare(req(reference_png=__file__, renderer="resvg"), trusted=True)
+    prepared, grader = prepare(req(reference_png=reference, renderer="resvg"), trusted=True)
+    assert prepared.task.files["icon.svg"] == "" and "a red square" in prepared.task.instruction and grader is not None
+    assert reference not in json.dumps(prepared.task.model_dump())  # the agent never sees the reference
+    assert prepare(prepared, trusted=True)[0] == prepared  # preparing twice changes nothing
