@@ -39,11 +39,8 @@ import json
 import random
 import re
 import shutil
-import struct
 import sys
 import xml.etree.ElementTree as ET
-import zlib
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -51,6 +48,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from harness_env.core.errors import InvalidRequestError
+from harness_env.families.svg_icon import checks
 from harness_env.families.svg_icon.records import (
     MAX_PROMPT_CHARS,
     MAX_SOURCE_PROMPT_CHARS,
@@ -66,7 +64,6 @@ CSV_PROMPT_COLUMNS = ("prompt", "description", "brief")
 CSV_ID_COLUMNS = ("task_id", "id")
 CSV_IMAGE_COLUMNS = ("reference_image", "reference_png", "reference", "image")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-SVG_NS = "http://www.w3.org/2000/svg"
 
 Renderer = Callable[[str, int, int], bytes]
 """(svg_text, width, height) -> PNG bytes; raises ValueError when the SVG cannot be rendered."""
@@ -89,127 +86,16 @@ def render_with_resvg(svg_text: str, width: int, height: int) -> bytes:
     return bytes(resvg_py.svg_to_bytes(svg_string=svg_text, width=width, height=height, background="#ffffff"))
 
 
-# TODO(merge): use checks.inspect_svg (families/svg_icon/checks.py) instead of this private copy.
 def _svg_problem(svg_text: str) -> str | None:
-    """Why this text is not an acceptable standalone SVG document, or None when it is."""
-    if re.search(r"<!\s*(DOCTYPE|ENTITY)", svg_text, re.IGNORECASE):
-        return "DOCTYPE/ENTITY declarations are not allowed"
-    try:
-        root = ET.fromstring(svg_text)
-    except ET.ParseError as e:
-        return f"not XML: {e}"
-    ns, _, local = root.tag.rpartition("}")
-    if local != "svg" or (ns and ns.lstrip("{") != SVG_NS):
-        return f"root element is <{root.tag}>, not <svg>"
-    for el in root.iter():
-        for name, value in el.attrib.items():
-            if name.rpartition("}")[2] == "href":
-                v = value.strip()
-                if not (v.startswith("#") or v.lower().startswith("data:")):
-                    return f"external reference {v[:80]!r} (only '#id' and 'data:' hrefs are allowed)"
+    """Why this text is not an acceptable standalone SVG document (checks.inspect_svg, plus no
+    external references: resvg would read local files), or None when it is."""
+    reasons = checks.inspect_svg(svg_text, max_bytes=len(svg_text.encode()) + 1)  # length is its own filter
+    if reasons:
+        return reasons[0]
+    refs = checks.external_refs(svg_text)
+    if refs:
+        return f"external reference {refs[0][:80]!r} (only '#id' and 'data:' hrefs are allowed)"
     return None
-
-
-def _png_pixels(png: bytes) -> tuple[int, int, int, bytes] | None:
-    """Decode an 8-bit, non-interlaced PNG (what resvg writes) to (width, height, channels, raw
-    pixels); None for any other kind of PNG (palette, 16-bit, interlaced) or a broken file."""
-    if not png.startswith(PNG_SIGNATURE):
-        return None
-    pos, ihdr, idat = 8, None, []
-    try:
-        while pos + 8 <= len(png):
-            (n,) = struct.unpack(">I", png[pos : pos + 4])
-            kind, data = png[pos + 4 : pos + 8], png[pos + 8 : pos + 8 + n]
-            pos += 12 + n
-            if kind == b"IHDR":
-                ihdr = struct.unpack(">IIBBBBB", data)
-            elif kind == b"IDAT":
-                idat.append(data)
-            elif kind == b"IEND":
-                break
-        if ihdr is None:
-            return None
-        width, height, depth, color, _, _, interlace = ihdr
-        channels = {0: 1, 2: 3, 4: 2, 6: 4}.get(color)
-        if depth != 8 or channels is None or interlace != 0 or width == 0 or height == 0:
-            return None
-        raw = zlib.decompress(b"".join(idat))
-    except (struct.error, zlib.error):
-        return None
-    stride = width * channels
-    if len(raw) < height * (stride + 1):
-        return None
-    out = bytearray(height * stride)
-    prev = bytearray(stride)
-    bpp = channels
-    for y in range(height):
-        start = y * (stride + 1)
-        ftype, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
-        if ftype == 1:  # Sub
-            for i in range(bpp, stride):
-                line[i] = (line[i] + line[i - bpp]) & 255
-        elif ftype == 2:  # Up
-            line = bytearray((a + b) & 255 for a, b in zip(line, prev))
-        elif ftype == 3:  # Average
-            for i in range(stride):
-                left = line[i - bpp] if i >= bpp else 0
-                line[i] = (line[i] + ((left + prev[i]) >> 1)) & 255
-        elif ftype == 4:  # Paeth
-            for i in range(stride):
-                a = line[i - bpp] if i >= bpp else 0
-                b = prev[i]
-                c = prev[i - bpp] if i >= bpp else 0
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-        elif ftype != 0:
-            return None
-        out[y * stride : (y + 1) * stride] = line
-        prev = line
-    return width, height, channels, bytes(out)
-
-
-# TODO(merge): use checks.is_blank (families/svg_icon/checks.py) instead of this private copy.
-def _png_is_near_uniform(png: bytes, *, tolerance: int = 8, min_ink_fraction: float = 0.001) -> bool:
-    """True when fewer than `min_ink_fraction` of the pixels differ (by more than `tolerance` in
-    some channel, after compositing on white) from the image's most common colour. A PNG this
-    decoder does not read is never called blank."""
-    decoded = _png_pixels(png)
-    if decoded is None:
-        return False
-    width, height, channels, px = decoded
-    n = width * height
-    opaque = channels in (1, 3) or px[channels - 1 :: channels].count(255) == n
-    if not opaque:  # composite on white so transparent == white
-        color = channels - 1
-        flat = bytearray()
-        for i in range(0, len(px), channels):
-            a = px[i + color]
-            flat.extend((v * a + 255 * (255 - a)) // 255 for v in px[i : i + color])
-        px, channels = bytes(flat), color
-    color = channels - 1 if channels in (2, 4) else channels  # alpha (all 255 here) is not compared
-    if channels == 4:  # one int per pixel: fast counting
-        pixels = memoryview(px).cast("I").tolist()
-        mode_int = Counter(pixels).most_common(1)[0][0]
-        mode = mode_int.to_bytes(4, sys.byteorder)[:color]
-        differing = (px[i * 4 : i * 4 + color] for i, p in enumerate(pixels) if p != mode_int)
-    else:
-        pixels = [px[i : i + channels] for i in range(0, len(px), channels)]
-        mode_full = Counter(pixels).most_common(1)[0][0]
-        mode = mode_full[:color]
-        differing = (p[:color] for p in pixels if p != mode_full)
-    limit = min_ink_fraction * n
-    ink = 0
-    for p in differing:
-        if max(abs(x - y) for x, y in zip(p, mode)) > tolerance:
-            ink += 1
-            if ink >= limit:
-                return False
-    return True
-
-
-# --------------------------------------------------------------------------------------------
-# Normalisation
 
 
 def _clean_prompt(text: str) -> str:
@@ -460,7 +346,7 @@ def generate(
     csv_files: list[str | Path] = (),
     settings: Settings | None = None,
     renderer: Renderer = render_with_resvg,
-    is_blank: BlankCheck = _png_is_near_uniform,
+    is_blank: BlankCheck = checks.is_blank,
     overwrite: bool = False,
 ) -> Report:
     """Filter the inputs' rows into task records; write tasks.jsonl, refs/ and provenance.json.

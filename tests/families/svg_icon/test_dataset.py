@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from harness_env.families.svg_icon import checks
 from harness_env.families.svg_icon import dataset
 from harness_env.families.svg_icon.dataset import DatasetError, Settings, generate, main
 from harness_env.families.svg_icon.records import RecordsError, load_records
@@ -187,10 +188,10 @@ def test_existing_output_needs_overwrite(tmp_path):
 
 
 def test_blank_check_on_resvg_output():
-    assert dataset._png_is_near_uniform(dataset.render_with_resvg(BLANK, 256, 256))
-    assert not dataset._png_is_near_uniform(dataset.render_with_resvg(STAR, 256, 256))
+    assert checks.is_blank(dataset.render_with_resvg(BLANK, 256, 256))
+    assert not checks.is_blank(dataset.render_with_resvg(STAR, 256, 256))
     thin = f'<svg {NS} viewBox="0 0 24 24"><path d="M2 12H22" stroke="#000" stroke-width="0.5"/></svg>'
-    assert not dataset._png_is_near_uniform(dataset.render_with_resvg(thin, 256, 256))
+    assert not checks.is_blank(dataset.render_with_resvg(thin, 256, 256))
 
 
 def test_cli(tmp_path, capsys):
