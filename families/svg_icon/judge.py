@@ -19,7 +19,7 @@ Why it looks like this:
   retried once, within the same attempt budget: the judge samples at temperature 0 under a strict
   schema, so a second bad answer means it cannot follow the schema and more calls only cost money.
 - One concurrency limit per (base URL, model, limit) is shared by every rollout of the process,
-  whichever event loop or thread it runs in (`_Limiter`); a slot is held only while a request is in
+  whichever event loop or thread it runs in (`ProcessLimiter`); a slot is held only while a request is in
   flight, not during backoff.
 """
 
@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import collections
 import json
 import math
 import os
 import random
 import re
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,6 +41,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from harness_env.core.errors import InvalidRequestError
+from harness_env.core.limits import ProcessLimiter
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
@@ -363,74 +362,9 @@ def _answer_text(payload: Any) -> str:
 # --------------------------------------------------------------------------------------- limiter
 
 
-class _Limiter:
-    """A counting semaphore shared by every event loop and thread of the process.
-
-    asyncio.Semaphore belongs to one loop, but rollouts may run in several (run_rollout_sync in
-    worker threads), and the judge's limit is per judge, not per loop. A waiter parks on a future
-    of its own loop; a release hands the slot straight to the oldest waiter through
-    call_soon_threadsafe.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.in_use = 0
-        self._lock = threading.Lock()
-        self._waiters: collections.deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = collections.deque()
-
-    async def acquire(self) -> None:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            if self.in_use < self.limit and not self._waiters:
-                self.in_use += 1
-                return
-            fut: asyncio.Future[None] = loop.create_future()
-            entry = (loop, fut)
-            self._waiters.append(entry)
-        try:
-            await fut
-        except asyncio.CancelledError:
-            with self._lock:
-                if entry in self._waiters:  # never granted
-                    self._waiters.remove(entry)
-                    raise
-            if fut.done() and not fut.cancelled():  # granted, then cancelled: give the slot back
-                self.release()
-            # else: the grant is still on its way; _grant sees the cancelled future and releases
-            raise
-
-    def release(self) -> None:
-        with self._lock:
-            while self._waiters:
-                loop, fut = self._waiters.popleft()
-                try:
-                    loop.call_soon_threadsafe(self._grant, fut)
-                    return  # the slot passes to that waiter; in_use is unchanged
-                except RuntimeError:  # its loop is closed
-                    continue
-            self.in_use -= 1
-
-    def _grant(self, fut: asyncio.Future[None]) -> None:
-        if fut.done():  # cancelled meanwhile
-            self.release()
-        else:
-            fut.set_result(None)
-
-    async def __aenter__(self) -> None:
-        await self.acquire()
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release()
-
-
-_LIMITERS: dict[tuple[str, str, int], _Limiter] = {}
-_LIMITERS_LOCK = threading.Lock()
-
-
-def shared_limiter(base_url: str, model: str, limit: int) -> _Limiter:
+def shared_limiter(base_url: str, model: str, limit: int) -> ProcessLimiter:
     """The process-wide limiter of one judge (base URL, model, limit)."""
-    with _LIMITERS_LOCK:
-        return _LIMITERS.setdefault((base_url, model, limit), _Limiter(limit))
+    return ProcessLimiter.named(("judge", base_url, model), limit)
 
 
 # --------------------------------------------------------------------------------------- judge

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from harness_env.core.errors import HarnessEnvError
+from harness_env.core.limits import ProcessLimiter
 from harness_env.families.svg_icon import checks
 from harness_env.families.svg_icon.checks import (
     CHROMIUM_INSTALL_HINT,
@@ -177,7 +178,19 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+def render_concurrency() -> int:
+    """Browsers this process runs at once for grading (HARNESS_ENV_RENDER_CONCURRENCY, default the
+    number of cores): hundreds of rollouts finishing together must not start hundreds of Chromiums."""
+    value = os.environ.get("HARNESS_ENV_RENDER_CONCURRENCY", "")
+    return int(value) if value.isdigit() and int(value) > 0 else max(1, os.cpu_count() or 1)
+
+
 async def _render_chromium(svg_text: str, width: int, height: int, background: str, timeout_s: float) -> tuple[bytes, str | None]:
+    async with ProcessLimiter.named("chromium-render", render_concurrency()):
+        return await _render_chromium_now(svg_text, width, height, background, timeout_s)
+
+
+async def _render_chromium_now(svg_text: str, width: int, height: int, background: str, timeout_s: float) -> tuple[bytes, str | None]:
     chromium = chromium_path()
     tmp = await asyncio.to_thread(tempfile.mkdtemp, prefix="harness-env-render-", dir=checks.chromium_tmp_root())
     try:

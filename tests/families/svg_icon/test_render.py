@@ -138,3 +138,24 @@ async def test_zero_reasons():
     ext = '<svg xmlns="http://www.w3.org/2000/svg"><image href="/etc/x.png" width="9" height="9"/></svg>'
     reasons, _ = await zero_reasons(ext, settings)
     assert [checks.reason_code(r) for r in reasons] == ["unrenderable"]
+
+
+async def test_chromium_renders_are_limited_per_process(monkeypatch):
+    import asyncio
+
+    from harness_env.families.svg_icon import render as render_mod
+
+    monkeypatch.setenv("HARNESS_ENV_RENDER_CONCURRENCY", "1")
+    running, peak = 0, 0
+
+    async def fake_render(*_args):
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+        return b"", "fake"
+
+    monkeypatch.setattr(render_mod, "_render_chromium_now", fake_render)
+    await asyncio.gather(*(render_mod._render_chromium("<svg/>", 8, 8, "#fff", 5) for _ in range(4)))
+    assert peak == 1
