@@ -453,3 +453,13 @@ def chromium_argv(chromium: str, page: str, out_png: str, user_data_dir: str, wi
         f"--window-size={width},{height}",
         "file://" + os.path.abspath(page),
     ]
+
+
+def read_screenshot(path: str, returncode: int | None, stderr: bytes) -> tuple[bytes, str | None]:
+    """The PNG a Chromium run wrote to `path`, or why there is none (its last stderr lines)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(), None
+    except OSError:
+        tail = stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
+        return b"", f"Chromium wrote no screenshot (exit {returncode}): {' | '.join(tail)}"

@@ -91,12 +91,7 @@ def render_with_chromium(svg: bytes, width: int, height: int, timeout_s: float =
             proc.communicate()
             return b"", f"Chromium did not finish within {timeout_s:g}s"
         _killpg(proc.pid)
-        try:
-            with open(out, "rb") as f:
-                return f.read(), None
-        except OSError:
-            tail = stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
-            return b"", f"Chromium wrote no screenshot (exit {proc.returncode}): {' | '.join(tail)}"
+        return checks.read_screenshot(out, proc.returncode, stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

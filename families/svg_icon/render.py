@@ -218,12 +218,7 @@ async def _render_chromium_now(svg_text: str, width: int, height: int, backgroun
             _kill_group(proc.pid)  # helpers (GPU, renderer, zygote) left behind, or all on timeout
             if proc.returncode is None:
                 await proc.wait()
-        try:
-            with open(out, "rb") as f:
-                return f.read(), None
-        except OSError:
-            tail = stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
-            return b"", f"Chromium wrote no screenshot (exit {proc.returncode}): {' | '.join(tail)}"
+        return checks.read_screenshot(out, proc.returncode, stderr)
     finally:
         await asyncio.to_thread(shutil.rmtree, tmp, True)
 
