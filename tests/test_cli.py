@@ -1,6 +1,7 @@
 """The `harness-env` command as a user runs it."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -94,3 +95,24 @@ def test_whitebox_run_writes_training_rows(tmp_path, policy_server):
 def test_svg_dataset_subcommand_reports_bad_input_in_one_line(tmp_path):
     p = _run(["svg-dataset", "--parquet", str(tmp_path / "missing.parquet"), "--out", str(tmp_path / "out")])
     assert p.returncode == 2 and p.stderr.strip().splitlines() == [f"harness-env svg-dataset: error: parquet file {tmp_path / 'missing.parquet'} not found"]
+
+
+@pytest.mark.e2e
+def test_svg_icon_task_file(tmp_path, policy_server):
+    import resvg_py
+
+    from tests.fakes.judge import FakeJudge, FakeJudgeServer
+
+    svg = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 10 10"><circle cx="5" cy="5" r="4" fill="#00f"/></svg>'
+    policy_server.policy.scripts["m"] = [{"bash": f"printf '%s' '{svg}' > icon.svg"}, {"text": "drawn"}]
+    (tmp_path / "ref.png").write_bytes(resvg_py.svg_to_bytes(svg_string=svg, width=64, height=64, background="#ffffff"))
+    (tmp_path / "icon.json").write_text(json.dumps({"task_family": "svg_icon", "prompt": "a blue dot", "reference_png": "ref.png",
+                                                    "renderer": "resvg", "max_turns": 4}))
+    judge = FakeJudge(expect_images=2)
+    with FakeJudgeServer(judge) as srv:
+        env = {**os.environ, "HARNESS_ENV_JUDGE_BASE_URL": srv.base_url, "HARNESS_ENV_JUDGE_MODEL": "vl"}
+        p = _run(["run", "--task", "icon.json", "--base-url", policy_server.base_url, "--model", "m", "--quiet"], cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr
+    result = json.loads(p.stdout)
+    assert result["reward"] == 0.8 and result["reward_source"] == "judge" and judge.problems == []
+    assert result["grading"]["page_valid"] and len(policy_server.policy.tool_requests()) == 2

@@ -118,3 +118,25 @@ def test_bad_family_input_is_refused_before_any_work(monkeypatch, reference):
     assert prepared.task.files["icon.svg"] == "" and "a red square" in prepared.task.instruction and grader is not None
     assert reference not in json.dumps(prepared.task.model_dump())  # the agent never sees the reference
     assert prepare(prepared, trusted=True)[0] == prepared  # preparing twice changes nothing
+
+
+def test_through_the_server_references_come_only_from_its_reference_dir(start_server, policy_server, tmp_path):
+    from harness_env.client import HarnessEnv, HarnessEnvClientError
+
+    refs = tmp_path / "refs"
+    refs.mkdir()
+    (refs / "square.png").write_bytes(resvg_py.svg_to_bytes(svg_string=RED_SQUARE, width=64, height=64, background="#ffffff"))
+    outside = tmp_path / "outside.png"
+    outside.write_bytes((refs / "square.png").read_bytes())
+    policy_server.policy.scripts["m"] = [write_icon(RED_SQUARE), {"text": "done"}]
+    judge = FakeJudge(expect_images=2)
+    with FakeJudgeServer(judge) as jsrv:
+        server = start_server(env={"HARNESS_ENV_JUDGE_BASE_URL": jsrv.base_url, "HARNESS_ENV_JUDGE_MODEL": "vl",
+                                   "HARNESS_ENV_REFERENCE_DIR": str(refs)})
+        with HarnessEnv(server.url) as env:
+            args = {"instruction": "a red square", "base_url": policy_server.base_url, "model": "m", "task_family": "svg_icon"}
+            res = env.run_rollout(**args, family_options={"reference_png": "square.png", "renderer": "resvg"})
+            with pytest.raises(HarnessEnvClientError) as e:
+                env.run_rollout(**args, family_options={"reference_png": str(outside), "renderer": "resvg"})
+    assert res.error is None and res.reward == 0.8 and judge.problems == []
+    assert e.value.status == 422 and "HARNESS_ENV_REFERENCE_DIR" in e.value.message
