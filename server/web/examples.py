@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -12,6 +13,8 @@ class ExampleTask:
     setup: list[str] = field(default_factory=list)
     verify: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
+    task_family: str | None = None  # None: a shell task graded by its verify commands
+    family_options: dict[str, Any] = field(default_factory=dict)
 
 
 _CALC = '''def add(a, b):
@@ -59,6 +62,12 @@ EXAMPLES: list[ExampleTask] = [
         instruction="Write the secret number into answer.txt. (Nobody told you the number: this task is meant to fail, "
         "to show what a failed verify looks like.)",
         verify=["test -f answer.txt", 'test "$(cat answer.txt)" = "8675309-not-guessable"'],
+    ),
+    ExampleTask(
+        name="draw an icon (svg_icon)",
+        instruction="a red square on white",
+        task_family="svg_icon",
+        family_options={"renderer": "chromium"},
     ),
 ]
 

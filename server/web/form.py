@@ -3,14 +3,20 @@ surface sends), plus the choices the form offers. Pure functions: no Gradio, no 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from pydantic import SecretStr, ValidationError
 
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
+from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC, Rubric
 from harness_env.models import HarnessInfo, RolloutArgs
 
 EXPLICIT = "explicit base URL"
+SHELL_TASK = "shell task (verify commands)"
+SVG_ICON = "svg_icon"
+TASK_FAMILIES = [SHELL_TASK, SVG_ICON]
+RENDERERS = ["chromium", "resvg"]
 
 
 @dataclass
@@ -30,6 +36,49 @@ class WebForm:
     setup: str = ""  # one command per line
     verify: str = ""
     files: list[tuple[str, str]] = field(default_factory=list)  # (path, content); empty paths ignored
+    task_family: str = SHELL_TASK  # SHELL_TASK or SVG_ICON; the svg fields below count only for SVG_ICON
+    reference_png: str = ""  # a path under the server's $HARNESS_ENV_REFERENCE_DIR (or relative to it)
+    source_prompt: str = ""
+    renderer: str = "chromium"
+    rubric: str = ""  # JSON {"dimensions": [{name, description, weight}]}; blank: the judge's default rubric
+
+
+def default_rubric_json() -> str:
+    """The judge's default rubric as the form's editable JSON text: one dimension per line."""
+    dims = [json.dumps(d.model_dump(mode="json")) for d in DEFAULT_RUBRIC.dimensions]
+    return '{"dimensions": [\n  ' + ",\n  ".join(dims) + "\n]}"
+
+
+def parse_rubric(text: str) -> dict | None:
+    """The rubric textbox -> the rubric family option (None when blank). One-line errors."""
+    if not (text or "").strip():
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidRequestError(f"rubric is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+    try:
+        return Rubric.model_validate(data).model_dump(mode="json")
+    except ValidationError as e:
+        raise InvalidRequestError("rubric: " + describe_validation_error(e).replace("invalid request: ", "")) from None
+
+
+def family_fields(form: WebForm) -> dict:
+    """task_family and family_options for RolloutArgs: nothing for a shell task."""
+    if form.task_family in (SHELL_TASK, "", None):
+        return {}
+    if form.task_family != SVG_ICON:
+        raise InvalidRequestError(f"unknown task family {form.task_family!r}; choose one of: {', '.join(TASK_FAMILIES)}")
+    if form.renderer not in RENDERERS:
+        raise InvalidRequestError(f"renderer must be one of {', '.join(RENDERERS)}, got {form.renderer!r}")
+    options: dict = {"renderer": form.renderer}
+    if (form.reference_png or "").strip():
+        options["reference_png"] = form.reference_png.strip()
+    if (form.source_prompt or "").strip():
+        options["source_prompt"] = form.source_prompt.strip()
+    if (rubric := parse_rubric(form.rubric)) is not None:
+        options["rubric"] = rubric
+    return {"task_family": SVG_ICON, "family_options": options}
 
 
 def lines(text: str) -> list[str]:
@@ -53,11 +102,12 @@ def to_args(form: WebForm) -> RolloutArgs:
         files[path] = content or ""
     endpoint = {"endpoint": form.endpoint} if form.endpoint != EXPLICIT else {
         "base_url": form.base_url.strip(), "model": form.model.strip(), "api_key": SecretStr(form.api_key or "")}
+    family = family_fields(form)
     try:
         return RolloutArgs(
             instruction=form.instruction,
             setup=lines(form.setup),
-            verify=lines(form.verify),
+            verify=[] if family else lines(form.verify),  # svg_icon grades the icon, not commands
             files=files,
             harness=form.harness,
             mode=form.mode,  # type: ignore[arg-type]
@@ -66,6 +116,7 @@ def to_args(form: WebForm) -> RolloutArgs:
             max_tokens_cap=_positive_int(form.max_tokens_cap),
             disable_thinking=bool(form.disable_thinking),
             top_logprobs=int(form.top_logprobs or 0),
+            **family,
             **endpoint,
         )
     except ValidationError as e:

@@ -9,6 +9,8 @@ elapsed time) until the result arrives. Cancel cancels that task; the engine the
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import os
 import tempfile
 import time
@@ -26,7 +28,12 @@ from harness_env.server.web import render  # noqa: E402
 from harness_env.server.web.examples import example_names, get_example  # noqa: E402
 from harness_env.server.web.form import (  # noqa: E402
     EXPLICIT,
+    RENDERERS,
+    SHELL_TASK,
+    SVG_ICON,
+    TASK_FAMILIES,
     WebForm,
+    default_rubric_json,
     disable_thinking_default,
     endpoint_choices,
     endpoint_note,
@@ -38,6 +45,27 @@ FILE_SLOTS = 8  # file rows the form offers (shown one by one with "Add file")
 HISTORY_LIMIT = 50  # rollouts kept per browser session
 MAX_JSON_VIEW_CHARS = 300_000  # the JSON tab; the download always has everything
 TICK_S = 0.25  # how often the elapsed time refreshes while nothing else happens
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MAX_REFERENCE_BYTES = 8 * 1024 * 1024  # as the svg_icon family allows
+INSTRUCTION_LABELS = {SHELL_TASK: "instruction", SVG_ICON: "what to draw (the svg_icon instruction)"}
+REFERENCE_NOTE = ("reference PNG path (optional): a file on the server under its `HARNESS_ENV_REFERENCE_DIR` "
+                  "(absolute, or relative to that directory); only the judge sees it, never the agent")
+
+
+def reference_b64(path: str | None) -> str | None:
+    """The reference PNG of an svg_icon rollout, base64, for the grading tab: None when the request
+    had none, "" when it can no longer be read. `path` is the one the family resolved and checked
+    (under $HARNESS_ENV_REFERENCE_DIR) when the rollout was accepted; it is never sent to the page."""
+    if not path:
+        return None
+    try:
+        p = Path(path)
+        if p.stat().st_size > MAX_REFERENCE_BYTES:
+            return ""
+        data = p.read_bytes()
+    except OSError:
+        return ""
+    return base64.b64encode(data).decode() if data.startswith(PNG_SIGNATURE) else ""
 
 
 class WebPage:
@@ -82,7 +110,16 @@ class WebPage:
                 with gr.Column(scale=2, min_width=480):
                     gr.Markdown("### Task")
                     self.example = gr.Dropdown(choices=example_names(), value=None, label="load an example task", elem_id="example")
+                    self.task_family = gr.Radio(TASK_FAMILIES, value=SHELL_TASK, label="task family", elem_id="task-family")
                     self.instruction = gr.Textbox(label="instruction", lines=4, elem_id="instruction")
+                    with gr.Group(visible=False, elem_id="svg-fields") as self.svg_group:
+                        gr.Markdown("svg_icon: the agent writes `icon.svg`; the server renders it and a vision judge "
+                                    "(the server's `HARNESS_ENV_JUDGE_*`) scores it on the rubric. Verify commands are not used.")
+                        self.reference_png = gr.Textbox(label=REFERENCE_NOTE, placeholder="refs/red-square.png", elem_id="reference-png")
+                        self.source_prompt = gr.Textbox(label="source prompt for the judge (optional; default: what to draw)", lines=2, elem_id="source-prompt")
+                        self.renderer = gr.Radio(RENDERERS, value="chromium", label="renderer", elem_id="renderer")
+                        self.rubric = gr.Textbox(value=default_rubric_json(), label="rubric (JSON: dimensions with name, description, weight; blank: the default)",
+                                                 lines=8, max_lines=24, elem_id="rubric")
                     with gr.Row():
                         self.setup = gr.Textbox(label="setup commands (one per line)", lines=3, elem_id="setup")
                         self.verify = gr.Textbox(label="verify commands (one per line)", lines=3, elem_id="verify")
@@ -106,9 +143,11 @@ class WebPage:
             with gr.Row():
                 self.reward = gr.HTML(render.reward_html(None), elem_id="reward")
                 self.summary = gr.Markdown("", elem_id="summary")
-            with gr.Tabs():
+            with gr.Tabs() as self.tabs:
                 with gr.Tab("verify", id="verify"):
                     self.verify_html = gr.HTML("", elem_id="verify-results")
+                with gr.Tab("grading", id="grading"):
+                    self.grading_html = gr.HTML("", elem_id="grading")
                 with gr.Tab("files", id="files"):
                     self.files_html = gr.HTML("", elem_id="files-out")
                 with gr.Tab("conversation", id="conversation"):
@@ -128,19 +167,22 @@ class WebPage:
     @property
     def _result_outputs(self) -> list[gr.components.Component]:
         return [self.reward, self.summary, self.verify_html, self.files_html, self.chat, self.logprob_plot,
-                self.logprob_md, self.json_code, self.download]
+                self.logprob_md, self.json_code, self.download, self.grading_html, self.tabs]
 
     def _wire(self, blocks: gr.Blocks) -> None:
         blocks.load(self._on_load, outputs=[self.endpoint, self.harness], queue=False)
         self.endpoint.change(self._on_endpoint, inputs=[self.endpoint],
                              outputs=[self.explicit_group, self.endpoint_note, self.disable_thinking], queue=False)
         self.example.change(self._on_example, inputs=[self.example],
-                            outputs=[self.instruction, self.setup, self.verify, self.file_count, *self.file_paths, *self.file_contents, *self.file_rows],
+                            outputs=[self.instruction, self.setup, self.verify, self.file_count, *self.file_paths, *self.file_contents, *self.file_rows,
+                                     self.task_family, self.svg_group, self.reference_png, self.source_prompt, self.renderer, self.rubric],
                             queue=False)
+        self.task_family.change(self._on_family, inputs=[self.task_family], outputs=[self.svg_group, self.verify, self.instruction], queue=False)
         self.add_file.click(self._on_add_file, inputs=[self.file_count], outputs=[self.file_count, *self.file_rows], queue=False)
         inputs = [self.endpoint, self.base_url, self.model, self.api_key, self.harness, self.mode, self.max_turns,
                   self.agent_timeout, self.max_tokens_cap, self.disable_thinking, self.top_logprobs, self.instruction,
-                  self.setup, self.verify, self.history, *self.file_paths, *self.file_contents]
+                  self.setup, self.verify, self.task_family, self.reference_png, self.source_prompt, self.renderer, self.rubric,
+                  self.history, *self.file_paths, *self.file_contents]
         outputs = [self.status, self.log, self.run_btn, self.cancel_btn, *self._result_outputs, self.history, self.history_df]
         # Slots already bound how many rollouts run at once: no second limit here.
         self.run_btn.click(self._on_run, inputs=inputs, outputs=outputs, concurrency_limit=None, show_progress="hidden", api_name=False)
@@ -162,14 +204,25 @@ class WebPage:
 
     def _on_example(self, name: str | None):
         if not name:
-            return [gr.update()] * (4 + 3 * FILE_SLOTS)
+            return [gr.update()] * (4 + 3 * FILE_SLOTS + 6)
         ex = get_example(name)
         files = list(ex.files.items())[:FILE_SLOTS]
         count = max(1, len(files))
         paths = [files[i][0] if i < len(files) else "" for i in range(FILE_SLOTS)]
         contents = [files[i][1] if i < len(files) else "" for i in range(FILE_SLOTS)]
         rows = [gr.update(visible=i < count) for i in range(FILE_SLOTS)]
-        return [ex.instruction, "\n".join(ex.setup), "\n".join(ex.verify), count, *paths, *contents, *rows]
+        family = SVG_ICON if ex.task_family == SVG_ICON else SHELL_TASK
+        opts = ex.family_options
+        svg = family == SVG_ICON
+        return [gr.update(value=ex.instruction, label=INSTRUCTION_LABELS[family]), "\n".join(ex.setup),
+                gr.update(value="\n".join(ex.verify), visible=not svg), count, *paths, *contents, *rows,
+                family, gr.update(visible=svg), opts.get("reference_png", ""), opts.get("source_prompt", ""),
+                opts.get("renderer", "chromium"),
+                json.dumps(opts["rubric"], indent=1) if "rubric" in opts else default_rubric_json()]
+
+    def _on_family(self, family: str):
+        svg = family == SVG_ICON
+        return gr.update(visible=svg), gr.update(visible=not svg), gr.update(label=INSTRUCTION_LABELS.get(family, "instruction"))
 
     def _on_add_file(self, count: int):
         count = min(FILE_SLOTS, (count or 1) + 1)
@@ -188,12 +241,14 @@ class WebPage:
             return [gr.update()] * len(self._result_outputs)
         entry = history[len(history) - 1 - row]  # the table shows the newest first
         result = RolloutResult.model_validate(entry["result"]) if entry["result"] else None
-        return self._result_view(result, cancelled=entry["cancelled"], key=entry["id"])
+        return self._result_view(result, cancelled=entry["cancelled"], key=entry["id"], reference=entry.get("reference_png"))
 
     # -- results --------------------------------------------------------------------------------
-    def _result_view(self, result: RolloutResult | None, *, cancelled: bool = False, key: str = "") -> list[Any]:
+    def _result_view(self, result: RolloutResult | None, *, cancelled: bool = False, key: str = "",
+                     reference: str | None = None) -> list[Any]:
         if result is None:
-            return [render.reward_html(None, cancelled=cancelled), "", "", "", [], "", "", "", gr.update(value=None, visible=False)]
+            return [render.reward_html(None, cancelled=cancelled), "", "", "", [], "", "", "", gr.update(value=None, visible=False),
+                    "", gr.update()]
         points = render.logprob_points(result.proxy_turns)
         text = render.result_json(result)
         path = Path(self._downloads.name) / f"rollout-{key or result.sandbox_id or 'result'}.json"
@@ -209,19 +264,23 @@ class WebPage:
             render.logprob_summary_markdown(points),
             shown,
             gr.update(value=str(path), visible=True),
+            render.grading_html(result.grading, reference_b64(reference)),
+            gr.update(selected="grading") if result.grading else gr.update(),
         ]
 
     # -- the run --------------------------------------------------------------------------------
     async def _on_run(self, request: gr.Request, endpoint, base_url, model, api_key, harness, mode, max_turns,
                       agent_timeout, max_tokens_cap, disable_thinking, top_logprobs, instruction, setup, verify,
-                      history, *file_values):
+                      task_family, reference_png, source_prompt, renderer, rubric, history, *file_values):
         out = dict(zip(["status", "log", "run", "cancel"], [self.status, self.log, self.run_btn, self.cancel_btn]))
         session = getattr(request, "session_hash", None) or ""
         form = WebForm(endpoint=endpoint, base_url=base_url or "", model=model or "", api_key=api_key or "",
                        harness=harness or "", mode=mode, max_turns=max_turns, agent_timeout_s=agent_timeout,
                        max_tokens_cap=max_tokens_cap, disable_thinking=bool(disable_thinking), top_logprobs=top_logprobs,
                        instruction=instruction or "", setup=setup or "", verify=verify or "",
-                       files=list(zip(file_values[:FILE_SLOTS], file_values[FILE_SLOTS:])))
+                       files=list(zip(file_values[:FILE_SLOTS], file_values[FILE_SLOTS:])),
+                       task_family=task_family or SHELL_TASK, reference_png=reference_png or "", source_prompt=source_prompt or "",
+                       renderer=renderer or "chromium", rubric=rubric or "")
         secrets = [form.api_key]
         if session in self.running and not self.running[session].done():
             yield {out["status"]: "a rollout is already running in this page: cancel it first"}
@@ -277,12 +336,15 @@ class WebPage:
             if cancelled:
                 log.append(f"{wall:7.2f}s  cancelled; the sandbox was cleaned up")
             key = f"{len(history) + 1}-{int(time.time())}"
+            # The resolved, checked reference path stays in the server-side session state (gr.State).
+            reference = rollout_request.family_options.get("reference_png") if rollout_request.task_family else None
             entry = {"id": key, "cancelled": cancelled, "result": result.model_dump(mode="json") if result else None,
+                     "reference_png": reference,
                      "row": render.history_row(len(history) + 1, result, form.harness, result.wall_s if result else wall,
                                                form.instruction, cancelled)}
             history = ([*history, entry])[-HISTORY_LIMIT:]
             yield {
-                **dict(zip(self._result_outputs, self._result_view(result, cancelled=cancelled, key=key))),
+                **dict(zip(self._result_outputs, self._result_view(result, cancelled=cancelled, key=key, reference=reference))),
                 out["status"]: render.status_line(state, wall),
                 out["log"]: render.redact("\n".join(log), secrets),
                 out["run"]: gr.update(interactive=True),
@@ -311,6 +373,9 @@ CSS = """
 .he-table tr.he-ok td.he-code { color: #15803d; font-weight: 600; }
 .he-table pre, .he-file pre { max-height: 320px; overflow: auto; white-space: pre-wrap; font-size: 0.8rem; }
 .he-empty { opacity: 0.7; font-style: italic; }
+.he-images { display: flex; gap: 16px; flex-wrap: wrap; }
+.he-images figure { margin: 0; text-align: center; }
+.he-images img { width: 256px; height: 256px; object-fit: contain; border: 1px solid #e5e7eb; background: #fff; }
 #phase-log textarea { font-family: var(--font-mono), monospace; font-size: 0.85rem; }
 """
 

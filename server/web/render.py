@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -343,3 +344,71 @@ def redact(value: Any, secrets: list[str]) -> Any:
 
 def result_json(result: RolloutResult) -> str:
     return json.dumps(result.model_dump(mode="json"), indent=2)
+
+
+# -- task-family grading (svg_icon) ---------------------------------------------------------------
+_B64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+
+
+def png_img(b64: Any, alt: str, css_class: str) -> str:
+    """An <img> of an inline base64 PNG, or a note when the data is missing or not plain base64
+    (nothing but base64 characters ever reaches the src attribute)."""
+    if not isinstance(b64, str) or not b64 or not _B64.fullmatch(b64):
+        return f'<p class="he-empty">no {escape(alt)}</p>'
+    return f'<img class="{escape(css_class)}" alt="{escape(alt)}" src="data:image/png;base64,{b64}"/>'
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "-" if value is None else escape(str(value))
+    return str(round(value, digits))
+
+
+def grading_html(grading: dict[str, Any] | None, reference_png_b64: str | None = None) -> str:
+    """A task family's grading evidence: the rendered icon next to the reference, why it scored 0
+    (if it did), and the judge's per-dimension scores, weighted reward, attempts, time and raw answer."""
+    if not grading:
+        return '<p class="he-empty">no task-family grading (a shell task is graded by its verify commands)</p>'
+    g = grading
+    images = (f'<div class="he-images"><figure>{png_img(g.get("rendered_png_b64"), "rendered icon", "he-rendered")}'
+              f"<figcaption>rendered icon</figcaption></figure>")
+    if reference_png_b64 is not None:
+        images += f'<figure>{png_img(reference_png_b64, "reference image", "he-reference")}<figcaption>reference</figcaption></figure>'
+    images += "</div>"
+    reasons = g.get("zero_reasons") or []
+    timings = g.get("timings") or {}
+    facts = [("renderer", escape(str(g.get("renderer", "-")))),
+             ("page valid", "yes" if g.get("page_valid") else "no"),
+             ("zero reasons", "<ul>" + "".join(f"<li><code>{escape(str(r))}</code></li>" for r in reasons) + "</ul>" if reasons else "none"),
+             ("timings", escape(", ".join(f"{k}: {_num(v)} s" for k, v in timings.items())) or "-")]
+    judge = g.get("judge")
+    if isinstance(judge, dict):
+        facts += [("judge model", escape(str(judge.get("judge_model") or "-"))),
+                  ("judge attempts", _num(judge.get("attempts"))),
+                  ("judge time", f"{_num(judge.get('seconds'))} s")]
+        if judge.get("error"):
+            facts.append(("judge error", f"<code>{escape(_clip(str(judge['error']), 2000))}</code>"))
+    facts_html = ('<table class="he-table he-grading-facts"><tbody>'
+                  + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts) + "</tbody></table>")
+    return f'<div class="he-grading">{images}{facts_html}{_judge_scores_html(judge)}</div>'
+
+
+def _judge_scores_html(judge: Any) -> str:
+    if not isinstance(judge, dict):
+        return '<p class="he-empty">the judge was not asked</p>'
+    scores = judge.get("scores") or {}
+    rows = []
+    for name, s in scores.items():
+        s = s if isinstance(s, dict) else {}
+        rows.append(f'<tr data-dimension="{escape(str(name))}"><td><code>{escape(str(name))}</code></td>'
+                    f"<td>{_num(s.get('score'))}</td><td>{_num(s.get('weight'))}</td><td>{escape(_clip(str(s.get('reason') or ''), 2000))}</td></tr>")
+    reward = judge.get("reward")
+    table = ('<table class="he-table he-scores"><thead><tr><th>dimension</th><th>score</th><th>weight</th><th>reason</th></tr></thead>'
+             f"<tbody>{''.join(rows)}</tbody><tfoot><tr><th>weighted reward</th>"
+             f'<th class="he-judge-reward" colspan="3">{escape(format_reward(reward) if isinstance(reward, (int, float)) else "-")}</th></tr></tfoot></table>')
+    if not rows:
+        table = '<p class="he-empty">no per-dimension scores</p>' + table
+    raw = judge.get("raw_answer")
+    raw_html = (f"<details><summary>raw judge answer ({len(str(raw))} chars)</summary><pre>{escape(_clip(str(raw)))}</pre></details>"
+                if raw else '<p class="he-empty">no raw judge answer</p>')
+    return table + raw_html

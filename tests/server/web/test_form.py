@@ -5,7 +5,18 @@ import pytest
 from harness_env.core.errors import InvalidRequestError
 from harness_env.models import HarnessInfo
 from harness_env.server.web.examples import EXAMPLES, example_names, get_example
-from harness_env.server.web.form import EXPLICIT, WebForm, endpoint_choices, harness_choices, lines, to_args
+from harness_env.server.web.form import (
+    EXPLICIT,
+    SHELL_TASK,
+    SVG_ICON,
+    WebForm,
+    default_rubric_json,
+    endpoint_choices,
+    harness_choices,
+    lines,
+    parse_rubric,
+    to_args,
+)
 
 
 def test_explicit_endpoint_form_to_args():
@@ -45,9 +56,14 @@ def test_choices_follow_the_registry_and_catalog():
 def test_examples_are_valid_tasks():
     assert {"write a file", "fix a failing Python test", "a task that fails on purpose"} <= set(example_names())
     for ex in EXAMPLES:
+        family = ex.task_family or SHELL_TASK
         form = WebForm(base_url="http://127.0.0.1:9/v1", model="m", instruction=ex.instruction,
-                       setup="\n".join(ex.setup), verify="\n".join(ex.verify), files=list(ex.files.items()))
-        assert to_args(form).verify
+                       setup="\n".join(ex.setup), verify="\n".join(ex.verify), files=list(ex.files.items()),
+                       task_family=family, renderer=ex.family_options.get("renderer", "chromium"))
+        args = to_args(form)
+        assert args.verify if family == SHELL_TASK else (args.task_family == SVG_ICON and not args.verify)
+    svg = get_example("draw an icon (svg_icon)")
+    assert svg.task_family == SVG_ICON and "red square" in svg.instruction
     with pytest.raises(KeyError):
         get_example("nope")
 
@@ -57,3 +73,39 @@ def test_every_registered_harness_is_offered():
 
     offered = dict((value, label) for label, value in harness_choices(RolloutService.list_harnesses()))
     assert set(offered) == {"pi", "opencode", "whitebox"} and offered["whitebox"] == "whitebox 1"
+
+
+def test_svg_icon_form_to_family_options():
+    form = WebForm(base_url="http://127.0.0.1:9/v1", model="m", instruction="a red square", task_family=SVG_ICON,
+                   verify="test -f hidden-field-left-over", reference_png=" refs/sq.png ", source_prompt=" a red square icon ",
+                   renderer="resvg", rubric=default_rubric_json())
+    args = to_args(form)
+    assert args.task_family == "svg_icon" and args.verify == []  # the verify field is hidden and ignored
+    opts = args.family_options
+    assert opts["renderer"] == "resvg" and opts["reference_png"] == "refs/sq.png" and opts["source_prompt"] == "a red square icon"
+    from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC
+    assert opts["rubric"] == DEFAULT_RUBRIC.model_dump(mode="json")
+    # Optional fields left blank are not sent; a blank rubric means the judge's default.
+    bare = to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family=SVG_ICON, rubric="  "))
+    assert bare.family_options == {"renderer": "chromium"}
+    # A shell task sends no family at all, whatever the hidden svg fields hold.
+    shell = to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", verify="true", reference_png="x.png", rubric="{"))
+    assert shell.task_family is None and shell.family_options == {} and shell.verify == ["true"]
+
+
+def test_edited_rubric_weights_and_bad_rubrics():
+    rubric = parse_rubric('{"dimensions": [{"name": "shape", "description": "a square?", "weight": 3}, '
+                          '{"name": "colour", "description": "red?"}]}')
+    assert [(d["name"], d["weight"]) for d in rubric["dimensions"]] == [("shape", 3.0), ("colour", 1.0)]
+    assert parse_rubric("") is None
+    for text, match in [('{"dimensions": [', "rubric is not valid JSON: .* line 1, column"),
+                        ('{"dimensions": [{"name": "a", "description": "x", "weight": 0}]}', "rubric: .*greater than 0"),
+                        ('{"dimensions": [{"name": "Bad Name", "description": "x"}]}', "rubric: .*name"),
+                        ('{"dims": []}', "rubric: ")]:
+        with pytest.raises(InvalidRequestError, match=match) as e:
+            to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family=SVG_ICON, rubric=text))
+        assert "\n" not in str(e.value)
+    with pytest.raises(InvalidRequestError, match="renderer must be one of chromium, resvg"):
+        to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family=SVG_ICON, renderer="inkscape"))
+    with pytest.raises(InvalidRequestError, match="unknown task family"):
+        to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family="chess"))

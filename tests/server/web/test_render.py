@@ -99,3 +99,41 @@ def test_redact_and_json():
     assert "capture level | tokens" in summary and "a &#124; b" in summary
     labelled = render.summary_markdown(_result(rollout_type="eval", rollout_type_reason="its logprobs are raw"))
     assert "rollout type | eval: its logprobs are raw" in labelled and "turn graph | 0 branch(es)" in labelled
+
+
+PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+GRADING = {
+    "renderer": "resvg", "zero_reasons": [], "page_valid": True, "rendered_png_b64": PNG_B64,
+    "timings": {"checks_and_render_s": 0.05, "judge_s": 1.2},
+    "judge": {"judge_model": "judge-vl", "reward": 0.75, "attempts": 2, "seconds": 1.234, "attempt_log": [], "error": None,
+              "raw_answer": '{"shape": {"reason": "<b>square</b>", "score": 1}}',
+              "scores": {"shape": {"score": 1.0, "reason": "a <b>square</b>", "weight": 3.0},
+                         "colour": {"score": 0.0, "reason": "not red & blue", "weight": 1.0}}},
+}
+
+
+def test_grading_html_shows_both_images_scores_and_the_raw_answer_escaped():
+    html = render.grading_html(GRADING, PNG_B64)
+    assert html.count(f'src="data:image/png;base64,{PNG_B64}"') == 2
+    assert 'class="he-rendered"' in html and 'class="he-reference"' in html
+    assert '<tr data-dimension="shape"><td><code>shape</code></td><td>1.0</td><td>3.0</td><td>a &lt;b&gt;square&lt;/b&gt;</td></tr>' in html
+    assert "not red &amp; blue" in html and "<b>" not in html
+    assert '<th class="he-judge-reward" colspan="3">0.75</th>' in html
+    assert "<details><summary>raw judge answer" in html and "&lt;b&gt;square" in html
+    assert "judge-vl" in html and "resvg" in html and ">2<" in html and "1.234 s" in html
+
+
+def test_grading_html_zero_without_a_judge_and_no_grading():
+    zero = render.grading_html({"renderer": "chromium", "zero_reasons": ["blank: <all white>"], "page_valid": False, "timings": {}})
+    assert "&lt;all white&gt;" in zero and "the judge was not asked" in zero and "he-reference" not in zero
+    assert "no rendered icon" in zero  # no PNG in the evidence
+    assert "verify commands" in render.grading_html(None)
+    failed = render.grading_html({**GRADING, "judge": {**GRADING["judge"], "reward": None, "scores": {}, "error": "503 <x>"}})
+    assert "503 &lt;x&gt;" in failed and "no per-dimension scores" in failed
+
+
+def test_only_plain_base64_reaches_an_img_src():
+    for bad in ['x" onerror="alert(1)', "javascript:alert(1)", "", None, 5]:
+        html = render.grading_html({**GRADING, "rendered_png_b64": bad}, bad if isinstance(bad, str) else None)
+        assert "onerror" not in html and "javascript" not in html and "<img" not in html
+    assert "no reference image" in render.grading_html(GRADING, "")  # the reference could not be read
