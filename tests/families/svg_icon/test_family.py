@@ -120,8 +120,11 @@ def test_bad_family_input_is_refused_before_any_work(monkeypatch, reference):
     assert prepare(prepared, trusted=True)[0] == prepared  # preparing twice changes nothing
 
 
-def test_through_the_server_references_come_only_from_its_reference_dir(start_server, policy_server, tmp_path):
-    from harness_env.client import HarnessEnv, HarnessEnvClientError
+async def test_through_the_server_references_come_only_from_its_reference_dir(start_server, policy_server, tmp_path):
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    from harness_env.client import AsyncHarnessEnv, HarnessEnvClientError
 
     refs = tmp_path / "refs"
     refs.mkdir()
@@ -133,10 +136,14 @@ def test_through_the_server_references_come_only_from_its_reference_dir(start_se
     with FakeJudgeServer(judge) as jsrv:
         server = start_server(env={"HARNESS_ENV_JUDGE_BASE_URL": jsrv.base_url, "HARNESS_ENV_JUDGE_MODEL": "vl",
                                    "HARNESS_ENV_REFERENCE_DIR": str(refs)})
-        with HarnessEnv(server.url) as env:
-            args = {"instruction": "a red square", "base_url": policy_server.base_url, "model": "m", "task_family": "svg_icon"}
-            res = env.run_rollout(**args, family_options={"reference_png": "square.png", "renderer": "resvg"})
+        args = {"instruction": "a red square", "base_url": policy_server.base_url, "model": "m", "task_family": "svg_icon"}
+        async with streamable_http_client(server.url + "/mcp") as (read, write, _):  # an agent's MCP call
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                out = await session.call_tool("run_rollout", {**args, "family_options": {"reference_png": "square.png", "renderer": "resvg"}})
+        async with AsyncHarnessEnv(server.url) as env:  # a trainer's client call
             with pytest.raises(HarnessEnvClientError) as e:
-                env.run_rollout(**args, family_options={"reference_png": str(outside), "renderer": "resvg"})
-    assert res.error is None and res.reward == 0.8 and judge.problems == []
+                await env.run_rollout(**args, family_options={"reference_png": str(outside), "renderer": "resvg"})
+    assert not out.isError and out.structuredContent["reward"] == 0.8 and out.structuredContent["reward_source"] == "judge"
+    assert judge.problems == [] and judge.calls == 1
     assert e.value.status == 422 and "HARNESS_ENV_REFERENCE_DIR" in e.value.message
