@@ -366,6 +366,7 @@ CSS = """
 .he-reward-error { font-size: 0.85rem; margin-top: 6px; word-break: break-word; }
 .he-pass { background: #dcfce7; color: #166534; }
 .he-fail { background: #fee2e2; color: #991b1b; }
+.he-partial { background: #fef3c7; color: #92400e; }
 .he-none { background: #f3f4f6; color: #4b5563; }
 .he-table { width: 100%; border-collapse: collapse; font-size: 0.9rem; }
 .he-table th, .he-table td { border-bottom: 1px solid #e5e7eb; padding: 4px 8px; text-align: left; vertical-align: top; }

@@ -48,15 +48,23 @@ def format_reward(reward: float | None) -> str:
     return "-" if reward is None else str(round(reward, 4))
 
 
+def _reward_class(result: RolloutResult) -> str:
+    # A judge's score is a grade, not a verdict: between 0 and 1 it is partial credit.
+    if result.reward_source == "judge" and 0 < (result.reward or 0) < 1:
+        return "partial"
+    return "pass" if (result.reward or 0) >= 1.0 else "fail"
+
+
 def reward_html(result: RolloutResult | None, cancelled: bool = False) -> str:
-    """The reward, big, green when it passed (reward >= 1), red when not, grey when there is none."""
+    """The reward, big: green when it passed (reward >= 1), amber for a judge's partial score, red
+    otherwise, grey when there is none."""
     if result is None:
         label, cls = ("cancelled", "none") if cancelled else ("-", "none")
         return f'<div class="he-reward he-{cls}" data-reward=""><span class="he-reward-value">{label}</span></div>'
     if result.reward is None:
         label, cls = "no reward", "none"
     else:
-        label, cls = format_reward(result.reward), "pass" if result.reward >= 1.0 else "fail"
+        label, cls = format_reward(result.reward), _reward_class(result)
     why = f'<div class="he-reward-error">{escape(result.error_kind or "")}: {escape(_clip(result.error or "", 500))}</div>' if result.error else ""
     value = "" if result.reward is None else format_reward(result.reward)
     return (f'<div class="he-reward he-{cls}" data-reward="{escape(value)}">'

@@ -31,6 +31,8 @@ def _result(**kw) -> RolloutResult:
 def test_reward_colour_pass_fail_none():
     assert 'he-pass' in render.reward_html(_result()) and 'data-reward="1.0"' in render.reward_html(_result())
     assert 'he-fail' in render.reward_html(_result(reward=0.5))
+    assert 'he-partial' in render.reward_html(_result(reward=0.8, reward_source="judge"))
+    assert 'he-fail' in render.reward_html(_result(reward=0.0, reward_source="zero_check"))
     none = render.reward_html(_result(reward=None, error="boom <x>", error_kind="endpoint"))
     assert "he-none" in none and "no reward" in none and "boom &lt;x&gt;" in none
     assert "cancelled" in render.reward_html(None, cancelled=True)
