@@ -1,0 +1,105 @@
+import json
+import math
+
+import pytest
+
+from harness_env.core.errors import InvalidRequestError
+from harness_env.envs.harbor.reward import read_verifier_reward
+
+
+def _write(d, name, text):
+    (d / name).write_text(text)
+
+
+def test_neither_file_means_the_verifier_never_ran(tmp_path):
+    reward, source, notes = read_verifier_reward(tmp_path, None)
+    assert (reward, source) == (None, None)
+    assert "never ran" in notes[0]
+
+
+def test_reward_txt(tmp_path):
+    _write(tmp_path, "reward.txt", " 0.75\n")
+    assert read_verifier_reward(tmp_path, None) == (0.75, "reward_txt", [])
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "", "pass", "1\n2"])
+def test_reward_txt_junk_is_ignored_with_a_note(tmp_path, text):
+    _write(tmp_path, "reward.txt", text)
+    reward, source, notes = read_verifier_reward(tmp_path, None)
+    assert (reward, source) == (None, None)
+    assert notes and "reward.txt" in notes[0]
+
+
+def test_reward_json_number_wins_over_reward_txt(tmp_path):
+    _write(tmp_path, "reward.json", "1")
+    _write(tmp_path, "reward.txt", "0.0")
+    assert read_verifier_reward(tmp_path, None) == (1.0, "reward_json", [])
+
+
+def test_reward_json_single_key_map(tmp_path):
+    _write(tmp_path, "reward.json", json.dumps({"score": 0.5}))
+    assert read_verifier_reward(tmp_path, None) == (0.5, "reward_json", [])
+
+
+def test_reward_json_map_uses_reward_key_named_reward(tmp_path):
+    _write(tmp_path, "reward.json", json.dumps({"reward": 0.25, "tests_passed": 3}))
+    assert read_verifier_reward(tmp_path, None)[:2] == (0.25, "reward_json")
+
+
+def test_reward_json_explicit_key(tmp_path):
+    _write(tmp_path, "reward.json", json.dumps({"reward": 0.25, "tests_passed": 3}))
+    assert read_verifier_reward(tmp_path, "tests_passed")[:2] == (3.0, "reward_json")
+
+
+def test_explicit_key_missing_is_the_callers_error_listing_keys(tmp_path):
+    _write(tmp_path, "reward.json", json.dumps({"a": 1, "b": 0}))
+    with pytest.raises(InvalidRequestError) as e:
+        read_verifier_reward(tmp_path, "c")
+    assert "'c'" in str(e.value) and "['a', 'b']" in str(e.value)
+
+
+def test_ambiguous_map_without_reward_key_lists_the_keys(tmp_path):
+    _write(tmp_path, "reward.json", json.dumps({"a": 1, "b": 0}))
+    reward, source, notes = read_verifier_reward(tmp_path, None)
+    assert (reward, source) == (None, None)
+    assert "['a', 'b']" in notes[0] and "reward_key" in notes[0]
+
+
+def test_ambiguous_map_falls_back_to_reward_txt(tmp_path):
+    _write(tmp_path, "reward.json", json.dumps({"a": 1, "b": 0}))
+    _write(tmp_path, "reward.txt", "0.5")
+    reward, source, notes = read_verifier_reward(tmp_path, None)
+    assert (reward, source) == (0.5, "reward_txt")
+    assert len(notes) == 1
+
+
+@pytest.mark.parametrize(
+    "payload",
+    ['{"reward": NaN}', '{"reward": Infinity}', '{"reward": 1e999}', '{"reward": "1"}', '{"reward": true}'],
+)
+def test_non_finite_or_non_numeric_chosen_value_is_an_error_note(tmp_path, payload):
+    _write(tmp_path, "reward.json", payload)
+    reward, source, notes = read_verifier_reward(tmp_path, None)
+    assert (reward, source) == (None, None)
+    assert "'reward'" in notes[0] and "no reward from reward.json" in notes[0]
+
+
+@pytest.mark.parametrize("payload", ["NaN", "Infinity", "true", '"0.5"', "[1]", "{}", "", "{not json"])
+def test_junk_reward_json_is_ignored_with_a_note(tmp_path, payload):
+    _write(tmp_path, "reward.json", payload)
+    reward, source, notes = read_verifier_reward(tmp_path, None)
+    assert (reward, source) == (None, None)
+    assert notes and "reward.json" in notes[0]
+
+
+def test_other_non_finite_keys_are_noted_but_do_not_block(tmp_path):
+    _write(tmp_path, "reward.json", '{"reward": 1, "extra": NaN}')
+    reward, source, notes = read_verifier_reward(tmp_path, None)
+    assert (reward, source) == (1.0, "reward_json")
+    assert "'extra'" in notes[0]
+
+
+def test_integers_become_floats(tmp_path):
+    _write(tmp_path, "reward.json", "0")
+    reward, _, _ = read_verifier_reward(tmp_path, None)
+    assert isinstance(reward, float) and reward == 0.0 and math.isfinite(reward)
