@@ -245,12 +245,12 @@ async def run_rollout_with(
         if res.error is None:
             with run.phase("verify") as ph:
                 if grader is not None:  # a task family grades the submission itself
-                    outcome = await grader.grade(sandbox, request)
-                    res.grading = outcome.evidence
-                    reward, source, notes = outcome.reward, outcome.source, outcome.notes
-                    if outcome.error:
-                        run.fail("judge", outcome.error)
-                        ph.ok, ph.detail = False, outcome.error[:300]
+                    graded = await grader.grade(sandbox, request)
+                    res.grading = graded.evidence
+                    reward, source, notes = graded.reward, graded.source, graded.notes
+                    if graded.error:
+                        run.fail("judge", graded.error)
+                        ph.ok, ph.detail = False, graded.error[:300]
                 else:
                     reward, source, notes = await run_verify(sandbox, request.task.verify, request.verify_timeout_s, res.verify_results)
                 if res.error is None:
