@@ -32,6 +32,9 @@ class BwrapSpec:
     workdir: str
     verifier_dir: str
     ro_paths: list[str] = field(default_factory=list)  # e.g. the harness tools dir
+    # Extra read-write binds, inside path -> host dir (e.g. Harbor's /tests, /solution, /app),
+    # applied after the tmpfs mounts (so /tmp can be one) and before the verifier mounts.
+    extra_binds: dict[str, str] = field(default_factory=dict)
 
 
 def bwrap_argv(bwrap: str, spec: BwrapSpec, command: list[str]) -> list[str]:
@@ -62,6 +65,8 @@ def bwrap_argv(bwrap: str, spec: BwrapSpec, command: list[str]) -> list[str]:
     argv += ["--tmpfs", spec.sandboxes_dir, "--bind", spec.rollout_dir, spec.rollout_dir]
     for path in spec.ro_paths:
         argv += ["--ro-bind", path, path]
+    for inside, host in sorted(spec.extra_binds.items(), key=lambda kv: kv[0].count("/")):
+        argv += ["--bind", host, inside]
     for mount in VERIFIER_MOUNTS:
         argv += ["--dir", mount.rsplit("/", 1)[0], "--bind", spec.verifier_dir, mount]
     argv += ["--chdir", spec.workdir, "--"]

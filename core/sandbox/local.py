@@ -117,12 +117,20 @@ def _kill_group(pid: int) -> None:
 class LocalSandbox:
     """One rollout's directory and processes. Create with `create_local_sandbox`."""
 
-    def __init__(self, root: Path, bwrap: str | None, ro_paths: list[str], limits: Limits) -> None:
+    def __init__(
+        self,
+        root: Path,
+        bwrap: str | None,
+        ro_paths: list[str],
+        limits: Limits,
+        extra_binds: dict[str, str] | None = None,
+    ) -> None:
         self.root = root
         self.sandbox_id = root.name
         self.limits = limits
         self._bwrap = bwrap
         self._ro_paths = ro_paths
+        self._extra_binds = dict(extra_binds or {})
         self._root_entries = _root_entries() if bwrap else []
         self._procs: set[asyncio.subprocess.Process] = set()
         self._closed = False
@@ -166,6 +174,7 @@ class LocalSandbox:
             workdir=cwd,
             verifier_dir=self.verifier_dir,
             ro_paths=self._ro_paths,
+            extra_binds=self._extra_binds,
         )
         return bwrap_argv(self._bwrap, spec, command)
 
@@ -360,11 +369,21 @@ def create_local_sandbox(
     use_bwrap: bool | None = None,
     ro_paths: list[str] | None = None,
     limits: Limits | None = None,
+    extra_binds: dict[str, str] | None = None,
 ) -> LocalSandbox:
-    """Make a fresh rollout directory. `use_bwrap=None` uses bubblewrap when it works here."""
+    """Make a fresh rollout directory. `use_bwrap=None` uses bubblewrap when it works here.
+
+    `extra_binds` maps absolute paths inside the sandbox to subdirectories of the rollout directory
+    (relative to it, created here), e.g. {"/tests": "harbor/tests"}; only bubblewrap can bind them,
+    so they require it."""
+    if extra_binds and use_bwrap is False:
+        raise SandboxError("extra_binds need bubblewrap; use_bwrap=False cannot map absolute paths")
     bwrap = bwrap_available() if use_bwrap is not False else None
-    if use_bwrap and not bwrap:
+    if (use_bwrap or extra_binds) and not bwrap:
         raise SandboxError("bubblewrap was required but `bwrap` is not usable; install it: apt-get install bubblewrap")
+    for inside, rel in (extra_binds or {}).items():
+        if not inside.startswith("/") or Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise SandboxError(f"extra bind {inside!r} -> {rel!r}: need an absolute inside path and a relative host dir")
     base = sandboxes_root()
     try:
         base.mkdir(parents=True, exist_ok=True)
@@ -372,6 +391,10 @@ def create_local_sandbox(
         root.mkdir(mode=0o700)
         for sub in ("workspace", "home", "tmp", "xdg/config", "xdg/cache", "xdg/data", "xdg/state", "verifier", "logs"):
             (root / sub).mkdir(parents=True)
+        binds = {}
+        for inside, rel in (extra_binds or {}).items():
+            (root / rel).mkdir(parents=True, exist_ok=True)
+            binds[inside] = str(root / rel)
     except OSError as e:
         raise SandboxError(f"could not create the sandbox directory under {base}: {e}") from e
-    return LocalSandbox(root, bwrap, ro_paths or [], limits or Limits())
+    return LocalSandbox(root, bwrap, ro_paths or [], limits or Limits(), binds)
