@@ -216,6 +216,14 @@ class Turn(BaseModel):
     parent: int | None = None
     branch: int | None = None
 
+    @property
+    def answered(self) -> bool:
+        """The endpoint answered (HTTP 200) with something: a broken stream that still delivered
+        text, tokens or tool calls counts; an error with nothing delivered does not."""
+        if self.upstream_status != 200:
+            return False
+        return not self.upstream_error or bool(self.completion_token_ids or self.per_token_logps or self.completion_text or self.tool_calls)
+
 
 class GraphSummary(BaseModel):
     """The shape of a rollout's turn graph: how many branches a trainer gets rows for."""

@@ -20,7 +20,7 @@ def link_turns(turns: list[Turn]) -> GraphSummary:
         if t.purpose == "auxiliary":
             summary.auxiliary_turns += 1
             continue
-        if t.upstream_status != 200 or (t.upstream_error and not t.completion_token_ids and not t.completion_text and not t.tool_calls):
+        if not t.answered:
             summary.failed_turns += 1
             continue
         found = None

@@ -45,7 +45,7 @@ def _gap(turn: Turn) -> float | None:
 def classify(hot: Turn, cold: Turn, hot_t: float = PROBE_TEMPERATURES[0], cold_t: float = PROBE_TEMPERATURES[1]) -> ProbeResult:
     """Read the two probe answers (at temperatures hot_t > cold_t)."""
     for t in (hot, cold):
-        if t.upstream_status != 200 or (t.upstream_error and not t.completion_text and not t.per_token_logps):
+        if not t.answered:
             return ProbeResult("none", None, f"the probe call failed ({t.upstream_status}): {(t.upstream_error or '')[:200]}")
     level = hot.capture_level
     if level == "text":

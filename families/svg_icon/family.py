@@ -9,6 +9,7 @@ A request is `task_family="svg_icon"` with the instruction being what to draw, a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import time
@@ -120,7 +121,7 @@ class SvgIconGrader:
             return self._zero(evidence, reasons)
         assert rendered is not None
         evidence["page_valid"] = True
-        reference = Path(opts.reference_png).read_bytes() if opts.reference_png else None
+        reference = await asyncio.to_thread(Path(opts.reference_png).read_bytes) if opts.reference_png else None
         rubric = opts.rubric or DEFAULT_RUBRIC
         outcome = await Judge(JudgeConfig.from_env()).score(
             opts.source_prompt or self.prompt, rendered.png, reference,
