@@ -119,6 +119,77 @@ class Endpoint(BaseModel):
         return url.rstrip("/")
 
 
+# A Harbor task's instruction is read from its instruction.md when the request is prepared
+# (envs/harbor/resolve.py); until then the request's Task carries this stand-in.
+HARBOR_INSTRUCTION_PLACEHOLDER = "(the instruction of the Harbor task named in `harbor`)"
+HARBOR_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class HarborOptions(BaseModel):
+    """harness="harbor": which Harbor task, Harbor agent and Harbor environment ("sandbox").
+
+    The task is `task_dir` (one Harbor task directory), or task `task_index` of the dataset
+    directory `dataset` (optionally inside its subdirectory `split`); with neither, the request's
+    uniform Task is converted into a Harbor task. On a server, both paths are relative to
+    HARNESS_ENV_HARBOR_TASKS_DIR (and must stay inside it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_dir: str | None = Field(default=None, min_length=1, max_length=1024)
+    dataset: str | None = Field(default=None, min_length=1, max_length=1024)
+    split: str | None = Field(default=None, min_length=1, max_length=128, pattern=HARBOR_NAME_PATTERN)
+    task_index: int = Field(default=0, ge=0, le=10_000_000)
+    # A Harbor agent name (pi, opencode, oracle, nop, codex, claude-code, terminus-2, ...).
+    agent: str = Field(default="pi", min_length=1, max_length=64, pattern=HARBOR_NAME_PATTERN)
+    agent_kwargs: dict[str, Any] = Field(default_factory=dict)  # Harbor's per-agent options
+    # "local" (ours: bubblewrap, no Docker) or a Harbor provider: docker, daytona, e2b, modal, ...
+    sandbox: str = Field(default="local", min_length=1, max_length=64, pattern=HARBOR_NAME_PATTERN)
+    sandbox_kwargs: dict[str, Any] = Field(default_factory=dict)  # the provider's own options
+    # Which entry of a reward.json map is the reward (default: its only key, else "reward").
+    reward_key: str | None = Field(default=None, min_length=1, max_length=256)
+
+    @field_validator("agent_kwargs", "sandbox_kwargs")
+    @classmethod
+    def _kwargs_bounded(cls, cfg: dict[str, Any]) -> dict[str, Any]:
+        return _bounded_mapping(cfg, "agent_kwargs / sandbox_kwargs")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> HarborOptions:
+        if self.task_dir and self.dataset:
+            raise ValueError("give harbor.task_dir or harbor.dataset (with task_index), not both")
+        if self.split and not self.dataset:
+            raise ValueError("harbor.split names a subdirectory of harbor.dataset; give the dataset too")
+        return self
+
+    @property
+    def names_task(self) -> bool:
+        return bool(self.task_dir or self.dataset)
+
+
+class HarborTaskInfo(BaseModel):
+    """One task of a Harbor dataset, as `list_tasks` shows it."""
+
+    index: int
+    name: str
+    path: str  # relative to the listed root
+    instruction: str  # the first 500 characters
+    agent_timeout_s: float | None = None
+    verifier_timeout_s: float | None = None
+    has_solution: bool = False
+
+
+class HarborRunInfo(BaseModel):
+    """What Harbor ran, in a harness="harbor" result."""
+
+    task_name: str = ""
+    task_path: str = ""
+    agent: str = ""
+    agent_version: str | None = None
+    sandbox: str = ""
+    exception: str | None = None  # Harbor's own "Type: message", when its trial failed
+    verifier_rewards: dict[str, float] | None = None  # reward.json's whole map, when it was one
+
+
 class RolloutOptions(BaseModel):
     """How a rollout runs, shared by the resolved request and the flat tool arguments."""
 
@@ -145,6 +216,8 @@ class RolloutOptions(BaseModel):
     # (svg_icon: reference_png, rubric, renderer).
     task_family: str | None = Field(default=None, min_length=1, max_length=64)
     family_options: dict[str, Any] = Field(default_factory=dict)
+    # harness="harbor" only: the Harbor task, agent and environment.
+    harbor: HarborOptions | None = None
 
     @field_validator("harness_config", "family_options")
     @classmethod
@@ -165,6 +238,23 @@ class RolloutRequest(RolloutOptions):
     task: Task
     endpoint: Endpoint
     disable_thinking: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _harbor_task_stand_in(cls, data: Any) -> Any:
+        # A Harbor task directory brings its own instruction: the Task may be left out.
+        if isinstance(data, dict) and "task" not in data:
+            harbor = data.get("harbor")
+            named = harbor.names_task if isinstance(harbor, HarborOptions) else isinstance(harbor, dict) and (harbor.get("task_dir") or harbor.get("dataset"))
+            if named:
+                data = {**data, "task": Task(instruction=HARBOR_INSTRUCTION_PLACEHOLDER)}
+        return data
+
+    @model_validator(mode="after")
+    def _harbor_only_with_harbor(self) -> RolloutRequest:
+        if self.harbor is not None and self.harness != "harbor":
+            raise ValueError(f"`harbor` options are for harness='harbor', not {self.harness!r}")
+        return self
 
 
 class CommandResult(BaseModel):
@@ -299,6 +389,10 @@ class RolloutResult(BaseModel):
     # every turn was captured at token level; otherwise `eval`, and the reason says why.
     rollout_type: Literal["train", "eval"] = "eval"
     rollout_type_reason: str = ""
+    # harness="harbor": what Harbor ran, and the agent's ATIF trajectory (Harbor's trajectory.json)
+    # when the agent wrote one.
+    harbor: HarborRunInfo | None = None
+    agent_trajectory: dict[str, Any] | None = None
 
     def training_rows(self) -> list[TrainingRow]:
         """One row per branch of the turn graph; auxiliary and failed turns are left out. Rows of a
@@ -353,7 +447,7 @@ class RolloutArgs(RolloutOptions):
     `endpoint` names a catalog entry (vllm, openai, hf_router) whose values come from the server's
     environment; explicit base_url / api_key / model win."""
 
-    instruction: str = Field(min_length=1, max_length=MAX_INSTRUCTION_CHARS)
+    instruction: str = Field(default="", max_length=MAX_INSTRUCTION_CHARS)
     endpoint: str = Field(default="", max_length=64)
     base_url: str = Field(default="", max_length=2048)
     api_key: SecretStr = SecretStr("")
@@ -363,6 +457,12 @@ class RolloutArgs(RolloutOptions):
     files: dict[str, str] | None = None
     task_id: str = Field(default="", max_length=256)
     disable_thinking: bool | None = None  # None: the endpoint kind's default
+
+    @model_validator(mode="after")
+    def _instruction_given(self) -> RolloutArgs:
+        if not self.instruction and not (self.harbor and self.harbor.names_task):
+            raise ValueError("instruction is required (it may be left out only when harbor.task_dir or harbor.dataset names a Harbor task)")
+        return self
 
 
 class HarnessInfo(BaseModel):

@@ -16,6 +16,7 @@ from harness_env.core.engine import EventSink, run_rollout_with
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env import families
 from harness_env.envs import get_harness
+from harness_env.envs.harbor import resolve as harbor_resolve
 from harness_env.models import RolloutRequest, RolloutResult
 
 
@@ -70,6 +71,7 @@ async def run_rollout(
         except ValidationError as e:
             raise InvalidRequestError(describe_validation_error(e)) from None
     harness = get_harness(request.harness)
+    request = harbor_resolve.prepare(request, trusted=True)
     request, grader = families.prepare(request, trusted=True)
     async with loopback_proxy() as (proxy, base_url):
         return await run_rollout_with(request, harness, proxy=proxy, proxy_base_url=base_url, on_event=on_event,

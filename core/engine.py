@@ -21,7 +21,7 @@ from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.errors import EndpointError, HarnessEnvError
 from harness_env.core.grading import Grader
-from harness_env.core.harness import Harness, LaunchContext
+from harness_env.core.harness import EnvironmentOwner, Harness, LaunchContext
 from harness_env.core.reward import compute_reward, tool_efficiency_reward
 from harness_env.core.sandbox.local import LocalSandbox, create_local_sandbox
 from harness_env.models import CommandResult, Phase, PhaseEvent, RolloutRequest, RolloutResult, Turn
@@ -177,6 +177,8 @@ async def run_rollout_with(
     try:
         with run.phase("endpoint") as ph:
             harness.check_installed()
+            if isinstance(harness, EnvironmentOwner):  # e.g. a sandbox provider's credentials
+                harness.preflight(request, proxy_base_url)
             await check_endpoint_reachable(request.endpoint.base_url)
             ph.detail = request.endpoint.base_url
             if request.mode == "transparent_proxy":
@@ -194,6 +196,10 @@ async def run_rollout_with(
             temperature=request.temperature,
         )
         session = proxy.open_session(request.endpoint, policy, on_turn=lambda t: run.emit("agent", "info", _turn_line(t)))
+
+        if isinstance(harness, EnvironmentOwner):
+            await _run_owned(run, harness, session, proxy_base_url)
+            return res
 
         with run.phase("sandbox") as ph:
             sandbox = create_local_sandbox(use_bwrap=use_bwrap, ro_paths=harness.readonly_paths())
@@ -225,15 +231,12 @@ async def run_rollout_with(
             res.agent_log_tail = _tail(r.stdout + ("\n[stderr]\n" + r.stderr if r.stderr.strip() else ""))
             res.turn_limit_hit = session.turn_limit_hit or outcome.turn_limit_hit
             ph.detail = f"exit {r.exit_code}, {outcome.tool_calls} tool calls, {len(session.turns)} model calls"
-            last_error = next((t.upstream_error for t in reversed(session.turns) if t.upstream_error), "") or ""
             if r.timed_out:
                 run.fail("agent_timeout", f"the agent did not finish within agent_timeout_s={request.agent_timeout_s}; its processes were killed")
             elif res.turn_limit_hit:
                 pass  # the policy used up its turns: a normal end, graded as the workspace stands
-            elif r.stopped and session.last_failure_infra:
-                run.fail("endpoint", f"the policy endpoint failed {session.consecutive_failures} times in a row; the agent was stopped: {last_error[:300]}")
             elif r.stopped:
-                run.fail("agent_error", f"the endpoint rejected the agent's model call {session.consecutive_failures} times in a row; the agent was stopped: {last_error[:300]}")
+                run.fail(*_stopped_failure(session))
             elif session.upstream_failed and (outcome.error or r.exit_code != 0):
                 run.fail("endpoint", f"the policy endpoint failed during the agent run: {outcome.error or _tail(r.stderr, 300)}")
             elif r.exit_code != 0:
@@ -254,11 +257,8 @@ async def run_rollout_with(
                 else:
                     reward, source, notes = await run_verify(sandbox, request.task.verify, request.verify_timeout_s, res.verify_results)
                 if res.error is None:
-                    if reward is not None and request.reward_mode == "tool_efficiency":
-                        reward, note = tool_efficiency_reward(reward, res.agent_tool_calls)
-                        notes.append(note or f"tool-efficiency reward over {res.agent_tool_calls} verified tool calls")
-                    res.reward, res.reward_source, res.reward_notes = reward, source, notes  # type: ignore[assignment]
-                    ph.detail = f"reward {reward}"
+                    _set_reward(run, reward, source, notes)
+                    ph.detail = f"reward {res.reward}"
     except HarnessEnvError as e:
         run.fail(e.kind, str(e))
     except asyncio.CancelledError:
@@ -272,6 +272,53 @@ async def run_rollout_with(
         # sandbox must be closed all the same.
         await asyncio.shield(asyncio.ensure_future(_collect_and_close(run, proxy, session, sandbox)))
     return res
+
+
+def _last_upstream_error(session) -> str:
+    return next((t.upstream_error for t in reversed(session.turns) if t.upstream_error), "") or ""
+
+
+def _stopped_failure(session) -> tuple[str, str]:
+    """Why the agent was stopped early by the capture session (its model calls kept failing)."""
+    last_error = _last_upstream_error(session)[:300]
+    if session.last_failure_infra:
+        return "endpoint", f"the policy endpoint failed {session.consecutive_failures} times in a row; the agent was stopped: {last_error}"
+    return "agent_error", f"the endpoint rejected the agent's model call {session.consecutive_failures} times in a row; the agent was stopped: {last_error}"
+
+
+def _set_reward(run: _Run, reward: float | None, source: str | None, notes: list[str]) -> None:
+    res, request = run.result, run.request
+    if reward is not None and request.reward_mode == "tool_efficiency":
+        reward, note = tool_efficiency_reward(reward, res.agent_tool_calls)
+        notes.append(note or f"tool-efficiency reward over {res.agent_tool_calls} verified tool calls")
+    res.reward, res.reward_source, res.reward_notes = reward, source, notes  # type: ignore[assignment]
+
+
+async def _run_owned(run: _Run, harness: EnvironmentOwner, session, proxy_base_url: str) -> None:
+    """A harness that owns its environment (Harbor) runs sandbox, setup, agent and verify itself;
+    the engine keeps the capture session and classifies failures the same way as for the rest."""
+    res, request = run.result, run.request
+    ctx = LaunchContext(request=request, workspace="", home="", proxy_base_url=proxy_base_url, session_key=session.key)
+    report = await harness.run_trial(ctx, session.endpoint_down, run.emit)
+    res.phases.extend(Phase(name=p.name, started=p.started, duration_s=p.duration_s, ok=p.ok, detail=p.detail) for p in report.phases)
+    res.sandbox_id, res.sandbox_backend, res.sandbox_notes = report.sandbox_id, report.sandbox_backend, report.sandbox_notes
+    res.setup_results, res.verify_results, res.files = report.setup_results, report.verify_results, report.files
+    res.agent_exit_code, res.agent_log_tail = report.agent_exit_code, _tail(report.agent_log_tail)
+    res.agent_tool_calls, res.agent_final_text = report.agent.tool_calls, report.agent.final_text
+    res.turn_limit_hit = session.turn_limit_hit or report.agent.turn_limit_hit
+    for name, value in report.result_fields.items():
+        setattr(res, name, value)
+    if session.endpoint_down.is_set():
+        run.fail(*_stopped_failure(session))
+    elif report.failure is not None:
+        kind, message = report.failure
+        if kind == "agent_error" and session.upstream_failed:
+            kind, message = "endpoint", f"the policy endpoint failed during the agent run: {_last_upstream_error(session)[:300] or message}"
+        run.fail(kind, message)
+    if res.error is None:
+        _set_reward(run, report.reward, report.reward_source, list(report.reward_notes))
+    else:
+        res.reward_notes = list(report.reward_notes)
 
 
 async def _collect_and_close(run: _Run, proxy: CaptureProxy, session, sandbox: LocalSandbox | None) -> None:

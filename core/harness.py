@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from harness_env.core import toolchain
 from harness_env.core.sandbox.base import ExecResult
-from harness_env.models import RolloutRequest
+from harness_env.models import CommandResult, RolloutRequest
 
 if TYPE_CHECKING:
     from harness_env.core.sandbox.local import LocalSandbox
@@ -69,6 +70,55 @@ class Harness(Protocol):
     async def run_agent(self, ctx: LaunchContext, sandbox: LocalSandbox, stop: asyncio.Event) -> tuple[ExecResult, AgentOutcome]:
         """Run the agent in `sandbox` until it ends, `ctx.request.agent_timeout_s` passes (then
         `timed_out`) or `stop` is set (then `stopped`)."""
+        ...
+
+
+@dataclass
+class PhaseRecord:
+    name: str
+    started: float  # wall-clock seconds
+    duration_s: float
+    ok: bool = True
+    detail: str = ""
+
+
+@dataclass
+class TrialReport:
+    """What a harness that owns its whole environment (Harbor: sandbox, setup, agent and verifier
+    in one trial) hands back to the engine, which keeps the endpoint check, the capture session
+    and the result's shape the same as for every other harness."""
+
+    failure: tuple[str, str] | None = None  # (error_kind, message), when something broke
+    reward: float | None = None
+    reward_source: str | None = None
+    reward_notes: list[str] = field(default_factory=list)
+    agent: AgentOutcome = field(default_factory=AgentOutcome)
+    agent_exit_code: int | None = None
+    agent_log_tail: str = ""
+    setup_results: list[CommandResult] = field(default_factory=list)
+    verify_results: list[CommandResult] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+    sandbox_id: str = ""
+    sandbox_backend: str = ""
+    sandbox_notes: list[str] = field(default_factory=list)
+    phases: list[PhaseRecord] = field(default_factory=list)
+    result_fields: dict[str, Any] = field(default_factory=dict)  # RolloutResult fields only this harness fills
+
+
+@runtime_checkable
+class EnvironmentOwner(Protocol):
+    """A harness that runs the whole rollout in an environment of its own making."""
+
+    name: str
+
+    def preflight(self, request: RolloutRequest, proxy_base_url: str) -> None:
+        """Raise a HarnessEnvError (what is missing, how to fix it) before any work starts."""
+        ...
+
+    async def run_trial(
+        self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None]
+    ) -> TrialReport:
+        """Run setup, agent and verify; never raise for what the trial itself did."""
         ...
 
 

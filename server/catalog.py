@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr, ValidationError
 
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
-from harness_env.models import Endpoint, RolloutArgs, RolloutOptions, RolloutRequest, Task
+from harness_env.models import HARBOR_INSTRUCTION_PLACEHOLDER, Endpoint, RolloutArgs, RolloutOptions, RolloutRequest, Task
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def to_request(args: RolloutArgs, env: dict[str, str] | None = None) -> RolloutR
     disable_thinking = args.disable_thinking if args.disable_thinking is not None else bool(entry and entry.disable_thinking)
     try:
         task = Task(
-            instruction=args.instruction,
+            instruction=args.instruction or HARBOR_INSTRUCTION_PLACEHOLDER,  # empty only for a Harbor task
             setup=args.setup or [],
             verify=args.verify or [],
             files=args.files or {},

@@ -8,6 +8,7 @@ from harness_env.core import toolchain
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.engine import EventSink, run_rollout_with
 from harness_env.envs import HARNESSES, get_harness
+from harness_env.envs.harbor import resolve as harbor_resolve
 from harness_env.models import HarnessInfo, RolloutArgs, RolloutRequest, RolloutResult
 from harness_env.server import catalog
 from harness_env.server.slots import RolloutSlots
@@ -24,6 +25,7 @@ class RolloutService:
         """Raises InvalidRequestError with a clear message for bad arguments."""
         request = catalog.to_request(args)
         get_harness(request.harness)
+        request = harbor_resolve.prepare(request, trusted=False)
         request, _grader = families.prepare(request, trusted=False)
         return request
 

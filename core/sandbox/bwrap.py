@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 # Top-level directories never exposed from the host: secrets, other users, volatile state.
 HIDDEN_TOP = frozenset({"proc", "dev", "sys", "tmp", "root", "home", "run", "mnt", "media", "lost+found", "boot"})
 VERIFIER_MOUNTS = ("/logs/verifier", "/root/logs/verifier")
+TMPFS_PATHS = ("/tmp", "/root", "/home", "/run")  # fresh and empty in every command
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,9 @@ class BwrapSpec:
     verifier_dir: str
     ro_paths: list[str] = field(default_factory=list)  # e.g. the harness tools dir
     # Extra read-write binds, inside path -> host dir (e.g. Harbor's /tests, /solution, /app),
-    # applied after the tmpfs mounts (so /tmp can be one) and before the verifier mounts.
+    # applied after the tmpfs mounts and before the verifier mounts. One of the tmpfs paths
+    # (/tmp, ...) is bound in the tmpfs's place instead, so the rollout directory (which may live
+    # under the host's /tmp) is still bound on top of it.
     extra_binds: dict[str, str] = field(default_factory=dict)
 
 
@@ -60,13 +63,14 @@ def bwrap_argv(bwrap: str, spec: BwrapSpec, command: list[str]) -> list[str]:
             argv += ["--symlink", entry.symlink_target, path]
         elif entry.is_dir:
             argv += ["--ro-bind", path, path]
-    for tmp in ("/tmp", "/root", "/home", "/run"):
-        argv += ["--tmpfs", tmp]
+    for tmp in TMPFS_PATHS:
+        argv += ["--bind", spec.extra_binds[tmp], tmp] if tmp in spec.extra_binds else ["--tmpfs", tmp]
     argv += ["--tmpfs", spec.sandboxes_dir, "--bind", spec.rollout_dir, spec.rollout_dir]
     for path in spec.ro_paths:
         argv += ["--ro-bind", path, path]
     for inside, host in sorted(spec.extra_binds.items(), key=lambda kv: kv[0].count("/")):
-        argv += ["--bind", host, inside]
+        if inside not in TMPFS_PATHS:
+            argv += ["--bind", host, inside]
     for mount in VERIFIER_MOUNTS:
         argv += ["--dir", mount.rsplit("/", 1)[0], "--bind", spec.verifier_dir, mount]
     argv += ["--chdir", spec.workdir, "--"]

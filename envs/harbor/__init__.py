@@ -1,5 +1,11 @@
-"""Harbor backend (issue 6): Harbor task directories and Harbor's verifier reward files.
+"""Harbor backend: Harbor task directories, Harbor's agents and sandbox providers, our capture.
 
-Not registered as a harness yet; `reward.py` and `task_dir.py` are the pure pieces the Harbor
-harness will build on. Harbor itself is the optional extra `harbor` (pinned 0.25.0).
+Harbor itself is the optional extra `harbor` (pinned 0.25.0); nothing here imports it at module
+level except the modules that subclass its types (agents, local_env).
 """
+
+import os
+
+# Harbor imports LiteLLM, which otherwise fetches a model price table from the internet at import
+# (and retries with sleeps when offline); the bundled copy is enough for us.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

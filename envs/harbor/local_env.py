@@ -11,15 +11,14 @@ path by bubblewrap:
     /tests           <rollout>/harbor/tests
     /solution        <rollout>/harbor/solution
     <workdir>        <rollout>/workspace     (task.toml [environment].workdir, default /app)
+    /tmp             <rollout>/tmp
+    /installed-agent <rollout>/harbor/installed-agent
 
 Without bubblewrap those paths cannot be mapped (rewriting every command is unsound), so this
 environment refuses to start without it, with a message saying how to install it.
 
-/tmp is NOT mapped: each exec gets a fresh tmpfs /tmp (the sandbox's rule; binding /tmp would hide
-rollout directories that live under the host's /tmp). So state kept in /tmp does not survive
-between exec calls, and Harbor's tar-based filtered downloads (download_dir_filtered /
-download_dir_with_exclusions, used only with include_logs/exclude_logs) cannot work; TMPDIR points
-at <rollout>/tmp, which persists.
+/tmp is <rollout>/tmp (the sandbox's TMPDIR too), so it persists between exec calls as it would in
+a container (Harbor's agents keep their config there, e.g. /tmp/harbor-pi-agent).
 
 What is not honoured: the task's Dockerfile / docker_image (commands run on the host's system,
 read-only). A task directory written by envs/harbor/task_dir.task_to_task_dir carries
@@ -33,6 +32,7 @@ copies are Harbor's own trial dirs, ours live in the rollout directory).
 from __future__ import annotations
 
 import asyncio
+import shlex
 import shutil
 from pathlib import Path, PurePosixPath
 
@@ -40,7 +40,9 @@ from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities
 from harbor.models.task.config import TaskOS
 
-from harness_env.core.errors import SandboxError
+from harness_env.core import toolchain
+from harness_env.core.errors import SandboxError, ToolMissingError
+from harness_env.core.sandbox.envvars import SYSTEM_PATH
 from harness_env.core.sandbox.local import LocalSandbox, bwrap_available, create_local_sandbox
 from harness_env.envs.harbor.task_dir import DEFAULT_WORKDIR, FILES_DIRNAME, SETUP_SCRIPT
 
@@ -64,6 +66,9 @@ class LocalHarborEnvironment(BaseEnvironment):
     `EnvironmentConfig(import_path="harness_env.envs.harbor.local_env:LocalHarborEnvironment")`."""
 
     _sandbox: LocalSandbox | None = None
+    # The workspace's files as they stood when the environment stopped (the sandbox is gone then).
+    collected_files: dict[str, str] | None = None
+    sandbox_id: str | None = None
 
     @staticmethod
     def type() -> str:
@@ -98,6 +103,8 @@ class LocalHarborEnvironment(BaseEnvironment):
             (PurePosixPath("/logs"), root / "harbor" / "logs"),
             (PurePosixPath("/tests"), root / "harbor" / "tests"),
             (PurePosixPath("/solution"), root / "harbor" / "solution"),
+            (PurePosixPath("/tmp"), root / "tmp"),
+            (PurePosixPath("/installed-agent"), root / "harbor" / "installed-agent"),
             (PurePosixPath(self.workdir), Path(sb.workspace)),
         ]
         return sorted(pairs, key=lambda p: len(p[0].parts), reverse=True)
@@ -109,6 +116,8 @@ class LocalHarborEnvironment(BaseEnvironment):
         p = PurePosixPath(path)
         if not p.is_absolute():
             p = PurePosixPath(self.workdir) / p
+        if p.is_relative_to(PurePosixPath(str(sb.root))):  # bound at its own path (may be under /tmp)
+            return sb.resolve(str(p))
         for inside, host in self._mapping():
             if p == inside or p.is_relative_to(inside):
                 return sb.resolve(str(host.joinpath(*p.relative_to(inside).parts)))
@@ -129,16 +138,41 @@ class LocalHarborEnvironment(BaseEnvironment):
                 "/logs": "harbor/logs",
                 "/tests": "harbor/tests",
                 "/solution": "harbor/solution",
+                "/installed-agent": "harbor/installed-agent",  # Harbor's agent setup makes it
+                "/tmp": "tmp",
                 self.workdir: "workspace",
             },
+            ro_paths=[str(toolchain.tools_dir())],
         )
+        self.sandbox_id = self._sandbox.sandbox_id
         try:
             for sub in ("agent", "artifacts"):
                 (self._sandbox.root / "harbor" / "logs" / sub).mkdir(parents=True, exist_ok=True)
+            self._link_toolchain()
             await self._prepare_workdir()
         except BaseException:
             await self.stop(delete=True)
             raise
+
+    @property
+    def _bin_dir(self) -> Path:
+        return Path(self._require().home) / ".local" / "bin"
+
+    def _link_toolchain(self) -> None:
+        """Put the pinned CLIs (`harness-env install`) on the sandbox's PATH as small wrappers, and
+        give Harbor's agents the `~/.nvm/nvm.sh` they source (empty: Node is ours)."""
+        home = Path(self._require().home)
+        self._bin_dir.mkdir(parents=True, exist_ok=True)
+        for name in toolchain.PINS:
+            try:
+                argv = toolchain.harness_command(name)
+            except ToolMissingError:
+                continue  # an agent that needs it says so at install
+            wrapper = self._bin_dir / name
+            wrapper.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in argv) + ' "$@"\n')
+            wrapper.chmod(0o755)
+        (home / ".nvm").mkdir(exist_ok=True)
+        (home / ".nvm" / "nvm.sh").write_text("# harness-env: Node and the agent CLIs are preinstalled on PATH\n")
 
     async def _prepare_workdir(self) -> None:
         env_dir = Path(self.environment_dir)
@@ -167,9 +201,25 @@ class LocalHarborEnvironment(BaseEnvironment):
         # always removed; `delete` has nothing more to remove.
         sb, self._sandbox = self._sandbox, None
         if sb is not None:
+            try:
+                self.collected_files = await asyncio.to_thread(sb.collect_files)
+            except Exception as e:  # best effort: closing must still happen
+                self.logger.warning(f"{ENV_TYPE}: collecting the workspace's files failed: {e}")
             await sb.close()
 
     # -- commands -----------------------------------------------------------------------
+    def _container_env(self) -> dict[str, str]:
+        """What a container's shell would have: the CLIs on PATH, and the XDG directories under
+        HOME (the sandbox's own XDG_* point elsewhere; Harbor's agents write ~/.config/...)."""
+        home = self._require().home
+        return {
+            "PATH": f"{self._bin_dir}:{SYSTEM_PATH}",
+            "XDG_CONFIG_HOME": f"{home}/.config",
+            "XDG_CACHE_HOME": f"{home}/.cache",
+            "XDG_DATA_HOME": f"{home}/.local/share",
+            "XDG_STATE_HOME": f"{home}/.local/state",
+        }
+
     async def exec(
         self,
         command: str,
@@ -179,7 +229,7 @@ class LocalHarborEnvironment(BaseEnvironment):
         user: str | int | None = None,
     ) -> ExecResult:
         sb = self._require()
-        merged = self._merge_env(env) or {}
+        merged = {**self._container_env(), **(self._merge_env(env) or {})}
         host_cwd = self.host_path(cwd) if cwd else Path(sb.workspace)
         result = await sb.exec(
             command,

@@ -1,97 +1,177 @@
-"""Run one Harbor trial (Harbor's own Trial: agent, then verifier) in our local environment.
+"""Run one Harbor trial (Harbor's own Trial: environment, agent, verifier) under one deadline.
 
-`run_harbor_trial` builds a `harbor.trial.trial.Trial` whose environment is
-`LocalHarborEnvironment` (by import path), runs it under one asyncio deadline, and reads the
-reward from the trial's verifier directory with our own reader (envs/harbor/reward.py), not from
-Harbor's VerifierResult, so the rules match the rest of harness-env. Harbor failures (a raised
-exception, a recorded exception_info, the deadline) never raise: they are in `exception` and
-`notes`. Only a missing Harbor install or bubblewrap are reported the same way, as notes.
+`run_harbor_trial` creates a `harbor.trial.trial.Trial` from a TrialConfig (envs/harbor/config.py),
+runs it until it ends, the deadline passes or `stop` is set, and reads the reward from the
+trial's verifier directory with our own reader (envs/harbor/reward.py), so the rules match the
+rest of harness-env. Nothing here raises: Harbor's failures (a raised exception, a recorded
+exception_info, the deadline, a stop) are in `exception` / `exception_type` and `notes`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
+import contextlib
+import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from harness_env.envs.harbor.reward import RewardSource, read_verifier_reward
+from harness_env.core.errors import InvalidRequestError
+from harness_env.envs.harbor.reward import REWARD_JSON, RewardSource, read_verifier_reward
 
-LOCAL_ENV_IMPORT_PATH = "harness_env.envs.harbor.local_env:LocalHarborEnvironment"
+# Harbor's lifecycle events -> (our phase, status)
+HOOK_PHASES = {
+    "environment-start": ("sandbox", "started"),
+    "agent-start": ("agent", "started"),
+    "agent-end": ("agent", "finished"),
+    "verification-start": ("verify", "started"),
+}
+MAX_TRAJECTORY_BYTES = 8 * 1024 * 1024
 
 
 @dataclass
 class HarborTrialOutcome:
-    reward: float | None
-    reward_source: RewardSource | None
+    reward: float | None = None
+    reward_source: RewardSource | None = None
     notes: list[str] = field(default_factory=list)
+    exception_type: str | None = None  # Harbor's exception class name, or ours: TimeoutError, Stopped
     exception: str | None = None  # "Type: message" of what stopped the trial, if anything
+    result: Any = None  # Harbor's TrialResult, when the trial got that far
     agent_dir: Path | None = None
     verifier_dir: Path | None = None
-    trajectory_path: Path | None = None  # agent/trajectory.json when the agent wrote one
     trial_dir: Path | None = None
+    files: dict[str, str] | None = None  # the workspace when the environment stopped (local only)
+    sandbox_id: str | None = None  # our sandbox's id (local only)
+    reward_error: str | None = None  # the rewards are there but no scalar could be picked
+
+
+def _finite_map(path: Path) -> dict[str, float] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def verifier_rewards(verifier_dir: Path | None) -> dict[str, float] | None:
+    """reward.json's whole map (finite numbers only), when it holds one."""
+    if verifier_dir is None or not (verifier_dir / REWARD_JSON).is_file():
+        return None
+    return _finite_map(verifier_dir / REWARD_JSON)
+
+
+def read_trajectory(agent_dir: Path | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The agent's ATIF trajectory (agent/trajectory.json), or None and why not."""
+    if agent_dir is None:
+        return None, None
+    path = agent_dir / "trajectory.json"
+    if not path.is_file():
+        return None, None
+    if path.stat().st_size > MAX_TRAJECTORY_BYTES:
+        return None, f"trajectory.json is larger than {MAX_TRAJECTORY_BYTES} bytes; left out"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return None, f"trajectory.json is not readable JSON: {e}"
+    return (data, None) if isinstance(data, dict) else (None, "trajectory.json is not a JSON object")
+
+
+def count_tool_calls(trajectory: dict[str, Any] | None) -> int | None:
+    """Tool calls the agent made, from its ATIF trajectory's steps."""
+    if trajectory is None:
+        return None
+    steps = trajectory.get("steps")
+    if not isinstance(steps, list):
+        return None
+    return sum(len(s.get("tool_calls") or []) for s in steps if isinstance(s, dict))
 
 
 async def run_harbor_trial(
-    task_dir: str | Path,
-    agent_name: str,
-    trials_dir: str | Path,
+    config: Any,
     *,
     timeout_s: float,
-    trial_name: str | None = None,
+    stop: asyncio.Event | None = None,
+    on_event: Callable[[str, str], None] | None = None,
     reward_key: str | None = None,
 ) -> HarborTrialOutcome:
-    """Run `agent_name` (a Harbor agent name: "oracle", "nop", ...) on the Harbor task at
-    `task_dir`; Harbor writes the trial under `trials_dir/<trial_name>`."""
-    notes: list[str] = []
+    """Run the trial `config` (a harbor TrialConfig). `on_event(phase, status)` follows Harbor's
+    lifecycle hooks; `stop` ends the trial early (Harbor cleans up as on cancellation)."""
+    trial_dir = Path(config.trials_dir) / config.trial_name
+    out = HarborTrialOutcome(agent_dir=trial_dir / "agent", verifier_dir=trial_dir / "verifier", trial_dir=trial_dir)
     try:
-        from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig, VerifierConfig
+        from harbor.trial.hooks import TrialEvent
         from harbor.trial.trial import Trial
     except ImportError as e:
-        return HarborTrialOutcome(None, None, [f"Harbor is not installed ({e}): `uv sync --extra harbor`"], exception=repr(e))
-    from harness_env.core.sandbox.local import bwrap_available
-    from harness_env.envs.harbor.local_env import NO_BWRAP_MESSAGE
+        out.exception_type, out.exception = "ImportError", f"Harbor is not installed ({e}): `uv sync --extra harbor`"
+        out.notes.append(out.exception)
+        return out
 
-    if not bwrap_available():
-        return HarborTrialOutcome(None, None, [NO_BWRAP_MESSAGE], exception=f"SandboxError: {NO_BWRAP_MESSAGE}")
-
-    name = trial_name or f"harbor-{uuid.uuid4().hex[:10]}"
-    trial_dir = Path(trials_dir) / name
-    outcome = HarborTrialOutcome(
-        None, None, notes, agent_dir=trial_dir / "agent", verifier_dir=trial_dir / "verifier", trial_dir=trial_dir
-    )
     trial = None
+
+    async def run() -> Any:
+        nonlocal trial
+        trial = await Trial.create(config)
+        if on_event is not None:
+            for event in TrialEvent:
+                mapped = HOOK_PHASES.get(event.value)
+                if mapped is not None:
+                    async def hook(_ev, mapped=mapped) -> None:
+                        on_event(*mapped)
+
+                    trial.add_hook(event, hook)
+        return await trial.run()
+
+    task = asyncio.ensure_future(run())
+    stopper = asyncio.ensure_future(stop.wait()) if stop is not None else None
     try:
-        async with asyncio.timeout(timeout_s):
-            config = TrialConfig(
-                task=TaskConfig(path=Path(task_dir)),
-                trials_dir=Path(trials_dir),
-                trial_name=name,
-                agent=AgentConfig(name=agent_name),
-                environment=EnvironmentConfig(import_path=LOCAL_ENV_IMPORT_PATH),
-                verifier=VerifierConfig(),
-            )
-            trial = await Trial.create(config)
-            result = await trial.run()
-        if result.exception_info is not None:
-            info = result.exception_info
-            outcome.exception = f"{info.exception_type}: {info.exception_message}"
-    except TimeoutError:
-        outcome.exception = f"TimeoutError: the Harbor trial did not finish within {timeout_s}s"
-    except Exception as e:  # Harbor's own failures: config validation, task loading, env start
-        outcome.exception = f"{type(e).__name__}: {e}"
+        done, _ = await asyncio.wait({task, *([stopper] if stopper else [])}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            try:
+                out.result = task.result()
+            except Exception as e:  # Harbor's own failures: config validation, task loading, env start
+                out.exception_type, out.exception = type(e).__name__, f"{type(e).__name__}: {e}"
+        else:
+            stopped = stopper is not None and stopper in done
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(task, 60)
+            if stopped:
+                out.exception_type, out.exception = "Stopped", "Stopped: the trial was stopped (the policy endpoint kept failing)"
+            else:
+                out.exception_type, out.exception = "TimeoutError", f"TimeoutError: the Harbor trial did not finish within {timeout_s:.0f}s"
     finally:
+        if stopper is not None:
+            stopper.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
         env = getattr(trial, "agent_environment", None) if trial is not None else None
         if env is not None:  # Trial stops it itself; again here in case cancellation cut that short
             try:
                 await env.stop(delete=True)
             except Exception as e:
-                notes.append(f"stopping the environment failed: {e}")
-    if outcome.exception:
-        notes.append(f"the Harbor trial raised {outcome.exception}")
-    reward, source, reward_notes = read_verifier_reward(outcome.verifier_dir, reward_key)
-    outcome.reward, outcome.reward_source = reward, source
-    notes.extend(reward_notes)
-    trajectory = outcome.agent_dir / "trajectory.json"
-    outcome.trajectory_path = trajectory if trajectory.is_file() else None
-    return outcome
+                out.notes.append(f"stopping the environment failed: {e}")
+            out.files = getattr(env, "collected_files", None)
+            out.sandbox_id = getattr(env, "sandbox_id", None)
+    if out.result is not None and out.result.exception_info is not None and out.exception is None:
+        info = out.result.exception_info
+        out.exception_type, out.exception = info.exception_type, f"{info.exception_type}: {info.exception_message}"
+    if out.exception:
+        out.notes.append(f"the Harbor trial raised {out.exception[:2000]}")
+    try:
+        out.reward, out.reward_source, reward_notes = read_verifier_reward(out.verifier_dir, reward_key)
+        out.notes.extend(reward_notes)
+    except InvalidRequestError as e:  # reward_key names no entry of the map
+        out.reward_error = str(e)
+    rewards = verifier_rewards(out.verifier_dir)
+    if out.reward is None and out.reward_error is None and rewards:
+        out.reward_error = (
+            f"the verifier's reward.json holds {sorted(rewards)} and no single reward: "
+            "name the one to use with harbor.reward_key"
+        )
+    return out

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 import time
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness_env.core.paths import confined_path
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env.core.grading import GradeOutcome
 from harness_env.core.sandbox.local import LocalSandbox
@@ -53,14 +53,7 @@ def instruction_for(prompt: str) -> str:
 
 
 def _check_reference(path: str, trusted: bool) -> str:
-    p = Path(path).expanduser()
-    if not trusted:
-        root = os.environ.get(REFERENCE_DIR_VAR)
-        if not root:
-            raise InvalidRequestError(f"reference_png paths are read on the server only under ${REFERENCE_DIR_VAR}, which is not set here")
-        p = (Path(root) / p).resolve() if not p.is_absolute() else p.resolve()
-        if not p.is_relative_to(Path(root).resolve()):
-            raise InvalidRequestError(f"reference_png must lie under ${REFERENCE_DIR_VAR} ({root})")
+    p = confined_path(path, REFERENCE_DIR_VAR, "reference_png", trusted=trusted)
     try:
         with open(p, "rb") as f:
             head = f.read(8)

@@ -1,0 +1,258 @@
+"""harness="harbor": one rollout is one Harbor trial (Harbor's task format, agents, environments
+and verifier), with the agent's model calls going through our capture proxy.
+
+The engine keeps what every harness shares (endpoint check and probe, the capture session, the
+result's shape, failure classification); this module builds the trial (envs/harbor/config.py),
+runs it (envs/harbor/trial.py) and turns Harbor's outcome into a TrialReport. A uniform Task is
+converted into a Harbor task directory first (envs/harbor/task_dir.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from harness_env.core import toolchain
+from harness_env.core.errors import SandboxError
+from harness_env.core.harness import AgentOutcome, LaunchContext, PhaseRecord, TrialReport
+from harness_env.core.sandbox.local import bwrap_available, sandboxes_root
+from harness_env.envs.harbor.config import LOCAL_SANDBOX, check_agent_and_sandbox, trial_config, trial_deadline
+from harness_env.envs.harbor.task_dir import VERIFY_RESULTS_FILE, _harbor, load_task_dir, task_to_task_dir
+from harness_env.envs.harbor.trial import HarborTrialOutcome, count_tool_calls, read_trajectory, run_harbor_trial, verifier_rewards
+from harness_env.models import CommandResult, HarborOptions, HarborRunInfo, RolloutRequest
+
+LOG_TAIL_CHARS = 4000
+# Harbor's exception class names -> our error kinds (the rest: by the phase it stopped in).
+EXCEPTION_KINDS = {
+    "AgentTimeoutError": "agent_timeout",
+    "TimeoutError": "agent_timeout",  # our one deadline
+    "NonZeroAgentExitCodeError": "agent_error",
+    "AgentSetupTimeoutError": "sandbox",
+    "EnvironmentStartTimeoutError": "sandbox",
+    "SandboxError": "sandbox",
+    "VerifierTimeoutError": "verify",
+    "RewardFileNotFoundError": "verify",
+    "RewardFileEmptyError": "verify",
+    "VerifierOutputParseError": "verify",
+    "ImportError": "sandbox",
+}
+PHASES = (("environment_setup", "sandbox"), ("agent_setup", "setup"), ("agent_execution", "agent"), ("verifier", "verify"))
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
+
+
+def load_harbor_runtime() -> None:
+    """Import Harbor's trial machinery (it pulls in LiteLLM: about 10 s of CPU the first time in a
+    process). Called in a worker thread so the event loop, and other rollouts' proxying, go on."""
+    import harbor.llms.litellm_config  # noqa: F401
+    import harbor.trial.trial  # noqa: F401
+
+
+def run_preflight(sandbox: str) -> None:
+    """Harbor's own credential check for a provider (it names the missing variables), as a
+    SandboxError instead of Harbor's SystemExit."""
+    from harbor.environments.factory import EnvironmentFactory
+    from harbor.models.environment_type import EnvironmentType
+
+    try:
+        EnvironmentFactory.run_preflight(EnvironmentType(sandbox))
+    except SystemExit as e:
+        raise SandboxError(f"sandbox {sandbox!r} cannot start here: {e}") from None
+    except ImportError as e:
+        raise SandboxError(f"sandbox {sandbox!r} needs a package that is not installed ({e}); install Harbor's extra for it") from None
+
+
+def _phase_records(result: Any) -> list[PhaseRecord]:
+    out = []
+    for attr, name in PHASES:
+        timing = getattr(result, attr, None) if result is not None else None
+        if timing is None or timing.started_at is None:
+            continue
+        end: datetime | None = timing.finished_at
+        duration = (end - timing.started_at).total_seconds() if end else 0.0
+        out.append(PhaseRecord(name=name, started=timing.started_at.timestamp(), duration_s=round(duration, 4), ok=end is not None))
+    return out
+
+
+def classify(out: HarborTrialOutcome) -> tuple[str, str] | None:
+    """(error_kind, message) for what stopped the trial, None when it ran through."""
+    if out.exception is None:
+        return None
+    kind = EXCEPTION_KINDS.get(out.exception_type or "")
+    if kind is None:
+        result = out.result
+        if result is None or result.environment_setup is None or result.environment_setup.finished_at is None:
+            kind = "sandbox"
+        elif result.agent_setup is None or result.agent_setup.finished_at is None:
+            kind = "sandbox"  # installing the agent failed
+        elif result.agent_execution is None or result.agent_execution.finished_at is None:
+            kind = "agent_error"
+        else:
+            kind = "verify"
+    if "environment/setup.sh" in out.exception:
+        kind = "setup"
+    return kind, f"Harbor: {out.exception[:2000]}"
+
+
+def _agent_log_tail(agent_dir: Path | None) -> str:
+    if agent_dir is None or not agent_dir.is_dir():
+        return ""
+    parts = []
+    for path in sorted(agent_dir.glob("*.txt")):
+        try:
+            parts.append(f"[{path.name}]\n{path.read_text(errors='replace')[-LOG_TAIL_CHARS:]}")
+        except OSError:
+            continue
+    return "\n".join(parts)[-LOG_TAIL_CHARS:]
+
+
+def _final_text(trajectory: dict[str, Any] | None) -> str:
+    for step in reversed((trajectory or {}).get("steps") or []):
+        if isinstance(step, dict) and step.get("source") == "agent" and isinstance(step.get("message"), str) and step["message"].strip():
+            return step["message"]
+    return ""
+
+
+def _verify_results(out: HarborTrialOutcome, verify: list[str] | None) -> list[CommandResult]:
+    """Per-command results for a converted Task (test.sh logs each exit code); for a Harbor task,
+    one entry for tests/test.sh with its output."""
+    vdir = out.verifier_dir
+    if vdir is None or not vdir.is_dir():
+        return []
+    stdout = ""
+    if (vdir / "test-stdout.txt").is_file():
+        stdout = (vdir / "test-stdout.txt").read_text(errors="replace")[-8000:]
+    if verify is not None and (vdir / VERIFY_RESULTS_FILE).is_file():
+        results = []
+        for line in (vdir / VERIFY_RESULTS_FILE).read_text().splitlines():
+            try:
+                entry = json.loads(line)
+                results.append(CommandResult(cmd=verify[entry["index"]], exit_code=int(entry["exit_code"])))
+            except (ValueError, KeyError, IndexError, TypeError):
+                continue
+        if results:
+            results[-1].stdout = stdout
+            return results
+    return [CommandResult(cmd="tests/test.sh", exit_code=None, stdout=stdout)] if stdout or out.result is not None else []
+
+
+class HarborHarness:
+    name = "harbor"
+    capabilities = ("harbor_tasks", "harbor_agents", "sandbox_providers", "atif_trajectory")
+
+    def version(self) -> str | None:
+        try:
+            return metadata.version("harbor")
+        except metadata.PackageNotFoundError:
+            return None
+
+    def check_installed(self) -> None:
+        _harbor()  # ToolMissingError naming the extra
+
+    def readonly_paths(self) -> list[str]:
+        return []
+
+    def preflight(self, request: RolloutRequest, proxy_base_url: str) -> None:
+        opts = request.harbor or HarborOptions()
+        check_agent_and_sandbox(opts)
+        if opts.sandbox == LOCAL_SANDBOX:
+            from harness_env.envs.harbor.agents import PREINSTALLED
+            from harness_env.envs.harbor.local_env import NO_BWRAP_MESSAGE
+
+            if not bwrap_available():
+                raise SandboxError(NO_BWRAP_MESSAGE)
+            if opts.agent in PREINSTALLED:
+                toolchain.harness_command(PREINSTALLED[opts.agent][0])  # ToolMissingError: how to install
+            return
+        run_preflight(opts.sandbox)
+        if (urlsplit(proxy_base_url).hostname or "") in LOOPBACK_HOSTS:
+            raise SandboxError(
+                f"sandbox {opts.sandbox!r} runs remotely and cannot reach the capture proxy at {proxy_base_url}; "
+                "start the server with --public-url (or HARNESS_ENV_PUBLIC_URL) set to an address the provider's sandboxes can reach"
+            )
+
+    async def run_trial(self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None]) -> TrialReport:
+        request = ctx.request
+        opts = request.harbor or HarborOptions()
+        work = sandboxes_root() / f"harbor-{uuid.uuid4().hex[:12]}"
+        report = TrialReport(sandbox_backend=f"harbor:{opts.sandbox}")
+        try:
+            await asyncio.to_thread(load_harbor_runtime)
+            work.mkdir(parents=True)
+            converted = not opts.task_dir
+            if converted:  # a uniform Task: written as a Harbor task directory
+                task_dir = task_to_task_dir(
+                    request.task, work / "task",
+                    agent_timeout_s=request.agent_timeout_s,
+                    verify_timeout_s=request.verify_timeout_s,
+                    setup_timeout_s=request.setup_timeout_s,
+                )
+            else:
+                task_dir = Path(opts.task_dir)
+            ht = await asyncio.to_thread(load_task_dir, task_dir)
+            config = trial_config(
+                opts,
+                task_dir=task_dir,
+                trials_dir=work / "trials",
+                trial_name="rollout",
+                proxy_base_url=ctx.proxy_base_url,
+                session_key=ctx.session_key,
+                model=request.endpoint.model,
+                agent_timeout_s=request.agent_timeout_s,
+                setup_timeout_s=request.setup_timeout_s,
+                verify_timeout_s=request.verify_timeout_s,
+            )
+            out = await run_harbor_trial(
+                config,
+                timeout_s=trial_deadline(request.agent_timeout_s, request.setup_timeout_s, request.verify_timeout_s),
+                stop=stop,
+                on_event=lambda phase, status: emit(phase, status, ""),
+                reward_key=opts.reward_key,
+            )
+            self._fill(report, out, request, opts, ht, converted)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)  # trial logs and the converted task: read above
+        return report
+
+    @staticmethod
+    def _fill(report: TrialReport, out: HarborTrialOutcome, request: RolloutRequest, opts: HarborOptions, ht, converted: bool) -> None:
+        trajectory, trajectory_note = read_trajectory(out.agent_dir)
+        result = out.result
+        agent_ran = result is not None and result.agent_execution is not None and result.agent_execution.finished_at is not None
+        report.phases = _phase_records(result)
+        report.failure = classify(out)
+        if report.failure is None and out.reward_error:
+            report.failure = ("verify", out.reward_error)
+        report.reward = out.reward
+        report.reward_source = "reward_file" if out.reward_source else None
+        report.reward_notes = [f"from the verifier's {out.reward_source.replace('_', '.')}"] if out.reward_source else []
+        report.reward_notes += [n for n in out.notes if not n.startswith("the Harbor trial raised")]
+        if trajectory_note:
+            report.reward_notes.append(trajectory_note)
+        report.agent = AgentOutcome(final_text=_final_text(trajectory), tool_calls=count_tool_calls(trajectory))
+        report.agent_exit_code = 0 if agent_ran and out.exception_type != "NonZeroAgentExitCodeError" else None
+        report.agent_log_tail = _agent_log_tail(out.agent_dir)
+        report.verify_results = _verify_results(out, request.task.verify if converted else None)
+        report.files = out.files or {}
+        report.sandbox_id = out.sandbox_id or ""
+        report.sandbox_notes = [f"Harbor {metadata.version('harbor')} trial, environment {opts.sandbox!r}"]
+        agent_info = getattr(result, "agent_info", None)
+        report.result_fields = {
+            "harbor": HarborRunInfo(
+                task_name=ht.name,
+                task_path="" if converted else str(ht.path),
+                agent=opts.agent,
+                agent_version=getattr(agent_info, "version", None),
+                sandbox=opts.sandbox,
+                exception=out.exception,
+                verifier_rewards=verifier_rewards(out.verifier_dir),
+            ),
+            "agent_trajectory": trajectory,
+        }

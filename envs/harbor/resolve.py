@@ -1,0 +1,83 @@
+"""Resolve a harness="harbor" request: find the Harbor task it names, fill the Task from it, and
+check the agent and sandbox names before anything is queued; list a dataset's tasks.
+
+Remote callers (MCP, HTTP, web) name task directories and datasets relative to
+$HARNESS_ENV_HARBOR_TASKS_DIR; trusted callers (CLI, in-process) may give any path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness_env.core.errors import InvalidRequestError
+from harness_env.core.paths import confined_path
+from harness_env.envs.harbor.config import check_agent_and_sandbox
+from harness_env.envs.harbor.task_dir import _harbor, find_task_in_dataset, load_task_dir
+from harness_env.models import HarborOptions, HarborTaskInfo, RolloutRequest, Task
+
+TASKS_DIR_VAR = "HARNESS_ENV_HARBOR_TASKS_DIR"
+INSTRUCTION_PREVIEW_CHARS = 500
+
+
+def locate_task(opts: HarborOptions, *, trusted: bool) -> Path:
+    """The task directory `opts` names (task_dir, or dataset + split + task_index)."""
+    if opts.task_dir:
+        return confined_path(opts.task_dir, TASKS_DIR_VAR, "harbor.task_dir", trusted=trusted)
+    if opts.dataset:
+        root = confined_path(opts.dataset, TASKS_DIR_VAR, "harbor.dataset", trusted=trusted)
+        return find_task_in_dataset(root, opts.split, opts.task_index)
+    raise InvalidRequestError("harbor options name no task: give harbor.task_dir or harbor.dataset")
+
+
+def prepare(request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
+    """For harness="harbor": the request with its Harbor task located and loaded (the Task's
+    instruction and task_id come from it; `harbor.task_dir` becomes the absolute path). Other
+    harnesses pass through. Raises InvalidRequestError naming what is wrong."""
+    if request.harness != "harbor":
+        return request
+    _harbor()  # ToolMissingError naming the extra, when Harbor is not installed
+    opts = request.harbor or HarborOptions()
+    check_agent_and_sandbox(opts)
+    if not opts.names_task:  # the uniform Task is converted into a Harbor task when it runs
+        return request.model_copy(update={"harbor": opts})
+    path = locate_task(opts, trusted=trusted)
+    ht = load_task_dir(path)
+    task = request.task
+    task = Task(
+        instruction=ht.instruction,
+        task_id=task.task_id or ht.name,
+        metadata={**task.metadata, "harbor_task": ht.name},
+    )
+    return request.model_copy(update={"task": task, "harbor": opts.model_copy(update={"task_dir": str(path)})})
+
+
+def list_tasks(dataset: str = "", split: str | None = None, *, trusted: bool) -> list[HarborTaskInfo]:
+    """The tasks of a dataset directory, in the order task_index counts them. An empty `dataset`
+    means the tasks root itself ($HARNESS_ENV_HARBOR_TASKS_DIR)."""
+    HarborTaskModel = _harbor()
+    root = confined_path(dataset or ".", TASKS_DIR_VAR, "dataset", trusted=trusted)
+    if split:
+        if "/" in split or split in (".", ".."):
+            raise InvalidRequestError(f"split {split!r} must be a plain subdirectory name")
+        root = root / split
+    if not root.is_dir():
+        raise InvalidRequestError(f"Harbor dataset directory {dataset or '.'!r}{f' split {split!r}' if split else ''} does not exist")
+    out = []
+    for index, path in enumerate(p for p in sorted(root.iterdir()) if HarborTaskModel.is_valid_dir(p)):
+        try:
+            ht = load_task_dir(path)
+        except InvalidRequestError as e:  # listed all the same, so task_index still counts it
+            out.append(HarborTaskInfo(index=index, name=path.name, path=path.name, instruction=f"(unusable: {e})"))
+            continue
+        out.append(
+            HarborTaskInfo(
+                index=index,
+                name=ht.name,
+                path=path.name,
+                instruction=ht.instruction[:INSTRUCTION_PREVIEW_CHARS],
+                agent_timeout_s=ht.agent_timeout_s,
+                verifier_timeout_s=ht.verifier_timeout_s,
+                has_solution=ht.solve_script is not None,
+            )
+        )
+    return out
