@@ -6,8 +6,9 @@ import os
 import pytest
 
 from harness_env.core.sandbox.local import bwrap_available
+from harness_env.envs.harbor.config import trial_config
 from harness_env.envs.harbor.task_dir import task_to_task_dir
-from harness_env.models import Task
+from harness_env.models import HarborOptions, Task
 
 pytest.importorskip("harbor.trial.trial", reason="install the extra: uv sync --extra harbor")
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="needs bubblewrap: apt-get install bubblewrap")
@@ -44,21 +45,21 @@ def _marked_processes() -> list[int]:
     return pids
 
 
-def test_oracle_passes(tmp_path):
-    task_dir = _hello_task_dir(tmp_path)
-    out = asyncio.run(run_harbor_trial(task_dir, "oracle", tmp_path / "trials", timeout_s=120))
+def _run(task_dir, agent, tmp_path, timeout_s=120, stop=None):
+    opts = HarborOptions(agent=agent)  # oracle / nop: no model, so no endpoint options
+    config = trial_config(
+        opts, task_dir=task_dir, trials_dir=tmp_path / "trials", trial_name="t", proxy_base_url="http://127.0.0.1:9/v1",
+        session_key="unused", model="m", agent_timeout_s=60, setup_timeout_s=60, verify_timeout_s=60,
+    )
+    return asyncio.run(run_harbor_trial(config, timeout_s=timeout_s, stop=stop))
+
+
+def test_oracle_writes_harbor_logs_and_per_command_results(tmp_path):
+    out = _run(_hello_task_dir(tmp_path), "oracle", tmp_path)
     assert out.exception is None, out.notes
     assert out.reward == 1.0 and out.reward_source == "reward_txt", out.notes
     assert (out.verifier_dir / "verify_results.jsonl").read_text().count('"exit_code": 0') == 2
     assert (out.agent_dir / "oracle.txt").is_file()
-    assert _marked_processes() == []
-
-
-def test_nop_fails(tmp_path):
-    task_dir = _hello_task_dir(tmp_path)
-    out = asyncio.run(run_harbor_trial(task_dir, "nop", tmp_path / "trials", timeout_s=120))
-    assert out.exception is None, out.notes
-    assert out.reward == 0.0 and out.reward_source == "reward_txt", out.notes
     assert _marked_processes() == []
 
 
@@ -67,13 +68,13 @@ def test_files_and_setup_reach_the_workdir(tmp_path):
     task_dir = _hello_task_dir(tmp_path, solve=False, files={"seed.txt": "hel"}, setup=["cat seed.txt > seeded; echo lo >> seeded"])
     (task_dir / "solution").mkdir()
     (task_dir / "solution" / "solve.sh").write_text("tr -d '\\n' < /app/seeded > /app/hello.txt; echo >> /app/hello.txt\n")
-    out = asyncio.run(run_harbor_trial(task_dir, "oracle", tmp_path / "trials", timeout_s=120))
+    out = _run(task_dir, "oracle", tmp_path)
     assert out.reward == 1.0, out.notes
 
 
 def test_a_failing_setup_is_reported_not_raised(tmp_path):
     task_dir = _hello_task_dir(tmp_path, setup=["exit 3"])
-    out = asyncio.run(run_harbor_trial(task_dir, "oracle", tmp_path / "trials", timeout_s=120))
+    out = _run(task_dir, "oracle", tmp_path)
     assert out.reward is None and out.exception and "setup.sh" in out.exception, out.notes
 
 
@@ -81,7 +82,7 @@ def test_the_deadline_stops_the_trial_and_cleans_up(tmp_path):
     task_dir = _hello_task_dir(tmp_path, solve=False)
     (task_dir / "solution").mkdir()
     (task_dir / "solution" / "solve.sh").write_text("sleep 600\n")
-    out = asyncio.run(run_harbor_trial(task_dir, "oracle", tmp_path / "trials", timeout_s=8))
+    out = _run(task_dir, "oracle", tmp_path, timeout_s=8)
     assert out.reward is None and out.exception and "TimeoutError" in out.exception, out.notes
     assert _marked_processes() == []
 

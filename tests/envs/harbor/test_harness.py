@@ -1,0 +1,200 @@
+"""harness="harbor" end to end: Harbor's own Trial (its agents, its verifier) in our bubblewrap
+environment, through the engine and the capture proxy, against the scripted fake policy."""
+
+import json
+import os
+import time
+
+import pytest
+
+from harness_env import Endpoint, RolloutRequest, Task, run_rollout
+from harness_env.core.errors import InvalidRequestError
+from harness_env.core.sandbox.local import bwrap_available
+from harness_env.envs.harbor.resolve import list_tasks, prepare
+from harness_env.envs.harbor.task_dir import task_to_task_dir
+from harness_env.models import HarborOptions
+
+pytest.importorskip("harbor.trial.trial", reason="install the extra: uv sync --extra harbor")
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not bwrap_available(), reason="needs bubblewrap: apt-get install bubblewrap"),
+]
+
+UPSTREAM_KEY = "sk-upstream-harbor-5c4b3a"
+HELLO = Task(instruction="Write the word hello into /app/hello.txt.", verify=["grep -qx hello /app/hello.txt"])
+
+
+def hello_task_dir(root, name="hello-world", *, solve=True, test_sh=None):
+    """Harbor's hello-world shape: the agent writes a file, tests/test.sh checks it."""
+    out = task_to_task_dir(HELLO, root / name, agent_timeout_s=120, verify_timeout_s=60)
+    if test_sh is not None:
+        (out / "tests" / "test.sh").write_text(test_sh)
+    if solve:  # Harbor's oracle runs solution/solve.sh
+        (out / "solution").mkdir()
+        (out / "solution" / "solve.sh").write_text("#!/usr/bin/env bash\necho hello > /app/hello.txt\n")
+    return out
+
+
+def harbor_request(srv, harbor, *, task=None, script=None, **kw):
+    srv.policy.scripts["policy-m"] = script or []
+    endpoint = Endpoint(base_url=srv.base_url, api_key=UPSTREAM_KEY, model="policy-m")
+    kw.setdefault("agent_timeout_s", 120)
+    fields = dict(harness="harbor", harbor=HarborOptions(**harbor), endpoint=endpoint, **kw)
+    if task is not None:
+        fields["task"] = task
+    return RolloutRequest(**fields)
+
+
+def _no_process_left(sandbox_id: str) -> None:
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                env = open(f"/proc/{pid}/environ", "rb").read()
+            except OSError:
+                continue
+            assert sandbox_id.encode() not in env, f"process {pid} of {sandbox_id} is still running"
+
+
+async def test_oracle_passes_and_nop_fails(policy_server, tmp_path):
+    task_dir = hello_task_dir(tmp_path)
+    ok = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle"}))
+    assert ok.error is None, ok.error
+    assert ok.reward == 1.0 and ok.reward_source == "reward_file"
+    assert ok.task_id == "hello-world" and ok.harbor.task_name == "hello-world" and ok.harbor.agent == "oracle"
+    assert ok.files == {"hello.txt": "hello\n"}
+    assert [p.name for p in ok.phases] == ["endpoint", "sandbox", "setup", "agent", "verify", "collect"]
+    assert ok.proxy_turns == []  # the oracle calls no model
+    _no_process_left(ok.sandbox_id)
+
+    nop = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "nop"}))
+    assert nop.error is None, nop.error
+    assert nop.reward == 0.0
+    assert nop.files == {}
+
+
+@pytest.mark.parametrize("agent", ["pi", "opencode"])
+async def test_harbor_agents_through_the_capture_proxy(policy_server, tmp_path, agent, monkeypatch):
+    # A key in the server's environment must not reach the agent: Harbor's agents read os.environ.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-server-env-secret-77")
+    task_dir = hello_task_dir(tmp_path, solve=False)
+    script = [{"bash": "echo hello > /app/hello.txt && env > /app/env.txt"}, {"text": "Wrote it."}]
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": agent}, script=script, top_logprobs=1))
+    assert res.error is None, (res.error, res.agent_log_tail)
+    assert res.reward == 1.0
+    policy = [t for t in res.proxy_turns if t.purpose == "policy"]
+    assert len(policy) == 2
+    for t in policy:
+        assert t.prompt_token_ids and t.completion_token_ids
+        assert len(t.per_token_logps) == len(t.completion_token_ids)
+        assert t.capture_level == "tokens"
+    assert policy[0].tool_calls[0]["function"]["name"] == "bash"
+    assert res.rollout_type == "train"
+    rows = [r for r in res.training_rows() if r.trainable]
+    assert rows and all(r.reward == 1.0 for r in rows)
+    # Harbor's ATIF trajectory and the tool-call count from it
+    assert res.agent_trajectory is not None and res.agent_trajectory["schema_version"].startswith("ATIF")
+    assert res.agent_tool_calls == 1
+    assert res.agent_final_text == "Wrote it."
+    assert res.harbor.agent == agent and res.harbor.agent_version
+    # The agent presented the per-rollout capture key; the upstream key stayed in the proxy.
+    auths = {h.get("authorization") for h in policy_server.policy.headers[2:]}
+    assert auths == {f"Bearer {UPSTREAM_KEY}"}, auths  # proxy -> fake: the real key, added by the proxy
+    env_dump = res.files["env.txt"]
+    assert UPSTREAM_KEY not in env_dump and "sk-server-env-secret-77" not in env_dump
+    assert "HARNESS_ENV_CAPTURE_KEY=" in env_dump
+    assert UPSTREAM_KEY not in res.model_dump_json()
+    _no_process_left(res.sandbox_id)
+
+
+@pytest.mark.parametrize(
+    "verify, expected",
+    [
+        (["grep -qx hello /app/hello.txt", "test -f /app/missing.txt"], 0.5),
+        (["echo 0.25 > \"$HARNESS_ENV_REWARD_FILE\"", "false"], 0.25),
+    ],
+)
+async def test_converted_task_gives_the_native_reward(policy_server, verify, expected):
+    task = Task(instruction="Write hello into /app/hello.txt.", verify=verify, task_id="uniform")
+    script = [{"bash": "echo hello > /app/hello.txt"}, {"text": "done"}]
+    via_harbor = await run_rollout(harbor_request(policy_server, {"agent": "pi"}, task=task, script=script))
+    assert via_harbor.error is None, via_harbor.error
+    # Natively the workspace is the cwd, not /app: the same task with relative paths.
+    native_task = task.model_copy(update={"verify": [v.replace("/app/", "") for v in verify]})
+    policy_server.policy.scripts["policy-m"] = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
+    native = await run_rollout(RolloutRequest(task=native_task, endpoint=Endpoint(base_url=policy_server.base_url, model="policy-m"), harness="pi", agent_timeout_s=120))
+    assert native.error is None, native.error
+    assert via_harbor.reward == native.reward == expected
+    assert [r.exit_code == 0 for r in via_harbor.verify_results] == [r.exit_code == 0 for r in native.verify_results]
+    assert [r.cmd for r in via_harbor.verify_results] == verify
+    assert via_harbor.task_id == "uniform" and via_harbor.harbor.task_path == ""
+
+
+def _reward_json_task(tmp_path, rewards: dict, name: str):
+    test_sh = f"#!/usr/bin/env bash\nmkdir -p /logs/verifier\necho '{json.dumps(rewards)}' > /logs/verifier/reward.json\n"
+    return hello_task_dir(tmp_path, name, test_sh=test_sh)
+
+
+async def test_reward_json_map_and_reward_key(policy_server, tmp_path):
+    task_dir = _reward_json_task(tmp_path, {"accuracy": 0.25, "reward": 0.75}, "two-keys")
+    default = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle"}))
+    assert default.error is None and default.reward == 0.75
+    assert default.harbor.verifier_rewards == {"accuracy": 0.25, "reward": 0.75}
+    keyed = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle", "reward_key": "accuracy"}))
+    assert keyed.error is None and keyed.reward == 0.25
+
+    missing = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle", "reward_key": "f1"}))
+    assert missing.reward is None and missing.error_kind == "verify"
+    assert "f1" in missing.error and "accuracy" in missing.error and "reward" in missing.error
+
+    ambiguous_dir = _reward_json_task(tmp_path, {"a": 1, "b": 0}, "ambiguous")
+    ambiguous = await run_rollout(harbor_request(policy_server, {"task_dir": str(ambiguous_dir), "agent": "oracle"}))
+    assert ambiguous.reward is None and ambiguous.error_kind == "verify"
+    assert "['a', 'b']" in ambiguous.error and "reward_key" in ambiguous.error
+
+
+async def test_missing_provider_credentials_fail_before_any_work(policy_server, tmp_path, monkeypatch):
+    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    task_dir = hello_task_dir(tmp_path)
+    t0 = time.monotonic()
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "pi", "sandbox": "e2b"}))
+    assert res.reward is None and res.error_kind == "sandbox"
+    assert "E2B_API_KEY" in res.error and "'e2b'" in res.error
+    assert [p.name for p in res.phases] == ["endpoint", "collect"]  # no trial, no sandbox
+    assert time.monotonic() - t0 < 10
+
+    # With credentials, a remote sandbox still cannot reach a loopback proxy: said before starting.
+    monkeypatch.setenv("E2B_API_KEY", "e2b-test-key")
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "pi", "sandbox": "e2b"}))
+    assert res.error_kind == "sandbox" and "--public-url" in res.error
+    assert "e2b-test-key" not in res.model_dump_json()
+
+
+async def test_agent_timeout_is_one_deadline(policy_server, tmp_path):
+    task_dir = hello_task_dir(tmp_path, solve=False)
+    t0 = time.monotonic()
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "pi"}, script=[{"hang": 120}], agent_timeout_s=8))
+    assert res.reward is None and res.error_kind == "agent_timeout", (res.error, res.harbor)
+    assert "AgentTimeoutError" in res.error
+    assert time.monotonic() - t0 < 60
+    _no_process_left(res.sandbox_id)
+
+
+def test_prepare_reads_the_task_and_checks_names(tmp_path):
+    dataset = tmp_path / "dataset" / "train"
+    for name in ("b-task", "a-task"):
+        hello_task_dir(dataset, name)
+    endpoint = Endpoint(base_url="http://127.0.0.1:9", model="m")
+    req = RolloutRequest(harness="harbor", harbor={"dataset": str(tmp_path / "dataset"), "split": "train", "task_index": 1}, endpoint=endpoint)
+    ready = prepare(req, trusted=True)
+    assert ready.harbor.task_dir == str((dataset / "b-task").resolve())  # sorted, as Harbor lists them
+    assert ready.task.instruction == HELLO.instruction and ready.task.task_id == "b-task"
+    assert [t.name for t in list_tasks(str(tmp_path / "dataset"), "train", trusted=True)] == ["a-task", "b-task"]
+
+    with pytest.raises(InvalidRequestError, match="out of range"):
+        prepare(req.model_copy(update={"harbor": req.harbor.model_copy(update={"task_index": 5})}), trusted=True)
+    with pytest.raises(InvalidRequestError, match="cannot run in the local sandbox"):
+        prepare(req.model_copy(update={"harbor": HarborOptions(task_dir=str(dataset / "a-task"), agent="codex")}), trusted=True)
+    with pytest.raises(InvalidRequestError, match="unknown Harbor agent 'no-such-agent'"):
+        prepare(req.model_copy(update={"harbor": HarborOptions(task_dir=str(dataset / "a-task"), agent="no-such-agent")}), trusted=True)
+    with pytest.raises(InvalidRequestError, match="HARNESS_ENV_HARBOR_TASKS_DIR"):
+        prepare(req, trusted=False)  # a remote caller names paths only under the configured root
