@@ -22,7 +22,7 @@ WORKDIR /home/user/app
 
 COPY --chown=user . .
 # The pinned harness versions come from one table (core/toolchain.py PINS) through `harness-env install`.
-RUN uv sync --locked --no-dev --extra server && harness-env install
+RUN uv sync --locked --no-dev --extra server --extra harbor && harness-env install
 
 EXPOSE 7860
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s \
