@@ -198,3 +198,13 @@ def test_prepare_reads_the_task_and_checks_names(tmp_path):
         prepare(req.model_copy(update={"harbor": HarborOptions(task_dir=str(dataset / "a-task"), agent="no-such-agent")}), trusted=True)
     with pytest.raises(InvalidRequestError, match="HARNESS_ENV_HARBOR_TASKS_DIR"):
         prepare(req, trusted=False)  # a remote caller names paths only under the configured root
+
+
+async def test_a_failing_endpoint_stops_the_trial(policy_server, tmp_path):
+    task_dir = hello_task_dir(tmp_path, solve=False)
+    t0 = time.monotonic()
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "pi"}, script=[{"status": 503}]))
+    assert res.reward is None and res.error_kind == "endpoint", (res.error, res.harbor)
+    assert "503" in res.error
+    assert time.monotonic() - t0 < 90
+    _no_process_left(res.sandbox_id)
