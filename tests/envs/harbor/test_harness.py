@@ -208,3 +208,32 @@ async def test_a_failing_endpoint_stops_the_trial(policy_server, tmp_path):
     assert "503" in res.error
     assert time.monotonic() - t0 < 90
     _no_process_left(res.sandbox_id)
+
+
+async def test_a_failing_setup_is_a_setup_error(policy_server):
+    task = Task(instruction="Nothing to do.", setup=["echo preparing", "exit 3"], verify=["true"])
+    res = await run_rollout(harbor_request(policy_server, {"agent": "nop"}, task=task))
+    assert res.reward is None and res.error_kind == "setup", (res.error_kind, res.error)
+    assert "setup.sh" in res.error and "exit code 3" in res.error
+
+
+async def test_a_missing_agent_cli_is_said_before_any_work(policy_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_ENV_TOOLS_DIR", str(tmp_path / "empty-tools"))
+    res = await run_rollout(harbor_request(policy_server, {"agent": "opencode"}, task=HELLO))
+    assert res.reward is None and "harness-env install opencode" in res.error, res.error
+    assert [p.name for p in res.phases] == ["endpoint", "collect"]
+
+
+async def test_concurrent_harbor_rollouts_stay_apart(policy_server, tmp_path):
+    from harness_env.rollout import run_many
+
+    script = [{"bash": "echo hello > /app/hello.txt && ls /app > /app/seen.txt"}, {"text": "done"}]
+    policy_server.policy.scripts["policy-m"] = script
+    reqs = [harbor_request(policy_server, {"agent": "pi"}, task=HELLO.model_copy(update={"task_id": f"t{i}"}), script=script) for i in range(3)]
+    results = await run_many(reqs, concurrency=3)
+    assert [r.reward for r in results] == [1.0, 1.0, 1.0], [r.error for r in results]
+    assert [r.task_id for r in results] == ["t0", "t1", "t2"]
+    assert len({r.sandbox_id for r in results}) == 3
+    for r in results:  # each saw only its own workdir
+        assert r.files["seen.txt"].split() == ["hello.txt", "seen.txt"]
+        assert len([t for t in r.proxy_turns if t.purpose == "policy"]) == 2
