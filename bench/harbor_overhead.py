@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,25 +21,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.scripted_policy import scripted_policy  # noqa: E402
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout  # noqa: E402
-
-POLICY = """
-import sys, time
-sys.path.insert(0, %r)
-from tests.fakes.policy import FakePolicy, FakePolicyServer
-srv = FakePolicyServer(FakePolicy(scripts={"m": [{"bash": "echo hello > /app/hello.txt; echo hello > hello.txt"}, {"text": "done"}]})).__enter__()
-print(srv.base_url, flush=True)
-time.sleep(1e9)
-""" % str(ROOT)
 
 
 async def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args()
-    proc = subprocess.Popen([sys.executable, "-c", POLICY], stdout=subprocess.PIPE, text=True)
-    url = proc.stdout.readline().strip()  # type: ignore[union-attr]
-    try:
+    with scripted_policy([{"bash": "echo hello > /app/hello.txt; echo hello > hello.txt"}, {"text": "done"}]) as url:
         endpoint = Endpoint(base_url=url, model="m")
         native = RolloutRequest(task=Task(instruction="Create hello.txt containing hello.", verify=["grep -qx hello hello.txt"]),
                                 endpoint=endpoint, harness="pi")
@@ -62,8 +51,6 @@ async def main() -> int:
         print(f"first Harbor rollout in a process (imports Harbor + LiteLLM): {first_s:.2f} s")
         print(f"rollout wall time, median of {args.repeats}: native pi {n:.3f} s, Harbor's pi agent {h:.3f} s")
         print(f"ratio harbor / native: {h / n:.3f}")
-    finally:
-        proc.kill()
     return 0
 
 

@@ -23,16 +23,9 @@ sys.path.insert(0, str(ROOT))
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout  # noqa: E402
 from harness_env.client import AsyncHarnessEnv  # noqa: E402
+from bench.scripted_policy import scripted_policy  # noqa: E402
 from tests.server_process import ServerProcess  # noqa: E402
 
-POLICY = """
-import sys, time
-sys.path.insert(0, %r)
-from tests.fakes.policy import FakePolicy, FakePolicyServer
-srv = FakePolicyServer(FakePolicy(scripts={"m": [{"bash": "echo hello > hello.txt"}, {"text": "done"}]})).__enter__()
-print(srv.base_url, flush=True)
-time.sleep(1e9)
-""" % str(ROOT)
 TASK = {"instruction": "Create hello.txt containing hello.", "verify": ["grep -qx hello hello.txt"]}
 
 
@@ -43,11 +36,7 @@ async def main() -> int:
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
 
-    import subprocess
-
-    policy_proc = subprocess.Popen([sys.executable, "-c", POLICY], stdout=subprocess.PIPE, text=True)
-    policy_url = policy_proc.stdout.readline().strip()  # type: ignore[union-attr]
-    try:
+    with scripted_policy([{"bash": "echo hello > hello.txt"}, {"text": "done"}]) as policy_url:
         server = ServerProcess(Path(tempfile.mkdtemp(prefix="bench-server-")), "--max-concurrent", str(max(levels)))
         try:
             req = RolloutRequest(task=Task(**TASK), endpoint=Endpoint(base_url=policy_url, model="m"))
@@ -78,8 +67,6 @@ async def main() -> int:
                     print(f"{level:>12}{n:>10}{wall:>9.1f}{60 * n / wall:>12.1f}{failed:>8}")
         finally:
             server.stop()
-    finally:
-        policy_proc.kill()
     return 0
 
 

@@ -1,0 +1,33 @@
+"""The scripted policy of tests/fakes, served from a process of its own (so its CPU is not the
+benchmark's), for the benchmarks that run real harnesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from contextlib import contextmanager
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_SERVE = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from tests.fakes.policy import FakePolicy, FakePolicyServer
+srv = FakePolicyServer(FakePolicy(scripts={"m": json.loads(sys.argv[2])})).__enter__()
+print(srv.base_url, flush=True)
+time.sleep(1e9)
+"""
+
+
+@contextmanager
+def scripted_policy(script: list[dict]) -> Iterator[str]:
+    """Yields the base URL of a policy that answers model "m" with `script`."""
+    proc = subprocess.Popen([sys.executable, "-c", _SERVE, str(ROOT), json.dumps(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        yield proc.stdout.readline().strip()  # type: ignore[union-attr]
+    finally:
+        proc.kill()
+        proc.wait()
