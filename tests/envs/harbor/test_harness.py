@@ -4,6 +4,7 @@ environment, through the engine and the capture proxy, against the scripted fake
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,8 @@ pytestmark = [
 ]
 
 UPSTREAM_KEY = "sk-upstream-harbor-5c4b3a"
+# Harbor's hello-world shape, written by hand (not by our converter): Dockerfile, test.sh, solve.sh.
+HELLO_WORLD = Path(__file__).parent / "fixtures" / "hello-world"
 HELLO = Task(instruction="Write the word hello into /app/hello.txt.", verify=["grep -qx hello /app/hello.txt"])
 
 
@@ -55,18 +58,17 @@ def _no_process_left(sandbox_id: str) -> None:
             assert sandbox_id.encode() not in env, f"process {pid} of {sandbox_id} is still running"
 
 
-async def test_oracle_passes_and_nop_fails(policy_server, tmp_path):
-    task_dir = hello_task_dir(tmp_path)
-    ok = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle"}))
+async def test_oracle_passes_and_nop_fails(policy_server):
+    ok = await run_rollout(harbor_request(policy_server, {"task_dir": str(HELLO_WORLD), "agent": "oracle"}))
     assert ok.error is None, ok.error
     assert ok.reward == 1.0 and ok.reward_source == "reward_file"
     assert ok.task_id == "hello-world" and ok.harbor.task_name == "hello-world" and ok.harbor.agent == "oracle"
-    assert ok.files == {"hello.txt": "hello\n"}
+    assert ok.files == {"hello.txt": "Hello, world!\n"}
     assert [p.name for p in ok.phases] == ["endpoint", "sandbox", "setup", "agent", "verify", "collect"]
     assert ok.proxy_turns == []  # the oracle calls no model
     _no_process_left(ok.sandbox_id)
 
-    nop = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "nop"}))
+    nop = await run_rollout(harbor_request(policy_server, {"task_dir": str(HELLO_WORLD), "agent": "nop"}))
     assert nop.error is None, nop.error
     assert nop.reward == 0.0
     assert nop.files == {}
@@ -76,9 +78,8 @@ async def test_oracle_passes_and_nop_fails(policy_server, tmp_path):
 async def test_harbor_agents_through_the_capture_proxy(policy_server, tmp_path, agent, monkeypatch):
     # A key in the server's environment must not reach the agent: Harbor's agents read os.environ.
     monkeypatch.setenv("OPENAI_API_KEY", "sk-server-env-secret-77")
-    task_dir = hello_task_dir(tmp_path, solve=False)
-    script = [{"bash": "echo hello > /app/hello.txt && env > /app/env.txt"}, {"text": "Wrote it."}]
-    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": agent}, script=script, top_logprobs=1))
+    script = [{"bash": "echo 'Hello, world!' > /app/hello.txt && env > /app/env.txt"}, {"text": "Wrote it."}]
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(HELLO_WORLD), "agent": agent}, script=script, top_logprobs=1))
     assert res.error is None, (res.error, res.agent_log_tail)
     assert res.reward == 1.0
     policy = [t for t in res.proxy_turns if t.purpose == "policy"]
