@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pydantic import SecretStr, ValidationError
 
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
+from harness_env.envs.harbor.config import LOCAL_AGENTS, LOCAL_SANDBOX, MODEL_FREE_AGENTS
 from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC, Rubric
 from harness_env.models import HarnessInfo, RolloutArgs
 
@@ -17,6 +18,8 @@ SHELL_TASK = "shell task (verify commands)"
 SVG_ICON = "svg_icon"
 TASK_FAMILIES = [SHELL_TASK, SVG_ICON]
 RENDERERS = ["chromium", "resvg"]
+HARBOR = "harbor"
+HARBOR_DEFAULT_AGENT = "pi"
 
 
 @dataclass
@@ -41,6 +44,15 @@ class WebForm:
     source_prompt: str = ""
     renderer: str = "chromium"
     rubric: str = ""  # JSON {"dimensions": [{name, description, weight}]}; blank: the judge's default rubric
+    # harness="harbor" only (ignored for every other harness): Harbor's agent and environment, and
+    # optionally a Harbor task (paths under the server's HARNESS_ENV_HARBOR_TASKS_DIR). With neither
+    # task dir nor dataset, the task above is converted into a Harbor task.
+    harbor_agent: str = HARBOR_DEFAULT_AGENT
+    harbor_sandbox: str = LOCAL_SANDBOX
+    harbor_task_dir: str = ""
+    harbor_dataset: str = ""
+    harbor_task_index: float | None = 0
+    harbor_reward_key: str = ""
 
 
 def default_rubric_json() -> str:
@@ -81,6 +93,34 @@ def family_fields(form: WebForm) -> dict:
     return {"task_family": SVG_ICON, "family_options": options}
 
 
+def harbor_fields(form: WebForm) -> dict:
+    """`harbor` for RolloutArgs when the harness is Harbor (only the fields that were filled in);
+    nothing for any other harness, whatever the hidden Harbor inputs hold."""
+    if form.harness != HARBOR:
+        return {}
+    opts: dict = {"agent": (form.harbor_agent or "").strip() or HARBOR_DEFAULT_AGENT,
+                  "sandbox": (form.harbor_sandbox or "").strip() or LOCAL_SANDBOX}
+    for key, value in (("task_dir", form.harbor_task_dir), ("dataset", form.harbor_dataset), ("reward_key", form.harbor_reward_key)):
+        if (value or "").strip():
+            opts[key] = value.strip()
+    if form.harbor_task_index:  # 0 or empty: the first task (the default)
+        opts["task_index"] = int(form.harbor_task_index)
+    return {"harbor": opts}
+
+
+def harbor_agent_choices(names: list[str]) -> list[tuple[str, str]]:
+    """(label, value) pairs: the agents the local sandbox runs first (the default one at the top),
+    then Harbor's others, labelled as needing a provider sandbox (they install themselves)."""
+    local = sorted((n for n in names if n in LOCAL_AGENTS), key=lambda n: (n != HARBOR_DEFAULT_AGENT, n in MODEL_FREE_AGENTS, n))
+    others = sorted(n for n in names if n not in LOCAL_AGENTS)
+    return [(n, n) for n in local] + [(f"{n} (provider sandbox)", n) for n in others]
+
+
+def harbor_sandbox_choices(names: list[str]) -> list[str]:
+    """The local sandbox first, then Harbor's providers in the order given."""
+    return [LOCAL_SANDBOX] + [n for n in names if n != LOCAL_SANDBOX]
+
+
 def lines(text: str) -> list[str]:
     """One command per line; blank lines are skipped."""
     return [ln for ln in (text or "").splitlines() if ln.strip()]
@@ -103,6 +143,7 @@ def to_args(form: WebForm) -> RolloutArgs:
     endpoint = {"endpoint": form.endpoint} if form.endpoint != EXPLICIT else {
         "base_url": form.base_url.strip(), "model": form.model.strip(), "api_key": SecretStr(form.api_key or "")}
     family = family_fields(form)
+    harbor = harbor_fields(form)
     try:
         return RolloutArgs(
             instruction=form.instruction,
@@ -117,6 +158,7 @@ def to_args(form: WebForm) -> RolloutArgs:
             disable_thinking=bool(form.disable_thinking),
             top_logprobs=int(form.top_logprobs or 0),
             **family,
+            **harbor,
             **endpoint,
         )
     except ValidationError as e:

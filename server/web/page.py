@@ -22,12 +22,15 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the server must no
 import gradio as gr  # noqa: E402
 
 from harness_env.core.errors import HarnessEnvError  # noqa: E402
+from harness_env.envs.harbor.config import LOCAL_AGENTS, LOCAL_SANDBOX  # noqa: E402
 from harness_env.models import PhaseEvent, RolloutResult  # noqa: E402
 from harness_env.server.service import RolloutService  # noqa: E402
 from harness_env.server.web import render  # noqa: E402
 from harness_env.server.web.examples import example_names, get_example  # noqa: E402
 from harness_env.server.web.form import (  # noqa: E402
     EXPLICIT,
+    HARBOR,
+    HARBOR_DEFAULT_AGENT,
     RENDERERS,
     SHELL_TASK,
     SVG_ICON,
@@ -37,6 +40,8 @@ from harness_env.server.web.form import (  # noqa: E402
     disable_thinking_default,
     endpoint_choices,
     endpoint_note,
+    harbor_agent_choices,
+    harbor_sandbox_choices,
     harness_choices,
     to_args,
 )
@@ -50,6 +55,21 @@ MAX_REFERENCE_BYTES = 8 * 1024 * 1024  # as the svg_icon family allows
 INSTRUCTION_LABELS = {SHELL_TASK: "instruction", SVG_ICON: "what to draw (the svg_icon instruction)"}
 REFERENCE_NOTE = ("reference PNG path (optional): a file on the server under its `HARNESS_ENV_REFERENCE_DIR` "
                   "(absolute, or relative to that directory); only the judge sees it, never the agent")
+HARBOR_NOTE = ("Harbor runs the rollout as a Harbor trial. Task dir and dataset are paths under the server's "
+               "`HARNESS_ENV_HARBOR_TASKS_DIR`; with both empty, the task of this form (instruction, setup, verify, files) "
+               "is converted into a Harbor task. A named Harbor task brings its own instruction. The local sandbox runs "
+               f"{', '.join(sorted(LOCAL_AGENTS))}; other agents need a provider sandbox.")
+
+
+def harbor_names() -> tuple[list[str], list[str]]:
+    """Harbor's agent and sandbox names; without the optional harbor extra, the local ones (a run
+    then says how to install Harbor)."""
+    try:
+        from harness_env.envs.harbor.config import harbor_agent_names, harbor_sandbox_names
+
+        return harbor_agent_names(), harbor_sandbox_names()
+    except ImportError:
+        return sorted(LOCAL_AGENTS), [LOCAL_SANDBOX]
 
 
 def reference_b64(path: str | None) -> str | None:
@@ -98,6 +118,22 @@ class WebPage:
                         self.api_key = gr.Textbox(label="API key", type="password", placeholder="(none)", elem_id="api-key")
                     gr.Markdown("### Harness")
                     self.harness = gr.Dropdown(choices=[], label="harness", elem_id="harness")
+                    agents, sandboxes = harbor_names()
+                    with gr.Group(visible=False, elem_id="harbor-fields") as self.harbor_group:
+                        gr.Markdown(HARBOR_NOTE)
+                        with gr.Row():
+                            self.harbor_agent = gr.Dropdown(choices=harbor_agent_choices(agents), value=HARBOR_DEFAULT_AGENT,
+                                                            label="Harbor agent", elem_id="harbor-agent")
+                            self.harbor_sandbox = gr.Dropdown(choices=harbor_sandbox_choices(sandboxes), value=LOCAL_SANDBOX,
+                                                              label="sandbox", elem_id="harbor-sandbox")
+                        self.harbor_task_dir = gr.Textbox(label="Harbor task dir (empty: the task of this form)",
+                                                          placeholder="hello-world", elem_id="harbor-task-dir")
+                        self.harbor_dataset = gr.Textbox(label="or a dataset dir", placeholder="terminal-bench", elem_id="harbor-dataset")
+                        with gr.Row():
+                            self.harbor_task_index = gr.Number(value=0, label="task index in the dataset", precision=0, minimum=0,
+                                                               elem_id="harbor-task-index")
+                            self.harbor_reward_key = gr.Textbox(label="reward key (reward.json map)", placeholder="(its only key, else reward)",
+                                                                elem_id="harbor-reward-key")
                     self.mode = gr.Radio(["transparent_proxy", "black_box"], value="transparent_proxy", label="mode", elem_id="mode")
                     with gr.Accordion("limits", open=True):
                         with gr.Row():
@@ -148,6 +184,8 @@ class WebPage:
                     self.verify_html = gr.HTML("", elem_id="verify-results")
                 with gr.Tab("grading", id="grading"):
                     self.grading_html = gr.HTML("", elem_id="grading")
+                with gr.Tab("harbor", id="harbor"):
+                    self.harbor_html = gr.HTML("", elem_id="harbor-info")
                 with gr.Tab("files", id="files"):
                     self.files_html = gr.HTML("", elem_id="files-out")
                 with gr.Tab("conversation", id="conversation"):
@@ -167,12 +205,13 @@ class WebPage:
     @property
     def _result_outputs(self) -> list[gr.components.Component]:
         return [self.reward, self.summary, self.verify_html, self.files_html, self.chat, self.logprob_plot,
-                self.logprob_md, self.json_code, self.download, self.grading_html, self.tabs]
+                self.logprob_md, self.json_code, self.download, self.grading_html, self.harbor_html, self.tabs]
 
     def _wire(self, blocks: gr.Blocks) -> None:
         blocks.load(self._on_load, outputs=[self.endpoint, self.harness], queue=False)
         self.endpoint.change(self._on_endpoint, inputs=[self.endpoint],
                              outputs=[self.explicit_group, self.endpoint_note, self.disable_thinking], queue=False)
+        self.harness.change(self._on_harness, inputs=[self.harness], outputs=[self.harbor_group], queue=False)
         self.example.change(self._on_example, inputs=[self.example],
                             outputs=[self.instruction, self.setup, self.verify, self.file_count, *self.file_paths, *self.file_contents, *self.file_rows,
                                      self.task_family, self.svg_group, self.reference_png, self.source_prompt, self.renderer, self.rubric],
@@ -182,7 +221,8 @@ class WebPage:
         inputs = [self.endpoint, self.base_url, self.model, self.api_key, self.harness, self.mode, self.max_turns,
                   self.agent_timeout, self.max_tokens_cap, self.disable_thinking, self.top_logprobs, self.instruction,
                   self.setup, self.verify, self.task_family, self.reference_png, self.source_prompt, self.renderer, self.rubric,
-                  self.history, *self.file_paths, *self.file_contents]
+                  self.harbor_agent, self.harbor_sandbox, self.harbor_task_dir, self.harbor_dataset, self.harbor_task_index,
+                  self.harbor_reward_key, self.history, *self.file_paths, *self.file_contents]
         outputs = [self.status, self.log, self.run_btn, self.cancel_btn, *self._result_outputs, self.history, self.history_df]
         # Slots already bound how many rollouts run at once: no second limit here.
         self.run_btn.click(self._on_run, inputs=inputs, outputs=outputs, concurrency_limit=None, show_progress="hidden", api_name=False)
@@ -220,6 +260,9 @@ class WebPage:
                 opts.get("renderer", "chromium"),
                 json.dumps(opts["rubric"], indent=1) if "rubric" in opts else default_rubric_json()]
 
+    def _on_harness(self, harness: str | None):
+        return gr.update(visible=harness == HARBOR)
+
     def _on_family(self, family: str):
         svg = family == SVG_ICON
         return gr.update(visible=svg), gr.update(visible=not svg), gr.update(label=INSTRUCTION_LABELS.get(family, "instruction"))
@@ -248,7 +291,7 @@ class WebPage:
                      reference: str | None = None) -> list[Any]:
         if result is None:
             return [render.reward_html(None, cancelled=cancelled), "", "", "", [], "", "", "", gr.update(value=None, visible=False),
-                    "", gr.update()]
+                    "", "", gr.update()]
         points = render.logprob_points(result.proxy_turns)
         text = render.result_json(result)
         path = Path(self._downloads.name) / f"rollout-{key or result.sandbox_id or 'result'}.json"
@@ -265,13 +308,15 @@ class WebPage:
             shown,
             gr.update(value=str(path), visible=True),
             render.grading_html(result.grading, reference_b64(reference)),
-            gr.update(selected="grading") if result.grading else gr.update(),
+            render.harbor_html(result.harbor, result.agent_trajectory),
+            gr.update(selected="grading") if result.grading else gr.update(selected="harbor") if result.harbor else gr.update(),
         ]
 
     # -- the run --------------------------------------------------------------------------------
     async def _on_run(self, request: gr.Request, endpoint, base_url, model, api_key, harness, mode, max_turns,
                       agent_timeout, max_tokens_cap, disable_thinking, top_logprobs, instruction, setup, verify,
-                      task_family, reference_png, source_prompt, renderer, rubric, history, *file_values):
+                      task_family, reference_png, source_prompt, renderer, rubric, harbor_agent, harbor_sandbox,
+                      harbor_task_dir, harbor_dataset, harbor_task_index, harbor_reward_key, history, *file_values):
         out = dict(zip(["status", "log", "run", "cancel"], [self.status, self.log, self.run_btn, self.cancel_btn]))
         session = getattr(request, "session_hash", None) or ""
         form = WebForm(endpoint=endpoint, base_url=base_url or "", model=model or "", api_key=api_key or "",
@@ -280,7 +325,10 @@ class WebPage:
                        instruction=instruction or "", setup=setup or "", verify=verify or "",
                        files=list(zip(file_values[:FILE_SLOTS], file_values[FILE_SLOTS:])),
                        task_family=task_family or SHELL_TASK, reference_png=reference_png or "", source_prompt=source_prompt or "",
-                       renderer=renderer or "chromium", rubric=rubric or "")
+                       renderer=renderer or "chromium", rubric=rubric or "",
+                       harbor_agent=harbor_agent or HARBOR_DEFAULT_AGENT, harbor_sandbox=harbor_sandbox or LOCAL_SANDBOX,
+                       harbor_task_dir=harbor_task_dir or "", harbor_dataset=harbor_dataset or "",
+                       harbor_task_index=harbor_task_index, harbor_reward_key=harbor_reward_key or "")
         secrets = [form.api_key]
         if session in self.running and not self.running[session].done():
             yield {out["status"]: "a rollout is already running in this page: cancel it first"}
@@ -341,7 +389,7 @@ class WebPage:
             entry = {"id": key, "cancelled": cancelled, "result": result.model_dump(mode="json") if result else None,
                      "reference_png": reference,
                      "row": render.history_row(len(history) + 1, result, form.harness, result.wall_s if result else wall,
-                                               form.instruction, cancelled)}
+                                               form.instruction or (result.task_id if result else ""), cancelled)}
             history = ([*history, entry])[-HISTORY_LIMIT:]
             yield {
                 **dict(zip(self._result_outputs, self._result_view(result, cancelled=cancelled, key=key, reference=reference))),
@@ -377,6 +425,8 @@ CSS = """
 .he-images { display: flex; gap: 16px; flex-wrap: wrap; }
 .he-images figure { margin: 0; text-align: center; }
 .he-images img { width: 256px; height: 256px; object-fit: contain; border: 1px solid #e5e7eb; background: #fff; }
+.he-trajectory pre { max-height: 120px; margin: 0; }
+.he-trajectory-head { font-size: 0.9rem; opacity: 0.8; }
 #phase-log textarea { font-family: var(--font-mono), monospace; font-size: 0.85rem; }
 """
 

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from harness_env.models import CommandResult, PhaseEvent, RolloutResult, Turn
+from harness_env.models import CommandResult, HarborRunInfo, PhaseEvent, RolloutResult, Turn
 
 MAX_SHOWN_CHARS = 20_000  # per output or file shown inline; the JSON download has everything
 LOWEST_TOKENS = 10
+MAX_STEP_MESSAGE_CHARS = 300  # per trajectory step in the Harbor tab
+MAX_TRAJECTORY_STEPS = 200
 PLOT_W, PLOT_H, PLOT_PAD = 760, 260, 40
 TURN_COLOURS = ("#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2")
 
@@ -420,3 +422,77 @@ def _judge_scores_html(judge: Any) -> str:
     raw_html = (f"<details><summary>raw judge answer ({len(str(raw))} chars)</summary><pre>{escape(_clip(str(raw)))}</pre></details>"
                 if raw else '<p class="he-empty">no raw judge answer</p>')
     return table + raw_html
+
+
+# -- Harbor (harness="harbor") --------------------------------------------------------------------
+def harbor_html(info: HarborRunInfo | None, trajectory: dict[str, Any] | None = None) -> str:
+    """What Harbor ran (task, agent and version, sandbox, Harbor's exception, the verifier's reward
+    map), then the agent's ATIF trajectory, compactly: one row per step."""
+    if info is None:
+        return '<p class="he-empty">not a Harbor rollout (harness=harbor shows its task, agent and trajectory here)</p>'
+    task = info.task_name or "-"
+    if info.task_path:
+        task += f" ({info.task_path})"
+    agent = f"{info.agent or '-'} {info.agent_version}" if info.agent_version else (info.agent or "-")
+    facts = [("task", f"<code>{escape(task)}</code>"),
+             ("agent", f'<span class="he-harbor-agent">{escape(agent)}</span>'),
+             ("sandbox", escape(info.sandbox or "-")),
+             ("exception", f'<code class="he-harbor-exception">{escape(_clip(info.exception, 2000))}</code>' if info.exception else "none"),
+             ("verifier rewards", _rewards_table(info.verifier_rewards))]
+    table = ('<table class="he-table he-harbor-facts"><tbody>'
+             + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts) + "</tbody></table>")
+    return f'<div class="he-harbor">{table}{trajectory_html(trajectory)}</div>'
+
+
+def _rewards_table(rewards: dict[str, float] | None) -> str:
+    if not rewards:
+        return '<span class="he-empty">no reward map (a single reward, or none)</span>'
+    rows = "".join(f'<tr data-key="{escape(str(k))}"><td><code>{escape(str(k))}</code></td><td>{_num(v, 4)}</td></tr>'
+                   for k, v in rewards.items())
+    return f'<table class="he-table he-harbor-rewards"><tbody>{rows}</tbody></table>'
+
+
+def _step_message(message: Any) -> str:
+    """An ATIF step's message (a string, or content parts: text kept, others named), shortened."""
+    if isinstance(message, list):
+        parts = [str(p.get("text") or "") if isinstance(p, dict) and p.get("type") == "text"
+                 else f"[{p.get('type', 'part')}]" if isinstance(p, dict) else str(p) for p in message]
+        message = "\n".join(parts)
+    text = "" if message is None else str(message)
+    return text if len(text) <= MAX_STEP_MESSAGE_CHARS else text[:MAX_STEP_MESSAGE_CHARS] + " ..."
+
+
+def _tool_call_names(calls: Any) -> list[str]:
+    if not isinstance(calls, list):
+        return []
+    return [str(c.get("function_name") or "?") if isinstance(c, dict) else "?" for c in calls]
+
+
+def trajectory_html(trajectory: dict[str, Any] | None) -> str:
+    """The agent's ATIF trajectory (Harbor's trajectory.json) as a table: step, source, message
+    (shortened), tool call names, and how many observation results came back. Everything is
+    escaped: it is what the agent and its tools wrote."""
+    if not isinstance(trajectory, dict):
+        return '<p class="he-empty">no agent trajectory (this agent writes none)</p>'
+    steps = trajectory.get("steps") if isinstance(trajectory.get("steps"), list) else []
+    agent = trajectory.get("agent") if isinstance(trajectory.get("agent"), dict) else {}
+    who = " ".join(str(agent[k]) for k in ("name", "version") if agent.get(k))
+    model = f" · model {agent['model_name']}" if agent.get("model_name") else ""
+    head = (f'<p class="he-trajectory-head">trajectory {escape(str(trajectory.get("schema_version") or "-"))}'
+            f" · {escape(who or 'agent -')}{escape(model)} · {len(steps)} step(s)</p>")
+    rows = []
+    for step in steps[:MAX_TRAJECTORY_STEPS]:
+        step = step if isinstance(step, dict) else {}
+        source = str(step.get("source") or "?")
+        names = _tool_call_names(step.get("tool_calls"))
+        obs = step.get("observation")
+        results = obs.get("results") if isinstance(obs, dict) and isinstance(obs.get("results"), list) else []
+        rows.append(f'<tr class="he-step" data-source="{escape(source)}"><td>{escape(str(step.get("step_id", "")))}</td>'
+                    f"<td>{escape(source)}</td><td><pre>{escape(_step_message(step.get('message')))}</pre></td>"
+                    f"<td>{', '.join(f'<code>{escape(n)}</code>' for n in names) or '-'}</td>"
+                    f"<td>{len(results) or '-'}</td></tr>")
+    more = (f'<p class="he-empty">... {len(steps) - MAX_TRAJECTORY_STEPS} more steps in the JSON download</p>'
+            if len(steps) > MAX_TRAJECTORY_STEPS else "")
+    table = ('<table class="he-table he-trajectory"><thead><tr><th>step</th><th>source</th><th>message</th>'
+             f"<th>tool calls</th><th>observations</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    return head + (table if rows else '<p class="he-empty">no steps</p>') + more

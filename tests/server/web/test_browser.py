@@ -163,3 +163,49 @@ def test_history_click_reopens_an_earlier_rollout(chromium, web_server):
     finally:
         web.close()
     server.assert_no_rollout_left()
+
+
+def test_harbor_nop_runs_the_form_task_as_a_harbor_trial(chromium, web_server, artifacts):
+    """harness=harbor, agent nop, the uniform task of the form: a real Harbor trial in the local
+    (bubblewrap) sandbox of the server; the Harbor inputs show only for harness harbor."""
+    from harness_env.core.sandbox.local import bwrap_available
+
+    try:
+        import harbor.trial.trial  # noqa: F401
+    except ImportError:
+        pytest.fail("Harbor is not installed: uv sync --extra harbor")
+    if not bwrap_available():
+        pytest.fail("the local Harbor sandbox needs bubblewrap: apt-get install -y bubblewrap")
+    server, policy_server = web_server
+    web = WebDriver(chromium, server.url)
+    try:
+        web.open()
+        web.explicit_endpoint(policy_server.base_url, "m")  # nop calls no model; the endpoint is still checked
+        web.choose("harness", re.compile(r"^pi\b"))
+        assert web.page.locator("#harbor-fields").is_hidden()
+        web.choose("harness", re.compile(r"^harbor\b"))
+        web.page.wait_for_selector("#harbor-fields", state="visible")
+        assert web.page.locator("#harbor-agent input").input_value() == "pi"
+        assert web.page.locator("#harbor-sandbox input").input_value() == "local"
+        assert "HARNESS_ENV_HARBOR_TASKS_DIR" in web.page.inner_text("#harbor-fields")
+        web.choose("harbor-agent", re.compile(r"^nop$"))
+        web.page.locator("#instruction textarea").fill("do nothing")
+        web.page.locator("#verify textarea").fill("true")
+        web.run()
+        # The first Harbor trial of a server process imports Harbor and LiteLLM (about 10 s).
+        web.wait_reward("1.0", timeout_ms=150_000)
+        web.page.wait_for_function("document.querySelector('#run').disabled === false")
+        harbor = web.page.locator("#harbor-info")  # the harbor tab opens with the result
+        harbor.locator(".he-harbor-agent").wait_for()
+        assert re.fullmatch(r"nop( \S+)?", harbor.locator(".he-harbor-agent").inner_text())
+        facts = harbor.inner_text()
+        assert re.search(r"sandbox\s+local", facts) and re.search(r"exception\s+none", facts), facts
+        assert "no agent trajectory" in facts  # nop writes none
+        assert "harbor" in web.page.inner_text("#summary")
+        web.page.screenshot(path=str(artifacts / "web-harbor.png"), full_page=True)
+        web.choose("harness", re.compile(r"^pi\b"))
+        web.page.wait_for_selector("#harbor-fields", state="hidden")
+        assert web.foreign_requests == []
+    finally:
+        web.close()
+    server.assert_no_rollout_left()

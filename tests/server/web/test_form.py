@@ -7,11 +7,14 @@ from harness_env.models import HarnessInfo
 from harness_env.server.web.examples import EXAMPLES, example_names, get_example
 from harness_env.server.web.form import (
     EXPLICIT,
+    HARBOR,
     SHELL_TASK,
     SVG_ICON,
     WebForm,
     default_rubric_json,
     endpoint_choices,
+    harbor_agent_choices,
+    harbor_sandbox_choices,
     harness_choices,
     lines,
     parse_rubric,
@@ -72,7 +75,7 @@ def test_every_registered_harness_is_offered():
     from harness_env.server.service import RolloutService
 
     offered = dict((value, label) for label, value in harness_choices(RolloutService.list_harnesses()))
-    assert set(offered) == {"pi", "opencode", "whitebox"} and offered["whitebox"] == "whitebox 1"
+    assert set(offered) == {"pi", "opencode", "whitebox", "harbor"} and offered["whitebox"] == "whitebox 1"
 
 
 def test_svg_icon_form_to_family_options():
@@ -109,3 +112,46 @@ def test_edited_rubric_weights_and_bad_rubrics():
         to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family=SVG_ICON, renderer="inkscape"))
     with pytest.raises(InvalidRequestError, match="unknown task family"):
         to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family="chess"))
+
+
+HARBOR_FILLED = dict(harbor_agent="oracle", harbor_sandbox="docker", harbor_task_dir=" tasks/hello ", harbor_task_index=3,
+                     harbor_reward_key=" score ")
+
+
+def test_harbor_form_sends_only_what_was_filled_in():
+    uniform = to_args(WebForm(base_url="http://x/v1", model="m", harness=HARBOR, instruction="do nothing", verify="true"))
+    assert uniform.harbor.model_dump(exclude_defaults=True) == {}  # agent pi, sandbox local: the defaults
+    assert (uniform.harbor.agent, uniform.harbor.sandbox, uniform.harbor.task_dir) == ("pi", "local", None)
+    assert uniform.instruction == "do nothing" and uniform.verify == ["true"]  # the task Harbor converts
+    named = to_args(WebForm(base_url="http://x/v1", model="m", harness=HARBOR, instruction="", **HARBOR_FILLED))
+    assert named.harbor.model_dump(exclude_defaults=True) == {"agent": "oracle", "sandbox": "docker", "task_dir": "tasks/hello",
+                                                              "task_index": 3, "reward_key": "score"}
+    assert named.instruction == ""  # a named Harbor task brings its own
+    dataset = to_args(WebForm(base_url="http://x/v1", model="m", harness=HARBOR, harbor_dataset="bench", harbor_task_index=None,
+                              harbor_agent="", harbor_sandbox=" ", harbor_reward_key="  "))
+    assert dataset.harbor.model_dump(exclude_defaults=True) == {"dataset": "bench"}
+    assert (dataset.harbor.agent, dataset.harbor.sandbox) == ("pi", "local")  # blank dropdowns fall back to the defaults
+
+
+def test_other_harnesses_send_nothing_harbor():
+    args = to_args(WebForm(base_url="http://x/v1", model="m", harness="pi", instruction="i", verify="true", **HARBOR_FILLED))
+    assert args.harbor is None and "harbor" not in args.model_dump(exclude_defaults=True)
+
+
+def test_bad_harbor_input_is_one_line():
+    for form, match in [(dict(instruction=""), "instruction is required .*harbor.task_dir"),
+                        (dict(instruction="i", harbor_task_dir="a", harbor_dataset="b"), "not both"),
+                        (dict(instruction="i", harbor_task_index=-1), "task_index"),
+                        (dict(instruction="i", harbor_agent="rm -rf"), "agent")]:
+        with pytest.raises(InvalidRequestError, match=match) as e:
+            to_args(WebForm(base_url="http://x/v1", model="m", api_key="sk-secret", harness=HARBOR, **form))
+        assert "\n" not in str(e.value) and "sk-secret" not in str(e.value)
+
+
+def test_harbor_choices_put_the_local_ones_first():
+    names = ["aider", "claude-code", "nop", "opencode", "oracle", "pi", "terminus-2"]
+    assert harbor_agent_choices(names) == [("pi", "pi"), ("opencode", "opencode"), ("nop", "nop"), ("oracle", "oracle"),
+                                           ("aider (provider sandbox)", "aider"), ("claude-code (provider sandbox)", "claude-code"),
+                                           ("terminus-2 (provider sandbox)", "terminus-2")]
+    assert harbor_sandbox_choices(["daytona", "local", "docker"]) == ["local", "daytona", "docker"]
+    assert harbor_sandbox_choices([]) == ["local"]

@@ -3,7 +3,7 @@
 import json
 import math
 
-from harness_env.models import CommandResult, PhaseEvent, RolloutResult, Turn
+from harness_env.models import CommandResult, HarborRunInfo, PhaseEvent, RolloutResult, Turn
 from harness_env.server.web import render
 
 
@@ -139,3 +139,52 @@ def test_only_plain_base64_reaches_an_img_src():
         html = render.grading_html({**GRADING, "rendered_png_b64": bad}, bad if isinstance(bad, str) else None)
         assert "onerror" not in html and "javascript" not in html and "<img" not in html
     assert "no reference image" in render.grading_html(GRADING, "")  # the reference could not be read
+
+
+HARBOR_INFO = HarborRunInfo(task_name="hello-world", task_path="tasks/hello-world", agent="pi", agent_version="1.6.0", sandbox="local",
+                            exception="RuntimeError: <agent> crashed", verifier_rewards={"reward": 0.5, "<style>": 1.0})
+TRAJECTORY = {
+    "schema_version": "ATIF-v1.6",
+    "agent": {"name": "pi", "version": "1.6.0", "model_name": "harness-env/m"},
+    "steps": [
+        {"step_id": 1, "source": "user", "message": "Write <b>hello</b> into /app/hello.txt"},
+        {"step_id": 2, "source": "agent", "message": "x" * 1000,
+         "tool_calls": [{"tool_call_id": "c1", "function_name": "bash", "arguments": {"command": "echo hello"}},
+                        {"tool_call_id": "c2", "function_name": "<img src=x onerror=alert(1)>", "arguments": {}}],
+         "observation": {"results": [{"source_call_id": "c1", "content": "ok"}, {"source_call_id": "c2", "content": "?"}]}},
+        {"step_id": 3, "source": "agent", "message": [{"type": "text", "text": "done"}, {"type": "image", "source": {"path": "a.png"}}]},
+    ],
+}
+
+
+def test_harbor_html_shows_task_agent_sandbox_exception_and_rewards_escaped():
+    html = render.harbor_html(HARBOR_INFO, None)
+    assert "<code>hello-world (tasks/hello-world)</code>" in html
+    assert '<span class="he-harbor-agent">pi 1.6.0</span>' in html and "<td>local</td>" in html
+    assert "RuntimeError: &lt;agent&gt; crashed" in html and "<agent>" not in html
+    assert '<tr data-key="reward"><td><code>reward</code></td><td>0.5</td></tr>' in html
+    assert "&lt;style&gt;" in html and "<style>" not in html
+    assert "no agent trajectory" in html
+    bare = render.harbor_html(HarborRunInfo(agent="nop", sandbox="local"))
+    assert '<span class="he-harbor-agent">nop</span>' in bare and "<td>none</td>" in bare and "no reward map" in bare
+    assert "not a Harbor rollout" in render.harbor_html(None)
+
+
+def test_trajectory_steps_compact_and_escaped():
+    html = render.trajectory_html(TRAJECTORY)
+    assert "trajectory ATIF-v1.6 · pi 1.6.0 · model harness-env/m · 3 step(s)" in html
+    assert html.count('<tr class="he-step"') == 3
+    assert '<tr class="he-step" data-source="user"><td>1</td><td>user</td><td><pre>Write &lt;b&gt;hello&lt;/b&gt; into /app/hello.txt</pre>' in html
+    assert "x" * render.MAX_STEP_MESSAGE_CHARS + " ..." in html and "x" * (render.MAX_STEP_MESSAGE_CHARS + 1) not in html
+    assert "<code>bash</code>, <code>&lt;img src=x onerror=alert(1)&gt;</code></td><td>2</td>" in html
+    assert "<pre>done\n[image]</pre>" in html
+    assert "<b>" not in html and "<img" not in html
+
+
+def test_trajectory_survives_odd_shapes_and_is_bounded():
+    assert "no agent trajectory" in render.trajectory_html(None)
+    assert "no steps" in render.trajectory_html({"schema_version": "ATIF-v1.6", "steps": "nope", "agent": 3})
+    odd = render.trajectory_html({"steps": [None, {"step_id": 1, "tool_calls": [5], "observation": {"results": None}, "message": None}]})
+    assert odd.count('<tr class="he-step"') == 2 and "<code>?</code>" in odd
+    many = render.trajectory_html({"steps": [{"step_id": i, "source": "agent", "message": "m"} for i in range(render.MAX_TRAJECTORY_STEPS + 5)]})
+    assert many.count('<tr class="he-step"') == render.MAX_TRAJECTORY_STEPS and "5 more steps in the JSON download" in many
