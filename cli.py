@@ -1,4 +1,9 @@
-"""The `harness-env` command: run one rollout, install the harness CLIs, or serve.
+"""The `harness-env` command: run one rollout, list a Harbor dataset's tasks, install the harness
+CLIs, or serve.
+
+`run --task` takes a task JSON file, a Harbor task directory (task.toml, instruction.md, tests/), or
+a Harbor dataset directory (task directories) with --task-index; the last two run with harness
+harbor, as does a task file given with a Harbor option (--agent, --reward-key, a Harbor --sandbox).
 
 Bad input gives one line on stderr and exit code 2; a produced result (whatever its reward)
 exits 0. Progress goes to stderr, the RolloutResult JSON to stdout (or --out).
@@ -32,8 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run one rollout and print the RolloutResult JSON")
     run.add_argument("--task", required=True, help="task JSON file (instruction, setup, verify, files, task_id, metadata; "
-                     "or a task family's record: task_family, prompt, ...)")
-    run.add_argument("--harness", default="pi")
+                     "or a task family's record: task_family, prompt, ...), a Harbor task directory (with task.toml), "
+                     "or a Harbor dataset directory (of task directories; pick one with --task-index)")
+    run.add_argument("--harness", default=None, help="pi (default), opencode, whitebox, harbor; "
+                     "a Harbor task or dataset directory, or a Harbor option, means harbor")
+    run.add_argument("--task-index", type=int, help="with a Harbor dataset directory: which task (see `harness-env harbor-tasks DIR`)")
+    run.add_argument("--split", help="with a Harbor dataset directory: the subdirectory holding its tasks")
+    run.add_argument("--agent", help=f"the Harbor agent (harness harbor; default {HARBOR_DEFAULT_AGENT}): pi, opencode, oracle, nop, ...")
+    run.add_argument("--reward-key", help="harness harbor: which entry of the verifier's reward.json is the reward")
     run.add_argument("--base-url", required=True, help="OpenAI-compatible policy endpoint, e.g. http://127.0.0.1:8000/v1")
     run.add_argument("--model", required=True)
     key = run.add_mutually_exclusive_group()
@@ -50,11 +61,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--temperature", type=float, help="sampling temperature forced on every policy call (train at the same one)")
     run.add_argument("--reward-mode", choices=["correctness", "tool_efficiency"], default="correctness")
     run.add_argument("--harness-config", help="JSON object deep-merged into the harness's own config (e.g. OpenCode's opencode.json)")
-    run.add_argument("--sandbox", choices=["auto", "bwrap", "plain"], default="auto", help="local sandbox isolation (auto: bubblewrap when available)")
+    run.add_argument("--sandbox", metavar="NAME",
+                     help="auto|bwrap|plain: local sandbox isolation for pi, opencode and whitebox (default auto: bubblewrap when "
+                     f"available); a Harbor environment (harness harbor; default {HARBOR_DEFAULT_SANDBOX}): local (ours, bubblewrap), "
+                     "docker, e2b, daytona, modal, ...")
     run.add_argument("--out", help="write the result JSON to this file instead of stdout")
     run.add_argument("--compact", action="store_true", help="write the result compactly (each turn's new tokens once; read it with harness_env.storage.load)")
     run.add_argument("--rows-out", help="also write the training rows (one per branch of the turn graph) as JSON lines to this file")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    tasks = sub.add_parser("harbor-tasks", help="list the tasks of a Harbor dataset directory (index, name, instruction)")
+    tasks.add_argument("dataset", metavar="DATASET_DIR", help="a directory of Harbor task directories")
+    tasks.add_argument("--split", help="the subdirectory of DATASET_DIR holding the tasks")
+    tasks.add_argument("--json", action="store_true", help="print the list as JSON (HarborTaskInfo objects)")
 
     inst = sub.add_parser("install", help="install the pinned harness CLIs (and Node if needed) into the tools directory")
     inst.add_argument("harnesses", nargs="*", help="names (default: all pinned)")
@@ -76,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 AGENT_TIMEOUT_DEFAULT = 600.0
+DEFAULT_HARNESS = "pi"
+HARBOR_DEFAULT_AGENT = "pi"
+HARBOR_DEFAULT_SANDBOX = "local"
+LOCAL_ISOLATION = {"auto": None, "bwrap": True, "plain": False}  # --sandbox for the other harnesses: use_bwrap
 
 
 def _load_task(path: str) -> dict:
@@ -114,15 +137,94 @@ def split_family_task(data: dict, task_file: str) -> tuple[dict, str | None, dic
     return task, family, data, limits
 
 
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        return [d for d in path.iterdir() if d.is_dir()]
+    except OSError:  # unreadable: Harbor's own listing reports it
+        return []
+
+
+def _holds_task_dirs(path: Path) -> bool:
+    return any((d / "task.toml").is_file() for d in _subdirs(path))
+
+
+def _harbor_source(args: argparse.Namespace) -> dict | None:
+    """The Harbor task --task names, as harbor options (task_dir, or dataset + task_index + split),
+    or None when --task is a task JSON file."""
+    path = Path(args.task).expanduser()
+    picks = args.task_index is not None or args.split is not None
+    if not path.is_dir():
+        if picks:
+            _bad_input(f"--task-index and --split pick a task of a Harbor dataset directory; --task {args.task} is not a directory")
+        return None
+    if (path / "task.toml").is_file():
+        if picks:
+            _bad_input(f"--task {args.task} is one Harbor task directory (it has task.toml); --task-index and --split are for a dataset directory of them")
+        return {"task_dir": str(path.resolve())}
+    tasks_here = _holds_task_dirs(path)
+    if not tasks_here and not any(_holds_task_dirs(d) for d in _subdirs(path)):
+        _bad_input(f"--task {args.task} is a directory but neither a Harbor task directory (no task.toml) "
+                   "nor a Harbor dataset (no task directories in it or in its split subdirectories)")
+    if args.task_index is None:
+        split = "" if tasks_here or args.split else " --split NAME"
+        _bad_input(f"--task {args.task} is a Harbor dataset directory: pick one of its tasks with{split} --task-index N "
+                   f"(list them with: harness-env harbor-tasks {args.task}{split})")
+    source: dict = {"dataset": str(path.resolve()), "task_index": args.task_index}
+    if args.split is not None:
+        source["split"] = args.split
+    return source
+
+
+def _harness_and_harbor(args: argparse.Namespace, source: dict | None) -> tuple[str, dict | None, bool | None]:
+    """(harness, harbor options or None, use_bwrap) from --harness, --task and the Harbor options.
+    A Harbor task or dataset directory, or any Harbor option, means harness harbor; another
+    --harness given with them is one clear error."""
+    sandbox = args.sandbox
+    harbor_sandbox = sandbox if sandbox is not None and sandbox not in LOCAL_ISOLATION else None
+    flags = [name for name, value in (("--agent", args.agent), ("--reward-key", args.reward_key), (f"--sandbox {sandbox}", harbor_sandbox))
+             if value is not None]
+    harness = args.harness
+    if source is not None or flags:
+        if harness not in (None, "harbor"):
+            if source is not None:
+                kind = "task" if "task_dir" in source else "dataset"
+                why = f"--task {args.task} is a Harbor {kind} directory"
+            elif flags == [f"--sandbox {sandbox}"]:
+                _bad_input(f"--sandbox {sandbox}: with --harness {harness} choose auto, bwrap or plain "
+                           "(Harbor environments such as local, docker or e2b are for --harness harbor)")
+            else:
+                why = f"{' and '.join(flags)} {'is a Harbor option: it is' if len(flags) == 1 else 'are Harbor options: they are'} for"
+            hint = f" (to run {harness} inside Harbor, use --agent {harness})" if harness in ("pi", "opencode") and not args.agent else ""
+            if source is not None:
+                why += ": it runs with"
+            _bad_input(f"{why} --harness harbor, not --harness {harness}{hint}")
+        harness = "harbor"
+    harness = harness or DEFAULT_HARNESS
+    if harness != "harbor":
+        return harness, None, LOCAL_ISOLATION.get(sandbox or "auto")
+    if sandbox == "plain":
+        _bad_input("--sandbox plain: harness harbor's local environment always runs in bubblewrap; "
+                   "give a Harbor environment instead (local, docker, e2b, daytona, modal, ...)")
+    harbor = {**(source or {}), "agent": args.agent or HARBOR_DEFAULT_AGENT, "sandbox": harbor_sandbox or HARBOR_DEFAULT_SANDBOX}
+    if args.reward_key is not None:
+        harbor["reward_key"] = args.reward_key
+    return harness, harbor, None
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from harness_env.core.errors import InvalidRequestError
+    from harness_env.core.errors import InvalidRequestError, ToolMissingError
     from harness_env.models import PhaseEvent, RolloutRequest
     from harness_env.core.errors import describe_validation_error
     from harness_env.rollout import run_rollout_sync
 
-    task, task_family, family_options, family_limits = split_family_task(_load_task(args.task), args.task)
+    source = _harbor_source(args)
+    harness, harbor, use_bwrap = _harness_and_harbor(args, source)
+    if source is None:
+        task, task_family, family_options, family_limits = split_family_task(_load_task(args.task), args.task)
+    else:  # the Harbor task brings its own instruction, tests and limits
+        task, task_family, family_options, family_limits = None, None, {}, {}
     api_key = args.api_key or ""
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env, "")
@@ -135,10 +237,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except json.JSONDecodeError as e:
             _bad_input(f"--harness-config is not valid JSON: {e.msg}")
     raw = {
-        "task": task,
         "harness_config": harness_config,
         "reward_mode": args.reward_mode,
-        "harness": args.harness,
+        "harness": harness,
         "endpoint": {"base_url": args.base_url, "api_key": api_key, "model": args.model},
         "mode": args.mode,
         "disable_thinking": args.disable_thinking,
@@ -152,6 +253,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "task_family": task_family,
         "family_options": family_options,
     }
+    if task is not None:
+        raw["task"] = task
+    if harbor is not None:
+        raw["harbor"] = harbor
     for key, value in family_limits.items():  # the record's limits, unless given on the command line
         if key == "max_turns" and args.max_turns is None or key == "agent_timeout_s" and args.agent_timeout_s == AGENT_TIMEOUT_DEFAULT:
             raw[key] = value
@@ -164,10 +269,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"[{ev.elapsed_s:8.2f}s] {ev.phase}: {ev.status}{' - ' + ev.detail if ev.detail else ''}", file=sys.stderr, flush=True)
 
-    use_bwrap = {"auto": None, "bwrap": True, "plain": False}[args.sandbox]
     try:
         result = run_rollout_sync(request, on_event=progress, use_bwrap=use_bwrap)
-    except InvalidRequestError as e:
+    except (InvalidRequestError, ToolMissingError) as e:  # e.g. a Harbor task that is not one, no Harbor extra
         _bad_input(str(e))
     if args.compact:
         from harness_env.storage import pack
@@ -181,6 +285,41 @@ def _cmd_run(args: argparse.Namespace) -> int:
         Path(args.out).write_text(text + "\n")
     else:
         sys.stdout.write(text + "\n")
+    return 0
+
+
+INSTRUCTION_COLUMN_CHARS = 80
+
+
+def _first_line(text: str, limit: int = INSTRUCTION_COLUMN_CHARS) -> str:
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _cmd_harbor_tasks(args: argparse.Namespace) -> int:
+    from harness_env.core.errors import HarnessEnvError
+    from harness_env.envs.harbor.resolve import list_tasks
+
+    path = Path(args.dataset).expanduser()
+    if (path / "task.toml").is_file():
+        _bad_input(f"{args.dataset} is one Harbor task directory (it has task.toml), not a dataset of them; "
+                   f"run it with: harness-env run --task {args.dataset} ...")
+    try:
+        tasks = list_tasks(str(path), args.split, trusted=True)
+    except HarnessEnvError as e:  # no such directory or split, no Harbor extra
+        _bad_input(str(e))
+    if args.json:
+        print(json.dumps([t.model_dump(mode="json") for t in tasks], indent=2))
+        return 0
+    if not tasks:
+        where = f"{args.dataset}{f' (split {args.split})' if args.split else ''}"
+        print(f"harness-env: no Harbor task directories in {where}", file=sys.stderr)
+        return 0
+    rows = [(str(t.index), t.name, _first_line(t.instruction)) for t in tasks]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(("INDEX", "NAME"))]
+    print(f"{'INDEX':>{widths[0]}}  {'NAME':<{widths[1]}}  INSTRUCTION")
+    for index, name, instruction in rows:
+        print(f"{index:>{widths[0]}}  {name:<{widths[1]}}  {instruction}".rstrip())
     return 0
 
 
@@ -218,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return dataset.main(argv[1:])
     args = build_parser().parse_args(argv)
-    handlers = {"run": _cmd_run, "install": _cmd_install, "serve": _cmd_serve}
+    handlers = {"run": _cmd_run, "harbor-tasks": _cmd_harbor_tasks, "install": _cmd_install, "serve": _cmd_serve}
     return handlers[args.command](args)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from harness_env.models import HarnessInfo, RolloutArgs, RolloutResult
+from harness_env.models import HarborTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
 
 DEFAULT_TIMEOUT_S = 3600.0
 CONNECT_RETRIES = 4
@@ -61,6 +61,10 @@ def _failed(req: RolloutArgs | dict[str, Any], e: Exception) -> RolloutResult:
     """A call the server refused or never answered, as data (run_many never raises mid-batch)."""
     task_id = req.task_id if isinstance(req, RolloutArgs) else req.get("task_id")
     return RolloutResult(task_id=task_id or None, error=f"request failed: {e}", error_kind="internal")
+
+
+def _tasks_params(dataset: str, split: str | None) -> dict[str, str]:
+    return {"dataset": dataset, **({"split": split} if split else {})}
 
 
 def _headers(token: str | None) -> dict[str, str]:
@@ -129,6 +133,12 @@ class AsyncHarnessEnv:
         resp = await self._request("GET", "/harnesses")
         return [HarnessInfo.model_validate(h) for h in resp.json()]
 
+    async def list_tasks(self, dataset: str = "", split: str | None = None) -> list[HarborTaskInfo]:
+        """The Harbor tasks of `dataset` (relative to the server's $HARNESS_ENV_HARBOR_TASKS_DIR;
+        empty: that directory), in the order harbor.task_index counts them."""
+        resp = await self._request("GET", "/harbor/tasks", params=_tasks_params(dataset, split))
+        return [HarborTaskInfo.model_validate(t) for t in resp.json()]
+
     async def health(self) -> dict[str, Any]:
         return (await self._request("GET", "/health")).json()
 
@@ -187,6 +197,12 @@ class HarnessEnv:
 
     def list_harnesses(self) -> list[HarnessInfo]:
         return [HarnessInfo.model_validate(h) for h in self._request("GET", "/harnesses").json()]
+
+    def list_tasks(self, dataset: str = "", split: str | None = None) -> list[HarborTaskInfo]:
+        """The Harbor tasks of `dataset` (relative to the server's $HARNESS_ENV_HARBOR_TASKS_DIR;
+        empty: that directory), in the order harbor.task_index counts them."""
+        resp = self._request("GET", "/harbor/tasks", params=_tasks_params(dataset, split))
+        return [HarborTaskInfo.model_validate(t) for t in resp.json()]
 
     def health(self) -> dict[str, Any]:
         return self._request("GET", "/health").json()

@@ -1,9 +1,11 @@
 """The FastAPI app factory: one app, one port.
 
-Routes: POST /rollout, GET /harnesses, GET /catalog, GET /health, /docs, /mcp (MCP over streamable
-HTTP, also OpenEnv's MCPToolClient), /ws (OpenEnv's session socket), /capture/v1 (the capture
-proxy, where sandboxes reach the policy), /web (the Gradio UI). No state is shared between requests
-beyond what one rollout owns, so replicas can sit behind a load balancer.
+Routes: POST /rollout, GET /harnesses, GET /harbor/tasks?dataset=&split= (the Harbor tasks of a
+dataset under $HARNESS_ENV_HARBOR_TASKS_DIR), GET /catalog, GET /health, /docs, /mcp (MCP over
+streamable HTTP, also OpenEnv's MCPToolClient), /ws (OpenEnv's session socket), /capture/v1 (the
+capture proxy, where sandboxes reach the policy), /web (the Gradio UI). Bad arguments answer 422,
+a component the server lacks (e.g. the Harbor extra) 501, a full queue 429. No state is shared
+between requests beyond what one rollout owns, so replicas can sit behind a load balancer.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ import asyncio
 import os
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from harness_env.core.capture.proxy import CaptureProxy
-from harness_env.core.errors import InvalidRequestError
+from harness_env.core.errors import InvalidRequestError, ToolMissingError
 from harness_env.core.sandbox.local import bwrap_available
-from harness_env.models import HarnessInfo, RolloutArgs, RolloutResult
+from harness_env.models import HarborTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
 from harness_env.server.auth import TokenAuth
 from harness_env.server.service import RolloutService
 from harness_env.server.slots import RolloutSlots, ServerBusy
@@ -75,6 +77,10 @@ def create_app(
     async def _invalid(_r: Request, e: InvalidRequestError) -> JSONResponse:
         return JSONResponse({"detail": str(e)}, status_code=422)
 
+    @app.exception_handler(ToolMissingError)
+    async def _missing(_r: Request, e: ToolMissingError) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=501)
+
     @app.exception_handler(ServerBusy)
     async def _busy(_r: Request, e: ServerBusy) -> JSONResponse:
         return JSONResponse({"detail": str(e)}, status_code=429)
@@ -105,6 +111,14 @@ def create_app(
     @app.get("/harnesses", response_model=list[HarnessInfo])
     async def harnesses() -> list[HarnessInfo]:
         return service.list_harnesses()
+
+    @app.get("/harbor/tasks", response_model=list[HarborTaskInfo])
+    def harbor_tasks(
+        dataset: str = Query("", max_length=1024, description="dataset directory, relative to $HARNESS_ENV_HARBOR_TASKS_DIR (empty: that directory)"),
+        split: str | None = Query(None, max_length=128, description="a subdirectory of the dataset"),
+    ) -> list[HarborTaskInfo]:
+        """The Harbor tasks of a dataset, in the order `harbor.task_index` counts them."""
+        return service.list_tasks(dataset, split or None)  # a plain def: FastAPI runs it off the event loop
 
     @app.get("/catalog")
     async def catalog() -> list[dict]:

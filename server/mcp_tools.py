@@ -1,4 +1,5 @@
-"""The MCP face: tools `run_rollout`, `list_harnesses`, `catalog` at /mcp, for two kinds of client.
+"""The MCP face: tools `run_rollout`, `list_harnesses`, `list_tasks`, `catalog` at /mcp, for two
+kinds of client.
 
 - MCP clients (the official SDK and others) speak streamable HTTP; the server is stateless (no
   session survives a request), so replicas can sit behind a load balancer. Progress notifications
@@ -31,10 +32,11 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from harness_env.core.capture.asgi import Receive, Reply, Scope, Send, header, json_reply, read_body, send_reply
 from harness_env.core.errors import HarnessEnvError, describe_validation_error
-from harness_env.models import HarnessInfo, Mode, PhaseEvent, RolloutArgs, RolloutResult
+from harness_env.models import HarborTaskInfo, HarnessInfo, Mode, PhaseEvent, RolloutArgs, RolloutResult
 from harness_env.server.service import RolloutService
 
 MAX_RPC_BYTES = 32 * 1024 * 1024
+TOOL_NAMES = ("run_rollout", "list_harnesses", "list_tasks", "catalog")
 PROGRESS_PHASES = ("endpoint", "sandbox", "setup", "agent", "verify", "collect")
 
 
@@ -82,13 +84,20 @@ class McpFace:
             except Exception:  # a slow or broken progress channel must not hold the result back
                 reporter.cancel()
 
+    async def list_tasks_tool(self, dataset: str = "", split: str | None = None) -> list[HarborTaskInfo]:
+        try:
+            # Reads task.toml and instruction.md of every task: off the event loop.
+            return await asyncio.to_thread(self.service.list_tasks, dataset, split or None)
+        except HarnessEnvError as e:  # a path outside the tasks root, a missing dataset, no Harbor
+            raise ToolError(str(e)) from None
+
     def _register(self) -> None:
         face = self
 
-        @self.mcp.tool(description="Run one rollout of a coding-agent harness on a task; returns the RolloutResult (reward, verify results, captured turns with token ids and logprobs, files, logs). A failed rollout is a result with `error`. task_family=\"svg_icon\" makes the instruction what to draw: the agent writes icon.svg and it is graded by rendering and a vision judge (family_options: reference_png, source_prompt, rubric, renderer).")
+        @self.mcp.tool(description="Run one rollout of a coding-agent harness on a task; returns the RolloutResult (reward, verify results, captured turns with token ids and logprobs, files, logs). A failed rollout is a result with `error`. task_family=\"svg_icon\" makes the instruction what to draw: the agent writes icon.svg and it is graded by rendering and a vision judge (family_options: reference_png, source_prompt, rubric, renderer). harness=\"harbor\" runs one Harbor trial: harbor={task_dir | dataset + task_index (+ split), agent (pi, opencode, oracle, nop, ...), sandbox (local, docker, e2b, ...), reward_key}; paths are relative to the server's $HARNESS_ENV_HARBOR_TASKS_DIR (see list_tasks), and instruction may then be left out (the task brings its own).")
         async def run_rollout(
-            instruction: str,
             ctx: Context,
+            instruction: str = "",
             endpoint: str = "",
             base_url: str = "",
             api_key: str = "",
@@ -111,6 +120,7 @@ class McpFace:
             temperature: float | None = None,
             task_family: str | None = None,
             family_options: dict[str, Any] | None = None,
+            harbor: dict[str, Any] | None = None,
         ) -> RolloutResult:
             raw = {k: v for k, v in locals().items() if k not in ("ctx", "face") and v is not None}
             try:
@@ -130,6 +140,10 @@ class McpFace:
         async def list_harnesses() -> list[HarnessInfo]:
             return face.service.list_harnesses()
 
+        @self.mcp.tool(description="Harbor tasks of a dataset directory on the server, in task_index order (index, name, path, the instruction's first 500 characters, timeouts, whether it has a solution). `dataset` is relative to the server's $HARNESS_ENV_HARBOR_TASKS_DIR (empty: that directory itself); `split` names a subdirectory of it. Run one with run_rollout(harness=\"harbor\", harbor={\"dataset\": ..., \"task_index\": ...}).")
+        async def list_tasks(dataset: str = "", split: str = "") -> list[HarborTaskInfo]:
+            return await face.list_tasks_tool(dataset, split)
+
         @self.mcp.tool(description="Endpoint shorthands (vllm, openai, hf_router): where their values come from and whether they are configured. Never shows keys.")
         async def catalog() -> list[dict]:
             return face.service.catalog()
@@ -145,10 +159,13 @@ class McpFace:
             data: Any = (await self.run_tool(args)).model_dump(mode="json")
         elif name == "list_harnesses":
             data = [h.model_dump(mode="json") for h in self.service.list_harnesses()]
+        elif name == "list_tasks":
+            dataset, split = _list_tasks_arguments(arguments)
+            data = [t.model_dump(mode="json") for t in await self.list_tasks_tool(dataset, split)]
         elif name == "catalog":
             data = self.service.catalog()
         else:
-            raise ToolError(f"unknown tool {name!r}; tools: run_rollout, list_harnesses, catalog")
+            raise ToolError(f"unknown tool {name!r}; tools: {', '.join(TOOL_NAMES)}")
         structured = data if isinstance(data, dict) else {"result": data}
         return {"content": [{"type": "text", "text": json.dumps(data)}], "structuredContent": structured, "isError": False, "data": data}
 
@@ -260,6 +277,17 @@ class McpFace:
         # A Route, not a Mount: POST /mcp must not be redirected to /mcp/.
         app.router.routes.append(Route("/mcp", endpoint=_AsgiEndpoint(self.endpoint), methods=["GET", "POST", "DELETE"]))
         app.router.routes.append(WebSocketRoute("/ws", self.websocket))
+
+
+def _list_tasks_arguments(arguments: dict[str, Any]) -> tuple[str, str | None]:
+    """list_tasks' arguments from a plain JSON-RPC call, checked as the MCP SDK checks them."""
+    unknown = sorted(set(arguments) - {"dataset", "split"})
+    if unknown:
+        raise ToolError(f"list_tasks takes dataset and split, not {', '.join(unknown)}")
+    dataset, split = arguments.get("dataset") or "", arguments.get("split") or None
+    if not isinstance(dataset, str) or not (split is None or isinstance(split, str)):
+        raise ToolError("list_tasks: dataset and split must be strings")
+    return dataset, split
 
 
 def _invalid_request(msg: dict[str, Any]) -> str | None:

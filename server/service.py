@@ -3,15 +3,29 @@ of each tool."""
 
 from __future__ import annotations
 
+import re
+
 from harness_env import families
 from harness_env.core import toolchain
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.engine import EventSink, run_rollout_with
+from harness_env.core.errors import InvalidRequestError
 from harness_env.envs import HARNESSES, get_harness
 from harness_env.envs.harbor import resolve as harbor_resolve
-from harness_env.models import HarnessInfo, RolloutArgs, RolloutRequest, RolloutResult
+from harness_env.models import (
+    HARBOR_NAME_PATTERN,
+    HarborTaskInfo,
+    HarnessInfo,
+    RolloutArgs,
+    RolloutRequest,
+    RolloutResult,
+)
 from harness_env.server import catalog
 from harness_env.server.slots import RolloutSlots
+
+# The bounds HarborOptions puts on harbor.dataset and harbor.split.
+MAX_DATASET_CHARS = 1024
+MAX_SPLIT_CHARS = 128
 
 
 class RolloutService:
@@ -51,6 +65,20 @@ class RolloutService:
                                    pinned_version=pin.version if pin else version,
                                    capabilities=list(getattr(h, "capabilities", ()))))
         return out
+
+    @staticmethod
+    def list_tasks(dataset: str = "", split: str | None = None) -> list[HarborTaskInfo]:
+        """The Harbor tasks of `dataset` (relative to $HARNESS_ENV_HARBOR_TASKS_DIR; empty: that
+        directory itself), optionally its subdirectory `split`, in task_index order. Raises
+        InvalidRequestError for a path outside the tasks root or that does not exist, and
+        ToolMissingError when Harbor is not installed."""
+        if not isinstance(dataset, str) or len(dataset) > MAX_DATASET_CHARS:
+            raise InvalidRequestError(f"dataset must be a path of at most {MAX_DATASET_CHARS} characters")
+        if split is not None and not isinstance(split, str):
+            raise InvalidRequestError("split must be a string")
+        if split and (len(split) > MAX_SPLIT_CHARS or not re.fullmatch(HARBOR_NAME_PATTERN, split)):
+            raise InvalidRequestError(f"split {split[:MAX_SPLIT_CHARS]!r} must be a plain subdirectory name (letters, digits, '.', '_', '-')")
+        return harbor_resolve.list_tasks(dataset, split or None, trusted=False)
 
     @staticmethod
     def catalog() -> list[dict]:

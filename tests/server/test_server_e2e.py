@@ -46,7 +46,7 @@ async def test_official_mcp_client_lists_tools_runs_a_rollout_and_gets_progress(
         async with ClientSession(read, write) as session:
             await session.initialize()
             names = {t.name for t in (await session.list_tools()).tools}
-            assert names == {"run_rollout", "list_harnesses", "catalog"}
+            assert names == {"run_rollout", "list_harnesses", "list_tasks", "catalog"}
             out = await session.call_tool("run_rollout", _args(policy_server), progress_callback=on_progress)
             assert not out.isError
             _check_result(out.structuredContent, policy_server)
@@ -59,7 +59,7 @@ async def test_official_mcp_client_lists_tools_runs_a_rollout_and_gets_progress(
             assert not whitebox.isError and whitebox.structuredContent["reward"] == 1.0
             assert whitebox.structuredContent["harness"] == "whitebox" and whitebox.structuredContent["rollout_type"] == "train"
             harnesses = await session.call_tool("list_harnesses", {})
-            assert {h["name"] for h in harnesses.structuredContent["result"]} == {"pi", "opencode", "whitebox"}
+            assert {h["name"] for h in harnesses.structuredContent["result"]} == {"pi", "opencode", "whitebox", "harbor"}
             bad = await session.call_tool("run_rollout", {"instruction": "x", "endpoint": "nowhere"})
             assert bad.isError and "unknown endpoint 'nowhere'" in bad.content[0].text
             bad = await session.call_tool("run_rollout", {"instruction": "x", "base_url": policy_server.base_url, "model": "m", "max_turns": 0})
@@ -70,7 +70,7 @@ async def test_openenv_mcp_tool_client_with_and_without_async_with(start_server,
     server = start_server()
     async with MCPToolClient(base_url=server.url, message_timeout_s=300) as env:  # opens /ws too
         tools = await env.list_tools()
-        assert {t.name for t in tools} == {"run_rollout", "list_harnesses", "catalog"}
+        assert {t.name for t in tools} == {"run_rollout", "list_harnesses", "list_tasks", "catalog"}
         _check_result(await env.call_tool("run_rollout", **_args(policy_server)), policy_server)
     env = MCPToolClient(base_url=server.url, message_timeout_s=300)
     try:
@@ -94,8 +94,10 @@ def test_sync_client_and_http_errors(start_server, policy_server):
         _check_result(result.model_dump(), policy_server)
         assert env.health()["status"] == "ok"
         harnesses = {h.name: h for h in env.list_harnesses()}
-        assert set(harnesses) == {"pi", "opencode", "whitebox"}
-        assert all(h.installed and h.version == h.pinned_version and "token_capture" in h.capabilities for h in harnesses.values())
+        assert set(harnesses) == {"pi", "opencode", "whitebox", "harbor"}
+        cli_harnesses = [harnesses[name] for name in ("pi", "opencode", "whitebox")]
+        assert all(h.installed and h.version == h.pinned_version and "token_capture" in h.capabilities for h in cli_harnesses)
+        assert "harbor_tasks" in harnesses["harbor"].capabilities
         with pytest.raises(HarnessEnvClientError) as e:
             env.run_rollout(instruction="x", endpoint="vllm")  # the server has no VLLM_MODEL
         assert e.value.status == 422 and "VLLM_MODEL" in e.value.message
