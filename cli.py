@@ -358,7 +358,11 @@ def main(argv: list[str] | None = None) -> int:
         return dataset.main(argv[1:])
     args = build_parser().parse_args(argv)
     handlers = {"run": _cmd_run, "harbor-tasks": _cmd_harbor_tasks, "install": _cmd_install, "serve": _cmd_serve}
-    return handlers[args.command](args)
+    try:
+        return handlers[args.command](args)
+    except BrokenPipeError:  # our reader went away (`| head`): not an error, and no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

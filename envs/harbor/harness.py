@@ -44,6 +44,7 @@ EXCEPTION_KINDS = {
     "VerifierOutputParseError": "verify",
     "ImportError": "sandbox",
 }
+NO_REWARD_EXCEPTIONS = frozenset({"RewardFileNotFoundError", "RewardFileEmptyError"})
 PHASES = (("environment_setup", "sandbox"), ("agent_setup", "setup"), ("agent_execution", "agent"), ("verifier", "verify"))
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
 
@@ -228,6 +229,10 @@ class HarborHarness:
         agent_ran = result is not None and result.agent_execution is not None and result.agent_execution.finished_at is not None
         report.phases = _phase_records(result)
         report.failure = classify(out)
+        if converted and not request.task.verify and out.exception_type in NO_REWARD_EXCEPTIONS:
+            # A Task without verify commands has no reward, by our rule; Harbor calls that an error.
+            report.failure = None
+            out.notes.append("the task has no verify commands: no reward")
         if report.failure is None and out.reward_error:
             report.failure = ("verify", out.reward_error)
         report.reward = out.reward

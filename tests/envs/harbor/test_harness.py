@@ -238,3 +238,10 @@ async def test_concurrent_harbor_rollouts_stay_apart(policy_server, tmp_path):
     for r in results:  # each saw only its own workdir
         assert r.files["seen.txt"].split() == ["hello.txt", "seen.txt"]
         assert len([t for t in r.proxy_turns if t.purpose == "policy"]) == 2
+
+
+async def test_a_converted_task_without_verify_commands_has_no_reward_and_no_error(policy_server):
+    # The native rule: no verify commands, no reward; not a failure.
+    res = await run_rollout(harbor_request(policy_server, {"agent": "nop"}, task=Task(instruction="Look around.")))
+    assert res.error is None, res.error
+    assert res.reward is None and "no verify commands" in " ".join(res.reward_notes)
