@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness_env.core import toolchain
 from harness_env.core.errors import InvalidRequestError
 from harness_env.models import HarborOptions
 
@@ -52,6 +53,13 @@ def check_agent_and_sandbox(opts: HarborOptions) -> None:
     sandboxes = harbor_sandbox_names()
     if opts.sandbox not in sandboxes:
         raise InvalidRequestError(f"unknown sandbox {opts.sandbox!r}; choose one of: {', '.join(sandboxes)}")
+    asked = opts.agent_kwargs.get("version")
+    pin = toolchain.PINS.get(opts.agent)
+    if opts.sandbox == LOCAL_SANDBOX and pin is not None and asked not in (None, "", pin.version):
+        raise InvalidRequestError(
+            f"the local sandbox runs the pinned {opts.agent} {pin.version} (`harness-env install`), not agent_kwargs.version={asked!r}; "
+            "leave the version out, or use a provider sandbox where Harbor installs the version you ask for"
+        )
     if opts.sandbox == LOCAL_SANDBOX and opts.agent not in LOCAL_AGENTS:
         raise InvalidRequestError(
             f"Harbor agent {opts.agent!r} installs itself from the internet and cannot run in the local sandbox; "

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
+from harness_env.core import toolchain
 from harness_env.core.errors import InvalidRequestError
 from harness_env.core.sandbox.local import bwrap_available
 from harness_env.envs.harbor.resolve import list_tasks, prepare
@@ -96,7 +97,7 @@ async def test_harbor_agents_through_the_capture_proxy(policy_server, tmp_path, 
     assert res.agent_trajectory is not None and res.agent_trajectory["schema_version"].startswith("ATIF")
     assert res.agent_tool_calls == 1
     assert res.agent_final_text == "Wrote it."
-    assert res.harbor.agent == agent and res.harbor.agent_version
+    assert res.harbor.agent == agent and res.harbor.agent_version == toolchain.PINS[agent].version  # the pinned CLI ran
     # The agent presented the per-rollout capture key; the upstream key stayed in the proxy.
     auths = {h.get("authorization") for h in policy_server.policy.headers[2:]}
     assert auths == {f"Bearer {UPSTREAM_KEY}"}, auths  # proxy -> fake: the real key, added by the proxy
@@ -195,6 +196,8 @@ def test_prepare_reads_the_task_and_checks_names(tmp_path):
         prepare(req.model_copy(update={"harbor": req.harbor.model_copy(update={"task_index": 5})}), trusted=True)
     with pytest.raises(InvalidRequestError, match="cannot run in the local sandbox"):
         prepare(req.model_copy(update={"harbor": HarborOptions(task_dir=str(dataset / "a-task"), agent="codex")}), trusted=True)
+    with pytest.raises(InvalidRequestError, match="runs the pinned pi"):
+        prepare(req.model_copy(update={"harbor": HarborOptions(task_dir=str(dataset / "a-task"), agent_kwargs={"version": "0.1.0"})}), trusted=True)
     with pytest.raises(InvalidRequestError, match="unknown Harbor agent 'no-such-agent'"):
         prepare(req.model_copy(update={"harbor": HarborOptions(task_dir=str(dataset / "a-task"), agent="no-such-agent")}), trusted=True)
     with pytest.raises(InvalidRequestError, match="HARNESS_ENV_HARBOR_TASKS_DIR"):
