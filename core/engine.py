@@ -178,7 +178,7 @@ async def run_rollout_with(
         with run.phase("endpoint") as ph:
             harness.check_installed()
             if isinstance(harness, EnvironmentOwner):  # e.g. a sandbox provider's credentials
-                harness.preflight(request, proxy_base_url)
+                await asyncio.to_thread(harness.preflight, request, proxy_base_url)  # may run `docker info`
             await check_endpoint_reachable(request.endpoint.base_url)
             ph.detail = request.endpoint.base_url
             if request.mode == "transparent_proxy":
@@ -299,7 +299,20 @@ async def _run_owned(run: _Run, harness: EnvironmentOwner, session, proxy_base_u
     the engine keeps the capture session and classifies failures the same way as for the rest."""
     res, request = run.result, run.request
     ctx = LaunchContext(request=request, workspace="", home="", proxy_base_url=proxy_base_url, session_key=session.key)
-    report = await harness.run_trial(ctx, session.endpoint_down, run.emit)
+    # Stop the trial when model calls keep failing, but not for the turn limit: then the agent
+    # ends on its own and the workspace is graded as it stands, as for the other harnesses.
+    stop = asyncio.Event()
+
+    async def relay() -> None:
+        await session.endpoint_down.wait()
+        if not session.turn_limit_hit:
+            stop.set()
+
+    relay_task = asyncio.ensure_future(relay())
+    try:
+        report = await harness.run_trial(ctx, stop, run.emit)
+    finally:
+        relay_task.cancel()
     res.phases.extend(Phase(name=p.name, started=p.started, duration_s=p.duration_s, ok=p.ok, detail=p.detail) for p in report.phases)
     res.sandbox_id, res.sandbox_backend, res.sandbox_notes = report.sandbox_id, report.sandbox_backend, report.sandbox_notes
     res.setup_results, res.verify_results, res.files = report.setup_results, report.verify_results, report.files
@@ -308,8 +321,10 @@ async def _run_owned(run: _Run, harness: EnvironmentOwner, session, proxy_base_u
     res.turn_limit_hit = session.turn_limit_hit or report.agent.turn_limit_hit
     for name, value in report.result_fields.items():
         setattr(res, name, value)
-    if session.endpoint_down.is_set():
+    if stop.is_set():
         run.fail(*_stopped_failure(session))
+    elif res.turn_limit_hit and report.failure is not None and report.failure[0] == "agent_error":
+        pass  # the policy used up its turns and the agent said so: a normal end
     elif report.failure is not None:
         kind, message = report.failure
         if kind == "agent_error" and session.upstream_failed:

@@ -75,15 +75,17 @@ def agent_config(
     model: str,
     agent_timeout_s: float,
     setup_timeout_s: float,
+    task_agent_timeout_s: float | None = None,
     extra_env: dict[str, str] | None = None,
 ):
-    """Harbor's AgentConfig for one rollout. The task's own agent timeout counts, capped by ours."""
+    """Harbor's AgentConfig for one rollout. The task's own agent timeout counts, capped by ours
+    (an override, not Harbor's max_timeout_sec: that one caps nothing when the task sets none)."""
     from harbor.models.trial.config import AgentConfig
 
     from harness_env.envs.harbor.agents import OFFLINE_ENV, PREINSTALLED
 
     fields: dict[str, Any] = {
-        "max_timeout_sec": agent_timeout_s,
+        "override_timeout_sec": min(task_agent_timeout_s or agent_timeout_s, agent_timeout_s),
         "override_setup_timeout_sec": setup_timeout_s,
         "kwargs": dict(opts.agent_kwargs),
     }
@@ -123,6 +125,7 @@ def trial_config(
     agent_timeout_s: float,
     setup_timeout_s: float,
     verify_timeout_s: float,
+    task_agent_timeout_s: float | None = None,
 ):
     """The whole TrialConfig of one rollout (pure: builds, starts nothing)."""
     from harbor.models.trial.config import TaskConfig, TrialConfig, VerifierConfig
@@ -138,6 +141,7 @@ def trial_config(
             model=model,
             agent_timeout_s=agent_timeout_s,
             setup_timeout_s=setup_timeout_s,
+            task_agent_timeout_s=task_agent_timeout_s,
         ),
         environment=environment_config(opts),
         verifier=VerifierConfig(max_timeout_sec=verify_timeout_s),

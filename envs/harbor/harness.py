@@ -33,7 +33,6 @@ LOG_TAIL_CHARS = 4000
 # Harbor's exception class names -> our error kinds (the rest: by the phase it stopped in).
 EXCEPTION_KINDS = {
     "AgentTimeoutError": "agent_timeout",
-    "TimeoutError": "agent_timeout",  # our one deadline
     "NonZeroAgentExitCodeError": "agent_error",
     "AgentSetupTimeoutError": "sandbox",
     "EnvironmentStartTimeoutError": "sandbox",
@@ -82,21 +81,42 @@ def _phase_records(result: Any) -> list[PhaseRecord]:
     return out
 
 
+def _subclass_names(cls: type) -> set[str]:
+    names, todo = set(), [cls]
+    while todo:
+        c = todo.pop()
+        names.add(c.__name__)
+        todo.extend(c.__subclasses__())
+    return names
+
+
+def agent_error_names() -> set[str]:
+    """Harbor's failed-agent exceptions: NonZeroAgentExitCodeError and its subclasses
+    (ContextWindowExceededError, ApiRateLimitError, NetworkConnectionError, ...)."""
+    from harbor.agents.installed.base import NonZeroAgentExitCodeError
+
+    return _subclass_names(NonZeroAgentExitCodeError)
+
+
+# Where a trial that hit our deadline (or failed in an unnamed way) was: the last phase it started.
+PHASE_KINDS = {None: "sandbox", "sandbox": "sandbox", "agent": "agent_error", "verify": "verify"}
+
+
 def classify(out: HarborTrialOutcome) -> tuple[str, str] | None:
     """(error_kind, message) for what stopped the trial, None when it ran through."""
     if out.exception is None:
         return None
-    kind = EXCEPTION_KINDS.get(out.exception_type or "")
-    if kind is None:
-        result = out.result
-        if result is None or result.environment_setup is None or result.environment_setup.finished_at is None:
-            kind = "sandbox"
-        elif result.agent_setup is None or result.agent_setup.finished_at is None:
-            kind = "sandbox"  # installing the agent failed
-        elif result.agent_execution is None or result.agent_execution.finished_at is None:
-            kind = "agent_error"
-        else:
-            kind = "verify"
+    name = out.exception_type or ""
+    if name == "TimeoutError":  # our one deadline: blame the phase it was in
+        kind = "agent_timeout" if out.last_phase == "agent" else PHASE_KINDS.get(out.last_phase, "sandbox")
+    elif name in EXCEPTION_KINDS:
+        kind = EXCEPTION_KINDS[name]
+    elif name in agent_error_names():
+        kind = "agent_error"
+    elif out.result is None and name in ("ValueError", "TypeError", "ValidationError"):
+        kind = "invalid_request"  # Harbor refused the trial's configuration (e.g. agent_kwargs)
+    else:
+        kind = PHASE_KINDS.get(out.last_phase, "sandbox")
     if "environment/setup.sh" in out.exception:
         kind = "setup"
     return kind, f"Harbor: {out.exception[:2000]}"
@@ -180,6 +200,26 @@ class HarborHarness:
             )
 
     async def run_trial(self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None]) -> TrialReport:
+        """The trial runs in a task of its own: if the caller is cancelled, the trial is told to
+        stop and still cancels Harbor's work, stops the environment and removes its files, however
+        often the caller's cancellation is delivered."""
+        own_stop = asyncio.Event()
+
+        async def relay() -> None:
+            await stop.wait()
+            own_stop.set()
+
+        relay_task = asyncio.ensure_future(relay())
+        inner = asyncio.ensure_future(self._run_trial(ctx, own_stop, emit))
+        try:
+            return await asyncio.shield(inner)
+        except asyncio.CancelledError:
+            own_stop.set()
+            raise
+        finally:
+            relay_task.cancel()
+
+    async def _run_trial(self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None]) -> TrialReport:
         request = ctx.request
         opts = request.harbor or HarborOptions()
         work = sandboxes_root() / f"harbor-{uuid.uuid4().hex[:12]}"
@@ -202,13 +242,14 @@ class HarborHarness:
                 opts,
                 task_dir=task_dir,
                 trials_dir=work / "trials",
-                trial_name="rollout",
+                trial_name=f"rollout-{work.name}",
                 proxy_base_url=ctx.proxy_base_url,
                 session_key=ctx.session_key,
                 model=request.endpoint.model,
                 agent_timeout_s=request.agent_timeout_s,
                 setup_timeout_s=request.setup_timeout_s,
                 verify_timeout_s=request.verify_timeout_s,
+                task_agent_timeout_s=ht.agent_timeout_s,
             )
             out = await run_harbor_trial(
                 config,
@@ -242,7 +283,8 @@ class HarborHarness:
         if trajectory_note:
             report.reward_notes.append(trajectory_note)
         report.agent = AgentOutcome(final_text=_final_text(trajectory), tool_calls=count_tool_calls(trajectory))
-        report.agent_exit_code = 0 if agent_ran and out.exception_type != "NonZeroAgentExitCodeError" else None
+        agent_failed = report.failure is not None and report.failure[0] in ("agent_error", "agent_timeout")
+        report.agent_exit_code = 0 if agent_ran and not agent_failed else None
         report.agent_log_tail = _agent_log_tail(out.agent_dir)
         report.verify_results = _verify_results(out, request.task.verify if converted else None)
         report.files = out.files or {}
@@ -256,7 +298,7 @@ class HarborHarness:
                 agent=opts.agent,
                 agent_version=getattr(agent_info, "version", None),
                 sandbox=opts.sandbox,
-                exception=out.exception,
+                exception=out.exception[:2000] if out.exception else None,
                 verifier_rewards=verifier_rewards(out.verifier_dir),
             ),
             "agent_trajectory": trajectory,

@@ -32,6 +32,7 @@ copies are Harbor's own trial dirs, ours live in the rollout directory).
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 import shutil
 from pathlib import Path, PurePosixPath
@@ -246,20 +247,72 @@ class LocalHarborEnvironment(BaseEnvironment):
         return ExecResult(stdout=result.stdout, stderr=stderr, return_code=code)
 
     # -- files --------------------------------------------------------------------------
+    # What the agent left in the sandbox is never trusted: a symlink it planted must neither let an
+    # upload write outside the rollout directory (e.g. /tests/test.sh -> a host file) nor let a
+    # download hand a host file to the server's readers (e.g. /logs/agent/x.txt -> /proc/self/environ).
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
         target = self.host_path(target_path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(shutil.copy2, source_path, target)
+        await asyncio.to_thread(_copy_in, Path(source_path), target, self._require().root)
 
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
         target = self.host_path(target_dir)
-        await asyncio.to_thread(shutil.copytree, source_dir, target, dirs_exist_ok=True, symlinks=True)
+        root = self._require().root
+
+        def copy() -> None:
+            src = Path(source_dir)
+            for entry in sorted(src.rglob("*")):
+                if entry.is_file() or entry.is_symlink():
+                    _copy_in(entry, target / entry.relative_to(src), root)
+                elif entry.is_dir():
+                    _make_dir_in(target / entry.relative_to(src), root)
+
+        await asyncio.to_thread(copy)
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
-        source = self.host_path(source_path)
+        source = self.host_path(source_path)  # resolved: a link out of the rollout is refused there
         Path(target_path).parent.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(shutil.copy2, source, target_path)
 
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
         source = self.host_path(source_dir)
-        await asyncio.to_thread(shutil.copytree, source, target_dir, dirs_exist_ok=True, symlinks=True)
+        await asyncio.to_thread(_copy_out, source, Path(target_dir))
+
+    def reset_for_verification(self) -> None:
+        """Fresh /tests and /logs/verifier before Harbor's verifier runs, made from the host side:
+        whatever the agent put there (links, a directory named reward.txt) cannot steer or block
+        the verifier."""
+        sb = self._require()
+        for d in (Path(sb.verifier_dir), sb.root / "harbor" / "tests"):
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True, exist_ok=True)
+
+
+def _make_dir_in(path: Path, root: Path) -> None:
+    if not path.resolve().is_relative_to(root.resolve()):  # checked before mkdir follows a link
+        raise SandboxError(f"refusing to write through a link out of the rollout directory: {path}")
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def _copy_in(source: Path, target: Path, root: Path) -> None:
+    """Copy one file into the sandbox; a link planted at the target is replaced, not followed."""
+    _make_dir_in(target.parent, root)
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.is_dir():
+        shutil.rmtree(target)
+    shutil.copy2(source, target, follow_symlinks=False)
+
+
+def _copy_out(source: Path, target: Path) -> None:
+    """Copy a sandbox directory out: regular files and directories only, links left behind."""
+    target.mkdir(parents=True, exist_ok=True)
+    for dirpath, dirnames, filenames in os.walk(source):  # does not descend into linked dirs
+        here = Path(dirpath)
+        out = target / here.relative_to(source)
+        for name in dirnames:
+            if not (here / name).is_symlink():
+                (out / name).mkdir(exist_ok=True)
+        for name in filenames:
+            f = here / name
+            if not f.is_symlink() and f.is_file():
+                shutil.copy2(f, out / name, follow_symlinks=False)

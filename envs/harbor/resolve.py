@@ -19,13 +19,34 @@ TASKS_DIR_VAR = "HARNESS_ENV_HARBOR_TASKS_DIR"
 INSTRUCTION_PREVIEW_CHARS = 500
 
 
+# What a remote caller may set: options that change the agent's behaviour, not what it reads on
+# the server (prompt_template_path, config, ... name server files) or what the provider allocates.
+REMOTE_AGENT_KWARGS = frozenset({"version", "reasoning_effort", "thinking", "max_turns"})
+
+
+def check_remote_kwargs(opts: HarborOptions) -> None:
+    refused = sorted(set(opts.agent_kwargs) - REMOTE_AGENT_KWARGS)
+    if refused:
+        raise InvalidRequestError(
+            f"harbor.agent_kwargs {refused} are not accepted from remote callers (they can name server files); "
+            f"allowed: {sorted(REMOTE_AGENT_KWARGS)}"
+        )
+    if opts.sandbox_kwargs:
+        raise InvalidRequestError(
+            "harbor.sandbox_kwargs are accepted from trusted callers only (CLI, in-process): they choose what the "
+            "server's provider account allocates and what the host mounts"
+        )
+
+
 def locate_task(opts: HarborOptions, *, trusted: bool) -> Path:
     """The task directory `opts` names (task_dir, or dataset + split + task_index)."""
     if opts.task_dir:
         return confined_path(opts.task_dir, TASKS_DIR_VAR, "harbor.task_dir", trusted=trusted)
     if opts.dataset:
         root = confined_path(opts.dataset, TASKS_DIR_VAR, "harbor.dataset", trusted=trusted)
-        return find_task_in_dataset(root, opts.split, opts.task_index)
+        found = find_task_in_dataset(root, opts.split, opts.task_index)
+        # A link inside the dataset must not lead a remote caller out of the tasks root.
+        return confined_path(str(found), TASKS_DIR_VAR, "a dataset's task", trusted=trusted)
     raise InvalidRequestError("harbor options name no task: give harbor.task_dir or harbor.dataset")
 
 
@@ -38,6 +59,12 @@ def prepare(request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
     _harbor()  # ToolMissingError naming the extra, when Harbor is not installed
     opts = request.harbor or HarborOptions()
     check_agent_and_sandbox(opts)
+    if request.task_family:
+        raise InvalidRequestError(
+            f"task_family {request.task_family!r} grades a native harness's workspace; it does not apply to harness='harbor' (Harbor's verifier grades)"
+        )
+    if not trusted:
+        check_remote_kwargs(opts)
     if not opts.names_task:  # the uniform Task is converted into a Harbor task when it runs
         return request.model_copy(update={"harbor": opts})
     path = locate_task(opts, trusted=trusted)

@@ -44,6 +44,7 @@ class HarborTrialOutcome:
     trial_dir: Path | None = None
     files: dict[str, str] | None = None  # the workspace when the environment stopped (local only)
     sandbox_id: str | None = None  # our sandbox's id (local only)
+    last_phase: str | None = None  # the last phase Harbor started: sandbox, agent or verify
     reward_error: str | None = None  # the rewards are there but no scalar could be picked
 
 
@@ -112,17 +113,26 @@ async def run_harbor_trial(
 
     trial = None
 
+    async def follow(event_value: str) -> None:
+        mapped = HOOK_PHASES.get(event_value)
+        if mapped is None:
+            return
+        out.last_phase = mapped[0]
+        if event_value == "verification-start":
+            reset = getattr(getattr(trial, "agent_environment", None), "reset_for_verification", None)
+            if reset is not None:
+                await asyncio.to_thread(reset)
+        if on_event is not None:
+            on_event(*mapped)
+
     async def run() -> Any:
         nonlocal trial
         trial = await Trial.create(config)
-        if on_event is not None:
-            for event in TrialEvent:
-                mapped = HOOK_PHASES.get(event.value)
-                if mapped is not None:
-                    async def hook(_ev, mapped=mapped) -> None:
-                        on_event(*mapped)
+        for event in TrialEvent:
+            async def hook(_ev, value=event.value) -> None:
+                await follow(value)
 
-                    trial.add_hook(event, hook)
+            trial.add_hook(event, hook)
         return await trial.run()
 
     task = asyncio.ensure_future(run())

@@ -248,3 +248,101 @@ async def test_a_converted_task_without_verify_commands_has_no_reward_and_no_err
     res = await run_rollout(harbor_request(policy_server, {"agent": "nop"}, task=Task(instruction="Look around.")))
     assert res.error is None, res.error
     assert res.reward is None and "no verify commands" in " ".join(res.reward_notes)
+
+
+def _task_solved_by(tmp_path, name: str, solve_sh: str):
+    out = hello_task_dir(tmp_path, name, solve=False)
+    (out / "solution").mkdir()
+    (out / "solution" / "solve.sh").write_text("#!/usr/bin/env bash\n" + solve_sh)
+    return out
+
+
+async def test_links_the_agent_plants_reach_no_host_file(policy_server, tmp_path, monkeypatch):
+    # The oracle's solve.sh stands in for any agent's shell: links out of the sandbox, planted in
+    # directories Harbor copies back (logs) and into (tests), must neither leak nor overwrite.
+    monkeypatch.setenv("SERVER_CANARY", "canary-5e6f-server-env")
+    secret = tmp_path / "host-secret.json"
+    secret.write_text('{"steps": [{"source": "agent", "message": "host-secret-9a8b"}]}')
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched\n")
+    task_dir = _task_solved_by(tmp_path, "links", (
+        "echo hello > /app/hello.txt\n"
+        "ln -s /proc/self/environ /logs/agent/leak.txt\n"
+        f"ln -s {secret} /logs/agent/trajectory.json\n"
+        f"rm -f /tests/test.sh; ln -s {victim} /tests/test.sh\n"
+        "mkdir -p /logs/verifier/reward.txt/blocked\n"
+    ))
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle"}))
+    dump = res.model_dump_json()
+    assert "canary-5e6f-server-env" not in dump and "host-secret-9a8b" not in dump
+    assert victim.read_text() == "untouched\n"
+    # The verifier ran on fresh /tests and /logs/verifier: the sabotage changed nothing.
+    assert res.error is None and res.reward == 1.0, (res.error, res.reward_notes)
+
+
+async def test_a_blocked_verifier_dir_still_scores_zero(policy_server, tmp_path):
+    task_dir = _task_solved_by(tmp_path, "blocker", "mkdir -p /logs/verifier/reward.txt/x /logs/verifier/reward.json/x\n")
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle"}))
+    assert res.error is None and res.reward == 0.0, (res.error_kind, res.error)
+
+
+async def test_the_turn_limit_is_graded_not_failed(policy_server, tmp_path):
+    script = [{"bash": "echo hello > /app/hello.txt"}, {"bash": "echo more"}, {"text": "done"}]
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(hello_task_dir(tmp_path, solve=False)), "agent": "pi"}, script=script, max_turns=1))
+    assert res.turn_limit_hit
+    assert res.error is None and res.reward == 1.0, (res.error_kind, res.error)
+
+
+async def test_a_cancelled_harbor_rollout_leaves_nothing(policy_server, tmp_path):
+    import asyncio
+
+    task_dir = hello_task_dir(tmp_path, solve=False)
+    req = harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "pi"}, script=[{"hang": 120}])
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(run_rollout(req), 15)
+    root = os.environ["HARNESS_ENV_SANDBOX_DIR"]
+    for _ in range(120):  # the trial stops itself in its own task
+        if not os.listdir(root):
+            break
+        await asyncio.sleep(0.5)
+    assert os.listdir(root) == []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                env = open(f"/proc/{pid}/environ", "rb").read()
+            except OSError:
+                continue
+            assert root.encode() not in env, f"process {pid} is still running"
+
+
+def test_remote_callers_cannot_name_server_files_through_kwargs(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_ENV_HARBOR_TASKS_DIR", str(tmp_path))
+    hello_task_dir(tmp_path, "t")
+    endpoint = Endpoint(base_url="http://127.0.0.1:9", model="m")
+
+    def req(**harbor):
+        return RolloutRequest(harness="harbor", harbor={"task_dir": "t", **harbor}, endpoint=endpoint)
+
+    assert prepare(req(agent_kwargs={"max_turns": 5}), trusted=False).harbor.agent_kwargs == {"max_turns": 5}
+    with pytest.raises(InvalidRequestError, match="prompt_template_path"):
+        prepare(req(agent_kwargs={"prompt_template_path": "/etc/hostname"}), trusted=False)
+    with pytest.raises(InvalidRequestError, match="sandbox_kwargs"):
+        prepare(req(sandbox="docker", agent="nop", sandbox_kwargs={"keep_containers": True}), trusted=False)
+    trusted = RolloutRequest(harness="harbor", harbor={"task_dir": str(tmp_path / "t"), "agent_kwargs": {"prompt_template_path": "/x"}}, endpoint=endpoint)
+    assert prepare(trusted, trusted=True).harbor.agent_kwargs  # the CLI may
+    with pytest.raises(InvalidRequestError, match="task_family"):
+        prepare(req().model_copy(update={"task_family": "svg_icon"}), trusted=True)
+
+
+def test_our_agent_timeout_caps_a_task_that_sets_none():
+    from harness_env.envs.harbor.config import trial_config
+
+    def cfg(task_timeout):
+        return trial_config(HarborOptions(agent="pi"), task_dir=Path("/t"), trials_dir=Path("/r"), trial_name="n",
+                            proxy_base_url="http://127.0.0.1:9/v1", session_key="k", model="m", agent_timeout_s=30,
+                            setup_timeout_s=10, verify_timeout_s=20, task_agent_timeout_s=task_timeout)
+
+    assert cfg(None).agent.override_timeout_sec == 30
+    assert cfg(600).agent.override_timeout_sec == 30
+    assert cfg(12).agent.override_timeout_sec == 12
+    assert cfg(12).verifier.max_timeout_sec == 20
