@@ -100,7 +100,7 @@ def create_app(
     @app.post("/rollout", response_model=RolloutResult)
     async def rollout(args: RolloutArgs, request: Request) -> RolloutResult:
         """Run one rollout; the result always comes back (failures are in `error`)."""
-        resolved = service.resolve(args)
+        resolved = await asyncio.to_thread(service.resolve, args)  # a Harbor dataset is read from disk
         task = asyncio.create_task(service.run(resolved))
         watcher = asyncio.create_task(_cancel_on_disconnect(request, task))
         try:

@@ -56,7 +56,7 @@ class McpFace:
     # -- the tools (one implementation, used by both faces) ------------------------------------
     async def run_tool(self, args: RolloutArgs, progress=None) -> RolloutResult:
         try:
-            request = self.service.resolve(args)
+            request = await asyncio.to_thread(self.service.resolve, args)  # a Harbor dataset is read from disk
         except HarnessEnvError as e:
             raise ToolError(str(e)) from None
         queue: asyncio.Queue[PhaseEvent | None] = asyncio.Queue()

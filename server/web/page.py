@@ -334,7 +334,7 @@ class WebPage:
             yield {out["status"]: "a rollout is already running in this page: cancel it first"}
             return
         try:
-            rollout_request = self.service.resolve(to_args(form))
+            rollout_request = await asyncio.to_thread(self.service.resolve, to_args(form))  # reads Harbor datasets
         except HarnessEnvError as e:
             yield {out["status"]: f"**not started:** {render.redact(str(e), secrets)}"}
             return
