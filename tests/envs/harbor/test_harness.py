@@ -49,14 +49,15 @@ def harbor_request(srv, harbor, *, task=None, script=None, **kw):
     return RolloutRequest(**fields)
 
 
-def _no_process_left(sandbox_id: str) -> None:
+def _no_process_left(marker: str) -> None:
+    """No process whose environment names `marker` (a sandbox id, or the sandboxes root)."""
     for pid in os.listdir("/proc"):
         if pid.isdigit() and int(pid) != os.getpid():
             try:
                 env = open(f"/proc/{pid}/environ", "rb").read()
             except OSError:
                 continue
-            assert sandbox_id.encode() not in env, f"process {pid} of {sandbox_id} is still running"
+            assert marker.encode() not in env, f"process {pid} of {marker} is still running"
 
 
 async def test_oracle_passes_and_nop_fails(policy_server):
@@ -306,13 +307,7 @@ async def test_a_cancelled_harbor_rollout_leaves_nothing(policy_server, tmp_path
             break
         await asyncio.sleep(0.5)
     assert os.listdir(root) == []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit() and int(pid) != os.getpid():
-            try:
-                env = open(f"/proc/{pid}/environ", "rb").read()
-            except OSError:
-                continue
-            assert root.encode() not in env, f"process {pid} is still running"
+    _no_process_left(root)
 
 
 def test_remote_callers_cannot_name_server_files_through_kwargs(tmp_path, monkeypatch):
