@@ -76,7 +76,6 @@ def agent_config(
     agent_timeout_s: float,
     setup_timeout_s: float,
     task_agent_timeout_s: float | None = None,
-    extra_env: dict[str, str] | None = None,
 ):
     """Harbor's AgentConfig for one rollout. The task's own agent timeout counts, capped by ours
     (an override, not Harbor's max_timeout_sec: that one caps nothing when the task sets none)."""
@@ -99,7 +98,7 @@ def agent_config(
             base_url=proxy_base_url,
             model_api_key_name=CAPTURE_KEY_ENV,
             model_api_format="openai_chat_completions",
-            env={**OFFLINE_ENV.get(opts.agent, {}), **(extra_env or {}), CAPTURE_KEY_ENV: session_key},
+            env={**OFFLINE_ENV.get(opts.agent, {}), CAPTURE_KEY_ENV: session_key},
         )
     return AgentConfig(**fields)
 

@@ -289,7 +289,7 @@ class HarborHarness:
         report.verify_results = _verify_results(out, request.task.verify if converted else None)
         report.files = out.files or {}
         report.sandbox_id = out.sandbox_id or ""
-        report.sandbox_notes = [f"Harbor {metadata.version('harbor')} trial, environment {opts.sandbox!r}"]
+        report.sandbox_notes = [f"Harbor {HarborHarness().version()} trial, environment {opts.sandbox!r}"]
         agent_info = getattr(result, "agent_info", None)
         report.result_fields = {
             "harbor": HarborRunInfo(
