@@ -8,11 +8,29 @@ from pathlib import Path
 from harness_env.core.errors import InvalidRequestError
 
 
+def _as_path(path: str, what: str, *, expand_home: bool) -> Path:
+    """`path` as a Path, or one InvalidRequestError for what the OS cannot name: a NUL byte, a lone
+    surrogate, or `~user` for a user this machine does not have."""
+    if "\x00" in path:
+        raise InvalidRequestError(f"{what} {path!r} contains a NUL byte; name a directory path")
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        raise InvalidRequestError(f"{what} {path!r} is not valid UTF-8; name a directory path") from None
+    p = Path(path)
+    if not expand_home:
+        return p
+    try:
+        return p.expanduser()
+    except RuntimeError:
+        raise InvalidRequestError(f"{what} {path!r} starts with ~ but that home directory is unknown here") from None
+
+
 def confined_path(path: str, root_var: str, what: str, *, trusted: bool) -> Path:
     """`path` resolved. A trusted caller (CLI, in-process) may name any path; a remote one only a
     path under $`root_var` (relative paths are relative to it), so a request cannot read the
-    server's other files."""
-    p = Path(path).expanduser()
+    server's other files. A remote `~` is a literal name: the server's home is not the caller's."""
+    p = _as_path(path, what, expand_home=trusted)
     if trusted:
         return p.resolve()
     root = os.environ.get(root_var)

@@ -51,8 +51,9 @@ def harbor_server(tasks, tmp_path_factory):
     """One server for the module (its first Harbor trial pays LiteLLM's import once)."""
     server = ServerProcess(tmp_path_factory.mktemp("server-sandboxes"), env={TASKS_DIR_VAR: str(tasks)})
     yield server
-    server.stop()
+    out = server.stop()
     assert os.listdir(server.sandbox_dir) == [], "the server left rollout directories behind"
+    assert "Traceback" not in out, out[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +168,16 @@ def test_http_route_and_sync_client_list_tasks(harbor_server):
     assert r.status_code == 422 and UNDER_ROOT in r.json()["detail"]
     r = httpx.get(harbor_server.url + "/harbor/tasks", params={"dataset": "suite"}, timeout=30)
     assert r.status_code == 200 and _names(r.json()) == [(0, "alpha"), (1, "beta")]
+
+
+@pytest.mark.parametrize(("dataset", "said"), [
+    ("~nouser/suite", "does not exist"),  # a remote ~ is a literal name under the root, never the server's home
+    ("~", "does not exist"),
+    ("su\x00ite", "NUL byte"),
+])
+def test_dataset_names_the_os_cannot_resolve_are_one_clear_error(harbor_server, dataset, said):
+    r = httpx.get(harbor_server.url + "/harbor/tasks", params={"dataset": dataset}, timeout=30)
+    assert r.status_code == 422 and said in r.json()["detail"], r.text
 
 
 async def test_async_client_list_tasks(harbor_server, tasks):
