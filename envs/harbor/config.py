@@ -21,6 +21,7 @@ from harness_env.core.errors import InvalidRequestError
 from harness_env.models import HarborOptions
 
 CAPTURE_KEY_ENV = "HARNESS_ENV_CAPTURE_KEY"
+CHAT_API_FORMAT = "openai_chat_completions"  # the one wire format the capture proxy serves
 MODEL_PROVIDER = "harness-env"
 LOCAL_SANDBOX = "local"
 LOCAL_ENV_IMPORT_PATH = "harness_env.envs.harbor.local_env:LocalHarborEnvironment"
@@ -97,7 +98,7 @@ def agent_config(
             model_name=f"{MODEL_PROVIDER}/{model}",
             base_url=proxy_base_url,
             model_api_key_name=CAPTURE_KEY_ENV,
-            model_api_format="openai_chat_completions",
+            model_api_format=CHAT_API_FORMAT,
             env={**OFFLINE_ENV.get(opts.agent, {}), CAPTURE_KEY_ENV: session_key},
         )
     return AgentConfig(**fields)

@@ -21,10 +21,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from harness_env.core import toolchain
-from harness_env.core.errors import SandboxError
+from harness_env.core.errors import InvalidRequestError, SandboxError
 from harness_env.core.harness import AgentOutcome, LaunchContext, PhaseRecord, TrialReport
 from harness_env.core.sandbox.local import bwrap_available, sandboxes_root
-from harness_env.envs.harbor.config import LOCAL_SANDBOX, check_agent_and_sandbox, trial_config, trial_deadline
+from harness_env.envs.harbor.config import (
+    CHAT_API_FORMAT,
+    LOCAL_SANDBOX,
+    MODEL_FREE_AGENTS,
+    check_agent_and_sandbox,
+    trial_config,
+    trial_deadline,
+)
 from harness_env.envs.harbor.task_dir import VERIFY_RESULTS_FILE, _harbor, load_task_dir, task_to_task_dir
 from harness_env.envs.harbor.trial import HarborTrialOutcome, count_tool_calls, read_trajectory, run_harbor_trial, verifier_rewards
 from harness_env.models import CommandResult, HarborOptions, HarborRunInfo, RolloutRequest
@@ -67,6 +74,26 @@ def run_preflight(sandbox: str) -> None:
         raise SandboxError(f"sandbox {sandbox!r} cannot start here: {e}") from None
     except ImportError as e:
         raise SandboxError(f"sandbox {sandbox!r} needs a package that is not installed ({e}); install Harbor's extra for it") from None
+
+
+def check_agent_speaks_chat(agent: str) -> None:
+    """The capture proxy serves OpenAI chat completions; each Harbor agent declares the wire formats
+    it speaks (MODEL_CONNECTION). Refuse the others here, before a provider sandbox is paid for:
+    Harbor itself would say so only when it builds the trial. Imports the agent's module (and
+    LiteLLM, which the trial needs anyway): call it off the event loop."""
+    if agent in MODEL_FREE_AGENTS:
+        return
+    from harbor.agents.factory import AgentFactory
+    from harbor.models.agent.name import AgentName
+
+    spec = getattr(AgentFactory.get_agent_class(AgentName(agent)), "MODEL_CONNECTION", None)
+    formats = [str(f) for f in spec.supported_api_formats] if spec is not None else []
+    if CHAT_API_FORMAT not in formats:
+        speaks = f"it speaks only {', '.join(formats)}" if formats else "it takes no custom model endpoint"
+        raise InvalidRequestError(
+            f"Harbor agent {agent!r} cannot be pointed at the capture proxy, which serves {CHAT_API_FORMAT} ({speaks}); "
+            "choose an agent that speaks it, e.g. pi, opencode, terminus-2, mini-swe-agent"
+        )
 
 
 def _phase_records(result: Any) -> list[PhaseRecord]:
@@ -192,6 +219,7 @@ class HarborHarness:
             if opts.agent in PREINSTALLED:
                 toolchain.harness_command(PREINSTALLED[opts.agent][0])  # ToolMissingError: how to install
             return
+        check_agent_speaks_chat(opts.agent)
         run_preflight(opts.sandbox)
         if (urlsplit(proxy_base_url).hostname or "") in LOOPBACK_HOSTS:
             raise SandboxError(

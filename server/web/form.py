@@ -10,6 +10,7 @@ from pydantic import SecretStr, ValidationError
 
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env.envs.harbor.config import LOCAL_AGENTS, LOCAL_SANDBOX, MODEL_FREE_AGENTS
+from harness_env.envs.harbor.resolve import REMOTE_AGENT_KWARGS
 from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC, Rubric
 from harness_env.models import HarnessInfo, RolloutArgs
 
@@ -52,7 +53,9 @@ class WebForm:
     harbor_task_dir: str = ""
     harbor_dataset: str = ""
     harbor_task_index: float | None = 0
+    harbor_split: str = ""  # a subdirectory of the dataset (Harbor has no splits of its own)
     harbor_reward_key: str = ""
+    harbor_agent_kwargs: str = ""  # JSON object: Harbor's options for the agent (those open to remote callers)
 
 
 def default_rubric_json() -> str:
@@ -61,14 +64,24 @@ def default_rubric_json() -> str:
     return '{"dimensions": [\n  ' + ",\n  ".join(dims) + "\n]}"
 
 
-def parse_rubric(text: str) -> dict | None:
-    """The rubric textbox -> the rubric family option (None when blank). One-line errors."""
+def parse_json_object(text: str, what: str) -> dict | None:
+    """A JSON textbox -> its object (None when blank). One-line errors naming the box."""
     if not (text or "").strip():
         return None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise InvalidRequestError(f"rubric is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+        raise InvalidRequestError(f"{what} is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+    if not isinstance(data, dict):
+        raise InvalidRequestError(f"{what} must be a JSON object, e.g. {{\"key\": value}}")
+    return data
+
+
+def parse_rubric(text: str) -> dict | None:
+    """The rubric textbox -> the rubric family option (None when blank). One-line errors."""
+    data = parse_json_object(text, "rubric")
+    if data is None:
+        return None
     try:
         return Rubric.model_validate(data).model_dump(mode="json")
     except ValidationError as e:
@@ -100,12 +113,18 @@ def harbor_fields(form: WebForm) -> dict:
         return {}
     opts: dict = {"agent": (form.harbor_agent or "").strip() or HARBOR_DEFAULT_AGENT,
                   "sandbox": (form.harbor_sandbox or "").strip() or LOCAL_SANDBOX}
-    for key, value in (("task_dir", form.harbor_task_dir), ("dataset", form.harbor_dataset), ("reward_key", form.harbor_reward_key)):
+    for key, value in (("task_dir", form.harbor_task_dir), ("dataset", form.harbor_dataset), ("split", form.harbor_split),
+                       ("reward_key", form.harbor_reward_key)):
         if (value or "").strip():
             opts[key] = value.strip()
     if form.harbor_task_index:  # 0 or empty: the first task (the default)
         opts["task_index"] = int(form.harbor_task_index)
+    if kwargs := parse_json_object(form.harbor_agent_kwargs, "agent options"):
+        opts["agent_kwargs"] = kwargs
     return {"harbor": opts}
+
+
+AGENT_KWARGS_HINT = f"agent options (JSON; {', '.join(sorted(REMOTE_AGENT_KWARGS))})"
 
 
 def harbor_agent_choices(names: list[str]) -> list[tuple[str, str]]:

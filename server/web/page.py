@@ -28,6 +28,7 @@ from harness_env.server.service import RolloutService  # noqa: E402
 from harness_env.server.web import render  # noqa: E402
 from harness_env.server.web.examples import example_names, get_example  # noqa: E402
 from harness_env.server.web.form import (  # noqa: E402
+    AGENT_KWARGS_HINT,
     EXPLICIT,
     HARBOR,
     HARBOR_DEFAULT_AGENT,
@@ -128,12 +129,18 @@ class WebPage:
                                                               label="sandbox", elem_id="harbor-sandbox")
                         self.harbor_task_dir = gr.Textbox(label="Harbor task dir (empty: the task of this form)",
                                                           placeholder="hello-world", elem_id="harbor-task-dir")
-                        self.harbor_dataset = gr.Textbox(label="or a dataset dir", placeholder="terminal-bench", elem_id="harbor-dataset")
+                        with gr.Row():
+                            self.harbor_dataset = gr.Textbox(label="or a dataset dir", placeholder="terminal-bench", elem_id="harbor-dataset",
+                                                             scale=2)
+                            self.harbor_split = gr.Textbox(label="split (a subdirectory)", placeholder="(none)", elem_id="harbor-split",
+                                                           scale=1)
                         with gr.Row():
                             self.harbor_task_index = gr.Number(value=0, label="task index in the dataset", precision=0, minimum=0,
                                                                elem_id="harbor-task-index")
                             self.harbor_reward_key = gr.Textbox(label="reward key (reward.json map)", placeholder="(its only key, else reward)",
                                                                 elem_id="harbor-reward-key")
+                        self.harbor_agent_kwargs = gr.Textbox(label=AGENT_KWARGS_HINT, placeholder='{"reasoning_effort": "low"}',
+                                                              elem_id="harbor-agent-kwargs")
                     self.mode = gr.Radio(["transparent_proxy", "black_box"], value="transparent_proxy", label="mode", elem_id="mode")
                     with gr.Accordion("limits", open=True):
                         with gr.Row():
@@ -221,8 +228,8 @@ class WebPage:
         inputs = [self.endpoint, self.base_url, self.model, self.api_key, self.harness, self.mode, self.max_turns,
                   self.agent_timeout, self.max_tokens_cap, self.disable_thinking, self.top_logprobs, self.instruction,
                   self.setup, self.verify, self.task_family, self.reference_png, self.source_prompt, self.renderer, self.rubric,
-                  self.harbor_agent, self.harbor_sandbox, self.harbor_task_dir, self.harbor_dataset, self.harbor_task_index,
-                  self.harbor_reward_key, self.history, *self.file_paths, *self.file_contents]
+                  self.harbor_agent, self.harbor_sandbox, self.harbor_task_dir, self.harbor_dataset, self.harbor_split,
+                  self.harbor_task_index, self.harbor_reward_key, self.harbor_agent_kwargs, self.history, *self.file_paths, *self.file_contents]
         outputs = [self.status, self.log, self.run_btn, self.cancel_btn, *self._result_outputs, self.history, self.history_df]
         # Slots already bound how many rollouts run at once: no second limit here.
         self.run_btn.click(self._on_run, inputs=inputs, outputs=outputs, concurrency_limit=None, show_progress="hidden", api_name=False)
@@ -316,7 +323,8 @@ class WebPage:
     async def _on_run(self, request: gr.Request, endpoint, base_url, model, api_key, harness, mode, max_turns,
                       agent_timeout, max_tokens_cap, disable_thinking, top_logprobs, instruction, setup, verify,
                       task_family, reference_png, source_prompt, renderer, rubric, harbor_agent, harbor_sandbox,
-                      harbor_task_dir, harbor_dataset, harbor_task_index, harbor_reward_key, history, *file_values):
+                      harbor_task_dir, harbor_dataset, harbor_split, harbor_task_index, harbor_reward_key, harbor_agent_kwargs,
+                      history, *file_values):
         out = dict(zip(["status", "log", "run", "cancel"], [self.status, self.log, self.run_btn, self.cancel_btn]))
         session = getattr(request, "session_hash", None) or ""
         form = WebForm(endpoint=endpoint, base_url=base_url or "", model=model or "", api_key=api_key or "",
@@ -328,7 +336,8 @@ class WebPage:
                        renderer=renderer or "chromium", rubric=rubric or "",
                        harbor_agent=harbor_agent or HARBOR_DEFAULT_AGENT, harbor_sandbox=harbor_sandbox or LOCAL_SANDBOX,
                        harbor_task_dir=harbor_task_dir or "", harbor_dataset=harbor_dataset or "",
-                       harbor_task_index=harbor_task_index, harbor_reward_key=harbor_reward_key or "")
+                       harbor_split=harbor_split or "", harbor_task_index=harbor_task_index,
+                       harbor_reward_key=harbor_reward_key or "", harbor_agent_kwargs=harbor_agent_kwargs or "")
         secrets = [form.api_key]
         if session in self.running and not self.running[session].done():
             yield {out["status"]: "a rollout is already running in this page: cancel it first"}

@@ -172,6 +172,17 @@ async def test_missing_provider_credentials_fail_before_any_work(policy_server, 
     assert "e2b-test-key" not in res.model_dump_json()
 
 
+@pytest.mark.parametrize(("agent", "said"), [("codex", "it speaks only openai_responses"),
+                                             ("claude-code", "it speaks only anthropic_messages"),
+                                             ("cursor-cli", "it takes no custom model endpoint")])
+async def test_agents_that_cannot_speak_chat_completions_are_refused_before_any_work(policy_server, tmp_path, monkeypatch, agent, said):
+    monkeypatch.delenv("E2B_API_KEY", raising=False)  # the agent is said first: no credential hunt for a rollout that cannot run
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(hello_task_dir(tmp_path)), "agent": agent, "sandbox": "e2b"}))
+    assert res.reward is None and res.error_kind == "invalid_request", res.error
+    assert said in res.error and f"{agent!r}" in res.error and "openai_chat_completions" in res.error
+    assert [p.name for p in res.phases] == ["endpoint", "collect"]  # no trial, no sandbox
+
+
 async def test_agent_timeout_is_one_deadline(policy_server, tmp_path):
     task_dir = hello_task_dir(tmp_path, solve=False)
     t0 = time.monotonic()

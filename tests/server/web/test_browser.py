@@ -191,6 +191,12 @@ def test_harbor_nop_runs_the_form_task_as_a_harbor_trial(chromium, web_server, a
         web.choose("harbor-agent", re.compile(r"^nop$"))
         web.page.locator("#instruction textarea").fill("do nothing")
         web.page.locator("#verify textarea").fill("true")
+        # An agent option that could name a server file is refused before anything starts.
+        web.page.locator("#harbor-agent-kwargs textarea").fill('{"prompt_template_path": "/etc/passwd"}')
+        web.run()
+        web.page.wait_for_function("document.querySelector('#status').innerText.includes('not started')", timeout=30_000)
+        assert "not accepted from remote callers" in web.page.inner_text("#status")
+        web.page.locator("#harbor-agent-kwargs textarea").fill("")
         web.run()
         # The first Harbor trial of a server process imports Harbor and LiteLLM (about 10 s).
         web.wait_reward("1.0", timeout_ms=150_000)

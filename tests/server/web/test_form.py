@@ -128,9 +128,13 @@ def test_harbor_form_sends_only_what_was_filled_in():
                                                               "task_index": 3, "reward_key": "score"}
     assert named.instruction == ""  # a named Harbor task brings its own
     dataset = to_args(WebForm(base_url="http://x/v1", model="m", harness=HARBOR, harbor_dataset="bench", harbor_task_index=None,
-                              harbor_agent="", harbor_sandbox=" ", harbor_reward_key="  "))
+                              harbor_agent="", harbor_sandbox=" ", harbor_reward_key="  ", harbor_split=" ", harbor_agent_kwargs=" "))
     assert dataset.harbor.model_dump(exclude_defaults=True) == {"dataset": "bench"}
     assert (dataset.harbor.agent, dataset.harbor.sandbox) == ("pi", "local")  # blank dropdowns fall back to the defaults
+    split = to_args(WebForm(base_url="http://x/v1", model="m", harness=HARBOR, harbor_dataset="bench", harbor_split=" train ",
+                            harbor_task_index=2, harbor_agent_kwargs='{"reasoning_effort": "low"}'))
+    assert split.harbor.model_dump(exclude_defaults=True) == {"dataset": "bench", "split": "train", "task_index": 2,
+                                                              "agent_kwargs": {"reasoning_effort": "low"}}
 
 
 def test_other_harnesses_send_nothing_harbor():
@@ -142,7 +146,10 @@ def test_bad_harbor_input_is_one_line():
     for form, match in [(dict(instruction=""), "instruction is required .*harbor.task_dir"),
                         (dict(instruction="i", harbor_task_dir="a", harbor_dataset="b"), "not both"),
                         (dict(instruction="i", harbor_task_index=-1), "task_index"),
-                        (dict(instruction="i", harbor_agent="rm -rf"), "agent")]:
+                        (dict(instruction="i", harbor_agent="rm -rf"), "agent"),
+                        (dict(instruction="i", harbor_split="train"), "give the dataset too"),
+                        (dict(instruction="i", harbor_agent_kwargs="{version: 1"), "agent options is not valid JSON: .* line 1"),
+                        (dict(instruction="i", harbor_agent_kwargs='["low"]'), "agent options must be a JSON object")]:
         with pytest.raises(InvalidRequestError, match=match) as e:
             to_args(WebForm(base_url="http://x/v1", model="m", api_key="sk-secret", harness=HARBOR, **form))
         assert "\n" not in str(e.value) and "sk-secret" not in str(e.value)
