@@ -148,7 +148,10 @@ def trial_config(
     )
 
 
-def trial_deadline(agent_timeout_s: float, setup_timeout_s: float, verify_timeout_s: float) -> float:
-    """One deadline for the whole trial: environment start and agent install (setup), the agent,
-    the verifier, plus slack. Nothing waits past it."""
-    return setup_timeout_s * 2 + agent_timeout_s + verify_timeout_s + DEADLINE_SLACK_S
+def trial_deadline(
+    agent_timeout_s: float, setup_timeout_s: float, verify_timeout_s: float, *, environment_setup_s: float | None = None
+) -> float:
+    """One deadline for the whole trial: environment start (`environment_setup_s`, default the
+    setup timeout), agent install (setup), the agent, the verifier, plus slack. Nothing waits past it."""
+    environment_s = setup_timeout_s if environment_setup_s is None else environment_setup_s
+    return environment_s + setup_timeout_s + agent_timeout_s + verify_timeout_s + DEADLINE_SLACK_S

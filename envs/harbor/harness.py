@@ -32,7 +32,7 @@ from harness_env.envs.harbor.config import (
     trial_config,
     trial_deadline,
 )
-from harness_env.envs.harbor.task_dir import VERIFY_RESULTS_FILE, _harbor, load_task_dir, task_to_task_dir
+from harness_env.envs.harbor.task_dir import VERIFY_RESULTS_FILE, _harbor, load_task_dir, script_budget, task_to_task_dir
 from harness_env.envs.harbor.trial import HarborTrialOutcome, count_tool_calls, read_trajectory, run_harbor_trial, verifier_rewards
 from harness_env.models import CommandResult, HarborOptions, HarborRunInfo, RolloutRequest
 
@@ -182,7 +182,10 @@ def _verify_results(out: HarborTrialOutcome, verify: list[str] | None) -> list[C
         for line in (vdir / VERIFY_RESULTS_FILE).read_text().splitlines():
             try:
                 entry = json.loads(line)
-                results.append(CommandResult(cmd=verify[entry["index"]], exit_code=int(entry["exit_code"])))
+                timed_out = entry.get("timed_out") is True
+                results.append(CommandResult(cmd=verify[entry["index"]], timed_out=timed_out,  # as natively: no exit code
+                                             exit_code=None if timed_out else int(entry["exit_code"]),
+                                             duration_s=float(entry.get("duration_s") or 0)))
             except (ValueError, KeyError, IndexError, TypeError):
                 continue
         if results:
@@ -256,6 +259,8 @@ class HarborHarness:
             await asyncio.to_thread(load_harbor_runtime)
             work.mkdir(parents=True)
             converted = not opts.task_dir
+            # Harbor times the whole script; a converted Task's script times each command itself.
+            verify_s, setup_s = request.verify_timeout_s, request.setup_timeout_s
             if converted:  # a uniform Task: written as a Harbor task directory
                 task_dir = task_to_task_dir(
                     request.task, work / "task",
@@ -263,6 +268,8 @@ class HarborHarness:
                     verify_timeout_s=request.verify_timeout_s,
                     setup_timeout_s=request.setup_timeout_s,
                 )
+                verify_s = script_budget(request.verify_timeout_s, len(request.task.verify))
+                setup_s = script_budget(request.setup_timeout_s, len(request.task.setup))
             else:
                 task_dir = Path(opts.task_dir)
             ht = await asyncio.to_thread(load_task_dir, task_dir)
@@ -276,12 +283,12 @@ class HarborHarness:
                 model=request.endpoint.model,
                 agent_timeout_s=request.agent_timeout_s,
                 setup_timeout_s=request.setup_timeout_s,
-                verify_timeout_s=request.verify_timeout_s,
+                verify_timeout_s=verify_s,
                 task_agent_timeout_s=ht.agent_timeout_s,
             )
             out = await run_harbor_trial(
                 config,
-                timeout_s=trial_deadline(request.agent_timeout_s, request.setup_timeout_s, request.verify_timeout_s),
+                timeout_s=trial_deadline(request.agent_timeout_s, request.setup_timeout_s, verify_s, environment_setup_s=setup_s),
                 stop=stop,
                 on_event=lambda phase, status: emit(phase, status, ""),
                 reward_key=opts.reward_key,

@@ -185,7 +185,8 @@ class LocalHarborEnvironment(BaseEnvironment):
             script = sb.root / "tmp" / ".harness-env-setup.sh"
             await asyncio.to_thread(shutil.copyfile, setup, script)
             result = await sb.exec(
-                ["bash", str(script)], timeout=SETUP_TIMEOUT_S, env=self._persistent_env, cwd=sb.workspace
+                ["bash", str(script)], timeout=self.task_env_config.build_timeout_sec or SETUP_TIMEOUT_S,
+                env=self._persistent_env, cwd=sb.workspace
             )
             script.unlink(missing_ok=True)
             if result.exit_code != 0:

@@ -16,19 +16,21 @@ A uniform Task becomes a task directory like this (`task_to_task_dir`):
 
     environment/files/<path>   the Task's files, verbatim
     environment/setup.sh       the Task's setup commands, in order, from the workdir, stopping at
-                               the first failure (set -e)
+                               the first failure (set -e); each has setup_timeout_s, as natively
     environment/Dockerfile     FROM <base_image>; copies files/ into the workdir and runs setup.sh
                                at build time, for Harbor's container providers
     tests/test.sh              runs the verify commands in order from the workdir (each in its own
-                               bash, all run whatever the others did), then writes passed/total to
+                               bash with verify_timeout_s, as natively: a hung command fails, the
+                               others still run; all run whatever the others did), then writes passed/total to
                                /logs/verifier/reward.txt unless a verify command already wrote a
                                reward (reward.json, or one number in reward.txt, the file
                                $HARNESS_ENV_REWARD_FILE names): the rule of core/reward.py
-    task.toml                  timeouts, workdir, metadata.harness_env (task_id, counts)
+    task.toml                  timeouts (the scripts' budgets: per-command timeout x commands),
+                               workdir, metadata.harness_env (task_id, counts)
 
 Our own `local` Harbor environment ignores the Dockerfile: it writes environment/files into the
 workspace and runs environment/setup.sh there (HarborTask.files_dir / setup_script). Each verify
-command's exit code is also appended to /logs/verifier/verify_results.jsonl, so verify_results can
+command's exit code, duration and whether it timed out are also appended to /logs/verifier/verify_results.jsonl, so verify_results can
 be filled in the result. A Task without verify commands gives a test.sh that writes no reward (our
 rule: no reward), which Harbor's own verifier reports as RewardFileNotFoundError.
 """
@@ -49,6 +51,19 @@ FILES_DIRNAME = "files"
 SETUP_SCRIPT = "setup.sh"
 VERIFY_RESULTS_FILE = "verify_results.jsonl"
 REWARD_FILE_ENV = "HARNESS_ENV_REWARD_FILE"
+# After a command's timeout, `timeout` sends TERM, then KILL this much later.
+KILL_GRACE_S = 5
+
+
+def script_budget(per_command_s: float, commands: int) -> float:
+    """What a generated script may take in all: each command its own timeout plus the kill grace.
+    Harbor's verifier and build timeouts are set to this, so a hung command fails alone (as
+    natively) instead of timing out the whole script."""
+    return float(per_command_s) * max(commands, 1) + KILL_GRACE_S * max(commands, 1)
+
+
+def _timeout_prefix(seconds: float) -> str:
+    return f"timeout -k {KILL_GRACE_S} {float(seconds):g}"
 
 
 @dataclass(frozen=True)
@@ -185,7 +200,7 @@ def _toml_str(s: str) -> str:
     return json.dumps(s)  # a JSON string is a valid TOML basic string
 
 
-def build_test_sh(verify: list[str], workdir: str) -> str:
+def build_test_sh(verify: list[str], workdir: str, command_timeout_s: float) -> str:
     """tests/test.sh for the verify commands (pure, for tests)."""
     lines = [
         "#!/usr/bin/env bash",
@@ -203,13 +218,18 @@ def build_test_sh(verify: list[str], workdir: str) -> str:
         "passed=0",
         f"total={len(verify)}",
     ]
+    limit = int(float(command_timeout_s))  # SECONDS counts whole seconds
     for i, cmd in enumerate(verify):
         lines += [
             f"echo '--- verify #{i + 1}'",
-            f'(cd "$WORKDIR" && bash -c {shlex.quote(cmd)})',
-            "rc=$?",
+            "start=$SECONDS",
+            f'(cd "$WORKDIR" && {_timeout_prefix(command_timeout_s)} bash -c {shlex.quote(cmd)})',
+            "rc=$? took=$((SECONDS - start)) timed_out=false",
+            # 124: timeout's TERM ended it; 137: its KILL did. Only past the limit is it a timeout.
+            f'if {{ [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; }} && [ "$took" -ge {limit} ]; then timed_out=true; fi',
             '[ "$rc" -eq 0 ] && passed=$((passed + 1))',
-            f"printf '{{\"index\": {i}, \"exit_code\": %d}}\\n' \"$rc\" >> \"$RESULTS\"",
+            f"printf '{{\"index\": {i}, \"exit_code\": %d, \"duration_s\": %d, \"timed_out\": %s}}\\n' "
+            '"$rc" "$took" "$timed_out" >> "$RESULTS"',
         ]
     lines += [
         "# A reward a verify command wrote wins (reward.json, or one finite-looking number in reward.txt).",
@@ -225,7 +245,7 @@ def build_test_sh(verify: list[str], workdir: str) -> str:
     return "\n".join(lines)
 
 
-def build_setup_sh(setup: list[str], workdir: str) -> str:
+def build_setup_sh(setup: list[str], workdir: str, command_timeout_s: float) -> str:
     """environment/setup.sh for the setup commands (pure, for tests)."""
     lines = [
         "#!/usr/bin/env bash",
@@ -234,7 +254,12 @@ def build_setup_sh(setup: list[str], workdir: str) -> str:
         f"cd {shlex.quote(workdir)}",
     ]
     for i, cmd in enumerate(setup):
-        lines += [f"echo '--- setup #{i + 1}'", f"bash -c {shlex.quote(cmd)}"]
+        lines += [
+            f"echo '--- setup #{i + 1}'",
+            f"{_timeout_prefix(command_timeout_s)} bash -c {shlex.quote(cmd)} || {{ rc=$?; "
+            f"if [ \"$rc\" -eq 124 ] || [ \"$rc\" -eq 137 ]; then echo \"setup command #{i + 1} timed out after {float(command_timeout_s):g}s\" >&2; fi; "
+            'exit "$rc"; }',
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -266,9 +291,9 @@ def build_task_toml(
         "[agent]\n"
         f"timeout_sec = {float(agent_timeout_s)!r}\n\n"
         "[verifier]\n"
-        f"timeout_sec = {float(verify_timeout_s)!r}\n\n"
+        f"timeout_sec = {script_budget(verify_timeout_s, len(task.verify))!r}\n\n"
         "[environment]\n"
-        f"build_timeout_sec = {float(setup_timeout_s)!r}\n"
+        f"build_timeout_sec = {script_budget(setup_timeout_s, len(task.setup))!r}\n"
         f"workdir = {_toml_str(workdir)}\n"
     )
 
@@ -296,10 +321,10 @@ def task_to_task_dir(
         target = files_dir / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
-    (env_dir / SETUP_SCRIPT).write_text(build_setup_sh(task.setup, workdir))
+    (env_dir / SETUP_SCRIPT).write_text(build_setup_sh(task.setup, workdir, setup_timeout_s))
     (env_dir / "Dockerfile").write_text(build_dockerfile(base_image, workdir))
     test_sh = tests_dir / "test.sh"
-    test_sh.write_text(build_test_sh(task.verify, workdir))
+    test_sh.write_text(build_test_sh(task.verify, workdir, verify_timeout_s))
     test_sh.chmod(0o755)
     (out / "instruction.md").write_text(task.instruction)
     (out / "task.toml").write_text(

@@ -114,20 +114,27 @@ async def test_harbor_agents_through_the_capture_proxy(policy_server, tmp_path, 
     [
         (["grep -qx hello /app/hello.txt", "test -f /app/missing.txt"], 0.5),
         (["echo 0.25 > \"$HARNESS_ENV_REWARD_FILE\"", "false"], 0.25),
+        # A hung verify command fails alone (verify_timeout_s is per command), the others still count.
+        (["sleep 600", "grep -qx hello /app/hello.txt"], 0.5),
     ],
 )
 async def test_converted_task_gives_the_native_reward(policy_server, verify, expected):
     task = Task(instruction="Write hello into /app/hello.txt.", verify=verify, task_id="uniform")
     script = [{"bash": "echo hello > /app/hello.txt"}, {"text": "done"}]
-    via_harbor = await run_rollout(harbor_request(policy_server, {"agent": "pi"}, task=task, script=script))
+    t0 = time.monotonic()
+    via_harbor = await run_rollout(harbor_request(policy_server, {"agent": "pi"}, task=task, script=script, verify_timeout_s=3))
     assert via_harbor.error is None, via_harbor.error
+    assert time.monotonic() - t0 < 60
     # Natively the workspace is the cwd, not /app: the same task with relative paths.
     native_task = task.model_copy(update={"verify": [v.replace("/app/", "") for v in verify]})
     policy_server.policy.scripts["policy-m"] = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
-    native = await run_rollout(RolloutRequest(task=native_task, endpoint=Endpoint(base_url=policy_server.base_url, model="policy-m"), harness="pi", agent_timeout_s=120))
+    native = await run_rollout(RolloutRequest(task=native_task, endpoint=Endpoint(base_url=policy_server.base_url, model="policy-m"),
+                                              harness="pi", agent_timeout_s=120, verify_timeout_s=3))
     assert native.error is None, native.error
     assert via_harbor.reward == native.reward == expected
     assert [r.exit_code == 0 for r in via_harbor.verify_results] == [r.exit_code == 0 for r in native.verify_results]
+    assert [(r.timed_out, r.exit_code) for r in via_harbor.verify_results if r.timed_out] == \
+        [(r.timed_out, r.exit_code) for r in native.verify_results if r.timed_out]
     assert [r.cmd for r in via_harbor.verify_results] == verify
     assert via_harbor.task_id == "uniform" and via_harbor.harbor.task_path == ""
 

@@ -1,5 +1,7 @@
+import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -30,13 +32,14 @@ def test_round_trip_and_harbors_own_loader_accepts_it(tmp_path):
     assert harbor_task.Task.is_valid_dir(out)
     assert ht.instruction == "Create out.txt holding the word hi."
     assert ht.config.agent.timeout_sec == 123
-    assert ht.config.verifier.timeout_sec == 45
-    assert ht.config.environment.build_timeout_sec == 67
+    # The scripts time each command; Harbor's timeouts are their budgets: 2 commands x (timeout + 5 s grace).
+    assert ht.config.verifier.timeout_sec == 2 * (45 + 5)
+    assert ht.config.environment.build_timeout_sec == 2 * (67 + 5)
     assert ht.config.environment.workdir == "/app"
     # And ours reads back what we wrote.
     t = load_task_dir(out)
     assert t.instruction == ht.instruction and t.name == "t"
-    assert (t.agent_timeout_s, t.verifier_timeout_s, t.build_timeout_s) == (123, 45, 67)
+    assert (t.agent_timeout_s, t.verifier_timeout_s, t.build_timeout_s) == (123, 100, 144)
     assert t.workdir == "/app" and t.os == "linux"
     assert t.test_script == out.resolve() / "tests" / "test.sh"
     assert t.dockerfile is not None and t.solution_dir is None and t.solve_script is None
@@ -53,10 +56,10 @@ def test_setup_script_runs_in_the_workdir(tmp_path):
     assert (tmp_path / "w" / "seed.txt").read_text() == "seeded\n"
 
 
-def _verify(tmp_path, task, agent_cmd=None):
+def _verify(tmp_path, task, agent_cmd=None, verify_timeout_s=10):
     work, verifier = tmp_path / "work", tmp_path / "verifier"
     work.mkdir()
-    out = task_to_task_dir(task, tmp_path / "t", agent_timeout_s=10, verify_timeout_s=10)
+    out = task_to_task_dir(task, tmp_path / "t", agent_timeout_s=10, verify_timeout_s=verify_timeout_s)
     if agent_cmd:
         subprocess.run(["bash", "-c", agent_cmd], check=True, cwd=work)
     env = {**os.environ, "HARNESS_ENV_WORKDIR": str(work), "HARNESS_ENV_VERIFIER_DIR": str(verifier)}
@@ -68,8 +71,30 @@ def _verify(tmp_path, task, agent_cmd=None):
 def test_test_sh_writes_passed_over_total(tmp_path):
     verifier = _verify(tmp_path, _task(verify=["test -f out.txt", "grep -q bye out.txt", "true"]), "echo hi > out.txt")
     assert read_verifier_reward(verifier, None) == (pytest.approx(2 / 3), "reward_txt", [])
-    lines = (verifier / "verify_results.jsonl").read_text().splitlines()
-    assert lines == ['{"index": 0, "exit_code": 0}', '{"index": 1, "exit_code": 1}', '{"index": 2, "exit_code": 0}']
+    lines = [json.loads(line) for line in (verifier / "verify_results.jsonl").read_text().splitlines()]
+    assert [(e["index"], e["exit_code"], e["timed_out"]) for e in lines] == [(0, 0, False), (1, 1, False), (2, 0, False)]
+
+
+def test_each_verify_command_has_its_own_timeout(tmp_path):
+    t0 = time.monotonic()
+    verifier = _verify(tmp_path, _task(verify=["sleep 600", "exit 124", "test -f out.txt"]), "echo hi > out.txt", verify_timeout_s=1)
+    assert time.monotonic() - t0 < 30  # the hung command was killed; the script went on
+    assert read_verifier_reward(verifier, None)[:2] == (pytest.approx(1 / 3), "reward_txt")
+    lines = [json.loads(line) for line in (verifier / "verify_results.jsonl").read_text().splitlines()]
+    # exit 124 from a quick command is its own exit code, not a timeout
+    assert [(e["exit_code"], e["timed_out"]) for e in lines] == [(124, True), (124, False), (0, False)]
+    assert lines[0]["duration_s"] >= 1
+
+
+def test_each_setup_command_has_its_own_timeout(tmp_path):
+    out = task_to_task_dir(_task(setup=["sleep 600", "touch never"]), tmp_path / "t", agent_timeout_s=10, verify_timeout_s=10,
+                           setup_timeout_s=1, workdir=str(tmp_path / "w"))
+    (tmp_path / "w").mkdir()
+    t0 = time.monotonic()
+    r = subprocess.run(["bash", str(out / "environment" / "setup.sh")], capture_output=True, text=True)
+    assert time.monotonic() - t0 < 30
+    assert r.returncode == 124 and "setup command #1 timed out after 1s" in r.stderr
+    assert not (tmp_path / "w" / "never").exists()  # set -e: the first failure stops setup
 
 
 def test_a_reward_written_by_verify_wins(tmp_path):
