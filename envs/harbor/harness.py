@@ -86,7 +86,11 @@ def check_agent_speaks_chat(agent: str) -> None:
     from harbor.agents.factory import AgentFactory
     from harbor.models.agent.name import AgentName
 
-    spec = getattr(AgentFactory.get_agent_class(AgentName(agent)), "MODEL_CONNECTION", None)
+    try:
+        agent_class = AgentFactory.get_agent_class(AgentName(agent))
+    except (ValueError, ImportError) as e:  # a name Harbor lists but registers no class for (terminus, terminus-1)
+        raise InvalidRequestError(f"Harbor agent {agent!r} cannot be built here: {e}") from None
+    spec = getattr(agent_class, "MODEL_CONNECTION", None)
     formats = [str(f) for f in spec.supported_api_formats] if spec is not None else []
     if CHAT_API_FORMAT not in formats:
         speaks = f"it speaks only {', '.join(formats)}" if formats else "it takes no custom model endpoint"
@@ -179,14 +183,17 @@ def _verify_results(out: HarborTrialOutcome, verify: list[str] | None) -> list[C
         stdout = (vdir / "test-stdout.txt").read_text(errors="replace")[-8000:]
     if verify is not None and (vdir / VERIFY_RESULTS_FILE).is_file():
         results = []
-        for line in (vdir / VERIFY_RESULTS_FILE).read_text().splitlines():
+        # Verify commands (and, on a provider, what the agent left running) can write this file: skip what is not ours.
+        for line in (vdir / VERIFY_RESULTS_FILE).read_text(errors="replace").splitlines():
             try:
                 entry = json.loads(line)
+                if not isinstance(entry, dict):
+                    continue
                 timed_out = entry.get("timed_out") is True
                 results.append(CommandResult(cmd=verify[entry["index"]], timed_out=timed_out,  # as natively: no exit code
                                              exit_code=None if timed_out else int(entry["exit_code"]),
                                              duration_s=float(entry.get("duration_s") or 0)))
-            except (ValueError, KeyError, IndexError, TypeError):
+            except (ValueError, KeyError, IndexError, TypeError, OverflowError):
                 continue
         if results:
             results[-1].stdout = stdout
@@ -273,6 +280,8 @@ class HarborHarness:
             else:
                 task_dir = Path(opts.task_dir)
             ht = await asyncio.to_thread(load_task_dir, task_dir)
+            if not converted and ht.build_timeout_s:  # Harbor gives the environment start the task's own build timeout
+                setup_s = ht.build_timeout_s
             config = trial_config(
                 opts,
                 task_dir=task_dir,

@@ -86,12 +86,14 @@ def list_tasks(dataset: str = "", split: str | None = None, *, trusted: bool) ->
     if split:
         if "/" in split or split in (".", ".."):
             raise InvalidRequestError(f"split {split!r} must be a plain subdirectory name")
-        root = root / split
+        # a split that is a link must not lead a remote caller out of the tasks root either
+        root = confined_path(str(root / split), TASKS_DIR_VAR, "split", trusted=trusted)
     if not root.is_dir():
         raise InvalidRequestError(f"Harbor dataset directory {dataset or '.'!r}{f' split {split!r}' if split else ''} does not exist")
     out = []
     for index, path in enumerate(p for p in sorted(root.iterdir()) if HarborTaskModel.is_valid_dir(p)):
         try:
+            confined_path(str(path), TASKS_DIR_VAR, "a dataset's task", trusted=trusted)  # a link out: not read
             ht = load_task_dir(path)
         except InvalidRequestError as e:  # listed all the same, so task_index still counts it
             out.append(HarborTaskInfo(index=index, name=path.name, path=path.name, instruction=f"(unusable: {e})"))

@@ -72,6 +72,8 @@ def parse_json_object(text: str, what: str) -> dict | None:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise InvalidRequestError(f"{what} is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+    except RecursionError:
+        raise InvalidRequestError(f"{what} is nested too deeply") from None
     if not isinstance(data, dict):
         raise InvalidRequestError(f"{what} must be a JSON object, e.g. {{\"key\": value}}")
     return data

@@ -181,12 +181,13 @@ async def test_missing_provider_credentials_fail_before_any_work(policy_server, 
 
 @pytest.mark.parametrize(("agent", "said"), [("codex", "it speaks only openai_responses"),
                                              ("claude-code", "it speaks only anthropic_messages"),
-                                             ("cursor-cli", "it takes no custom model endpoint")])
+                                             ("cursor-cli", "it takes no custom model endpoint"),
+                                             ("terminus-1", "cannot be built here")])  # listed by Harbor, no class
 async def test_agents_that_cannot_speak_chat_completions_are_refused_before_any_work(policy_server, tmp_path, monkeypatch, agent, said):
     monkeypatch.delenv("E2B_API_KEY", raising=False)  # the agent is said first: no credential hunt for a rollout that cannot run
     res = await run_rollout(harbor_request(policy_server, {"task_dir": str(hello_task_dir(tmp_path)), "agent": agent, "sandbox": "e2b"}))
     assert res.reward is None and res.error_kind == "invalid_request", res.error
-    assert said in res.error and f"{agent!r}" in res.error and "openai_chat_completions" in res.error
+    assert said in res.error and f"{agent!r}" in res.error
     assert [p.name for p in res.phases] == ["endpoint", "collect"]  # no trial, no sandbox
 
 
@@ -347,6 +348,27 @@ def test_remote_callers_cannot_name_server_files_through_kwargs(tmp_path, monkey
         prepare(req().model_copy(update={"task_family": "svg_icon"}), trusted=True)
 
 
+def test_links_in_a_dataset_do_not_lead_remote_callers_out_of_the_root(tmp_path, monkeypatch):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    hello_task_dir(outside, "secret-task")
+    hello_task_dir(root / "ds", "a-task")
+    (root / "ds" / "b-link").symlink_to(outside / "secret-task")  # a task entry that links out
+    (root / "ds2").mkdir()
+    (root / "ds2" / "train").symlink_to(outside)  # a split that links out
+    monkeypatch.setenv("HARNESS_ENV_HARBOR_TASKS_DIR", str(root))
+    listed = list_tasks("ds", trusted=False)
+    assert [t.name for t in listed] == ["a-task", "b-link"]  # still counted, so task_index means the same
+    assert "Write the word hello" not in listed[1].instruction and "must lie under" in listed[1].instruction
+    endpoint = Endpoint(base_url="http://127.0.0.1:9", model="m")
+    with pytest.raises(InvalidRequestError, match="must lie under"):
+        prepare(RolloutRequest(harness="harbor", harbor={"dataset": "ds", "task_index": 1}, endpoint=endpoint), trusted=False)
+    with pytest.raises(InvalidRequestError, match="split must lie under"):
+        list_tasks("ds2", "train", trusted=False)
+    with pytest.raises(InvalidRequestError, match="must lie under"):
+        prepare(RolloutRequest(harness="harbor", harbor={"dataset": "ds2", "split": "train"}, endpoint=endpoint), trusted=False)
+    assert [t.name for t in list_tasks(str(root / "ds2"), "train", trusted=True)] == ["secret-task"]  # the CLI may
+
+
 def test_our_agent_timeout_caps_a_task_that_sets_none():
     from harness_env.envs.harbor.config import trial_config
 
@@ -359,3 +381,18 @@ def test_our_agent_timeout_caps_a_task_that_sets_none():
     assert cfg(600).agent.override_timeout_sec == 30
     assert cfg(12).agent.override_timeout_sec == 12
     assert cfg(12).verifier.max_timeout_sec == 20
+
+
+def test_verify_results_skip_lines_that_are_not_ours(tmp_path):
+    """verify_results.jsonl is writable by the verify commands: junk lines are skipped, never a crash."""
+    from harness_env.envs.harbor.harness import _verify_results
+    from harness_env.envs.harbor.trial import HarborTrialOutcome
+
+    (tmp_path / "verify_results.jsonl").write_bytes(b"\n".join([
+        b"[1]", b"7", b"\xff\xfe not utf-8", b'{"index": 0, "exit_code": 0, "duration_s": 1' + b"0" * 400 + b"}",
+        b'{"index": 9, "exit_code": 0}', b'{"index": 0, "exit_code": 124, "duration_s": 3.25, "timed_out": true}',
+        b'{"index": 1, "exit_code": 1, "duration_s": 0.01, "timed_out": false}',
+    ]))
+    results = _verify_results(HarborTrialOutcome(verifier_dir=tmp_path), ["sleep 600", "false"])
+    assert [(r.cmd, r.exit_code, r.timed_out, r.duration_s) for r in results] == [("sleep 600", None, True, 3.25), ("false", 1, False, 0.01)]
+

@@ -32,14 +32,14 @@ def test_round_trip_and_harbors_own_loader_accepts_it(tmp_path):
     assert harbor_task.Task.is_valid_dir(out)
     assert ht.instruction == "Create out.txt holding the word hi."
     assert ht.config.agent.timeout_sec == 123
-    # The scripts time each command; Harbor's timeouts are their budgets: 2 commands x (timeout + 5 s grace).
-    assert ht.config.verifier.timeout_sec == 2 * (45 + 5)
-    assert ht.config.environment.build_timeout_sec == 2 * (67 + 5)
+    # The scripts time each command; Harbor's timeouts are their budgets: 2 commands x (timeout + 5 s grace) + 30 s.
+    assert ht.config.verifier.timeout_sec == 2 * (45 + 5) + 30
+    assert ht.config.environment.build_timeout_sec == 2 * (67 + 5) + 30
     assert ht.config.environment.workdir == "/app"
     # And ours reads back what we wrote.
     t = load_task_dir(out)
     assert t.instruction == ht.instruction and t.name == "t"
-    assert (t.agent_timeout_s, t.verifier_timeout_s, t.build_timeout_s) == (123, 100, 144)
+    assert (t.agent_timeout_s, t.verifier_timeout_s, t.build_timeout_s) == (123, 130, 174)
     assert t.workdir == "/app" and t.os == "linux"
     assert t.test_script == out.resolve() / "tests" / "test.sh"
     assert t.dockerfile is not None and t.solution_dir is None and t.solve_script is None
@@ -86,6 +86,12 @@ def test_each_verify_command_has_its_own_timeout(tmp_path):
     assert lines[0]["duration_s"] >= 1
 
 
+def test_a_quick_exit_124_under_a_sub_second_timeout_is_not_a_timeout(tmp_path):
+    verifier = _verify(tmp_path, _task(verify=["exit 124"]), verify_timeout_s=0.9)
+    entry = json.loads((verifier / "verify_results.jsonl").read_text())
+    assert (entry["exit_code"], entry["timed_out"]) == (124, False) and entry["duration_s"] < 0.9
+
+
 def test_each_setup_command_has_its_own_timeout(tmp_path):
     out = task_to_task_dir(_task(setup=["sleep 600", "touch never"]), tmp_path / "t", agent_timeout_s=10, verify_timeout_s=10,
                            setup_timeout_s=1, workdir=str(tmp_path / "w"))
@@ -93,8 +99,24 @@ def test_each_setup_command_has_its_own_timeout(tmp_path):
     t0 = time.monotonic()
     r = subprocess.run(["bash", str(out / "environment" / "setup.sh")], capture_output=True, text=True)
     assert time.monotonic() - t0 < 30
-    assert r.returncode == 124 and "setup command #1 timed out after 1s" in r.stderr
-    assert not (tmp_path / "w" / "never").exists()  # set -e: the first failure stops setup
+    assert r.returncode == 124 and "setup command #1 timed out after 1.0s" in r.stderr
+    assert not (tmp_path / "w" / "never").exists()  # the first failure stops setup
+
+
+def test_a_setup_command_that_fails_quickly_with_124_is_not_called_a_timeout(tmp_path):
+    out = task_to_task_dir(_task(setup=["exit 124", "touch never"]), tmp_path / "t", agent_timeout_s=10, verify_timeout_s=10,
+                           setup_timeout_s=30, workdir=str(tmp_path / "w"))
+    (tmp_path / "w").mkdir()
+    r = subprocess.run(["bash", str(out / "environment" / "setup.sh")], capture_output=True, text=True)
+    assert r.returncode == 124 and "timed out" not in r.stderr
+    assert not (tmp_path / "w" / "never").exists()
+
+
+def test_setup_stops_when_the_workdir_is_missing(tmp_path):
+    out = task_to_task_dir(_task(setup=["touch here"]), tmp_path / "t", agent_timeout_s=10, verify_timeout_s=10,
+                           workdir=str(tmp_path / "missing"))
+    r = subprocess.run(["bash", str(out / "environment" / "setup.sh")], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode != 0 and not (tmp_path / "here").exists()
 
 
 def test_a_reward_written_by_verify_wins(tmp_path):

@@ -149,7 +149,8 @@ def test_bad_harbor_input_is_one_line():
                         (dict(instruction="i", harbor_agent="rm -rf"), "agent"),
                         (dict(instruction="i", harbor_split="train"), "give the dataset too"),
                         (dict(instruction="i", harbor_agent_kwargs="{version: 1"), "agent options is not valid JSON: .* line 1"),
-                        (dict(instruction="i", harbor_agent_kwargs='["low"]'), "agent options must be a JSON object")]:
+                        (dict(instruction="i", harbor_agent_kwargs='["low"]'), "agent options must be a JSON object"),
+                        (dict(instruction="i", harbor_agent_kwargs="[" * 100_000), "agent options is nested too deeply")]:
         with pytest.raises(InvalidRequestError, match=match) as e:
             to_args(WebForm(base_url="http://x/v1", model="m", api_key="sk-secret", harness=HARBOR, **form))
         assert "\n" not in str(e.value) and "sk-secret" not in str(e.value)
