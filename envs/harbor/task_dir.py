@@ -57,8 +57,6 @@ KILL_GRACE_S = 5
 SCRIPT_MARGIN_S = 30
 # Microseconds since the epoch (bash >= 5 has EPOCHREALTIME; older ones fall back to whole seconds).
 NOW_US_FN = '_now_us() { local t="${EPOCHREALTIME:-$SECONDS.000000}"; echo "${t/[.,]/}"; }'
-# `rc` of a command run under timeout: 124 (TERM) or 137 (KILL after the grace), and past its limit.
-TIMED_OUT_TEST = '{{ [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; }} && [ "$took" -ge {limit_us} ]'
 
 
 def script_budget(per_command_s: float, commands: int) -> float:
@@ -73,13 +71,16 @@ def _timeout_prefix(seconds: float) -> str:
     return f"timeout -k {KILL_GRACE_S} {float(seconds)!r}"
 
 
-def _timed(command: str, seconds: float) -> list[str]:
-    """`command` under its timeout; after it: $rc, $took (microseconds) and $timed_out (true/false)."""
+def _timed(command_line: str, seconds: float) -> list[str]:
+    """Lines that run `command_line` (which runs its command under `_timeout_prefix(seconds)`) and
+    then set $rc, $took (microseconds) and $timed_out: exit 124 (TERM) or 137 (KILL after the
+    grace), and past the limit; a quick `exit 124` is the command's own."""
+    limit_us = int(float(seconds) * 1_000_000)
     return [
         "start=$(_now_us)",
-        command.format(timeout=_timeout_prefix(seconds)),
+        command_line,
         "rc=$? took=$(( $(_now_us) - start )) timed_out=false",
-        f"if {TIMED_OUT_TEST.format(limit_us=int(float(seconds) * 1_000_000))}; then timed_out=true; fi",
+        f'if {{ [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; }} && [ "$took" -ge {limit_us} ]; then timed_out=true; fi',
     ]
 
 
@@ -237,8 +238,8 @@ def build_test_sh(verify: list[str], workdir: str, command_timeout_s: float) -> 
         NOW_US_FN,
     ]
     for i, cmd in enumerate(verify):
-        lines += [f"echo '--- verify #{i + 1}'",
-                  *_timed(f'(cd "$WORKDIR" && {{timeout}} bash -c {_braces(shlex.quote(cmd))})', command_timeout_s)]
+        run = f'(cd "$WORKDIR" && {_timeout_prefix(command_timeout_s)} bash -c {shlex.quote(cmd)})'
+        lines += [f"echo '--- verify #{i + 1}'", *_timed(run, command_timeout_s)]
         lines += [
             '[ "$rc" -eq 0 ] && passed=$((passed + 1))',
             f"printf '{{\"index\": {i}, \"exit_code\": %d, \"duration_s\": %d.%06d, \"timed_out\": %s}}\\n' "
@@ -268,17 +269,14 @@ def build_setup_sh(setup: list[str], workdir: str, command_timeout_s: float) -> 
     ]
     # Not `set -e`: each command's exit is checked by hand, so a timeout can be told from a failure.
     for i, cmd in enumerate(setup):
-        lines += [f"echo '--- setup #{i + 1}'", *_timed(f"{{timeout}} bash -c {_braces(shlex.quote(cmd))}", command_timeout_s)]
+        run = f"{_timeout_prefix(command_timeout_s)} bash -c {shlex.quote(cmd)}"
+        lines += [f"echo '--- setup #{i + 1}'", *_timed(run, command_timeout_s)]
         lines += [
             f'if [ "$timed_out" = true ]; then echo "setup command #{i + 1} timed out after {float(command_timeout_s)!r}s" >&2; fi',
             'if [ "$rc" -ne 0 ]; then exit "$rc"; fi',
         ]
     return "\n".join(lines) + "\n"
 
-
-def _braces(text: str) -> str:
-    """`text` safe inside a str.format template."""
-    return text.replace("{", "{{").replace("}", "}}")
 
 
 def build_dockerfile(base_image: str, workdir: str) -> str:
