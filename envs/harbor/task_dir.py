@@ -71,14 +71,18 @@ def _timeout_prefix(seconds: float) -> str:
     return f"timeout -k {KILL_GRACE_S} {float(seconds)!r}"
 
 
-def _timed(command_line: str, seconds: float) -> list[str]:
-    """Lines that run `command_line` (which runs its command under `_timeout_prefix(seconds)`) and
-    then set $rc, $took (microseconds) and $timed_out: exit 124 (TERM) or 137 (KILL after the
-    grace), and past the limit; a quick `exit 124` is the command's own."""
+def _timed(label: str, cmd: str, seconds: float, *, workdir_var: str | None = None) -> list[str]:
+    """Lines that announce `label`, run `cmd` in its own bash under its timeout (from $`workdir_var`,
+    in a subshell, when given) and then set $rc, $took (microseconds) and $timed_out: exit 124
+    (TERM) or 137 (KILL after the grace), and past the limit; a quick `exit 124` is the command's own."""
+    run = f"{_timeout_prefix(seconds)} bash -c {shlex.quote(cmd)}"
+    if workdir_var:
+        run = f'(cd "${workdir_var}" && {run})'
     limit_us = int(float(seconds) * 1_000_000)
     return [
+        f"echo '--- {label}'",
         "start=$(_now_us)",
-        command_line,
+        run,
         "rc=$? took=$(( $(_now_us) - start )) timed_out=false",
         f'if {{ [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; }} && [ "$took" -ge {limit_us} ]; then timed_out=true; fi',
     ]
@@ -238,9 +242,8 @@ def build_test_sh(verify: list[str], workdir: str, command_timeout_s: float) -> 
         NOW_US_FN,
     ]
     for i, cmd in enumerate(verify):
-        run = f'(cd "$WORKDIR" && {_timeout_prefix(command_timeout_s)} bash -c {shlex.quote(cmd)})'
-        lines += [f"echo '--- verify #{i + 1}'", *_timed(run, command_timeout_s)]
         lines += [
+            *_timed(f"verify #{i + 1}", cmd, command_timeout_s, workdir_var="WORKDIR"),
             '[ "$rc" -eq 0 ] && passed=$((passed + 1))',
             f"printf '{{\"index\": {i}, \"exit_code\": %d, \"duration_s\": %d.%06d, \"timed_out\": %s}}\\n' "
             '"$rc" $((took / 1000000)) $((took % 1000000)) "$timed_out" >> "$RESULTS"',
@@ -269,9 +272,8 @@ def build_setup_sh(setup: list[str], workdir: str, command_timeout_s: float) -> 
     ]
     # Not `set -e`: each command's exit is checked by hand, so a timeout can be told from a failure.
     for i, cmd in enumerate(setup):
-        run = f"{_timeout_prefix(command_timeout_s)} bash -c {shlex.quote(cmd)}"
-        lines += [f"echo '--- setup #{i + 1}'", *_timed(run, command_timeout_s)]
         lines += [
+            *_timed(f"setup #{i + 1}", cmd, command_timeout_s),
             f'if [ "$timed_out" = true ]; then echo "setup command #{i + 1} timed out after {float(command_timeout_s)!r}s" >&2; fi',
             'if [ "$rc" -ne 0 ]; then exit "$rc"; fi',
         ]
