@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import sys
 import tempfile
@@ -37,7 +38,8 @@ async def main() -> int:
     levels = [int(x) for x in args.levels.split(",")]
 
     with scripted_policy([{"bash": "echo hello > hello.txt"}, {"text": "done"}]) as policy_url:
-        server = ServerProcess(Path(tempfile.mkdtemp(prefix="bench-server-")), "--max-concurrent", str(max(levels)))
+        sandbox_dir = Path(tempfile.mkdtemp(prefix="bench-server-"))
+        server = ServerProcess(sandbox_dir, "--max-concurrent", str(max(levels)))
         try:
             req = RolloutRequest(task=Task(**TASK), endpoint=Endpoint(base_url=policy_url, model="m"))
             args_http = {**TASK, "base_url": policy_url, "model": "m"}
@@ -67,6 +69,7 @@ async def main() -> int:
                     print(f"{level:>12}{n:>10}{wall:>9.1f}{60 * n / wall:>12.1f}{failed:>8}")
         finally:
             server.stop()
+            shutil.rmtree(sandbox_dir, ignore_errors=True)  # the bench's own; the server left it empty
     return 0
 
 

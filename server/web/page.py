@@ -95,7 +95,7 @@ class WebPage:
     def __init__(self, service: RolloutService) -> None:
         self.service = service
         self.running: dict[str, asyncio.Task[RolloutResult]] = {}  # session hash -> rollout task
-        self._downloads = tempfile.TemporaryDirectory(prefix="harness-env-web-")  # removed at exit
+        self._downloads = tempfile.TemporaryDirectory(prefix="harness-env-web-")  # removed in close()
         self.blocks = self._build()
 
     def close(self) -> None:
@@ -103,6 +103,7 @@ class WebPage:
         for task in self.running.values():
             task.cancel()
         self.blocks.close(verbose=False)
+        self._downloads.cleanup()  # the result JSONs offered for download; not left for the exit hook
 
     # -- layout ---------------------------------------------------------------------------------
     def _build(self) -> gr.Blocks:
