@@ -1,6 +1,7 @@
 """A real `harness-env serve` process on a free port (the tests drive it as users would)."""
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -21,8 +22,11 @@ class ServerProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.sandbox_dir = sandbox_dir
+        # The server's own TMPDIR, so stop() sees every temporary file or directory it leaves.
+        self.tmp_dir = sandbox_dir.parent / f"server-{self.port}-tmp"
+        self.tmp_dir.mkdir()
         full_env = {**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(sandbox_dir), "HARNESS_ENV_LOG_LEVEL": "warning",
-                    "HARNESS_ENV_ALLOWED_HOSTS": "127.0.0.1,localhost", **(env or {})}
+                    "HARNESS_ENV_ALLOWED_HOSTS": "127.0.0.1,localhost", "TMPDIR": str(self.tmp_dir), **(env or {})}
         # Output goes to a file: a pipe nobody reads fills up and blocks the server's event loop.
         self.log_path = sandbox_dir.parent / f"server-{self.port}.log"
         self._log = open(self.log_path, "w")
@@ -55,7 +59,7 @@ class ServerProcess:
         assert leftovers.strip() == "", leftovers
 
     def stop(self) -> str:
-        """Stop the server; returns what it printed."""
+        """Stop the server; returns what it printed. Fails if it left anything in its TMPDIR."""
         self.proc.terminate()
         try:
             self.proc.wait(timeout=15)
@@ -63,4 +67,7 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait()
         self._log.close()
+        left = sorted(p.name for p in self.tmp_dir.iterdir())
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        assert left == [], f"the server left temporary files behind: {left}"
         return self.log_path.read_text()

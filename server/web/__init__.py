@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 from contextlib import AsyncExitStack
 
 from fastapi import FastAPI
@@ -25,13 +27,28 @@ from harness_env.server.service import RolloutService
 from harness_env.server.web.login import add_login_routes
 
 
-def _import_gradio() -> None:
+_own_gradio_cache: str | None = None  # the GRADIO_TEMP_DIR this process made (Gradio reads it once)
+
+
+def _import_gradio() -> str | None:
+    """Import Gradio; returns the cache directory made for it here, for the caller to remove
+    (None when the operator set GRADIO_TEMP_DIR)."""
+    global _own_gradio_cache
     # Nothing of Gradio's may call out: analytics and Hub telemetry off before it is imported.
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    # Gradio copies every file it serves (the result JSONs offered for download) into its cache,
+    # by default a shared /tmp/gradio it never empties: give it one that is removed at close.
+    if "GRADIO_TEMP_DIR" not in os.environ:
+        _own_gradio_cache = tempfile.mkdtemp(prefix="harness-env-gradio-")
+        os.environ["GRADIO_TEMP_DIR"] = _own_gradio_cache
+    elif os.environ["GRADIO_TEMP_DIR"] == _own_gradio_cache:  # a second UI in this process (tests)
+        os.makedirs(_own_gradio_cache, exist_ok=True)
     import gradio  # noqa: F401
 
     import harness_env.server.web.page  # noqa: F401
+
+    return _own_gradio_cache if os.environ["GRADIO_TEMP_DIR"] == _own_gradio_cache else None
 
 
 class WebUI:
@@ -43,6 +60,7 @@ class WebUI:
         self.page = None  # the WebPage, once mounted
         self._lock = asyncio.Lock()
         self._stack = AsyncExitStack()
+        self._gradio_cache: str | None = None
         add_login_routes(app, token)
 
     def wrap(self, inner):
@@ -65,7 +83,7 @@ class WebUI:
         async with self._lock:
             if self.page is not None:
                 return
-            await asyncio.to_thread(_import_gradio)  # the slow part, off the event loop
+            self._gradio_cache = await asyncio.to_thread(_import_gradio)  # the slow part, off the event loop
             import gradio as gr
 
             from harness_env.server.web.page import CSS, build_page
@@ -87,3 +105,5 @@ class WebUI:
         if self.page is not None:
             self.page.close()
         await self._stack.aclose()
+        if self._gradio_cache is not None:
+            shutil.rmtree(self._gradio_cache, ignore_errors=True)
