@@ -33,7 +33,7 @@ from harness_env.envs.harbor.config import (
     trial_deadline,
 )
 from harness_env.envs.harbor.task_dir import VERIFY_RESULTS_FILE, _harbor, load_task_dir, script_budget, task_to_task_dir
-from harness_env.envs.harbor.trial import HarborTrialOutcome, count_tool_calls, read_trajectory, run_harbor_trial, verifier_rewards
+from harness_env.envs.harbor.trial import HarborTrialOutcome, count_tool_calls, read_trajectory, run_harbor_trial
 from harness_env.models import CommandResult, HarborOptions, HarborRunInfo, RolloutRequest
 
 LOG_TAIL_CHARS = 4000
@@ -343,7 +343,7 @@ class HarborHarness:
                 agent_version=getattr(agent_info, "version", None),
                 sandbox=opts.sandbox,
                 exception=out.exception[:2000] if out.exception else None,
-                verifier_rewards=verifier_rewards(out.verifier_dir),
+                verifier_rewards=out.rewards,
             ),
             "agent_trajectory": trajectory,
         }

@@ -36,6 +36,10 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _is_finite_number(value: Any) -> bool:
+    return _is_number(value) and math.isfinite(value)
+
+
 def _describe(value: Any) -> str:
     return repr(value)[:80]
 
@@ -67,7 +71,7 @@ def _pick_from_map(rewards: dict[str, Any], reward_key: str | None, notes: list[
         )
         return None
     for other in keys:
-        if other != key and not (_is_number(rewards[other]) and math.isfinite(rewards[other])):
+        if other != key and not _is_finite_number(rewards[other]):
             notes.append(f"reward.json key {other!r} holds a non-finite or non-numeric value ({_describe(rewards[other])}); ignored")
     value = rewards[key]
     if not _is_number(value):
@@ -102,6 +106,20 @@ def _reward_from_json(text: str, reward_key: str | None, notes: list[str]) -> fl
         return float(data)
     notes.append(f"reward.json holds neither a number nor a map of numbers ({_describe(data)}); ignored")
     return None
+
+
+def reward_map(verifier_dir: Path | None) -> dict[str, float] | None:
+    """reward.json's whole map (its finite numbers only), when it holds one; read with the same
+    size bound as the reward itself."""
+    if verifier_dir is None or not (Path(verifier_dir) / REWARD_JSON).is_file():
+        return None
+    try:
+        data = json.loads(_read_bounded(Path(verifier_dir) / REWARD_JSON))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {k: float(v) for k, v in data.items() if _is_finite_number(v)}
 
 
 def read_verifier_reward(

@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness_env.core.errors import InvalidRequestError
-from harness_env.envs.harbor.reward import REWARD_JSON, RewardSource, read_verifier_reward
+from harness_env.envs.harbor.reward import RewardSource, read_verifier_reward, reward_map
 
 # Harbor's lifecycle events -> (our phase, status)
 HOOK_PHASES = {
@@ -46,23 +45,7 @@ class HarborTrialOutcome:
     sandbox_id: str | None = None  # our sandbox's id (local only)
     last_phase: str | None = None  # the last phase Harbor started: sandbox, agent or verify
     reward_error: str | None = None  # the rewards are there but no scalar could be picked
-
-
-def _finite_map(path: Path) -> dict[str, float] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    return {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
-
-
-def verifier_rewards(verifier_dir: Path | None) -> dict[str, float] | None:
-    """reward.json's whole map (finite numbers only), when it holds one."""
-    if verifier_dir is None or not (verifier_dir / REWARD_JSON).is_file():
-        return None
-    return _finite_map(verifier_dir / REWARD_JSON)
+    rewards: dict[str, float] | None = None  # reward.json's whole map, when it holds one
 
 
 def read_trajectory(agent_dir: Path | None) -> tuple[dict[str, Any] | None, str | None]:
@@ -178,10 +161,10 @@ async def run_harbor_trial(
         out.notes.extend(reward_notes)
     except InvalidRequestError as e:  # reward_key names no entry of the map
         out.reward_error = str(e)
-    rewards = verifier_rewards(out.verifier_dir)
-    if out.reward is None and out.reward_error is None and rewards:
+    out.rewards = reward_map(out.verifier_dir)
+    if out.reward is None and out.reward_error is None and out.rewards:
         out.reward_error = (
-            f"the verifier's reward.json holds {sorted(rewards)} and no single reward: "
+            f"the verifier's reward.json holds {sorted(out.rewards)} and no single reward: "
             "name the one to use with harbor.reward_key"
         )
     return out

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from harness_env.core.errors import InvalidRequestError
-from harness_env.envs.harbor.reward import read_verifier_reward
+from harness_env.envs.harbor.reward import MAX_REWARD_FILE_BYTES, read_verifier_reward, reward_map
 
 
 def _write(d, name, text):
@@ -103,3 +103,16 @@ def test_integers_become_floats(tmp_path):
     _write(tmp_path, "reward.json", "0")
     reward, _, _ = read_verifier_reward(tmp_path, None)
     assert isinstance(reward, float) and reward == 0.0 and math.isfinite(reward)
+
+
+def test_reward_map_keeps_finite_numbers_only(tmp_path):
+    _write(tmp_path, "reward.json", '{"reward": 1, "acc": 0.5, "bad": NaN, "flag": true, "note": "x"}')
+    assert reward_map(tmp_path) == {"reward": 1.0, "acc": 0.5}
+    _write(tmp_path, "reward.json", "0.5")
+    assert reward_map(tmp_path) is None  # a single number is no map
+    assert reward_map(tmp_path / "missing") is None and reward_map(None) is None
+
+
+def test_reward_map_is_read_within_the_size_bound(tmp_path):
+    _write(tmp_path, "reward.json", '{"reward": 1, "pad": "' + "x" * MAX_REWARD_FILE_BYTES + '"}')
+    assert reward_map(tmp_path) is None
