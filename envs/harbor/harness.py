@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from harness_env.core import toolchain
+from harness_env.core.engine import LOG_TAIL_CHARS
 from harness_env.core.errors import InvalidRequestError, SandboxError
 from harness_env.core.harness import AgentOutcome, LaunchContext, PhaseRecord, TrialReport
 from harness_env.core.sandbox.local import bwrap_available, sandboxes_root
@@ -36,7 +37,6 @@ from harness_env.envs.harbor.task_dir import VERIFY_RESULTS_FILE, _harbor, load_
 from harness_env.envs.harbor.trial import HarborTrialOutcome, count_tool_calls, read_trajectory, run_harbor_trial
 from harness_env.models import CommandResult, HarborOptions, HarborRunInfo, RolloutRequest
 
-LOG_TAIL_CHARS = 4000
 # Harbor's exception class names -> our error kinds (the rest: by the phase it stopped in).
 EXCEPTION_KINDS = {
     "AgentTimeoutError": "agent_timeout",
@@ -52,6 +52,7 @@ EXCEPTION_KINDS = {
 }
 NO_REWARD_EXCEPTIONS = frozenset({"RewardFileNotFoundError", "RewardFileEmptyError"})
 PHASES = (("environment_setup", "sandbox"), ("agent_setup", "setup"), ("agent_execution", "agent"), ("verifier", "verify"))
+VERIFY_RESULTS_MAX_BYTES = 1024 * 1024
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
 
 
@@ -153,13 +154,21 @@ def classify(out: HarborTrialOutcome) -> tuple[str, str] | None:
     return kind, f"Harbor: {out.exception[:2000]}"
 
 
+def _read_tail(path: Path, chars: int) -> str:
+    """The last `chars` characters of a file the agent or the verifier wrote, without reading
+    the whole of it (it can be as large as they like)."""
+    with path.open("rb") as f:
+        f.seek(max(0, f.seek(0, 2) - 4 * chars))  # at most 4 bytes per UTF-8 character
+        return f.read().decode("utf-8", errors="replace")[-chars:]
+
+
 def _agent_log_tail(agent_dir: Path | None) -> str:
     if agent_dir is None or not agent_dir.is_dir():
         return ""
     parts = []
     for path in sorted(agent_dir.glob("*.txt")):
         try:
-            parts.append(f"[{path.name}]\n{path.read_text(errors='replace')[-LOG_TAIL_CHARS:]}")
+            parts.append(f"[{path.name}]\n{_read_tail(path, LOG_TAIL_CHARS)}")
         except OSError:
             continue
     return "\n".join(parts)[-LOG_TAIL_CHARS:]
@@ -180,11 +189,13 @@ def _verify_results(out: HarborTrialOutcome, verify: list[str] | None) -> list[C
         return []
     stdout = ""
     if (vdir / "test-stdout.txt").is_file():
-        stdout = (vdir / "test-stdout.txt").read_text(errors="replace")[-8000:]
+        stdout = _read_tail(vdir / "test-stdout.txt", 8000)
     if verify is not None and (vdir / VERIFY_RESULTS_FILE).is_file():
         results = []
         # Verify commands (and, on a provider, what the agent left running) can write this file: skip what is not ours.
-        for line in (vdir / VERIFY_RESULTS_FILE).read_text(errors="replace").splitlines():
+        with (vdir / VERIFY_RESULTS_FILE).open("rb") as f:
+            head = f.read(VERIFY_RESULTS_MAX_BYTES).decode("utf-8", errors="replace")  # ours is a line per command
+        for line in head.splitlines():
             try:
                 entry = json.loads(line)
                 if not isinstance(entry, dict):

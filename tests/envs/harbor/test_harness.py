@@ -396,3 +396,13 @@ def test_verify_results_skip_lines_that_are_not_ours(tmp_path):
     results = _verify_results(HarborTrialOutcome(verifier_dir=tmp_path), ["sleep 600", "false"])
     assert [(r.cmd, r.exit_code, r.timed_out, r.duration_s) for r in results] == [("sleep 600", None, True, 3.25), ("false", 1, False, 0.01)]
 
+
+
+def test_agent_logs_are_read_from_their_tail_only(tmp_path):
+    """An agent can write logs as large as it likes: the result gets their tail, read without
+    loading the whole file."""
+    from harness_env.envs.harbor.harness import LOG_TAIL_CHARS, _agent_log_tail
+
+    (tmp_path / "command-0.txt").write_text("é" * (LOG_TAIL_CHARS * 3) + "THE END")
+    tail = _agent_log_tail(tmp_path)
+    assert tail.endswith("THE END") and len(tail) == LOG_TAIL_CHARS and "\ufffd" not in tail[1:]
