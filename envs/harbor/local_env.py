@@ -96,18 +96,22 @@ class LocalHarborEnvironment(BaseEnvironment):
             raise SandboxError(NO_BWRAP_MESSAGE)
 
     # -- path mapping -------------------------------------------------------------------
+    def _binds(self) -> dict[str, str]:
+        """Harbor's fixed container paths -> subdirectories of the rollout directory (bwrap binds
+        them; host_path maps them). /logs/verifier is the sandbox's own verifier directory."""
+        return {
+            "/logs": "harbor/logs",
+            "/tests": "harbor/tests",
+            "/solution": "harbor/solution",
+            "/installed-agent": "harbor/installed-agent",  # Harbor's agent setup makes it
+            "/tmp": "tmp",
+            self.workdir: "workspace",
+        }
+
     def _mapping(self) -> list[tuple[PurePosixPath, Path]]:
         sb = self._require()
-        root = sb.root
-        pairs = [
-            (PurePosixPath("/logs/verifier"), Path(sb.verifier_dir)),
-            (PurePosixPath("/logs"), root / "harbor" / "logs"),
-            (PurePosixPath("/tests"), root / "harbor" / "tests"),
-            (PurePosixPath("/solution"), root / "harbor" / "solution"),
-            (PurePosixPath("/tmp"), root / "tmp"),
-            (PurePosixPath("/installed-agent"), root / "harbor" / "installed-agent"),
-            (PurePosixPath(self.workdir), Path(sb.workspace)),
-        ]
+        pairs = [(PurePosixPath("/logs/verifier"), Path(sb.verifier_dir))]
+        pairs += [(PurePosixPath(inside), sb.root / rel) for inside, rel in self._binds().items()]
         return sorted(pairs, key=lambda p: len(p[0].parts), reverse=True)
 
     def host_path(self, path: str | PurePosixPath) -> Path:
@@ -135,14 +139,7 @@ class LocalHarborEnvironment(BaseEnvironment):
             return
         self._sandbox = create_local_sandbox(
             use_bwrap=True,
-            extra_binds={
-                "/logs": "harbor/logs",
-                "/tests": "harbor/tests",
-                "/solution": "harbor/solution",
-                "/installed-agent": "harbor/installed-agent",  # Harbor's agent setup makes it
-                "/tmp": "tmp",
-                self.workdir: "workspace",
-            },
+            extra_binds=self._binds(),
             ro_paths=[str(toolchain.tools_dir())],
         )
         self.sandbox_id = self._sandbox.sandbox_id
@@ -283,9 +280,10 @@ class LocalHarborEnvironment(BaseEnvironment):
         whatever the agent put there (links, a directory named reward.txt) cannot steer or block
         the verifier."""
         sb = self._require()
-        for d in (Path(sb.verifier_dir), sb.root / "harbor" / "tests"):
-            shutil.rmtree(d, ignore_errors=True)
-            d.mkdir(parents=True, exist_ok=True)
+        sb.clear_reward_file()  # the whole verifier directory, made afresh
+        tests = sb.root / self._binds()["/tests"]  # not resolved: whatever is there is replaced
+        shutil.rmtree(tests, ignore_errors=True)
+        tests.mkdir(parents=True, exist_ok=True)
 
 
 def _make_dir_in(path: Path, root: Path) -> None:
