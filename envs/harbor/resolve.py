@@ -12,7 +12,7 @@ from pathlib import Path
 from harness_env.core.errors import InvalidRequestError
 from harness_env.core.paths import confined_path
 from harness_env.envs.harbor.config import check_agent_and_sandbox
-from harness_env.envs.harbor.task_dir import _harbor, find_task_in_dataset, load_task_dir
+from harness_env.envs.harbor.task_dir import _harbor, check_split, find_task_in_dataset, load_task_dir
 from harness_env.models import HarborOptions, HarborTaskInfo, RolloutRequest, Task
 
 TASKS_DIR_VAR = "HARNESS_ENV_HARBOR_TASKS_DIR"
@@ -84,8 +84,7 @@ def list_tasks(dataset: str = "", split: str | None = None, *, trusted: bool) ->
     HarborTaskModel = _harbor()
     root = confined_path(dataset or ".", TASKS_DIR_VAR, "dataset", trusted=trusted)
     if split:
-        if "/" in split or split in (".", ".."):
-            raise InvalidRequestError(f"split {split!r} must be a plain subdirectory name")
+        check_split(split)
         # a split that is a link must not lead a remote caller out of the tasks root either
         root = confined_path(str(root / split), TASKS_DIR_VAR, "split", trusted=trusted)
     if not root.is_dir():

@@ -190,6 +190,12 @@ def load_task_dir(path: str | Path) -> HarborTask:
     )
 
 
+def check_split(split: str) -> None:
+    """A split names one subdirectory of a dataset, never a path."""
+    if "/" in split or split in (".", ".."):
+        raise InvalidRequestError(f"split {split!r} must be a plain subdirectory name")
+
+
 def find_task_in_dataset(dataset_dir: str | Path, split: str | None, task_index: int) -> Path:
     """The `task_index`-th task of a local Harbor dataset directory.
 
@@ -202,8 +208,7 @@ def find_task_in_dataset(dataset_dir: str | Path, split: str | None, task_index:
     if not root.is_dir():
         raise InvalidRequestError(f"Harbor dataset directory {str(root)!r} does not exist or is not a directory")
     if split:
-        if "/" in split or split in (".", ".."):
-            raise InvalidRequestError(f"split {split!r} must be a plain subdirectory name")
+        check_split(split)
         if not (root / split).is_dir():
             splits = sorted(p.name for p in root.iterdir() if p.is_dir() and not HarborTaskModel.is_valid_dir(p))
             raise InvalidRequestError(f"Harbor dataset {str(root)!r} has no split {split!r}; its subdirectories are {splits}")
