@@ -1,8 +1,13 @@
 """The capture proxy as an ASGI app: one per process, sessions selected by the presented API key.
 
-Streaming answers are forwarded chunk by chunk as they arrive (the raw bytes, untouched), while a
-decoder on the side assembles the turn record; time to first token through the proxy stays that of
-the upstream.
+Streaming answers are forwarded chunk by chunk as they arrive (the raw bytes, untouched but for
+secrets), while a decoder on the side assembles the turn record; time to first token through the
+proxy stays that of the upstream.
+
+Secrets (the upstream key, registered ones: core/capture/redact.py) are masked in everything passed
+back to the harness and everything recorded: error bodies (read whole), answers and streams (line
+by line), request messages and tools as recorded, error strings and log lines. The turn records what
+the harness was given.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from harness_env.core.capture.asgi import (
 )
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.probe import PROBE_TEMPERATURES, PROBE_TIMEOUT_S, PROBE_TOP_LOGPROBS, ProbeResult, classify, probe_body
+from harness_env.core.capture.redact import StreamRedactor
 from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, learn_from_rejection, rewrite_request
 from harness_env.core.capture.session import CaptureSession, new_session_key
 from harness_env.core.capture.sse import SSEDecoder
@@ -167,6 +173,9 @@ class CaptureProxy:
         except ValueError as e:
             return error_reply(400, f"request body is not a JSON object: {e}", "invalid_request")
         purpose = "policy" if body.get("tools") else "auxiliary"
+        messages, tools = list(body.get("messages") or []), list(body.get("tools") or [])
+        if session.redactor.found_in(raw):  # the harness was shown a secret: never record it
+            messages, tools = session.redactor.redact_value(messages), session.redactor.redact_value(tools)
         if purpose == "policy" and not session.admit_policy_request():
             limit = session.policy.max_turns
             session.log(f"turn limit of {limit} reached: answered 429")
@@ -176,8 +185,8 @@ class CaptureProxy:
             index=session.next_index(),
             purpose=purpose,
             stream=bool(body.get("stream")),
-            request_messages=list(body.get("messages") or []),
-            request_tools=list(body.get("tools") or []),
+            request_messages=messages,
+            request_tools=tools,
         )
         return await self._forward(session, body, turn)
 
@@ -214,6 +223,8 @@ class CaptureProxy:
             finally:
                 session._pending.discard(send)
             if resp.status >= 400:
+                # Read whole (error bodies are small and not streamed), so a key echoed in it is
+                # masked wherever it falls.
                 try:
                     content = await resp.read()
                 except (aiohttp.ClientError, TimeoutError):
@@ -225,9 +236,10 @@ class CaptureProxy:
                     session.log(f"turn {turn.index}: upstream rejected {changed!r}; retrying without it")
                     continue
                 session.upstream_result(ok=False, infra=resp.status >= 500)
+                content = session.redactor.redact_bytes(content)
                 error = content[:2000].decode("utf-8", errors="replace")
                 self._record_failure(session, turn, started, resp.status, error, f"upstream answered {resp.status}")
-                return Reply(resp.status, content, resp.headers.get("content-type", "application/json"))
+                return Reply(resp.status, content, self._content_type(session, resp, "application/json"))
             break
         else:  # pragma: no cover - each retry changes the request, so this needs >4 distinct rejections
             return self._finish_error(session, turn, started, None, "upstream kept rejecting request fields", 502)
@@ -246,6 +258,7 @@ class CaptureProxy:
         finally:
             resp.release()
         session.upstream_result(ok=True)  # only once the answer was read: a failed read is a failure
+        content = session.redactor.redact_bytes(content)
         draft = TurnDraft()
         try:
             parsed = fastjson.loads(content)
@@ -256,23 +269,39 @@ class CaptureProxy:
         except ValueError:
             draft.errors.append(f"upstream body is not JSON: {content[:200]!r}")
         self._finish(session, turn, draft, started, None)
-        return Reply(resp.status, content, resp.headers.get("content-type", "application/json"))
+        return Reply(resp.status, content, self._content_type(session, resp, "application/json"))
+
+    @staticmethod
+    def _content_type(session: CaptureSession, resp: aiohttp.ClientResponse, default: str) -> str:
+        """The one upstream header relayed to the harness, masked like the body."""
+        return session.redact(resp.headers.get("content-type", default))
 
     def _relay(self, session: CaptureSession, turn: Turn, resp: aiohttp.ClientResponse, started: float) -> Reply:
-        """Relay an SSE answer: per chunk only a copy and a send, so the bytes go on untouched and
-        at once; the turn is assembled from the whole stream after the client has it all."""
+        """Relay an SSE answer: per chunk only a secret scan, a copy and a send, so the bytes go on
+        at once; the turn is assembled from the whole stream after the client has it all.
+
+        The scan holds back only an unfinished line (StreamRedactor): the client cannot act on it
+        before its line break anyway, and a secret split across two chunks is still masked."""
         raw = bytearray()
         draft = TurnDraft()
         ttft: list[float] = []
+        redactor = StreamRedactor(session.redactor)
 
         async def chunks() -> AsyncIterator[bytes]:
             try:
                 async for chunk in resp.content.iter_any():
                     if not ttft:
                         ttft.append(time.monotonic() - started)
+                    chunk = redactor.feed(chunk)
+                    if chunk:
+                        if len(raw) < MAX_RECORDED_STREAM_BYTES:
+                            raw.extend(chunk)
+                        yield chunk
+                rest = redactor.flush()  # a last line without its line break
+                if rest:
                     if len(raw) < MAX_RECORDED_STREAM_BYTES:
-                        raw.extend(chunk)
-                    yield chunk
+                        raw.extend(rest)
+                    yield rest
             except (aiohttp.ClientError, TimeoutError, RuntimeError) as e:
                 draft.errors.append(f"upstream stream broke: {type(e).__name__}: {e}")
             finally:

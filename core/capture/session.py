@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness_env.core.capture.redact import Redactor, registered_secrets, registry_version
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.models import CaptureLevel, Endpoint, Turn
 
@@ -43,6 +44,8 @@ class CaptureSession:
     _log: deque[str] = field(default_factory=lambda: deque(maxlen=400))
     _pending: set[asyncio.Future[Any]] = field(default_factory=set)
     _responses: set[Any] = field(default_factory=set)
+    _redactor: Redactor | None = None
+    _redactor_version: int = -1
 
     def next_index(self) -> int:
         i = self._next_index
@@ -71,10 +74,19 @@ class CaptureSession:
         if self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
             self.endpoint_down.set()
 
+    @property
+    def redactor(self) -> Redactor:
+        """Masks the upstream key and every registered secret (core/capture/redact.py); rebuilt
+        when the registry changes, so a secret registered after the session opened is masked too."""
+        version = registry_version()
+        if self._redactor is None or self._redactor_version != version:
+            self._redactor = Redactor({self.endpoint.api_key.get_secret_value(), *registered_secrets()})
+            self._redactor_version = version
+        return self._redactor
+
     def redact(self, text: str) -> str:
         """Upstream error bodies may echo the key they were given: never record it."""
-        key = self.endpoint.api_key.get_secret_value()
-        return text.replace(key, "***") if key else text
+        return self.redactor.redact(text)
 
     def log(self, line: str) -> None:
         self._log.append(f"[{time.monotonic() - self.started:8.2f}s] {self.redact(line)}")

@@ -15,8 +15,10 @@ as with a real model.
 
 Steps: {"bash": CMD} calls the harness's shell tool; {"call": NAME, "arguments": STR} calls any
 tool with that exact argument string; {"text": T} answers and ends;
-{"hang": S} sleeps S seconds first; {"status": N} answers an HTTP error; {"malformed": True}
-streams a broken chunk.
+{"hang": S} sleeps S seconds first; {"status": N} answers an HTTP error (with "echo_auth": True its
+message quotes the presented key, as hosted APIs do on a 401); {"malformed": True} streams a broken
+chunk; {"raw": BODY} answers BODY as is (a str: one JSON body, with "status" if given; a list: SSE
+chunks sent "gap_s" seconds apart), "{key}" in it replaced by the presented key.
 """
 
 from __future__ import annotations
@@ -143,6 +145,18 @@ class FakePolicy:
         step = self._step(body)
         if "hang" in step:
             await asyncio.sleep(step["hang"])
+        key = request.headers.get("authorization", "").removeprefix("Bearer ")
+        if "raw" in step:
+            if isinstance(step["raw"], str):
+                return Response(step["raw"].replace("{key}", key), status_code=step.get("status", 200), media_type="application/json")
+
+            async def raw_chunks():
+                for i, chunk in enumerate(step["raw"]):
+                    if i:
+                        await asyncio.sleep(step.get("gap_s", 0))
+                    yield chunk.replace("{key}", key)
+
+            return StreamingResponse(raw_chunks(), media_type="text/event-stream")
         if "malformed" in step:  # a stream with a broken chunk in the middle, then a normal end
             async def broken():
                 yield 'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\n'
@@ -151,7 +165,10 @@ class FakePolicy:
 
             return StreamingResponse(broken(), media_type="text/event-stream")
         if "status" in step:
-            return JSONResponse({"error": {"message": f"scripted failure {step['status']}", "type": "server_error"}}, status_code=step["status"])
+            message = f"scripted failure {step['status']}"
+            if step.get("echo_auth"):
+                message = f"Incorrect API key provided: {key}. You can find your API key in your account settings."
+            return JSONResponse({"error": {"message": message, "type": "server_error"}}, status_code=step["status"])
         text, tool_calls = "", []
         if "bash" in step:
             tool = next((t for t in body.get("tools", []) if t.get("function", {}).get("name") in SHELL_TOOL_NAMES), None)

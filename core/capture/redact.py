@@ -1,0 +1,179 @@
+"""Keep secrets out of everything the proxy passes back to a harness or records.
+
+An upstream that rejects a key often echoes it ("Incorrect API key provided: sk-..."); without
+redaction the real key would reach the agent's tool output, the result's error, the log tails and
+the recorded request messages of later turns. The Redactor removes each secret's full value and any
+piece of it at least half as long (a truncated echo such as "sk-proj-AbCd...": a masked form that
+keeps a few characters at the ends is left alone), in its raw and JSON-escaped spellings.
+
+Secrets come from the session (the endpoint's upstream key) and from a process-wide registry where
+other components add theirs (judge keys, the server token): `register_secret(value)`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable
+from typing import Any, Generic, TypeVar
+
+from pydantic import SecretStr
+
+MASK = "[redacted]"
+MIN_SECRET_CHARS = 8  # shorter values are too likely to occur in ordinary text to be masked
+MAX_STREAM_CARRY = 64 * 1024  # a streamed line longer than this is cut without waiting for its end
+
+_lock = threading.Lock()
+_registered: dict[str, int] = {}  # secret -> registration count (two owners may register one value)
+_version = 0
+
+T = TypeVar("T", str, bytes)
+
+
+def register_secret(value: str | SecretStr | None) -> None:
+    """Mask `value` from now on in every capture session of this process. Values shorter than
+    MIN_SECRET_CHARS are ignored (they cannot be masked without mangling ordinary text)."""
+    global _version
+    text = value.get_secret_value() if isinstance(value, SecretStr) else value
+    if not text or len(text) < MIN_SECRET_CHARS:
+        return
+    with _lock:
+        _registered[text] = _registered.get(text, 0) + 1
+        _version += 1
+
+
+def unregister_secret(value: str | SecretStr | None) -> None:
+    """Undo one register_secret(value) (for owners whose secret goes away, and tests)."""
+    global _version
+    text = value.get_secret_value() if isinstance(value, SecretStr) else value
+    with _lock:
+        if text in _registered:
+            _registered[text] -= 1
+            if _registered[text] <= 0:
+                del _registered[text]
+            _version += 1
+
+
+def registry_version() -> int:
+    """Changes whenever the registry does: a cached Redactor is stale once this moves."""
+    return _version
+
+
+def registered_secrets() -> frozenset[str]:
+    with _lock:
+        return frozenset(_registered)
+
+
+def _spellings(secret: str) -> set[str]:
+    """The forms a secret takes in text: as is, and inside a JSON string (with or without "\\/")."""
+    escaped = json.dumps(secret)[1:-1]
+    return {secret, escaped, escaped.replace("/", "\\/")}
+
+
+class _Needle(Generic[T]):
+    """One spelling of a secret, with the anchors that find any long enough piece of it.
+
+    Any piece of length >= `min_len` contains one of the aligned blocks of length min_len // 2,
+    so finding the blocks (str.find, fast) and extending each hit both ways finds every piece.
+    """
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+        self.min_len = max(MIN_SECRET_CHARS, (len(value) + 1) // 2)
+        size = self.min_len // 2
+        starts = sorted({*range(0, len(value) - size + 1, size), len(value) - size})
+        self.blocks = [(k, value[k : k + size]) for k in starts]
+
+    def spans(self, text: T) -> list[tuple[int, int]]:
+        value, found = self.value, []
+        for k, block in self.blocks:
+            p = text.find(block)
+            while p >= 0:
+                left = 0
+                while left < k and p - left > 0 and text[p - left - 1] == value[k - left - 1]:
+                    left += 1
+                end, j = p + len(block), k + len(block)
+                while j < len(value) and end < len(text) and text[end] == value[j]:
+                    end, j = end + 1, j + 1
+                if end - (p - left) >= self.min_len:
+                    found.append((p - left, end))
+                p = text.find(block, p + 1)
+        return found
+
+
+class Redactor:
+    """Masks a fixed set of secrets in str, bytes and JSON-like values."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        forms = {f for s in secrets if s and len(s) >= MIN_SECRET_CHARS for f in _spellings(s)}
+        self._str = [_Needle(f) for f in sorted(forms)]
+        self._bytes = [_Needle(f.encode()) for f in sorted(forms)]
+        self.longest = max((len(n.value) for n in self._bytes), default=0)
+
+    def __bool__(self) -> bool:
+        return bool(self._str)
+
+    def _apply(self, text: T, needles: list[_Needle[T]], mask: T) -> T:
+        spans = sorted(s for n in needles for s in n.spans(text))
+        if not spans:
+            return text
+        out, pos = [], 0
+        for start, end in spans:
+            if end <= pos:
+                continue  # inside a span already masked
+            if start > pos:
+                out.append(text[pos:start])
+            if start >= pos:
+                out.append(mask)
+            pos = end
+        out.append(text[pos:])
+        return mask[:0].join(out)
+
+    def redact(self, text: str) -> str:
+        return self._apply(text, self._str, MASK) if self._str and text else text
+
+    def redact_bytes(self, data: bytes) -> bytes:
+        return self._apply(data, self._bytes, MASK.encode()) if self._bytes and data else data
+
+    def found_in(self, data: bytes) -> bool:
+        return bool(self._bytes) and any(n.spans(data) for n in self._bytes)
+
+    def redact_value(self, value: Any) -> Any:
+        """A copy of a JSON-like value (dicts, lists, strings) with every string redacted."""
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, list):
+            return [self.redact_value(v) for v in value]
+        if isinstance(value, dict):
+            return {self.redact(k) if isinstance(k, str) else k: self.redact_value(v) for k, v in value.items()}
+        return value
+
+
+class StreamRedactor:
+    """Redacts a byte stream chunk by chunk, so a secret split across two chunks is still found.
+
+    It holds back only what follows the last line break: a secret never spans a line break, and an
+    SSE client acts on complete lines only, so this costs the client no time (SSE events end with a
+    blank line, so a chunk from an engine almost always ends on one and nothing is held back).
+    """
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._r = redactor
+        self._carry = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        if not self._r:
+            return chunk
+        buf = self._carry + chunk if self._carry else chunk
+        cut = buf.rfind(b"\n") + 1
+        if len(buf) - cut > MAX_STREAM_CARRY:
+            # A huge line with no end yet: mask it whole, and keep back only what could be the
+            # start of a secret that continues in the next chunk.
+            buf = self._r.redact_bytes(buf)
+            cut = max(0, len(buf) - (self._r.longest - 1))
+        self._carry = buf[cut:]
+        return self._r.redact_bytes(buf[:cut])
+
+    def flush(self) -> bytes:
+        rest, self._carry = self._carry, b""
+        return self._r.redact_bytes(rest)

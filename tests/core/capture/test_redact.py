@@ -1,0 +1,106 @@
+"""Secret masking: full values, long pieces, JSON spellings, streams split anywhere, the registry."""
+
+import json
+
+import pytest
+
+from harness_env.core.capture.redact import (
+    MASK,
+    MAX_STREAM_CARRY,
+    Redactor,
+    StreamRedactor,
+    register_secret,
+    registered_secrets,
+    unregister_secret,
+)
+from harness_env.core.capture.rewrite import CapturePolicy
+from harness_env.core.capture.session import CaptureSession
+from harness_env.models import Endpoint
+
+KEY = "sk-proj-Q7xv9LmN2pRt8ZkW4yHc6JdB3sFg5TaE"  # 40 characters
+
+
+def test_full_secret_is_masked_in_text_and_bytes():
+    r = Redactor([KEY])
+    text = f"Incorrect API key provided: {KEY}. Again: {KEY}"
+    assert r.redact(text) == f"Incorrect API key provided: {MASK}. Again: {MASK}"
+    assert r.redact_bytes(text.encode()) == r.redact(text).encode()
+
+
+@pytest.mark.parametrize("piece", [KEY[:20], KEY[:31], KEY[-20:], KEY[5:30]])
+def test_any_piece_of_at_least_half_is_masked(piece):
+    r = Redactor([KEY])
+    assert r.redact(f"key {piece}...") == f"key {MASK}..."
+    assert piece not in r.redact(f"x{piece}y")
+
+
+@pytest.mark.parametrize("kept", [KEY[:19], "sk-proj-****TaE", KEY[:4] + "..." + KEY[-4:], "sk-proj-"])
+def test_short_pieces_and_masked_forms_are_left(kept):
+    assert Redactor([KEY]).redact(f"key {kept}.") == f"key {kept}."
+
+
+def test_short_secrets_are_ignored_and_empty_redactor_is_identity():
+    r = Redactor(["", "abc1234"])  # under 8 characters: would mangle ordinary text
+    assert not r and r.redact("abc1234") == "abc1234" and r.redact_bytes(b"abc1234") == b"abc1234"
+    assert StreamRedactor(r).feed(b"abc1234 no newline") == b"abc1234 no newline"  # nothing held back
+
+
+def test_json_escaped_spelling_is_masked():
+    secret = 'tok/en"with\\odd/chars'
+    r = Redactor([secret])
+    for body in (json.dumps({"m": secret}), json.dumps({"m": secret}).replace("/", "\\/")):
+        out = r.redact_bytes(body.encode())
+        assert json.loads(out) == {"m": MASK}, out
+
+
+def test_redact_value_walks_json_values():
+    r = Redactor([KEY])
+    value = [{"role": "tool", "content": f"env: {KEY}", KEY: [1, None, {"x": KEY[:25]}]}]
+    assert r.redact_value(value) == [{"role": "tool", "content": f"env: {MASK}", MASK: [1, None, {"x": MASK}]}]
+    assert r.found_in(json.dumps(value).encode()) and not r.found_in(b"nothing here")
+
+
+def test_stream_split_at_every_point_never_lets_the_key_through():
+    r = Redactor([KEY])
+    data = f'data: {{"delta": "a {KEY} b"}}\n\ndata: {{"x": "{KEY}"}}\n\ndata: [DONE]\n\n'.encode()
+    expected = r.redact_bytes(data)
+    assert KEY.encode() not in expected and expected.count(MASK.encode()) == 2
+    for i in range(len(data) + 1):
+        for j in range(i, len(data) + 1, 7):
+            s = StreamRedactor(r)
+            out = s.feed(data[:i]) + s.feed(data[i:j]) + s.feed(data[j:]) + s.flush()
+            assert out == expected, (i, j)
+
+
+def test_stream_holds_back_only_an_unfinished_line():
+    s = StreamRedactor(Redactor([KEY]))
+    assert s.feed(b'data: {"a": 1}\n\ndata: {"b"') == b'data: {"a": 1}\n\n'
+    assert s.feed(b': 2}\n\n') == b'data: {"b": 2}\n\n'
+    assert s.flush() == b""
+
+
+def test_stream_with_a_huge_unfinished_line_is_still_masked():
+    r = Redactor([KEY])
+    s = StreamRedactor(r)
+    first = b"x" * (MAX_STREAM_CARRY + 10) + KEY[:12].encode()  # a line longer than the carry limit
+    out = s.feed(first)
+    assert 0 < len(out) < len(first)  # it does not wait for the line's end
+    out += s.feed(KEY[12:].encode() + b" tail") + s.flush()
+    assert KEY.encode() not in out and out.endswith(MASK.encode() + b" tail")
+
+
+def test_registry_reaches_open_sessions_and_can_be_undone():
+    judge = "judge-key-0123456789abcdef"
+    session = CaptureSession(key="k", endpoint=Endpoint(base_url="http://x/v1", api_key=KEY, model="m"), policy=CapturePolicy())
+    assert session.redact(f"{KEY} {judge}") == f"{MASK} {judge}"
+    register_secret(judge)
+    register_secret(judge)  # two owners of one value
+    register_secret("short")  # ignored: under 8 characters
+    try:
+        assert judge in registered_secrets() and "short" not in registered_secrets()
+        assert session.redact(f"{KEY} {judge}") == f"{MASK} {MASK}"  # registered after the session opened
+        unregister_secret(judge)
+        assert session.redact(judge) == MASK  # the other owner still holds it
+    finally:
+        unregister_secret(judge)
+    assert judge not in registered_secrets() and session.redact(judge) == judge
