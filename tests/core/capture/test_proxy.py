@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from harness_env.core.capture.proxy import CaptureProxy
+from harness_env.core.capture.redact import register_secret, unregister_secret
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.capture.serve import serve_on_loopback
 from harness_env.core.capture.sse import SSEDecoder
@@ -167,3 +168,73 @@ async def test_malformed_stream_is_relayed_as_is_and_recorded(proxy_env):
     [turn] = session.turns
     assert turn.completion_text == "partial" and turn.finish_reason == "stop"
     assert "malformed stream chunk" in turn.upstream_error
+
+
+# -- secrets never come back (issue 18 item 7) -----------------------------------------------
+LONG_KEY = "sk-proj-Q7xv9LmN2pRt8ZkW4yHc6JdB3sFg5TaE"
+
+
+def _nowhere(session, *texts):
+    """Everything the harness and the result can see, as one string."""
+    return "\n".join([*texts, session.log_tail(), json.dumps([t.model_dump(mode="json") for t in session.turns])])
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_key_echoed_in_a_401_never_reaches_the_harness_or_the_record(proxy_env, stream):
+    proxy, policy, upstream, client = proxy_env
+    policy.scripts["m"] = [{"status": 401, "echo_auth": True}]
+    session = proxy.open_session(_endpoint(upstream, LONG_KEY), CapturePolicy())
+    r = await client.post("/chat/completions", json=_body(stream), headers={"authorization": f"Bearer {session.key}"})
+    assert policy.headers[0]["authorization"] == f"Bearer {LONG_KEY}"  # the upstream did get the key, and echoed it
+    assert r.status_code == 401 and r.json()["error"]["message"].startswith("Incorrect API key provided: [redacted].")
+    [turn] = session.turns
+    assert turn.upstream_status == 401 and "Incorrect API key provided: [redacted]." in turn.upstream_error
+    assert LONG_KEY[:20] not in _nowhere(session, r.text, str(r.headers))
+
+
+async def test_key_in_a_streamed_answer_split_across_chunks_is_masked(proxy_env):
+    proxy, policy, upstream, client = proxy_env
+    head = 'data: {"choices": [{"index": 0, "delta": {"content": "see {key}'
+    # The key straddles two chunks, cut where neither piece is long enough to be masked alone.
+    chunks = [head.replace("{key}", LONG_KEY[:12]), LONG_KEY[12:] + '"}, "finish_reason": "stop"}]}\n\n', "data: [DONE]\n\n"]
+    policy.scripts["m"] = [{"raw": chunks, "gap_s": 0.05}]
+    session = proxy.open_session(_endpoint(upstream, LONG_KEY), CapturePolicy())
+    r = await client.post("/chat/completions", json=_body(True), headers={"authorization": f"Bearer {session.key}"})
+    assert r.status_code == 200
+    [event, done] = SSEDecoder().feed(r.content)
+    assert json.loads(event)["choices"][0]["delta"]["content"] == "see [redacted]" and done == "[DONE]"
+    [turn] = session.turns
+    assert turn.completion_text == "see [redacted]" and turn.finish_reason == "stop"
+    assert LONG_KEY[:12] not in _nowhere(session, r.text) and LONG_KEY[12:] not in _nowhere(session, r.text)
+
+
+async def test_key_in_a_plain_answer_and_in_the_harness_history_is_masked(proxy_env):
+    proxy, policy, upstream, client = proxy_env
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "the key is {key}"}, "finish_reason": "stop"}]}
+    policy.scripts["m"] = [{"raw": json.dumps(answer)}]
+    session = proxy.open_session(_endpoint(upstream, LONG_KEY), CapturePolicy())
+    h = {"authorization": f"Bearer {session.key}"}
+    r = await client.post("/chat/completions", json=_body(False), headers=h)
+    assert r.json()["choices"][0]["message"]["content"] == "the key is [redacted]"
+    # A harness that was somehow shown the key sends it back: the upstream gets the request as
+    # sent (it owns the key), the record does not keep it.
+    leaked = _body(False, messages=[{"role": "user", "content": f"go {LONG_KEY}"}])
+    await client.post("/chat/completions", json=leaked, headers=h)
+    assert LONG_KEY in policy.requests[-1]["messages"][0]["content"]
+    assert session.turns[-1].request_messages == [{"role": "user", "content": "go [redacted]"}]
+    assert session.turns[0].completion_text == "the key is [redacted]"
+    assert LONG_KEY[:20] not in _nowhere(session, r.text)
+
+
+async def test_registered_secrets_are_masked_too(proxy_env):
+    proxy, policy, upstream, client = proxy_env
+    judge = "judge-secret-0123456789abcdef"
+    policy.scripts["m"] = [{"raw": json.dumps({"error": {"message": f"bad judge key {judge}"}}), "status": 500}]
+    session = proxy.open_session(_endpoint(upstream, LONG_KEY), CapturePolicy())
+    register_secret(judge)
+    try:
+        r = await client.post("/chat/completions", json=_body(False), headers={"authorization": f"Bearer {session.key}"})
+    finally:
+        unregister_secret(judge)
+    assert r.status_code == 500 and r.json()["error"]["message"] == "bad judge key [redacted]"
+    assert judge not in _nowhere(session, r.text)
