@@ -1,28 +1,32 @@
-"""Run an ASGI app (the capture proxy) on an ephemeral loopback port, inside the current loop.
+"""Run an ASGI app (the capture proxy) on a socket of its own, inside the current loop.
 
-`harness-env run` and in-process use need the proxy without the full server; the server mounts
-the same app under its own prefix instead.
+`harness-env run` and in-process use need the proxy without the full server: an ephemeral loopback
+port. A sandbox with its own network namespace reaches the proxy through a Unix socket bound into
+it (the sandbox forwards a loopback port of its own to it), so through it only the proxy's routes
+are reachable, never the server's API. The server also mounts the same app under its own prefix.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import socket
+import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
 import uvicorn
 
+# sun_path holds 108 bytes on Linux, with the terminating NUL
+MAX_UNIX_PATH_BYTES = 107
+
 
 @asynccontextmanager
-async def serve_on_loopback(app, host: str = "127.0.0.1") -> AsyncIterator[str]:
-    """Yield `http://host:port` while `app` serves there."""
-    # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets of that proto,
-    # and without it every response waits ~40 ms for a delayed ACK.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
-    port = sock.getsockname()[1]
+async def _serving(app: Any, sock: socket.socket) -> AsyncIterator[None]:
+    """Serve `app` on the bound socket `sock` until the block ends; the one way uvicorn is started."""
     config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, timeout_keep_alive=75)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -31,7 +35,7 @@ async def serve_on_loopback(app, host: str = "127.0.0.1") -> AsyncIterator[str]:
             if task.done():
                 task.result()  # surfaces the start-up error
             await asyncio.sleep(0.01)
-        yield f"http://{host}:{port}"
+        yield
     finally:
         server.should_exit = True
         try:
@@ -39,3 +43,77 @@ async def serve_on_loopback(app, host: str = "127.0.0.1") -> AsyncIterator[str]:
         except (TimeoutError, asyncio.CancelledError):
             task.cancel()
         sock.close()
+
+
+@asynccontextmanager
+async def serve_on_loopback(app: Any, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Yield `http://host:port` while `app` serves there."""
+    # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets of that proto,
+    # and without it every response waits ~40 ms for a delayed ACK.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, 0))
+    except OSError:
+        sock.close()
+        raise
+    port = sock.getsockname()[1]
+    async with _serving(app, sock):
+        yield f"http://{host}:{port}"
+
+
+def _remove_stale_socket(path: Path) -> None:
+    """A socket file left by a process that died is removed; anything else at `path` (a live
+    socket, a file, a link) is never replaced."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise FileExistsError(errno.EEXIST, "not a socket; refusing to replace it", str(path))
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except ConnectionRefusedError:
+        path.unlink(missing_ok=True)  # nobody listens: stale
+        return
+    finally:
+        probe.close()
+    raise FileExistsError(errno.EADDRINUSE, "a server already listens on this socket", str(path))
+
+
+@asynccontextmanager
+async def serve_on_unix(app: Any, path: str | os.PathLike[str]) -> AsyncIterator[str]:
+    """Yield the socket path while `app` serves on a Unix socket there.
+
+    The socket file is mode 0o666 (a sandbox's unprivileged uid must be able to connect; who can
+    reach it is decided by where it is bound, i.e. the directory's permissions and the sandbox's
+    mounts) and is removed at exit. The directory must exist.
+    """
+    path = Path(path)
+    if len(os.fsencode(path)) > MAX_UNIX_PATH_BYTES:
+        raise ValueError(f"Unix socket path over {MAX_UNIX_PATH_BYTES} bytes: {path}; use a shorter directory")
+    _remove_stale_socket(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+    except OSError:
+        sock.close()
+        raise
+    try:
+        bound = path.lstat()
+        os.chmod(path, 0o666)
+    except OSError:
+        sock.close()
+        path.unlink(missing_ok=True)
+        raise
+    try:
+        async with _serving(app, sock):
+            yield str(path)
+    finally:
+        try:
+            st = path.lstat()
+            if (st.st_dev, st.st_ino) == (bound.st_dev, bound.st_ino):  # still ours, not a replacement
+                path.unlink()
+        except FileNotFoundError:
+            pass
