@@ -12,15 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
+import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from pathlib import PurePosixPath
+from typing import Any, TypeVar
 
 from harness_env.core.errors import HarnessEnvError, InvalidRequestError
-from harness_env.core.sandbox.base import TailBuffer
+from harness_env.core.sandbox import safefs
+from harness_env.core.sandbox.base import ExecResult, TailBuffer
 from harness_env.core.sandbox.local import LocalSandbox
+
+T = TypeVar("T")
 
 SYSTEM_PROMPT = """You are a coding agent working in a sandboxed Linux workspace (your current directory).
 Use the tools to inspect and change files and to run commands. Paths are relative to the workspace.
@@ -77,7 +83,17 @@ TOOL_NAMES = tuple(spec["function"]["name"] for spec in TOOL_SPECS)
 _PARAMS = {spec["function"]["name"]: spec["function"]["parameters"] for spec in TOOL_SPECS}
 _JSON_TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "boolean": bool}
 
-MAX_LIST_ENTRIES = 500
+MAX_LIST_ENTRIES = 500  # names shown by ls and glob
+MAX_SCAN_ENTRIES = 100_000  # directory entries ls and glob look at
+MAX_GLOB_DEPTH = 64
+READ_SCAN_BYTES = 8 * 1024 * 1024  # what one read call looks at in a file, at most
+EDIT_MAX_BYTES = 8 * 1024 * 1024  # the largest file edit rewrites (it holds it in memory)
+FS_TIMEOUT_S = 30.0  # a file tool's work, at most (the call's own timeout may be shorter)
+_MIB = 1024 * 1024
+
+
+class ToolError(HarnessEnvError):
+    """A tool call the model can correct: the message says what was wrong and what to do."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +129,14 @@ class ToolReply:
 
 @dataclass
 class ToolBox:
-    """The tools bound to one rollout's sandbox. `deadline` (monotonic) bounds every command."""
+    """The tools bound to one rollout's sandbox. `deadline` (monotonic) bounds every command.
+
+    bash and grep run inside the sandbox (where links resolve within the sandbox's own view). The
+    file tools (read, write, edit, ls, glob) run in this process on the host's copy of the
+    workspace, where the agent's links would point at the host: so they walk every path one
+    component at a time from the workspace without following any link (core/sandbox/safefs.py),
+    touch regular files and directories only (a FIFO or device is never opened), read a bounded
+    part of a file, and run off the event loop under a time bound."""
 
     sandbox: LocalSandbox
     limits: ToolLimits = field(default_factory=ToolLimits)
@@ -132,11 +155,15 @@ class ToolBox:
             return ToolReply(f"error: {problem}", ok=False)
         try:
             return await getattr(self, "_" + name)(**args)
-        except HarnessEnvError as e:  # a path outside the sandbox, say
+        except HarnessEnvError as e:  # a path outside the workspace, a timed-out file operation
             return ToolReply(f"error: {e}", ok=False)
+        except safefs.UnsafeEntry as e:
+            return ToolReply(f"error: {_unsafe_message(name, e)}", ok=False)
         except OSError as e:
             where = f" ({args['path']})" if isinstance(args.get("path"), str) else ""
             return ToolReply(f"error: {e.strerror or e}{where}", ok=False)
+        except ValueError as e:  # a NUL byte in a path, say
+            return ToolReply(f"error: {e}", ok=False)
 
     # -- helpers ------------------------------------------------------------------------------
     def _timeout(self) -> float:
@@ -149,16 +176,57 @@ class ToolBox:
         buf.feed(text.encode())
         return buf.text()
 
-    def _path(self, path: str) -> Path:
-        return self.sandbox.resolve(path)
+    @property
+    def _root(self) -> str:
+        return self.sandbox.workspace
+
+    def _rel(self, path: str) -> str:
+        """`path` (relative to the workspace, or absolute inside it) as a clean workspace-relative
+        path ('' for the workspace itself). '..' is resolved by name: no link is looked at."""
+        p = PurePosixPath(path)
+        if p.is_absolute():
+            ws = PurePosixPath(self._root)
+            if p != ws and ws not in p.parents:
+                raise ToolError(f"path {path!r} is outside sandbox workspace {ws}; use a path relative to the workspace")
+            p = p.relative_to(ws)
+        parts: list[str] = []
+        for part in p.parts:
+            if part == "..":
+                if not parts:
+                    raise ToolError(f"path {path!r} is outside sandbox workspace {self._root}; use a path relative to the workspace")
+                parts.pop()
+            elif part not in ("", "."):
+                parts.append(part)
+        return "/".join(parts)
+
+    async def _fs(self, fn: Callable[..., T], *args: Any) -> T:
+        """Blocking file work in a worker thread, given up after the call's time bound (each
+        operation is also bounded in what it reads and scans, so its thread ends soon after)."""
+        timeout = min(self._timeout(), FS_TIMEOUT_S)
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(fn, *args), timeout)
+        except TimeoutError:
+            raise ToolError(f"the file operation did not finish within {timeout:.0f}s; use bash for heavy work") from None
 
     async def _run(self, cmd: str) -> tuple[int | None, str]:
         timeout = self._timeout()
         r = await self.sandbox.exec(cmd, timeout=timeout, max_output=self.limits.max_output_bytes)
-        out = r.stdout + (("\n" if r.stdout and not r.stdout.endswith("\n") else "") + r.stderr if r.stderr else "")
+        return r.exit_code, self._command_output(r, timeout)
+
+    def _command_output(self, r: ExecResult, timeout: float) -> str:
+        """stdout then stderr, the tail kept within max_output_bytes; the model is told the real
+        number of bytes cut (the sandbox already cut each stream's head: that counts too)."""
+        out, err = _uncut(r.stdout, r.stdout_dropped), _uncut(r.stderr, r.stderr_dropped)
+        text = out + (("\n" if out and not out.endswith("\n") else "") + err if err else "")
+        data = text.encode("utf-8", errors="replace")
+        over = max(0, len(data) - self.limits.max_output_bytes)
+        cut = r.stdout_dropped + r.stderr_dropped + over
+        text = data[over:].decode("utf-8", errors="replace")
+        if cut:
+            text = f"[... {cut} bytes cut ...]\n" + text
         if r.timed_out:
-            out += f"\n[timed out after {timeout:.0f}s; the command was killed]"
-        return r.exit_code, self._bounded(out)
+            text += f"\n[timed out after {timeout:.0f}s; the command was killed]"
+        return text
 
     # -- the tools ----------------------------------------------------------------------------
     async def _bash(self, command: str) -> ToolReply:
@@ -167,62 +235,246 @@ class ToolBox:
         return ToolReply(f"{out}\n[exit code {code}]" if out else f"[exit code {code}]", ok=code == 0)
 
     async def _read(self, path: str, offset: int = 1, limit: int = 2000) -> ToolReply:
-        full = self._path(path)
-        if full.is_dir():
-            return ToolReply(f"error: {path} is a directory; use ls", ok=False)
-        data = await asyncio.to_thread(full.read_bytes)
-        if b"\0" in data[:8192]:
-            return ToolReply(f"error: {path} is a binary file ({len(data)} bytes)", ok=False)
-        lines = data.decode("utf-8", errors="replace").splitlines()
-        start = max(1, offset)
-        chunk = lines[start - 1 : start - 1 + max(1, limit)]
-        body = "\n".join(f"{n:6d}\t{line}" for n, line in enumerate(chunk, start))
-        more = len(lines) - (start - 1 + len(chunk))
-        if more > 0:
-            body += f"\n[{more} more lines; read again with offset={start + len(chunk)}]"
-        return ToolReply(self._bounded(body) if body else f"{path} is empty")
+        rel = self._rel(path)
+        page = await self._fs(_read_page, self._root, rel, max(1, offset), max(1, limit), self.limits.max_output_bytes)
+        return page.reply(path)
 
     async def _write(self, path: str, content: str) -> ToolReply:
-        self.sandbox.write_file(path, content)
-        return ToolReply(f"wrote {len(content.encode())} bytes to {path}")
+        data = content.encode()
+        await self._fs(safefs.write_regular, self._root, self._rel(path), data)
+        return ToolReply(f"wrote {len(data)} bytes to {path}")
 
     async def _edit(self, path: str, old_string: str, new_string: str, replace_all: bool = False) -> ToolReply:
-        full = self._path(path)
-        text = (await asyncio.to_thread(full.read_bytes)).decode("utf-8", errors="replace")
+        rel = self._rel(path)
+        data = await self._fs(_read_for_edit, self._root, rel, path)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return ToolReply(f"error: {path} is not UTF-8 text; edit changes text files only (use bash for others)", ok=False)
         count = text.count(old_string) if old_string else 0
         if count == 0:
             return ToolReply(f"error: old_string was not found in {path}; read the file and copy the text exactly", ok=False)
         if count > 1 and not replace_all:
             return ToolReply(f"error: old_string occurs {count} times in {path}; give more context or set replace_all", ok=False)
-        self.sandbox.write_file(path, text.replace(old_string, new_string))
+        new = text.replace(old_string, new_string).encode()
+        await self._fs(lambda: safefs.write_regular(self._root, rel, new, make_parents=False))
         return ToolReply(f"replaced {count if replace_all else 1} occurrence(s) in {path}")
 
     async def _ls(self, path: str = ".") -> ToolReply:
-        full = self._path(path)
-        entries = sorted(p.name + ("/" if p.is_dir() else "") for p in full.iterdir())
-        cut = len(entries) - MAX_LIST_ENTRIES
-        body = "\n".join(entries[:MAX_LIST_ENTRIES]) + (f"\n[{cut} more entries]" if cut > 0 else "")
+        rel = self._rel(path)
+        listing = await self._fs(_list_dir, self._root, rel)
+        entries, more = listing
+        shown = entries[:MAX_LIST_ENTRIES]
+        body = "\n".join(shown)
+        if len(entries) > len(shown) or more:
+            body += f"\n[{len(entries) - len(shown)}{'+' if more else ''} more entries; use bash (ls | head, find) to page through them]"
         return ToolReply(self._bounded(body) if entries else f"{path} is empty")
 
     async def _grep(self, pattern: str, path: str = ".", include: str = "") -> ToolReply:
-        self._path(path)  # refuse paths outside the sandbox before running anything
+        self._rel(path)  # refuse paths outside the workspace before running anything
         inc = f" --include={shlex.quote(include)}" if include else ""
-        code, out = await self._run(f"grep -rnIE{inc} -e {shlex.quote(pattern)} -- {shlex.quote(path)}")
+        # -D skip: FIFOs and devices are not read (grep runs in the sandbox, under the timeout)
+        code, out = await self._run(f"grep -rnIE -D skip{inc} -e {shlex.quote(pattern)} -- {shlex.quote(path)}")
         if code == 1 and not out.strip():
             return ToolReply("no matches")
         return ToolReply(out.rstrip("\n"), ok=code == 0)
 
     async def _glob(self, pattern: str) -> ToolReply:
-        root = Path(self.sandbox.workspace)
-        if pattern.startswith("/") or ".." in Path(pattern).parts:
+        parts = PurePosixPath(pattern).parts
+        if pattern.startswith("/") or ".." in parts:
             return ToolReply("error: the pattern must be relative to the workspace, without ..", ok=False)
-        matches = await asyncio.to_thread(lambda: sorted(str(p.relative_to(root)) for p in root.glob(pattern)))
+        timeout = min(self._timeout(), FS_TIMEOUT_S)
+        found = await self._fs(
+            lambda: safefs.glob(self._root, pattern, max_entries=MAX_SCAN_ENTRIES, max_depth=MAX_GLOB_DEPTH,
+                                deadline=time.monotonic() + timeout * 0.8)
+        )
+        matches = found.matches
         cut = len(matches) - MAX_LIST_ENTRIES
         body = "\n".join(matches[:MAX_LIST_ENTRIES]) + (f"\n[{cut} more matches]" if cut > 0 else "")
-        return ToolReply(self._bounded(body) if matches else "no files match")
+        if found.stopped:
+            why = {"entries": f"after looking at {MAX_SCAN_ENTRIES} entries", "time": "when its time was up",
+                   "depth": f"at depth {MAX_GLOB_DEPTH}", "matches": "after too many matches"}[found.stopped]
+            body += f"\n[the search stopped {why}; the list may be incomplete: narrow the pattern or use bash (find)]"
+        return ToolReply(self._bounded(body.strip("\n")) if matches or found.stopped else "no files match")
 
     async def _submit(self, answer: str) -> ToolReply:
         return ToolReply("submitted", submitted=answer)
+
+
+def _uncut(text: str, dropped: int) -> str:
+    """A stream's text without the sandbox's own '[... N bytes cut ...]' line (counted separately)."""
+    marker = f"[... {dropped} bytes cut ...]\n"
+    return text[len(marker):] if dropped and text.startswith(marker) else text
+
+
+def _unsafe_message(tool: str, e: safefs.UnsafeEntry) -> str:
+    q = shlex.quote(e.rel)
+    if e.kind == "a symbolic link":
+        return f"{e.rel} is a symbolic link; the file tools do not follow links (look at it with bash, e.g. ls -l {q})"
+    if e.kind == "a directory":
+        return f"{e.rel} is a directory; use ls" + (" (or write to a file inside it)" if tool in ("write", "edit") else "")
+    if e.wanted == "a directory":
+        return f"{e.rel} is {e.kind}, not a directory" + ("; use read" if e.kind == "a regular file" and tool == "ls" else "")
+    return f"{e.rel} is not a regular file ({e.kind[2:] if e.kind.startswith('a ') else e.kind}); tools read and write regular files only"
+
+
+def _list_dir(root: str, rel: str) -> tuple[list[str], bool]:
+    st = safefs.stat_entry(root, rel)
+    if stat.S_ISLNK(st.st_mode):
+        raise safefs.UnsafeEntry(rel, "a symbolic link", "a directory")
+    entries, more = safefs.scan_dir(root, rel, max_entries=MAX_SCAN_ENTRIES)
+    return [e.name + {"dir": "/", "link": "@"}.get(e.kind, "") for e in entries], more
+
+
+def _read_for_edit(root: str, rel: str, shown: str) -> bytes:
+    fd = safefs.open_regular(root, rel)
+    try:
+        size = os.fstat(fd).st_size
+        if size > EDIT_MAX_BYTES:
+            raise ToolError(f"{shown} is {size} bytes; edit rewrites files up to {EDIT_MAX_BYTES // _MIB} MiB (use bash, e.g. sed -i, for bigger ones)")
+        chunks, left = [], EDIT_MAX_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, _MIB))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > EDIT_MAX_BYTES:  # it grew meanwhile
+        raise ToolError(f"{shown} is over {EDIT_MAX_BYTES // _MIB} MiB; edit rewrites files up to that size (use bash, e.g. sed -i)")
+    return data
+
+
+@dataclass
+class _Page:
+    """What one read call found: at most `limit` lines from `offset`, within the output bound."""
+
+    size: int
+    offset: int
+    lines: list[tuple[int, bytes, int]] = field(default_factory=list)  # (number, kept bytes, full length)
+    binary: bool = False
+    past_end: int | None = None  # the file's line count, when offset is past it
+    not_reached: int | None = None  # the last line number seen, when offset lies past the scan bound
+    more: int | None = None  # lines after the page, when counted to the end
+    more_unknown: bool = False  # the scan bound ended before the end of the file
+    open_line: bool = False  # the last line shown goes on past the scan bound
+
+    def reply(self, path: str) -> ToolReply:
+        if self.binary:
+            return ToolReply(f"error: {path} is a binary file ({self.size} bytes)", ok=False)
+        if self.not_reached is not None:
+            q = shlex.quote(path)
+            return ToolReply(
+                f"error: line {self.offset} of {path} is past the first {READ_SCAN_BYTES // _MIB} MiB that read looks at "
+                f"(it got to line {self.not_reached}; the file is {self.size} bytes); use bash for big files, "
+                f"e.g. sed -n '{self.offset},+99p' {q}",
+                ok=False,
+            )
+        if self.past_end is not None:
+            if self.past_end == 0:
+                return ToolReply(f"{path} is empty")
+            return ToolReply(f"error: {path} has {self.past_end} lines; offset={self.offset} is past its end", ok=False)
+        out = []
+        for n, kept, full in self.lines:
+            text = kept.rstrip(b"\r").decode("utf-8", errors="replace")
+            if full > len(kept):
+                total = f"over {full}" if self.open_line and n == self.lines[-1][0] else str(full)
+                text += f" [... line cut: {total} bytes in all; see it with bash, e.g. cut -c or fold]"
+            out.append(f"{n:6d}\t{text}")
+        nxt = self.lines[-1][0] + 1 if self.lines else self.offset
+        if self.more_unknown:
+            out.append(f"[more lines follow: {path} is {self.size} bytes, more than one read looks at "
+                       f"({READ_SCAN_BYTES // _MIB} MiB); read again with offset={nxt}, or use bash (head, tail, sed -n, grep -n)]")
+        elif self.more:
+            out.append(f"[{self.more} more lines; read again with offset={nxt}]")
+        return ToolReply("\n".join(out))
+
+
+def _read_page(root: str, rel: str, offset: int, limit: int, max_out: int) -> _Page:
+    """Lines offset.. of a regular file, streamed: at most READ_SCAN_BYTES are read, in 1 MiB
+    chunks, and at most max_out bytes of lines are kept, so a 2 GB file (or a 2 GB line) costs
+    no more memory than a small one."""
+    fd = safefs.open_regular(root, rel)
+    try:
+        size = os.fstat(fd).st_size
+        page = _Page(size=size, offset=offset)
+        if b"\0" in os.pread(fd, 8192, 0):
+            page.binary = True
+            return page
+        _scan_lines(fd, page, limit, max_out)
+        return page
+    finally:
+        os.close(fd)
+
+
+def _scan_lines(fd: int, page: _Page, limit: int, max_out: int) -> None:
+    lineno, scanned = 1, 0  # the number of the line being read
+    phase = "skip" if page.offset > 1 else "collect"
+    cur, cur_len = bytearray(), 0  # the line being collected: its kept head and its full length
+    used = 0  # bytes of the page so far
+    more, pending = 0, False  # in the count phase: newlines seen, bytes after the last one
+    last = b""
+    while scanned < READ_SCAN_BYTES:
+        chunk = os.read(fd, min(_MIB, READ_SCAN_BYTES - scanned))
+        if not chunk:
+            break
+        scanned += len(chunk)
+        last = chunk[-1:]
+        pos = 0
+        while pos < len(chunk):
+            if phase == "skip":
+                need, here = page.offset - lineno, chunk.count(b"\n", pos)
+                if here < need:
+                    lineno += here
+                    break
+                for _ in range(need):
+                    pos = chunk.index(b"\n", pos) + 1
+                lineno, phase = page.offset, "collect"
+            elif phase == "collect":
+                nl = chunk.find(b"\n", pos)
+                end = len(chunk) if nl < 0 else nl
+                room = max_out - len(cur)
+                if room > 0:
+                    cur += chunk[pos : min(end, pos + room)]
+                cur_len += end - pos
+                if nl < 0:
+                    break
+                pos = nl + 1
+                if page.lines and used + len(cur) + 8 > max_out:  # it does not fit: it starts the next page
+                    more, phase = 1, "count"
+                    pending = False
+                    continue
+                page.lines.append((lineno, bytes(cur), cur_len))
+                used += min(len(cur), max_out) + 8
+                lineno += 1
+                cur, cur_len = bytearray(), 0
+                if len(page.lines) >= limit or used >= max_out:
+                    phase = "count"
+            else:
+                rest = chunk[pos:]
+                more += rest.count(b"\n")
+                pending = not rest.endswith(b"\n") if rest else pending
+                break
+    eof = scanned < READ_SCAN_BYTES or not os.read(fd, 1)
+    if phase == "skip":
+        if eof:
+            page.past_end = lineno - 1 + (1 if last and last != b"\n" else 0)
+        else:
+            page.not_reached = lineno
+    elif phase == "collect":
+        if cur_len and (eof or not page.lines):  # the last line (no newline), or one huge line
+            page.lines.append((lineno, bytes(cur), cur_len))
+            page.open_line = not eof
+        if not eof:
+            page.more_unknown = True
+        elif not page.lines:
+            page.past_end = lineno - 1
+    elif eof:
+        page.more = more + (1 if pending else 0)
+    else:
+        page.more_unknown = True
 
 
 def check_arguments(name: str, args: Any) -> str | None:

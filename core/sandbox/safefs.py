@@ -1,0 +1,675 @@
+"""Reading back and removing what a sandbox wrote, treating every name in it as hostile.
+
+The agent controls the tree: a file can be a symlink to a host file, a FIFO that blocks any
+`open()`, a 2 GB file, or the bottom of a directory chain 5,000 levels deep. So every path is
+walked one component at a time from a directory descriptor the caller trusts, with O_NOFOLLOW
+(a link is never followed), files are opened O_NONBLOCK and kept only when fstat says they are
+regular files, reads are bounded, and removal is iterative (no recursion limit, no PATH_MAX).
+These are blocking calls: run them off the event loop (asyncio.to_thread).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
+
+
+def _parts(rel: str | Path) -> list[str]:
+    parts = [p for p in Path(rel).parts if p not in ("", ".", "/")]
+    if any(p == ".." for p in parts):
+        raise ValueError(f"path {str(rel)!r} goes up with '..'")
+    return parts
+
+
+def open_dir(root: str | Path, rel: str | Path = "") -> int:
+    """A descriptor of directory `root/rel`, no link followed below `root` (OSError otherwise)."""
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for part in _parts(rel):
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_fd(fd: int, max_bytes: int, tail: bool) -> bytes | None:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    if tail and st.st_size > max_bytes:
+        os.lseek(fd, st.st_size - max_bytes, os.SEEK_SET)
+    chunks, left = [], max_bytes
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_regular(root: str | Path, rel: str | Path, max_bytes: int, *, tail: bool = False) -> bytes | None:
+    """The first (or, with `tail`, last) `max_bytes` of regular file `root/rel`; None when it is
+    missing, a link anywhere below `root`, a FIFO, a device, a directory or unreadable."""
+    try:
+        parts = _parts(rel)
+        if not parts:
+            return None
+        dfd = open_dir(root, Path(*parts[:-1]) if len(parts) > 1 else "")
+        try:
+            fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=dfd)
+        finally:
+            os.close(dfd)
+        try:
+            return _read_fd(fd, max_bytes, tail)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return None
+
+
+def file_size(root: str | Path, rel: str | Path) -> int | None:
+    """Size of regular file `root/rel` (lstat, no link followed), None otherwise."""
+    try:
+        parts = _parts(rel)
+        if not parts:
+            return None
+        dfd = open_dir(root, Path(*parts[:-1]) if len(parts) > 1 else "")
+        try:
+            st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+        finally:
+            os.close(dfd)
+    except (OSError, ValueError):
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+@dataclass(frozen=True)
+class FoundFile:
+    rel: str  # path relative to the walked root, '/'-separated
+    data: bytes  # at most the walk's max_bytes + 1 (so a caller can tell it was cut)
+    size: int
+
+
+def walk_files(
+    root: str | Path,
+    *,
+    skip_dirs: frozenset[str] = frozenset(),
+    max_depth: int = 32,
+    max_files: int = 1000,
+    max_entries: int = 100_000,
+    max_bytes: int = 256 * 1024,
+) -> Iterator[FoundFile]:
+    """Regular files under `root` in sorted, depth-first order, read up to `max_bytes` + 1 each.
+    Links, special files, directories deeper than `max_depth` and anything past `max_entries`
+    directory entries are skipped; no link is followed."""
+    try:
+        top = open_dir(root)
+    except OSError:
+        return
+    stack: list[tuple[int, str, Iterator[str]]] = [(top, "", iter(_sorted_names(top)))]
+    seen = files = 0
+    try:
+        while stack:
+            dfd, prefix, names = stack[-1]
+            name = next(names, None)
+            if name is None:
+                os.close(dfd)
+                stack.pop()
+                continue
+            seen += 1
+            if seen > max_entries or files >= max_files:
+                return
+            try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except OSError:
+                continue
+            rel = prefix + name
+            if stat.S_ISDIR(st.st_mode):
+                if name in skip_dirs or len(stack) >= max_depth:
+                    continue
+                try:
+                    sub = os.open(name, _DIR_FLAGS, dir_fd=dfd)
+                except OSError:
+                    continue
+                stack.append((sub, rel + "/", iter(_sorted_names(sub))))
+            elif stat.S_ISREG(st.st_mode):
+                try:
+                    fd = os.open(name, _FILE_FLAGS, dir_fd=dfd)
+                except OSError:
+                    continue
+                try:
+                    data = _read_fd(fd, max_bytes + 1, tail=False)
+                finally:
+                    os.close(fd)
+                if data is not None:
+                    files += 1
+                    yield FoundFile(rel, data, st.st_size)
+    finally:
+        for dfd, _, _ in stack:
+            os.close(dfd)
+
+
+def _sorted_names(dfd: int, limit: int = 100_000) -> list[str]:
+    names = []
+    try:
+        with os.scandir(dfd) as it:
+            for entry in it:
+                names.append(entry.name)
+                if len(names) >= limit:
+                    break
+    except OSError:
+        return []
+    return sorted(names)
+
+
+def remove_tree(path: str | Path) -> str | None:
+    """Remove `path` and everything below it, whatever the agent made of it (any depth, links,
+    FIFOs, read-only or immutable-looking modes). Never raises: returns what could not be removed,
+    in words, or None. A link at `path` itself is removed, never followed."""
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"could not remove {path}: {e.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        try:
+            os.unlink(path)
+            return None
+        except OSError as e:
+            return f"could not remove {path}: {e.strerror}"
+    problem = _remove_dir(path)
+    if problem and os.path.lexists(path) and shutil.which("chattr"):
+        # chattr +i/+a (possible without bubblewrap, as root): clear the flags, then try again
+        subprocess.run(["chattr", "-R", "-f", "-i", "-a", str(path)], capture_output=True, timeout=120)
+        problem = _remove_dir(path)
+    return problem
+
+
+def _remove_dir(path: Path) -> str | None:
+    """Iterative bottom-up removal with one open directory at a time; going up re-opens '..' and
+    checks it is the directory we came from (the agent's processes are dead by now, but a
+    renamed parent must not send us elsewhere)."""
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError as e:
+        return f"could not open {path} to remove it: {e.strerror}"
+    trail: list[tuple[int, int]] = []  # (dev, ino) of each parent on the way down
+    failures = 0
+    skipped: set[tuple[int, int, str]] = set()  # entries that would not go: do not loop on them
+    try:
+        while True:
+            name = _next_entry(fd, skipped)
+            if name is not None:
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                except OSError:
+                    failures += 1
+                    skipped.add((*_ident(fd), name))
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    try:
+                        sub = _open_sub(fd, name)
+                    except OSError:
+                        failures += 1
+                        skipped.add((*_ident(fd), name))
+                        continue
+                    trail.append(_ident(fd))
+                    os.close(fd)
+                    fd = sub
+                else:
+                    try:
+                        _unlink(fd, name)
+                    except OSError:
+                        failures += 1
+                        skipped.add((*_ident(fd), name))
+                continue
+            # this directory is empty (of what we could remove): go up and remove it
+            if not trail:
+                break
+            here = _ident(fd)
+            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            if _ident(fd) != trail.pop():
+                return f"could not remove {path}: a directory was moved while it was being removed"
+            name = _name_of(fd, here)
+            if name is None:
+                continue
+            try:
+                _unlink(fd, name, is_dir=True)
+            except OSError:
+                failures += 1
+                skipped.add((*_ident(fd), name))
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(path)
+    except OSError as e:
+        if os.path.lexists(path):
+            return f"could not remove {path}: {failures} entries would not go ({e.strerror})"
+    return None
+
+
+def _ident(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _next_entry(fd: int, skipped: set[tuple[int, int, str]]) -> str | None:
+    ident = _ident(fd)
+    try:
+        with os.scandir(fd) as it:
+            for entry in it:
+                if (*ident, entry.name) not in skipped:
+                    return entry.name
+    except OSError:
+        return None
+    return None
+
+
+def _name_of(parent_fd: int, child: tuple[int, int]) -> str | None:
+    try:
+        with os.scandir(parent_fd) as it:
+            for entry in it:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) == child:
+                    return entry.name
+    except OSError:
+        return None
+    return None
+
+
+def _open_sub(fd: int, name: str) -> int:
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=fd)
+    except PermissionError:  # a directory made unreadable (we may not be root): make it ours again
+        os.chmod(name, 0o700, dir_fd=fd, follow_symlinks=False)
+        return os.open(name, _DIR_FLAGS, dir_fd=fd)
+
+
+def _unlink(fd: int, name: str, *, is_dir: bool = False) -> None:
+    def once() -> None:
+        if is_dir:
+            os.rmdir(name, dir_fd=fd)
+        else:
+            os.unlink(name, dir_fd=fd)
+
+    try:
+        once()
+    except PermissionError:
+        os.chmod(fd, 0o700)  # a read-only parent (not root): make it writable, retry
+        once()
+    except OSError as e:
+        if e.errno != errno.ENOENT:
+            raise
+
+
+# -- link-safe file tools (the white-box harness's read/write/edit/ls/glob run these) -----------
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def kind_of(mode: int) -> str:
+    """What a file mode is, in words ('a FIFO', 'a symbolic link', ...)."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    return "a special file"
+
+
+class UnsafeEntry(OSError):
+    """An entry the caller needs as a regular file or a directory is something else: a link (never
+    followed), a FIFO, a device, a socket, or a file where a directory should be."""
+
+    def __init__(self, rel: str, kind: str, wanted: str) -> None:
+        super().__init__(f"{rel} is {kind}, not {wanted}")
+        self.rel, self.kind, self.wanted = rel, kind, wanted
+
+
+def _missing(rel: str) -> FileNotFoundError:
+    return FileNotFoundError(errno.ENOENT, "No such file or directory", rel)
+
+
+def _walk_dirs(root: str | Path, parts: list[str], *, create: bool = False) -> int:
+    """A descriptor of directory root/parts..., walked one component at a time without following a
+    link; with `create`, missing directories are made. Raises UnsafeEntry for a component that is
+    not a directory, FileNotFoundError (named relative to root) for a missing one."""
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for i, part in enumerate(parts):
+            rel = "/".join(parts[: i + 1])
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise _missing(rel) from None
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                nxt = _open_existing_dir(fd, part, rel)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                nxt = _open_existing_dir(fd, part, rel)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_existing_dir(fd: int, part: str, rel: str) -> int:
+    try:
+        return os.open(part, _DIR_FLAGS, dir_fd=fd)
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        try:
+            st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise _missing(rel) from None
+        raise UnsafeEntry(rel, kind_of(st.st_mode), "a directory") from None
+
+
+def _split(rel: str | Path) -> tuple[list[str], str]:
+    parts = _parts(rel)
+    if not parts:
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", ".")
+    return parts[:-1], parts[-1]
+
+
+def stat_entry(root: str | Path, rel: str | Path) -> os.stat_result:
+    """lstat of root/rel: the directories on the way are walked without following a link, and the
+    entry itself is not followed either (a link's own stat). Raises UnsafeEntry, FileNotFoundError."""
+    parts = _parts(rel)
+    if not parts:
+        fd = os.open(root, _DIR_FLAGS)
+        try:
+            return os.fstat(fd)
+        finally:
+            os.close(fd)
+    dfd = _walk_dirs(root, parts[:-1])
+    try:
+        return os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        raise _missing("/".join(parts)) from None
+    finally:
+        os.close(dfd)
+
+
+def open_regular(root: str | Path, rel: str | Path) -> int:
+    """A read-only, non-blocking descriptor of regular file root/rel; no link is followed anywhere
+    below root, and a FIFO, device, socket or directory raises UnsafeEntry without blocking."""
+    dirs, name = _split(rel)
+    full = "/".join([*dirs, name])
+    dfd = _walk_dirs(root, dirs)
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode):  # do not even open a device: opening can have effects
+            raise UnsafeEntry(full, kind_of(st.st_mode), "a regular file")
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dfd)
+    except FileNotFoundError:
+        raise _missing(full) from None
+    except OSError as e:
+        if e.errno != errno.ELOOP or isinstance(e, UnsafeEntry):
+            raise
+        raise UnsafeEntry(full, "a symbolic link", "a regular file") from None  # swapped in meanwhile
+    finally:
+        os.close(dfd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UnsafeEntry(full, kind_of(st.st_mode), "a regular file")
+    return fd
+
+
+def write_regular(root: str | Path, rel: str | Path, data: bytes, *, make_parents: bool = True) -> None:
+    """Put `data` at root/rel as a regular file: directories on the way are walked (and, with
+    `make_parents`, made) without following a link; an existing entry that is not a regular file
+    (a link, FIFO, device, directory) raises UnsafeEntry. The content goes to a fresh file in the
+    same directory that is then renamed over the name: the target is never opened, so a link, a
+    FIFO or a hard link swapped in meanwhile is replaced, never written through. The old file's
+    permission bits are kept."""
+    dirs, name = _split(rel)
+    full = "/".join([*dirs, name])
+    dfd = _walk_dirs(root, dirs, create=make_parents)
+    try:
+        mode = 0o644
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISREG(st.st_mode):
+                raise UnsafeEntry(full, kind_of(st.st_mode), "a regular file")
+            mode = stat.S_IMODE(st.st_mode) & 0o777
+        tmp, fd = _temp_file(dfd)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view[: 1 << 20]) :]
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(dfd)
+
+
+def _temp_file(dfd: int) -> tuple[str, int]:
+    for _ in range(100):
+        tmp = f".harness-env-{os.urandom(6).hex()}.tmp"
+        try:
+            return tmp, os.open(tmp, _WRITE_FLAGS, 0o600, dir_fd=dfd)
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "could not make a temporary file", ".")
+
+
+@dataclass(frozen=True)
+class DirEntry:
+    name: str
+    kind: str  # 'dir', 'file', 'link' or 'other' (the entry itself, links not followed)
+
+
+def _entry_kind(entry: os.DirEntry[str]) -> str:
+    try:
+        if entry.is_symlink():
+            return "link"
+        if entry.is_dir(follow_symlinks=False):
+            return "dir"
+        if entry.is_file(follow_symlinks=False):
+            return "file"
+    except OSError:
+        pass
+    return "other"
+
+
+def scan_dir(root: str | Path, rel: str | Path = "", *, max_entries: int = 100_000) -> tuple[list[DirEntry], bool]:
+    """Entries of directory root/rel (sorted by name; at most `max_entries`, and whether there were
+    more), no link followed, including root/rel itself. Raises UnsafeEntry, FileNotFoundError."""
+    dfd = _walk_dirs(root, _parts(rel))
+    out: list[DirEntry] = []
+    more = False
+    try:
+        with os.scandir(dfd) as it:
+            for entry in it:
+                if len(out) >= max_entries:
+                    more = True
+                    break
+                out.append(DirEntry(entry.name, _entry_kind(entry)))
+    finally:
+        os.close(dfd)
+    out.sort(key=lambda e: e.name)
+    return out, more
+
+
+@dataclass
+class GlobResult:
+    matches: list[str]  # '/'-separated paths relative to root, sorted
+    scanned: int  # directory entries looked at
+    stopped: str | None = None  # why the walk ended early ('entries', 'time', 'depth'), else None
+
+
+def glob(
+    root: str | Path,
+    pattern: str,
+    *,
+    max_entries: int = 200_000,
+    max_depth: int = 64,
+    max_matches: int = 100_000,
+    deadline: float | None = None,
+) -> GlobResult:
+    """The entries under root whose relative paths match `pattern` ('*', '?', '[...]' within one
+    component, '**' for any number of components; dot files match too, as with pathlib). The walk
+    opens every directory relative to its parent with O_NOFOLLOW, so a link is listed by its own
+    name but never entered; it is bounded in entries, depth, matches and (monotonic) time."""
+    import fnmatch
+    import time
+
+    segs = _parts(pattern)
+    if not segs:
+        return GlobResult([], 0)
+    n = len(segs)
+
+    def closure(states: set[int]) -> set[int]:
+        out, todo = set(states), list(states)
+        while todo:
+            i = todo.pop()
+            if i < n and segs[i] == "**" and i + 1 not in out:
+                out.add(i + 1)
+                todo.append(i + 1)
+        return out
+
+    def step(states: set[int], name: str) -> set[int]:
+        nxt: set[int] = set()
+        for i in states:
+            if i >= n:
+                continue
+            if segs[i] == "**":
+                nxt.add(i)
+            elif fnmatch.fnmatchcase(name, segs[i]):
+                nxt.add(i + 1)
+        return closure(nxt)
+
+    result = GlobResult([], 0)
+    try:
+        top = open_dir(root)
+    except OSError:
+        return result
+    stack: list[tuple[int, str, set[int], Iterator[str]]] = [(top, "", closure({0}), iter(_sorted_names(top)))]
+    try:
+        while stack:
+            dfd, prefix, states, names = stack[-1]
+            name = next(names, None)
+            if name is None:
+                os.close(dfd)
+                stack.pop()
+                continue
+            result.scanned += 1
+            if result.scanned > max_entries:
+                result.stopped = "entries"
+                break
+            if deadline is not None and result.scanned % 256 == 0 and time.monotonic() > deadline:
+                result.stopped = "time"
+                break
+            here = step(states, name)
+            if not here:
+                continue
+            rel = prefix + name
+            if n in here:
+                result.matches.append(rel)
+                if len(result.matches) >= max_matches:
+                    result.stopped = "matches"
+                    break
+            if not any(i < n for i in here):
+                continue
+            try:
+                sub = os.open(name, _DIR_FLAGS, dir_fd=dfd)  # a link or a non-directory fails here
+            except OSError:
+                continue
+            if len(stack) >= max_depth:
+                os.close(sub)
+                result.stopped = result.stopped or "depth"
+                continue
+            stack.append((sub, rel + "/", here, iter(_sorted_names(sub))))
+    finally:
+        for dfd, _, _, _ in stack:
+            os.close(dfd)
+    result.matches.sort()
+    return result
+
+
+def write_new(root: str | Path, rel: str | Path, data: bytes, *, owner: tuple[int, int] | None = None) -> None:
+    """Write `data` to regular file `root/rel`, creating parent directories; no link on the way
+    is followed, and a FIFO, device, link or directory in the file's place is an error (OSError),
+    never written through. `owner`: (uid, gid) given to what is created."""
+    parts = _parts(rel)
+    if not parts:
+        raise ValueError("no file name")
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for part in parts[:-1]:
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+                if owner is not None:
+                    os.chown(part, *owner, dir_fd=fd, follow_symlinks=False)
+            except FileExistsError:
+                pass
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        ffd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=fd)
+        try:
+            if not stat.S_ISREG(os.fstat(ffd).st_mode):
+                raise OSError(errno.EINVAL, f"{parts[-1]} is not a regular file")
+            os.ftruncate(ffd, 0)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(ffd, view):]
+            if owner is not None:
+                os.fchown(ffd, *owner)
+        finally:
+            os.close(ffd)
+    finally:
+        os.close(fd)
