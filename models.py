@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 import posixpath
+import re
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 MAX_INSTRUCTION_CHARS = 200_000
 MAX_COMMANDS = 64
@@ -20,6 +22,8 @@ MAX_FILES = 256
 MAX_FILE_CHARS = 2_000_000
 MAX_TOTAL_FILE_CHARS = 16_000_000
 MAX_PATH_CHARS = 512
+MAX_NAME_BYTES = 255  # one path component: what Linux file systems allow
+MAX_NESTING = 32  # levels of lists and objects in free-form values (harness_config, ...)
 
 Mode = Literal["transparent_proxy", "black_box"]
 ErrorKind = Literal[
@@ -39,7 +43,37 @@ def _check_relative_path(path: str) -> str:
     norm = posixpath.normpath(path)
     if norm == "." or norm.startswith("../") or norm == "..":
         raise ValueError(f"file path {path!r} must stay inside the workspace (no '..')")
+    for part in norm.split("/"):
+        if len(part.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            raise ValueError(f"file path {path[:60]!r}...: a name in it is over {MAX_NAME_BYTES} bytes; shorten it")
     return norm
+
+
+def _check_file_tree(paths: list[str]) -> None:
+    """Every path names one file, and no file is also a directory of another (both cannot be written)."""
+    seen: set[str] = set()
+    for path in paths:
+        if path in seen:
+            raise ValueError(f"file path {path!r} is given twice (after normalising); give each file once")
+        seen.add(path)
+    for path in paths:
+        parent = posixpath.dirname(path)
+        while parent:
+            if parent in seen:
+                raise ValueError(f"{parent!r} is both a file and the directory of {path!r}; rename one of them")
+            parent = posixpath.dirname(parent)
+
+
+def check_http_url(url: str) -> str:
+    """`url` parsed as urllib parses it, or a clear ValueError (e.g. 'http://[::1' raises in urlsplit)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port out of range or not a number raises here
+    except ValueError as e:
+        raise ValueError(f"base_url is not a valid URL ({e}); give http(s)://host[:port]/path") from None
+    if parts.scheme in ("http", "https") and not parts.hostname:
+        raise ValueError("base_url has no host; give http(s)://host[:port]/path")
+    return url
 
 
 MAX_MAPPING_CHARS = 100_000
@@ -48,6 +82,30 @@ MAX_MAPPING_CHARS = 100_000
 def _bounded_mapping(value: dict[str, Any], name: str) -> dict[str, Any]:
     if len(repr(value)) > MAX_MAPPING_CHARS:
         raise ValueError(f"{name} is larger than {MAX_MAPPING_CHARS} characters")
+    return value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_text(value: Any, name: str) -> Any:
+    """Raw input of field `name`: every string valid Unicode (a lone surrogate cannot be encoded
+    into a file, an argv or a header) and lists/objects at most MAX_NESTING levels deep (deeper ones
+    exhaust the recursion of whatever copies or serialises them later). Iterative: any depth is safe."""
+    stack: list[tuple[Any, str, int]] = [(value, name, 0)]
+    while stack:
+        v, where, depth = stack.pop()
+        if isinstance(v, str):
+            if not v.isascii() and (m := _SURROGATE.search(v)):
+                raise ValueError(f"{where} contains a lone surrogate (U+{ord(m.group()):04X} at character {m.start()}); send valid Unicode text")
+        elif isinstance(v, (dict, list, tuple)):
+            if depth >= MAX_NESTING:
+                raise ValueError(f"{name} is nested more than {MAX_NESTING} levels deep; flatten it")
+            for k, item in (v.items() if isinstance(v, dict) else enumerate(v)):
+                key = f"{where}[{k[:40]!r}]" if isinstance(k, str) else f"{where}[{k!r}]"
+                if isinstance(k, str):
+                    stack.append((k, f"a key of {where}", depth + 1))
+                stack.append((item, key, depth + 1))
     return value
 
 
@@ -69,6 +127,11 @@ class Task(BaseModel):
     task_id: str | None = Field(default=None, max_length=256)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _valid_text(cls, v: Any, info: ValidationInfo) -> Any:
+        return _check_text(v, info.field_name or "value")
+
     @field_validator("setup", "verify")
     @classmethod
     def _commands_bounded(cls, cmds: list[str]) -> list[str]:
@@ -86,14 +149,17 @@ class Task(BaseModel):
             raise ValueError(f"{len(files)} files given; the limit is {MAX_FILES}")
         total = 0
         out: dict[str, str] = {}
+        norms: list[str] = []
         for path, content in files.items():
             norm = _check_relative_path(path)
+            norms.append(norm)
             if len(content) > MAX_FILE_CHARS:
                 raise ValueError(f"file {path!r} is {len(content)} characters; the limit is {MAX_FILE_CHARS}")
             total += len(content)
             out[norm] = content
         if total > MAX_TOTAL_FILE_CHARS:
             raise ValueError(f"files total {total} characters; the limit is {MAX_TOTAL_FILE_CHARS}")
+        _check_file_tree(norms)
         return out
 
     @field_validator("metadata")
@@ -111,12 +177,17 @@ class Endpoint(BaseModel):
     api_key: SecretStr = SecretStr("")
     model: str = Field(min_length=1, max_length=512)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _valid_text(cls, v: Any, info: ValidationInfo) -> Any:
+        return _check_text(v, info.field_name or "value")
+
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, url: str) -> str:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {url!r}")
-        return url.rstrip("/")
+        return check_http_url(url).rstrip("/")
 
 
 # A Harbor task's instruction is read from its instruction.md when the request is prepared
@@ -147,6 +218,11 @@ class HarborOptions(BaseModel):
     sandbox_kwargs: dict[str, Any] = Field(default_factory=dict)  # the provider's own options
     # Which entry of a reward.json map is the reward (default: its only key, else "reward").
     reward_key: str | None = Field(default=None, min_length=1, max_length=256)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _valid_text(cls, v: Any, info: ValidationInfo) -> Any:
+        return _check_text(v, info.field_name or "value")
 
     @field_validator("agent_kwargs", "sandbox_kwargs")
     @classmethod
@@ -201,11 +277,11 @@ class RolloutOptions(BaseModel):
     top_logprobs: int = Field(default=0, ge=0, le=20)
     # Set on every policy call by the proxy, whatever the harness asks: a trainer's logprobs
     # match the sampler's only at the temperature it trains with.
-    temperature: float | None = Field(default=None, ge=0, le=10)
+    temperature: float | None = Field(default=None, ge=0, le=10, allow_inf_nan=False)
     max_turns: int | None = Field(default=None, ge=1, le=10_000)
-    agent_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
-    setup_timeout_s: float = Field(default=300.0, gt=0, le=86_400)
-    verify_timeout_s: float = Field(default=300.0, gt=0, le=86_400)
+    agent_timeout_s: float = Field(default=600.0, gt=0, le=86_400, allow_inf_nan=False)
+    setup_timeout_s: float = Field(default=300.0, gt=0, le=86_400, allow_inf_nan=False)
+    verify_timeout_s: float = Field(default=300.0, gt=0, le=86_400, allow_inf_nan=False)
     # Extra harness configuration, deep-merged last into the harness's own config (OpenCode's
     # opencode.json); harnesses without such a file ignore it.
     harness_config: dict[str, Any] = Field(default_factory=dict)
@@ -218,6 +294,12 @@ class RolloutOptions(BaseModel):
     family_options: dict[str, Any] = Field(default_factory=dict)
     # harness="harbor" only: the Harbor task, agent and environment.
     harbor: HarborOptions | None = None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _valid_text(cls, v: Any, info: ValidationInfo) -> Any:
+        # Every field, also RolloutArgs' and RolloutRequest's: text reaches files, argv and headers.
+        return _check_text(v, info.field_name or "value")
 
     @field_validator("harness_config", "family_options")
     @classmethod
@@ -457,6 +539,12 @@ class RolloutArgs(RolloutOptions):
     files: dict[str, str] | None = None
     task_id: str = Field(default="", max_length=256)
     disable_thinking: bool | None = None  # None: the endpoint kind's default
+
+    @field_validator("base_url")
+    @classmethod
+    def _parsable_url(cls, url: str) -> str:
+        # Only parsable here; the scheme and host are checked once the endpoint is resolved.
+        return check_http_url(url) if url else url
 
     @model_validator(mode="after")
     def _instruction_given(self) -> RolloutArgs:
