@@ -27,10 +27,25 @@ class EndpointError(HarnessEnvError):
     kind = "endpoint"
 
 
+MAX_PROBLEMS = 10  # per message: a thousand bad items need not make a megabyte of error
+
+
+def safe_text(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, with any lone surrogate (from a bad key or value) written
+    as its escape: an error message must always encode to UTF-8 and JSON."""
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def describe_validation_error(e) -> str:
-    """A pydantic ValidationError as one line: where, and what is wrong, per problem."""
+    """A pydantic ValidationError as one line: where, and what is wrong, per problem (never the
+    input itself)."""
+    errors = e.errors(include_input=False, include_url=False, include_context=False)
     parts = []
-    for err in e.errors():
-        loc = ".".join(str(x) for x in err.get("loc", ())) or "request"
-        parts.append(f"{loc}: {err.get('msg')}")
+    for err in errors[:MAX_PROBLEMS]:
+        loc = ".".join(safe_text(str(x), 100) for x in err.get("loc", ())) or "request"
+        parts.append(f"{loc}: {safe_text(str(err.get('msg')), 1000)}")
+    if len(errors) > MAX_PROBLEMS:
+        parts.append(f"and {len(errors) - MAX_PROBLEMS} more")
     return "invalid request: " + "; ".join(parts)

@@ -4,8 +4,10 @@ Routes: POST /rollout, GET /harnesses, GET /harbor/tasks?dataset=&split= (the Ha
 dataset under $HARNESS_ENV_HARBOR_TASKS_DIR), GET /catalog, GET /health, /docs, /mcp (MCP over
 streamable HTTP, also OpenEnv's MCPToolClient), /ws (OpenEnv's session socket), /capture/v1 (the
 capture proxy, where sandboxes reach the policy), /web (the Gradio UI). Bad arguments answer 422,
-a component the server lacks (e.g. the Harbor extra) 501, a full queue 429. No state is shared
-between requests beyond what one rollout owns, so replicas can sit behind a load balancer.
+a component the server lacks (e.g. the Harbor extra) 501, a full queue 429, a body over 32 MB 413
+(counted as it arrives, so a chunked body is cut off too). No error answer echoes the request. No
+state is shared between requests beyond what one rollout owns (and the failed-authentication
+counts of server/auth.py), so replicas can sit behind a load balancer.
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ import os
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, header, send_reply
 from harness_env.core.capture.proxy import CaptureProxy
-from harness_env.core.errors import InvalidRequestError, ToolMissingError
+from harness_env.core.errors import InvalidRequestError, ToolMissingError, safe_text
 from harness_env.core.sandbox.local import bwrap_available
 from harness_env.models import HarborTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
-from harness_env.server.auth import TokenAuth
+from harness_env.server.auth import AuthFailureLimiter, TokenAuth, origin_of, redact_server_logs
 from harness_env.server.service import RolloutService
 from harness_env.server.slots import RolloutSlots, ServerBusy
 
@@ -72,6 +76,12 @@ def create_app(
     app = FastAPI(title="harness-env", version="0.1.0", lifespan=lifespan,
                   description="Run coding-agent harnesses on tasks; capture exact token trajectories and a reward.")
     app.state.service = service
+
+    @app.exception_handler(RequestValidationError)
+    async def _unvalidated(_r: Request, e: RequestValidationError) -> JSONResponse:
+        # FastAPI's own answer echoes each bad `input` (up to the whole body; NaN or a lone
+        # surrogate, which JSON cannot carry, made it a 500): where and what only.
+        return JSONResponse({"detail": [validation_problem(err) for err in e.errors()]}, status_code=422)
 
     @app.exception_handler(InvalidRequestError)
     async def _invalid(_r: Request, e: InvalidRequestError) -> JSONResponse:
@@ -126,22 +136,66 @@ def create_app(
 
     app.mount(CAPTURE_PREFIX, proxy.app)
     mcp.mount(app)
-    web = WebUI(app, service, token)  # the Gradio UI at /web, loaded on first use
-    return TokenAuth(_limit_body(web.wrap(app)), token)
+    limiter = AuthFailureLimiter()  # shared by the bearer/cookie/socket checks and the login form
+    web = WebUI(app, service, token, limiter)  # the Gradio UI at /web, loaded on first use
+    redact_server_logs()
+    return TokenAuth(limit_body(web.wrap(app)), token, own_origins=[origin_of(public_url)], limiter=limiter)
 
 
-def _limit_body(app):
-    """Refuse request bodies over MAX_BODY_BYTES before anything parses them."""
+def validation_problem(err: dict) -> dict:
+    """One of FastAPI's validation errors without its `input`, `ctx` and `url`, in JSON-safe text."""
+    return {"type": err.get("type", ""), "loc": [x if isinstance(x, int) else safe_text(str(x), 200) for x in err.get("loc", ())],
+            "msg": safe_text(str(err.get("msg", "")), 2000)}
 
-    async def limited(scope, receive, send):
-        if scope["type"] == "http" and not scope.get("path", "").startswith(CAPTURE_PREFIX):
-            for k, v in scope.get("headers", ()):
-                if k == b"content-length" and v.isdigit() and int(v) > MAX_BODY_BYTES:
-                    from harness_env.core.capture.asgi import error_reply, send_reply
 
-                    await send_reply(send, error_reply(413, f"request body over {MAX_BODY_BYTES} bytes", "request_too_large"))
-                    return
-        await app(scope, receive, send)
+def _too_large(limit: int):
+    reply = error_reply(413, f"request body over {limit} bytes; send less (files and commands have their own limits)", "request_too_large")
+    # The rest of the body is not read: the connection closes after this answer.
+    reply.headers.append((b"connection", b"close"))
+    return reply
+
+
+def limit_body(app, limit: int = MAX_BODY_BYTES):
+    """Refuse request bodies over `limit` bytes, on every route but /capture (the proxy bounds its
+    own): a declared content-length at once, a chunked body as soon as it passes the limit. Then
+    the client gets 413, the app sees a disconnect, and nothing it answers after is sent."""
+
+    async def limited(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path", "").startswith(CAPTURE_PREFIX):
+            await app(scope, receive, send)
+            return
+        declared = header(scope, b"content-length") or ""
+        if declared.isdigit() and int(declared) > limit:
+            await send_reply(send, _too_large(limit))
+            return
+        received, refused, started = 0, False, False
+
+        async def counted() -> dict:
+            nonlocal received, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    refused = True
+                    if not started:
+                        await send_reply(send, _too_large(limit))
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded(message: dict) -> None:
+            nonlocal started
+            if refused:
+                return  # the client has its 413
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await app(scope, counted, guarded)
+        except Exception:
+            if not refused:
+                raise  # only a failure on the body cut short is expected here, and answered
 
     return limited
 

@@ -8,15 +8,29 @@ A browser cannot send a bearer header, so the web UI (/web) also accepts a sessi
 login form at /web/login sets after checking the token once (server/web/login.py). The cookie holds
 an HMAC derived from the token, not the token, and is scoped to /web: it opens the UI and nothing
 else.
+
+Three more guards live here, because they are about who is asking:
+- requests a browser sends from another origin (a page on another port or site) are refused, so
+  no page but the server's own can read /web or start a rollout with the user's cookie;
+- failed authentications are counted per client address (AuthFailureLimiter): past a few a
+  minute, that address gets 429 for a while, so a token cannot be guessed at speed;
+- tokens in query strings (`/ws?token=`) are redacted from uvicorn's logs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import math
+import re
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
 from http.cookies import CookieError, SimpleCookie
+from urllib.parse import parse_qs, urlsplit
 
-from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, header, send_reply
+from harness_env.core.capture.asgi import Receive, Reply, Scope, Send, error_reply, header, send_reply
 
 OPEN_PATHS = ("/health",)
 OPEN_PREFIXES = ("/capture/",)
@@ -25,9 +39,24 @@ WEB_LOGIN_PATH = "/web/login"
 WEB_COOKIE = "harness_env_web"
 
 
+def utf8(text: str) -> bytes:
+    """`text` as bytes, for any str: the bytes a str from os.environ or argv was decoded from, and
+    for other lone surrogates bytes that no valid token has."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+
+
+def same_secret(given: str | bytes, expected: str) -> bool:
+    """Constant-time comparison that never raises: compare_digest refuses a non-ASCII str (a
+    TypeError, i.e. a 500), so both sides are compared as bytes."""
+    return hmac.compare_digest(given if isinstance(given, bytes) else utf8(given), utf8(expected))
+
+
 def web_session_value(token: str) -> str:
     """What the /web cookie holds: derived from the token, so the browser never stores the token."""
-    return hmac.new(token.encode(), b"harness-env web session v1", hashlib.sha256).hexdigest()
+    return hmac.new(utf8(token), b"harness-env web session v1", hashlib.sha256).hexdigest()
 
 
 def cookie(scope: Scope, name: str) -> str | None:
@@ -45,41 +74,187 @@ def is_web_path(path: str) -> bool:
     return path == WEB_PREFIX or path.startswith(WEB_PREFIX + "/")
 
 
+def client_address(scope: Scope) -> str:
+    """Who is asking, as the server sees the connection (uvicorn rewrites it from X-Forwarded-For
+    only for the proxies `harness-env serve` is told to trust: FORWARDED_ALLOW_IPS)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+class AuthFailureLimiter:
+    """Failed authentications per client address: after `max_failures` within `window_s`, the
+    address gets 429 for `backoff_s` whatever it sends (checking its tokens meanwhile would let it
+    keep guessing). Other addresses are never affected. In memory, bounded to `max_addresses`
+    (the oldest forgotten first): a restart forgets, which only helps the guesser once."""
+
+    def __init__(self, max_failures: int = 10, window_s: float = 60.0, backoff_s: float = 60.0,
+                 max_addresses: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_failures = max_failures
+        self.window_s = window_s
+        self.backoff_s = backoff_s
+        self.max_addresses = max_addresses
+        self.clock = clock
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self._blocked_until: OrderedDict[str, float] = OrderedDict()
+
+    def retry_after(self, address: str) -> int | None:
+        """Whole seconds `address` must wait, or None if it may try."""
+        until = self._blocked_until.get(address)
+        if until is None:
+            return None
+        left = until - self.clock()
+        if left <= 0:
+            del self._blocked_until[address]
+            return None
+        return max(1, math.ceil(left))
+
+    def failed(self, address: str) -> None:
+        now = self.clock()
+        times = self._failures.pop(address, None) or deque()
+        times.append(now)
+        while times and times[0] <= now - self.window_s:
+            times.popleft()
+        if len(times) >= self.max_failures:
+            self._blocked_until[address] = now + self.backoff_s
+            self._blocked_until.move_to_end(address)
+            times.clear()
+        else:
+            self._failures[address] = times  # re-inserted last: the most recent
+        for table in (self._failures, self._blocked_until):
+            while len(table) > self.max_addresses:
+                table.popitem(last=False)
+
+
+def too_many_failures(retry_after: int) -> Reply:
+    reply = error_reply(429, f"too many failed authentications from this address: retry in {retry_after} s", "rate_limited")
+    reply.headers.append((b"retry-after", str(retry_after).encode()))
+    return reply
+
+
+def origin_of(url: str) -> str:
+    """'https://h:8443/x' -> 'https://h:8443' (the form browsers send in Origin)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def is_foreign_origin(scope: Scope, own_origins: Iterable[str]) -> bool:
+    """A browser request from a page of another origin (another port or site). Browsers send
+    Origin on every cross-origin request and on same-origin ones that change state; non-browser
+    clients send none. Same origin: the server's public URL, or the Host the request was sent to.
+    'null' (a sandboxed frame, a file:// page) is foreign."""
+    origin = header(scope, b"origin")
+    if origin is None:
+        return False
+    origin = origin.strip().lower()
+    if origin in own_origins:
+        return False
+    # The Host the browser sent to (or the one a proxy in front forwarded: a page cannot set that
+    # header on a request without a preflight, which is itself refused here).
+    hosts = {(header(scope, name) or "").split(",")[0].strip().lower() for name in (b"host", b"x-forwarded-host")} - {""}
+    try:
+        return urlsplit(origin).netloc not in hosts
+    except ValueError:  # not even a URL: junk
+        return True
+
+
+def _bearer(scope: Scope) -> bytes | None:
+    for key, value in scope.get("headers", ()):
+        if key == b"authorization" and value[:7].lower() == b"bearer ":
+            return value[7:].strip()
+    return None
+
+
+def _query_token(scope: Scope) -> str | None:
+    query = scope.get("query_string", b"").decode("latin-1")
+    values = parse_qs(query, encoding="utf-8", errors="surrogateescape").get("token")
+    return values[0] if values else None
+
+
 class TokenAuth:
-    def __init__(self, app, token: str | None) -> None:
+    def __init__(self, app, token: str | None, *, own_origins: Iterable[str] = (),
+                 limiter: AuthFailureLimiter | None = None) -> None:
         self.app = app
         self.token = token
+        self.own_origins = frozenset(o.lower() for o in own_origins)
+        self.limiter = limiter or AuthFailureLimiter()
 
-    def _allowed(self, scope: Scope) -> bool:
-        path = scope.get("path", "")
-        if not self.token or path in OPEN_PATHS or path.startswith(OPEN_PREFIXES) or path == WEB_LOGIN_PATH:
-            return True
-        if is_web_path(path):
-            value = cookie(scope, WEB_COOKIE)
-            if value and hmac.compare_digest(value, web_session_value(self.token)):
-                return True
-        auth = header(scope, b"authorization") or ""
-        if auth.lower().startswith("bearer ") and hmac.compare_digest(auth[7:].strip(), self.token):
-            return True
-        if scope["type"] == "websocket":  # browsers cannot set headers on a WebSocket
-            from urllib.parse import parse_qs
-
-            qs = parse_qs(scope.get("query_string", b"").decode())
-            return hmac.compare_digest((qs.get("token") or [""])[0], self.token)
-        return False
+    def _credentials(self, scope: Scope) -> list[tuple[str | bytes, str]]:
+        """What the request presents as proof, each with what it must equal, in the forms this route accepts."""
+        assert self.token
+        given: list[tuple[str | bytes, str]] = []
+        if is_web_path(scope.get("path", "")) and (value := cookie(scope, WEB_COOKIE)) is not None:
+            given.append((value, web_session_value(self.token)))
+        if (bearer := _bearer(scope)) is not None:
+            given.append((bearer, self.token))
+        if scope["type"] == "websocket" and (token := _query_token(scope)) is not None:
+            given.append((token, self.token))  # browsers cannot set headers on a WebSocket
+        return given
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket") and not self._allowed(scope):
-            if scope["type"] == "websocket":
-                await send({"type": "websocket.close", "code": 4401})
-                return
-            if scope.get("method") == "GET" and scope.get("path") in (WEB_PREFIX, WEB_PREFIX + "/"):
-                # A person opening the UI: ask for the token once, on the login form.
-                location = (scope.get("root_path", "") + WEB_LOGIN_PATH).encode()
-                await send({"type": "http.response.start", "status": 303, "headers": [(b"location", location), (b"content-length", b"0")]})
-                await send({"type": "http.response.body", "body": b""})
-                return
-            reply = error_reply(401, "missing or wrong token: send 'Authorization: Bearer <token>' (the server's HARNESS_ENV_TOKEN)", "unauthorized")
-            await send_reply(send, reply)
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        if not path.startswith(OPEN_PREFIXES) and is_foreign_origin(scope, self.own_origins):
+            await self._refuse(scope, send, error_reply(
+                403, "cross-origin request refused: only pages served by this server may call it", "forbidden_origin"))
+            return
+        if not self.token or path in OPEN_PATHS or path.startswith(OPEN_PREFIXES) or path == WEB_LOGIN_PATH:
+            await self.app(scope, receive, send)
+            return
+        address = client_address(scope)
+        wait = self.limiter.retry_after(address)
+        if wait is not None:
+            await self._refuse(scope, send, too_many_failures(wait))
+            return
+        given = self._credentials(scope)
+        if any(same_secret(value, expected) for value, expected in given):
+            await self.app(scope, receive, send)
+            return
+        if given:  # a wrong credential is a guess; none at all (a first visit) is not
+            self.limiter.failed(address)
+        if scope["type"] == "http" and scope.get("method") == "GET" and path in (WEB_PREFIX, WEB_PREFIX + "/"):
+            # A person opening the UI: ask for the token once, on the login form.
+            location = (scope.get("root_path", "") + WEB_LOGIN_PATH).encode()
+            await send({"type": "http.response.start", "status": 303, "headers": [(b"location", location), (b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await self._refuse(scope, send, error_reply(
+            401, "missing or wrong token: send 'Authorization: Bearer <token>' (the server's HARNESS_ENV_TOKEN)", "unauthorized"))
+
+    @staticmethod
+    async def _refuse(scope: Scope, send: Send, reply: Reply) -> None:
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 4000 + reply.status})  # 4401, 4403, 4429
+            return
+        await send_reply(send, reply)
+
+
+# -- logs ------------------------------------------------------------------------------------
+_SECRET_PARAM = re.compile(r"([?&](?:[^=&\s\"]*(?:token|key|secret|password)[^=&\s\"]*)=)[^&\s\"]*", re.IGNORECASE)
+
+
+def redact_query_secrets(text: str) -> str:
+    """'/ws?token=abc&x=1' -> '/ws?token=[redacted]&x=1' (any parameter named like a token or key)."""
+    return _SECRET_PARAM.sub(r"\1[redacted]", text)
+
+
+class RedactQuerySecrets(logging.Filter):
+    """uvicorn logs each request's path with its query string; the arguments are redacted in place
+    (uvicorn's access formatter unpacks them, so their number and types stay)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = redact_query_secrets(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact_query_secrets(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+def redact_server_logs() -> None:
+    """Install the filter on the loggers uvicorn writes request lines to (once per process); a
+    logger's filters survive uvicorn's logging configuration, which only replaces handlers."""
+    for name in ("uvicorn.access", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactQuerySecrets) for f in logger.filters):
+            logger.addFilter(RedactQuerySecrets())

@@ -1,6 +1,8 @@
 """Endpoint shorthands: `endpoint="vllm" | "openai" | "hf_router"` resolved from the server's
 environment. Explicit arguments win; a missing value is an error naming the variable to set.
-Keys are read here and never shown (the `catalog` tool reports only whether one is set)."""
+Keys are read here and never shown (the `catalog` tool reports only whether one is set), and a
+catalog key is only ever sent to its own entry's URL: a caller's base_url with a catalog endpoint
+whose key would be used is refused."""
 
 from __future__ import annotations
 
@@ -51,22 +53,42 @@ def resolve_endpoint(args: RolloutArgs, env: dict[str, str] | None = None) -> tu
         entry = CATALOG.get(args.endpoint)
         if entry is None:
             raise InvalidRequestError(f"unknown endpoint {args.endpoint!r}; choose one of {', '.join(CATALOG)} or pass base_url and model")
-    base_url = args.base_url or (entry and (env.get(entry.url_var) or entry.default_url)) or ""
+    own_url = (entry and (env.get(entry.url_var) or entry.default_url)) or ""
+    base_url = args.base_url or own_url
     model = args.model or (entry and (env.get(entry.model_var) or entry.default_model)) or ""
     key = args.api_key.get_secret_value() or (entry and env.get(entry.key_var)) or ""
     if not base_url:
         raise InvalidRequestError("no endpoint: pass base_url (and model), or endpoint=vllm|openai|hf_router")
+    if entry and args.base_url and not args.api_key.get_secret_value() and env.get(entry.key_var):
+        _check_own_url(entry, args.base_url, own_url)
     if not model:
         hint = f" or set {entry.model_var} on the server" if entry else ""
         raise InvalidRequestError(f"no model for endpoint {args.endpoint or base_url}: pass model{hint}")
     if entry and entry.name != "vllm" and not key:
         raise InvalidRequestError(f"endpoint {entry.name!r} needs an API key: pass api_key or set {entry.key_var} on the server")
+    url_source = "base_url" if args.base_url else (entry.url_var if entry else "base_url")
     try:
-        resolved = Endpoint(base_url=normalise_base_url(base_url), api_key=SecretStr(key), model=model)
+        resolved = Endpoint(base_url=_normalised(base_url, url_source), api_key=SecretStr(key), model=model)
     except ValidationError as e:
         raise InvalidRequestError(f"invalid endpoint: {e.errors()[0]['msg']}") from None
     check_allowed_host(resolved.base_url, env)
     return resolved, entry
+
+
+def _check_own_url(entry: CatalogEntry, base_url: str, own_url: str) -> None:
+    """A catalog key goes only to its entry's own URL: another base_url would get the server's key."""
+    if _normalised(base_url, "base_url") != _normalised(own_url, entry.url_var):
+        raise InvalidRequestError(
+            f"endpoint {entry.name!r} with your own base_url would send the server's {entry.key_var} to that host: "
+            f"drop base_url (to use {entry.name!r} as configured), or pass your own api_key with it"
+        )
+
+
+def _normalised(url: str, name: str) -> str:
+    try:
+        return normalise_base_url(url)
+    except ValueError as e:  # urlsplit refuses e.g. 'http://[::1'
+        raise InvalidRequestError(f"{name} is not a valid URL ({e}); give http(s)://host[:port]/path") from None
 
 
 def check_allowed_host(base_url: str, env: dict[str, str]) -> None:

@@ -48,7 +48,12 @@ def serve(
     # Sandboxes on this machine reach the proxy over loopback unless told otherwise.
     url = public_url or f"http://127.0.0.1:{port}"
     app = create_app(public_url=url, token=token, max_concurrent=max_concurrent, max_queue=max_queue)
-    uvicorn.run(app, host=host, port=port, log_level=os.environ.get("HARNESS_ENV_LOG_LEVEL", "info"), timeout_graceful_shutdown=10)
+    # X-Forwarded-For names the client (for the failed-authentication limit) only when the operator
+    # names the proxies that set it (uvicorn's FORWARDED_ALLOW_IPS); uvicorn alone trusts loopback,
+    # where any local process could claim to be any address.
+    trust_proxy = bool(os.environ.get("FORWARDED_ALLOW_IPS"))
+    uvicorn.run(app, host=host, port=port, log_level=os.environ.get("HARNESS_ENV_LOG_LEVEL", "info"), timeout_graceful_shutdown=10,
+                proxy_headers=trust_proxy)
     return 0
 
 

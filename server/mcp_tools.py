@@ -10,7 +10,8 @@ kinds of client.
   calls over that socket as `step` messages). Sessions there are names only: nothing is kept.
 
 A failed rollout is a result with `error`, never a protocol error; bad arguments and a full queue
-are tool errors with a clear message.
+are tool errors with a clear message. On every face, a client that goes away cancels its call (and
+so its rollout, whose clean-up then runs), as POST /rollout does.
 """
 
 from __future__ import annotations
@@ -210,10 +211,9 @@ class McpFace:
             await send_reply(send, json_reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "body is not JSON (or over 32 MB)"}}))
             return
         if "text/event-stream" not in (header(scope, b"accept") or ""):  # OpenEnv's plain JSON-RPC
-            if isinstance(msg, list):  # a batch
-                await send_reply(send, json_reply(200, [await self.rpc(m) for m in msg]))
-            else:
-                await send_reply(send, json_reply(200, await self.rpc(msg)))
+            answer = await _unless_disconnected(receive, self._rpc_all(msg))
+            if answer is not None:
+                await send_reply(send, json_reply(200, answer))
             return
         if not (isinstance(msg, dict) and msg.get("jsonrpc") == "2.0" and ("method" in msg or "result" in msg or "error" in msg)):
             await send_reply(send, json_reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "expected one JSON-RPC 2.0 message"}}))
@@ -229,26 +229,48 @@ class McpFace:
             return
         await self._sse.handle_request(scope, _replay(body, receive), send)
 
+    async def _rpc_all(self, msg: Any) -> Any:
+        if isinstance(msg, list):  # a batch, one call after another
+            return [await self.rpc(m) for m in msg]
+        return await self.rpc(msg)
+
     async def websocket(self, ws: WebSocket) -> None:
         """OpenEnv's session socket: held open by newer clients, used for calls by older ones."""
         await ws.accept()
+        incoming: asyncio.Task | None = None  # the next message, read while a step runs
         try:
             while True:
-                msg = await ws.receive_json()
+                incoming = incoming or asyncio.create_task(ws.receive())
+                message = await incoming
+                incoming = None
+                if message["type"] == "websocket.disconnect":
+                    break
+                msg = json.loads(message.get("text") or message.get("bytes") or "")
                 kind = msg.get("type") if isinstance(msg, dict) else None
                 if kind == "close":
                     break
                 if kind == "step":
-                    await ws.send_json(await self._ws_step(msg.get("data") or {}))
+                    step = asyncio.create_task(self._ws_step(msg.get("data") or {}))
+                    try:
+                        incoming = asyncio.create_task(ws.receive())
+                        await asyncio.wait({step, incoming}, return_when=asyncio.FIRST_COMPLETED)
+                        if not step.done() and incoming.result()["type"] == "websocket.disconnect":
+                            break  # the client went away mid-call: its rollout is cancelled below
+                        await ws.send_json(await step)  # a message sent meanwhile is handled next
+                    finally:
+                        if not step.done():
+                            await _cancel(step)
                 elif kind == "reset":
                     await ws.send_json({"type": "observation", "data": {"observation": {}, "reward": None, "done": False}})
                 elif kind == "state":
                     await ws.send_json({"type": "state", "data": {}})
                 else:
                     await ws.send_json({"type": "error", "data": {"message": f"unknown message type {kind!r}", "code": "bad_message"}})
-        except (WebSocketDisconnect, json.JSONDecodeError, RuntimeError):
+        except (WebSocketDisconnect, ValueError, RuntimeError):  # ValueError: not JSON
             pass
         finally:
+            if incoming is not None:
+                incoming.cancel()
             try:
                 await ws.close()
             except RuntimeError:
@@ -297,6 +319,30 @@ def _invalid_request(msg: dict[str, Any]) -> str | None:
     except ValidationError as e:
         return f"not a valid JSON-RPC request: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}"
     return None
+
+
+async def _cancel(task: asyncio.Task) -> None:
+    """Cancel `task` and wait until its clean-up has run."""
+    task.cancel()
+    await asyncio.wait({task})
+
+
+async def _unless_disconnected(receive: Receive, work) -> Any:
+    """Run `work` (after the request body was read) while watching the connection: a client that
+    goes away cancels it (None). The plain JSON-RPC face has no SDK doing this for it."""
+    async def until_disconnect() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    task = asyncio.create_task(work)
+    watcher = asyncio.create_task(until_disconnect())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            await _cancel(task)
+        watcher.cancel()
+    return task.result() if not task.cancelled() else None
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -7,7 +7,7 @@ streamed chunk than the proxy's own work; bench/proxy.py measures the difference
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness_env.core.capture import fastjson
@@ -28,6 +28,7 @@ class Reply:
     content_type: str = "application/json"
     stream: AsyncIterator[bytes] | None = None  # when set, sent chunk by chunk as it yields
     after: Callable[[], None] | None = None  # runs once the whole reply is sent (or the send failed)
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)  # beyond content-type and -length
 
 
 def json_reply(status: int, obj: Any) -> Reply:
@@ -70,7 +71,7 @@ async def read_body(receive: Receive, limit: int) -> bytes:
 
 
 async def send_reply(send: Send, reply: Reply) -> None:
-    headers = [(b"content-type", reply.content_type.encode())]
+    headers = [(b"content-type", reply.content_type.encode()), *reply.headers]
     if reply.stream is None:
         headers.append((b"content-length", str(len(reply.body)).encode()))
         await send({"type": "http.response.start", "status": reply.status, "headers": headers})

@@ -22,7 +22,7 @@ from contextlib import AsyncExitStack
 from fastapi import FastAPI
 
 from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, send_reply
-from harness_env.server.auth import WEB_LOGIN_PATH, WEB_PREFIX, is_web_path
+from harness_env.server.auth import WEB_LOGIN_PATH, WEB_PREFIX, AuthFailureLimiter, is_web_path
 from harness_env.server.service import RolloutService
 from harness_env.server.web.login import add_login_routes
 
@@ -54,14 +54,14 @@ def _import_gradio() -> str | None:
 class WebUI:
     """Adds /web to `app`: the login routes at once, the Gradio page on first use."""
 
-    def __init__(self, app: FastAPI, service: RolloutService, token: str | None) -> None:
+    def __init__(self, app: FastAPI, service: RolloutService, token: str | None, limiter: AuthFailureLimiter | None = None) -> None:
         self.app = app
         self.service = service
         self.page = None  # the WebPage, once mounted
         self._lock = asyncio.Lock()
         self._stack = AsyncExitStack()
         self._gradio_cache: str | None = None
-        add_login_routes(app, token)
+        add_login_routes(app, token, limiter)
 
     def wrap(self, inner):
         """An ASGI app that mounts the page before the first /web request reaches `inner`."""

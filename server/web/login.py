@@ -2,20 +2,28 @@
 
 TokenAuth (server/auth.py) lets /web/login through and accepts the cookie on /web paths. The
 cookie is HttpOnly (page scripts cannot read it) and SameSite=Lax (other sites cannot make the
-browser send it with their requests), and Secure when the page is served over HTTPS.
+browser send it with their requests), and Secure when the page is served over HTTPS. Wrong tokens
+count against the client's address in the same limiter as the API's (429 past a few a minute).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 from html import escape
 from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from harness_env.server.auth import WEB_COOKIE, WEB_LOGIN_PATH, WEB_PREFIX, web_session_value
+from harness_env.server.auth import (
+    WEB_COOKIE,
+    WEB_LOGIN_PATH,
+    WEB_PREFIX,
+    AuthFailureLimiter,
+    client_address,
+    same_secret,
+    web_session_value,
+)
 
 MAX_FORM_BYTES = 8192
 FAILED_LOGIN_DELAY_S = 0.5  # slows guessing down; a right token is not delayed
@@ -51,9 +59,10 @@ def _secure(request: Request) -> bool:
     return proto.split(",")[0].strip() == "https"
 
 
-def add_login_routes(app: FastAPI, token: str | None) -> None:
+def add_login_routes(app: FastAPI, token: str | None, limiter: AuthFailureLimiter | None = None) -> None:
     """GET/POST /web/login and GET /web/logout; must be added before the UI is mounted at /web."""
     web_root = WEB_PREFIX + "/"
+    limiter = limiter or AuthFailureLimiter()
 
     @app.get(WEB_LOGIN_PATH, include_in_schema=False)
     async def login_form(request: Request) -> Response:
@@ -66,13 +75,19 @@ def add_login_routes(app: FastAPI, token: str | None) -> None:
         root = request.scope.get("root_path", "")
         if not token:
             return RedirectResponse(root + web_root, status_code=303)
+        address = client_address(request.scope)
+        wait = limiter.retry_after(address)
+        if wait is not None:
+            return HTMLResponse(_page(request, f"too many wrong tokens: try again in {wait} s"), status_code=429,
+                                headers={"retry-after": str(wait)})
         body = b""
         async for chunk in request.stream():
             body += chunk
             if len(body) > MAX_FORM_BYTES:
                 return HTMLResponse(_page(request, "form too large"), status_code=413)
         given = (parse_qs(body.decode("utf-8", "replace")).get("token") or [""])[0].strip()
-        if not given or not hmac.compare_digest(given.encode(), token.encode()):
+        if not given or not same_secret(given, token):
+            limiter.failed(address)
             await asyncio.sleep(FAILED_LOGIN_DELAY_S)
             return HTMLResponse(_page(request, "wrong token"), status_code=401)
         reply = RedirectResponse(root + web_root, status_code=303)
