@@ -3,8 +3,9 @@
 An upstream that rejects a key often echoes it ("Incorrect API key provided: sk-..."); without
 redaction the real key would reach the agent's tool output, the result's error, the log tails and
 the recorded request messages of later turns. The Redactor removes each secret's full value and any
-piece of it at least half as long (a truncated echo such as "sk-proj-AbCd...": a masked form that
-keeps a few characters at the ends is left alone), in its raw and JSON-escaped spellings.
+prefix or suffix of it at least half as long (a truncated echo such as "sk-proj-AbCd7x..."; a
+masked form that keeps a few characters at the ends is left alone), in its raw and JSON-escaped
+spellings.
 
 Secrets come from the session (the endpoint's upstream key) and from a process-wide registry where
 other components add theirs (judge keys, the server token): `register_secret(value)`.
@@ -71,33 +72,33 @@ def _spellings(secret: str) -> set[str]:
 
 
 class _Needle(Generic[T]):
-    """One spelling of a secret, with the anchors that find any long enough piece of it.
-
-    Any piece of length >= `min_len` contains one of the aligned blocks of length min_len // 2,
-    so finding the blocks (str.find, fast) and extending each hit both ways finds every piece.
-    """
+    """One spelling of a secret. Echoes keep its start (truncated: "sk-proj-AbCd...") or its end,
+    so any prefix or suffix at least half as long is masked: it begins with the secret's first
+    `min_len` characters or ends with its last ones, two plain searches per text."""
 
     def __init__(self, value: T) -> None:
         self.value = value
         self.min_len = max(MIN_SECRET_CHARS, (len(value) + 1) // 2)
-        size = self.min_len // 2
-        starts = sorted({*range(0, len(value) - size + 1, size), len(value) - size})
-        self.blocks = [(k, value[k : k + size]) for k in starts]
+        self.head, self.tail = value[: self.min_len], value[-self.min_len :]
 
     def spans(self, text: T) -> list[tuple[int, int]]:
-        value, found = self.value, []
-        for k, block in self.blocks:
-            p = text.find(block)
-            while p >= 0:
-                left = 0
-                while left < k and p - left > 0 and text[p - left - 1] == value[k - left - 1]:
-                    left += 1
-                end, j = p + len(block), k + len(block)
-                while j < len(value) and end < len(text) and text[end] == value[j]:
-                    end, j = end + 1, j + 1
-                if end - (p - left) >= self.min_len:
-                    found.append((p - left, end))
-                p = text.find(block, p + 1)
+        value, n, found = self.value, len(self.value), []
+        p = text.find(self.head)
+        while p >= 0:  # a prefix: extend it to the right as far as it follows the secret
+            end, j = p + self.min_len, self.min_len
+            while j < n and end < len(text) and text[end] == value[j]:
+                end, j = end + 1, j + 1
+            found.append((p, end))
+            p = text.find(self.head, p + 1)
+        if self.tail == self.head:
+            return found  # a short secret: masked only whole
+        p = text.find(self.tail)
+        while p >= 0:  # a suffix: extend it to the left
+            start, j = p, n - self.min_len
+            while j > 0 and start > 0 and text[start - 1] == value[j - 1]:
+                start, j = start - 1, j - 1
+            found.append((start, p + self.min_len))
+            p = text.find(self.tail, p + 1)
         return found
 
 
