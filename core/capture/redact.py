@@ -66,9 +66,11 @@ def registered_secrets() -> frozenset[str]:
 
 
 def _spellings(secret: str) -> set[str]:
-    """The forms a secret takes in text: as is, and inside a JSON string (with or without "\\/")."""
+    """The forms a secret takes in text: as is, and inside a JSON string (with or without "\\/").
+    A secret of several lines (a PEM key) is also masked line by line, so no form spans a line
+    break (what StreamRedactor relies on)."""
     escaped = json.dumps(secret)[1:-1]
-    return {secret, escaped, escaped.replace("/", "\\/")}
+    return {*secret.splitlines(), escaped, escaped.replace("/", "\\/")}
 
 
 class _Needle(Generic[T]):
@@ -106,7 +108,7 @@ class Redactor:
     """Masks a fixed set of secrets in str, bytes and JSON-like values."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
-        forms = {f for s in secrets if s and len(s) >= MIN_SECRET_CHARS for f in _spellings(s)}
+        forms = {f for s in secrets if s and len(s) >= MIN_SECRET_CHARS for f in _spellings(s) if len(f) >= MIN_SECRET_CHARS}
         self._str = [_Needle(f) for f in sorted(forms)]
         self._bytes = [_Needle(f.encode()) for f in sorted(forms)]
         self.longest = max((len(n.value) for n in self._bytes), default=0)

@@ -104,3 +104,16 @@ def test_registry_reaches_open_sessions_and_can_be_undone():
     finally:
         unregister_secret(judge)
     assert judge not in registered_secrets() and session.redact(judge) == judge
+
+
+def test_a_secret_of_several_lines_is_masked_line_by_line_in_streams():
+    pem = "-----BEGIN KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END KEY-----"
+    r = Redactor([pem])
+    assert r.redact("echo: MIIEvQIBADANBgkqhkiG9w0BAQEFAASC") == f"echo: {MASK}"  # one line of it alone
+    data = f"data: {pem}\n\n".encode()
+    for i in range(len(data) + 1):
+        for j in range(i, len(data) + 1):
+            s = StreamRedactor(r)
+            out = s.feed(data[:i]) + s.feed(data[i:j]) + s.feed(data[j:]) + s.flush()
+            assert b"MIIEvQIBADANBgkq" not in out and b"ADANBgkqhkiG9w0BAQEFAASC" not in out, (i, j)
+    assert json.loads(r.redact(json.dumps({"k": pem}))) == {"k": MASK}  # whole, as a JSON string
