@@ -5,6 +5,7 @@ import json
 import httpx
 import pytest
 
+from harness_env import RolloutRequest, Task, run_rollout
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.redact import register_secret, unregister_secret
 from harness_env.core.capture.rewrite import CapturePolicy
@@ -238,3 +239,13 @@ async def test_registered_secrets_are_masked_too(proxy_env):
         unregister_secret(judge)
     assert r.status_code == 500 and r.json()["error"]["message"] == "bad judge key [redacted]"
     assert judge not in _nowhere(session, r.text)
+
+
+async def test_key_echoed_in_a_401_is_nowhere_in_a_rollout_result():
+    """Through the engine: the agent's view of the error, result.error, the log tails, the turns."""
+    with FakePolicyServer(FakePolicy(scripts={"m": [{"status": 401, "echo_auth": True}]})) as upstream:
+        req = RolloutRequest(task=Task(instruction="x", verify=["true"]), harness="whitebox",
+                             endpoint=Endpoint(base_url=upstream.base_url, model="m", api_key=LONG_KEY))
+        res = await run_rollout(req)
+    assert "Incorrect API key provided: [redacted]." in res.error and "[redacted]" in res.agent_log_tail
+    assert LONG_KEY[:20] not in res.model_dump_json() and LONG_KEY[-20:] not in res.model_dump_json()
