@@ -168,7 +168,7 @@ class StreamRedactor:
         if not self._r:
             return chunk
         buf = self._carry + chunk if self._carry else chunk
-        cut = buf.rfind(b"\n") + 1
+        cut = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1  # SSE lines may also end in a lone CR
         if len(buf) - cut > MAX_STREAM_CARRY:
             # A huge line with no end yet: mask it whole, and keep back only what could be the
             # start of a secret that continues in the next chunk.

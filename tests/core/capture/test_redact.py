@@ -117,3 +117,8 @@ def test_a_secret_of_several_lines_is_masked_line_by_line_in_streams():
             out = s.feed(data[:i]) + s.feed(data[i:j]) + s.feed(data[j:]) + s.flush()
             assert b"MIIEvQIBADANBgkq" not in out and b"ADANBgkqhkiG9w0BAQEFAASC" not in out, (i, j)
     assert json.loads(r.redact(json.dumps({"k": pem}))) == {"k": MASK}  # whole, as a JSON string
+
+
+def test_stream_lines_ended_by_a_lone_cr_are_not_held_back():
+    s = StreamRedactor(Redactor([KEY]))
+    assert s.feed(f"data: {KEY}\r\rdata: x".encode()) == f"data: {MASK}\r\r".encode()
