@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from harness_env.core.errors import HarnessEnvError, InvalidRequestError
 from harness_env.core.sandbox import safefs
-from harness_env.core.sandbox.base import ExecResult, TailBuffer
+from harness_env.core.sandbox.base import ExecResult
 from harness_env.core.sandbox.local import LocalSandbox
 
 T = TypeVar("T")
@@ -171,10 +171,17 @@ class ToolBox:
             return self.limits.timeout_s
         return max(0.1, min(self.limits.timeout_s, self.deadline - time.monotonic()))
 
-    def _bounded(self, text: str) -> str:
-        buf = TailBuffer(self.limits.max_output_bytes)
-        buf.feed(text.encode())
-        return buf.text()
+    def _listing(self, names: list[str], plus: str, what: str, hint: str) -> str:
+        """The first names (at most MAX_LIST_ENTRIES, within the output bound), and how many more."""
+        shown, used = [], 0
+        for name in names[:MAX_LIST_ENTRIES]:
+            used += len(name.encode()) + 1
+            if used > self.limits.max_output_bytes - 100:
+                break
+            shown.append(name)
+        if len(names) > len(shown) or plus:
+            shown.append(f"[{len(names) - len(shown)}{plus} more {what}; {hint}]")
+        return "\n".join(shown)
 
     @property
     def _root(self) -> str:
@@ -264,17 +271,15 @@ class ToolBox:
         rel = self._rel(path)
         listing = await self._fs(_list_dir, self._root, rel)
         entries, more = listing
-        shown = entries[:MAX_LIST_ENTRIES]
-        body = "\n".join(shown)
-        if len(entries) > len(shown) or more:
-            body += f"\n[{len(entries) - len(shown)}{'+' if more else ''} more entries; use bash (ls | head, find) to page through them]"
-        return ToolReply(self._bounded(body) if entries else f"{path} is empty")
+        if not entries:
+            return ToolReply(f"{path} is empty")
+        return ToolReply(self._listing(entries, "+" if more else "", "entries", "use bash (ls | head, find) to page through them"))
 
     async def _grep(self, pattern: str, path: str = ".", include: str = "") -> ToolReply:
-        self._rel(path)  # refuse paths outside the workspace before running anything
+        where = self._rel(path) or "."  # refuses paths outside the workspace before running anything
         inc = f" --include={shlex.quote(include)}" if include else ""
         # -D skip: FIFOs and devices are not read (grep runs in the sandbox, under the timeout)
-        code, out = await self._run(f"grep -rnIE -D skip{inc} -e {shlex.quote(pattern)} -- {shlex.quote(path)}")
+        code, out = await self._run(f"grep -rnIE -D skip{inc} -e {shlex.quote(pattern)} -- {shlex.quote(where)}")
         if code == 1 and not out.strip():
             return ToolReply("no matches")
         return ToolReply(out.rstrip("\n"), ok=code == 0)
@@ -288,14 +293,12 @@ class ToolBox:
             lambda: safefs.glob(self._root, pattern, max_entries=MAX_SCAN_ENTRIES, max_depth=MAX_GLOB_DEPTH,
                                 deadline=time.monotonic() + timeout * 0.8)
         )
-        matches = found.matches
-        cut = len(matches) - MAX_LIST_ENTRIES
-        body = "\n".join(matches[:MAX_LIST_ENTRIES]) + (f"\n[{cut} more matches]" if cut > 0 else "")
+        body = self._listing(found.matches, "", "matches", "narrow the pattern") if found.matches else ""
         if found.stopped:
             why = {"entries": f"after looking at {MAX_SCAN_ENTRIES} entries", "time": "when its time was up",
                    "depth": f"at depth {MAX_GLOB_DEPTH}", "matches": "after too many matches"}[found.stopped]
             body += f"\n[the search stopped {why}; the list may be incomplete: narrow the pattern or use bash (find)]"
-        return ToolReply(self._bounded(body.strip("\n")) if matches or found.stopped else "no files match")
+        return ToolReply(body.strip("\n") or "no files match")
 
     async def _submit(self, answer: str) -> ToolReply:
         return ToolReply("submitted", submitted=answer)
@@ -493,4 +496,11 @@ def check_arguments(name: str, args: Any) -> str | None:
         want = _JSON_TYPES[props[key]["type"]]
         if not isinstance(value, want) or (want is int and isinstance(value, bool)):
             return f"argument {key} of {name} must be a {props[key]['type']}, got {type(value).__name__}"
+        if isinstance(value, str):
+            try:
+                value.encode()
+            except UnicodeEncodeError as e:
+                return f"argument {key} of {name} has a lone surrogate ({value[e.start]!a}) at position {e.start}; send valid Unicode text"
+        if key == "path" and "\0" in value:
+            return f"argument path of {name} has a NUL character; send the file's name as it is"
     return None
