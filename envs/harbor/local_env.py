@@ -27,22 +27,37 @@ start); for other tasks the Dockerfile is ignored and a note is logged. `user` i
 (everything runs as the calling user); resource limits are the sandbox's own. Harbor reads the
 verifier and agent directories through download_dir (capabilities.mounted stays False: the host
 copies are Harbor's own trial dirs, ours live in the rollout directory).
+
+Everything in the rollout directory is the agent's to plant links, FIFOs, huge files and deep
+trees in, so every transfer goes through core/sandbox/safefs from the rollout directory: uploads
+replace what is in their way instead of writing through it, downloads copy regular files and
+directories only (bounded per file, per copy, in count and depth), nothing follows a link, and all
+of it runs in a thread. Harbor's filtered and excluding downloads, which would run find/tar in the
+sandbox and copy an archive of any size out, are done the same way from the host. Before each
+command the directories bubblewrap binds are checked to be real directories (bwrap follows links in
+bind sources); when the verifier starts, /tests and /logs/verifier are made afresh and commands get
+the sandbox's verify environment (a fresh HOME, the system PATH: nothing the agent left in its
+home runs in the verifier).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import os
 import shlex
-import shutil
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities
 from harbor.models.task.config import TaskOS
+from harbor.utils.path_filter import filter_paths_by_patterns
 
 from harness_env.core import toolchain
 from harness_env.core.errors import SandboxError, ToolMissingError
+from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.envvars import SYSTEM_PATH
 from harness_env.core.sandbox.local import LocalSandbox, bwrap_available, create_local_sandbox
 from harness_env.envs.harbor.task_dir import DEFAULT_WORKDIR, FILES_DIRNAME, SETUP_SCRIPT
@@ -50,6 +65,14 @@ from harness_env.envs.harbor.task_dir import DEFAULT_WORKDIR, FILES_DIRNAME, SET
 ENV_TYPE = "harness-env-local"
 DEFAULT_EXEC_TIMEOUT_S = 3600.0
 SETUP_TIMEOUT_S = 600.0
+VERIFIER_REL = "verifier"  # the sandbox's verifier directory, relative to the rollout directory
+# What one download may copy into Harbor's trial directory (Harbor reads those files whole, on its
+# event loop): a larger file is left out, never cut, and noted.
+DOWNLOAD_MAX_FILE_BYTES = 32 * 1024 * 1024
+DOWNLOAD_MAX_TOTAL_BYTES = 128 * 1024 * 1024
+DOWNLOAD_MAX_FILES = 10_000
+DOWNLOAD_MAX_DEPTH = 32
+MAX_TRANSFER_NOTES = 20
 # Top-level directories a workdir may not live under: bwrap can't create a mount point inside the
 # host's read-only system directories, and the others are the sandbox's own mounts.
 _FORBIDDEN_WORKDIR_TOPS = frozenset({"", "usr", "bin", "sbin", "lib", "lib64", "etc", "var", "opt", "proc", "dev", "sys",
@@ -67,9 +90,14 @@ class LocalHarborEnvironment(BaseEnvironment):
     `EnvironmentConfig(import_path="harness_env.envs.harbor.local_env:LocalHarborEnvironment")`."""
 
     _sandbox: LocalSandbox | None = None
+    _verifying = False  # set when Harbor's verifier starts: commands then get the verify environment
     # The workspace's files as they stood when the environment stopped (the sandbox is gone then).
     collected_files: dict[str, str] | None = None
     sandbox_id: str | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.transfer_notes: list[str] = []  # what downloads left out (links, FIFOs, oversized files)
 
     @staticmethod
     def type() -> str:
@@ -108,25 +136,38 @@ class LocalHarborEnvironment(BaseEnvironment):
             self.workdir: "workspace",
         }
 
-    def _mapping(self) -> list[tuple[PurePosixPath, Path]]:
-        sb = self._require()
-        pairs = [(PurePosixPath("/logs/verifier"), Path(sb.verifier_dir))]
-        pairs += [(PurePosixPath(inside), sb.root / rel) for inside, rel in self._binds().items()]
+    def _mapping(self) -> list[tuple[PurePosixPath, str]]:
+        """(container path, its directory relative to the rollout directory), longest first."""
+        pairs = [(PurePosixPath("/logs/verifier"), VERIFIER_REL)]
+        pairs += [(PurePosixPath(inside), rel) for inside, rel in self._binds().items()]
         return sorted(pairs, key=lambda p: len(p[0].parts), reverse=True)
 
-    def host_path(self, path: str | PurePosixPath) -> Path:
-        """The host path of an environment path: one of the mapped directories (relative paths
-        are relative to the workdir), or an absolute path already inside the rollout directory."""
+    def rel_path(self, path: str | PurePosixPath) -> str:
+        """An environment path as a path relative to the rollout directory, by name only (no link
+        is resolved: callers open it with safefs, from the rollout directory, which the agent
+        cannot replace). Relative paths are relative to the workdir; absolute ones are one of the
+        mapped directories or already inside the rollout directory. SandboxError otherwise, or for
+        a path with '..' in it."""
         sb = self._require()
         p = PurePosixPath(path)
         if not p.is_absolute():
             p = PurePosixPath(self.workdir) / p
-        if p.is_relative_to(PurePosixPath(str(sb.root))):  # bound at its own path (may be under /tmp)
-            return sb.resolve(str(p))
-        for inside, host in self._mapping():
+        if ".." in p.parts:
+            raise SandboxError(f"{ENV_TYPE}: path {str(path)!r} goes up with '..'")
+        root = PurePosixPath(str(sb.root))
+        if p.is_relative_to(root):  # bound at its own path (may be under /tmp)
+            return str(p.relative_to(root))
+        for inside, rel in self._mapping():
             if p == inside or p.is_relative_to(inside):
-                return sb.resolve(str(host.joinpath(*p.relative_to(inside).parts)))
-        return sb.resolve(str(p))  # raises SandboxError outside the rollout directory
+                return str(PurePosixPath(rel).joinpath(*p.relative_to(inside).parts))
+        raise SandboxError(f"{ENV_TYPE}: path {str(path)!r} is outside the environment's mapped directories")
+
+    def host_path(self, path: str | PurePosixPath) -> Path:
+        """The host path of an environment path (see rel_path), checked to stay inside the rollout
+        directory after links are followed. A name for a working directory: never open it with
+        open(), read it through safefs from the rollout directory and rel_path."""
+        sb = self._require()
+        return sb.resolve(str(sb.root / self.rel_path(path)))
 
     def _require(self) -> LocalSandbox:
         if self._sandbox is None:
@@ -176,16 +217,16 @@ class LocalHarborEnvironment(BaseEnvironment):
         env_dir = Path(self.environment_dir)
         files, setup = env_dir / FILES_DIRNAME, env_dir / SETUP_SCRIPT
         if files.is_dir():
-            await asyncio.to_thread(shutil.copytree, files, self._require().workspace, dirs_exist_ok=True, symlinks=True)
+            await asyncio.to_thread(safefs.copy_in, files, self._require().root, "workspace")  # links stay links
         if setup.is_file():
             sb = self._require()
             script = sb.root / "tmp" / ".harness-env-setup.sh"
-            await asyncio.to_thread(shutil.copyfile, setup, script)
+            await asyncio.to_thread(safefs.copy_in, setup, sb.root, f"tmp/{script.name}")
             result = await sb.exec(
                 ["bash", str(script)], timeout=self.task_env_config.build_timeout_sec or SETUP_TIMEOUT_S,
                 env=self._persistent_env, cwd=sb.workspace
             )
-            script.unlink(missing_ok=True)
+            await asyncio.to_thread(self._remove_in_rollout, "tmp", script.name)  # no link followed
             if result.exit_code != 0:
                 what = "timed out" if result.timed_out else f"failed with exit code {result.exit_code}"
                 raise RuntimeError(f"environment/setup.sh {what}: {(result.stderr or result.stdout)[-2000:]}")
@@ -194,6 +235,16 @@ class LocalHarborEnvironment(BaseEnvironment):
                 f"{ENV_TYPE}: the task's Dockerfile/docker_image is ignored; commands run on the host's "
                 "system (read-only) in a bubblewrap sandbox"
             )
+
+    def _remove_in_rollout(self, parent: str, name: str) -> None:
+        try:
+            pfd = safefs.open_dir(self._require().root, parent)
+        except OSError:
+            return
+        try:
+            safefs.remove_tree(f"/proc/self/fd/{pfd}/{name}")
+        finally:
+            os.close(pfd)
 
     async def stop(self, delete: bool) -> None:
         # The rollout directory only holds copies (Harbor downloads what it keeps), so it is
@@ -209,8 +260,14 @@ class LocalHarborEnvironment(BaseEnvironment):
     # -- commands -----------------------------------------------------------------------
     def _container_env(self) -> dict[str, str]:
         """What a container's shell would have: the CLIs on PATH, and the XDG directories under
-        HOME (the sandbox's own XDG_* point elsewhere; Harbor's agents write ~/.config/...)."""
-        home = self._require().home
+        HOME (the sandbox's own XDG_* point elsewhere; Harbor's agents write ~/.config/...). Once
+        verification started: the sandbox's verify environment instead (a fresh HOME and config
+        dirs, git/Python/npm user config ignored) and the system PATH only, so nothing the agent
+        wrote in its home (wrappers on PATH, .gitconfig, .pth files) runs in the verifier."""
+        sb = self._require()
+        if self._verifying:
+            return {"PATH": SYSTEM_PATH, **sb.verify_env()}
+        home = sb.home
         return {
             "PATH": f"{self._bin_dir}:{SYSTEM_PATH}",
             "XDG_CONFIG_HOME": f"{home}/.config",
@@ -228,6 +285,7 @@ class LocalHarborEnvironment(BaseEnvironment):
         user: str | int | None = None,
     ) -> ExecResult:
         sb = self._require()
+        self._check_binds()
         merged = {**self._container_env(), **(self._merge_env(env) or {})}
         host_cwd = self.host_path(cwd) if cwd else Path(sb.workspace)
         result = await sb.exec(
@@ -245,73 +303,146 @@ class LocalHarborEnvironment(BaseEnvironment):
         return ExecResult(stdout=result.stdout, stderr=stderr, return_code=code)
 
     # -- files --------------------------------------------------------------------------
-    # What the agent left in the sandbox is never trusted: a symlink it planted must neither let an
-    # upload write outside the rollout directory (e.g. /tests/test.sh -> a host file) nor let a
-    # download hand a host file to the server's readers (e.g. /logs/agent/x.txt -> /proc/self/environ).
+    # What the agent left in the sandbox is never trusted. Every path is walked from the rollout
+    # directory (the server's; the agent cannot rename or replace it) without following a link:
+    # an upload replaces a planted link, FIFO or file in its way rather than writing through it,
+    # and a download copies regular files and directories only, each bounded, into Harbor's trial
+    # directory, whose files Harbor's own code (its verifier's reward reader, its agents' log
+    # parsers, its secret scrubber) then reads on the event loop. Every copy runs in a thread.
+    def _note_transfer(self, what: str, report: safefs.CopyReport) -> None:
+        if report.left_out_count:
+            more = f" (and {report.left_out_count - len(report.left_out)} more)" if report.left_out_count > len(report.left_out) else ""
+            note = f"{ENV_TYPE}: left out of the copy of {what}: {'; '.join(report.left_out)}{more}"
+            self.logger.warning(note)
+            if len(self.transfer_notes) < MAX_TRANSFER_NOTES:
+                self.transfer_notes.append(note[:2000])
+
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
-        target = self.host_path(target_path)
-        await asyncio.to_thread(_copy_in, Path(source_path), target, self._require().root)
+        root, rel = self._require().root, self.rel_path(target_path)
+        await asyncio.to_thread(safefs.copy_in, Path(source_path), root, rel)
 
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        target = self.host_path(target_dir)
-        root = self._require().root
-
-        def copy() -> None:
-            src = Path(source_dir)
-            for entry in sorted(src.rglob("*")):
-                if entry.is_file() or entry.is_symlink():
-                    _copy_in(entry, target / entry.relative_to(src), root)
-                elif entry.is_dir():
-                    _make_dir_in(target / entry.relative_to(src), root)
-
-        await asyncio.to_thread(copy)
+        root, rel = self._require().root, self.rel_path(target_dir)
+        if not rel or rel == ".":
+            raise SandboxError(f"{ENV_TYPE}: refusing to upload over the rollout directory itself")
+        await asyncio.to_thread(safefs.copy_in, Path(source_dir), root, rel)
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
-        source = self.host_path(source_path)  # resolved: a link out of the rollout is refused there
-        Path(target_path).parent.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(shutil.copy2, source, target_path)
+        root, rel = self._require().root, self.rel_path(source_path)
+        await asyncio.to_thread(safefs.copy_file_out, root, rel, Path(target_path), max_bytes=DOWNLOAD_MAX_FILE_BYTES)
 
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
-        source = self.host_path(source_dir)
-        await asyncio.to_thread(_copy_out, source, Path(target_dir))
+        await self._download(source_dir, Path(target_dir), None)
+
+    async def download_dir_filtered(
+        self,
+        *,
+        source_dir: str,
+        target_dir: Path | str,
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        protect: Sequence[str] | None = None,
+    ) -> None:
+        """Harbor's filtered download (fnmatch on paths relative to the source, exclude wins,
+        `protect` always kept), done from the host: Harbor's own runs find and tar in the sandbox
+        and copies an archive of any size out through /tmp."""
+        protected = set(protect or ())
+
+        def select(path: str, is_dir: bool) -> bool:
+            if is_dir or path in protected:
+                return True
+            return bool(filter_paths_by_patterns([path], include=include, exclude=exclude))
+
+        await self._download(source_dir, Path(target_dir), select)
+
+    async def download_dir_with_exclusions(self, *, source_dir: str, target_dir: Path | str, exclude: list[str]) -> None:
+        """Harbor's download with tar-style excludes (a pattern matches any run of whole path
+        components, so an excluded directory goes with its contents), done from the host."""
+
+        def select(path: str, is_dir: bool) -> bool:
+            return not _tar_excluded(path, exclude)
+
+        await self._download(source_dir, Path(target_dir), select)
+
+    async def _download(self, source_dir: str, target: Path, select) -> None:
+        root, rel = self._require().root, self.rel_path(source_dir)
+
+        def copy() -> safefs.CopyReport | None:
+            try:
+                return safefs.copy_out(
+                    root, rel, target, select=select, max_file_bytes=DOWNLOAD_MAX_FILE_BYTES,
+                    max_total_bytes=DOWNLOAD_MAX_TOTAL_BYTES, max_files=DOWNLOAD_MAX_FILES, max_depth=DOWNLOAD_MAX_DEPTH,
+                )
+            except FileNotFoundError:  # nothing there: nothing to copy, as before
+                target.mkdir(parents=True, exist_ok=True)
+                return None
+            except OSError as e:  # a link (or a file) where the directory was: copied as empty
+                target.mkdir(parents=True, exist_ok=True)
+                report = safefs.CopyReport()
+                report.leave_out(".", str(e))
+                return report
+
+        report = await asyncio.to_thread(copy)
+        if report is not None:
+            self._note_transfer(source_dir, report)
+
+    def _check_binds(self) -> None:
+        """Every directory bubblewrap binds from the rollout directory (Harbor's /logs, /tests,
+        ..., the workdir, the verifier directory) is a real directory reached without a link:
+        bwrap opens its bind sources following links, so a bind source the agent replaced by a
+        link would mount whatever it names (a host directory, writable) into the next command."""
+        sb = self._require()
+        for rel in (VERIFIER_REL, *self._binds().values()):
+            try:
+                os.close(safefs.open_dir(sb.root, rel))
+            except OSError as e:
+                raise SandboxError(
+                    f"{ENV_TYPE}: {rel} in the rollout directory is no longer a directory ({e.strerror or e}); "
+                    "something in the sandbox replaced it, so no further command runs"
+                ) from None
 
     def reset_for_verification(self) -> None:
         """Fresh /tests and /logs/verifier before Harbor's verifier runs, made from the host side:
-        whatever the agent put there (links, a directory named reward.txt) cannot steer or block
-        the verifier."""
+        whatever the agent put there (links, FIFOs, a directory named reward.txt, the directory
+        itself replaced by a link) cannot steer or block the verifier; from now on commands run
+        with the verify environment. Blocking: run it in a thread."""
         sb = self._require()
-        sb.clear_reward_file()  # the whole verifier directory, made afresh
-        tests = sb.root / self._binds()["/tests"]  # not resolved: whatever is there is replaced
-        shutil.rmtree(tests, ignore_errors=True)
-        tests.mkdir(parents=True, exist_ok=True)
+        sb.clear_reward_file()  # the verifier directory made afresh, the agent's processes killed
+        try:
+            os.close(safefs.open_dir(sb.root, VERIFIER_REL))
+        except OSError:  # a sandbox that left a link or a file there: replace it here
+            self._fresh_dir(VERIFIER_REL)
+        self._fresh_dir(self._binds()["/tests"])
+        self._verifying = True
+
+    def _fresh_dir(self, rel: str) -> None:
+        """Replace rollout/`rel` with an empty directory of the server's, whatever was there; the
+        directories above it must be real ones (SandboxError otherwise: verify must not run)."""
+        root = self._require().root
+        parent, name = os.path.split(rel)
+        try:
+            pfd = safefs.open_dir(root, parent)
+        except OSError as e:
+            raise SandboxError(f"{ENV_TYPE}: {parent} in the rollout directory is no longer a directory ({e.strerror or e})") from None
+        try:
+            problem = safefs.remove_tree(f"/proc/self/fd/{pfd}/{name}")  # our descriptor's directory, then `name`, not followed
+            if problem is None:
+                os.mkdir(name, 0o755, dir_fd=pfd)
+        except OSError as e:
+            problem = e.strerror or str(e)
+        finally:
+            os.close(pfd)
+        if problem:
+            raise SandboxError(f"{ENV_TYPE}: could not reset {rel} before verify: {problem}")
 
 
-def _make_dir_in(path: Path, root: Path) -> None:
-    if not path.resolve().is_relative_to(root.resolve()):  # checked before mkdir follows a link
-        raise SandboxError(f"refusing to write through a link out of the rollout directory: {path}")
-    path.mkdir(parents=True, exist_ok=True)
-
-
-def _copy_in(source: Path, target: Path, root: Path) -> None:
-    """Copy one file into the sandbox; a link planted at the target is replaced, not followed."""
-    _make_dir_in(target.parent, root)
-    if target.is_symlink() or target.is_file():
-        target.unlink()
-    elif target.is_dir():
-        shutil.rmtree(target)
-    shutil.copy2(source, target, follow_symlinks=False)
-
-
-def _copy_out(source: Path, target: Path) -> None:
-    """Copy a sandbox directory out: regular files and directories only, links left behind."""
-    target.mkdir(parents=True, exist_ok=True)
-    for dirpath, dirnames, filenames in os.walk(source):  # does not descend into linked dirs
-        here = Path(dirpath)
-        out = target / here.relative_to(source)
-        for name in dirnames:
-            if not (here / name).is_symlink():
-                (out / name).mkdir(exist_ok=True)
-        for name in filenames:
-            f = here / name
-            if not f.is_symlink() and f.is_file():
-                shutil.copy2(f, out / name, follow_symlinks=False)
+def _tar_excluded(path: str, patterns: Sequence[str]) -> bool:
+    """Whether tar's `--exclude=PATTERN` (unanchored, wildcards match '/') leaves `path` out: the
+    pattern matches some run of whole components of it."""
+    parts = path.split("/")
+    for i in range(len(parts)):
+        for j in range(i + 1, len(parts) + 1):
+            run = "/".join(parts[i:j])
+            if any(fnmatch.fnmatchcase(run, p.rstrip("/").removeprefix("./")) for p in patterns):
+                return True
+    return False
