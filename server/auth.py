@@ -225,6 +225,8 @@ class TokenAuth:
     @staticmethod
     async def _refuse(scope: Scope, send: Send, reply: Reply) -> None:
         if scope["type"] == "websocket":
+            # Closed before the handshake: uvicorn answers 403 (its ASGI extension for sending the
+            # real status makes uvicorn log an error for every refusal).
             await send({"type": "websocket.close", "code": 4000 + reply.status})  # 4401, 4403, 4429
             return
         await send_reply(send, reply)

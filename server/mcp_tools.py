@@ -273,7 +273,7 @@ class McpFace:
                 incoming.cancel()
             try:
                 await ws.close()
-            except RuntimeError:
+            except (RuntimeError, WebSocketDisconnect):  # already closed, or the client is gone
                 pass
 
     async def _ws_step(self, data: dict[str, Any]) -> dict[str, Any]:

@@ -65,3 +65,30 @@ def test_describe_never_shows_keys():
     out = describe({"OPENAI_API_KEY": "sk-very-secret", "OPENAI_MODEL": "m"})
     assert "sk-very-secret" not in repr(out)
     assert {e["name"]: e["configured"] for e in out}["openai"] is True
+
+
+CATALOG_ENV = {"OPENAI_API_KEY": "sk-server", "OPENAI_MODEL": "m", "HF_ROUTER_API_KEY": "hf-server", "HF_ROUTER_MODEL": "m",
+               "VLLM_URL": "http://gpu:8000", "VLLM_API_KEY": "vllm-server", "VLLM_MODEL": "m"}
+
+
+@pytest.mark.parametrize("endpoint,key_var", [("openai", "OPENAI_API_KEY"), ("hf_router", "HF_ROUTER_API_KEY"), ("vllm", "VLLM_API_KEY")])
+def test_a_catalog_key_is_never_sent_to_another_base_url(endpoint, key_var):
+    with pytest.raises(InvalidRequestError, match=f"would send the server's {key_var} to that host: drop base_url .* or pass your own api_key") as e:
+        resolve_endpoint(_args(endpoint=endpoint, base_url="http://attacker:1/v1"), CATALOG_ENV)
+    assert CATALOG_ENV[key_var] not in str(e.value)
+
+
+def test_a_catalog_key_goes_to_its_own_url_however_spelled_and_an_explicit_key_anywhere():
+    for url in ("https://api.openai.com/v1", "https://api.openai.com", "https://api.openai.com/v1/chat/completions"):
+        ep, _ = resolve_endpoint(_args(endpoint="openai", base_url=url), CATALOG_ENV)
+        assert ep.api_key.get_secret_value() == "sk-server" and ep.base_url == "https://api.openai.com/v1"
+    ep, _ = resolve_endpoint(_args(endpoint="openai", base_url="http://mine:1", api_key="mine"), CATALOG_ENV)
+    assert (ep.base_url, ep.api_key.get_secret_value()) == ("http://mine:1/v1", "mine")
+    # vllm without a key has nothing to leak: another base_url is fine.
+    ep, _ = resolve_endpoint(_args(endpoint="vllm", base_url="http://other:8000"), {"VLLM_MODEL": "m"})
+    assert (ep.base_url, ep.api_key.get_secret_value()) == ("http://other:8000/v1", "")
+
+
+def test_a_malformed_catalog_url_names_its_variable():
+    with pytest.raises(InvalidRequestError, match="VLLM_URL is not a valid URL"):
+        resolve_endpoint(_args(endpoint="vllm"), {"VLLM_URL": "http://[::1", "VLLM_MODEL": "m"})

@@ -1,0 +1,112 @@
+"""server/auth.py in-process: token comparison for any input, the failed-authentication limiter
+(with an injected clock), foreign origins, log redaction. tests/server/test_hardening.py performs
+the same attacks on a real server."""
+
+import logging
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from harness_env.server.auth import (
+    AuthFailureLimiter,
+    RedactQuerySecrets,
+    TokenAuth,
+    is_foreign_origin,
+    redact_query_secrets,
+    same_secret,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_same_secret_never_raises():
+    assert same_secret("pässwort", "pässwort") and same_secret("pässwort".encode(), "pässwort")
+    for given in ("é", "\ud800", "\udcff", b"\xff\xfe", "", b""):
+        assert same_secret(given, "tok") is False
+    assert same_secret("\udcff", "\udcff")  # a token from os.environ that was not UTF-8
+
+
+def test_limiter_blocks_an_address_after_its_failures_and_only_it():
+    clock = Clock()
+    lim = AuthFailureLimiter(max_failures=3, window_s=60, backoff_s=30, clock=clock)
+    for _ in range(2):
+        lim.failed("a")
+    assert lim.retry_after("a") is None
+    lim.failed("a")
+    assert lim.retry_after("a") == 30 and lim.retry_after("b") is None
+    clock.now += 29.5
+    assert lim.retry_after("a") == 1
+    clock.now += 1
+    assert lim.retry_after("a") is None  # the backoff is over, and the count starts afresh
+    lim.failed("a")
+    assert lim.retry_after("a") is None
+
+
+def test_limiter_forgets_failures_outside_its_window_and_stays_bounded():
+    clock = Clock()
+    lim = AuthFailureLimiter(max_failures=3, window_s=60, backoff_s=30, max_addresses=100, clock=clock)
+    for _ in range(10):  # a slow guesser, under the rate, is never blocked
+        lim.failed("slow")
+        clock.now += 31
+        assert lim.retry_after("slow") is None
+    for i in range(1000):
+        lim.failed(f"10.0.{i // 256}.{i % 256}")
+    assert len(lim._failures) <= 100 and len(lim._blocked_until) <= 100
+
+
+def _app(token: str) -> TokenAuth:
+    app = FastAPI()
+
+    @app.get("/harnesses")
+    async def harnesses():
+        return []
+
+    return TokenAuth(app, token, own_origins=["http://127.0.0.1:8000"], limiter=AuthFailureLimiter(max_failures=3))
+
+
+async def test_a_non_ascii_token_works_and_wrong_ones_are_401_then_429():
+    app = _app("pässwort")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=("10.0.0.1", 1)), base_url="http://t") as c, \
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=("10.0.0.2", 1)), base_url="http://t") as other:
+        ok = await c.get("/harnesses", headers={"authorization": "Bearer pässwort".encode()})
+        assert ok.status_code == 200
+        statuses = [(await c.get("/harnesses", headers={"authorization": v})).status_code
+                    for v in (b"Bearer p\xe4sswort", b"Bearer \xff", "Bearer é".encode(), b"Bearer x")]
+        assert statuses == [401, 401, 401, 429]
+        assert (await c.get("/harnesses", headers={"authorization": "Bearer pässwort".encode()})).status_code == 429
+        assert (await other.get("/harnesses", headers={"authorization": "Bearer pässwort".encode()})).status_code == 200
+        # No credential at all is not a guess: it never blocks.
+        assert [(await other.get("/harnesses")).status_code for _ in range(5)] == [401] * 5
+
+
+@pytest.mark.parametrize("headers,foreign", [
+    ({}, False),
+    ({"origin": "http://127.0.0.1:8000"}, False),  # the public URL
+    ({"origin": "http://LOCALHOST:8000", "host": "localhost:8000"}, False),  # the host it was sent to
+    ({"origin": "https://space.hf.space", "host": "10.0.0.5:7860", "x-forwarded-host": "space.hf.space"}, False),
+    ({"origin": "http://localhost:9999", "host": "127.0.0.1:8000"}, True),
+    ({"origin": "http://127.0.0.1:9999", "host": "127.0.0.1:8000"}, True),
+    ({"origin": "null", "host": "127.0.0.1:8000"}, True),
+    ({"origin": "http://[::1", "host": "127.0.0.1:8000"}, True),
+])
+def test_foreign_origins(headers, foreign):
+    scope = {"headers": [(k.encode(), v.encode()) for k, v in headers.items()]}
+    assert is_foreign_origin(scope, {"http://127.0.0.1:8000"}) is foreign
+
+
+def test_query_secrets_are_redacted_and_access_log_arguments_keep_their_shape():
+    assert redact_query_secrets("/ws?token=abc&x=1") == "/ws?token=[redacted]&x=1"
+    assert redact_query_secrets("/a?x=1&api_key=k&access_token=t") == "/a?x=1&api_key=[redacted]&access_token=[redacted]"
+    assert redact_query_secrets("/web/?__theme=dark") == "/web/?__theme=dark"
+    record = logging.LogRecord("uvicorn.access", logging.INFO, "", 0, '%s - "%s %s HTTP/%s" %d',
+                               ("1.2.3.4:5", "GET", "/ws?token=abc", "1.1", 200), None)
+    assert RedactQuerySecrets().filter(record)
+    assert record.args == ("1.2.3.4:5", "GET", "/ws?token=[redacted]", "1.1", 200)
+    assert "abc" not in record.getMessage()
