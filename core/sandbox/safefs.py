@@ -11,10 +11,12 @@ These are blocking calls: run them off the event loop (asyncio.to_thread).
 from __future__ import annotations
 
 import errno
+import fnmatch
 import os
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -564,9 +566,6 @@ def glob(
     component, '**' for any number of components; dot files match too, as with pathlib). The walk
     opens every directory relative to its parent with O_NOFOLLOW, so a link is listed by its own
     name but never entered; it is bounded in entries, depth, matches and (monotonic) time."""
-    import fnmatch
-    import time
-
     segs = _parts(pattern)
     if not segs:
         return GlobResult([], 0)
