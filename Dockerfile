@@ -7,7 +7,7 @@ FROM python:3.12-slim-bookworm
 # the system Node is older); bubblewrap isolates rollouts where the container allows namespaces;
 # Chromium renders svg_icon submissions (grading and the agent's preview).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends bubblewrap nodejs npm git ca-certificates procps chromium fonts-dejavu-core \
+    && apt-get install -y --no-install-recommends bubblewrap socat nodejs npm git ca-certificates procps chromium fonts-dejavu-core \
     && rm -rf /var/lib/apt/lists/* \
     && pip install --no-cache-dir uv
 

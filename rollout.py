@@ -1,17 +1,21 @@
 """The in-process API: run a rollout with no HTTP server.
 
 The capture proxy is shared by every rollout of the event loop (one proxy per process, as in the
-server) and listens on an ephemeral loopback port while at least one rollout runs.
+server) and listens on an ephemeral loopback port, and on a Unix socket that network-isolated
+sandboxes reach, while at least one rollout runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from harness_env.core.capture.proxy import CaptureProxy
-from harness_env.core.capture.serve import serve_on_loopback
+from harness_env.core.capture.serve import serve_on_loopback, serve_on_unix
 from harness_env.core.engine import EventSink, run_rollout_with
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env import families
@@ -28,34 +32,46 @@ class _LoopbackProxy:
         self.lock = asyncio.Lock()
         self.proxy: CaptureProxy | None = None
         self.base_url = ""
-        self._cm = None
+        self.socket_path = ""
+        self._stack: contextlib.AsyncExitStack | None = None
 
 
 _by_loop: dict[int, _LoopbackProxy] = {}
 
 
+def capture_socket_path() -> str:
+    """A fresh path for the proxy's Unix socket (short: sun_path holds 107 bytes)."""
+    return os.path.join(tempfile.gettempdir(), f"harness-env-capture-{os.getpid()}-{os.urandom(4).hex()}.sock")
+
+
 @asynccontextmanager
-async def loopback_proxy() -> AsyncIterator[tuple[CaptureProxy, str]]:
-    """Yield (proxy, base_url ending in /v1)."""
+async def loopback_proxy() -> AsyncIterator[tuple[CaptureProxy, str, str]]:
+    """Yield (proxy, base_url ending in /v1, path of its Unix socket)."""
     key = id(asyncio.get_running_loop())
     state = _by_loop.setdefault(key, _LoopbackProxy())
     async with state.lock:
         if state.users == 0:
             state.proxy = CaptureProxy()
-            state._cm = serve_on_loopback(state.proxy.app)
-            state.base_url = await state._cm.__aenter__() + "/v1"
+            stack = contextlib.AsyncExitStack()
+            try:
+                state.base_url = await stack.enter_async_context(serve_on_loopback(state.proxy.app)) + "/v1"
+                state.socket_path = await stack.enter_async_context(serve_on_unix(state.proxy.app, capture_socket_path()))
+            except BaseException:
+                await stack.aclose()
+                raise
+            state._stack = stack
         state.users += 1
     try:
         assert state.proxy is not None
-        yield state.proxy, state.base_url
+        yield state.proxy, state.base_url, state.socket_path
     finally:
         async with state.lock:
             state.users -= 1
             if state.users == 0:
-                assert state.proxy is not None and state._cm is not None
-                await state._cm.__aexit__(None, None, None)
+                assert state.proxy is not None and state._stack is not None
+                await state._stack.aclose()
                 await state.proxy.aclose()
-                state.proxy, state._cm = None, None
+                state.proxy, state._stack = None, None
                 _by_loop.pop(key, None)
 
 
@@ -73,9 +89,9 @@ async def run_rollout(
     harness = get_harness(request.harness)
     request = harbor_resolve.prepare(request, trusted=True)
     request, grader = families.prepare(request, trusted=True)
-    async with loopback_proxy() as (proxy, base_url):
+    async with loopback_proxy() as (proxy, base_url, socket_path):
         return await run_rollout_with(request, harness, proxy=proxy, proxy_base_url=base_url, on_event=on_event,
-                                      use_bwrap=use_bwrap, grader=grader)
+                                      use_bwrap=use_bwrap, grader=grader, capture_socket=socket_path)
 
 
 def run_rollout_sync(request: RolloutRequest | dict, *, on_event: EventSink | None = None, use_bwrap: bool | None = None) -> RolloutResult:

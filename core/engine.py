@@ -24,6 +24,7 @@ from harness_env.core.grading import Grader
 from harness_env.core.harness import EnvironmentOwner, Harness, LaunchContext
 from harness_env.core.reward import compute_reward, tool_efficiency_reward
 from harness_env.core.sandbox.local import LocalSandbox, create_local_sandbox
+from harness_env.core.sandbox.policy import sandbox_limits
 from harness_env.models import CommandResult, Phase, PhaseEvent, RolloutRequest, RolloutResult, Turn
 
 EventSink = Callable[[PhaseEvent], None]
@@ -129,7 +130,8 @@ async def run_setup(sandbox: LocalSandbox, commands: list[str], timeout: float, 
     """Run the task's setup commands in order, appending to `results`; the first failure stops
     them and is returned in words."""
     for cmd in commands:
-        r = await sandbox.exec(cmd, timeout=timeout)
+        # The task author's commands, before the agent: they keep the host's network (installs).
+        r = await sandbox.exec(cmd, timeout=timeout, open_network=True)
         results.append(_command_result(cmd, r))
         if r.exit_code != 0:
             why = f"timed out after {timeout}s" if r.timed_out else f"exited {r.exit_code}"
@@ -140,13 +142,14 @@ async def run_setup(sandbox: LocalSandbox, commands: list[str], timeout: float, 
 async def run_verify(
     sandbox: LocalSandbox, commands: list[str], timeout: float, results: list[CommandResult]
 ) -> tuple[float | None, str | None, list[str]]:
-    """Run the verify commands (appending to `results`) and compute (reward, source, notes). The
-    reward file is cleared first, so the agent cannot forge it."""
-    sandbox.clear_reward_file()
+    """Run the verify commands (appending to `results`) and compute (reward, source, notes). Every
+    process the agent left is killed and the verifier directory made anew first, so the agent
+    cannot forge the reward."""
+    await asyncio.to_thread(sandbox.clear_reward_file)
     for cmd in commands:
         r = await sandbox.exec(cmd, timeout=timeout, env=sandbox.verify_env())
         results.append(_command_result(cmd, r))
-    return compute_reward(results, sandbox.read_reward_file())
+    return compute_reward(results, await asyncio.to_thread(sandbox.read_reward_file))
 
 
 def _turn_line(turn: Turn) -> str:
@@ -167,9 +170,12 @@ async def run_rollout_with(
     on_event: EventSink | None = None,
     use_bwrap: bool | None = None,
     grader: Grader | None = None,
+    capture_socket: str | None = None,
 ) -> RolloutResult:
-    """Run one rollout. `proxy_base_url` is where the sandbox reaches `proxy` (ends in /v1).
-    `grader`: the task family's, which replaces the verify commands."""
+    """Run one rollout. `proxy_base_url` is where the host reaches `proxy` (ends in /v1);
+    `capture_socket`, where `proxy` also listens on a Unix socket (serving nothing else): with
+    network "proxy_only" it is a sandbox's only way out. `grader`: the task family's, which
+    replaces the verify commands."""
     run = _Run(request, harness, on_event)
     res = run.result
     sandbox: LocalSandbox | None = None
@@ -202,8 +208,14 @@ async def run_rollout_with(
             return res
 
         with run.phase("sandbox") as ph:
-            sandbox = create_local_sandbox(use_bwrap=use_bwrap, ro_paths=harness.readonly_paths())
+            limits = sandbox_limits(request)
+            socket = capture_socket if request.network == "proxy_only" else None
+            sandbox = await asyncio.to_thread(
+                create_local_sandbox, use_bwrap=use_bwrap, ro_paths=harness.readonly_paths(), limits=limits, capture_socket=socket
+            )
             res.sandbox_id, res.sandbox_backend, res.sandbox_notes = sandbox.sandbox_id, sandbox.backend, list(sandbox.notes)
+            if request.network == "proxy_only" and not sandbox.network_isolated:
+                res.sandbox_notes.append("network 'proxy_only' was asked for but needs bubblewrap, socat and the proxy's socket; the network is open")
             for path, content in request.task.files.items():
                 sandbox.write_file(path, content)
             ph.detail = f"{sandbox.backend} {sandbox.sandbox_id}"
@@ -220,8 +232,9 @@ async def run_rollout_with(
                 request=request,
                 workspace=sandbox.workspace,
                 home=sandbox.home,
-                proxy_base_url=proxy_base_url,
+                proxy_base_url=sandbox.capture_base_url(proxy_base_url),
                 session_key=session.key,
+                host_proxy_base_url=proxy_base_url,
             )
             # Stopped when model calls keep failing: no point waiting.
             r, outcome = await harness.run_agent(ctx, sandbox, session.endpoint_down)
@@ -248,6 +261,7 @@ async def run_rollout_with(
         if res.error is None:
             with run.phase("verify") as ph:
                 if grader is not None:  # a task family grades the submission itself
+                    await asyncio.to_thread(sandbox.clear_reward_file)  # nothing the agent started runs on
                     graded = await grader.grade(sandbox, request)
                     res.grading = graded.evidence
                     reward, source, notes = graded.reward, graded.source, graded.notes
@@ -353,6 +367,9 @@ async def _collect_and_close(run: _Run, proxy: CaptureProxy, session, sandbox: L
             res.rollout_type, res.rollout_type_reason = rollout_type(run.probe, res)
             res.dropped_fields = sorted(session.dropped_fields)
         if sandbox is not None:
-            await sandbox.close()
+            res.limits_hit = await asyncio.to_thread(sandbox.limits_hit)
+            problem = await sandbox.close()
+            if problem:
+                res.sandbox_notes.append(f"clean-up: {problem}")
     res.wall_s = round(time.monotonic() - run.t0, 4)
     run.emit("done", "finished" if res.error is None else "failed", res.error or f"reward {res.reward}")

@@ -25,8 +25,9 @@ class LaunchContext:
     request: RolloutRequest
     workspace: str  # the agent's working directory (inside the sandbox)
     home: str  # the sandbox's HOME
-    proxy_base_url: str  # OpenAI-compatible base URL of the capture proxy, ends in /v1
+    proxy_base_url: str  # OpenAI-compatible base URL of the capture proxy as the sandbox sees it, ends in /v1
     session_key: str  # the per-rollout capture key: the only key the harness ever sees
+    host_proxy_base_url: str = ""  # the same proxy as the server process reaches it (default: proxy_base_url)
 
 
 @dataclass

@@ -258,7 +258,7 @@ class CaptureProxy:
         finally:
             resp.release()
         session.upstream_result(ok=True)  # only once the answer was read: a failed read is a failure
-        content = session.redactor.redact_bytes(content)
+        content = session.answer_redactor.redact_bytes(content)
         draft = TurnDraft()
         try:
             parsed = fastjson.loads(content)
@@ -285,7 +285,7 @@ class CaptureProxy:
         raw = bytearray()
         draft = TurnDraft()
         ttft: list[float] = []
-        redactor = StreamRedactor(session.redactor)
+        redactor = StreamRedactor(session.answer_redactor)
 
         async def chunks() -> AsyncIterator[bytes]:
             try:

@@ -78,9 +78,9 @@ class _Needle(Generic[T]):
     so any prefix or suffix at least half as long is masked: it begins with the secret's first
     `min_len` characters or ends with its last ones, two plain searches per text."""
 
-    def __init__(self, value: T) -> None:
+    def __init__(self, value: T, partial: bool = True) -> None:
         self.value = value
-        self.min_len = max(MIN_SECRET_CHARS, (len(value) + 1) // 2)
+        self.min_len = max(MIN_SECRET_CHARS, (len(value) + 1) // 2) if partial else len(value)
         self.head, self.tail = value[: self.min_len], value[-self.min_len :]
 
     def spans(self, text: T) -> list[tuple[int, int]]:
@@ -105,12 +105,14 @@ class _Needle(Generic[T]):
 
 
 class Redactor:
-    """Masks a fixed set of secrets in str, bytes and JSON-like values."""
+    """Masks a fixed set of secrets in str, bytes and JSON-like values. `partial=False` masks only
+    whole secrets: for the policy's own answers, whose text a prefix match would corrupt (the model
+    never saw the key, so only an error body can echo part of it)."""
 
-    def __init__(self, secrets: Iterable[str]) -> None:
+    def __init__(self, secrets: Iterable[str], partial: bool = True) -> None:
         forms = {f for s in secrets if s and len(s) >= MIN_SECRET_CHARS for f in _spellings(s) if len(f) >= MIN_SECRET_CHARS}
-        self._str = [_Needle(f) for f in sorted(forms)]
-        self._bytes = [_Needle(f.encode()) for f in sorted(forms)]
+        self._str = [_Needle(f, partial) for f in sorted(forms)]
+        self._bytes = [_Needle(f.encode(), partial) for f in sorted(forms)]
         self.longest = max((len(n.value) for n in self._bytes), default=0)
 
     def __bool__(self) -> bool:

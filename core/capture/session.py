@@ -45,6 +45,7 @@ class CaptureSession:
     _pending: set[asyncio.Future[Any]] = field(default_factory=set)
     _responses: set[Any] = field(default_factory=set)
     _redactor: Redactor | None = None
+    _answer_redactor: Redactor | None = None
     _redactor_version: int = -1
 
     def next_index(self) -> int:
@@ -80,9 +81,17 @@ class CaptureSession:
         when the registry changes, so a secret registered after the session opened is masked too."""
         version = registry_version()
         if self._redactor is None or self._redactor_version != version:
-            self._redactor = Redactor({self.endpoint.api_key.get_secret_value(), *registered_secrets()})
+            secrets = {self.endpoint.api_key.get_secret_value(), *registered_secrets()}
+            self._redactor, self._answer_redactor = Redactor(secrets), Redactor(secrets, partial=False)
             self._redactor_version = version
         return self._redactor
+
+    @property
+    def answer_redactor(self) -> Redactor:
+        """The same secrets, masked only whole: for the policy's successful answers."""
+        self.redactor  # noqa: B018 - (re)builds both
+        assert self._answer_redactor is not None
+        return self._answer_redactor
 
     def redact(self, text: str) -> str:
         """Upstream error bodies may echo the key they were given: never record it."""

@@ -46,3 +46,46 @@ def sandbox_env(
         "PYTHONDONTWRITEBYTECODE": "1",
         MARKER_VAR: sandbox_id,
     }
+
+
+# Keys of git's config that make git run a program; the agent can set them in the repository's
+# own .git/config, which no environment variable disables, so verify overrides each one.
+GIT_PROGRAM_KEYS = {
+    "core.fsmonitor": "false",
+    "core.hooksPath": "/dev/null",
+    "core.pager": "cat",
+    "core.editor": "true",
+    "core.sshCommand": "false",
+    "core.askPass": "",
+    "diff.external": "",
+    "gpg.program": "false",
+    "credential.helper": "",
+    "sequence.editor": "true",
+    "uploadpack.packObjectsHook": "",
+}
+
+
+def verify_overrides(verify_home: str) -> dict[str, str]:
+    """What verify commands get instead of the agent's home and config: a fresh HOME, XDG and
+    TMPDIR, no user or system git config, git's program-running keys pinned, no user
+    site-packages or startup file for Python, no npm user config."""
+    env = {
+        "HOME": verify_home,
+        "TMPDIR": f"{verify_home}/tmp",
+        "TMP": f"{verify_home}/tmp",
+        "TEMP": f"{verify_home}/tmp",
+        "XDG_CONFIG_HOME": f"{verify_home}/xdg/config",
+        "XDG_CACHE_HOME": f"{verify_home}/xdg/cache",
+        "XDG_DATA_HOME": f"{verify_home}/xdg/data",
+        "XDG_STATE_HOME": f"{verify_home}/xdg/state",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_TERMINAL_PROMPT": "0",
+        "PYTHONNOUSERSITE": "1",
+        "NPM_CONFIG_USERCONFIG": "/dev/null",
+        "GIT_CONFIG_COUNT": str(len(GIT_PROGRAM_KEYS)),
+    }
+    for i, (key, value) in enumerate(GIT_PROGRAM_KEYS.items()):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    return env

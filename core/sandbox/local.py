@@ -1,18 +1,28 @@
 """The `local` sandbox: a fresh directory per rollout, under bubblewrap when it is installed.
 
-Every command runs in its own session/process group with a scrubbed environment and resource
-limits. A timeout kills the whole group; close() also kills any process carrying this sandbox's
-marker variable (one that escaped the group with setsid) and removes the directory.
+Every command runs in its own session/process group with a scrubbed environment, rlimits and, where
+the machine has them, a per-rollout cgroup (memory, processes, CPU) and a size-limited tmpfs as the
+rollout directory (disk). Under bubblewrap the agent runs as an unprivileged uid, sees an
+allow-list of system directories, and (network "proxy_only") reaches nothing but the capture
+proxy. A timeout kills the whole group; before verify and in close() every process of the rollout
+is killed (the cgroup's, and any carrying this sandbox's marker variable), so nothing the agent
+started runs while its work is graded. Everything read back from the directory goes through
+safefs: no link is followed, no FIFO opened blocking, nothing read unbounded.
+
+Without bubblewrap ("plain") commands run as the server's user with no OS-level isolation: that
+mode is not safe for an untrusted policy, and each result says so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import functools
 import os
 import resource
 import shutil
 import signal
+import stat
 import tempfile
 import time
 import uuid
@@ -21,22 +31,35 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness_env.core.errors import SandboxError
+from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.base import ExecResult, TailBuffer, pump
-from harness_env.core.sandbox.bwrap import BwrapSpec, RootEntry, bwrap_argv
-from harness_env.core.sandbox.envvars import MARKER_VAR, REWARD_FILE_VAR, sandbox_env
+from harness_env.core.sandbox.bwrap import ALLOWED_TOP, BwrapSpec, RootEntry, bwrap_argv, capture_url
+from harness_env.core.sandbox.cgroups import ResourceLimits, RolloutCgroup
+from harness_env.core.sandbox.envvars import MARKER_VAR, REWARD_FILE_VAR, sandbox_env, verify_overrides
 
 REWARD_FILE_NAME = "reward.txt"
 SKIP_DIRS = frozenset({".git", "node_modules", "__pycache__", ".venv", ".cache"})
+AGENT_DIRS = ("workspace", "home", "tmp", "xdg", "logs")  # what commands may write
+PLAIN_UNSAFE_NOTE = (
+    "bubblewrap not available: commands run as plain processes of the server's user (own directory, "
+    "scrubbed environment, process group, limits) without OS-level isolation; NOT SAFE for an untrusted "
+    "policy; install it with `apt-get install bubblewrap`"
+)
 
 
 @dataclass(frozen=True)
 class Limits:
     open_files: int = 16_384
-    processes: int = 4_096
+    processes: int = 4_096  # RLIMIT_NPROC where commands run as the server's (non-root) user
     file_size_bytes: int = 2 * 1024**3
     collect_max_files: int = 200
     collect_max_file_bytes: int = 256 * 1024
     collect_max_total_bytes: int = 4 * 1024 * 1024
+    # Per rollout, where the machine supports them (cgroups; a tmpfs needs root).
+    memory_bytes: int | None = 4096 * 1024**2
+    pids: int | None = 1024
+    cpu_cores: float | None = None
+    disk_bytes: int | None = 4096 * 1024**2
 
 
 @functools.cache
@@ -62,10 +85,67 @@ def sandboxes_root() -> Path:
     return Path(os.environ.get("HARNESS_ENV_SANDBOX_DIR") or Path(tempfile.gettempdir()) / "harness-env")
 
 
+def sandbox_user() -> tuple[int, int] | None:
+    """(uid, gid) commands run as under bubblewrap: an unprivileged user when the server is root
+    and can switch (setpriv), else None (a non-root server's bwrap is unprivileged already)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return None
+    uid = int(os.environ.get("HARNESS_ENV_SANDBOX_UID") or 65534)
+    return (uid, int(os.environ.get("HARNESS_ENV_SANDBOX_GID") or uid))
+
+
+@functools.cache
+def etc_secrets() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(files, dirs) under /etc that others may not read (shadow, private keys): hidden in the
+    sandbox even where it runs as root."""
+    files, dirs = [], []
+    for dirpath, dirnames, filenames in os.walk("/etc"):
+        if dirpath.count("/") > 4:
+            dirnames[:] = []
+            continue
+        for name in list(dirnames):
+            p = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode) and not st.st_mode & 0o004:
+                dirs.append(p)
+                dirnames.remove(name)
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and not st.st_mode & 0o004:
+                files.append(p)
+    return tuple(sorted(files)), tuple(sorted(dirs))
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
+
+
+def _mount_tmpfs(path: Path, size_bytes: int) -> bool:
+    """A size-limited tmpfs at `path` (the rollout directory: its disk limit, and removal by
+    unmounting whatever tree the agent made). False where mounting is not allowed."""
+    if os.geteuid() != 0:
+        return False
+    opts = f"size={size_bytes},mode=0755".encode()
+    return _libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts) == 0
+
+
+def _unmount(path: Path) -> bool:
+    return _libc.umount2(str(path).encode(), _MNT_DETACH) == 0
+
+
 def _root_entries() -> list[RootEntry]:
     entries = []
     for name in sorted(os.listdir("/")):
         p = Path("/") / name
+        if name not in ALLOWED_TOP:
+            continue
         if p.is_symlink():
             entries.append(RootEntry(name, symlink_target=os.readlink(p)))
         else:
@@ -73,14 +153,19 @@ def _root_entries() -> list[RootEntry]:
     return entries
 
 
-def _preexec(limits: Limits) -> Callable[[], None]:
+def _preexec(limits: Limits, cgroup: RolloutCgroup | None) -> Callable[[], None]:
+    rlimits = [
+        (resource.RLIMIT_NOFILE, limits.open_files),
+        (resource.RLIMIT_FSIZE, limits.file_size_bytes),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    if os.geteuid() != 0:  # per real uid: shared by every rollout of an unprivileged uid, ignored for root
+        rlimits.append((resource.RLIMIT_NPROC, limits.processes))
+
     def apply() -> None:
-        for res, value in (
-            (resource.RLIMIT_NOFILE, limits.open_files),
-            (resource.RLIMIT_NPROC, limits.processes),
-            (resource.RLIMIT_FSIZE, limits.file_size_bytes),
-            (resource.RLIMIT_CORE, 0),
-        ):
+        if cgroup is not None:
+            cgroup.join_in_child()  # before exec: nothing the command starts escapes it
+        for res, value in rlimits:
             try:
                 soft, hard = resource.getrlimit(res)
                 cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
@@ -124,6 +209,11 @@ class LocalSandbox:
         ro_paths: list[str],
         limits: Limits,
         extra_binds: dict[str, str] | None = None,
+        *,
+        run_as: tuple[int, int] | None = None,
+        cgroup: RolloutCgroup | None = None,
+        tmpfs: bool = False,
+        capture_socket: str | None = None,
     ) -> None:
         self.root = root
         self.sandbox_id = root.name
@@ -134,19 +224,35 @@ class LocalSandbox:
         self._root_entries = _root_entries() if bwrap else []
         self._procs: set[asyncio.subprocess.Process] = set()
         self._closed = False
+        self._verifying = False  # set by clear_reward_file: the verifier dir is writable from then on
+        self._run_as = run_as
+        self._cgroup = cgroup
+        self._tmpfs = tmpfs
+        self._capture_socket = capture_socket
         self.backend = "bwrap" if bwrap else "plain"
         self.notes: list[str] = []
         if not bwrap:
-            self.notes.append(
-                "bubblewrap not available: commands run as plain processes (own directory, scrubbed "
-                "environment, process group, limits) without OS-level isolation; install it with "
-                "`apt-get install bubblewrap`"
-            )
+            self.notes.append(PLAIN_UNSAFE_NOTE)
+        if cgroup is None:
+            self.notes.append("no cgroups here: memory, process and CPU limits are not enforced (rlimits only)")
+        if limits.disk_bytes and not tmpfs:
+            self.notes.append("no disk limit: the rollout directory is on the host's filesystem (a size-limited tmpfs needs a root server)")
+        if bwrap and capture_socket is None:
+            self.notes.append("network open: commands reach the host's network, the policy endpoint included")
         self.workspace = str(root / "workspace")
         self.home = str(root / "home")
         self.verifier_dir = str(root / "verifier")
         self.reward_file = str(root / "verifier" / REWARD_FILE_NAME)
         self.logs_dir = str(root / "logs")
+        self.verify_home = str(root / "verify-home")
+
+    @property
+    def network_isolated(self) -> bool:
+        return self._capture_socket is not None
+
+    def capture_base_url(self, host_url: str) -> str:
+        """Where commands in this sandbox reach the capture proxy (`host_url` from the server)."""
+        return capture_url() if self.network_isolated else host_url
 
     # -- environment and command lines ------------------------------------------------------
     def base_env(self, extra_path: list[str] | None = None) -> dict[str, str]:
@@ -160,13 +266,19 @@ class LocalSandbox:
         )
 
     def verify_env(self) -> dict[str, str]:
-        """Extra variables only verify commands get: where to write the reward."""
-        return {REWARD_FILE_VAR: self.reward_file}
+        """Extra variables only verify commands get: where to write the reward, and a fresh HOME,
+        XDG and TMPDIR with git, Python and npm told to ignore user config, so nothing the agent
+        planted in its home (.gitconfig, .pth files, .npmrc) runs during verify."""
+        return {REWARD_FILE_VAR: self.reward_file, **verify_overrides(self.verify_home)}
 
-    def _argv(self, cmd: str | list[str], cwd: str) -> list[str]:
+    def _argv(self, cmd: str | list[str], cwd: str, open_network: bool) -> list[str]:
         command = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         if not self._bwrap:
             return command
+        files, dirs = etc_secrets()
+        writable = [str(self.root / d) for d in AGENT_DIRS]
+        if self._verifying:
+            writable.append(self.verify_home)
         spec = BwrapSpec(
             root_entries=self._root_entries,
             rollout_dir=str(self.root),
@@ -175,6 +287,13 @@ class LocalSandbox:
             verifier_dir=self.verifier_dir,
             ro_paths=self._ro_paths,
             extra_binds=self._extra_binds,
+            writable_dirs=writable,
+            verifier_writable=self._verifying,
+            masked_paths=list(files),
+            masked_dirs=list(dirs),
+            tmpfs_size_bytes=self.limits.disk_bytes,
+            run_as=self._run_as,
+            capture_socket=None if open_network else self._capture_socket,
         )
         return bwrap_argv(self._bwrap, spec, command)
 
@@ -189,9 +308,11 @@ class LocalSandbox:
         max_output: int = 1_000_000,
         on_stdout_line: Callable[[str], None] | None = None,
         stop: asyncio.Event | None = None,
+        open_network: bool = False,
     ) -> ExecResult:
         """Run `cmd` (a shell line or argv); a timeout, a set `stop` event or cancellation kills
-        its whole process group and the output read so far is kept."""
+        its whole process group and the output read so far is kept. `open_network`: the host's
+        network even in a sandbox whose network is cut (the task's setup commands)."""
         if self._closed:
             raise SandboxError(f"sandbox {self.sandbox_id} is closed")
         cwd = cwd or self.workspace
@@ -201,14 +322,14 @@ class LocalSandbox:
         started = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *self._argv(cmd, cwd),
+                *self._argv(cmd, cwd, open_network),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=full_env,
                 cwd=cwd,
                 start_new_session=True,
-                preexec_fn=_preexec(self.limits),
+                preexec_fn=_preexec(self.limits, self._cgroup),
             )
         except OSError as e:
             raise SandboxError(f"could not start a command in sandbox {self.sandbox_id}: {e}") from e
@@ -231,11 +352,11 @@ class LocalSandbox:
             # Kill what the command left in its group (background children), then drain pipes.
             _kill_group(proc.pid)
             if timed_out or stopped:
-                self._kill_marked()
+                await asyncio.to_thread(self._kill_marked)
             try:
                 await asyncio.wait_for(asyncio.shield(readers), 5)
             except TimeoutError:
-                self._kill_marked()  # an escaped process holds the pipe open
+                await asyncio.to_thread(self._kill_marked)  # an escaped process holds the pipe open
                 readers.cancel()
             await proc.wait()
         except BaseException:
@@ -256,18 +377,24 @@ class LocalSandbox:
         )
 
     def _kill_marked(self) -> int:
+        """Kill every process of the rollout: its cgroup's (which nothing it started can leave)
+        and any carrying its marker (where there is no cgroup)."""
+        killed = self._cgroup.kill_all() if self._cgroup is not None else 0
         pids = _marked_pids(self.sandbox_id)
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        return len(pids)
+        return killed + len(pids)
 
     def alive_pids(self) -> list[int]:
         """Processes of this rollout still alive (zombies excluded). Empty after close()."""
+        pids = set(_marked_pids(self.sandbox_id))
+        if self._cgroup is not None and not self._closed:
+            pids.update(self._cgroup.pids())
         alive = []
-        for pid in _marked_pids(self.sandbox_id):
+        for pid in sorted(pids):
             try:
                 with open(f"/proc/{pid}/stat") as f:
                     if f.read().rsplit(")", 1)[1].split()[0] != "Z":
@@ -276,72 +403,103 @@ class LocalSandbox:
                 continue
         return alive
 
+    def limits_hit(self) -> list[str]:
+        """The resource limits the rollout ran into, in words."""
+        hit = list(self._cgroup.limit_notes()) if self._cgroup is not None else []
+        if self._tmpfs and self.limits.disk_bytes:
+            try:
+                st = os.statvfs(self.root)
+                if st.f_bavail * st.f_frsize < max(1024**2, self.limits.disk_bytes // 100):
+                    hit.append(f"the disk limit of {self.limits.disk_bytes // 1024**2} MiB was reached (raise disk_limit_mb)")
+            except OSError:
+                pass
+        return hit
+
     # -- files ------------------------------------------------------------------------------
     def resolve(self, path: str) -> Path:
         """`path` (relative to the workspace, or absolute) on the host; outside the rollout's
-        directory (after following symlinks) is an error."""
+        directory (after following symlinks) is an error. Only a name check: open what it gives
+        with safefs, never with open()."""
         p = Path(path)
         full = (p if p.is_absolute() else Path(self.workspace) / p).resolve()
         if not full.is_relative_to(self.root.resolve()):
             raise SandboxError(f"path {path!r} is outside sandbox {self.sandbox_id}")
         return full
 
+    def _relative(self, path: str) -> str:
+        p = Path(path)
+        full = p if p.is_absolute() else Path(self.workspace) / p
+        try:
+            rel = Path(os.path.normpath(full)).relative_to(self.root)
+        except ValueError:
+            raise SandboxError(f"path {path!r} is outside sandbox {self.sandbox_id}") from None
+        return str(rel)
+
     def write_file(self, path: str, content: str | bytes) -> None:
-        full = self.resolve(path)
-        full.parent.mkdir(parents=True, exist_ok=True)
+        """Write a regular file below the rollout directory; no link on the way is followed and
+        an existing FIFO, device or link in its place is an error, not a target."""
         data = content.encode() if isinstance(content, str) else content
-        full.write_bytes(data)
+        try:
+            safefs.write_new(self.root, self._relative(path), data, owner=self._run_as)
+        except (OSError, ValueError) as e:
+            raise SandboxError(f"could not write {path!r} in sandbox {self.sandbox_id}: {getattr(e, 'strerror', None) or e}") from e
 
     def read_file(self, path: str, max_bytes: int = 1_000_000) -> bytes | None:
         try:
-            full = self.resolve(path)
-            with open(full, "rb") as f:
-                return f.read(max_bytes)
-        except (OSError, SandboxError):
+            return safefs.read_regular(self.root, self._relative(path), max_bytes)
+        except SandboxError:
             return None
 
     def collect_files(self) -> dict[str, str]:
-        """Text files of the workspace, bounded in count and size (binary files are skipped)."""
+        """Text files of the workspace, bounded in count and size (binary files, links and
+        special files are skipped)."""
         out: dict[str, str] = {}
         total = 0
-        ws = Path(self.workspace)
-        for dirpath, dirnames, filenames in os.walk(ws):
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
-            for name in sorted(filenames):
-                if len(out) >= self.limits.collect_max_files or total >= self.limits.collect_max_total_bytes:
-                    return out
-                full = Path(dirpath) / name
-                if full.is_symlink() or not full.is_file():
-                    continue
-                with open(full, "rb") as f:
-                    data = f.read(self.limits.collect_max_file_bytes + 1)
-                if b"\0" in data[:8192]:
-                    continue
-                text = data[: self.limits.collect_max_file_bytes].decode("utf-8", errors="replace")
-                if len(data) > self.limits.collect_max_file_bytes:
-                    text += "\n[... truncated ...]"
-                out[str(full.relative_to(ws))] = text
-                total += len(data)
+        cap = self.limits.collect_max_file_bytes
+        for found in safefs.walk_files(self.workspace, skip_dirs=SKIP_DIRS, max_files=self.limits.collect_max_files * 4, max_bytes=cap):
+            if len(out) >= self.limits.collect_max_files or total >= self.limits.collect_max_total_bytes:
+                break
+            if b"\0" in found.data[:8192]:
+                continue
+            text = found.data[:cap].decode("utf-8", errors="replace")
+            if len(found.data) > cap:
+                text += "\n[... truncated ...]"
+            out[found.rel] = text
+            total += len(found.data)
         return out
 
     def clear_reward_file(self) -> None:
-        shutil.rmtree(self.verifier_dir, ignore_errors=True)
-        Path(self.verifier_dir).mkdir(parents=True, exist_ok=True)
+        """Start the verify phase: kill every process the agent left, replace whatever is at the
+        verifier path (a link, a FIFO, a planted tree) with a fresh directory of the server's,
+        and give verify commands a fresh home. Blocking: call it off the event loop."""
+        self._kill_marked()
+        for path in (self.verifier_dir, self.verify_home):
+            problem = safefs.remove_tree(path)
+            if problem:
+                raise SandboxError(f"could not reset {path} before verify: {problem}")
+        os.mkdir(self.verifier_dir, 0o755)
+        for sub in ("", "tmp", "xdg/config", "xdg/cache", "xdg/data", "xdg/state"):
+            os.makedirs(os.path.join(self.verify_home, sub), 0o755, exist_ok=True)
+        if self._run_as is not None:
+            for dirpath in (self.verifier_dir, self.verify_home, *(str(p) for p in Path(self.verify_home).rglob("*"))):
+                os.chown(dirpath, *self._run_as, follow_symlinks=False)
+        self._verifying = True
 
     def read_reward_file(self) -> str | None:
-        data = self.read_file(self.reward_file, max_bytes=4096)
+        data = safefs.read_regular(self.root, f"verifier/{REWARD_FILE_NAME}", 4096)
         return None if data is None else data.decode("utf-8", errors="replace")
 
     # -- lifecycle --------------------------------------------------------------------------
-    async def close(self) -> None:
-        """Kill every process of the rollout and remove its directory. Idempotent."""
+    async def close(self) -> str | None:
+        """Kill every process of the rollout and remove its directory. Idempotent. Returns what
+        could not be cleaned up, in words (also added to `notes`), or None; never raises."""
         if self._closed:
-            return
+            return None
         self._closed = True
         for proc in list(self._procs):
             _kill_group(proc.pid)
         for _ in range(50):
-            if not self._kill_marked():
+            if not await asyncio.to_thread(self._kill_marked):
                 break
             await asyncio.sleep(0.05)
         for proc in list(self._procs):
@@ -349,19 +507,23 @@ class LocalSandbox:
                 await asyncio.wait_for(proc.wait(), 5)
             except TimeoutError:
                 pass
-        await asyncio.to_thread(_remove_tree, self.root)
+        problem = await asyncio.to_thread(self._remove)
+        if problem:
+            self.notes.append(f"clean-up: {problem}")
+        return problem
 
-
-def _remove_tree(root: Path) -> None:
-    def onexc(func, path, exc):  # read-only dirs made by the agent: make writable, retry
-        try:
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700)
-            func(path)
-        except OSError:
-            pass
-
-    shutil.rmtree(root, onexc=onexc)
+    def _remove(self) -> str | None:
+        problems = []
+        if self._cgroup is not None:
+            problem = self._cgroup.remove()
+            if problem:
+                problems.append(problem)
+        if self._tmpfs and not _unmount(self.root):
+            problems.append(f"could not unmount the rollout's tmpfs at {self.root}: {os.strerror(ctypes.get_errno())}")
+        problem = safefs.remove_tree(self.root)
+        if problem:
+            problems.append(problem)
+        return "; ".join(problems) or None
 
 
 def create_local_sandbox(
@@ -370,12 +532,17 @@ def create_local_sandbox(
     ro_paths: list[str] | None = None,
     limits: Limits | None = None,
     extra_binds: dict[str, str] | None = None,
+    capture_socket: str | None = None,
+    unprivileged: bool | None = None,
 ) -> LocalSandbox:
     """Make a fresh rollout directory. `use_bwrap=None` uses bubblewrap when it works here.
 
     `extra_binds` maps absolute paths inside the sandbox to subdirectories of the rollout directory
     (relative to it, created here), e.g. {"/tests": "harbor/tests"}; only bubblewrap can bind them,
-    so they require it."""
+    so they require it. `capture_socket`: the capture proxy's Unix socket; with bubblewrap and
+    socat, commands then get no network but it. `unprivileged` (default: when possible and there
+    are no extra binds, whose files the server writes as root): run commands as an unprivileged
+    uid under bubblewrap."""
     if extra_binds and use_bwrap is False:
         raise SandboxError("extra_binds need bubblewrap; use_bwrap=False cannot map absolute paths")
     bwrap = bwrap_available() if use_bwrap is not False else None
@@ -384,17 +551,39 @@ def create_local_sandbox(
     for inside, rel in (extra_binds or {}).items():
         if not inside.startswith("/") or Path(rel).is_absolute() or ".." in Path(rel).parts:
             raise SandboxError(f"extra bind {inside!r} -> {rel!r}: need an absolute inside path and a relative host dir")
+    limits = limits or Limits()
+    run_as = sandbox_user() if bwrap and (unprivileged if unprivileged is not None else not extra_binds) else None
+    if capture_socket is not None and (not bwrap or shutil.which("socat") is None):
+        capture_socket = None  # no way to cut the network here; the sandbox's notes say so
     base = sandboxes_root()
+    root = base / f"rollout-{uuid.uuid4().hex[:12]}"
+    tmpfs = False
     try:
         base.mkdir(parents=True, exist_ok=True)
-        root = base / f"rollout-{uuid.uuid4().hex[:12]}"
-        root.mkdir(mode=0o700)
+        root.mkdir(mode=0o755)
+        if limits.disk_bytes:
+            tmpfs = _mount_tmpfs(root, limits.disk_bytes)
+        os.chmod(root, 0o755)  # the server's: the agent can neither rename nor add entries here
         for sub in ("workspace", "home", "tmp", "xdg/config", "xdg/cache", "xdg/data", "xdg/state", "verifier", "logs"):
             (root / sub).mkdir(parents=True)
         binds = {}
         for inside, rel in (extra_binds or {}).items():
             (root / rel).mkdir(parents=True, exist_ok=True)
             binds[inside] = str(root / rel)
+        if run_as is not None:
+            for sub in ("workspace", "home", "tmp", "xdg", "xdg/config", "xdg/cache", "xdg/data", "xdg/state", "logs"):
+                os.chown(root / sub, *run_as)
     except OSError as e:
+        if tmpfs:
+            _unmount(root)
+        safefs.remove_tree(root)
         raise SandboxError(f"could not create the sandbox directory under {base}: {e}") from e
-    return LocalSandbox(root, bwrap, ro_paths or [], limits or Limits(), binds)
+    cgroup = None
+    try:
+        cgroup = RolloutCgroup.create(root.name, ResourceLimits(memory_bytes=limits.memory_bytes, pids=limits.pids, cpu_cores=limits.cpu_cores))
+    except SandboxError:
+        if tmpfs:
+            _unmount(root)
+        safefs.remove_tree(root)
+        raise
+    return LocalSandbox(root, bwrap, ro_paths or [], limits, binds, run_as=run_as, cgroup=cgroup, tmpfs=tmpfs, capture_socket=capture_socket)

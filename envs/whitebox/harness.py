@@ -31,7 +31,7 @@ class WhiteboxHarness:
         toolbox = ToolBox(sandbox, ToolLimits.from_config(req.harness_config))
         return await run_loop(
             toolbox=toolbox,
-            proxy_base_url=ctx.proxy_base_url,
+            proxy_base_url=ctx.host_proxy_base_url or ctx.proxy_base_url,  # the loop runs in the server
             session_key=ctx.session_key,
             model=req.endpoint.model,
             instruction=req.task.instruction,

@@ -66,12 +66,15 @@ async def test_bwrap_isolation():
     try:
         other.write_file("secret.txt", "other rollout data")
         r = await sb.exec(
-            f"ls {other.root} 2>&1; touch /usr/x 2>&1; touch /etc/x 2>&1; ls /root /home; echo 0.5 > /logs/verifier/reward.txt;"
-            " cat /root/logs/verifier/reward.txt; echo ok > here.txt",
+            f"ls {other.root} 2>&1; touch /usr/x 2>&1; touch /etc/x 2>&1; ls /root /home; {{ echo 0.5 > /logs/verifier/reward.txt; }} 2>&1;"
+            " echo ok > here.txt",
             timeout=10,
         )
         assert "No such file or directory" in r.stdout  # the other rollout is invisible
-        assert r.stdout.count("Read-only file system") == 2
+        assert r.stdout.count("Read-only file system") == 3  # /usr, /etc, and the verifier outside verify
+        assert sb.read_reward_file() is None
+        await asyncio.to_thread(sb.clear_reward_file)  # the verify phase: now verify commands may write it
+        r = await sb.exec("echo 0.5 > /logs/verifier/reward.txt; cat /root/logs/verifier/reward.txt", timeout=10, env=sb.verify_env())
         assert "0.5" in r.stdout
         assert sb.read_reward_file().strip() == "0.5"  # the Harbor/pi_env paths map to our verifier dir
         assert sb.read_file("here.txt") == b"ok\n"
