@@ -292,6 +292,17 @@ class RolloutOptions(BaseModel):
     # (svg_icon: reference_png, rubric, renderer).
     task_family: str | None = Field(default=None, min_length=1, max_length=64)
     family_options: dict[str, Any] = Field(default_factory=dict)
+    # The rollout's sandbox limits (cgroups and a size-limited filesystem where the machine has
+    # them; the result's sandbox_notes say which applied and which were hit). A server caps each
+    # with HARNESS_ENV_MAX_<NAME> (e.g. HARNESS_ENV_MAX_MEMORY_LIMIT_MB).
+    memory_limit_mb: int = Field(default=4096, ge=64, le=1_048_576, description="memory of all the rollout's processes together, MiB")
+    pids_limit: int = Field(default=1024, ge=16, le=1_000_000, description="processes and threads of the rollout at once")
+    disk_limit_mb: int = Field(default=4096, ge=16, le=1_048_576, description="size of the rollout's directory and /tmp, MiB")
+    cpu_limit: float | None = Field(default=None, gt=0, le=1024, allow_inf_nan=False, description="CPU cores the rollout may use (None: no cap)")
+    # "proxy_only": agent and verify commands reach nothing on the network but the capture proxy
+    # (bubblewrap's network namespace; setup commands keep the host network); "open": the host's
+    # network, including the policy endpoint directly.
+    network: Literal["proxy_only", "open"] = "proxy_only"
     # harness="harbor" only: the Harbor task, agent and environment.
     harbor: HarborOptions | None = None
 
@@ -461,6 +472,8 @@ class RolloutResult(BaseModel):
     reward_notes: list[str] = Field(default_factory=list)
     sandbox_backend: str = ""
     sandbox_notes: list[str] = Field(default_factory=list)
+    # Resource limits the rollout ran into (memory, processes, disk), in words; empty when none.
+    limits_hit: list[str] = Field(default_factory=list)
     dropped_fields: list[str] = Field(default_factory=list)
     turn_limit_hit: bool = False
     graph: GraphSummary = Field(default_factory=GraphSummary)
