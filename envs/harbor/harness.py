@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -24,6 +23,7 @@ from harness_env.core import toolchain
 from harness_env.core.engine import LOG_TAIL_CHARS
 from harness_env.core.errors import InvalidRequestError, SandboxError
 from harness_env.core.harness import AgentOutcome, LaunchContext, PhaseRecord, TrialReport
+from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.local import bwrap_available, sandboxes_root
 from harness_env.envs.harbor.config import (
     CHAT_API_FORMAT,
@@ -53,6 +53,7 @@ EXCEPTION_KINDS = {
 NO_REWARD_EXCEPTIONS = frozenset({"RewardFileNotFoundError", "RewardFileEmptyError"})
 PHASES = (("environment_setup", "sandbox"), ("agent_setup", "setup"), ("agent_execution", "agent"), ("verifier", "verify"))
 VERIFY_RESULTS_MAX_BYTES = 1024 * 1024
+MAX_AGENT_LOG_ENTRIES = 1000  # entries of the agent's log directory looked at for *.txt logs
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
 
 
@@ -154,23 +155,25 @@ def classify(out: HarborTrialOutcome) -> tuple[str, str] | None:
     return kind, f"Harbor: {out.exception[:2000]}"
 
 
-def _read_tail(path: Path, chars: int) -> str:
-    """The last `chars` characters of a file the agent or the verifier wrote, without reading
-    the whole of it (it can be as large as they like)."""
-    with path.open("rb") as f:
-        f.seek(max(0, f.seek(0, 2) - 4 * chars))  # at most 4 bytes per UTF-8 character
-        return f.read().decode("utf-8", errors="replace")[-chars:]
+def _read_tail(directory: Path, name: str, chars: int) -> str:
+    """The last `chars` characters of a file the agent or the verifier wrote, without reading the
+    whole of it (it can be as large as they like), a link never followed, a FIFO never waited on
+    (those read as ""). Blocking: call it off the event loop."""
+    data = safefs.read_regular(directory, name, 4 * chars, tail=True)  # at most 4 bytes per UTF-8 character
+    return "" if data is None else data.decode("utf-8", errors="replace")[-chars:]
 
 
 def _agent_log_tail(agent_dir: Path | None) -> str:
-    if agent_dir is None or not agent_dir.is_dir():
+    if agent_dir is None:
+        return ""
+    try:
+        entries, _ = safefs.scan_dir(agent_dir, max_entries=MAX_AGENT_LOG_ENTRIES)
+    except OSError:
         return ""
     parts = []
-    for path in sorted(agent_dir.glob("*.txt")):
-        try:
-            parts.append(f"[{path.name}]\n{_read_tail(path, LOG_TAIL_CHARS)}")
-        except OSError:
-            continue
+    for entry in entries:
+        if entry.kind == "file" and entry.name.endswith(".txt"):
+            parts.append(f"[{entry.name}]\n{_read_tail(agent_dir, entry.name, LOG_TAIL_CHARS)}")
     return "\n".join(parts)[-LOG_TAIL_CHARS:]
 
 
@@ -187,14 +190,12 @@ def _verify_results(out: HarborTrialOutcome, verify: list[str] | None) -> list[C
     vdir = out.verifier_dir
     if vdir is None or not vdir.is_dir():
         return []
-    stdout = ""
-    if (vdir / "test-stdout.txt").is_file():
-        stdout = _read_tail(vdir / "test-stdout.txt", 8000)
-    if verify is not None and (vdir / VERIFY_RESULTS_FILE).is_file():
+    stdout = _read_tail(vdir, "test-stdout.txt", 8000)
+    # Verify commands (and, on a provider, what the agent left running) can write this file: skip what is not ours.
+    raw = safefs.read_regular(vdir, VERIFY_RESULTS_FILE, VERIFY_RESULTS_MAX_BYTES) if verify is not None else None
+    if raw is not None:
         results = []
-        # Verify commands (and, on a provider, what the agent left running) can write this file: skip what is not ours.
-        with (vdir / VERIFY_RESULTS_FILE).open("rb") as f:
-            head = f.read(VERIFY_RESULTS_MAX_BYTES).decode("utf-8", errors="replace")  # ours is a line per command
+        head = raw.decode("utf-8", errors="replace")  # ours is a line per command
         for line in head.splitlines():
             try:
                 entry = json.loads(line)
@@ -280,8 +281,8 @@ class HarborHarness:
             # Harbor times the whole script; a converted Task's script times each command itself.
             verify_s, setup_s = request.verify_timeout_s, request.setup_timeout_s
             if converted:  # a uniform Task: written as a Harbor task directory
-                task_dir = task_to_task_dir(
-                    request.task, work / "task",
+                task_dir = await asyncio.to_thread(
+                    task_to_task_dir, request.task, work / "task",
                     agent_timeout_s=request.agent_timeout_s,
                     verify_timeout_s=request.verify_timeout_s,
                     setup_timeout_s=request.setup_timeout_s,
@@ -313,9 +314,13 @@ class HarborHarness:
                 on_event=lambda phase, status: emit(phase, status, ""),
                 reward_key=opts.reward_key,
             )
-            self._fill(report, out, request, opts, ht, converted)
+            await asyncio.to_thread(self._fill, report, out, request, opts, ht, converted)  # reads the trial's files
         finally:
-            shutil.rmtree(work, ignore_errors=True)  # trial logs and the converted task: read above
+            # Trial logs and the converted task, read above: any tree a provider's download made,
+            # removed without following a link, at any depth, off the loop.
+            problem = await asyncio.to_thread(safefs.remove_tree, work)
+            if problem:
+                report.sandbox_notes.append(f"clean-up of the trial directory: {problem.replace(str(work), work.name)}")
         return report
 
     @staticmethod

@@ -11,7 +11,9 @@ with our own stricter rules:
 - from a map, `reward_key` picks the scalar: an explicit key that is missing is the caller's error
   (InvalidRequestError listing the keys); without one, the map's single key, else "reward", else
   no reward and a note listing the keys;
-- neither file: None, with a note (the verifier never ran, or wrote no reward).
+- neither file: None, with a note (the verifier never ran, or wrote no reward);
+- each file is read without following a link, opened non-blocking and only when it is a regular
+  file, within MAX_REWARD_FILE_BYTES: a link, FIFO or directory in its place is noted and ignored.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, Literal
 
 from harness_env.core.errors import InvalidRequestError
 from harness_env.core.reward import parse_reward_text
+from harness_env.core.sandbox import safefs
 
 REWARD_JSON = "reward.json"
 REWARD_TXT = "reward.txt"
@@ -44,12 +47,21 @@ def _describe(value: Any) -> str:
     return repr(value)[:80]
 
 
-def _read_bounded(path: Path) -> str:
-    with path.open("rb") as f:
-        data = f.read(MAX_REWARD_FILE_BYTES + 1)
+def _read_reward_file(verifier_dir: Path, name: str) -> tuple[str | None, str | None]:
+    """(text, note) of `name` in the verifier directory: read without following a link, opened
+    non-blocking and only when it is a regular file, at most MAX_REWARD_FILE_BYTES (blocking: call
+    it off the event loop). (None, None) when it is not there; (None, why) when it is there but
+    is not a regular file or is too large."""
+    data = safefs.read_regular(verifier_dir, name, MAX_REWARD_FILE_BYTES + 1)
+    if data is None:
+        try:
+            st = safefs.stat_entry(verifier_dir, name)
+        except OSError:  # missing (or the directory is): the verifier never wrote it
+            return None, None
+        return None, f"{name} is {safefs.kind_of(st.st_mode)}, not a regular file; ignored"
     if len(data) > MAX_REWARD_FILE_BYTES:
-        raise ValueError(f"larger than {MAX_REWARD_FILE_BYTES} bytes")
-    return data.decode("utf-8", errors="replace")
+        return None, f"{name} unreadable (larger than {MAX_REWARD_FILE_BYTES} bytes); ignored"
+    return data.decode("utf-8", errors="replace"), None
 
 
 def _pick_from_map(rewards: dict[str, Any], reward_key: str | None, notes: list[str]) -> float | None:
@@ -109,13 +121,16 @@ def _reward_from_json(text: str, reward_key: str | None, notes: list[str]) -> fl
 
 
 def reward_map(verifier_dir: Path | None) -> dict[str, float] | None:
-    """reward.json's whole map (its finite numbers only), when it holds one; read with the same
-    size bound as the reward itself."""
-    if verifier_dir is None or not (Path(verifier_dir) / REWARD_JSON).is_file():
+    """reward.json's whole map (its finite numbers only), when it holds one; read like the reward
+    itself (no link followed, bounded)."""
+    if verifier_dir is None:
+        return None
+    text, _ = _read_reward_file(Path(verifier_dir), REWARD_JSON)
+    if text is None:
         return None
     try:
-        data = json.loads(_read_bounded(Path(verifier_dir) / REWARD_JSON))
-    except (OSError, ValueError):
+        data = json.loads(text)
+    except ValueError:
         return None
     if not isinstance(data, dict):
         return None
@@ -127,32 +142,30 @@ def read_verifier_reward(
 ) -> tuple[float | None, RewardSource | None, list[str]]:
     """(reward, source, notes) from a Harbor verifier directory (the trial's verifier/ dir, which is
     /logs/verifier inside the environment). Raises InvalidRequestError only for an explicit
-    `reward_key` that reward.json does not hold."""
+    `reward_key` that reward.json does not hold. Blocking reads: call it off the event loop."""
     notes: list[str] = []
-    json_path, txt_path = Path(verifier_dir) / REWARD_JSON, Path(verifier_dir) / REWARD_TXT
-    if json_path.is_file():
-        try:
-            text = _read_bounded(json_path)
-        except (OSError, ValueError) as e:
-            notes.append(f"reward.json unreadable ({e}); ignored")
-        else:
-            value = _reward_from_json(text, reward_key, notes)
-            if value is not None:
-                return value, "reward_json", notes
-    if txt_path.is_file():
-        try:
-            text = _read_bounded(txt_path)
-        except (OSError, ValueError) as e:
-            notes.append(f"reward.txt unreadable ({e}); ignored")
-            return None, None, notes
-        value, note = parse_reward_text(text)
+    verifier_dir = Path(verifier_dir)
+    json_text, json_note = _read_reward_file(verifier_dir, REWARD_JSON)
+    json_there = json_text is not None or json_note is not None
+    if json_note:
+        notes.append(json_note)
+    if json_text is not None:
+        value = _reward_from_json(json_text, reward_key, notes)
         if value is not None:
-            if reward_key is not None and reward_key != DEFAULT_KEY and not json_path.is_file():
+            return value, "reward_json", notes
+    txt_text, txt_note = _read_reward_file(verifier_dir, REWARD_TXT)
+    if txt_note:
+        notes.append(txt_note)
+        return None, None, notes
+    if txt_text is not None:
+        value, note = parse_reward_text(txt_text)
+        if value is not None:
+            if reward_key is not None and reward_key != DEFAULT_KEY and not json_there:
                 notes.append(f"reward.txt holds a single number: reward_key {reward_key!r} does not apply")
             return value, "reward_txt", notes
         notes.append((note or "reward file unreadable").replace("reward file", "reward.txt"))
         return None, None, notes
-    if not json_path.is_file():
+    if not json_there:
         notes.append(
             f"no {REWARD_JSON} or {REWARD_TXT} in the verifier directory: the verifier never ran or wrote no reward"
         )

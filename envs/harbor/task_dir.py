@@ -238,7 +238,7 @@ def build_test_sh(verify: list[str], workdir: str, command_timeout_s: float) -> 
         f'WORKDIR="${{HARNESS_ENV_WORKDIR:-{workdir}}}"',
         'mkdir -p "$VERIFIER_DIR"',
         '# The agent cannot forge a reward: whatever is there before verify runs is dropped.',
-        'rm -f "$VERIFIER_DIR/reward.txt" "$VERIFIER_DIR/reward.json"',
+        'rm -rf -- "$VERIFIER_DIR/reward.txt" "$VERIFIER_DIR/reward.json"',
         f"export {REWARD_FILE_ENV}=\"$VERIFIER_DIR/reward.txt\"",
         f'RESULTS="$VERIFIER_DIR/{VERIFY_RESULTS_FILE}"',
         ': > "$RESULTS"',
@@ -254,6 +254,11 @@ def build_test_sh(verify: list[str], workdir: str, command_timeout_s: float) -> 
             '"$rc" $((took / 1000000)) $((took % 1000000)) "$timed_out" >> "$RESULTS"',
         ]
     lines += [
+        "# A reward file that is not a regular file (a link, a FIFO, a directory) is no reward: dropped",
+        "# before anything reads it (test -f follows links; grep would wait on a FIFO for ever).",
+        'for f in reward.json reward.txt; do',
+        '  if [ -L "$VERIFIER_DIR/$f" ] || { [ -e "$VERIFIER_DIR/$f" ] && [ ! -f "$VERIFIER_DIR/$f" ]; }; then rm -rf -- "$VERIFIER_DIR/$f"; fi',
+        'done',
         "# A reward a verify command wrote wins (reward.json, or one finite-looking number in reward.txt).",
         'if [ -s "$VERIFIER_DIR/reward.json" ]; then exit 0; fi',
         f"if [ -f \"${REWARD_FILE_ENV}\" ] && [ \"$(grep -c . \"${REWARD_FILE_ENV}\")\" -eq 1 ] && grep -Eq '^[[:space:]]*[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?[[:space:]]*$' \"${REWARD_FILE_ENV}\"; then exit 0; fi",

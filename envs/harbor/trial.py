@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_env.core.errors import InvalidRequestError
+from harness_env.core.sandbox import safefs
 from harness_env.envs.harbor.reward import RewardSource, read_verifier_reward, reward_map
 
 # Harbor's lifecycle events -> (our phase, status)
@@ -49,19 +50,25 @@ class HarborTrialOutcome:
 
 
 def read_trajectory(agent_dir: Path | None) -> tuple[dict[str, Any] | None, str | None]:
-    """The agent's ATIF trajectory (agent/trajectory.json), or None and why not."""
+    """The agent's ATIF trajectory (agent/trajectory.json), or None and why not. Read without
+    following a link, only when it is a regular file, within MAX_TRAJECTORY_BYTES (blocking: call
+    it off the event loop)."""
     if agent_dir is None:
         return None, None
-    path = agent_dir / "trajectory.json"
-    if not path.is_file():
-        return None, None
-    if path.stat().st_size > MAX_TRAJECTORY_BYTES:
+    data = safefs.read_regular(agent_dir, "trajectory.json", MAX_TRAJECTORY_BYTES + 1)
+    if data is None:
+        try:
+            st = safefs.stat_entry(agent_dir, "trajectory.json")
+        except OSError:
+            return None, None
+        return None, f"trajectory.json is {safefs.kind_of(st.st_mode)}, not a regular file; left out"
+    if len(data) > MAX_TRAJECTORY_BYTES:
         return None, f"trajectory.json is larger than {MAX_TRAJECTORY_BYTES} bytes; left out"
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
+        parsed = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
         return None, f"trajectory.json is not readable JSON: {e}"
-    return (data, None) if isinstance(data, dict) else (None, "trajectory.json is not a JSON object")
+    return (parsed, None) if isinstance(parsed, dict) else (None, "trajectory.json is not a JSON object")
 
 
 def count_tool_calls(trajectory: dict[str, Any] | None) -> int | None:
@@ -151,17 +158,18 @@ async def run_harbor_trial(
                 out.notes.append(f"stopping the environment failed: {e}")
             out.files = getattr(env, "collected_files", None)
             out.sandbox_id = getattr(env, "sandbox_id", None)
+            out.notes.extend(getattr(env, "transfer_notes", None) or [])
     if out.result is not None and out.result.exception_info is not None and out.exception is None:
         info = out.result.exception_info
         out.exception_type, out.exception = info.exception_type, f"{info.exception_type}: {info.exception_message}"
     if out.exception:
         out.notes.append(f"the Harbor trial raised {out.exception[:2000]}")
-    try:
-        out.reward, out.reward_source, reward_notes = read_verifier_reward(out.verifier_dir, reward_key)
+    try:  # files of the trial directory, written by the environment's downloads: read off the loop
+        out.reward, out.reward_source, reward_notes = await asyncio.to_thread(read_verifier_reward, out.verifier_dir, reward_key)
         out.notes.extend(reward_notes)
     except InvalidRequestError as e:  # reward_key names no entry of the map
         out.reward_error = str(e)
-    out.rewards = reward_map(out.verifier_dir)
+    out.rewards = await asyncio.to_thread(reward_map, out.verifier_dir)
     if out.reward is None and out.reward_error is None and out.rewards:
         out.reward_error = (
             f"the verifier's reward.json holds {sorted(out.rewards)} and no single reward: "

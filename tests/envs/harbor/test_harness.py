@@ -406,3 +406,36 @@ def test_agent_logs_are_read_from_their_tail_only(tmp_path):
     (tmp_path / "command-0.txt").write_text("é" * (LOG_TAIL_CHARS * 3) + "THE END")
     tail = _agent_log_tail(tmp_path)
     assert tail.endswith("THE END") and len(tail) == LOG_TAIL_CHARS and "\ufffd" not in tail[1:]
+
+
+def test_logs_and_verify_output_that_are_links_or_fifos_are_skipped_without_waiting(tmp_path):
+    """The trial's copies are regular files, but a provider's download can bring links (inside its
+    target) and our readers must not depend on that: links are never followed, FIFOs never opened
+    blocking."""
+    import concurrent.futures
+
+    from harness_env.envs.harbor.harness import _agent_log_tail, _verify_results
+    from harness_env.envs.harbor.trial import HarborTrialOutcome, read_trajectory
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host-secret-1f2e")
+    agent, verifier = tmp_path / "agent", tmp_path / "verifier"
+    agent.mkdir()
+    verifier.mkdir()
+    (agent / "a.txt").write_text("agent says hi")
+    (agent / "leak.txt").symlink_to(secret)
+    os.mkfifo(agent / "pipe.txt")
+    os.mkfifo(agent / "trajectory.json")
+    (verifier / "test-stdout.txt").symlink_to(secret)
+    os.mkfifo(verifier / "verify_results.jsonl")
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        tail = pool.submit(_agent_log_tail, agent).result(timeout=10)
+        results = pool.submit(_verify_results, HarborTrialOutcome(verifier_dir=verifier), ["true"]).result(timeout=10)
+        trajectory, note = pool.submit(read_trajectory, agent).result(timeout=10)
+    assert "agent says hi" in tail and "host-secret-1f2e" not in tail
+    assert results == []
+    assert trajectory is None and "FIFO" in note
+    (agent / "trajectory.json").unlink()
+    (agent / "trajectory.json").symlink_to(secret)
+    trajectory, note = read_trajectory(agent)
+    assert trajectory is None and "symbolic link" in note

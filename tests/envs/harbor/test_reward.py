@@ -116,3 +116,39 @@ def test_reward_map_keeps_finite_numbers_only(tmp_path):
 def test_reward_map_is_read_within_the_size_bound(tmp_path):
     _write(tmp_path, "reward.json", '{"reward": 1, "pad": "' + "x" * MAX_REWARD_FILE_BYTES + '"}')
     assert reward_map(tmp_path) is None
+
+
+def _bounded(fn, *args):
+    """Run a reader in a thread with a deadline: one that opened a FIFO would never come back."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(fn, *args).result(timeout=10)
+
+
+def test_a_reward_txt_link_is_not_followed(tmp_path):
+    # reward.txt as a link to a file holding a forged reward (or to a host file): never read.
+    (tmp_path / "forged").write_text("1.0")
+    (tmp_path / "reward.txt").symlink_to(tmp_path / "forged")
+    reward, source, notes = read_verifier_reward(tmp_path, None)
+    assert (reward, source) == (None, None) and "reward.txt is a symbolic link" in notes[0]
+
+
+def test_reward_files_that_are_fifos_are_not_waited_on(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "reward.json")
+    os.mkfifo(tmp_path / "reward.txt")
+    reward, source, notes = _bounded(read_verifier_reward, tmp_path, None)
+    assert (reward, source) == (None, None)
+    assert "reward.json is a FIFO" in notes[0] and "reward.txt is a FIFO" in notes[1]
+    assert _bounded(reward_map, tmp_path) is None
+
+
+def test_a_reward_json_link_falls_back_to_a_real_reward_txt(tmp_path):
+    (tmp_path / "forged.json").write_text('{"reward": 1e308}')
+    (tmp_path / "reward.json").symlink_to(tmp_path / "forged.json")
+    _write(tmp_path, "reward.txt", "0.25")
+    reward, source, notes = read_verifier_reward(tmp_path, None)
+    assert (reward, source) == (0.25, "reward_txt") and "symbolic link" in notes[0]
+    assert reward_map(tmp_path) is None

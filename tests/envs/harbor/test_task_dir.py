@@ -142,6 +142,19 @@ def test_a_stale_reward_from_the_agent_is_dropped(tmp_path):
     assert read_verifier_reward(verifier, None)[:2] == (0.0, "reward_txt")
 
 
+@pytest.mark.parametrize("plant", [
+    'echo 1.0 > forged; ln -sf "$PWD/forged" "$HARNESS_ENV_REWARD_FILE"',  # a link to a forged reward
+    'mkfifo "$HARNESS_ENV_REWARD_FILE"',  # grep on it would wait for ever
+    'echo 1.0 > forged; ln -s "$PWD/forged" "$(dirname "$HARNESS_ENV_REWARD_FILE")/reward.json"',
+    'mkfifo "$(dirname "$HARNESS_ENV_REWARD_FILE")/reward.json"',
+    'mkdir -p "$HARNESS_ENV_REWARD_FILE/x"',
+])
+def test_a_reward_file_that_is_not_a_regular_file_is_dropped_for_the_ratio(tmp_path, plant):
+    verifier = _verify(tmp_path, _task(verify=["false", plant]))  # one of two passed
+    assert read_verifier_reward(verifier, None)[:2] == (0.5, "reward_txt")
+    assert not (verifier / "reward.txt").is_symlink() and not (verifier / "reward.json").exists()
+
+
 def test_no_verify_commands_write_no_reward(tmp_path):
     verifier = _verify(tmp_path, _task(verify=[]))
     assert read_verifier_reward(verifier, None)[:2] == (None, None)
