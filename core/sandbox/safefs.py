@@ -363,10 +363,11 @@ def _missing(rel: str) -> FileNotFoundError:
     return FileNotFoundError(errno.ENOENT, "No such file or directory", rel)
 
 
-def _walk_dirs(root: str | Path, parts: list[str], *, create: bool = False) -> int:
+def _walk_dirs(root: str | Path, parts: list[str], *, create: bool = False, owner: tuple[int, int] | None = None) -> int:
     """A descriptor of directory root/parts..., walked one component at a time without following a
-    link; with `create`, missing directories are made. Raises UnsafeEntry for a component that is
-    not a directory, FileNotFoundError (named relative to root) for a missing one."""
+    link; with `create`, missing directories are made (given to `owner`, a (uid, gid), if set).
+    Raises UnsafeEntry for a component that is not a directory, FileNotFoundError (named relative
+    to root) for a missing one."""
     fd = os.open(root, _DIR_FLAGS)
     try:
         for i, part in enumerate(parts):
@@ -381,6 +382,8 @@ def _walk_dirs(root: str | Path, parts: list[str], *, create: bool = False) -> i
                 except FileExistsError:
                     pass
                 nxt = _open_existing_dir(fd, part, rel)
+                if owner is not None:
+                    os.fchown(nxt, *owner)
             except OSError as e:
                 if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
@@ -458,16 +461,19 @@ def open_regular(root: str | Path, rel: str | Path) -> int:
     return fd
 
 
-def write_regular(root: str | Path, rel: str | Path, data: bytes, *, make_parents: bool = True) -> None:
+def write_regular(
+    root: str | Path, rel: str | Path, data: bytes, *, make_parents: bool = True, owner: tuple[int, int] | None = None
+) -> None:
     """Put `data` at root/rel as a regular file: directories on the way are walked (and, with
     `make_parents`, made) without following a link; an existing entry that is not a regular file
     (a link, FIFO, device, directory) raises UnsafeEntry. The content goes to a fresh file in the
     same directory that is then renamed over the name: the target is never opened, so a link, a
     FIFO or a hard link swapped in meanwhile is replaced, never written through. The old file's
-    permission bits are kept."""
+    permission bits (and, as root, its owner) are kept; what is created goes to `owner` (uid, gid)
+    if set, so that an unprivileged sandbox user can change it afterwards."""
     dirs, name = _split(rel)
     full = "/".join([*dirs, name])
-    dfd = _walk_dirs(root, dirs, create=make_parents)
+    dfd = _walk_dirs(root, dirs, create=make_parents, owner=owner)
     try:
         mode = 0o644
         try:
@@ -478,12 +484,16 @@ def write_regular(root: str | Path, rel: str | Path, data: bytes, *, make_parent
             if not stat.S_ISREG(st.st_mode):
                 raise UnsafeEntry(full, kind_of(st.st_mode), "a regular file")
             mode = stat.S_IMODE(st.st_mode) & 0o777
+            if os.geteuid() == 0:
+                owner = (st.st_uid, st.st_gid)
         tmp, fd = _temp_file(dfd)
         try:
             try:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view[: 1 << 20]) :]
+                if owner is not None:
+                    os.fchown(fd, *owner)
                 os.fchmod(fd, mode)
             finally:
                 os.close(fd)

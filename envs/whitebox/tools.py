@@ -248,7 +248,7 @@ class ToolBox:
 
     async def _write(self, path: str, content: str) -> ToolReply:
         data = content.encode()
-        await self._fs(safefs.write_regular, self._root, self._rel(path), data)
+        await self._fs(_write_file, self._root, self._rel(path), data, True)
         return ToolReply(f"wrote {len(data)} bytes to {path}")
 
     async def _edit(self, path: str, old_string: str, new_string: str, replace_all: bool = False) -> ToolReply:
@@ -264,7 +264,7 @@ class ToolBox:
         if count > 1 and not replace_all:
             return ToolReply(f"error: old_string occurs {count} times in {path}; give more context or set replace_all", ok=False)
         new = text.replace(old_string, new_string).encode()
-        await self._fs(lambda: safefs.write_regular(self._root, rel, new, make_parents=False))
+        await self._fs(_write_file, self._root, rel, new, False)
         return ToolReply(f"replaced {count if replace_all else 1} occurrence(s) in {path}")
 
     async def _ls(self, path: str = ".") -> ToolReply:
@@ -319,6 +319,16 @@ def _unsafe_message(tool: str, e: safefs.UnsafeEntry) -> str:
     if e.wanted == "a directory":
         return f"{e.rel} is {e.kind}, not a directory" + ("; use read" if e.kind == "a regular file" and tool == "ls" else "")
     return f"{e.rel} is not a regular file ({e.kind[2:] if e.kind.startswith('a ') else e.kind}); tools read and write regular files only"
+
+
+def _write_file(root: str, rel: str, data: bytes, make_parents: bool) -> None:
+    """write_regular, with what it creates owned like the workspace: under bubblewrap the agent
+    runs as an unprivileged user, who must be able to change the files the tools wrote."""
+    owner = None
+    if os.geteuid() == 0:
+        st = safefs.stat_entry(root, "")
+        owner = (st.st_uid, st.st_gid)
+    safefs.write_regular(root, rel, data, make_parents=make_parents, owner=owner)
 
 
 def _list_dir(root: str, rel: str) -> tuple[list[str], bool]:

@@ -240,6 +240,17 @@ def test_write_regular_creates_and_replaces_regular_files(tree):
         safefs.write_regular(tree, "absent/x.txt", b"x", make_parents=False)
 
 
+def test_write_regular_gives_what_it_makes_to_the_owner_and_keeps_an_old_files_owner(tree):
+    safefs.write_regular(tree, "made/here/f.txt", b"x", owner=(65534, 65534))
+    for rel in ("made", "made/here", "made/here/f.txt"):
+        st = os.stat(tree / rel)
+        assert (st.st_uid, st.st_gid) == (65534, 65534), rel
+    os.chown(tree / "a.txt", 4242, 4343)
+    safefs.write_regular(tree, "a.txt", b"y", owner=(65534, 65534))
+    st = os.stat(tree / "a.txt")
+    assert (st.st_uid, st.st_gid) == (4242, 4343)
+
+
 def test_write_regular_replaces_a_hard_link_instead_of_writing_through_it(tmp_path, tree):
     outside = tmp_path / "outside.txt"
     outside.write_text("outside\n")

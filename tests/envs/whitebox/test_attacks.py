@@ -353,3 +353,19 @@ async def test_text_that_is_not_unicode_is_an_error_for_the_model(box):
     (Path(box.sandbox.workspace) / "latin1.txt").write_bytes(b"caf\xe9\n")
     r = await call(box, "edit", path="latin1.txt", old_string="caf", new_string="tea")
     assert r.content == "error: latin1.txt is not UTF-8 text; edit changes text files only (use bash for others)"
+
+
+async def test_what_the_tools_write_stays_the_agents_to_change(box):
+    # Under bubblewrap the agent runs as an unprivileged user: files and directories the
+    # server-side tools make must be its own, and an edit must not take a file away from it.
+    ws = Path(box.sandbox.workspace)
+    uid = int((await sh(box, "id -u")).splitlines()[0])
+    assert os.stat(ws).st_uid == uid
+    assert (await call(box, "write", path="new/dir/f.txt", content="one\n")).ok
+    await sh(box, "echo two >> new/dir/f.txt && touch new/dir/g.txt && mkdir new/dir/h")
+    assert (await call(box, "read", path="new/dir/f.txt")).content == "     1\tone\n     2\ttwo"
+    await sh(box, "echo mine > mine.txt && chmod 640 mine.txt")
+    assert (await call(box, "edit", path="mine.txt", old_string="mine", new_string="edited")).ok
+    st = os.stat(ws / "mine.txt")
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (uid, 0o640)
+    await sh(box, "echo again >> mine.txt")
