@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -20,8 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from harness_env.core.paths import confined_path
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env.core.grading import GradeOutcome
+from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.local import LocalSandbox
-from harness_env.families.svg_icon import render
+from harness_env.families.svg_icon import checks, render
 from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC, Judge, JudgeConfig, Rubric
 from harness_env.families.svg_icon.preview import PREVIEW_COMMAND, preview_files
 from harness_env.models import RolloutRequest
@@ -67,6 +69,29 @@ def _check_reference(path: str, trusted: bool) -> str:
     return str(p.resolve())
 
 
+def read_submission(sandbox: LocalSandbox, max_bytes: int) -> tuple[bytes | None, str | None]:
+    """(the first `max_bytes` of icon.svg, why it was not read). The agent controls the workspace:
+    icon.svg is read from the rollout directory (which it cannot replace) without following a link
+    anywhere on the way, opened non-blocking and only when it is a regular file, so a link to a host
+    file, a FIFO or a device reads as no submission, never as its target and never as a wait.
+    Blocking: call it off the event loop."""
+    root = getattr(sandbox, "root", None)
+    if root is None:  # a sandbox without a host directory: its own reader
+        return sandbox.read_file(ICON_FILE, max_bytes=max_bytes), None
+    try:
+        rel = Path(os.path.normpath(Path(sandbox.workspace) / ICON_FILE)).relative_to(root)
+    except ValueError:
+        return None, None
+    data = safefs.read_regular(root, rel, max_bytes)
+    if data is not None:
+        return data, None
+    try:
+        st = safefs.stat_entry(root, rel)
+    except OSError:  # missing, or a directory on the way is not one (a link): no submission
+        return None, None
+    return None, f"{ICON_FILE} is {safefs.kind_of(st.st_mode)}, not a regular file"
+
+
 class SvgIconFamily:
     name = "svg_icon"
 
@@ -104,9 +129,12 @@ class SvgIconGrader:
     async def grade(self, sandbox: LocalSandbox, request: RolloutRequest) -> GradeOutcome:
         opts = self.options
         evidence: dict[str, Any] = {"renderer": opts.renderer, "zero_reasons": [], "page_valid": False, "timings": {}}
-        data = sandbox.read_file(ICON_FILE, max_bytes=opts.max_svg_bytes + 1)
+        data, not_regular = await asyncio.to_thread(read_submission, sandbox, opts.max_svg_bytes + 1)
         t0 = time.monotonic()
-        reasons, rendered = await render.zero_reasons(data, render.RenderSettings(renderer=opts.renderer, max_bytes=opts.max_svg_bytes))
+        if not_regular:
+            reasons, rendered = [checks.reason(checks.MISSING, not_regular)], None
+        else:
+            reasons, rendered = await render.zero_reasons(data, render.RenderSettings(renderer=opts.renderer, max_bytes=opts.max_svg_bytes))
         evidence["timings"]["checks_and_render_s"] = round(time.monotonic() - t0, 3)
         if rendered is not None and rendered.png:
             evidence["rendered_png_b64"] = base64.b64encode(rendered.png).decode()

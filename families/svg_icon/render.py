@@ -190,15 +190,19 @@ async def _render_chromium(svg_text: str, width: int, height: int, background: s
         return await _render_chromium_now(svg_text, width, height, background, timeout_s)
 
 
+def _write_page(tmp: str, page: str, svg_text: str, background: str) -> None:
+    with open(os.path.join(tmp, "icon.svg"), "w", encoding="utf-8") as f:
+        f.write(svg_text)
+    with open(page, "w", encoding="utf-8") as f:
+        f.write(wrapper_html("icon.svg", background))
+
+
 async def _render_chromium_now(svg_text: str, width: int, height: int, background: str, timeout_s: float) -> tuple[bytes, str | None]:
     chromium = chromium_path()
     tmp = await asyncio.to_thread(tempfile.mkdtemp, prefix="harness-env-render-", dir=checks.chromium_tmp_root())
     try:
         page, out = os.path.join(tmp, "page.html"), os.path.join(tmp, "out.png")
-        with open(os.path.join(tmp, "icon.svg"), "w", encoding="utf-8") as f:
-            f.write(svg_text)
-        with open(page, "w", encoding="utf-8") as f:
-            f.write(wrapper_html("icon.svg", background))
+        await asyncio.to_thread(_write_page, tmp, page, svg_text, background)
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "FONTCONFIG_FILE", "FONTCONFIG_PATH")}
         env.update(HOME=tmp, TMPDIR=tmp, XDG_CONFIG_HOME=tmp, XDG_CACHE_HOME=tmp)
         proc = await asyncio.create_subprocess_exec(
@@ -218,7 +222,7 @@ async def _render_chromium_now(svg_text: str, width: int, height: int, backgroun
             _kill_group(proc.pid)  # helpers (GPU, renderer, zygote) left behind, or all on timeout
             if proc.returncode is None:
                 await proc.wait()
-        return checks.read_screenshot(out, proc.returncode, stderr)
+        return await asyncio.to_thread(checks.read_screenshot, out, proc.returncode, stderr)
     finally:
         await asyncio.to_thread(shutil.rmtree, tmp, True)
 

@@ -1,6 +1,7 @@
 """The svg_icon family end to end: the real Pi CLI writes icon.svg (scripted fake policy), the
 server renders it and asks a scripted fake judge; zero before the judge; judge failures."""
 
+import asyncio
 import base64
 import json
 
@@ -147,3 +148,48 @@ async def test_through_the_server_references_come_only_from_its_reference_dir(st
     assert not out.isError and out.structuredContent["reward"] == 0.8 and out.structuredContent["reward_source"] == "judge"
     assert judge.problems == [] and judge.calls == 1
     assert e.value.status == 422 and "HARNESS_ENV_REFERENCE_DIR" in e.value.message
+
+
+@pytest.mark.parametrize("plant", ["link", "fifo", "dir"])
+async def test_a_submission_that_is_no_regular_file_is_missing_not_followed_or_waited_on(policy_server, judge, tmp_path, plant):
+    # icon.svg as a link to a host file holding a valid icon (followed, it would be rendered and
+    # judged), as a FIFO (opened, grading would wait for ever), or as a directory.
+    host_icon = tmp_path / "host-icon.svg"
+    host_icon.write_text(RED_SQUARE)
+    cmd = {"link": f"rm -f icon.svg; ln -s {host_icon} icon.svg", "fifo": "rm -f icon.svg; mkfifo icon.svg",
+           "dir": "rm -f icon.svg; mkdir icon.svg"}[plant]
+    res = await asyncio.wait_for(run_rollout(icon_request(policy_server, [{"bash": cmd}, {"text": "done"}])), 120)
+    assert res.error is None and res.reward == 0.0 and res.reward_source == "zero_check", (res.error, res.grading)
+    assert res.grading["zero_reasons"][0].startswith("missing: icon.svg is a"), res.grading["zero_reasons"]
+    assert judge.calls == 0
+
+
+def test_the_submission_is_read_without_following_links_anywhere(tmp_path):
+    import concurrent.futures
+    import os
+
+    from harness_env.core.sandbox.local import create_local_sandbox
+    from harness_env.families.svg_icon.family import read_submission
+
+    sb = create_local_sandbox(use_bwrap=False)
+    try:
+        ws = sb.root / "workspace"
+        (ws / "icon.svg").write_text(RED_SQUARE)
+        assert read_submission(sb, 10_000) == (RED_SQUARE.encode(), None)
+        assert read_submission(sb, 10) == (RED_SQUARE.encode()[:10], None)  # bounded
+        (ws / "icon.svg").unlink()
+        (ws / "icon.svg").symlink_to("/etc/passwd")
+        assert read_submission(sb, 10_000) == (None, "icon.svg is a symbolic link, not a regular file")
+        (ws / "icon.svg").unlink()
+        os.mkfifo(ws / "icon.svg")
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            assert pool.submit(read_submission, sb, 10_000).result(timeout=10) == (None, "icon.svg is a FIFO, not a regular file")
+        # The workspace itself swapped for a link to a directory with a valid icon: not followed.
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / "icon.svg").write_text(RED_SQUARE)
+        os.rename(ws, sb.root / "workspace-old")
+        ws.symlink_to(other)
+        assert read_submission(sb, 10_000) == (None, None)
+    finally:
+        asyncio.run(sb.close())
