@@ -185,13 +185,16 @@ class LocalHarborEnvironment(BaseEnvironment):
         )
         self.sandbox_id = self._sandbox.sandbox_id
         try:
-            for sub in ("agent", "artifacts"):
-                (self._sandbox.root / "harbor" / "logs" / sub).mkdir(parents=True, exist_ok=True)
-            self._link_toolchain()
+            await asyncio.to_thread(self._make_dirs_and_wrappers)
             await self._prepare_workdir()
         except BaseException:
             await self.stop(delete=True)
             raise
+
+    def _make_dirs_and_wrappers(self) -> None:
+        for sub in ("agent", "artifacts"):
+            (self._require().root / "harbor" / "logs" / sub).mkdir(parents=True, exist_ok=True)
+        self._link_toolchain()
 
     @property
     def _bin_dir(self) -> Path:
