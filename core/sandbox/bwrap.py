@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 ALLOWED_TOP = frozenset({"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc"})
 VERIFIER_MOUNTS = ("/logs/verifier", "/root/logs/verifier")
 TMPFS_PATHS = ("/tmp", "/var/tmp", "/root", "/home", "/run")  # fresh and empty in every command
+STICKY_TMP = frozenset({"/tmp", "/var/tmp"})
 CAPTURE_SOCKET_INSIDE = "/run/harness-env/capture.sock"
 DEFAULT_CAPTURE_PORT = 18080
 
@@ -90,7 +91,8 @@ def bwrap_argv(bwrap: str, spec: BwrapSpec, command: list[str]) -> list[str]:
             argv += ["--ro-bind", path, path]
     size = ["--size", str(spec.tmpfs_size_bytes)] if spec.tmpfs_size_bytes else []
     for tmp in TMPFS_PATHS:
-        argv += ["--bind", spec.extra_binds[tmp], tmp] if tmp in spec.extra_binds else [*size, "--tmpfs", tmp]
+        perms = ["--perms", "1777"] if tmp in STICKY_TMP else []  # writable by the unprivileged uid
+        argv += ["--bind", spec.extra_binds[tmp], tmp] if tmp in spec.extra_binds else [*size, *perms, "--tmpfs", tmp]
     argv += ["--tmpfs", spec.sandboxes_dir]
     if spec.writable_dirs:
         argv += ["--ro-bind", spec.rollout_dir, spec.rollout_dir]
