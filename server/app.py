@@ -31,6 +31,8 @@ from harness_env.server.slots import RolloutSlots, ServerBusy
 
 CAPTURE_PREFIX = "/capture"
 MAX_BODY_BYTES = 32 * 1024 * 1024
+MAX_DETAIL_CHARS = 20_000
+ALLOWED_ORIGINS_VAR = "HARNESS_ENV_ALLOWED_ORIGINS"  # pages of other origins that may call the server
 
 
 def default_max_concurrent() -> int:
@@ -85,15 +87,15 @@ def create_app(
 
     @app.exception_handler(InvalidRequestError)
     async def _invalid(_r: Request, e: InvalidRequestError) -> JSONResponse:
-        return JSONResponse({"detail": str(e)}, status_code=422)
+        return JSONResponse({"detail": safe_text(str(e), MAX_DETAIL_CHARS)}, status_code=422)
 
     @app.exception_handler(ToolMissingError)
     async def _missing(_r: Request, e: ToolMissingError) -> JSONResponse:
-        return JSONResponse({"detail": str(e)}, status_code=501)
+        return JSONResponse({"detail": safe_text(str(e), MAX_DETAIL_CHARS)}, status_code=501)
 
     @app.exception_handler(ServerBusy)
     async def _busy(_r: Request, e: ServerBusy) -> JSONResponse:
-        return JSONResponse({"detail": str(e)}, status_code=429)
+        return JSONResponse({"detail": safe_text(str(e), MAX_DETAIL_CHARS)}, status_code=429)
 
     @app.get("/health")
     async def health() -> dict:
@@ -139,7 +141,8 @@ def create_app(
     limiter = AuthFailureLimiter()  # shared by the bearer/cookie/socket checks and the login form
     web = WebUI(app, service, token, limiter)  # the Gradio UI at /web, loaded on first use
     redact_server_logs()
-    return TokenAuth(limit_body(web.wrap(app)), token, own_origins=[origin_of(public_url)], limiter=limiter)
+    origins = [origin_of(public_url), *(origin_of(o.strip()) for o in os.environ.get(ALLOWED_ORIGINS_VAR, "").split(",") if o.strip())]
+    return TokenAuth(limit_body(web.wrap(app)), token, own_origins=origins, limiter=limiter)
 
 
 def validation_problem(err: dict) -> dict:

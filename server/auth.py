@@ -197,7 +197,8 @@ class TokenAuth:
         path = scope.get("path", "")
         if not path.startswith(OPEN_PREFIXES) and is_foreign_origin(scope, self.own_origins):
             await self._refuse(scope, send, error_reply(
-                403, "cross-origin request refused: only pages served by this server may call it", "forbidden_origin"))
+                403, "cross-origin request refused: only pages served by this server may call it "
+                "(a proxy in front that rewrites Host: list the page's origin in HARNESS_ENV_ALLOWED_ORIGINS)", "forbidden_origin"))
             return
         if not self.token or path in OPEN_PATHS or path.startswith(OPEN_PREFIXES) or path == WEB_LOGIN_PATH:
             await self.app(scope, receive, send)

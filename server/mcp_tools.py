@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import re
 import uuid
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -33,7 +35,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from harness_env.core.capture.asgi import Receive, Reply, Scope, Send, header, json_reply, read_body, send_reply
 from harness_env.core.errors import HarnessEnvError, describe_validation_error
-from harness_env.models import HarborTaskInfo, HarnessInfo, Mode, PhaseEvent, RolloutArgs, RolloutResult
+from harness_env.models import MAX_NESTING, HarborTaskInfo, HarnessInfo, Mode, PhaseEvent, RolloutArgs, RolloutResult
 from harness_env.server.service import RolloutService
 
 MAX_RPC_BYTES = 32 * 1024 * 1024
@@ -227,6 +229,10 @@ class McpFace:
         if problem:  # refused here, in one line (the SDK answers with a multi-kilobyte log dump)
             await send_reply(send, json_reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": problem}}))
             return
+        problem = _unrepresentable(msg.get("params"), "params")
+        if problem:  # the SDK would turn NaN into null silently, and fail on the rest without a word
+            await send_reply(send, json_reply(200, {"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32602, "message": problem}}))
+            return
         await self._sse.handle_request(scope, _replay(body, receive), send)
 
     async def _rpc_all(self, msg: Any) -> Any:
@@ -343,6 +349,31 @@ async def _unless_disconnected(receive: Receive, work) -> Any:
             await _cancel(task)
         watcher.cancel()
     return task.result() if not task.cancelled() else None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _unrepresentable(value: Any, where: str) -> str | None:
+    """Why a parsed request value cannot reach a tool as sent, naming where: a number JSON cannot
+    carry (NaN, Infinity, 1e400), a lone surrogate, or lists/objects nested deeper than tool
+    arguments may be (models.MAX_NESTING inside params.arguments.<name>). None when fine."""
+    stack: list[tuple[Any, str, int]] = [(value, where, 0)]
+    while stack:
+        v, at, depth = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return f"{at} is not a finite number (NaN, Infinity and numbers like 1e400 are not JSON numbers)"
+        if isinstance(v, str) and not v.isascii() and _SURROGATE.search(v):
+            return f"{at} contains a lone surrogate; send valid Unicode text"
+        if isinstance(v, (dict, list)):
+            if depth >= MAX_NESTING + 2:  # params.arguments.<name> is at depth 2
+                return f"{at} is nested more than {MAX_NESTING} levels deep; flatten it"
+            for k, item in (v.items() if isinstance(v, dict) else enumerate(v)):
+                if isinstance(k, str) and not k.isascii() and _SURROGATE.search(k):
+                    return f"a key in {at} contains a lone surrogate; send valid Unicode text"
+                name = k[:40] if isinstance(k, str) else str(k)
+                stack.append((item, f"{at}.{name}" if depth < 4 else at, depth + 1))
+    return None
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

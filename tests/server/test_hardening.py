@@ -231,6 +231,14 @@ def test_bad_input_is_one_clear_422_naming_the_field(open_server, policy_server,
     r = httpx.post(open_server.url + "/mcp", content=rpc, headers={"content-type": "application/json", "accept": "*/*"}, timeout=60)
     assert r.status_code == 200 and field in r.json()["error"]["message"], r.text[:1000]
     _no_leak(r.text, open_server)
+    # The MCP transport (the SDK's face): an error naming the field, not a rollout run without it.
+    r = httpx.post(open_server.url + "/mcp", content=rpc, timeout=60,
+                   headers={"content-type": "application/json", "accept": "application/json, text/event-stream"})
+    answer = json.loads(r.text.split("data: ", 1)[1] if r.text.startswith("event:") else r.text)
+    said = answer["error"]["message"] if "error" in answer else answer["result"]["content"][0]["text"]
+    assert "error" in answer or answer["result"]["isError"], r.text[:1000]
+    assert field in said, said
+    _no_leak(r.text, open_server)
     assert policy_server.policy.requests == []  # refused before anything ran
     assert "Traceback" not in _log(open_server)
     open_server.assert_no_rollout_left()
