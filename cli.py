@@ -31,6 +31,24 @@ def _bad_input(message: str) -> NoReturn:
     raise SystemExit(EXIT_BAD_INPUT)
 
 
+SANDBOX_LIMIT_FLAGS = ("memory_limit_mb", "pids_limit", "disk_limit_mb", "cpu_limit", "network")
+
+
+def _add_sandbox_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """--memory-limit-mb, ..., --network: flags read off the rollout option fields (their type,
+    default and description are declared once, in models.RolloutOptions)."""
+    from typing import get_args
+
+    from harness_env.models import RolloutOptions
+
+    for name in SANDBOX_LIMIT_FLAGS:
+        info = RolloutOptions.model_fields[name]
+        choices = get_args(info.annotation) if name == "network" else None
+        kind = int if info.annotation is int else (float if name == "cpu_limit" else str)
+        parser.add_argument("--" + name.replace("_", "-"), type=kind, choices=choices, default=None,
+                            help=f"{info.description} (default {info.default})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="harness-env", description="Run coding-agent harnesses on tasks and capture exact token trajectories.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -65,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="auto|bwrap|plain: local sandbox isolation for pi, opencode and whitebox (default auto: bubblewrap when "
                      f"available); a Harbor environment (harness harbor; default {HARBOR_DEFAULT_SANDBOX}): local (ours, bubblewrap), "
                      "docker, e2b, daytona, modal, ...")
+    _add_sandbox_limit_flags(run)
     run.add_argument("--out", help="write the result JSON to this file instead of stdout")
     run.add_argument("--compact", action="store_true", help="write the result compactly (each turn's new tokens once; read it with harness_env.storage.load)")
     run.add_argument("--rows-out", help="also write the training rows (one per branch of the turn graph) as JSON lines to this file")
@@ -217,7 +236,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness_env.core.errors import InvalidRequestError, ToolMissingError
     from harness_env.models import PhaseEvent, RolloutRequest
     from harness_env.core.errors import describe_validation_error
-    from harness_env.rollout import run_rollout_sync
 
     source = _harbor_source(args)
     harness, harbor, use_bwrap = _harness_and_harbor(args, source)
@@ -237,6 +255,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except json.JSONDecodeError as e:
             _bad_input(f"--harness-config is not valid JSON: {e.msg}")
     raw = {
+        **{f: getattr(args, f) for f in SANDBOX_LIMIT_FLAGS if getattr(args, f) is not None},
         "harness_config": harness_config,
         "reward_mode": args.reward_mode,
         "harness": harness,
@@ -270,7 +289,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"[{ev.elapsed_s:8.2f}s] {ev.phase}: {ev.status}{' - ' + ev.detail if ev.detail else ''}", file=sys.stderr, flush=True)
 
     try:
-        result = run_rollout_sync(request, on_event=progress, use_bwrap=use_bwrap)
+        result = _run_until_stopped(request, progress, use_bwrap)
     except (InvalidRequestError, ToolMissingError) as e:  # e.g. a Harbor task that is not one, no Harbor extra
         _bad_input(str(e))
     if args.compact:
@@ -286,6 +305,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text + "\n")
     return 0
+
+
+def _run_until_stopped(request, progress, use_bwrap):
+    """Run the rollout; SIGTERM or Ctrl-C cancels it, its clean-up runs (processes killed, the
+    rollout directory removed), and the command exits 143 / 130."""
+    import asyncio
+    import signal
+
+    from harness_env.rollout import run_rollout
+
+    got: list[int] = []
+
+    async def main():
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda s=sig: (got.append(s), task.cancel()))
+        return await run_rollout(request, on_event=progress, use_bwrap=use_bwrap)
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        sig = got[0] if got else signal.SIGTERM
+        print(f"harness-env: stopped by {signal.Signals(sig).name}; the rollout was cancelled and cleaned up", file=sys.stderr)
+        raise SystemExit(128 + sig) from None
 
 
 INSTRUCTION_COLUMN_CHARS = 80

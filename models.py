@@ -302,7 +302,7 @@ class RolloutOptions(BaseModel):
     # "proxy_only": agent and verify commands reach nothing on the network but the capture proxy
     # (bubblewrap's network namespace; setup commands keep the host network); "open": the host's
     # network, including the policy endpoint directly.
-    network: Literal["proxy_only", "open"] = "proxy_only"
+    network: Literal["proxy_only", "open"] = Field(default="proxy_only", description="what agent and verify commands reach: proxy_only (the capture proxy) or open (the host's network)")
     # harness="harbor" only: the Harbor task, agent and environment.
     harbor: HarborOptions | None = None
 

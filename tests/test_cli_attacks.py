@@ -1,0 +1,75 @@
+"""Issue 18's sandbox attacks through `harness-env run`, as a user (or the held-out red team) runs
+it: white-box and Pi, a scripted policy that runs the attack, a real bubblewrap sandbox. The reward
+is never forged, the command returns within its timeouts, SIGTERM stops it cleanly, and nothing is
+left on disk or running."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.core.test_engine_attacks import FIFO_FORGE, GIT_PLANTS, LINK_FORGE
+
+CLI = [sys.executable, "-m", "harness_env.cli"]
+pytestmark = pytest.mark.e2e
+
+DEEP = "for i in $(seq 1500); do mkdir d && cd d; done; fallocate -l 256M big.bin; true"
+
+
+def _run_cli(tmp_path, policy_server, harness, attack, *, setup=(), verify=("false",)):
+    policy_server.policy.scripts["m"] = [{"bash": attack}, {"text": "done"}]
+    task = {"instruction": "do it", "setup": list(setup), "verify": list(verify), "task_id": "cli-attack"}
+    (tmp_path / "task.json").write_text(json.dumps(task))
+    sandboxes = tmp_path / "sandboxes"
+    sandboxes.mkdir(exist_ok=True)
+    env = {**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(sandboxes), "TMPDIR": str(tmp_path)}
+    started = time.monotonic()
+    p = subprocess.run([*CLI, "run", "--harness", harness, "--task", "task.json", "--base-url", policy_server.base_url, "--model", "m",
+                        "--agent-timeout-s", "60", "--verify-timeout-s", "20", "--quiet"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    wall = time.monotonic() - started
+    assert p.returncode == 0, p.stderr
+    assert os.listdir(sandboxes) == []
+    assert [n for n in os.listdir(tmp_path) if n.startswith("harness-env")] == []  # no socket or temp dir left
+    return json.loads(p.stdout), wall
+
+
+@pytest.mark.parametrize("harness", ["whitebox", "pi"])
+@pytest.mark.parametrize("attack,verify,setup,reward", [
+    (LINK_FORGE, ["false"], [], 0.0),
+    (FIFO_FORGE, ["false"], [], 0.0),
+    (GIT_PLANTS, ["git status --porcelain | grep -q hello.txt"], ["git init -q ."], 0.0),
+    (DEEP, ["true"], [], 1.0),
+], ids=["link", "fifo", "git-config", "deep-tree"])
+def test_attacks_through_the_cli(tmp_path, policy_server, harness, attack, verify, setup, reward):
+    result, wall = _run_cli(tmp_path, policy_server, harness, attack, setup=setup, verify=verify)
+    assert result["error"] is None, result["error"]
+    assert result["reward"] == reward and result["reward_source"] == "verify_ratio"
+    assert wall < 120
+
+
+def test_sigterm_stops_the_cli_and_cleans_up(tmp_path, policy_server):
+    policy_server.policy.scripts["m"] = [{"bash": "sleep 300"}, {"text": "done"}]
+    (tmp_path / "task.json").write_text(json.dumps({"instruction": "wait", "verify": ["true"]}))
+    sandboxes = tmp_path / "sandboxes"
+    sandboxes.mkdir()
+    env = {**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(sandboxes), "TMPDIR": str(tmp_path)}
+    p = subprocess.Popen([*CLI, "run", "--harness", "whitebox", "--task", "task.json", "--base-url", policy_server.base_url, "--model", "m"],
+                         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not any(os.scandir(sandboxes)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # the agent's sleep is running
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 143, err
+    assert "stopped by SIGTERM" in err and "Traceback" not in err
+    assert os.listdir(sandboxes) == []
+    leftover = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
+    assert leftover == []
