@@ -333,6 +333,22 @@ def test_another_origin_gets_no_web_config_and_no_cors_grant(token_server):
             assert api.status_code == 403
 
 
+def test_a_chunked_300_mb_upload_to_the_web_ui_is_cut_off_too(token_server):
+    cookie = {"cookie": f"{WEB_COOKIE}={web_session_value(TOKEN)}"}
+    with _from("127.0.0.42") as c:
+        assert c.get(token_server.url + "/web/config", headers=cookie, timeout=120).status_code == 200  # the UI is loaded
+        before, sent = _rss_mb(token_server), [0]
+
+        def upload():
+            yield b'--XyZ\r\nContent-Disposition: form-data; name="files"; filename="a.bin"\r\n\r\n'
+            yield from _chunks(300, sent)
+
+        r = c.post(token_server.url + "/web/gradio_api/upload", content=upload(), timeout=120,
+                   headers={**cookie, "content-type": "multipart/form-data; boundary=XyZ"})
+    assert r.status_code == 413 and sent[0] < 100 * MB, (r.status_code, sent[0] // MB)
+    assert _rss_mb(token_server) - before < 100
+
+
 # -- 20: failed authentication is rate-limited per address ---------------------------------------------
 def test_guessing_the_token_is_stopped_per_address(token_server):
     with _from("127.0.0.51") as guesser, _from("127.0.0.52") as other:
