@@ -103,22 +103,18 @@ def etc_secrets() -> tuple[tuple[str, ...], tuple[str, ...]]:
         if dirpath.count("/") > 4:
             dirnames[:] = []
             continue
-        for name in list(dirnames):
+        for name in [*dirnames, *filenames]:
             p = os.path.join(dirpath, name)
             try:
                 st = os.lstat(p)
             except OSError:
                 continue
-            if stat.S_ISDIR(st.st_mode) and not st.st_mode & 0o004:
+            if st.st_mode & 0o004:
+                continue
+            if stat.S_ISDIR(st.st_mode):
                 dirs.append(p)
-                dirnames.remove(name)
-        for name in filenames:
-            p = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(p)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode) and not st.st_mode & 0o004:
+                dirnames.remove(name)  # hidden whole: no need to look inside
+            elif stat.S_ISREG(st.st_mode):
                 files.append(p)
     return tuple(sorted(files)), tuple(sorted(dirs))
 
@@ -440,7 +436,7 @@ class LocalSandbox:
         an existing FIFO, device or link in its place is an error, not a target."""
         data = content.encode() if isinstance(content, str) else content
         try:
-            safefs.write_new(self.root, self._relative(path), data, owner=self._run_as)
+            safefs.write_regular(self.root, self._relative(path), data, owner=self._run_as)
         except (OSError, ValueError) as e:
             raise SandboxError(f"could not write {path!r} in sandbox {self.sandbox_id}: {getattr(e, 'strerror', None) or e}") from e
 

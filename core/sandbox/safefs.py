@@ -331,23 +331,16 @@ def _unlink(fd: int, name: str, *, is_dir: bool = False) -> None:
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+_KINDS = (
+    (stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
 def kind_of(mode: int) -> str:
     """What a file mode is, in words ('a FIFO', 'a symbolic link', ...)."""
-    if stat.S_ISREG(mode):
-        return "a regular file"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    return "a special file"
+    return next((name for test, name in _KINDS if test(mode)), "a special file")
 
 
 class UnsafeEntry(OSError):
@@ -647,41 +640,6 @@ def glob(
             os.close(dfd)
     result.matches.sort()
     return result
-
-
-def write_new(root: str | Path, rel: str | Path, data: bytes, *, owner: tuple[int, int] | None = None) -> None:
-    """Write `data` to regular file `root/rel`, creating parent directories; no link on the way
-    is followed, and a FIFO, device, link or directory in the file's place is an error (OSError),
-    never written through. `owner`: (uid, gid) given to what is created."""
-    parts = _parts(rel)
-    if not parts:
-        raise ValueError("no file name")
-    fd = os.open(root, _DIR_FLAGS)
-    try:
-        for part in parts[:-1]:
-            try:
-                os.mkdir(part, 0o755, dir_fd=fd)
-                if owner is not None:
-                    os.chown(part, *owner, dir_fd=fd, follow_symlinks=False)
-            except FileExistsError:
-                pass
-            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-        ffd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=fd)
-        try:
-            if not stat.S_ISREG(os.fstat(ffd).st_mode):
-                raise OSError(errno.EINVAL, f"{parts[-1]} is not a regular file")
-            os.ftruncate(ffd, 0)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(ffd, view):]
-            if owner is not None:
-                os.fchown(ffd, *owner)
-        finally:
-            os.close(ffd)
-    finally:
-        os.close(fd)
 
 
 # -- bounded, link-free copies between a sandbox and the server's own directories -----------------
