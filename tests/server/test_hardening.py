@@ -355,7 +355,7 @@ def test_guessing_the_token_is_stopped_per_address(token_server):
         statuses = [guesser.get(token_server.url + "/harnesses", headers={"authorization": f"Bearer guess-{i}"}).status_code
                     for i in range(50)]
         assert statuses[:10] == [401] * 10 and set(statuses[10:]) == {429}, statuses
-        r = guesser.get(token_server.url + "/harnesses", headers={"authorization": f"Bearer guess-x"})
+        r = guesser.get(token_server.url + "/harnesses", headers={"authorization": "Bearer guess-x"})
         assert r.status_code == 429 and 1 <= int(r.headers["retry-after"]) <= 60
         # A blocked address gets no answer to its guesses, right or wrong ...
         assert guesser.get(token_server.url + "/harnesses", headers={"authorization": f"Bearer {TOKEN}"}).status_code == 429
