@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from harness_env.core.capture.proxy import CaptureProxy
-from harness_env.core.capture.serve import serve_on_loopback, serve_on_unix
+from harness_env.core.capture.serve import capture_socket_path, serve_on_loopback, serve_on_unix
 from harness_env.core.engine import EventSink, run_rollout_with
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env import families
@@ -37,11 +35,6 @@ class _LoopbackProxy:
 
 
 _by_loop: dict[int, _LoopbackProxy] = {}
-
-
-def capture_socket_path() -> str:
-    """A fresh path for the proxy's Unix socket (short: sun_path holds 107 bytes)."""
-    return os.path.join(tempfile.gettempdir(), f"harness-env-capture-{os.getpid()}-{os.urandom(4).hex()}.sock")
 
 
 @asynccontextmanager

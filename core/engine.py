@@ -9,8 +9,8 @@ session forgotten.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-import traceback
 import uuid
 from collections.abc import Callable
 from urllib.parse import urlsplit
@@ -28,6 +28,7 @@ from harness_env.core.sandbox.policy import sandbox_limits
 from harness_env.models import CommandResult, Phase, PhaseEvent, RolloutRequest, RolloutResult, Turn
 
 EventSink = Callable[[PhaseEvent], None]
+logger = logging.getLogger("harness_env.engine")
 LOG_TAIL_CHARS = 4000
 COMMAND_OUTPUT_CHARS = 8000
 
@@ -279,7 +280,9 @@ async def run_rollout_with(
         run.fail("internal", "the rollout was cancelled")
         raise
     except Exception as e:  # the outermost boundary: everything becomes data
-        run.fail("internal", f"{type(e).__name__}: {e}\n{_tail(traceback.format_exc(), 2000)}")
+        # The traceback goes to the server's log, not to the caller (it names server paths).
+        logger.exception("rollout %s failed inside the engine", run.rollout_id)
+        run.fail("internal", f"internal error ({type(e).__name__}: {str(e)[:500]}); the server's log has the details")
     finally:
         # Clean-up runs in a task of its own: a caller's cancellation may be level-triggered
         # (anyio, as in the MCP SDK: every later await in this task raises again), and the

@@ -13,6 +13,7 @@ counts of server/auth.py), so replicas can sit behind a load balancer.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from contextlib import asynccontextmanager
 
@@ -22,7 +23,9 @@ from fastapi.responses import JSONResponse
 
 from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, header, send_reply
 from harness_env.core.capture.proxy import CaptureProxy
+from harness_env.core.capture.serve import capture_socket_path, serve_on_unix
 from harness_env.core.errors import InvalidRequestError, ToolMissingError, safe_text
+from harness_env.core.sandbox.cgroups import sweep_stale
 from harness_env.core.sandbox.local import bwrap_available
 from harness_env.models import HarborTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
 from harness_env.server.auth import AuthFailureLimiter, TokenAuth, origin_of, redact_server_logs
@@ -69,8 +72,14 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        async with mcp.lifespan():
-            yield
+        for note in await asyncio.to_thread(sweep_stale):  # cgroups of a server that died
+            logging.getLogger("harness_env").warning("%s", note)
+        async with serve_on_unix(proxy.app, capture_socket_path()) as socket_path, mcp.lifespan():
+            service.capture_socket = socket_path
+            try:
+                yield
+            finally:
+                service.capture_socket = None
         if web is not None:
             await web.aclose()
         await proxy.aclose()

@@ -34,6 +34,9 @@ class RolloutService:
         self.proxy_base_url = proxy_base_url
         self.slots = slots
         self.use_bwrap = use_bwrap
+        # The proxy's Unix socket (set while the app's lifespan runs): a network-isolated
+        # sandbox's only way out, serving the capture routes and nothing of the server's API.
+        self.capture_socket: str | None = None
 
     def resolve(self, args: RolloutArgs) -> RolloutRequest:
         """Raises InvalidRequestError with a clear message for bad arguments."""
@@ -50,7 +53,7 @@ class RolloutService:
         async with self.slots.slot():
             return await run_rollout_with(
                 request, harness, proxy=self.proxy, proxy_base_url=self.proxy_base_url, on_event=on_event,
-                use_bwrap=self.use_bwrap, grader=grader,
+                use_bwrap=self.use_bwrap, grader=grader, capture_socket=self.capture_socket,
             )
 
     @staticmethod

@@ -13,6 +13,7 @@ import errno
 import os
 import socket
 import stat
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -80,6 +81,12 @@ def _remove_stale_socket(path: Path) -> None:
     finally:
         probe.close()
     raise FileExistsError(errno.EADDRINUSE, "a server already listens on this socket", str(path))
+
+
+def capture_socket_path() -> str:
+    """A fresh path for the proxy's Unix socket in the temporary directory (short: sun_path holds
+    107 bytes); serve_on_unix removes it at exit."""
+    return os.path.join(tempfile.gettempdir(), f"harness-env-capture-{os.getpid()}-{os.urandom(4).hex()}.sock")
 
 
 @asynccontextmanager
