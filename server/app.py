@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Query, Request
@@ -23,6 +24,7 @@ from fastapi.responses import JSONResponse
 
 from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, header, send_reply
 from harness_env.core.capture.proxy import CaptureProxy
+from harness_env.core.capture.redact import register_secret
 from harness_env.core.capture.serve import capture_socket_path, serve_on_unix
 from harness_env.core.errors import InvalidRequestError, ToolMissingError, safe_text
 from harness_env.core.sandbox.cgroups import sweep_stale
@@ -33,6 +35,7 @@ from harness_env.server.service import RolloutService
 from harness_env.server.slots import RolloutSlots, ServerBusy
 
 CAPTURE_PREFIX = "/capture"
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_DETAIL_CHARS = 20_000
 ALLOWED_ORIGINS_VAR = "HARNESS_ENV_ALLOWED_ORIGINS"  # pages of other origins that may call the server
@@ -59,6 +62,10 @@ def create_app(
     max_queue: int | None = None,
     use_bwrap: bool | None = None,
 ):
+    # Masked by the capture proxy in everything it passes back or records: the token, and every
+    # credential-looking variable of the server (catalog and judge keys, provider tokens).
+    for secret in (token, *(v for k, v in os.environ.items() if SECRET_NAME.search(k))):
+        register_secret(secret)
     proxy = CaptureProxy()
     concurrent = max_concurrent or default_max_concurrent()
     slots = RolloutSlots(concurrent, max_queue if max_queue is not None else concurrent * 4)

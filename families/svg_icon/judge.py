@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from harness_env.core.capture.redact import register_secret
 from harness_env.core.errors import InvalidRequestError
 from harness_env.core.limits import ProcessLimiter
 
@@ -160,6 +161,7 @@ class JudgeConfig(BaseModel):
             "model": env.get(ENV_MODEL, "").strip(),
             "api_key": SecretStr(env.get(ENV_API_KEY, "").strip()),
         }
+        register_secret(values["api_key"])  # masked by the capture proxy wherever it could show up
         if (raw := env.get(ENV_TIMEOUT, "").strip()):
             try:
                 t = float(raw)

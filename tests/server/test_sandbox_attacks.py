@@ -113,3 +113,15 @@ def test_a_deep_tree_through_the_server_is_cleaned_up(start_server, policy_serve
     r = httpx.post(server.url + "/rollout", json=_body(policy_server, "whitebox", ["true"]), timeout=180)
     assert r.status_code == 200 and r.json()["reward"] == 1.0, r.text[:500]
     server.assert_no_rollout_left()
+
+
+def test_server_secrets_echoed_by_the_upstream_are_masked(start_server, policy_server):
+    token, judge_key = "tok-server-secret-51c7e2", "judge-key-secret-9a04b1"
+    server = start_server("--token", token, env={"HARNESS_ENV_JUDGE_API_KEY": judge_key, "HARNESS_ENV_JUDGE_BASE_URL": "http://127.0.0.1:9/v1",
+                                                 "HARNESS_ENV_JUDGE_MODEL": "j"})
+    body = f'{{"error": {{"message": "bad key; the server uses {token} and {judge_key}"}}}}'
+    policy_server.policy.scripts["m"] = [{"raw": body, "status": 401}]
+    r = httpx.post(server.url + "/rollout", json=_body(policy_server, "whitebox", ["true"]), headers={"Authorization": f"Bearer {token}"}, timeout=120)
+    assert r.status_code == 200, r.text
+    assert token not in r.text and judge_key not in r.text and "[redacted]" in r.text
+    server.assert_no_rollout_left()
