@@ -10,6 +10,7 @@ from harness_env.core import toolchain
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.engine import EventSink, run_rollout_with
 from harness_env.core.errors import InvalidRequestError
+from harness_env.core.sandbox.policy import sandbox_limits
 from harness_env.envs import HARNESSES, get_harness
 from harness_env.envs.harbor import resolve as harbor_resolve
 from harness_env.models import (
@@ -44,6 +45,7 @@ class RolloutService:
         get_harness(request.harness)
         request = harbor_resolve.prepare(request, trusted=False)
         request, _grader = families.prepare(request, trusted=False)
+        sandbox_limits(request)  # over this server's maximums: refused before any work
         return request
 
     async def run(self, request: RolloutRequest, on_event: EventSink | None = None) -> RolloutResult:

@@ -125,3 +125,14 @@ def test_server_secrets_echoed_by_the_upstream_are_masked(start_server, policy_s
     assert r.status_code == 200, r.text
     assert token not in r.text and judge_key not in r.text and "[redacted]" in r.text
     server.assert_no_rollout_left()
+
+
+def test_limits_over_the_servers_maximum_are_a_422(start_server, policy_server):
+    server = start_server(env={"HARNESS_ENV_MAX_MEMORY_LIMIT_MB": "1024", "HARNESS_ENV_MAX_CPU_LIMIT": "2"})
+    for extra, field in (({"memory_limit_mb": 4096, "cpu_limit": 1}, "memory_limit_mb=4096"), ({"memory_limit_mb": 512, "cpu_limit": 4}, "cpu_limit=4"),
+                         ({"memory_limit_mb": 512}, "cpu_limit=no cap")):
+        r = httpx.post(server.url + "/rollout", json={**_body(policy_server, "whitebox", ["true"]), **extra}, timeout=30)
+        assert r.status_code == 422 and field in r.json()["detail"], r.text
+    ok = httpx.post(server.url + "/rollout", json={**_body(policy_server, "whitebox", ["true"]), "memory_limit_mb": 512, "cpu_limit": 1}, timeout=60)
+    assert ok.status_code == 200 and ok.json()["error"] is None, ok.text[:500]
+    server.assert_no_rollout_left()
