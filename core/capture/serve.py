@@ -9,12 +9,13 @@ are reachable, never the server's API. The server also mounts the same app under
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import socket
 import stat
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,26 @@ import uvicorn
 MAX_UNIX_PATH_BYTES = 107
 
 
+class _EmbeddedConfig(uvicorn.Config):
+    def configure_logging(self) -> None:
+        """Nothing: uvicorn's own would reset the process's uvicorn loggers (access_log=False
+        empties uvicorn.access for everyone, silencing the app server's access log)."""
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """A uvicorn server inside someone else's process (the CLI, or the app's own uvicorn): it
+    leaves signals and logging to its owner."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 @asynccontextmanager
 async def _serving(app: Any, sock: socket.socket) -> AsyncIterator[None]:
     """Serve `app` on the bound socket `sock` until the block ends; the one way uvicorn is started."""
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, timeout_keep_alive=75)
-    server = uvicorn.Server(config)
+    config = _EmbeddedConfig(app, lifespan="off", access_log=False, timeout_keep_alive=75)
+    server = _EmbeddedServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:

@@ -188,6 +188,11 @@ def _marked_pids(sandbox_id: str) -> list[int]:
     return [p for p in pids if p != os.getpid()]
 
 
+def _retrieve(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -333,6 +338,7 @@ class LocalSandbox:
         out, err = TailBuffer(max_output), TailBuffer(max_output)
         assert proc.stdout is not None and proc.stderr is not None
         readers = asyncio.gather(pump(proc.stdout, out, on_stdout_line), pump(proc.stderr, err))
+        readers.add_done_callback(_retrieve)  # a cancelled read is expected: no "never retrieved" log
         timed_out = stopped = False
         try:
             waiter = asyncio.ensure_future(proc.wait())
