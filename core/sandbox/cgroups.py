@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness_env.core.errors import SandboxError
+from harness_env.core.procs import process_starttime, stat_starttime  # noqa: F401  (stat_starttime: re-exported)
 
 PARENT_NAME = "harness-env"
 LEAF_NAME = "harness-env-server"  # v2: where the server's processes move so its cgroup can delegate
@@ -122,13 +123,6 @@ def parse_v2_own_path(proc_cgroup: str) -> str | None:
     return None
 
 
-def stat_starttime(stat: str) -> str | None:
-    """Field 22 of /proc/<pid>/stat (start time in ticks): with the pid, it names one process for
-    good, where a pid alone can be reused. The command name (field 2) may hold spaces and ')'."""
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else None
-
-
 def limit_notes_for(limits: ResourceLimits, usage: CgroupUsage) -> list[str]:
     """Sentences for a result: which limit the rollout hit. Only OOM kills are reported for memory:
     reaching the limit alone is normal for page cache, which the kernel reclaims."""
@@ -169,13 +163,6 @@ def _read_pids(procs: Path) -> list[int]:
         return []
 
 
-def _own_starttime(pid: int) -> str | None:
-    try:
-        return stat_starttime(_read(Path(f"/proc/{pid}/stat")))
-    except OSError:
-        return None
-
-
 _OWNER: dict[int, str] = {}
 
 
@@ -184,7 +171,7 @@ def _owner_name() -> str:
     own, whose rollouts must not look stale when the parent exits."""
     pid = os.getpid()
     if pid not in _OWNER:
-        _OWNER[pid] = f"server-{pid}-{_own_starttime(pid)}"
+        _OWNER[pid] = f"server-{pid}-{process_starttime(pid)}"
     return _OWNER[pid]
 
 
@@ -192,7 +179,7 @@ def _owner_alive(owner: str) -> bool:
     """Whether the server that made `owner` (server-<pid>-<start>) still runs. A pid in another
     pid namespace looks dead from here: share one cgroup tree only within one pid namespace."""
     m = re.fullmatch(r"server-(\d+)-(\d+)", owner)
-    return bool(m) and _own_starttime(int(m.group(1))) == m.group(2)
+    return bool(m) and process_starttime(int(m.group(1))) == m.group(2)
 
 
 @dataclass(frozen=True)

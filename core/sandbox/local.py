@@ -21,7 +21,6 @@ import functools
 import os
 import resource
 import shutil
-import signal
 import stat
 import tempfile
 import time
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness_env.core.errors import SandboxError
+from harness_env.core.procs import is_running, kill_process, kill_process_group, pids_with_env
 from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.base import ExecResult, TailBuffer, pump
 from harness_env.core.sandbox.bwrap import ALLOWED_TOP, BwrapSpec, RootEntry, bwrap_argv, capture_url
@@ -174,30 +174,12 @@ def _preexec(limits: Limits, cgroup: RolloutCgroup | None) -> Callable[[], None]
 
 def _marked_pids(sandbox_id: str) -> list[int]:
     """PIDs whose environment carries this sandbox's marker."""
-    needle = f"{MARKER_VAR}={sandbox_id}\0".encode()
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read():
-                    pids.append(int(entry))
-        except OSError:
-            continue
-    return [p for p in pids if p != os.getpid()]
+    return pids_with_env(MARKER_VAR, sandbox_id)
 
 
 def _retrieve(fut: asyncio.Future) -> None:
     if not fut.cancelled():
         fut.exception()
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class LocalSandbox:
@@ -352,7 +334,7 @@ class LocalSandbox:
                 stopped = stop is not None and stop.is_set()
                 timed_out = not stopped
             # Kill what the command left in its group (background children), then drain pipes.
-            _kill_group(proc.pid)
+            kill_process_group(proc.pid)
             if timed_out or stopped:
                 await asyncio.to_thread(self._kill_marked)
             try:
@@ -362,7 +344,7 @@ class LocalSandbox:
                 readers.cancel()
             await proc.wait()
         except BaseException:
-            _kill_group(proc.pid)
+            kill_process_group(proc.pid)
             readers.cancel()
             raise
         finally:
@@ -384,10 +366,7 @@ class LocalSandbox:
         killed = self._cgroup.kill_all() if self._cgroup is not None else 0
         pids = _marked_pids(self.sandbox_id)
         for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_process(pid)
         return killed + len(pids)
 
     def alive_pids(self) -> list[int]:
@@ -395,15 +374,7 @@ class LocalSandbox:
         pids = set(_marked_pids(self.sandbox_id))
         if self._cgroup is not None and not self._closed:
             pids.update(self._cgroup.pids())
-        alive = []
-        for pid in sorted(pids):
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                        alive.append(pid)
-            except (OSError, IndexError):
-                continue
-        return alive
+        return [pid for pid in sorted(pids) if is_running(pid)]
 
     def limits_hit(self) -> list[str]:
         """The resource limits the rollout ran into, in words."""
@@ -499,7 +470,7 @@ class LocalSandbox:
             return None
         self._closed = True
         for proc in list(self._procs):
-            _kill_group(proc.pid)
+            kill_process_group(proc.pid)
         for _ in range(50):
             if not await asyncio.to_thread(self._kill_marked):
                 break
