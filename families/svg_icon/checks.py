@@ -3,25 +3,25 @@
 A submission that is missing, empty, oversized, not XML, not an `<svg>` document, unrenderable or
 blank scores 0 with its reasons, and the judge is never called. Each reason is a short stable code,
 then `": "` and a detail for people: `"not_xml: line 1, column 4: mismatched tag"`. `reason_code()`
-gives the code back.
+gives the code back. Two kinds of check live here: on the SVG source (parsed safely with expat),
+and on the rendered page's pixels (blank, wrong size); the PNG format itself is pngcodec.py's, and
+the browser that renders the page is chromium.py's.
 
 This module is standard library only and runs on Python >= 3.11, because its SOURCE is also
 shipped into the sandbox as the library of the preview helper (the sandbox has the system
 `python3` and no venv): the agent's preview and the server's grading share one implementation.
-For the same reason it holds the pure Chromium command-line and page builders that the server's
-renderer (render.py) and the preview both use, and a small PNG decoder/encoder (zlib and filter
-reconstruction, 8-bit, non-interlaced).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import struct
 import xml.parsers.expat
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
+
+if __package__:
+    from .pngcodec import PngError, decode_png
+else:  # shipped into the sandbox: pngcodec.py sits next to this file (see preview.preview_files)
+    from pngcodec import PngError, decode_png  # type: ignore[no-redef]
 
 SVG_NS = "http://www.w3.org/2000/svg"
 DEFAULT_MAX_BYTES = 256 * 1024
@@ -146,161 +146,6 @@ def external_refs(text: str | bytes) -> list[str]:
         return []
 
 
-# -- PNG ------------------------------------------------------------------------------------
-
-_PNG_SIG = b"\x89PNG\r\n\x1a\n"
-_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # colour type -> samples per pixel
-
-
-class PngError(ValueError):
-    pass
-
-
-def _unfilter(raw: bytes, width: int, height: int, bpp: int) -> bytearray:
-    stride = width * bpp
-    if len(raw) < height * (stride + 1):
-        raise PngError("truncated image data")
-    out = bytearray(height * stride)
-    prev = bytearray(stride)
-    pos = 0
-    for y in range(height):
-        ftype = raw[pos]
-        line = bytearray(raw[pos + 1 : pos + 1 + stride])
-        pos += stride + 1
-        if ftype == 0:
-            pass
-        elif ftype == 1:  # Sub
-            for i in range(bpp, stride):
-                line[i] = (line[i] + line[i - bpp]) & 0xFF
-        elif ftype == 2:  # Up
-            line = bytearray([(a + b) & 0xFF for a, b in zip(line, prev)])
-        elif ftype == 3:  # Average
-            for i in range(stride):
-                left = line[i - bpp] if i >= bpp else 0
-                line[i] = (line[i] + ((left + prev[i]) >> 1)) & 0xFF
-        elif ftype == 4:  # Paeth
-            for i in range(stride):
-                if i >= bpp:
-                    a, c = line[i - bpp], prev[i - bpp]
-                else:
-                    a = c = 0
-                b = prev[i]
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                if pa <= pb and pa <= pc:
-                    pred = a
-                elif pb <= pc:
-                    pred = b
-                else:
-                    pred = c
-                line[i] = (line[i] + pred) & 0xFF
-        else:
-            raise PngError(f"bad filter type {ftype} on row {y}")
-        out[y * stride : (y + 1) * stride] = line
-        prev = line
-    return out
-
-
-def decode_png(data: bytes) -> tuple[int, int, bytes]:
-    """(width, height, pixels): pixels are RGB, 3 bytes each, row-major, with any alpha composited
-    over white. 8-bit, non-interlaced PNGs (gray, RGB, palette, with or without alpha)."""
-    if not data.startswith(_PNG_SIG):
-        raise PngError("not a PNG file")
-    pos = len(_PNG_SIG)
-    header = None
-    palette = b""
-    trns = b""
-    idat = []
-    while pos + 8 <= len(data):
-        length, ctype = struct.unpack(">I4s", data[pos : pos + 8])
-        chunk = data[pos + 8 : pos + 8 + length]
-        pos += 12 + length
-        if ctype == b"IHDR":
-            header = struct.unpack(">IIBBBBB", chunk)
-        elif ctype == b"PLTE":
-            palette = chunk
-        elif ctype == b"tRNS":
-            trns = chunk
-        elif ctype == b"IDAT":
-            idat.append(chunk)
-        elif ctype == b"IEND":
-            break
-    if header is None:
-        raise PngError("no IHDR chunk")
-    width, height, depth, color_type, _, _, interlace = header
-    if depth != 8 or interlace != 0 or color_type not in _CHANNELS:
-        raise PngError(f"unsupported PNG: bit depth {depth}, colour type {color_type}, interlace {interlace}")
-    try:
-        raw = zlib.decompress(b"".join(idat))
-    except zlib.error as e:
-        raise PngError(f"corrupt image data: {e}") from e
-    n = _CHANNELS[color_type]
-    px = _unfilter(raw, width, height, n)
-    if color_type == 2:
-        return width, height, bytes(px)
-    if color_type == 0:
-        return width, height, bytes(v for g in px for v in (g, g, g))
-    if color_type == 3:
-        lut = []
-        for i in range(256):
-            r, g, b = palette[3 * i : 3 * i + 3] or b"\0\0\0"
-            a = trns[i] if i < len(trns) else 255
-            lut.append(bytes(_over_white(c, a) for c in (r, g, b)))
-        return width, height, b"".join(lut[i] for i in px)
-    if color_type == 4:
-        out = bytearray()
-        for i in range(0, len(px), 2):
-            v = _over_white(px[i], px[i + 1])
-            out += bytes((v, v, v))
-        return width, height, bytes(out)
-    # RGBA
-    if all(a == 255 for a in px[3::4]):
-        rgb = bytearray(width * height * 3)
-        rgb[0::3], rgb[1::3], rgb[2::3] = px[0::4], px[1::4], px[2::4]
-        return width, height, bytes(rgb)
-    out = bytearray(width * height * 3)
-    for j, i in enumerate(range(0, len(px), 4)):
-        a = px[i + 3]
-        out[3 * j], out[3 * j + 1], out[3 * j + 2] = (_over_white(px[i + k], a) for k in range(3))
-    return width, height, bytes(out)
-
-
-def _over_white(c: int, a: int) -> int:
-    return (c * a + 255 * (255 - a) + 127) // 255
-
-
-def encode_png(width: int, height: int, rgb: bytes) -> bytes:
-    """An 8-bit RGB PNG (no filtering)."""
-    stride = width * 3
-    raw = b"".join(b"\0" + rgb[y * stride : (y + 1) * stride] for y in range(height))
-
-    def chunk(ctype: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + ctype + body + struct.pack(">I", zlib.crc32(ctype + body) & 0xFFFFFFFF)
-
-    return (
-        _PNG_SIG
-        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-        + chunk(b"IDAT", zlib.compress(raw, 6))
-        + chunk(b"IEND", b"")
-    )
-
-
-def paste_centered(width: int, height: int, png: bytes, background: tuple[int, int, int] = (255, 255, 255)) -> bytes:
-    """`png` centred on a width x height canvas of `background` (how `object-fit: contain` places
-    an image), as a new PNG. Used to bring resvg's fitted output to the fixed render size."""
-    w, h, px = decode_png(png)
-    if (w, h) == (width, height):
-        return png
-    if w > width or h > height:
-        raise PngError(f"{w}x{h} does not fit in {width}x{height}")
-    canvas = bytearray(bytes(background) * (width * height))
-    x0, y0 = (width - w) // 2, (height - h) // 2
-    for y in range(h):
-        start = ((y0 + y) * width + x0) * 3
-        canvas[start : start + w * 3] = px[y * w * 3 : (y + 1) * w * 3]
-    return encode_png(width, height, bytes(canvas))
-
-
 # -- rendered pixels ------------------------------------------------------------------------
 
 
@@ -380,86 +225,3 @@ def page_reasons(
 
 def page_valid(png: bytes | None, width: int | None = None, height: int | None = None, tolerance: float = BLANK_FRACTION) -> bool:
     return not page_reasons(png, width, height, tolerance)
-
-
-# -- Chromium (pure builders, shared by render.py and the sandbox preview) ---------------------
-
-CHROMIUM_ENV = "HARNESS_ENV_CHROMIUM"
-CHROMIUM_INSTALL_HINT = (
-    "install it with `apt-get install chromium` (the project's ./dev does), set HARNESS_ENV_CHROMIUM "
-    "to its path, or choose the pure-Python renderer explicitly with renderer=\"resvg\""
-)
-
-# The SVG is shown through <img>, never inlined or opened as a document: an SVG used as an image
-# runs no script, loads no external resource (no network, no local file) and cannot navigate, so
-# the page only ever draws the file's own shapes. object-fit: contain scales it to fit the
-# viewport keeping its aspect ratio, centred on the white page.
-WRAPPER_HTML = """<!DOCTYPE html>
-<html><head><meta charset="utf-8"><style>
-html, body {{ margin: 0; padding: 0; width: 100%; height: 100%; overflow: hidden; background: {background}; }}
-img {{ display: block; width: 100%; height: 100%; object-fit: contain; }}
-</style></head><body><img src="{svg_name}" alt=""></body></html>
-"""
-
-
-def wrapper_html(svg_name: str = "icon.svg", background: str = "#ffffff") -> str:
-    return WRAPPER_HTML.format(svg_name=svg_name, background=background)
-
-
-def find_chromium(environ: dict[str, str] | None = None) -> str | None:
-    """HARNESS_ENV_CHROMIUM, else /usr/bin/chromium, else chromium / chromium-browser on PATH."""
-    env = os.environ if environ is None else environ
-    explicit = env.get(CHROMIUM_ENV)
-    if explicit:
-        return explicit if os.path.isfile(explicit) and os.access(explicit, os.X_OK) else None
-    if os.access("/usr/bin/chromium", os.X_OK):
-        return "/usr/bin/chromium"
-    path = env.get("PATH")
-    return shutil.which("chromium", path=path) or shutil.which("chromium-browser", path=path)
-
-
-def chromium_tmp_root(environ: dict[str, str] | None = None) -> str:
-    """Where to make Chromium's temporary directory (its TMPDIR too). Chromium puts a Unix socket
-    at $TMPDIR/org.chromium.Chromium.XXXXXX/SingletonSocket and aborts when that path exceeds the
-    108-byte limit, as it does in a sandbox whose TMPDIR is deep (pytest's, for one); then /tmp
-    (private to a bubblewrap sandbox) is used when writable."""
-    env = os.environ if environ is None else environ
-    tmp = env.get("TMPDIR") or "/tmp"
-    if len(os.path.abspath(tmp)) <= 40 or not os.access("/tmp", os.W_OK):
-        return tmp
-    return "/tmp"
-
-
-def chromium_argv(chromium: str, page: str, out_png: str, user_data_dir: str, width: int, height: int) -> list[str]:
-    """Headless Chromium screenshotting `page` (a local HTML file) at width x height."""
-    return [
-        chromium,
-        "--headless",
-        "--no-sandbox",  # under bubblewrap or in a container the setuid/userns sandbox is unavailable
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-extensions",
-        "--disable-dev-shm-usage",  # a sandbox's /dev/shm can be tiny or missing
-        "--hide-scrollbars",
-        "--mute-audio",
-        "--force-device-scale-factor=1",
-        "--host-resolver-rules=MAP * ~NOTFOUND",  # nothing should go to the network
-        f"--user-data-dir={user_data_dir}",
-        f"--screenshot={out_png}",
-        f"--window-size={width},{height}",
-        "file://" + os.path.abspath(page),
-    ]
-
-
-def read_screenshot(path: str, returncode: int | None, stderr: bytes) -> tuple[bytes, str | None]:
-    """The PNG a Chromium run wrote to `path`, or why there is none (its last stderr lines)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(), None
-    except OSError:
-        tail = stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
-        return b"", f"Chromium wrote no screenshot (exit {returncode}): {' | '.join(tail)}"

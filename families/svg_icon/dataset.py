@@ -49,6 +49,7 @@ from typing import NoReturn
 
 from harness_env.core.errors import InvalidRequestError
 from harness_env.families.svg_icon import checks
+from harness_env.families.svg_icon.pngcodec import PNG_SIGNATURE
 from harness_env.families.svg_icon.records import (
     MAX_PROMPT_CHARS,
     MAX_SOURCE_PROMPT_CHARS,
@@ -63,7 +64,6 @@ EXAMPLES_PER_FILTER = 5
 CSV_PROMPT_COLUMNS = ("prompt", "description", "brief")
 CSV_ID_COLUMNS = ("task_id", "id")
 CSV_IMAGE_COLUMNS = ("reference_image", "reference_png", "reference", "image")
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 Renderer = Callable[[str, int, int], bytes]
 """(svg_text, width, height) -> PNG bytes; raises ValueError when the SVG cannot be rendered."""

@@ -25,11 +25,11 @@ from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.local import LocalSandbox
 from harness_env.families.svg_icon import checks, render
 from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC, Judge, JudgeConfig, Rubric
+from harness_env.families.svg_icon.pngcodec import PNG_SIGNATURE
 from harness_env.families.svg_icon.preview import PREVIEW_COMMAND, preview_files
 from harness_env.models import RolloutRequest
 
 ICON_FILE = "icon.svg"
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MAX_REFERENCE_BYTES = 8 * 1024 * 1024
 REFERENCE_DIR_VAR = "HARNESS_ENV_REFERENCE_DIR"
 

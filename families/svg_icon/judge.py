@@ -43,8 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from harness_env.core.capture.redact import register_secret
 from harness_env.core.errors import InvalidRequestError
 from harness_env.core.limits import ProcessLimiter
+from harness_env.families.svg_icon.pngcodec import PNG_SIGNATURE
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
 MAX_EVIDENCE_CHARS = 8_000  # rendering evidence sent to the judge, as JSON text
 MAX_PROMPT_CHARS = 4_000

@@ -2,14 +2,16 @@
 
 Inside the sandbox the agent runs `python3 .harness/preview.py [icon.svg]`: the icon is checked
 exactly as grading checks it (checks.py), rendered with the sandbox's Chromium to
-`icon.preview.png` by the same command line the server uses, and described in text (file size,
+`icon.preview.png` by the same page and command line the server uses (chromium.py), and described in text (file size,
 parse errors, rendered size, blank or not, bounding box of drawn content, dominant colours), so the
 agent can refine it without seeing pixels.
 
 This file is both a module of the package (for `preview_files()` and tests) and the helper
-itself: `preview_files()` ships this file's SOURCE and checks.py's source verbatim, so there is one
-implementation of every check. Hence standard library only, Python >= 3.11 (the sandbox runs the
-system `python3`, without a venv), and nothing from harness_env imported at module level.
+itself: `preview_files()` ships this file's SOURCE and its libraries' (checks.py, pngcodec.py,
+chromium.py) verbatim, so there is one implementation of every check. Hence standard library only,
+Python >= 3.11 (the sandbox runs the system `python3`, without a venv), and nothing from
+harness_env imported: not even core/procs.py's process-group killer, which this file repeats in
+three lines.
 """
 
 from __future__ import annotations
@@ -25,16 +27,19 @@ import time
 from pathlib import Path
 
 if __package__:
-    from . import checks
-else:  # run as a script in the sandbox: checks.py sits next to this file
+    from . import checks, chromium, pngcodec
+else:  # run as a script in the sandbox: its libraries sit next to this file
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import checks  # type: ignore[no-redef]
+    import chromium  # type: ignore[no-redef]
+    import pngcodec  # type: ignore[no-redef]
 
 HELPER_DIR = ".harness"  # relative to the workspace
 PREVIEW_SCRIPT = f"{HELPER_DIR}/preview.py"
 PREVIEW_COMMAND = f"python3 {PREVIEW_SCRIPT}"
 PREVIEW_OUTPUT = "icon.preview.png"
 DEFAULT_TIMEOUT_S = 60.0
+LIBRARIES = ("checks.py", "pngcodec.py", "chromium.py")  # shipped beside the helper
 
 
 def preview_files() -> dict[str, str]:
@@ -43,7 +48,7 @@ def preview_files() -> dict[str, str]:
     here = Path(__file__).resolve().parent
     return {
         PREVIEW_SCRIPT: (here / "preview.py").read_text(encoding="utf-8"),
-        f"{HELPER_DIR}/checks.py": (here / "checks.py").read_text(encoding="utf-8"),
+        **{f"{HELPER_DIR}/{name}": (here / name).read_text(encoding="utf-8") for name in LIBRARIES},
     }
 
 
@@ -62,21 +67,17 @@ def preview_instructions() -> str:
 def render_with_chromium(svg: bytes, width: int, height: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[bytes, str | None]:
     """(png, error): the sandbox-side twin of render.py's Chromium path (same page, same argv),
     blocking; the whole process group is killed on timeout and the temp dir removed."""
-    chromium = checks.find_chromium()
-    if chromium is None:
-        return b"", f"Chromium is not available here: {checks.CHROMIUM_INSTALL_HINT}"
-    tmp = tempfile.mkdtemp(prefix="icon-preview-", dir=checks.chromium_tmp_root())
+    browser = chromium.find_chromium()
+    if browser is None:
+        return b"", f"Chromium is not available here: {chromium.CHROMIUM_INSTALL_HINT}"
+    tmp = tempfile.mkdtemp(prefix="icon-preview-", dir=chromium.chromium_tmp_root())
     try:
-        page, out = os.path.join(tmp, "page.html"), os.path.join(tmp, "out.png")
-        with open(os.path.join(tmp, "icon.svg"), "wb") as f:
-            f.write(svg)
-        with open(page, "w", encoding="utf-8") as f:
-            f.write(checks.wrapper_html("icon.svg"))
+        argv, out = chromium.prepare_screenshot(browser, tmp, svg, width, height)
         env = dict(os.environ)
         env.setdefault("HOME", tmp)
-        env["TMPDIR"] = tmp  # Chromium's singleton socket goes here: a short path (see checks)
+        env["TMPDIR"] = tmp  # Chromium's singleton socket goes here: a short path (see chromium_tmp_root)
         proc = subprocess.Popen(
-            checks.chromium_argv(chromium, page, out, os.path.join(tmp, "profile"), width, height),
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -91,7 +92,7 @@ def render_with_chromium(svg: bytes, width: int, height: int, timeout_s: float =
             proc.communicate()
             return b"", f"Chromium did not finish within {timeout_s:g}s"
         _killpg(proc.pid)
-        return checks.read_screenshot(out, proc.returncode, stderr)
+        return chromium.read_screenshot(out, proc.returncode, stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -103,6 +104,7 @@ def _shown(path: str) -> str:
 
 
 def _killpg(pid: int) -> None:
+    """core/procs.kill_process_group, repeated: this script cannot import the package."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -135,7 +137,7 @@ def report(path: str, out_png: str, width: int, height: int, max_bytes: int, tim
     seconds = time.monotonic() - started
     if error is not None and not png:
         lines.append(f"render: failed: {error}")
-        if checks.find_chromium() is None:
+        if chromium.find_chromium() is None:
             return 2, lines
         lines.append(f"verdict: this icon would score 0 ({checks.UNRENDERABLE})")
         return 1, lines
@@ -144,7 +146,7 @@ def report(path: str, out_png: str, width: int, height: int, max_bytes: int, tim
     problems = checks.page_reasons(png, width, height)
     try:
         stats = checks.image_stats(png)
-    except checks.PngError:
+    except pngcodec.PngError:
         stats = None
     lines.append(f"render: {width}x{height} with Chromium in {seconds:.1f}s -> {_shown(out_png)}")
     if stats is not None:

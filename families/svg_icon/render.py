@@ -2,7 +2,7 @@
 
 Two renderers, always chosen explicitly (a missing Chromium is an error, never a silent switch):
 - `chromium`: headless Chromium screenshots a page that shows the SVG through `<img>` (no script,
-  no external resources; see checks.WRAPPER_HTML), scaled to fit and centred on white. The same
+  no external resources; see chromium.WRAPPER_HTML), scaled to fit and centred on white. The same
   command line the sandbox's preview helper runs, so what the agent previews is what is graded.
 - `resvg`: resvg-py in-process (milliseconds, no browser), for machines without Chromium. System
   fonts are loaded and the generic families point at fonts that exist here, so `<text>` is drawn
@@ -18,25 +18,18 @@ import asyncio
 import functools
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from harness_env.core.errors import HarnessEnvError
 from harness_env.core.limits import ProcessLimiter
-from harness_env.families.svg_icon import checks
-from harness_env.families.svg_icon.checks import (
-    CHROMIUM_INSTALL_HINT,
-    DEFAULT_MAX_BYTES,
-    DEFAULT_SIZE,
-    chromium_argv,
-    decode_png,
-    find_chromium,
-    wrapper_html,
-)
+from harness_env.core.procs import kill_process_group
+from harness_env.families.svg_icon import checks, chromium, pngcodec
+from harness_env.families.svg_icon.checks import DEFAULT_MAX_BYTES, DEFAULT_SIZE
+from harness_env.families.svg_icon.pngcodec import decode_png
 
 Renderer = Literal["chromium", "resvg"]
 RENDERERS: tuple[Renderer, ...] = ("chromium", "resvg")
@@ -90,11 +83,11 @@ class RenderResult:
 
 def chromium_path() -> str:
     """The Chromium to grade with: HARNESS_ENV_CHROMIUM, else /usr/bin/chromium, else on PATH."""
-    found = find_chromium()
+    found = chromium.find_chromium()
     if found is None:
-        explicit = os.environ.get(checks.CHROMIUM_ENV)
-        where = f"{checks.CHROMIUM_ENV}={explicit!r} is not an executable file" if explicit else "no Chromium found"
-        raise RendererMissingError(f"renderer 'chromium': {where}; {CHROMIUM_INSTALL_HINT}")
+        explicit = os.environ.get(chromium.CHROMIUM_ENV)
+        where = f"{chromium.CHROMIUM_ENV}={explicit!r} is not an executable file" if explicit else "no Chromium found"
+        raise RendererMissingError(f"renderer 'chromium': {where}; {chromium.CHROMIUM_INSTALL_HINT}")
     return found
 
 
@@ -154,7 +147,7 @@ def _render_resvg(svg_text: str, width: int, height: int, background: str) -> by
     )
     # resvg fits the image inside width x height keeping its aspect ratio; centre it on the page
     # like Chromium's object-fit: contain.
-    return checks.paste_centered(width, height, bytes(png), _rgb(background))
+    return pngcodec.paste_centered(width, height, bytes(png), _rgb(background))
 
 
 def _rgb(colour: str) -> tuple[int, int, int]:
@@ -171,13 +164,6 @@ def _rgb(colour: str) -> tuple[int, int, int]:
 # -- Chromium ---------------------------------------------------------------------------------
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def render_concurrency() -> int:
     """Browsers this process runs at once for grading (HARNESS_ENV_RENDER_CONCURRENCY, default the
     number of cores): hundreds of rollouts finishing together must not start hundreds of Chromiums."""
@@ -190,23 +176,17 @@ async def _render_chromium(svg_text: str, width: int, height: int, background: s
         return await _render_chromium_now(svg_text, width, height, background, timeout_s)
 
 
-def _write_page(tmp: str, page: str, svg_text: str, background: str) -> None:
-    with open(os.path.join(tmp, "icon.svg"), "w", encoding="utf-8") as f:
-        f.write(svg_text)
-    with open(page, "w", encoding="utf-8") as f:
-        f.write(wrapper_html("icon.svg", background))
-
-
 async def _render_chromium_now(svg_text: str, width: int, height: int, background: str, timeout_s: float) -> tuple[bytes, str | None]:
-    chromium = chromium_path()
-    tmp = await asyncio.to_thread(tempfile.mkdtemp, prefix="harness-env-render-", dir=checks.chromium_tmp_root())
+    browser = chromium_path()
+    tmp = await asyncio.to_thread(tempfile.mkdtemp, prefix="harness-env-render-", dir=chromium.chromium_tmp_root())
     try:
-        page, out = os.path.join(tmp, "page.html"), os.path.join(tmp, "out.png")
-        await asyncio.to_thread(_write_page, tmp, page, svg_text, background)
+        argv, out = await asyncio.to_thread(
+            chromium.prepare_screenshot, browser, tmp, svg_text.encode("utf-8"), width, height, background
+        )
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "FONTCONFIG_FILE", "FONTCONFIG_PATH")}
         env.update(HOME=tmp, TMPDIR=tmp, XDG_CONFIG_HOME=tmp, XDG_CACHE_HOME=tmp)
         proc = await asyncio.create_subprocess_exec(
-            *chromium_argv(chromium, page, out, os.path.join(tmp, "profile"), width, height),
+            *argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
@@ -219,10 +199,10 @@ async def _render_chromium_now(svg_text: str, width: int, height: int, backgroun
         except TimeoutError:
             return b"", f"Chromium did not finish within {timeout_s:g}s"
         finally:
-            _kill_group(proc.pid)  # helpers (GPU, renderer, zygote) left behind, or all on timeout
+            kill_process_group(proc.pid)  # helpers (GPU, renderer, zygote) left behind, or all on timeout
             if proc.returncode is None:
                 await proc.wait()
-        return await asyncio.to_thread(checks.read_screenshot, out, proc.returncode, stderr)
+        return await asyncio.to_thread(chromium.read_screenshot, out, proc.returncode, stderr)
     finally:
         await asyncio.to_thread(shutil.rmtree, tmp, True)
 
@@ -256,21 +236,15 @@ async def render_png_async(
             ) from e
         try:
             png, error = await asyncio.to_thread(_render_resvg, svg_text, width, height, background), None
-        except (ValueError, checks.PngError) as e:
+        except (ValueError, pngcodec.PngError) as e:
             png, error = b"", f"resvg: {e}"
     return RenderResult(png, width, height, renderer, time.monotonic() - started, error)
 
 
-def render_png(
-    svg_text: str,
-    *,
-    renderer: Renderer,
-    size: tuple[int, int] = DEFAULT_SIZE,
-    background: str = "#ffffff",
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> RenderResult:
-    """Blocking form of render_png_async, for scripts and threads (not inside a running loop)."""
-    return asyncio.run(render_png_async(svg_text, renderer=renderer, size=size, background=background, timeout_s=timeout_s))
+def render_png(svg_text: str, **options: Any) -> RenderResult:
+    """Blocking form of render_png_async (the same keyword arguments), for scripts and threads
+    (not inside a running loop)."""
+    return asyncio.run(render_png_async(svg_text, **options))
 
 
 async def zero_reasons(svg_text: str | bytes | None, settings: RenderSettings = RenderSettings()) -> tuple[list[str], RenderResult | None]:

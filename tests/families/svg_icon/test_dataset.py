@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import struct
-import zlib
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,6 +13,7 @@ import pytest
 from harness_env.families.svg_icon import checks
 from harness_env.families.svg_icon import dataset
 from harness_env.families.svg_icon.dataset import DatasetError, Settings, generate, main
+from harness_env.families.svg_icon.pngcodec import PNG_SIGNATURE, encode_png
 from harness_env.families.svg_icon.records import RecordsError, load_records
 
 NS = 'xmlns="http://www.w3.org/2000/svg"'
@@ -49,23 +49,14 @@ def write_parquet(path: Path, rows=ROWS, names=("id", "svg", "description")) -> 
 
 def assert_png(path: Path, size: int = 256) -> None:
     data = path.read_bytes()
-    assert data.startswith(b"\x89PNG\r\n\x1a\n"), path
+    assert data.startswith(PNG_SIGNATURE), path
     w, h = struct.unpack(">II", data[16:24])
     assert (w, h) == (size, size)
 
 
 def solid_png(path: Path, rgb=(255, 255, 255), size=8, dot=False) -> Path:
-    rows = []
-    for y in range(size):
-        row = bytearray([0])
-        for x in range(size):
-            row += bytes((0, 0, 0) if dot and x < size // 2 else rgb)
-        rows.append(bytes(row))
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0))
-           + chunk(b"IDAT", zlib.compress(b"".join(rows))) + chunk(b"IEND", b""))
-    path.write_bytes(png)
+    px = b"".join(bytes((0, 0, 0) if dot and x < size // 2 else rgb) for _ in range(size) for x in range(size))
+    path.write_bytes(encode_png(size, size, px))
     return path
 
 

@@ -7,10 +7,8 @@ import base64
 import json
 import math
 import socket
-import struct
 import threading
 import time
-import zlib
 
 import pytest
 from pydantic import ValidationError
@@ -26,6 +24,7 @@ from harness_env.families.svg_icon.judge import (
     build_judge_request,
     parse_judge_answer,
 )
+from harness_env.families.svg_icon.pngcodec import encode_png
 from tests.fakes.judge import FakeJudge, FakeJudgeServer
 
 KEY = "sk-judge-SECRET-4242"
@@ -33,12 +32,7 @@ KEY = "sk-judge-SECRET-4242"
 
 def png(r: int, g: int, b: int, size: int = 4) -> bytes:
     """A tiny valid RGB PNG of one colour."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    raw = b"".join(b"\x00" + bytes([r, g, b]) * size for _ in range(size))
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+    return encode_png(size, size, bytes([r, g, b]) * size * size)
 
 
 CANDIDATE, REFERENCE = png(255, 0, 0), png(0, 0, 255)

@@ -4,6 +4,7 @@ from pathlib import Path
 
 from harness_env.core.sandbox.local import create_local_sandbox
 from harness_env.families.svg_icon import checks, preview
+from harness_env.families.svg_icon.pngcodec import decode_png
 from harness_env.families.svg_icon.preview import PREVIEW_COMMAND, PREVIEW_OUTPUT, preview_files
 
 RED_SQUARE = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 4 4"><rect x="1" y="1" width="2" height="2" fill="#ff0000"/></svg>'
@@ -16,6 +17,8 @@ def test_one_implementation_is_shipped():
     assert files == {
         ".harness/preview.py": (here / "preview.py").read_text(),
         ".harness/checks.py": (here / "checks.py").read_text(),
+        ".harness/pngcodec.py": (here / "pngcodec.py").read_text(),
+        ".harness/chromium.py": (here / "chromium.py").read_text(),
     }
     assert PREVIEW_COMMAND == "python3 .harness/preview.py"
     for source in files.values():  # the sandbox has the standard library only
@@ -39,7 +42,7 @@ async def test_preview_runs_inside_the_sandbox():
         assert "verdict: ok" in out
         png = sb.read_file(PREVIEW_OUTPUT)
         assert png is not None
-        w, h, _ = checks.decode_png(png)
+        w, h, _ = decode_png(png)
         assert (w, h) == (512, 512)
         stats = checks.image_stats(png)
         assert stats.colours[0][0] == "#ff0000" and stats.background == "#ffffff"

@@ -12,6 +12,7 @@ import tempfile
 import pytest
 
 from harness_env.families.svg_icon import checks
+from harness_env.families.svg_icon.pngcodec import decode_png
 from harness_env.families.svg_icon.render import (
     RendererMissingError,
     RenderSettings,
@@ -32,7 +33,7 @@ TEXT_ONLY = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 100 100"><text
 
 
 def pixel(png, x, y):
-    w, _, px = checks.decode_png(png)
+    w, _, px = decode_png(png)
     i = (y * w + x) * 3
     return tuple(px[i : i + 3])
 
@@ -42,7 +43,7 @@ def render_leftovers():
 
 
 def assert_wide_square(png):
-    assert checks.decode_png(png)[:2] == (256, 256)
+    assert decode_png(png)[:2] == (256, 256)
     for x, y in [(128, 128), (70, 70), (186, 186)]:
         assert pixel(png, x, y) == (255, 0, 0), (x, y)
     for x, y in [(10, 128), (245, 128), (128, 10), (128, 245), (0, 0), (255, 255)]:
@@ -86,7 +87,7 @@ def test_resvg_renders_fitted_and_centred():
 def test_default_size_square_with_resvg():
     square = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 4 4"><rect x="1" y="1" width="2" height="2" fill="red"/></svg>'
     result = render_png(square, renderer="resvg", size=RenderSettings().size)
-    assert checks.decode_png(result.png)[:2] == (512, 512)
+    assert decode_png(result.png)[:2] == (512, 512)
     assert pixel(result.png, 256, 256) == (255, 0, 0) and pixel(result.png, 50, 50) == (255, 255, 255)
 
 
