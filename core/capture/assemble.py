@@ -42,6 +42,17 @@ class TurnDraft:
     chunks: int = 0
 
     # -- feeding ------------------------------------------------------------------------------
+    def add_response_body(self, content: bytes) -> None:
+        """A non-streaming answer as the engine sent it; what is not a JSON object is an error."""
+        try:
+            parsed = fastjson.loads(content)
+            if isinstance(parsed, dict):
+                self.add_response(parsed)
+            else:
+                self.errors.append("upstream body is not a JSON object")
+        except ValueError:  # not JSON, or a logprob that is not a number
+            self.errors.append(f"upstream body is not JSON: {content[:200]!r}")
+
     def add_response(self, body: dict[str, Any]) -> None:
         """A non-streaming chat.completion body."""
         self._top_level(body)

@@ -39,28 +39,51 @@ class CaptureSession:
     endpoint_down: asyncio.Event = field(default_factory=asyncio.Event)  # set after too many failures in a row
     closed: bool = False
     started: float = field(default_factory=time.monotonic)
-    _next_index: int = 0
-    _policy_requests: int = 0
-    _log: deque[str] = field(default_factory=lambda: deque(maxlen=400))
-    _pending: set[asyncio.Future[Any]] = field(default_factory=set)
-    _responses: set[Any] = field(default_factory=set)
+    _turns_started: int = 0
+    _policy_calls_admitted: int = 0
+    _log_lines: deque[str] = field(default_factory=lambda: deque(maxlen=400))
+    _upstream_calls: set[asyncio.Future[Any]] = field(default_factory=set)  # waiting for the upstream's answer
+    _relayed_answers: set[Any] = field(default_factory=set)  # upstream responses being streamed to the harness
     _redactor: Redactor | None = None
     _answer_redactor: Redactor | None = None
     _redactor_version: int = -1
 
     def next_index(self) -> int:
-        i = self._next_index
-        self._next_index += 1
+        """The index of a new turn: turns are numbered in the order their requests arrived."""
+        i = self._turns_started
+        self._turns_started += 1
         return i
 
     def admit_policy_request(self) -> bool:
         """Count a policy call against the turn limit; False once the limit is reached."""
         limit = self.policy.max_turns
-        if limit is not None and self._policy_requests >= limit:
+        if limit is not None and self._policy_calls_admitted >= limit:
             self.turn_limit_hit = True
             return False
-        self._policy_requests += 1
+        self._policy_calls_admitted += 1
         return True
+
+    # -- what close() aborts: the session's calls in flight -----------------------------------
+    def add_upstream_call(self, call: asyncio.Future[Any]) -> None:
+        self._upstream_calls.add(call)
+
+    def discard_upstream_call(self, call: asyncio.Future[Any]) -> None:
+        self._upstream_calls.discard(call)
+
+    def add_relayed_answer(self, response: Any) -> None:
+        """An upstream response (with a close() method) being streamed to the harness."""
+        self._relayed_answers.add(response)
+
+    def discard_relayed_answer(self, response: Any) -> None:
+        self._relayed_answers.discard(response)
+
+    def close(self) -> None:
+        """The rollout ended: abort the upstream calls and streams still in flight."""
+        self.closed = True
+        for call in list(self._upstream_calls):
+            call.cancel()
+        for response in list(self._relayed_answers):
+            response.close()
 
     def upstream_result(self, ok: bool, infra: bool = True) -> None:
         """Count failed calls in a row: a harness that retries the same failing call forever
@@ -98,10 +121,10 @@ class CaptureSession:
         return self.redactor.redact(text)
 
     def log(self, line: str) -> None:
-        self._log.append(f"[{time.monotonic() - self.started:8.2f}s] {self.redact(line)}")
+        self._log_lines.append(f"[{time.monotonic() - self.started:8.2f}s] {self.redact(line)}")
 
     def log_tail(self) -> str:
-        return "\n".join(self._log)
+        return "\n".join(self._log_lines)
 
     def record(self, turn: Turn) -> None:
         self.turns.append(turn)  # in completion order; sorted_turns() gives request order

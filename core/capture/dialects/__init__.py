@@ -1,0 +1,82 @@
+"""The wire dialects the capture proxy serves, and their routes.
+
+Adding a dialect is one module (a class following `Dialect`: core/capture/dialects/base.py) plus one
+`register_dialect(...)` call, here for the built-in ones. A CaptureProxy serves the dialects
+registered when it is made (or those it is given); two dialects may not claim one route.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from harness_env.core.capture.dialects.base import ChatRequest, Dialect, Route, StreamTranslation, bearer_or_api_key
+from harness_env.core.capture.dialects.chat import ChatCompletions
+
+__all__ = [
+    "CHAT_COMPLETIONS",
+    "ChatRequest",
+    "Dialect",
+    "Route",
+    "RouteTable",
+    "StreamTranslation",
+    "bearer_or_api_key",
+    "register_dialect",
+    "registered_dialects",
+    "unregister_dialect",
+]
+
+
+class RouteTable:
+    """Method and path -> (dialect, route): exact paths by one dictionary lookup (the hot path),
+    templated ones in order after."""
+
+    def __init__(self, dialects: Iterable[Dialect]) -> None:
+        self.exact: dict[tuple[str, str], tuple[Dialect, Route]] = {}
+        self.templated: list[tuple[Dialect, Route]] = []
+        claimed: dict[tuple[str, str], Dialect] = {}
+        for dialect in dialects:
+            for route in dialect.routes:
+                other = claimed.setdefault((route.method, route.path), dialect)
+                if other is not dialect:
+                    raise ValueError(f"dialects {other.name!r} and {dialect.name!r} both claim {route.method} {route.path}")
+                if route.templated:
+                    self.templated.append((dialect, route))
+                else:
+                    self.exact[(route.method, route.path)] = (dialect, route)
+
+    def find(self, method: str, path: str) -> tuple[Dialect, Route] | None:
+        found = self.exact.get((method, path))
+        if found is not None:
+            return found
+        for dialect, route in self.templated:
+            if route.method == method and route.match(path) is not None:
+                return dialect, route
+        return None
+
+    def model_calls(self) -> str:
+        """The model-call routes, for a 404's message."""
+        calls = [r for _, r in [*self.exact.values(), *self.templated] if r.model_call]
+        return ", ".join(f"{r.method} {r.path}" for r in calls)
+
+
+_registry: dict[str, Dialect] = {}
+
+
+def register_dialect(dialect: Dialect) -> None:
+    """Serve `dialect` in every CaptureProxy made from now on."""
+    if dialect.name in _registry:
+        raise ValueError(f"a dialect named {dialect.name!r} is already registered")
+    RouteTable([*_registry.values(), dialect])  # refuses a route claimed twice
+    _registry[dialect.name] = dialect
+
+
+def unregister_dialect(name: str) -> None:
+    _registry.pop(name, None)
+
+
+def registered_dialects() -> list[Dialect]:
+    return list(_registry.values())
+
+
+CHAT_COMPLETIONS = ChatCompletions()  # also the dialect of the proxy's own probe calls
+register_dialect(CHAT_COMPLETIONS)
