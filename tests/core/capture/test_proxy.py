@@ -1,5 +1,6 @@
 """The capture proxy against the scripted fake policy, over real HTTP on loopback."""
 
+import asyncio
 import json
 
 import httpx
@@ -158,6 +159,30 @@ async def test_closed_session_key_is_rejected(proxy_env):
     await proxy.close_session(session)
     r = await client.post("/chat/completions", json=_body(False), headers={"authorization": f"Bearer {session.key}"})
     assert r.status_code == 401
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_closing_a_session_aborts_its_calls_in_flight(proxy_env, stream):
+    """Waiting for the upstream's answer (hang), or in the middle of relaying its stream (raw chunks
+    10 s apart): closing the session ends both at once."""
+    proxy, policy, upstream, client = proxy_env
+    slow = [{"raw": ['data: {"choices": [{"index": 0, "delta": {"content": "a"}}]}\n\n', "data: [DONE]\n\n"], "gap_s": 10}]
+    policy.scripts["m"] = slow if stream else [{"hang": 10}]
+    session = proxy.open_session(_endpoint(upstream), CapturePolicy())
+    call = asyncio.create_task(client.post("/chat/completions", json=_body(stream), headers={"authorization": f"Bearer {session.key}"}))
+    while not policy.requests:
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.3)  # the first chunk is relayed (stream), the call waits (hang)
+    started = asyncio.get_running_loop().time()
+    await proxy.close_session(session)
+    r = await asyncio.wait_for(call, 5)
+    assert asyncio.get_running_loop().time() - started < 2
+    if stream:
+        assert r.status_code == 200 and b'"a"' in r.content and b"[DONE]" not in r.content
+        assert "upstream stream broke" in session.turns[0].upstream_error
+    else:
+        assert r.status_code == 499 and "aborted: the rollout ended" in r.json()["error"]["message"]
+        assert session.turns[0].upstream_error == "aborted: the rollout ended"
 
 
 async def test_malformed_stream_is_relayed_as_is_and_recorded(proxy_env):

@@ -1,0 +1,202 @@
+"""The wire-dialect seam: a second, test-only dialect registered next to chat completions and
+driven through a real proxy against the scripted fake policy.
+
+`PlainLines` is a made-up wire API that differs from chat completions everywhere a real one can:
+its route (templated, with the model in the path), where the key goes, the request shape, the
+answer shape, the stream format (NDJSON lines translated from the engine's SSE chunk by chunk) and
+the error shape. The turn is still assembled from the engine's own token ids.
+"""
+
+import json
+import time
+
+import httpx
+import pytest
+
+from harness_env.core.capture import fastjson
+from harness_env.core.capture.asgi import Reply, Scope, header, json_reply
+from harness_env.core.capture.dialects import (
+    ChatRequest,
+    Route,
+    RouteTable,
+    register_dialect,
+    registered_dialects,
+    unregister_dialect,
+)
+from harness_env.core.capture.proxy import CaptureProxy
+from harness_env.core.capture.rewrite import CapturePolicy
+from harness_env.core.capture.serve import serve_on_loopback
+from harness_env.core.capture.sse import SSEDecoder
+from harness_env.core.errors import InvalidRequestError
+from harness_env.models import Endpoint
+from tests.fakes.policy import FakePolicy, FakePolicyServer
+
+SHELL_SCHEMA = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+
+
+def _final(draft, error=None) -> dict:
+    calls = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in draft.fields()["tool_calls"]]
+    return {"text": "".join(draft.text_parts), "calls": calls, "finish": draft.finish_reason, "error": error}
+
+
+class PlainStream:
+    """Each engine chunk's new text becomes a {"delta": ...} line as it arrives; a last line sums up."""
+
+    content_type = "application/x-ndjson"
+
+    def __init__(self, draft):
+        self.draft, self.decoder, self.sent_parts = draft, SSEDecoder(), 0
+
+    def _lines(self, events) -> bytes:
+        for event in events:
+            self.draft.add_chunk_text(event)
+        new = "".join(self.draft.text_parts[self.sent_parts :])
+        self.sent_parts = len(self.draft.text_parts)
+        return json.dumps({"delta": new}).encode() + b"\n" if new else b""
+
+    def feed(self, data: bytes) -> bytes:
+        return self._lines(self.decoder.feed(data))
+
+    def close(self, error):
+        return self._lines(self.decoder.flush()) + json.dumps({"done": True, **_final(self.draft, error)}).encode() + b"\n"
+
+    def finish(self):
+        pass  # assembled as it went
+
+
+class PlainLines:
+    name = "plain_lines"
+    routes = (Route("POST", "/plain/{model}:complete"), Route("GET", "/plain/ping", model_call=False))
+
+    def presented_key(self, scope: Scope):
+        return header(scope, b"x-plain-key")
+
+    def read_request(self, body, scope: Scope) -> ChatRequest:
+        if not isinstance(body.get("prompt"), str):
+            raise InvalidRequestError("'prompt' must be a string")
+        tools = [{"type": "function", "function": {"name": n, "parameters": SHELL_SCHEMA}} for n in body.get("tools", [])]
+        messages = [{"role": "user", "content": body["prompt"]}]
+        return ChatRequest(messages, tools, bool(body.get("stream")), "policy" if tools else "auxiliary", body)
+
+    def engine_body(self, request: ChatRequest) -> dict:
+        return {"messages": request.messages, "tools": request.tools, "stream": request.stream}
+
+    def answer(self, request, engine_body: bytes, content_type: str, draft):
+        draft.add_response_body(engine_body)
+        return fastjson.dumps(_final(draft)), "application/json"
+
+    def stream(self, request, draft):
+        return PlainStream(draft)
+
+    def error(self, status: int, message: str, code: str) -> Reply:
+        return json_reply(status, {"problem": message, "code": code})
+
+    def upstream_error(self, status: int, engine_body: bytes, content_type: str) -> Reply:
+        return self.error(status, engine_body.decode(errors="replace"), "upstream")
+
+    def local_reply(self, route, session, scope) -> Reply:
+        return json_reply(200, {"pong": session.endpoint.model})
+
+
+@pytest.fixture
+async def plain_env():
+    """One registration, then a proxy made as the server makes it (no `dialects` argument)."""
+    register_dialect(PlainLines())
+    try:
+        policy = FakePolicy(scripts={"m": [{"bash": "echo hi"}, {"text": "all done"}]})
+        with FakePolicyServer(policy) as upstream:
+            proxy = CaptureProxy()
+            async with serve_on_loopback(proxy.app) as url:
+                async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                    session = proxy.open_session(Endpoint(base_url=upstream.base_url, api_key="sk-up", model="m"), CapturePolicy(top_logprobs=2))
+                    yield proxy, policy, session, client
+            await proxy.aclose()
+    finally:
+        unregister_dialect("plain_lines")
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_registered_dialect_is_translated_both_ways_and_recorded_from_the_engine(plain_env, stream):
+    proxy, policy, session, client = plain_env
+    h = {"x-plain-key": session.key}
+    r = await client.post("/plain/whatever:complete", json={"prompt": "go", "tools": ["bash"], "stream": stream}, headers=h)
+    assert r.status_code == 200
+    if stream:
+        assert r.headers["content-type"] == "application/x-ndjson"
+        *deltas, last = [json.loads(line) for line in r.text.splitlines()]
+        assert deltas == [] and last["done"] is True  # a tool call: no text to stream
+    else:
+        last = r.json()
+    assert last["calls"] == [{"name": "bash", "arguments": json.dumps({"command": "echo hi"})}] and last["finish"] == "tool_calls"
+    # The engine got chat completions with the session's policy applied, and the real key and model.
+    [sent] = policy.sent
+    assert sent.request["messages"] == [{"role": "user", "content": "go"}] and sent.request["tools"][0]["function"]["name"] == "bash"
+    assert sent.request["model"] == "m" and sent.request["return_token_ids"] is True and sent.request["top_logprobs"] == 2
+    assert policy.headers[0]["authorization"] == "Bearer sk-up"
+    # The turn: the neutral view of the request, and the engine's ids as the truth.
+    [turn] = session.turns
+    assert turn.purpose == "policy" and turn.stream is stream and turn.request_messages == [{"role": "user", "content": "go"}]
+    assert turn.prompt_token_ids == sent.prompt_token_ids and turn.completion_token_ids == sent.completion_token_ids
+    assert turn.per_token_logps == sent.logprobs and turn.capture_level == "tokens"
+    # Chat completions is still served by the same proxy.
+    chat = await client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "title?"}]},
+                             headers={"authorization": f"Bearer {session.key}"})
+    assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"] == "Fake title"
+    assert [t.purpose for t in session.sorted_turns()] == ["policy", "auxiliary"]
+
+
+async def test_the_stream_is_translated_chunk_by_chunk_as_the_engine_sends(plain_env):
+    proxy, policy, session, client = plain_env
+    pieces = [f'data: {{"choices": [{{"index": 0, "delta": {{"content": "{w} "}}}}]}}\n\n' for w in ("one", "two", "three")]
+    policy.scripts["m"] = [{"raw": [*pieces, 'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'],
+                            "gap_s": 0.3}]
+    arrivals = []
+    async with client.stream("POST", "/plain/m:complete", json={"prompt": "go", "tools": ["bash"], "stream": True},
+                             headers={"x-plain-key": session.key}) as r:
+        async for line in r.aiter_lines():
+            if line:
+                arrivals.append((time.monotonic(), json.loads(line)))
+    assert [a[1].get("delta") for a in arrivals[:3]] == ["one ", "two ", "three "]
+    assert arrivals[-1][1] == {"done": True, "text": "one two three ", "calls": [], "finish": "stop", "error": None}
+    assert arrivals[-1][0] - arrivals[0][0] > 0.6  # the first delta came while the engine was still generating
+    [turn] = session.turns
+    assert turn.completion_text == "one two three " and turn.finish_reason == "stop" and turn.ttft_s < 0.3
+
+
+async def test_errors_and_local_routes_speak_the_dialect(plain_env):
+    proxy, policy, session, client = plain_env
+    r = await client.post("/plain/m:complete", json={"prompt": "go"}, headers={"authorization": f"Bearer {session.key}"})
+    assert r.status_code == 401 and r.json() == {"problem": "unknown or expired capture key", "code": "invalid_api_key"}
+    r = await client.post("/plain/m:complete", json={"prompt": 3}, headers={"x-plain-key": session.key})
+    assert r.status_code == 400 and r.json() == {"problem": "'prompt' must be a string", "code": "invalid_request"}
+    policy.scripts["m"] = [{"status": 503}]
+    r = await client.post("/plain/m:complete", json={"prompt": "go", "tools": ["bash"]}, headers={"x-plain-key": session.key})
+    assert r.status_code == 503 and r.json()["code"] == "upstream" and "scripted failure 503" in r.json()["problem"]
+    assert session.turns[-1].upstream_status == 503
+    r = await client.get("/plain/ping", headers={"x-plain-key": session.key})
+    assert r.status_code == 200 and r.json() == {"pong": "m"}
+    r = await client.post("/plain/m:explode", json={}, headers={"x-plain-key": session.key})
+    assert r.status_code == 404 and "POST /v1/chat/completions" in r.text and "POST /plain/{model}:complete" in r.text
+
+
+def test_a_route_is_claimed_once_and_a_name_registered_once():
+    class Squatter(PlainLines):
+        name = "squatter"
+        routes = (Route("POST", "/v1/chat/completions"),)
+
+    with pytest.raises(ValueError, match="both claim POST /v1/chat/completions"):
+        register_dialect(Squatter())
+    with pytest.raises(ValueError, match="already registered"):
+        register_dialect(registered_dialects()[0])
+    assert [d.name for d in registered_dialects()] == ["chat_completions"]
+
+
+def test_routes_match_exactly_or_by_template():
+    gemini = Route("POST", "/v1beta/models/{model}:generateContent")
+    assert gemini.match("/v1beta/models/gemini-2.5:generateContent") == {"model": "gemini-2.5"}
+    assert gemini.match("/v1beta/models/gemini-2.5:streamGenerateContent") is None
+    assert gemini.match("/v1beta/models/a/b:generateContent") is None
+    assert Route("GET", "/v1/models").match("/v1/models") == {} and Route("GET", "/v1/models").match("/v1/models/") is None
+    table = RouteTable(registered_dialects())
+    assert table.find("POST", "/v1/chat/completions")[0].name == "chat_completions"
+    assert table.find("GET", "/v1/chat/completions") is None
