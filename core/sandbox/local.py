@@ -11,31 +11,39 @@ safefs: no link is followed, no FIFO opened blocking, nothing read unbounded.
 
 Without bubblewrap ("plain") commands run as the server's user with no OS-level isolation: that
 mode is not safe for an untrusted policy, and each result says so.
+
+This module decides; its neighbours know: host.py what the machine offers (bubblewrap, a uid to
+run as, tmpfs mounts), bwrap.py the command line, limits.py and cgroups.py the resource limits,
+processes.py how commands run and are killed, envvars.py the environment, safefs.py the files.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import functools
 import os
-import resource
 import shutil
-import stat
-import tempfile
-import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from harness_env.core.errors import SandboxError
-from harness_env.core.procs import is_running, kill_process, kill_process_group, pids_with_env
 from harness_env.core.sandbox import safefs
-from harness_env.core.sandbox.base import ExecResult, TailBuffer, pump
-from harness_env.core.sandbox.bwrap import ALLOWED_TOP, BwrapSpec, RootEntry, bwrap_argv, capture_url
-from harness_env.core.sandbox.cgroups import ResourceLimits, RolloutCgroup
+from harness_env.core.sandbox.base import ExecResult
+from harness_env.core.sandbox.bwrap import BwrapSpec, bwrap_argv, capture_url
+from harness_env.core.sandbox.cgroups import RolloutCgroup
 from harness_env.core.sandbox.envvars import MARKER_VAR, REWARD_FILE_VAR, sandbox_env, verify_overrides
+from harness_env.core.sandbox.host import (  # noqa: F401  (bwrap_available, sandboxes_root: imported from here)
+    bwrap_available,
+    etc_secrets,
+    mount_tmpfs,
+    root_entries,
+    sandbox_user,
+    sandboxes_root,
+    unmount,
+)
+from harness_env.core.sandbox.limits import Limits, child_setup
+from harness_env.core.sandbox.processes import RolloutProcesses
+from harness_env.core.sandbox.processes import marked_pids as _marked_pids  # noqa: F401  (tests import it from here)
 
 REWARD_FILE_NAME = "reward.txt"
 SKIP_DIRS = frozenset({".git", "node_modules", "__pycache__", ".venv", ".cache"})
@@ -45,141 +53,6 @@ PLAIN_UNSAFE_NOTE = (
     "scrubbed environment, process group, limits) without OS-level isolation; NOT SAFE for an untrusted "
     "policy; install it with `apt-get install bubblewrap`"
 )
-
-
-@dataclass(frozen=True)
-class Limits:
-    open_files: int = 16_384
-    processes: int = 4_096  # RLIMIT_NPROC where commands run as the server's (non-root) user
-    file_size_bytes: int = 2 * 1024**3
-    collect_max_files: int = 200
-    collect_max_file_bytes: int = 256 * 1024
-    collect_max_total_bytes: int = 4 * 1024 * 1024
-    # Per rollout, where the machine supports them (cgroups; a tmpfs needs root).
-    memory_bytes: int | None = 4096 * 1024**2
-    pids: int | None = 1024
-    cpu_cores: float | None = None
-    disk_bytes: int | None = 4096 * 1024**2
-
-
-@functools.cache
-def bwrap_available() -> str | None:
-    """Path of a working bwrap, or None. Checked by running it once (it can exist but be denied)."""
-    path = shutil.which("bwrap")
-    if path is None:
-        return None
-    try:
-        import subprocess
-
-        proc = subprocess.run(
-            [path, "--ro-bind", "/", "/", "--unshare-pid", "--proc", "/proc", "--dev", "/dev", "true"],
-            capture_output=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return path if proc.returncode == 0 else None
-
-
-def sandboxes_root() -> Path:
-    return Path(os.environ.get("HARNESS_ENV_SANDBOX_DIR") or Path(tempfile.gettempdir()) / "harness-env")
-
-
-def sandbox_user() -> tuple[int, int] | None:
-    """(uid, gid) commands run as under bubblewrap: an unprivileged user when the server is root
-    and can switch (setpriv), else None (a non-root server's bwrap is unprivileged already)."""
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        return None
-    uid = int(os.environ.get("HARNESS_ENV_SANDBOX_UID") or 65534)
-    return (uid, int(os.environ.get("HARNESS_ENV_SANDBOX_GID") or uid))
-
-
-@functools.cache
-def etc_secrets() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(files, dirs) under /etc that others may not read (shadow, private keys): hidden in the
-    sandbox even where it runs as root."""
-    files, dirs = [], []
-    for dirpath, dirnames, filenames in os.walk("/etc"):
-        if dirpath.count("/") > 4:
-            dirnames[:] = []
-            continue
-        for name in [*dirnames, *filenames]:
-            p = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(p)
-            except OSError:
-                continue
-            if st.st_mode & 0o004:
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                dirs.append(p)
-                dirnames.remove(name)  # hidden whole: no need to look inside
-            elif stat.S_ISREG(st.st_mode):
-                files.append(p)
-    return tuple(sorted(files)), tuple(sorted(dirs))
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
-
-
-def _mount_tmpfs(path: Path, size_bytes: int) -> bool:
-    """A size-limited tmpfs at `path` (the rollout directory: its disk limit, and removal by
-    unmounting whatever tree the agent made). False where mounting is not allowed."""
-    if os.geteuid() != 0:
-        return False
-    opts = f"size={size_bytes},mode=0755".encode()
-    return _libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts) == 0
-
-
-def _unmount(path: Path) -> bool:
-    return _libc.umount2(str(path).encode(), _MNT_DETACH) == 0
-
-
-def _root_entries() -> list[RootEntry]:
-    entries = []
-    for name in sorted(os.listdir("/")):
-        p = Path("/") / name
-        if name not in ALLOWED_TOP:
-            continue
-        if p.is_symlink():
-            entries.append(RootEntry(name, symlink_target=os.readlink(p)))
-        else:
-            entries.append(RootEntry(name, is_dir=p.is_dir()))
-    return entries
-
-
-def _preexec(limits: Limits, cgroup: RolloutCgroup | None) -> Callable[[], None]:
-    rlimits = [
-        (resource.RLIMIT_NOFILE, limits.open_files),
-        (resource.RLIMIT_FSIZE, limits.file_size_bytes),
-        (resource.RLIMIT_CORE, 0),
-    ]
-    if os.geteuid() != 0:  # per real uid: shared by every rollout of an unprivileged uid, ignored for root
-        rlimits.append((resource.RLIMIT_NPROC, limits.processes))
-
-    def apply() -> None:
-        if cgroup is not None:
-            cgroup.join_in_child()  # before exec: nothing the command starts escapes it
-        for res, value in rlimits:
-            try:
-                soft, hard = resource.getrlimit(res)
-                cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
-                resource.setrlimit(res, (cap, cap))
-            except (ValueError, OSError):
-                pass  # the OS refuses this limit here; the others still apply
-
-    return apply
-
-
-def _marked_pids(sandbox_id: str) -> list[int]:
-    """PIDs whose environment carries this sandbox's marker."""
-    return pids_with_env(MARKER_VAR, sandbox_id)
-
-
-def _retrieve(fut: asyncio.Future) -> None:
-    if not fut.cancelled():
-        fut.exception()
 
 
 class LocalSandbox:
@@ -204,8 +77,8 @@ class LocalSandbox:
         self._bwrap = bwrap
         self._ro_paths = ro_paths
         self._extra_binds = dict(extra_binds or {})
-        self._root_entries = _root_entries() if bwrap else []
-        self._procs: set[asyncio.subprocess.Process] = set()
+        self._root_entries = root_entries() if bwrap else []
+        self._processes = RolloutProcesses(self.sandbox_id, cgroup)
         self._closed = False
         self._verifying = False  # set by clear_reward_file: the verifier dir is writable from then on
         self._run_as = run_as
@@ -302,79 +175,20 @@ class LocalSandbox:
         full_env = self.base_env()
         full_env.update(env or {})
         full_env[MARKER_VAR] = self.sandbox_id  # callers cannot drop the marker
-        started = time.monotonic()
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *self._argv(cmd, cwd, open_network),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=full_env,
-                cwd=cwd,
-                start_new_session=True,
-                preexec_fn=_preexec(self.limits, self._cgroup),
-            )
-        except OSError as e:
-            raise SandboxError(f"could not start a command in sandbox {self.sandbox_id}: {e}") from e
-        self._procs.add(proc)
-        out, err = TailBuffer(max_output), TailBuffer(max_output)
-        assert proc.stdout is not None and proc.stderr is not None
-        readers = asyncio.gather(pump(proc.stdout, out, on_stdout_line), pump(proc.stderr, err))
-        readers.add_done_callback(_retrieve)  # a cancelled read is expected: no "never retrieved" log
-        timed_out = stopped = False
-        try:
-            waiter = asyncio.ensure_future(proc.wait())
-            stopper = asyncio.ensure_future(stop.wait()) if stop is not None else None
-            try:
-                await asyncio.wait({waiter, *([stopper] if stopper else [])}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                if stopper is not None:
-                    stopper.cancel()
-            if not waiter.done():
-                stopped = stop is not None and stop.is_set()
-                timed_out = not stopped
-            # Kill what the command left in its group (background children), then drain pipes.
-            kill_process_group(proc.pid)
-            if timed_out or stopped:
-                await asyncio.to_thread(self._kill_marked)
-            try:
-                await asyncio.wait_for(asyncio.shield(readers), 5)
-            except TimeoutError:
-                await asyncio.to_thread(self._kill_marked)  # an escaped process holds the pipe open
-                readers.cancel()
-            await proc.wait()
-        except BaseException:
-            kill_process_group(proc.pid)
-            readers.cancel()
-            raise
-        finally:
-            self._procs.discard(proc)
-        return ExecResult(
-            exit_code=None if timed_out or stopped else proc.returncode,
-            stdout=out.text(),
-            stderr=err.text(),
-            duration_s=time.monotonic() - started,
-            timed_out=timed_out,
-            stopped=stopped,
-            stdout_dropped=out.dropped,
-            stderr_dropped=err.dropped,
+        return await self._processes.run(
+            self._argv(cmd, cwd, open_network),
+            env=full_env,
+            cwd=cwd,
+            preexec=child_setup(self.limits, self._cgroup),
+            timeout=timeout,
+            max_output=max_output,
+            on_stdout_line=on_stdout_line,
+            stop=stop,
         )
-
-    def _kill_marked(self) -> int:
-        """Kill every process of the rollout: its cgroup's (which nothing it started can leave)
-        and any carrying its marker (where there is no cgroup)."""
-        killed = self._cgroup.kill_all() if self._cgroup is not None else 0
-        pids = _marked_pids(self.sandbox_id)
-        for pid in pids:
-            kill_process(pid)
-        return killed + len(pids)
 
     def alive_pids(self) -> list[int]:
         """Processes of this rollout still alive (zombies excluded). Empty after close()."""
-        pids = set(_marked_pids(self.sandbox_id))
-        if self._cgroup is not None and not self._closed:
-            pids.update(self._cgroup.pids())
-        return [pid for pid in sorted(pids) if is_running(pid)]
+        return self._processes.alive_pids(with_cgroup=not self._closed)
 
     def limits_hit(self) -> list[str]:
         """The resource limits the rollout ran into, in words."""
@@ -445,7 +259,7 @@ class LocalSandbox:
         """Start the verify phase: kill every process the agent left, replace whatever is at the
         verifier path (a link, a FIFO, a planted tree) with a fresh directory of the server's,
         and give verify commands a fresh home. Blocking: call it off the event loop."""
-        self._kill_marked()
+        self._processes.kill_all()
         for path in (self.verifier_dir, self.verify_home):
             problem = safefs.remove_tree(path)
             if problem:
@@ -469,17 +283,7 @@ class LocalSandbox:
         if self._closed:
             return None
         self._closed = True
-        for proc in list(self._procs):
-            kill_process_group(proc.pid)
-        for _ in range(50):
-            if not await asyncio.to_thread(self._kill_marked):
-                break
-            await asyncio.sleep(0.05)
-        for proc in list(self._procs):
-            try:
-                await asyncio.wait_for(proc.wait(), 5)
-            except TimeoutError:
-                pass
+        await self._processes.stop_all()
         problem = await asyncio.to_thread(self._remove)
         if problem:
             self.notes.append(f"clean-up: {problem}")
@@ -491,8 +295,10 @@ class LocalSandbox:
             problem = self._cgroup.remove()
             if problem:
                 problems.append(problem)
-        if self._tmpfs and not _unmount(self.root):
-            problems.append(f"could not unmount the rollout's tmpfs at {self.root}: {os.strerror(ctypes.get_errno())}")
+        if self._tmpfs:
+            problem = unmount(self.root)
+            if problem:
+                problems.append(problem)
         problem = safefs.remove_tree(self.root)
         if problem:
             problems.append(problem)
@@ -535,7 +341,7 @@ def create_local_sandbox(
         base.mkdir(parents=True, exist_ok=True)
         root.mkdir(mode=0o755)
         if limits.disk_bytes:
-            tmpfs = _mount_tmpfs(root, limits.disk_bytes)
+            tmpfs = mount_tmpfs(root, limits.disk_bytes)
         os.chmod(root, 0o755)  # the server's: the agent can neither rename nor add entries here
         for sub in ("workspace", "home", "tmp", "xdg/config", "xdg/cache", "xdg/data", "xdg/state", "verifier", "logs"):
             (root / sub).mkdir(parents=True)
@@ -548,15 +354,15 @@ def create_local_sandbox(
                 os.chown(root / sub, *run_as)
     except OSError as e:
         if tmpfs:
-            _unmount(root)
+            unmount(root)
         safefs.remove_tree(root)
         raise SandboxError(f"could not create the sandbox directory under {base}: {e}") from e
     cgroup = None
     try:
-        cgroup = RolloutCgroup.create(root.name, ResourceLimits(memory_bytes=limits.memory_bytes, pids=limits.pids, cpu_cores=limits.cpu_cores))
+        cgroup = RolloutCgroup.create(root.name, limits.cgroup_limits())
     except SandboxError:
         if tmpfs:
-            _unmount(root)
+            unmount(root)
         safefs.remove_tree(root)
         raise
     return LocalSandbox(root, bwrap, ro_paths or [], limits, binds, run_as=run_as, cgroup=cgroup, tmpfs=tmpfs, capture_socket=capture_socket)

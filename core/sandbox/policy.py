@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from harness_env.core.errors import InvalidRequestError
-from harness_env.core.sandbox.local import Limits
+from harness_env.core.sandbox.limits import Limits
 from harness_env.models import RolloutOptions
 
 LIMIT_FIELDS = ("memory_limit_mb", "pids_limit", "disk_limit_mb", "cpu_limit")

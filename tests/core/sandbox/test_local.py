@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from harness_env.core.errors import SandboxError
-from harness_env.core.sandbox.local import _marked_pids, bwrap_available, create_local_sandbox
+from harness_env.core.sandbox.local import bwrap_available, create_local_sandbox
+from harness_env.core.sandbox.processes import marked_pids
 
 BACKENDS = [False, True]
 
@@ -44,7 +45,7 @@ async def test_timeout_kills_the_whole_group_and_close_leaves_nothing(use_bwrap)
     assert r.timed_out and r.exit_code is None and "started" in r.stdout
     await sb.exec("setsid sleep 303 >/dev/null 2>&1 < /dev/null &", timeout=5)
     await sb.close()
-    assert _marked_pids(sb.sandbox_id) == []
+    assert marked_pids(sb.sandbox_id) == []
     assert not root.exists()
 
 
@@ -117,4 +118,4 @@ async def test_cancellation_kills_the_command():
     with pytest.raises(asyncio.CancelledError):
         await task
     await sb.close()
-    assert _marked_pids(sb.sandbox_id) == [] and not Path(sb.root).exists()
+    assert marked_pids(sb.sandbox_id) == [] and not Path(sb.root).exists()

@@ -1,0 +1,107 @@
+"""What this host offers a local sandbox: a working bubblewrap, an unprivileged uid to run as,
+the directory rollouts live in, the /etc files to hide, the top-level directories to show, and
+size-limited tmpfs mounts. Each is looked up here once, so the sandbox itself only decides.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+from harness_env.core.sandbox.bwrap import ALLOWED_TOP, RootEntry
+
+
+@functools.cache
+def bwrap_available() -> str | None:
+    """Path of a working bwrap, or None. Checked by running it once (it can exist but be denied)."""
+    path = shutil.which("bwrap")
+    if path is None:
+        return None
+    try:
+        proc = subprocess.run(
+            [path, "--ro-bind", "/", "/", "--unshare-pid", "--proc", "/proc", "--dev", "/dev", "true"],
+            capture_output=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return path if proc.returncode == 0 else None
+
+
+def sandboxes_root() -> Path:
+    return Path(os.environ.get("HARNESS_ENV_SANDBOX_DIR") or Path(tempfile.gettempdir()) / "harness-env")
+
+
+def sandbox_user() -> tuple[int, int] | None:
+    """(uid, gid) commands run as under bubblewrap: an unprivileged user when the server is root
+    and can switch (setpriv), else None (a non-root server's bwrap is unprivileged already)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return None
+    uid = int(os.environ.get("HARNESS_ENV_SANDBOX_UID") or 65534)
+    return (uid, int(os.environ.get("HARNESS_ENV_SANDBOX_GID") or uid))
+
+
+@functools.cache
+def etc_secrets() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(files, dirs) under /etc that others may not read (shadow, private keys): hidden in the
+    sandbox even where it runs as root."""
+    files, dirs = [], []
+    for dirpath, dirnames, filenames in os.walk("/etc"):
+        if dirpath.count("/") > 4:
+            dirnames[:] = []
+            continue
+        for name in [*dirnames, *filenames]:
+            p = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if st.st_mode & 0o004:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                dirs.append(p)
+                dirnames.remove(name)  # hidden whole: no need to look inside
+            elif stat.S_ISREG(st.st_mode):
+                files.append(p)
+    return tuple(sorted(files)), tuple(sorted(dirs))
+
+
+def root_entries() -> list[RootEntry]:
+    """The allowed top-level directories of this host (and their merged-/usr links), as bubblewrap
+    shows them read-only."""
+    entries = []
+    for name in sorted(os.listdir("/")):
+        p = Path("/") / name
+        if name not in ALLOWED_TOP:
+            continue
+        if p.is_symlink():
+            entries.append(RootEntry(name, symlink_target=os.readlink(p)))
+        else:
+            entries.append(RootEntry(name, is_dir=p.is_dir()))
+    return entries
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
+
+
+def mount_tmpfs(path: Path, size_bytes: int) -> bool:
+    """A size-limited tmpfs at `path` (the rollout directory: its disk limit, and removal by
+    unmounting whatever tree the agent made). False where mounting is not allowed."""
+    if os.geteuid() != 0:
+        return False
+    opts = f"size={size_bytes},mode=0755".encode()
+    return _libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts) == 0
+
+
+def unmount(path: Path) -> str | None:
+    """Detach the mount at `path`; what went wrong, in words, or None."""
+    if _libc.umount2(str(path).encode(), _MNT_DETACH) == 0:
+        return None
+    return f"could not unmount the rollout's tmpfs at {path}: {os.strerror(ctypes.get_errno())}"
