@@ -20,6 +20,8 @@ from harbor.agents.installed.pi import Pi
 from harbor.environments.base import BaseEnvironment
 
 from harness_env.core import toolchain
+from harness_env.envs.opencode import config as opencode_config
+from harness_env.envs.pi import config as pi_config
 
 
 class _Preinstalled:
@@ -51,14 +53,8 @@ PREINSTALLED: dict[str, tuple[str, str]] = {
     "opencode": ("opencode", f"{__name__}:PreinstalledOpenCode"),
 }
 
-# Extra environment each agent's CLI needs offline (the same switches our native harnesses set).
+# Extra environment each agent's CLI needs offline: the table of our own harness of that CLI.
 OFFLINE_ENV: dict[str, dict[str, str]] = {
-    "pi": {"PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0"},
-    "opencode": {
-        "OPENCODE_DISABLE_MODELS_FETCH": "1",
-        "OPENCODE_DISABLE_AUTOUPDATE": "1",
-        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
-        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
-        "OPENCODE_DISABLE_SHARE": "1",
-    },
+    "pi": pi_config.OFFLINE_ENV,
+    "opencode": opencode_config.OFFLINE_ENV,
 }

@@ -14,6 +14,16 @@ from typing import Any
 
 PROVIDER = "harness-env"
 DISABLED_TOOLS = ("webfetch", "websearch", "question", "skill")
+# No network at start: no models.dev catalogue, no update check, no default plugins, no LSP
+# download, no sharing. Set by this harness and by Harbor's OpenCode agent on our local sandbox
+# (envs/harbor/agents.py).
+OFFLINE_ENV: dict[str, str] = {
+    "OPENCODE_DISABLE_MODELS_FETCH": "1",
+    "OPENCODE_DISABLE_AUTOUPDATE": "1",
+    "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+    "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+    "OPENCODE_DISABLE_SHARE": "1",
+}
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -54,15 +64,7 @@ def opencode_json(
 
 
 def opencode_env(config_path: str) -> dict[str, str]:
-    # No network at start: no models.dev catalogue, no update check, no default plugins.
-    return {
-        "OPENCODE_CONFIG": config_path,
-        "OPENCODE_DISABLE_MODELS_FETCH": "1",
-        "OPENCODE_DISABLE_AUTOUPDATE": "1",
-        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
-        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
-        "OPENCODE_DISABLE_SHARE": "1",
-    }
+    return {"OPENCODE_CONFIG": config_path, **OFFLINE_ENV}
 
 
 def opencode_argv(cmd: list[str], *, model: str, instruction: str) -> list[str]:

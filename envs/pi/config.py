@@ -12,6 +12,9 @@ import shlex
 PROVIDER = "harness-env"
 DEFAULT_CONTEXT_WINDOW = 131_072
 DEFAULT_MAX_TOKENS = 16_384
+# What keeps Pi off the network at start (no update or version check, no telemetry): set by this
+# harness and by Harbor's Pi agent on our local sandbox (envs/harbor/agents.py).
+OFFLINE_ENV: dict[str, str] = {"PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0"}
 
 
 def models_json(*, proxy_base_url: str, session_key: str, model: str, max_tokens: int | None = None) -> str:
@@ -42,12 +45,7 @@ def settings_json() -> str:
 
 
 def pi_env(agent_dir: str) -> dict[str, str]:
-    return {
-        "PI_CODING_AGENT_DIR": agent_dir,
-        "PI_OFFLINE": "1",
-        "PI_SKIP_VERSION_CHECK": "1",
-        "PI_TELEMETRY": "0",
-    }
+    return {"PI_CODING_AGENT_DIR": agent_dir, **OFFLINE_ENV}
 
 
 def pi_argv(pi_cmd: list[str], *, model: str, instruction: str) -> list[str]:
