@@ -188,3 +188,15 @@ def test_trajectory_survives_odd_shapes_and_is_bounded():
     assert odd.count('<tr class="he-step"') == 2 and "<code>?</code>" in odd
     many = render.trajectory_html({"steps": [{"step_id": i, "source": "agent", "message": "m"} for i in range(render.MAX_TRAJECTORY_STEPS + 5)]})
     assert many.count('<tr class="he-step"') == render.MAX_TRAJECTORY_STEPS and "5 more steps in the JSON download" in many
+
+
+def test_message_content_is_flattened_one_way_for_chat_and_trajectory():
+    from harness_env.server.web.render_text import content_text
+
+    parts = [{"type": "text", "text": "a"}, {"type": "text", "text": None}, {"type": "image_url"}, "raw"]
+    assert content_text(parts) == "a\n\n[image_url]\nraw"
+    assert content_text(None) == "" and content_text("s") == "s" and content_text({"k": 1}) == '{"k": 1}'
+    msgs = render.conversation(_result(proxy_turns=[_turn(0, [{"role": "user", "content": parts}], text="ok")]))
+    assert msgs[0] == {"role": "user", "content": "a\n\n[image_url]\nraw"}
+    html = render.trajectory_html({"steps": [{"step_id": 1, "source": "user", "message": parts}]})
+    assert "<pre>a\n\n[image_url]\nraw</pre>" in html
