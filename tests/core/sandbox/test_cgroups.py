@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from harness_env.core.errors import SandboxError
-from harness_env.core.sandbox import cgroups
+from harness_env.core.procs import stat_starttime
+from harness_env.core.sandbox.cgroups import layout as cgroup_layout
 from harness_env.core.sandbox.cgroups import (
     CgroupUsage,
     MiB,
@@ -34,7 +35,6 @@ from harness_env.core.sandbox.cgroups import (
     parse_v1_mounts,
     parse_v2_mount,
     parse_v2_own_path,
-    stat_starttime,
     sweep_stale,
 )
 
@@ -95,9 +95,9 @@ def _require_cgroups() -> str:
 
 def _own_dirs() -> list[Path]:
     """This process's per-server directories (where every cgroup it makes lives)."""
-    layout, _ = cgroups._detect()
+    layout, _ = cgroup_layout.detect()
     assert layout is not None
-    return [p / cgroups._owner_name() for p in layout.dirs]
+    return [p / cgroup_layout.owner_name() for p in layout.dirs]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -336,11 +336,11 @@ def test_v2_membership_and_kill_paths(make, monkeypatch):
     mount = parse_v2_mount(mounts)
     if mount is None:
         pytest.fail("no cgroup2 hierarchy is mounted: mount -t cgroup2 none /sys/fs/cgroup/unified")
-    layout, why = cgroups._v2_layout(mount, required=())
+    layout, why = cgroup_layout.v2_layout(mount, required=())
     assert layout is not None, why
     for use_kill in (True, False):
         monkeypatch.setattr(RolloutCgroup, "use_cgroup_kill", use_kill)
-        cg = RolloutCgroup._create(layout, f"rollout-t{uuid.uuid4().hex[:12]}", NO_LIMITS)
+        cg = RolloutCgroup.create_in(layout, f"rollout-t{uuid.uuid4().hex[:12]}", NO_LIMITS)
         try:
             proc = subprocess.Popen(
                 ["sh", "-c", "setsid sh -c 'sleep 300 & sleep 300 & exit'; exec sleep 300"],
@@ -352,4 +352,4 @@ def test_v2_membership_and_kill_paths(make, monkeypatch):
         finally:
             cg.remove()
         assert cg.notes == [] and not any(d.exists() for d in cg.dirs)
-        assert not (layout.dirs[0] / cgroups._owner_name()).exists()
+        assert not (layout.dirs[0] / cgroup_layout.owner_name()).exists()
