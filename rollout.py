@@ -14,11 +14,12 @@ from contextlib import asynccontextmanager
 
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.serve import capture_socket_path, serve_on_loopback, serve_on_unix
-from harness_env.core.engine import EventSink, run_rollout_with
-from harness_env.core.errors import InvalidRequestError, describe_validation_error
-from harness_env import families
-from harness_env.envs import get_harness
-from harness_env.envs.harbor import resolve as harbor_resolve
+from harness_env import envs, families  # noqa: F401 - registers the harnesses and task families
+from harness_env.core.engine import CaptureAccess, EventSink, execute
+from harness_env.core.errors import InvalidRequestError
+from harness_env.core.pipeline import prepare
+from harness_env.core.sandbox.base import SandboxFactory
+from harness_env.core.sandbox.factory import LocalSandboxFactory
 from harness_env.models import RolloutRequest, RolloutResult
 
 
@@ -69,22 +70,19 @@ async def loopback_proxy() -> AsyncIterator[tuple[CaptureProxy, str, str]]:
 
 
 async def run_rollout(
-    request: RolloutRequest | dict, *, on_event: EventSink | None = None, use_bwrap: bool | None = None
+    request: RolloutRequest | dict,
+    *,
+    on_event: EventSink | None = None,
+    use_bwrap: bool | None = None,
+    sandbox_factory: SandboxFactory | None = None,
 ) -> RolloutResult:
-    """Run one rollout in this process. Always returns a result; bad input raises InvalidRequestError."""
-    if not isinstance(request, RolloutRequest):
-        from pydantic import ValidationError
-
-        try:
-            request = RolloutRequest.model_validate(request)
-        except ValidationError as e:
-            raise InvalidRequestError(describe_validation_error(e)) from None
-    harness = get_harness(request.harness)
-    request = harbor_resolve.prepare(request, trusted=True)
-    request, grader = families.prepare(request, trusted=True)
+    """Run one rollout in this process. Always returns a result; bad input raises InvalidRequestError.
+    `sandbox_factory`: another sandbox backend (default: the local sandbox, bubblewrap when it
+    works here unless `use_bwrap` says otherwise)."""
+    prepared = await asyncio.to_thread(prepare, request, trusted=True)  # may read task directories
     async with loopback_proxy() as (proxy, base_url, socket_path):
-        return await run_rollout_with(request, harness, proxy=proxy, proxy_base_url=base_url, on_event=on_event,
-                                      use_bwrap=use_bwrap, grader=grader, capture_socket=socket_path)
+        return await execute(prepared, CaptureAccess(proxy, base_url, socket_path), on_event=on_event,
+                             sandbox_factory=sandbox_factory or LocalSandboxFactory(use_bwrap))
 
 
 def run_rollout_sync(request: RolloutRequest | dict, *, on_event: EventSink | None = None, use_bwrap: bool | None = None) -> RolloutResult:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from harness_env.core.sandbox.local import LocalSandbox
+from harness_env.core.sandbox.base import Sandbox
 from harness_env.models import RolloutRequest
 
 
@@ -21,4 +21,4 @@ class GradeOutcome:
 
 
 class Grader(Protocol):
-    async def grade(self, sandbox: LocalSandbox, request: RolloutRequest) -> GradeOutcome: ...
+    async def grade(self, sandbox: Sandbox, request: RolloutRequest) -> GradeOutcome: ...

@@ -17,7 +17,10 @@ from harness_env.core.sandbox.base import ExecResult
 from harness_env.models import CommandResult, RolloutRequest
 
 if TYPE_CHECKING:
-    from harness_env.core.sandbox.local import LocalSandbox
+    from pydantic import BaseModel
+
+    from harness_env.core.sandbox.base import Sandbox
+    from harness_env.models import RolloutResult
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,12 @@ class OutputParser(Protocol):
 class Harness(Protocol):
     name: str
     capabilities: tuple[str, ...]
+    options_model: type[BaseModel] | None  # the harness's own options (request.harness_options), if any
+
+    def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
+        """The request as this harness needs it (Harbor resolves its task directory); raise
+        InvalidRequestError for what is wrong. `trusted`: the caller may name server paths."""
+        ...
 
     def version(self) -> str | None:
         """Installed version, or None when not installed."""
@@ -68,47 +77,46 @@ class Harness(Protocol):
         """Host paths the sandbox must expose read-only (the CLI and its runtime)."""
         ...
 
-    async def run_agent(self, ctx: LaunchContext, sandbox: LocalSandbox, stop: asyncio.Event) -> tuple[ExecResult, AgentOutcome]:
+    async def run_agent(self, ctx: LaunchContext, sandbox: Sandbox, stop: asyncio.Event) -> tuple[ExecResult, AgentOutcome]:
         """Run the agent in `sandbox` until it ends, `ctx.request.agent_timeout_s` passes (then
         `timed_out`) or `stop` is set (then `stopped`)."""
         ...
 
 
 @dataclass
-class PhaseRecord:
-    name: str
-    started: float  # wall-clock seconds
-    duration_s: float
-    ok: bool = True
-    detail: str = ""
+class AgentEnd:
+    """How the agent's run ended, as facts; core/engine.py's classify_agent_end turns them into
+    the rollout's error (or none), the same way for every harness."""
+
+    exit_code: int | None = None  # None: killed, or the harness reports no exit code
+    timed_out: bool = False
+    stopped: bool = False  # stopped early because the policy's calls kept failing
+    turn_limit_hit: bool = False  # the harness itself stopped at max_turns
+    error: str | None = None  # the run failed, in words ("pi exited 1: ...", Harbor's agent error)
+    timeout_message: str | None = None  # the owner's own words for a timeout
+    endpoint_detail: str = ""  # what to quote if the failure turns out to be the endpoint's
+    failure: tuple[str, str] | None = None  # (error_kind, message) of a phase that is not the agent's (setup, sandbox, verify)
 
 
 @dataclass
-class TrialReport:
-    """What a harness that owns its whole environment (Harbor: sandbox, setup, agent and verifier
-    in one trial) hands back to the engine, which keeps the endpoint check, the capture session
-    and the result's shape the same as for every other harness."""
+class TrialEnd:
+    """What a harness that owns its environment reports back besides the result fields it filled:
+    how the agent's run ended, and the reward."""
 
-    failure: tuple[str, str] | None = None  # (error_kind, message), when something broke
+    agent: AgentEnd = field(default_factory=AgentEnd)
+    outcome: AgentOutcome = field(default_factory=AgentOutcome)
     reward: float | None = None
     reward_source: str | None = None
     reward_notes: list[str] = field(default_factory=list)
-    agent: AgentOutcome = field(default_factory=AgentOutcome)
-    agent_exit_code: int | None = None
-    agent_log_tail: str = ""
-    setup_results: list[CommandResult] = field(default_factory=list)
-    verify_results: list[CommandResult] = field(default_factory=list)
-    files: dict[str, str] = field(default_factory=dict)
-    sandbox_id: str = ""
-    sandbox_backend: str = ""
-    sandbox_notes: list[str] = field(default_factory=list)
-    phases: list[PhaseRecord] = field(default_factory=list)
-    result_fields: dict[str, Any] = field(default_factory=dict)  # RolloutResult fields only this harness fills
 
 
 @runtime_checkable
-class EnvironmentOwner(Protocol):
-    """A harness that runs the whole rollout in an environment of its own making."""
+class OwnsEnvironment(Protocol):
+    """A harness that runs the whole rollout (sandbox, setup, agent, verify) in an environment of
+    its own making, e.g. a Harbor trial. It fills the same result the engine fills for the others
+    (phases, commands' results, files, sandbox fields, its own extra fields) and says how its agent
+    ended; the engine keeps the endpoint check, the capture session, the failure classification
+    and the reward rules."""
 
     name: str
 
@@ -117,13 +125,25 @@ class EnvironmentOwner(Protocol):
         ...
 
     async def run_trial(
-        self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None]
-    ) -> TrialReport:
-        """Run setup, agent and verify; never raise for what the trial itself did."""
+        self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None], result: RolloutResult
+    ) -> TrialEnd:
+        """Run setup, agent and verify, filling `result`; never raise for what the trial itself did."""
         ...
 
 
-class PinnedCliHarness:
+EnvironmentOwner = OwnsEnvironment  # the former name
+
+
+class HarnessBase:
+    """Defaults every harness shares: no options of its own, nothing to prepare."""
+
+    options_model: type[BaseModel] | None = None
+
+    def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
+        return request
+
+
+class PinnedCliHarness(HarnessBase):
     """What every harness whose CLI comes from the pinned toolchain shares (its `name` is its
     entry in toolchain.PINS): the agent is that CLI, launched in the sandbox, its stdout parsed
     line by line."""
@@ -136,7 +156,7 @@ class PinnedCliHarness:
     def parser(self) -> OutputParser:
         raise NotImplementedError
 
-    async def run_agent(self, ctx: LaunchContext, sandbox: LocalSandbox, stop: asyncio.Event) -> tuple[ExecResult, AgentOutcome]:
+    async def run_agent(self, ctx: LaunchContext, sandbox: Sandbox, stop: asyncio.Event) -> tuple[ExecResult, AgentOutcome]:
         spec = self.launch(ctx)
         for path, content in spec.files.items():
             sandbox.write_file(path, content)

@@ -1,19 +1,14 @@
-"""One package per harness; this registry maps the request's `harness` name to it."""
+"""One package per harness, each registered here under the request's `harness` name."""
 
 from __future__ import annotations
 
-from harness_env.core.errors import InvalidRequestError
-from harness_env.core.harness import Harness
+from harness_env.core.registry import HARNESSES, get_harness, register_harness
 from harness_env.envs.harbor.harness import HarborHarness
 from harness_env.envs.opencode import OpenCodeHarness
 from harness_env.envs.pi import PiHarness
 from harness_env.envs.whitebox import WhiteboxHarness
 
-HARNESSES: dict[str, type] = {"pi": PiHarness, "opencode": OpenCodeHarness, "whitebox": WhiteboxHarness, "harbor": HarborHarness}
+for _cls in (PiHarness, OpenCodeHarness, WhiteboxHarness, HarborHarness):
+    register_harness(_cls.name, _cls)
 
-
-def get_harness(name: str) -> Harness:
-    cls = HARNESSES.get(name)
-    if cls is None:
-        raise InvalidRequestError(f"unknown harness {name!r}; choose one of: {', '.join(sorted(HARNESSES))}")
-    return cls()
+__all__ = ["HARNESSES", "get_harness"]

@@ -1,42 +1,18 @@
 """Task families: a family turns its task records into what the agent gets and grades the
-submission itself (families/svg_icon: an icon graded by rendering and a vision-language judge)."""
+submission itself (families/svg_icon: an icon graded by rendering and a vision-language judge).
+Each is registered here; core/pipeline.py prepares a request with it."""
 
 from __future__ import annotations
 
-from harness_env.core.errors import InvalidRequestError
-from harness_env.core.grading import Grader
-from harness_env.families.base import TaskFamily
-from harness_env.models import RolloutRequest
+from harness_env.core.registry import family_names, get_family, register_family
 
 
-def _families() -> dict[str, type]:
-    from harness_env.families.svg_icon.family import SvgIconFamily
+def _svg_icon() -> type:
+    from harness_env.families.svg_icon.family import SvgIconFamily  # imported on first use
 
-    return {"svg_icon": SvgIconFamily}
-
-
-def family_names() -> list[str]:
-    return sorted(_families())
+    return SvgIconFamily
 
 
-def get_family(name: str) -> TaskFamily:
-    cls = _families().get(name)
-    if cls is None:
-        raise InvalidRequestError(f"unknown task_family {name!r}; choose one of: {', '.join(family_names())}")
-    return cls()
+register_family("svg_icon", _svg_icon)
 
-
-def prepare(request: RolloutRequest, *, trusted: bool) -> tuple[RolloutRequest, Grader | None]:
-    """The request as its family prepares it, and the family's grader (None without a family)."""
-    if not request.task_family:
-        if request.family_options:
-            raise InvalidRequestError("family_options given without task_family")
-        return request, None
-    family = get_family(request.task_family)
-    prepared = family.prepare(request, trusted=trusted)
-    return prepared, family.grader(prepared)
-
-
-def grader_for(request: RolloutRequest) -> Grader | None:
-    """The grader of a prepared request's family (None without a family)."""
-    return get_family(request.task_family).grader(request) if request.task_family else None
+__all__ = ["family_names", "get_family"]

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import re
 
-from harness_env import families
+from harness_env import envs, families  # noqa: F401 - registers the harnesses and task families
 from harness_env.core import toolchain
 from harness_env.core.capture.proxy import CaptureProxy
-from harness_env.core.engine import EventSink, run_rollout_with
+from harness_env.core.engine import CaptureAccess, EventSink, execute
+from harness_env.core.pipeline import PreparedRollout, prepare
+from harness_env.core.registry import HARNESSES
+from harness_env.core.sandbox.factory import LocalSandboxFactory
 from harness_env.core.errors import InvalidRequestError
 from harness_env.core.sandbox.policy import sandbox_limits
-from harness_env.envs import HARNESSES, get_harness
 from harness_env.envs.harbor import resolve as harbor_resolve
 from harness_env.models import (
     HARBOR_NAME_PATTERN,
     HarborTaskInfo,
     HarnessInfo,
     RolloutArgs,
-    RolloutRequest,
     RolloutResult,
 )
 from harness_env.server import catalog
@@ -39,24 +40,18 @@ class RolloutService:
         # sandbox's only way out, serving the capture routes and nothing of the server's API.
         self.capture_socket: str | None = None
 
-    def resolve(self, args: RolloutArgs) -> RolloutRequest:
-        """Raises InvalidRequestError with a clear message for bad arguments."""
-        request = catalog.to_request(args)
-        get_harness(request.harness)
-        request = harbor_resolve.prepare(request, trusted=False)
-        request, _grader = families.prepare(request, trusted=False)
-        sandbox_limits(request)  # over this server's maximums: refused before any work
-        return request
+    def resolve(self, args: RolloutArgs) -> PreparedRollout:
+        """The request of a remote caller, prepared (core/pipeline.py); raises InvalidRequestError
+        with a clear message for bad arguments. May read task directories: call it off the loop."""
+        prepared = prepare(catalog.to_request(args), trusted=False)
+        sandbox_limits(prepared.request)  # over this server's maximums: refused before any work
+        return prepared
 
-    async def run(self, request: RolloutRequest, on_event: EventSink | None = None) -> RolloutResult:
+    async def run(self, prepared: PreparedRollout, on_event: EventSink | None = None) -> RolloutResult:
         """Raises ServerBusy when the queue is full; otherwise always returns a result."""
-        harness = get_harness(request.harness)
-        grader = families.grader_for(request)
         async with self.slots.slot():
-            return await run_rollout_with(
-                request, harness, proxy=self.proxy, proxy_base_url=self.proxy_base_url, on_event=on_event,
-                use_bwrap=self.use_bwrap, grader=grader, capture_socket=self.capture_socket,
-            )
+            capture = CaptureAccess(self.proxy, self.proxy_base_url, self.capture_socket)
+            return await execute(prepared, capture, sandbox_factory=LocalSandboxFactory(self.use_bwrap), on_event=on_event)
 
     @staticmethod
     def list_harnesses() -> list[HarnessInfo]:

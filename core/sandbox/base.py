@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass
@@ -66,13 +66,24 @@ async def pump(
 
 
 class Sandbox(Protocol):
-    """What the engine needs from a sandbox backend."""
+    """What the engine and the harnesses need from a sandbox backend. `LocalSandbox` (plain or
+    bubblewrap) is one; another backend is one module implementing this plus a SandboxFactory."""
 
     sandbox_id: str
-    backend: str
-    notes: list[str]
+    backend: str  # "bwrap", "plain", ...: shown in the result
+    notes: list[str]  # what the result's sandbox_notes should say (missing isolation, limits)
     workspace: str  # path of the agent's working directory, as seen inside the sandbox
+    home: str  # its HOME, as seen inside the sandbox
     reward_file: str  # path of the reward file, as seen inside the sandbox
+
+    @property
+    def network_isolated(self) -> bool:
+        """True when commands reach nothing but the capture proxy."""
+        ...
+
+    def capture_base_url(self, host_url: str) -> str:
+        """Where commands in this sandbox reach the capture proxy that the host reaches at `host_url`."""
+        ...
 
     async def exec(
         self,
@@ -84,7 +95,11 @@ class Sandbox(Protocol):
         max_output: int = 1_000_000,
         on_stdout_line: Callable[[str], None] | None = None,
         stop: asyncio.Event | None = None,
-    ) -> ExecResult: ...
+        open_network: bool = False,
+    ) -> ExecResult:
+        """Run a shell line or argv; a timeout, `stop` or cancellation kills everything it started.
+        `open_network`: the host's network even where the sandbox cuts it (setup commands)."""
+        ...
 
     def write_file(self, path: str, content: str | bytes) -> None: ...
 
@@ -92,8 +107,30 @@ class Sandbox(Protocol):
 
     def collect_files(self) -> dict[str, str]: ...
 
-    def clear_reward_file(self) -> None: ...
+    def verify_env(self) -> dict[str, str]:
+        """Variables verify commands get: the reward file, a fresh home."""
+        ...
+
+    def clear_reward_file(self) -> None:
+        """Start the verify phase: stop every process of the agent, make the verifier directory
+        anew. Blocking: called off the event loop."""
+        ...
 
     def read_reward_file(self) -> str | None: ...
 
-    async def close(self) -> None: ...
+    def limits_hit(self) -> list[str]:
+        """The resource limits the rollout ran into, in words."""
+        ...
+
+    async def close(self) -> str | None:
+        """Kill everything, remove everything; what could not be cleaned up, in words, or None.
+        Idempotent; never raises."""
+        ...
+
+
+class SandboxFactory(Protocol):
+    """Makes one rollout's sandbox (blocking: called off the event loop). `readonly_paths`: host
+    paths the harness needs (its CLI); `limits`: the rollout's Limits; `capture_socket`: the
+    proxy's Unix socket, for a sandbox that cuts the network."""
+
+    def __call__(self, *, readonly_paths: list[str], limits: Any, capture_socket: str | None) -> Sandbox: ...

@@ -3,7 +3,7 @@ and verifier), with the agent's model calls going through our capture proxy.
 
 The engine keeps what every harness shares (endpoint check and probe, the capture session, the
 result's shape, failure classification); this module builds the trial (envs/harbor/config.py),
-runs it (envs/harbor/trial.py) and turns Harbor's outcome into a TrialReport. A uniform Task is
+runs it (envs/harbor/trial.py) and turns Harbor's outcome into a TrialEnd (filling the result as it goes). A uniform Task is
 converted into a Harbor task directory first (envs/harbor/task_dir.py).
 """
 
@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from harness_env.core import toolchain
 from harness_env.core.engine import LOG_TAIL_CHARS
 from harness_env.core.errors import InvalidRequestError, SandboxError
-from harness_env.core.harness import AgentOutcome, LaunchContext, PhaseRecord, TrialReport
+from harness_env.core.harness import AgentEnd, AgentOutcome, HarnessBase, LaunchContext, TrialEnd
 from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.local import bwrap_available, sandboxes_root
 from harness_env.envs.harbor.config import (
@@ -35,7 +35,7 @@ from harness_env.envs.harbor.config import (
 )
 from harness_env.envs.harbor.task_dir import VERIFY_RESULTS_FILE, _harbor, load_task_dir, script_budget, task_to_task_dir
 from harness_env.envs.harbor.trial import HarborTrialOutcome, count_tool_calls, read_trajectory, run_harbor_trial
-from harness_env.models import CommandResult, HarborOptions, HarborRunInfo, RolloutRequest
+from harness_env.models import CommandResult, HarborOptions, HarborRunInfo, Phase, RolloutRequest, RolloutResult
 
 # Harbor's exception class names -> our error kinds (the rest: by the phase it stopped in).
 EXCEPTION_KINDS = {
@@ -102,7 +102,7 @@ def check_agent_speaks_chat(agent: str) -> None:
         )
 
 
-def _phase_records(result: Any) -> list[PhaseRecord]:
+def _phase_records(result: Any) -> list[Phase]:
     out = []
     for attr, name in PHASES:
         timing = getattr(result, attr, None) if result is not None else None
@@ -110,7 +110,7 @@ def _phase_records(result: Any) -> list[PhaseRecord]:
             continue
         end: datetime | None = timing.finished_at
         duration = (end - timing.started_at).total_seconds() if end else 0.0
-        out.append(PhaseRecord(name=name, started=timing.started_at.timestamp(), duration_s=round(duration, 4), ok=end is not None))
+        out.append(Phase(name=name, started=timing.started_at.timestamp(), duration_s=round(duration, 4), ok=end is not None))
     return out
 
 
@@ -213,9 +213,10 @@ def _verify_results(out: HarborTrialOutcome, verify: list[str] | None) -> list[C
     return [CommandResult(cmd="tests/test.sh", exit_code=None, stdout=stdout)] if stdout or out.result is not None else []
 
 
-class HarborHarness:
+class HarborHarness(HarnessBase):
     name = "harbor"
     capabilities = ("harbor_tasks", "harbor_agents", "sandbox_providers", "atif_trajectory")
+    options_model = HarborOptions  # its own options (envs/harbor/options.py): request.harness_options
 
     def version(self) -> str | None:
         try:
@@ -249,7 +250,15 @@ class HarborHarness:
                 "start the server with --public-url (or HARNESS_ENV_PUBLIC_URL) set to an address the provider's sandboxes can reach"
             )
 
-    async def run_trial(self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None]) -> TrialReport:
+    def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
+        """The Harbor task named by the request, resolved (its instruction read, paths confined)."""
+        from harness_env.envs.harbor import resolve
+
+        return resolve.prepare(request, trusted=trusted)
+
+    async def run_trial(
+        self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None], result: RolloutResult
+    ) -> TrialEnd:
         """The trial runs in a task of its own: if the caller is cancelled, the trial is told to
         stop and still cancels Harbor's work, stops the environment and removes its files, however
         often the caller's cancellation is delivered."""
@@ -260,7 +269,7 @@ class HarborHarness:
             own_stop.set()
 
         relay_task = asyncio.ensure_future(relay())
-        inner = asyncio.ensure_future(self._run_trial(ctx, own_stop, emit))
+        inner = asyncio.ensure_future(self._run_trial(ctx, own_stop, emit, result))
         try:
             return await asyncio.shield(inner)
         except asyncio.CancelledError:
@@ -269,11 +278,14 @@ class HarborHarness:
         finally:
             relay_task.cancel()
 
-    async def _run_trial(self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None]) -> TrialReport:
+    async def _run_trial(
+        self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None], result: RolloutResult
+    ) -> TrialEnd:
         request = ctx.request
         opts = request.harbor or HarborOptions()
         work = sandboxes_root() / f"harbor-{uuid.uuid4().hex[:12]}"
-        report = TrialReport(sandbox_backend=f"harbor:{opts.sandbox}")
+        result.sandbox_backend = f"harbor:{opts.sandbox}"
+        end = TrialEnd()
         try:
             await asyncio.to_thread(load_harbor_runtime)
             work.mkdir(parents=True)
@@ -314,52 +326,62 @@ class HarborHarness:
                 on_event=lambda phase, status: emit(phase, status, ""),
                 reward_key=opts.reward_key,
             )
-            await asyncio.to_thread(self._fill, report, out, request, opts, ht, converted)  # reads the trial's files
+            end = await asyncio.to_thread(self._fill, result, out, request, opts, ht, converted)  # reads the trial's files
         finally:
             # Trial logs and the converted task, read above: any tree a provider's download made,
             # removed without following a link, at any depth, off the loop.
             problem = await asyncio.to_thread(safefs.remove_tree, work)
             if problem:
-                report.sandbox_notes.append(f"clean-up of the trial directory: {problem.replace(str(work), work.name)}")
-        return report
+                result.sandbox_notes.append(f"clean-up of the trial directory: {problem.replace(str(work), work.name)}")
+        return end
 
     @staticmethod
-    def _fill(report: TrialReport, out: HarborTrialOutcome, request: RolloutRequest, opts: HarborOptions, ht, converted: bool) -> None:
+    def _fill(res: RolloutResult, out: HarborTrialOutcome, request: RolloutRequest, opts: HarborOptions, ht, converted: bool) -> TrialEnd:
+        """The trial's phases, commands, files and Harbor's own fields into the result; how its
+        agent ended and its reward into the TrialEnd."""
         trajectory, trajectory_note = read_trajectory(out.agent_dir)
-        result = out.result
-        agent_ran = result is not None and result.agent_execution is not None and result.agent_execution.finished_at is not None
-        report.phases = _phase_records(result)
-        report.failure = classify(out)
+        trial = out.result
+        agent_ran = trial is not None and trial.agent_execution is not None and trial.agent_execution.finished_at is not None
+        failure = classify(out)
         if converted and not request.task.verify and out.exception_type in NO_REWARD_EXCEPTIONS:
             # A Task without verify commands has no reward, by our rule; Harbor calls that an error.
-            report.failure = None
+            failure = None
             out.notes.append("the task has no verify commands: no reward")
-        if report.failure is None and out.reward_error:
-            report.failure = ("verify", out.reward_error)
-        report.reward = out.reward
-        report.reward_source = "reward_file" if out.reward_source else None
-        report.reward_notes = [f"from the verifier's {out.reward_source.replace('_', '.')}"] if out.reward_source else []
-        report.reward_notes += [n for n in out.notes if not n.startswith("the Harbor trial raised")]
+        if failure is None and out.reward_error:
+            failure = ("verify", out.reward_error)
+        agent = AgentEnd(exit_code=0 if agent_ran else None)
+        if failure is not None and failure[0] == "agent_timeout":
+            agent.timed_out, agent.timeout_message, agent.exit_code = True, failure[1], None
+        elif failure is not None and failure[0] == "agent_error":
+            agent.error, agent.exit_code = failure[1], None
+        elif failure is not None:
+            agent.failure = failure
+        notes = [f"from the verifier's {out.reward_source.replace('_', '.')}"] if out.reward_source else []
+        notes += [n for n in out.notes if not n.startswith("the Harbor trial raised")]
         if trajectory_note:
-            report.reward_notes.append(trajectory_note)
-        report.agent = AgentOutcome(final_text=_final_text(trajectory), tool_calls=count_tool_calls(trajectory))
-        agent_failed = report.failure is not None and report.failure[0] in ("agent_error", "agent_timeout")
-        report.agent_exit_code = 0 if agent_ran and not agent_failed else None
-        report.agent_log_tail = _agent_log_tail(out.agent_dir)
-        report.verify_results = _verify_results(out, request.task.verify if converted else None)
-        report.files = out.files or {}
-        report.sandbox_id = out.sandbox_id or ""
-        report.sandbox_notes = [f"Harbor {HarborHarness().version()} trial, environment {opts.sandbox!r}"]
-        agent_info = getattr(result, "agent_info", None)
-        report.result_fields = {
-            "harbor": HarborRunInfo(
-                task_name=ht.name,
-                task_path="" if converted else str(ht.path),
-                agent=opts.agent,
-                agent_version=getattr(agent_info, "version", None),
-                sandbox=opts.sandbox,
-                exception=out.exception[:2000] if out.exception else None,
-                verifier_rewards=out.rewards,
-            ),
-            "agent_trajectory": trajectory,
-        }
+            notes.append(trajectory_note)
+        res.phases.extend(_phase_records(trial))
+        res.agent_exit_code = agent.exit_code
+        res.agent_log_tail = _agent_log_tail(out.agent_dir)
+        res.verify_results = _verify_results(out, request.task.verify if converted else None)
+        res.files = out.files or {}
+        res.sandbox_id = out.sandbox_id or ""
+        res.sandbox_notes = [f"Harbor {HarborHarness().version()} trial, environment {opts.sandbox!r}", *res.sandbox_notes]
+        agent_info = getattr(trial, "agent_info", None)
+        res.harbor = HarborRunInfo(
+            task_name=ht.name,
+            task_path="" if converted else str(ht.path),
+            agent=opts.agent,
+            agent_version=getattr(agent_info, "version", None),
+            sandbox=opts.sandbox,
+            exception=out.exception[:2000] if out.exception else None,
+            verifier_rewards=out.rewards,
+        )
+        res.agent_trajectory = trajectory
+        return TrialEnd(
+            agent=agent,
+            outcome=AgentOutcome(final_text=_final_text(trajectory), tool_calls=count_tool_calls(trajectory)),
+            reward=out.reward,
+            reward_source="reward_file" if out.reward_source else None,
+            reward_notes=notes,
+        )

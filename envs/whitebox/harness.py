@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
-from harness_env.core.harness import AgentOutcome, LaunchContext
-from harness_env.core.sandbox.base import ExecResult
-from harness_env.core.sandbox.local import LocalSandbox
+from harness_env.core.harness import AgentOutcome, HarnessBase, LaunchContext
+from harness_env.core.sandbox.base import ExecResult, Sandbox
 from harness_env.envs.whitebox.loop import run_loop
 from harness_env.envs.whitebox.tools import ToolBox, ToolLimits
 
 VERSION = "1"  # of the tool schema and system prompt: bump when either changes
 
 
-class WhiteboxHarness:
+class WhiteboxHarness(HarnessBase):
     name = "whitebox"
     capabilities = ("tool_calls", "token_capture", "tool_call_count", "exact_history")
 
@@ -26,7 +25,7 @@ class WhiteboxHarness:
     def readonly_paths(self) -> list[str]:
         return []
 
-    async def run_agent(self, ctx: LaunchContext, sandbox: LocalSandbox, stop: asyncio.Event) -> tuple[ExecResult, AgentOutcome]:
+    async def run_agent(self, ctx: LaunchContext, sandbox: Sandbox, stop: asyncio.Event) -> tuple[ExecResult, AgentOutcome]:
         req = ctx.request
         toolbox = ToolBox(sandbox, ToolLimits.from_config(req.harness_config))
         return await run_loop(

@@ -10,7 +10,7 @@ import resvg_py
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
 from harness_env.core.errors import InvalidRequestError
-from harness_env.families import prepare
+from harness_env.core.pipeline import prepare
 from harness_env.families.svg_icon.preview import PREVIEW_COMMAND
 from tests.fakes.judge import FakeJudge, FakeJudgeServer
 
@@ -115,10 +115,11 @@ def test_bad_family_input_is_refused_before_any_work(monkeypatch, reference):
         prepare(req(reference_png=reference, renderer="resvg"), trusted=False)  # a remote caller names no server path
     with pytest.raises(InvalidRequestError, match="not a PNG"):
         prepare(req(reference_png=__file__, renderer="resvg"), trusted=True)
-    prepared, grader = prepare(req(reference_png=reference, renderer="resvg"), trusted=True)
+    done = prepare(req(reference_png=reference, renderer="resvg"), trusted=True)
+    prepared, grader = done.request, done.grader
     assert prepared.task.files["icon.svg"] == "" and "a red square" in prepared.task.instruction and grader is not None
     assert reference not in json.dumps(prepared.task.model_dump())  # the agent never sees the reference
-    assert prepare(prepared, trusted=True)[0] == prepared  # preparing twice changes nothing
+    assert prepare(prepared, trusted=True).request == prepared  # preparing twice changes nothing
 
 
 async def test_through_the_server_references_come_only_from_its_reference_dir(start_server, policy_server, tmp_path):
