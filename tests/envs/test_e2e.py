@@ -10,14 +10,18 @@ import pytest
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout, run_rollout_sync
 from harness_env.core.errors import ToolMissingError
 from harness_env.core.sandbox.local import _marked_pids
-from harness_env.envs import get_harness
+from harness_env.core.harness import PinnedCliHarness
+from harness_env.envs import HARNESSES as REGISTERED, get_harness
 
 UPSTREAM_KEY = "sk-upstream-e2e-9f8e7d"
 pytestmark = pytest.mark.e2e
 
 
-HARNESSES = ["pi", "opencode", "whitebox"]
-CLI_HARNESSES = {"pi", "opencode"}  # the white-box loop has no CLI process and does not stream
+# Every registered harness that runs in our sandbox (a harness that owns its environment, Harbor,
+# has its own suite); those with a CLI process of their own (the white-box loop has none and does
+# not stream).
+HARNESSES = [name for name, cls in REGISTERED.items() if not hasattr(cls, "run_trial")]
+CLI_HARNESSES = {name for name in HARNESSES if issubclass(REGISTERED[name], PinnedCliHarness)}
 
 
 @pytest.fixture(params=HARNESSES)
