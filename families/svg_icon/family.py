@@ -22,7 +22,7 @@ from harness_env.core.paths import confined_path
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env.core.grading import GradeOutcome
 from harness_env.core.sandbox import safefs
-from harness_env.core.sandbox.local import LocalSandbox
+from harness_env.core.sandbox.base import Sandbox
 from harness_env.families.svg_icon import checks, render
 from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC, Judge, JudgeConfig, Rubric
 from harness_env.families.svg_icon.pngcodec import PNG_SIGNATURE
@@ -69,7 +69,7 @@ def _check_reference(path: str, trusted: bool) -> str:
     return str(p.resolve())
 
 
-def read_submission(sandbox: LocalSandbox, max_bytes: int) -> tuple[bytes | None, str | None]:
+def read_submission(sandbox: Sandbox, max_bytes: int) -> tuple[bytes | None, str | None]:
     """(the first `max_bytes` of icon.svg, why it was not read). The agent controls the workspace:
     icon.svg is read from the rollout directory (which it cannot replace) without following a link
     anywhere on the way, opened non-blocking and only when it is a regular file, so a link to a host
@@ -126,7 +126,7 @@ class SvgIconGrader:
         self.options = options
         self.prompt = prompt
 
-    async def grade(self, sandbox: LocalSandbox, request: RolloutRequest) -> GradeOutcome:
+    async def grade(self, sandbox: Sandbox, request: RolloutRequest) -> GradeOutcome:
         opts = self.options
         evidence: dict[str, Any] = {"renderer": opts.renderer, "zero_reasons": [], "page_valid": False, "timings": {}}
         data, not_regular = await asyncio.to_thread(read_submission, sandbox, opts.max_svg_bytes + 1)
