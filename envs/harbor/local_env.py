@@ -1,18 +1,9 @@
 """A Harbor environment backed by our local sandbox (bubblewrap), for running Harbor trials
 without Docker.
 
-Harbor addresses fixed absolute paths inside its environment (harbor/models/trial/paths.py,
-EnvironmentPaths): /logs/agent, /logs/verifier, /logs/artifacts, /tests, /solution, plus the
-task's workdir. Here each is a directory inside the rollout directory, bound at its absolute
-path by bubblewrap:
-
-    /logs            <rollout>/harbor/logs   (agent/, artifacts/ inside)
-    /logs/verifier   <rollout>/verifier      (the sandbox's own verifier dir, as for our verify)
-    /tests           <rollout>/harbor/tests
-    /solution        <rollout>/harbor/solution
-    <workdir>        <rollout>/workspace     (task.toml [environment].workdir, default /app)
-    /tmp             <rollout>/tmp
-    /installed-agent <rollout>/harbor/installed-agent
+Harbor addresses fixed absolute paths inside its environment (/logs/agent, /logs/verifier, /tests,
+/solution, the task's workdir, ...); each is a directory inside the rollout directory, bound at its
+absolute path by bubblewrap (the table is env_paths.py's).
 
 Without bubblewrap those paths cannot be mapped (rewriting every command is unsound), so this
 environment refuses to start without it, with a message saying how to install it.
@@ -29,21 +20,16 @@ verifier and agent directories through download_dir (capabilities.mounted stays 
 copies are Harbor's own trial dirs, ours live in the rollout directory).
 
 Everything in the rollout directory is the agent's to plant links, FIFOs, huge files and deep
-trees in, so every transfer goes through core/sandbox/safefs from the rollout directory: uploads
-replace what is in their way instead of writing through it, downloads copy regular files and
-directories only (bounded per file, per copy, in count and depth), nothing follows a link, and all
-of it runs in a thread. Harbor's filtered and excluding downloads, which would run find/tar in the
-sandbox and copy an archive of any size out, are done the same way from the host. Before each
-command the directories bubblewrap binds are checked to be real directories (bwrap follows links in
-bind sources); when the verifier starts, /tests and /logs/verifier are made afresh and commands get
-the sandbox's verify environment (a fresh HOME, the system PATH: nothing the agent left in its
-home runs in the verifier).
+trees in, so every transfer goes through core/sandbox/safefs from the rollout directory, in a
+thread (env_transfers.py says how). Before each command the directories bubblewrap binds are
+checked to be real directories (bwrap follows links in bind sources); when the verifier starts,
+/tests and /logs/verifier are made afresh and commands get the sandbox's verify environment (a
+fresh HOME, the system PATH: nothing the agent left in its home runs in the verifier).
 """
 
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import os
 import shlex
 from collections.abc import Sequence
@@ -60,12 +46,14 @@ from harness_env.core.errors import SandboxError, ToolMissingError
 from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.envvars import SYSTEM_PATH
 from harness_env.core.sandbox.local import LocalSandbox, bwrap_available, create_local_sandbox
+from harness_env.envs.harbor.env_paths import ENV_TYPE, VERIFIER_REL, check_workdir, container_binds
+from harness_env.envs.harbor.env_paths import rel_path as map_rel_path
+from harness_env.envs.harbor.env_transfers import Select, copy_dir_out, exclusion_select, left_out_note
+from harness_env.envs.harbor.env_transfers import tar_excluded as _tar_excluded  # noqa: F401  (tests import it from here)
 from harness_env.envs.harbor.task_dir import DEFAULT_WORKDIR, FILES_DIRNAME, SETUP_SCRIPT
 
-ENV_TYPE = "harness-env-local"
 DEFAULT_EXEC_TIMEOUT_S = 3600.0
 SETUP_TIMEOUT_S = 600.0
-VERIFIER_REL = "verifier"  # the sandbox's verifier directory, relative to the rollout directory
 # What one download may copy into Harbor's trial directory (Harbor reads those files whole, on its
 # event loop): a larger file is left out, never cut, and noted.
 DOWNLOAD_MAX_FILE_BYTES = 32 * 1024 * 1024
@@ -73,10 +61,6 @@ DOWNLOAD_MAX_TOTAL_BYTES = 128 * 1024 * 1024
 DOWNLOAD_MAX_FILES = 10_000
 DOWNLOAD_MAX_DEPTH = 32
 MAX_TRANSFER_NOTES = 20
-# Top-level directories a workdir may not live under: bwrap can't create a mount point inside the
-# host's read-only system directories, and the others are the sandbox's own mounts.
-_FORBIDDEN_WORKDIR_TOPS = frozenset({"", "usr", "bin", "sbin", "lib", "lib64", "etc", "var", "opt", "proc", "dev", "sys",
-                                     "tmp", "logs", "tests", "solution", "root", "home", "run", "boot"})
 
 NO_BWRAP_MESSAGE = (
     "the harness-env-local Harbor environment needs bubblewrap (Harbor's fixed paths /logs, /tests, "
@@ -114,53 +98,18 @@ class LocalHarborEnvironment(BaseEnvironment):
     def _validate_definition(self) -> None:
         if self.task_env_config.os != TaskOS.LINUX:
             raise ValueError(f"{ENV_TYPE} runs Linux tasks only, not {self.task_env_config.os.value!r}")
-        wd = PurePosixPath(self.workdir)
-        if not wd.is_absolute() or ".." in wd.parts or wd.parts[1:2] == () or wd.parts[1] in _FORBIDDEN_WORKDIR_TOPS:
-            raise ValueError(
-                f"{ENV_TYPE} cannot map workdir {self.workdir!r}: it must be an absolute path under a "
-                f"top-level directory other than {sorted(t for t in _FORBIDDEN_WORKDIR_TOPS if t)}"
-            )
+        check_workdir(self.workdir)
         if not bwrap_available():
             raise SandboxError(NO_BWRAP_MESSAGE)
 
     # -- path mapping -------------------------------------------------------------------
     def _binds(self) -> dict[str, str]:
-        """Harbor's fixed container paths -> subdirectories of the rollout directory (bwrap binds
-        them; host_path maps them). /logs/verifier is the sandbox's own verifier directory."""
-        return {
-            "/logs": "harbor/logs",
-            "/tests": "harbor/tests",
-            "/solution": "harbor/solution",
-            "/installed-agent": "harbor/installed-agent",  # Harbor's agent setup makes it
-            "/tmp": "tmp",
-            self.workdir: "workspace",
-        }
-
-    def _mapping(self) -> list[tuple[PurePosixPath, str]]:
-        """(container path, its directory relative to the rollout directory), longest first."""
-        pairs = [(PurePosixPath("/logs/verifier"), VERIFIER_REL)]
-        pairs += [(PurePosixPath(inside), rel) for inside, rel in self._binds().items()]
-        return sorted(pairs, key=lambda p: len(p[0].parts), reverse=True)
+        return container_binds(self.workdir)
 
     def rel_path(self, path: str | PurePosixPath) -> str:
-        """An environment path as a path relative to the rollout directory, by name only (no link
-        is resolved: callers open it with safefs, from the rollout directory, which the agent
-        cannot replace). Relative paths are relative to the workdir; absolute ones are one of the
-        mapped directories or already inside the rollout directory. SandboxError otherwise, or for
-        a path with '..' in it."""
-        sb = self._require()
-        p = PurePosixPath(path)
-        if not p.is_absolute():
-            p = PurePosixPath(self.workdir) / p
-        if ".." in p.parts:
-            raise SandboxError(f"{ENV_TYPE}: path {str(path)!r} goes up with '..'")
-        root = PurePosixPath(str(sb.root))
-        if p.is_relative_to(root):  # bound at its own path (may be under /tmp)
-            return str(p.relative_to(root))
-        for inside, rel in self._mapping():
-            if p == inside or p.is_relative_to(inside):
-                return str(PurePosixPath(rel).joinpath(*p.relative_to(inside).parts))
-        raise SandboxError(f"{ENV_TYPE}: path {str(path)!r} is outside the environment's mapped directories")
+        """An environment path as a path relative to the rollout directory, by name only (see
+        env_paths.rel_path); SandboxError for one outside the mapped directories or with '..'."""
+        return map_rel_path(path, self.workdir, str(self._require().root))
 
     def host_path(self, path: str | PurePosixPath) -> Path:
         """The host path of an environment path (see rel_path), checked to stay inside the rollout
@@ -305,17 +254,10 @@ class LocalHarborEnvironment(BaseEnvironment):
             code = result.exit_code if result.exit_code is not None else 137
         return ExecResult(stdout=result.stdout, stderr=stderr, return_code=code)
 
-    # -- files --------------------------------------------------------------------------
-    # What the agent left in the sandbox is never trusted. Every path is walked from the rollout
-    # directory (the server's; the agent cannot rename or replace it) without following a link:
-    # an upload replaces a planted link, FIFO or file in its way rather than writing through it,
-    # and a download copies regular files and directories only, each bounded, into Harbor's trial
-    # directory, whose files Harbor's own code (its verifier's reward reader, its agents' log
-    # parsers, its secret scrubber) then reads on the event loop. Every copy runs in a thread.
+    # -- files (env_transfers.py: never trusting what the agent left) -------------------
     def _note_transfer(self, what: str, report: safefs.CopyReport) -> None:
-        if report.left_out_count:
-            more = f" (and {report.left_out_count - len(report.left_out)} more)" if report.left_out_count > len(report.left_out) else ""
-            note = f"{ENV_TYPE}: left out of the copy of {what}: {'; '.join(report.left_out)}{more}"
+        note = left_out_note(what, report, ENV_TYPE)
+        if note:
             self.logger.warning(note)
             if len(self.transfer_notes) < MAX_TRANSFER_NOTES:
                 self.transfer_notes.append(note[:2000])
@@ -361,31 +303,15 @@ class LocalHarborEnvironment(BaseEnvironment):
     async def download_dir_with_exclusions(self, *, source_dir: str, target_dir: Path | str, exclude: list[str]) -> None:
         """Harbor's download with tar-style excludes (a pattern matches any run of whole path
         components, so an excluded directory goes with its contents), done from the host."""
+        await self._download(source_dir, Path(target_dir), exclusion_select(exclude))
 
-        def select(path: str, is_dir: bool) -> bool:
-            return not _tar_excluded(path, exclude)
-
-        await self._download(source_dir, Path(target_dir), select)
-
-    async def _download(self, source_dir: str, target: Path, select) -> None:
+    async def _download(self, source_dir: str, target: Path, select: Select | None) -> None:
         root, rel = self._require().root, self.rel_path(source_dir)
 
-        def copy() -> safefs.CopyReport | None:
-            try:
-                return safefs.copy_out(
-                    root, rel, target, select=select, max_file_bytes=DOWNLOAD_MAX_FILE_BYTES,
-                    max_total_bytes=DOWNLOAD_MAX_TOTAL_BYTES, max_files=DOWNLOAD_MAX_FILES, max_depth=DOWNLOAD_MAX_DEPTH,
-                )
-            except FileNotFoundError:  # nothing there: nothing to copy, as before
-                target.mkdir(parents=True, exist_ok=True)
-                return None
-            except OSError as e:  # a link (or a file) where the directory was: copied as empty
-                target.mkdir(parents=True, exist_ok=True)
-                report = safefs.CopyReport()
-                report.leave_out(".", str(e))
-                return report
-
-        report = await asyncio.to_thread(copy)
+        report = await asyncio.to_thread(
+            copy_dir_out, root, rel, target, select, max_file_bytes=DOWNLOAD_MAX_FILE_BYTES,
+            max_total_bytes=DOWNLOAD_MAX_TOTAL_BYTES, max_files=DOWNLOAD_MAX_FILES, max_depth=DOWNLOAD_MAX_DEPTH,
+        )
         if report is not None:
             self._note_transfer(source_dir, report)
 
@@ -438,14 +364,3 @@ class LocalHarborEnvironment(BaseEnvironment):
         if problem:
             raise SandboxError(f"{ENV_TYPE}: could not reset {rel} before verify: {problem}")
 
-
-def _tar_excluded(path: str, patterns: Sequence[str]) -> bool:
-    """Whether tar's `--exclude=PATTERN` (unanchored, wildcards match '/') leaves `path` out: the
-    pattern matches some run of whole components of it."""
-    parts = path.split("/")
-    for i in range(len(parts)):
-        for j in range(i + 1, len(parts) + 1):
-            run = "/".join(parts[i:j])
-            if any(fnmatch.fnmatchcase(run, p.rstrip("/").removeprefix("./")) for p in patterns):
-                return True
-    return False
