@@ -19,7 +19,8 @@ from tests.core.test_engine_attacks import FIFO_FORGE, GIT_PLANTS, LINK_FORGE
 CLI = [sys.executable, "-m", "harness_env.cli"]
 pytestmark = pytest.mark.e2e
 
-DEEP = "for i in $(seq 1500); do mkdir d && cd d; done; fallocate -l 256M big.bin; true"
+# One process makes the tree (1500 forks of mkdir take long on a loaded 2-core machine).
+DEEP = "python3 -c \"import os\nfor _ in range(1500): os.mkdir('d'); os.chdir('d')\"; fallocate -l 256M d/big.bin; true"
 
 
 def _run_cli(tmp_path, policy_server, harness, attack, *, setup=(), verify=("false",)):
@@ -31,8 +32,8 @@ def _run_cli(tmp_path, policy_server, harness, attack, *, setup=(), verify=("fal
     env = {**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(sandboxes), "TMPDIR": str(tmp_path)}
     started = time.monotonic()
     p = subprocess.run([*CLI, "run", "--harness", harness, "--task", "task.json", "--base-url", policy_server.base_url, "--model", "m",
-                        "--agent-timeout-s", "60", "--verify-timeout-s", "20", "--quiet"],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+                        "--agent-timeout-s", "120", "--verify-timeout-s", "30", "--quiet"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     wall = time.monotonic() - started
     assert p.returncode == 0, p.stderr
     assert os.listdir(sandboxes) == []
@@ -51,7 +52,7 @@ def test_attacks_through_the_cli(tmp_path, policy_server, harness, attack, verif
     result, wall = _run_cli(tmp_path, policy_server, harness, attack, setup=setup, verify=verify)
     assert result["error"] is None, result["error"]
     assert result["reward"] == reward and result["reward_source"] == "verify_ratio"
-    assert wall < 120
+    assert wall < 200
 
 
 def test_sigterm_stops_the_cli_and_cleans_up(tmp_path, policy_server):
