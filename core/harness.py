@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from harness_env.core import toolchain
 from harness_env.core.sandbox.base import ExecResult
-from harness_env.models import CommandResult, RolloutRequest
+from harness_env.models import RolloutRequest
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -129,9 +129,6 @@ class OwnsEnvironment(Protocol):
     ) -> TrialEnd:
         """Run setup, agent and verify, filling `result`; never raise for what the trial itself did."""
         ...
-
-
-EnvironmentOwner = OwnsEnvironment  # the former name
 
 
 class HarnessBase:
