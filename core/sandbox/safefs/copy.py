@@ -10,14 +10,14 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness_env.core.sandbox.safefs.descend import DIR_FLAGS, FILE_FLAGS, UnsafeEntry, kind_of, path_parts, sorted_names, split_parent, walk_dirs
+from harness_env.core.sandbox.safefs.descend import DIR_FLAGS, FILE_FLAGS, DirStack, UnsafeEntry, kind_of, path_parts, split_parent, walk_dirs
 from harness_env.core.sandbox.safefs.read import open_regular
 from harness_env.core.sandbox.safefs.remove import remove_at
-from harness_env.core.sandbox.safefs.write import temp_file
+from harness_env.core.sandbox.safefs.write import rename_over, temp_file, temp_link, write_all
 
 _MAX_NOTED = 20
 
@@ -63,17 +63,9 @@ def copy_out(
         os.close(src_top)
         raise
     report = CopyReport()
-    stack: list[tuple[int, int, str, Iterator[str]]] = [(src_top, dst_top, "", iter(sorted_names(src_top)))]
     seen = 0
-    try:
-        while stack:
-            sfd, dfd, prefix, names = stack[-1]
-            name = next(names, None)
-            if name is None:
-                os.close(sfd)
-                os.close(dfd)
-                stack.pop()
-                continue
+    with DirStack(src_top, dst_top, close_data=os.close) as walk:
+        for sfd, prefix, name, dfd in walk.entries():
             seen += 1
             path = prefix + name
             if seen > max_entries:
@@ -87,7 +79,7 @@ def copy_out(
             if select is not None and not select(path, is_dir):
                 continue
             if is_dir:
-                if len(stack) >= max_depth:
+                if walk.depth >= max_depth:
                     report.leave_out(path, f"deeper than {max_depth} directories")
                     continue
                 try:
@@ -101,7 +93,7 @@ def copy_out(
                     os.close(sub)
                     report.leave_out(path, e.strerror or str(e))
                     continue
-                stack.append((sub, dsub, path + "/", iter(sorted_names(sub))))
+                walk.push(sub, path + "/", dsub)
             elif not stat.S_ISREG(st.st_mode):
                 report.leave_out(path, kind_of(st.st_mode))
             elif report.files >= max_files:
@@ -116,10 +108,6 @@ def copy_out(
                     report.files += 1
                 except OSError as e:
                     report.leave_out(path, e.strerror or str(e))
-    finally:
-        for sfd, dfd, _, _ in stack:
-            os.close(sfd)
-            os.close(dfd)
     return report
 
 
@@ -168,9 +156,7 @@ def _copy_fd_to(src: int, dfd: int, name: str, max_bytes: int) -> int:
             total += len(chunk)
             if total > max_bytes:
                 raise OSError(errno.EFBIG, f"grew past the {max_bytes}-byte limit while being copied", name)
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(dst, view) :]
+            write_all(dst, chunk)
         os.fchmod(dst, (stat.S_IMODE(st.st_mode) & 0o755) | 0o600)
         os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
     except BaseException:
@@ -244,49 +230,22 @@ def copy_in(source: str | Path, root: str | Path, rel: str | Path) -> None:
 
 def _put_entry(dfd: int, name: str, source: Path, st: os.stat_result) -> None:
     if stat.S_ISLNK(st.st_mode):
-        target = os.readlink(source)
-        for _ in range(100):
-            tmp = f".harness-env-{os.urandom(6).hex()}.tmp"
-            try:
-                os.symlink(target, tmp, dir_fd=dfd)
-                break
-            except FileExistsError:
-                continue
-        else:
-            raise FileExistsError(errno.EEXIST, "could not make a temporary link", name)
+        tmp = temp_link(dfd, os.readlink(source))
     elif stat.S_ISREG(st.st_mode):
         src = os.open(source, FILE_FLAGS)
         try:
             sst = os.fstat(src)
             if not stat.S_ISREG(sst.st_mode):
                 raise UnsafeEntry(str(source), kind_of(sst.st_mode), "a regular file")
-            tmp, fd = temp_file(dfd)
-            try:
+
+            def fill(fd: int) -> None:
                 while chunk := os.read(src, 1 << 20):
-                    view = memoryview(chunk)
-                    while view:
-                        view = view[os.write(fd, view) :]
+                    write_all(fd, chunk)
                 os.fchmod(fd, stat.S_IMODE(sst.st_mode) & 0o7777 & ~0o6000)
-            except BaseException:
-                os.close(fd)
-                os.unlink(tmp, dir_fd=dfd)
-                raise
-            os.close(fd)
+
+            tmp = temp_file(dfd, fill)
         finally:
             os.close(src)
     else:
         raise UnsafeEntry(str(source), kind_of(st.st_mode), "a regular file, link or directory")
-    try:
-        try:
-            existing = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-        except FileNotFoundError:
-            existing = None
-        if existing is not None and stat.S_ISDIR(existing.st_mode):
-            remove_at(dfd, name)
-        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-    except BaseException:
-        try:
-            os.unlink(tmp, dir_fd=dfd)
-        except OSError:
-            pass
-        raise
+    rename_over(dfd, tmp, name, replace_dir=True)

@@ -6,7 +6,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Generic, TypeVar
+
+X = TypeVar("X")
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
@@ -26,20 +31,6 @@ def split_parent(rel: str | Path) -> tuple[list[str], str]:
     if not parts:
         raise IsADirectoryError(errno.EISDIR, "Is a directory", ".")
     return parts[:-1], parts[-1]
-
-
-def open_dir(root: str | Path, rel: str | Path = "") -> int:
-    """A descriptor of directory `root/rel`, no link followed below `root` (OSError otherwise)."""
-    fd = os.open(root, DIR_FLAGS)
-    try:
-        for part in path_parts(rel):
-            nxt = os.open(part, DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def walk_dirs(root: str | Path, parts: list[str], *, create: bool = False, owner: tuple[int, int] | None = None) -> int:
@@ -73,6 +64,27 @@ def walk_dirs(root: str | Path, parts: list[str], *, create: bool = False, owner
         os.close(fd)
         raise
     return fd
+
+
+def open_dir(root: str | Path, rel: str | Path = "") -> int:
+    """A descriptor of directory `root/rel`, no link followed below `root` (OSError otherwise:
+    UnsafeEntry for a component that is not a directory, FileNotFoundError for a missing one)."""
+    return walk_dirs(root, path_parts(rel))
+
+
+@contextmanager
+def parent_dir(
+    root: str | Path, rel: str | Path, *, create: bool = False, owner: tuple[int, int] | None = None
+) -> Iterator[tuple[int, str, str]]:
+    """(descriptor of the directory that holds root/rel, the entry's name, its path relative to
+    root), the directories walked as walk_dirs walks them (and made, with `create`); the
+    descriptor is closed on leaving. IsADirectoryError when rel names root itself."""
+    dirs, name = split_parent(rel)
+    dfd = walk_dirs(root, dirs, create=create, owner=owner)
+    try:
+        yield dfd, name, "/".join([*dirs, name])
+    finally:
+        os.close(dfd)
 
 
 def _open_existing_dir(fd: int, part: str, rel: str) -> int:
@@ -126,3 +138,51 @@ class UnsafeEntry(OSError):
 def not_found(rel: str) -> FileNotFoundError:
     """The error for a missing entry, named relative to the walked root."""
     return FileNotFoundError(errno.ENOENT, "No such file or directory", rel)
+
+
+class DirStack(Generic[X]):
+    """A depth-first walk over directories the caller opened without following a link: `entries()`
+    gives each name, in sorted order, with the open directory it is in, its path prefix and what the
+    caller keeps with that directory; `push` descends. Every descriptor is closed when its
+    directory is done or the walk is (`close_data` closes what the caller kept, e.g. a second
+    descriptor)."""
+
+    def __init__(self, top: int, data: X, close_data: Callable[[X], None] | None = None) -> None:
+        self._frames: list[tuple[int, str, Iterator[str], X]] = []
+        self._close_data = close_data
+        self.push(top, "", data)
+
+    def push(self, dfd: int, prefix: str, data: X) -> None:
+        """Walk directory `dfd` (owned from now on) next, its entries named `prefix` + name."""
+        self._frames.append((dfd, prefix, iter(sorted_names(dfd)), data))
+
+    @property
+    def depth(self) -> int:
+        """How many directories are open: 1 in the top one."""
+        return len(self._frames)
+
+    def entries(self) -> Iterator[tuple[int, str, str, X]]:
+        """(directory descriptor, prefix, name, data) of each entry, depth-first."""
+        while self._frames:
+            dfd, prefix, names, data = self._frames[-1]
+            name = next(names, None)
+            if name is None:
+                self._pop()
+                continue
+            yield dfd, prefix, name, data
+
+    def _pop(self) -> None:
+        dfd, _, _, data = self._frames.pop()
+        os.close(dfd)
+        if self._close_data is not None:
+            self._close_data(data)
+
+    def close(self) -> None:
+        while self._frames:
+            self._pop()
+
+    def __enter__(self) -> DirStack[X]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

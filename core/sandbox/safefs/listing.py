@@ -6,11 +6,10 @@ from __future__ import annotations
 import fnmatch
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness_env.core.sandbox.safefs.descend import DIR_FLAGS, open_dir, path_parts, sorted_names, walk_dirs
+from harness_env.core.sandbox.safefs.descend import DIR_FLAGS, DirStack, open_dir, path_parts, walk_dirs
 
 
 @dataclass(frozen=True)
@@ -101,15 +100,8 @@ def glob(
         top = open_dir(root)
     except OSError:
         return result
-    stack: list[tuple[int, str, set[int], Iterator[str]]] = [(top, "", closure({0}), iter(sorted_names(top)))]
-    try:
-        while stack:
-            dfd, prefix, states, names = stack[-1]
-            name = next(names, None)
-            if name is None:
-                os.close(dfd)
-                stack.pop()
-                continue
+    with DirStack(top, closure({0})) as walk:
+        for dfd, prefix, name, states in walk.entries():
             result.scanned += 1
             if result.scanned > max_entries:
                 result.stopped = "entries"
@@ -132,13 +124,10 @@ def glob(
                 sub = os.open(name, DIR_FLAGS, dir_fd=dfd)  # a link or a non-directory fails here
             except OSError:
                 continue
-            if len(stack) >= max_depth:
+            if walk.depth >= max_depth:
                 os.close(sub)
                 result.stopped = result.stopped or "depth"
                 continue
-            stack.append((sub, rel + "/", here, iter(sorted_names(sub))))
-    finally:
-        for dfd, _, _, _ in stack:
-            os.close(dfd)
+            walk.push(sub, rel + "/", here)
     result.matches.sort()
     return result

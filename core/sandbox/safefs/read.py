@@ -13,14 +13,13 @@ from pathlib import Path
 from harness_env.core.sandbox.safefs.descend import (
     DIR_FLAGS,
     FILE_FLAGS,
+    DirStack,
     UnsafeEntry,
     kind_of,
     not_found,
     open_dir,
+    parent_dir,
     path_parts,
-    sorted_names,
-    split_parent,
-    walk_dirs,
 )
 
 
@@ -44,14 +43,8 @@ def read_regular(root: str | Path, rel: str | Path, max_bytes: int, *, tail: boo
     """The first (or, with `tail`, last) `max_bytes` of regular file `root/rel`; None when it is
     missing, a link anywhere below `root`, a FIFO, a device, a directory or unreadable."""
     try:
-        parts = path_parts(rel)
-        if not parts:
-            return None
-        dfd = open_dir(root, Path(*parts[:-1]) if len(parts) > 1 else "")
-        try:
-            fd = os.open(parts[-1], FILE_FLAGS, dir_fd=dfd)
-        finally:
-            os.close(dfd)
+        with parent_dir(root, rel) as (dfd, name, _):
+            fd = os.open(name, FILE_FLAGS, dir_fd=dfd)
         try:
             return _read_fd(fd, max_bytes, tail)
         finally:
@@ -63,14 +56,8 @@ def read_regular(root: str | Path, rel: str | Path, max_bytes: int, *, tail: boo
 def file_size(root: str | Path, rel: str | Path) -> int | None:
     """Size of regular file `root/rel` (lstat, no link followed), None otherwise."""
     try:
-        parts = path_parts(rel)
-        if not parts:
-            return None
-        dfd = open_dir(root, Path(*parts[:-1]) if len(parts) > 1 else "")
-        try:
-            st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
-        finally:
-            os.close(dfd)
+        with parent_dir(root, rel) as (dfd, name, _):
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
     except (OSError, ValueError):
         return None
     return st.st_size if stat.S_ISREG(st.st_mode) else None
@@ -79,41 +66,34 @@ def file_size(root: str | Path, rel: str | Path) -> int | None:
 def stat_entry(root: str | Path, rel: str | Path) -> os.stat_result:
     """lstat of root/rel: the directories on the way are walked without following a link, and the
     entry itself is not followed either (a link's own stat). Raises UnsafeEntry, FileNotFoundError."""
-    parts = path_parts(rel)
-    if not parts:
+    if not path_parts(rel):
         fd = os.open(root, DIR_FLAGS)
         try:
             return os.fstat(fd)
         finally:
             os.close(fd)
-    dfd = walk_dirs(root, parts[:-1])
-    try:
-        return os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
-    except FileNotFoundError:
-        raise not_found("/".join(parts)) from None
-    finally:
-        os.close(dfd)
+    with parent_dir(root, rel) as (dfd, name, full):
+        try:
+            return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise not_found(full) from None
 
 
 def open_regular(root: str | Path, rel: str | Path) -> int:
     """A read-only, non-blocking descriptor of regular file root/rel; no link is followed anywhere
     below root, and a FIFO, device, socket or directory raises UnsafeEntry without blocking."""
-    dirs, name = split_parent(rel)
-    full = "/".join([*dirs, name])
-    dfd = walk_dirs(root, dirs)
-    try:
-        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-        if not stat.S_ISREG(st.st_mode):  # do not even open a device: opening can have effects
-            raise UnsafeEntry(full, kind_of(st.st_mode), "a regular file")
-        fd = os.open(name, FILE_FLAGS, dir_fd=dfd)
-    except FileNotFoundError:
-        raise not_found(full) from None
-    except OSError as e:
-        if e.errno != errno.ELOOP or isinstance(e, UnsafeEntry):
-            raise
-        raise UnsafeEntry(full, "a symbolic link", "a regular file") from None  # swapped in meanwhile
-    finally:
-        os.close(dfd)
+    with parent_dir(root, rel) as (dfd, name, full):
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):  # do not even open a device: opening can have effects
+                raise UnsafeEntry(full, kind_of(st.st_mode), "a regular file")
+            fd = os.open(name, FILE_FLAGS, dir_fd=dfd)
+        except FileNotFoundError:
+            raise not_found(full) from None
+        except OSError as e:
+            if e.errno != errno.ELOOP or isinstance(e, UnsafeEntry):
+                raise
+            raise UnsafeEntry(full, "a symbolic link", "a regular file") from None  # swapped in meanwhile
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
@@ -144,16 +124,9 @@ def walk_files(
         top = open_dir(root)
     except OSError:
         return
-    stack: list[tuple[int, str, Iterator[str]]] = [(top, "", iter(sorted_names(top)))]
     seen = files = 0
-    try:
-        while stack:
-            dfd, prefix, names = stack[-1]
-            name = next(names, None)
-            if name is None:
-                os.close(dfd)
-                stack.pop()
-                continue
+    with DirStack(top, None) as walk:
+        for dfd, prefix, name, _ in walk.entries():
             seen += 1
             if seen > max_entries or files >= max_files:
                 return
@@ -163,13 +136,13 @@ def walk_files(
                 continue
             rel = prefix + name
             if stat.S_ISDIR(st.st_mode):
-                if name in skip_dirs or len(stack) >= max_depth:
+                if name in skip_dirs or walk.depth >= max_depth:
                     continue
                 try:
                     sub = os.open(name, DIR_FLAGS, dir_fd=dfd)
                 except OSError:
                     continue
-                stack.append((sub, rel + "/", iter(sorted_names(sub))))
+                walk.push(sub, rel + "/", None)
             elif stat.S_ISREG(st.st_mode):
                 try:
                     fd = os.open(name, FILE_FLAGS, dir_fd=dfd)
@@ -182,6 +155,3 @@ def walk_files(
                 if data is not None:
                     files += 1
                     yield FoundFile(rel, data, st.st_size)
-    finally:
-        for dfd, _, _ in stack:
-            os.close(dfd)

@@ -6,11 +6,14 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-from harness_env.core.sandbox.safefs.descend import UnsafeEntry, kind_of, split_parent, walk_dirs
+from harness_env.core.sandbox.safefs.descend import UnsafeEntry, kind_of, parent_dir
+from harness_env.core.sandbox.safefs.remove import remove_at
 
-
+T = TypeVar("T")
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -24,10 +27,7 @@ def write_regular(
     FIFO or a hard link swapped in meanwhile is replaced, never written through. The old file's
     permission bits (and, as root, its owner) are kept; what is created goes to `owner` (uid, gid)
     if set, so that an unprivileged sandbox user can change it afterwards."""
-    dirs, name = split_parent(rel)
-    full = "/".join([*dirs, name])
-    dfd = walk_dirs(root, dirs, create=make_parents, owner=owner)
-    try:
+    with parent_dir(root, rel, create=make_parents, owner=owner) as (dfd, name, full):
         mode = 0o644
         try:
             st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
@@ -39,34 +39,74 @@ def write_regular(
             mode = stat.S_IMODE(st.st_mode) & 0o777
             if os.geteuid() == 0:
                 owner = (st.st_uid, st.st_gid)
-        tmp, fd = temp_file(dfd)
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view[: 1 << 20]) :]
-                if owner is not None:
-                    os.fchown(fd, *owner)
-                os.fchmod(fd, mode)
-            finally:
-                os.close(fd)
-            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=dfd)
-            except OSError:
-                pass
-            raise
-    finally:
-        os.close(dfd)
+
+        def fill(fd: int) -> None:
+            write_all(fd, data)
+            if owner is not None:
+                os.fchown(fd, *owner)
+            os.fchmod(fd, mode)
+
+        rename_over(dfd, temp_file(dfd, fill), name)
 
 
-def temp_file(dfd: int) -> tuple[str, int]:
-    """(name, descriptor) of a fresh, empty, private file in directory `dfd`, to be renamed over a target."""
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` (os.write may write less than it is given)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view[: 1 << 20]) :]
+
+
+def _fresh_name(make: Callable[[str], T]) -> tuple[str, T]:
+    """make(name) with a fresh temporary name until one is not taken yet: (name, what make gave)."""
     for _ in range(100):
         tmp = f".harness-env-{os.urandom(6).hex()}.tmp"
         try:
-            return tmp, os.open(tmp, _WRITE_FLAGS, 0o600, dir_fd=dfd)
+            return tmp, make(tmp)
         except FileExistsError:
             continue
-    raise FileExistsError(errno.EEXIST, "could not make a temporary file", ".")
+    raise FileExistsError(errno.EEXIST, "could not make a temporary entry", ".")
+
+
+def temp_file(dfd: int, fill: Callable[[int], None]) -> str:
+    """The name of a fresh, private file in directory `dfd`, filled by fill(fd) and closed, to be
+    renamed over a target; removed again when fill fails."""
+    tmp, fd = _fresh_name(lambda name: os.open(name, _WRITE_FLAGS, 0o600, dir_fd=dfd))
+    try:
+        try:
+            fill(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        _unlink_quietly(dfd, tmp)
+        raise
+    return tmp
+
+
+def temp_link(dfd: int, target: str) -> str:
+    """The name of a fresh symbolic link to `target` in directory `dfd`, to be renamed over a target."""
+    return _fresh_name(lambda name: os.symlink(target, name, dir_fd=dfd))[0]
+
+
+def rename_over(dfd: int, tmp: str, name: str, *, replace_dir: bool = False) -> None:
+    """Rename entry `tmp` over `name` in directory `dfd`: whatever stood there is replaced, never
+    written through. With `replace_dir` a directory there is removed first (a rename cannot put a
+    file over one). `tmp` is removed when this fails."""
+    try:
+        if replace_dir:
+            try:
+                existing = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                existing = None
+            if existing is not None and stat.S_ISDIR(existing.st_mode):
+                remove_at(dfd, name)
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        _unlink_quietly(dfd, tmp)
+        raise
+
+
+def _unlink_quietly(dfd: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=dfd)
+    except OSError:
+        pass

@@ -311,3 +311,24 @@ def test_glob_is_bounded(tmp_path):
     assert r.stopped == "entries" and len(r.matches) == 100
     r = safefs.glob(tmp_path, "**", deadline=time.monotonic() - 1, max_depth=DEEP + 2)
     assert r.stopped == "time" and r.scanned <= 256
+
+
+def test_walks_stopped_early_leave_no_descriptor_open(tmp_path):
+    src = tmp_path / "src"
+    for i in range(20):
+        (src / f"d{i}" / "e").mkdir(parents=True)
+        (src / f"d{i}" / "e" / "f.txt").write_text("x")
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    walk = safefs.walk_files(src)
+    next(walk)
+    walk.close()  # a consumer that stops after the first file
+    assert list(safefs.walk_files(src, max_entries=7)) and open_fds() == before
+    assert safefs.glob(src, "**/f.txt", max_entries=9).stopped == "entries" and open_fds() == before
+    report = safefs.copy_out(tmp_path, "src", tmp_path / "out", max_file_bytes=10, max_total_bytes=100, max_entries=9)
+    assert report.left_out_count == 1 and open_fds() == before
+    report = safefs.copy_out(tmp_path, "src", tmp_path / "out2", max_file_bytes=10, max_total_bytes=100)
+    assert report.files == 20 and open_fds() == before
