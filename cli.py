@@ -1,9 +1,11 @@
-"""The `harness-env` command: run one rollout, list a Harbor dataset's tasks, install the harness
-CLIs, or serve.
+"""The `harness-env` command: run one rollout, install the harness CLIs, or serve; a harness may add
+commands of its own (Harbor's lists a dataset's tasks).
 
-`run --task` takes a task JSON file, a Harbor task directory (task.toml, instruction.md, tests/), or
-a Harbor dataset directory (task directories) with --task-index; the last two run with harness
-harbor, as does a task file given with a Harbor option (--agent, --reward-key, a Harbor --sandbox).
+`run`'s flags are derived from the option fields, never restated: each field of
+models.RolloutOptions is one kebab-case flag whose help is the field's description and default,
+grouped as the fields are, and each harness's own options model (from the harness registry) adds a
+group of its own. `--task` takes a task JSON file, or what a harness claims (Harbor: a task or
+dataset directory); a harness's own flags select that harness.
 
 Bad input gives one line on stderr and exit code 2; a produced result (whatever its reward)
 exits 0. Progress goes to stderr, the RolloutResult JSON to stdout (or --out).
@@ -15,10 +17,16 @@ import argparse
 import json
 import os
 import sys
+import types
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, Literal, NoReturn, Union, get_args, get_origin
 
 EXIT_BAD_INPUT = 2
+LOCAL_ISOLATION = {"auto": None, "bwrap": True, "plain": False}  # --sandbox for harnesses run in our sandbox: use_bwrap
+# A harness option may share one of the command's own flags (Harbor's sandbox: --sandbox); these
+# values of it stay the command's.
+SHARED_FLAGS = {"sandbox": tuple(LOCAL_ISOLATION)}
+GROUP_TITLES = {"harness": "harness", "limits": "limits", "capture": "capture", "reward": "reward", "sandbox": "sandbox limits"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,22 +39,107 @@ def _bad_input(message: str) -> NoReturn:
     raise SystemExit(EXIT_BAD_INPUT)
 
 
-SANDBOX_LIMIT_FLAGS = ("memory_limit_mb", "pids_limit", "disk_limit_mb", "cpu_limit", "network")
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
 
 
-def _add_sandbox_limit_flags(parser: argparse.ArgumentParser) -> None:
-    """--memory-limit-mb, ..., --network: flags read off the rollout option fields (their type,
-    default and description are declared once, in models.RolloutOptions)."""
-    from typing import get_args
+def shown_default(default: Any) -> str:
+    """A field's default as the help text shows it."""
+    if default is None:
+        return "none"
+    if isinstance(default, (dict, list)):
+        return json.dumps(default)
+    return str(default)
 
-    from harness_env.models import RolloutOptions
 
-    for name in SANDBOX_LIMIT_FLAGS:
-        info = RolloutOptions.model_fields[name]
-        choices = get_args(info.annotation) if name == "network" else None
-        kind = int if info.annotation is int else (float if name == "cpu_limit" else str)
-        parser.add_argument("--" + name.replace("_", "-"), type=kind, choices=choices, default=None,
-                            help=f"{info.description} (default {info.default})")
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {getattr(e, 'msg', 'nested too deeply')}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"key\": 1}'")
+    return value
+
+
+def flag_spec(info: Any) -> dict[str, Any]:
+    """add_argument's keywords for a pydantic field: its type (a Literal's values as choices, a
+    dict as a JSON object, a bool as --x/--no-x), its description and default as help. The
+    parsed default is None, so that what was not given is left to the field's own default."""
+    kinds = [a for a in get_args(info.annotation) if a is not type(None)] if get_origin(info.annotation) in (Union, types.UnionType) else [info.annotation]
+    kind = kinds[0] if len(kinds) == 1 else str
+    spec: dict[str, Any] = {"default": None, "help": f"{info.description} (default: {shown_default(info.default)})"}
+    if get_origin(kind) is Literal:
+        spec["choices"] = list(get_args(kind))
+    elif kind is bool:
+        spec["action"] = argparse.BooleanOptionalAction
+    elif kind is dict or get_origin(kind) is dict:
+        spec.update(type=_json_object, metavar="JSON")
+    elif kind in (int, float, str):
+        spec["type"] = kind
+    return spec
+
+
+def harness_option_models() -> list[tuple[str, Any]]:
+    """(name, options model) of every registered harness that has options of its own."""
+    from harness_env.envs import HARNESSES
+
+    return [(name, cls.options_model) for name, cls in HARNESSES.items() if getattr(cls, "options_model", None) is not None]
+
+
+def _field_cli(info: Any) -> str | None:
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    return extra.get("cli")
+
+
+def _add_run_flags(run: argparse.ArgumentParser) -> None:
+    """The run command's flags: the task and endpoint, then one flag per option field, by group,
+    then one group per harness with options of its own."""
+    from harness_env.envs import HARNESSES
+    from harness_env.models import HARNESS_OPTIONS, RolloutArgs, RolloutOptions, RolloutRequest, option_group
+
+    models = harness_option_models()
+    claims = "".join(f"; for harness {name}: {info.description}" for name, model in models
+                     for info in model.model_fields.values() if _field_cli(info) == "--task")
+    task = run.add_argument_group("task")
+    task.add_argument("--task", required=True, help="task JSON file (instruction, setup, verify, files, task_id, metadata; "
+                      f"or a task family's record: task_family, prompt, ...){claims}")
+    endpoint = run.add_argument_group("endpoint")
+    args_fields = RolloutArgs.model_fields
+    endpoint.add_argument("--base-url", required=True, help=args_fields["base_url"].description)
+    endpoint.add_argument("--model", required=True, help=args_fields["model"].description)
+    key = endpoint.add_mutually_exclusive_group()
+    key.add_argument("--api-key", help="upstream key (prefer --api-key-env: command lines are visible to other users)")
+    key.add_argument("--api-key-env", help="name of an environment variable holding the upstream key")
+
+    groups = {name: run.add_argument_group(title) for name, title in GROUP_TITLES.items()}
+    actions: dict[str, argparse.Action] = {}
+    for name, info in RolloutOptions.model_fields.items():
+        if name == HARNESS_OPTIONS:  # one group per harness below
+            continue
+        spec = flag_spec(info)
+        if name == "harness":
+            spec["help"] = (f"{info.description}: {', '.join(HARNESSES)} (default: {info.default}; a harness's own flags, or "
+                            "a task directory it claims, select it)")
+        actions[name] = groups[option_group(info)].add_argument(flag_name(name), **spec)
+    actions["disable_thinking"] = groups["capture"].add_argument("--disable-thinking", **flag_spec(RolloutRequest.model_fields["disable_thinking"]))
+    actions["sandbox"] = groups["sandbox"].add_argument(
+        "--sandbox", metavar="NAME", help=f"{'|'.join(LOCAL_ISOLATION)}: the local sandbox's isolation (default auto: bubblewrap when available)")
+    for name, model in models:
+        group = run.add_argument_group(f"{model.label or name} options (--harness {name})")
+        for field, info in model.model_fields.items():
+            if _field_cli(info):  # carried by another flag (--task)
+                continue
+            if field in actions:  # shared with the command's own flag
+                actions[field].help += f"; with --harness {name}, any other value: {info.description} (default: {shown_default(info.default)})"
+                continue
+            actions[field] = group.add_argument(flag_name(field), **flag_spec(info))
+
+    out = run.add_argument_group("output")
+    out.add_argument("--out", help="write the result JSON to this file instead of stdout")
+    out.add_argument("--compact", action="store_true", help="write the result compactly (each turn's new tokens once; read it with harness_env.storage.load)")
+    out.add_argument("--rows-out", help="also write the training rows (one per branch of the turn graph) as JSON lines to this file")
+    out.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,49 +147,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="run one rollout and print the RolloutResult JSON")
-    run.add_argument("--task", required=True, help="task JSON file (instruction, setup, verify, files, task_id, metadata; "
-                     "or a task family's record: task_family, prompt, ...), a Harbor task directory (with task.toml), "
-                     "or a Harbor dataset directory (of task directories; pick one with --task-index)")
-    run.add_argument("--harness", default=None, help="pi (default), opencode, whitebox, harbor; "
-                     "a Harbor task or dataset directory, or a Harbor option, means harbor")
-    run.add_argument("--task-index", type=int, help="with a Harbor dataset directory: which task (see `harness-env harbor-tasks DIR`)")
-    run.add_argument("--split", help="with a Harbor dataset directory: the subdirectory holding its tasks")
-    run.add_argument("--agent", help=f"the Harbor agent (harness harbor; default {HARBOR_DEFAULT_AGENT}): pi, opencode, oracle, nop, ...")
-    run.add_argument("--reward-key", help="harness harbor: which entry of the verifier's reward.json is the reward")
-    run.add_argument("--base-url", required=True, help="OpenAI-compatible policy endpoint, e.g. http://127.0.0.1:8000/v1")
-    run.add_argument("--model", required=True)
-    key = run.add_mutually_exclusive_group()
-    key.add_argument("--api-key", help="upstream key (prefer --api-key-env: command lines are visible to other users)")
-    key.add_argument("--api-key-env", help="name of an environment variable holding the upstream key")
-    run.add_argument("--mode", choices=["transparent_proxy", "black_box"], default="transparent_proxy")
-    run.add_argument("--agent-timeout-s", type=float, default=AGENT_TIMEOUT_DEFAULT)
-    run.add_argument("--setup-timeout-s", type=float, default=300.0)
-    run.add_argument("--verify-timeout-s", type=float, default=300.0)
-    run.add_argument("--max-turns", type=int)
-    run.add_argument("--max-tokens-cap", type=int)
-    run.add_argument("--disable-thinking", action="store_true")
-    run.add_argument("--top-logprobs", type=int, default=0)
-    run.add_argument("--temperature", type=float, help="sampling temperature forced on every policy call (train at the same one)")
-    run.add_argument("--reward-mode", choices=["correctness", "tool_efficiency"], default="correctness")
-    run.add_argument("--harness-config", help="JSON object deep-merged into the harness's own config (e.g. OpenCode's opencode.json)")
-    run.add_argument("--sandbox", metavar="NAME",
-                     help="auto|bwrap|plain: local sandbox isolation for pi, opencode and whitebox (default auto: bubblewrap when "
-                     f"available); a Harbor environment (harness harbor; default {HARBOR_DEFAULT_SANDBOX}): local (ours, bubblewrap), "
-                     "docker, e2b, daytona, modal, ...")
-    _add_sandbox_limit_flags(run)
-    run.add_argument("--out", help="write the result JSON to this file instead of stdout")
-    run.add_argument("--compact", action="store_true", help="write the result compactly (each turn's new tokens once; read it with harness_env.storage.load)")
-    run.add_argument("--rows-out", help="also write the training rows (one per branch of the turn graph) as JSON lines to this file")
-    run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _add_run_flags(run)
+    run.set_defaults(handler=_cmd_run)
 
-    tasks = sub.add_parser("harbor-tasks", help="list the tasks of a Harbor dataset directory (index, name, instruction)")
-    tasks.add_argument("dataset", metavar="DATASET_DIR", help="a directory of Harbor task directories")
-    tasks.add_argument("--split", help="the subdirectory of DATASET_DIR holding the tasks")
-    tasks.add_argument("--json", action="store_true", help="print the list as JSON (HarborTaskInfo objects)")
+    for _name, model in harness_option_models():
+        for command, (help_text, add_arguments, handler) in model.cli_commands().items():
+            cmd = sub.add_parser(command, help=help_text)
+            add_arguments(cmd)
+            cmd.set_defaults(handler=_one_line_errors(handler))
 
     inst = sub.add_parser("install", help="install the pinned harness CLIs (and Node if needed) into the tools directory")
     inst.add_argument("harnesses", nargs="*", help="names (default: all pinned)")
     inst.add_argument("--print-pins", action="store_true", help="print the pinned versions as JSON and exit")
+    inst.set_defaults(handler=_cmd_install)
 
     srv = sub.add_parser("serve", help="serve the app: MCP at /mcp, POST /rollout, /health, /docs, the capture proxy")
     srv.add_argument("--host", default=os.environ.get("HARNESS_ENV_HOST", "127.0.0.1"))
@@ -108,16 +171,23 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--allow-unauthenticated", action="store_true",
                      default=os.environ.get("HARNESS_ENV_ALLOW_UNAUTHENTICATED") == "1",
                      help="serve a non-loopback address without a token (env HARNESS_ENV_ALLOW_UNAUTHENTICATED=1)")
+    srv.set_defaults(handler=_cmd_serve)
     sub.add_parser("svg-dataset", add_help=False,
                    help="build svg_icon task records from icon parquet shards or a CSV of briefs (--help for its options)")
     return p
 
 
-AGENT_TIMEOUT_DEFAULT = 600.0
-DEFAULT_HARNESS = "pi"
-HARBOR_DEFAULT_AGENT = "pi"
-HARBOR_DEFAULT_SANDBOX = "local"
-LOCAL_ISOLATION = {"auto": None, "bwrap": True, "plain": False}  # --sandbox for the other harnesses: use_bwrap
+def _one_line_errors(handler):
+    """A harness's command whose bad input (ValueError, HarnessEnvError) is one line and exit 2."""
+    from harness_env.core.errors import HarnessEnvError
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except (ValueError, HarnessEnvError) as e:
+            _bad_input(str(e))
+
+    return run
 
 
 def _load_task(path: str) -> dict:
@@ -156,129 +226,66 @@ def split_family_task(data: dict, task_file: str) -> tuple[dict, str | None, dic
     return task, family, data, limits
 
 
-def _subdirs(path: Path) -> list[Path]:
-    try:
-        return [d for d in path.iterdir() if d.is_dir()]
-    except OSError:  # unreadable: Harbor's own listing reports it
-        return []
+def harness_of(flags: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool | None]:
+    """(harness, its options or None, use_bwrap) from the run command's flags: the first harness
+    whose options model claims the command line (its flags, a task directory it runs), else
+    --harness (default pi) in our sandbox with --sandbox's isolation."""
+    from harness_env.models import DEFAULT_HARNESS
+
+    for name, model in harness_option_models():
+        try:
+            options = model.from_command_line(name, flags, SHARED_FLAGS)
+        except ValueError as e:
+            _bad_input(str(e))
+        if options is not None:
+            return name, options, None
+    sandbox = flags.get("sandbox") or "auto"
+    if sandbox not in LOCAL_ISOLATION:
+        _bad_input(f"--sandbox {sandbox}: choose {', '.join(LOCAL_ISOLATION)}")
+    return flags.get("harness") or DEFAULT_HARNESS, None, LOCAL_ISOLATION[sandbox]
 
 
-def _holds_task_dirs(path: Path) -> bool:
-    return any((d / "task.toml").is_file() for d in _subdirs(path))
+def request_fields(flags: dict[str, Any]) -> dict[str, Any]:
+    """The option fields the command line gave (a flag not given leaves the field's default)."""
+    from harness_env.models import HARNESS_OPTIONS, RolloutOptions
 
-
-def _harbor_source(args: argparse.Namespace) -> dict | None:
-    """The Harbor task --task names, as harbor options (task_dir, or dataset + task_index + split),
-    or None when --task is a task JSON file."""
-    path = Path(args.task).expanduser()
-    picks = args.task_index is not None or args.split is not None
-    if not path.is_dir():
-        if picks:
-            _bad_input(f"--task-index and --split pick a task of a Harbor dataset directory; --task {args.task} is not a directory")
-        return None
-    if (path / "task.toml").is_file():
-        if picks:
-            _bad_input(f"--task {args.task} is one Harbor task directory (it has task.toml); --task-index and --split are for a dataset directory of them")
-        return {"task_dir": str(path.resolve())}
-    tasks_here = _holds_task_dirs(path)
-    if not tasks_here and not any(_holds_task_dirs(d) for d in _subdirs(path)):
-        _bad_input(f"--task {args.task} is a directory but neither a Harbor task directory (no task.toml) "
-                   "nor a Harbor dataset (no task directories in it or in its split subdirectories)")
-    if args.task_index is None:
-        split = "" if tasks_here or args.split else " --split NAME"
-        _bad_input(f"--task {args.task} is a Harbor dataset directory: pick one of its tasks with{split} --task-index N "
-                   f"(list them with: harness-env harbor-tasks {args.task}{split})")
-    source: dict = {"dataset": str(path.resolve()), "task_index": args.task_index}
-    if args.split is not None:
-        source["split"] = args.split
-    return source
-
-
-def _harness_and_harbor(args: argparse.Namespace, source: dict | None) -> tuple[str, dict | None, bool | None]:
-    """(harness, harbor options or None, use_bwrap) from --harness, --task and the Harbor options.
-    A Harbor task or dataset directory, or any Harbor option, means harness harbor; another
-    --harness given with them is one clear error."""
-    sandbox = args.sandbox
-    harbor_sandbox = sandbox if sandbox is not None and sandbox not in LOCAL_ISOLATION else None
-    flags = [name for name, value in (("--agent", args.agent), ("--reward-key", args.reward_key), (f"--sandbox {sandbox}", harbor_sandbox))
-             if value is not None]
-    harness = args.harness
-    if source is not None or flags:
-        if harness not in (None, "harbor"):
-            if source is not None:
-                kind = "task" if "task_dir" in source else "dataset"
-                why = f"--task {args.task} is a Harbor {kind} directory"
-            elif flags == [f"--sandbox {sandbox}"]:
-                _bad_input(f"--sandbox {sandbox}: with --harness {harness} choose auto, bwrap or plain "
-                           "(Harbor environments such as local, docker or e2b are for --harness harbor)")
-            else:
-                why = f"{' and '.join(flags)} {'is a Harbor option: it is' if len(flags) == 1 else 'are Harbor options: they are'} for"
-            hint = f" (to run {harness} inside Harbor, use --agent {harness})" if harness in ("pi", "opencode") and not args.agent else ""
-            if source is not None:
-                why += ": it runs with"
-            _bad_input(f"{why} --harness harbor, not --harness {harness}{hint}")
-        harness = "harbor"
-    harness = harness or DEFAULT_HARNESS
-    if harness != "harbor":
-        return harness, None, LOCAL_ISOLATION.get(sandbox or "auto")
-    if sandbox == "plain":
-        _bad_input("--sandbox plain: harness harbor's local environment always runs in bubblewrap; "
-                   "give a Harbor environment instead (local, docker, e2b, daytona, modal, ...)")
-    harbor = {**(source or {}), "agent": args.agent or HARBOR_DEFAULT_AGENT, "sandbox": harbor_sandbox or HARBOR_DEFAULT_SANDBOX}
-    if args.reward_key is not None:
-        harbor["reward_key"] = args.reward_key
-    return harness, harbor, None
+    return {name: flags[name] for name in RolloutOptions.model_fields if name != HARNESS_OPTIONS and flags.get(name) is not None}
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from harness_env.core.errors import InvalidRequestError, ToolMissingError
+    from harness_env.core.errors import InvalidRequestError, ToolMissingError, describe_validation_error
+    from harness_env.envs import HARNESSES
     from harness_env.models import PhaseEvent, RolloutRequest
-    from harness_env.core.errors import describe_validation_error
 
-    source = _harbor_source(args)
-    harness, harbor, use_bwrap = _harness_and_harbor(args, source)
-    if source is None:
+    flags = vars(args)
+    harness, harness_options, use_bwrap = harness_of(flags)
+    model = getattr(HARNESSES.get(harness), "options_model", None)
+    if harness_options is not None and model is not None and model.model_construct(**harness_options).names_task:
+        task, task_family, family_options, family_limits = None, None, {}, {}  # the harness's task brings its own
+    else:
         task, task_family, family_options, family_limits = split_family_task(_load_task(args.task), args.task)
-    else:  # the Harbor task brings its own instruction, tests and limits
-        task, task_family, family_options, family_limits = None, None, {}, {}
     api_key = args.api_key or ""
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env, "")
         if not api_key:
             _bad_input(f"environment variable {args.api_key_env} (from --api-key-env) is not set")
-    harness_config = {}
-    if args.harness_config:
-        try:
-            harness_config = json.loads(args.harness_config)
-        except json.JSONDecodeError as e:
-            _bad_input(f"--harness-config is not valid JSON: {e.msg}")
-    raw = {
-        **{f: getattr(args, f) for f in SANDBOX_LIMIT_FLAGS if getattr(args, f) is not None},
-        "harness_config": harness_config,
-        "reward_mode": args.reward_mode,
-        "harness": harness,
-        "endpoint": {"base_url": args.base_url, "api_key": api_key, "model": args.model},
-        "mode": args.mode,
-        "disable_thinking": args.disable_thinking,
-        "max_tokens_cap": args.max_tokens_cap,
-        "top_logprobs": args.top_logprobs,
-        "temperature": args.temperature,
-        "max_turns": args.max_turns,
-        "agent_timeout_s": args.agent_timeout_s,
-        "setup_timeout_s": args.setup_timeout_s,
-        "verify_timeout_s": args.verify_timeout_s,
+    raw: dict[str, Any] = {
+        **family_limits,  # a family record's own limits, unless given on the command line
         "task_family": task_family,
         "family_options": family_options,
+        **request_fields(flags),
+        "harness": harness,
+        "endpoint": {"base_url": args.base_url, "api_key": api_key, "model": args.model},
+        "disable_thinking": bool(args.disable_thinking),
     }
+    if args.family_options is not None:
+        raw["family_options"] = {**family_options, **args.family_options}
     if task is not None:
         raw["task"] = task
-    if harbor is not None:
-        raw["harbor"] = harbor
-    for key, value in family_limits.items():  # the record's limits, unless given on the command line
-        if key == "max_turns" and args.max_turns is None or key == "agent_timeout_s" and args.agent_timeout_s == AGENT_TIMEOUT_DEFAULT:
-            raw[key] = value
+    if harness_options is not None:
+        raw["harness_options"] = harness_options
     try:
         request = RolloutRequest.model_validate(raw)
     except ValidationError as e:
@@ -332,41 +339,6 @@ def _run_until_stopped(request, progress, use_bwrap):
         raise SystemExit(128 + sig) from None
 
 
-INSTRUCTION_COLUMN_CHARS = 80
-
-
-def _first_line(text: str, limit: int = INSTRUCTION_COLUMN_CHARS) -> str:
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def _cmd_harbor_tasks(args: argparse.Namespace) -> int:
-    from harness_env.core.errors import HarnessEnvError
-    from harness_env.envs.harbor.resolve import list_tasks
-
-    path = Path(args.dataset).expanduser()
-    if (path / "task.toml").is_file():
-        _bad_input(f"{args.dataset} is one Harbor task directory (it has task.toml), not a dataset of them; "
-                   f"run it with: harness-env run --task {args.dataset} ...")
-    try:
-        tasks = list_tasks(str(path), args.split, trusted=True)
-    except HarnessEnvError as e:  # no such directory or split, no Harbor extra
-        _bad_input(str(e))
-    if args.json:
-        print(json.dumps([t.model_dump(mode="json") for t in tasks], indent=2))
-        return 0
-    if not tasks:
-        where = f"{args.dataset}{f' (split {args.split})' if args.split else ''}"
-        print(f"harness-env: no Harbor task directories in {where}", file=sys.stderr)
-        return 0
-    rows = [(str(t.index), t.name, _first_line(t.instruction)) for t in tasks]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(("INDEX", "NAME"))]
-    print(f"{'INDEX':>{widths[0]}}  {'NAME':<{widths[1]}}  INSTRUCTION")
-    for index, name, instruction in rows:
-        print(f"{index:>{widths[0]}}  {name:<{widths[1]}}  {instruction}".rstrip())
-    return 0
-
-
 def _cmd_install(args: argparse.Namespace) -> int:
     from harness_env.core import toolchain
     from harness_env.core.errors import ToolMissingError
@@ -401,9 +373,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return dataset.main(argv[1:])
     args = build_parser().parse_args(argv)
-    handlers = {"run": _cmd_run, "harbor-tasks": _cmd_harbor_tasks, "install": _cmd_install, "serve": _cmd_serve}
     try:
-        return handlers[args.command](args)
+        return args.handler(args)
     except BrokenPipeError:  # our reader went away (`| head`): not an error, and no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from harness_env.models import HarborTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
+from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
 
 DEFAULT_TIMEOUT_S = 3600.0
 CONNECT_RETRIES = 4
@@ -133,11 +133,11 @@ class AsyncHarnessEnv:
         resp = await self._request("GET", "/harnesses")
         return [HarnessInfo.model_validate(h) for h in resp.json()]
 
-    async def list_tasks(self, dataset: str = "", split: str | None = None) -> list[HarborTaskInfo]:
+    async def list_tasks(self, dataset: str = "", split: str | None = None) -> list[DatasetTaskInfo]:
         """The Harbor tasks of `dataset` (relative to the server's $HARNESS_ENV_HARBOR_TASKS_DIR;
         empty: that directory), in the order harbor.task_index counts them."""
         resp = await self._request("GET", "/harbor/tasks", params=_tasks_params(dataset, split))
-        return [HarborTaskInfo.model_validate(t) for t in resp.json()]
+        return [DatasetTaskInfo.model_validate(t) for t in resp.json()]
 
     async def health(self) -> dict[str, Any]:
         return (await self._request("GET", "/health")).json()
@@ -198,11 +198,11 @@ class HarnessEnv:
     def list_harnesses(self) -> list[HarnessInfo]:
         return [HarnessInfo.model_validate(h) for h in self._request("GET", "/harnesses").json()]
 
-    def list_tasks(self, dataset: str = "", split: str | None = None) -> list[HarborTaskInfo]:
+    def list_tasks(self, dataset: str = "", split: str | None = None) -> list[DatasetTaskInfo]:
         """The Harbor tasks of `dataset` (relative to the server's $HARNESS_ENV_HARBOR_TASKS_DIR;
         empty: that directory), in the order harbor.task_index counts them."""
         resp = self._request("GET", "/harbor/tasks", params=_tasks_params(dataset, split))
-        return [HarborTaskInfo.model_validate(t) for t in resp.json()]
+        return [DatasetTaskInfo.model_validate(t) for t in resp.json()]
 
     def health(self) -> dict[str, Any]:
         return self._request("GET", "/health").json()

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness_env.core.errors import InvalidRequestError
+from pydantic import ValidationError
+
+from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env.core.paths import confined_path
 from harness_env.envs.harbor.config import check_agent_and_sandbox
+from harness_env.envs.harbor.options import REMOTE_AGENT_KWARGS, TASKS_DIR_VAR, HarborOptions
 from harness_env.envs.harbor.task_dir import _harbor, check_split, find_task_in_dataset, load_task_dir
-from harness_env.models import HarborOptions, HarborTaskInfo, RolloutRequest, Task
+from harness_env.models import DatasetTaskInfo, RolloutRequest, Task
 
-TASKS_DIR_VAR = "HARNESS_ENV_HARBOR_TASKS_DIR"
+__all__ = ["REMOTE_AGENT_KWARGS", "TASKS_DIR_VAR", "check_remote_kwargs", "list_tasks", "locate_task", "prepare"]
 INSTRUCTION_PREVIEW_CHARS = 500
-
-
-# What a remote caller may set: options that change the agent's behaviour, not what it reads on
-# the server (prompt_template_path, config, ... name server files) or what the provider allocates.
-REMOTE_AGENT_KWARGS = frozenset({"version", "reasoning_effort", "thinking", "max_turns"})
 
 
 def check_remote_kwargs(opts: HarborOptions) -> None:
@@ -50,14 +48,23 @@ def locate_task(opts: HarborOptions, *, trusted: bool) -> Path:
     raise InvalidRequestError("harbor options name no task: give harbor.task_dir or harbor.dataset")
 
 
+def options_of(request: RolloutRequest) -> HarborOptions:
+    """The request's Harbor options, validated (they are plain data when the request was built
+    before the harness registry was loaded), with their defaults when none were given."""
+    try:
+        return HarborOptions.of(request)
+    except ValidationError as e:
+        raise InvalidRequestError(describe_validation_error(e).replace("invalid request: ", "invalid request: harbor options: ", 1)) from None
+
+
 def prepare(request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
-    """For harness="harbor": the request with its Harbor task located and loaded (the Task's
-    instruction and task_id come from it; `harbor.task_dir` becomes the absolute path). Other
-    harnesses pass through. Raises InvalidRequestError naming what is wrong."""
+    """For harness="harbor": the request with its Harbor options validated and its Harbor task
+    located and loaded (the Task's instruction and task_id come from it; `task_dir` becomes the
+    absolute path). Other harnesses pass through. Raises InvalidRequestError naming what is wrong."""
     if request.harness != "harbor":
         return request
     _harbor()  # ToolMissingError naming the extra, when Harbor is not installed
-    opts = request.harbor or HarborOptions()
+    opts = options_of(request)
     check_agent_and_sandbox(opts)
     if request.task_family:
         raise InvalidRequestError(
@@ -66,7 +73,7 @@ def prepare(request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
     if not trusted:
         check_remote_kwargs(opts)
     if not opts.names_task:  # the uniform Task is converted into a Harbor task when it runs
-        return request.model_copy(update={"harbor": opts})
+        return request.model_copy(update={"harness_options": opts})
     path = locate_task(opts, trusted=trusted)
     ht = load_task_dir(path)
     task = request.task
@@ -75,10 +82,10 @@ def prepare(request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
         task_id=task.task_id or ht.name,
         metadata={**task.metadata, "harbor_task": ht.name},
     )
-    return request.model_copy(update={"task": task, "harbor": opts.model_copy(update={"task_dir": str(path)})})
+    return request.model_copy(update={"task": task, "harness_options": opts.model_copy(update={"task_dir": str(path)})})
 
 
-def list_tasks(dataset: str = "", split: str | None = None, *, trusted: bool) -> list[HarborTaskInfo]:
+def list_tasks(dataset: str = "", split: str | None = None, *, trusted: bool) -> list[DatasetTaskInfo]:
     """The tasks of a dataset directory, in the order task_index counts them. An empty `dataset`
     means the tasks root itself ($HARNESS_ENV_HARBOR_TASKS_DIR)."""
     HarborTaskModel = _harbor()
@@ -95,10 +102,10 @@ def list_tasks(dataset: str = "", split: str | None = None, *, trusted: bool) ->
             confined_path(str(path), TASKS_DIR_VAR, "a dataset's task", trusted=trusted)  # a link out: not read
             ht = load_task_dir(path)
         except InvalidRequestError as e:  # listed all the same, so task_index still counts it
-            out.append(HarborTaskInfo(index=index, name=path.name, path=path.name, instruction=f"(unusable: {e})"))
+            out.append(DatasetTaskInfo(index=index, name=path.name, path=path.name, instruction=f"(unusable: {e})"))
             continue
         out.append(
-            HarborTaskInfo(
+            DatasetTaskInfo(
                 index=index,
                 name=ht.name,
                 path=path.name,

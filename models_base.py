@@ -1,0 +1,185 @@
+"""Wire types, part 1: the bounds every request obeys, the checks behind them, and the task and
+endpoint of a rollout. Import them from `harness_env.models`.
+
+Every size and count has a bound so that a bad request fails validation with a clear message
+instead of exhausting the server; every string must be valid Unicode and every free-form value
+shallow enough to copy and serialise.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
+
+MAX_INSTRUCTION_CHARS = 200_000
+MAX_COMMANDS = 64
+MAX_COMMAND_CHARS = 20_000
+MAX_FILES = 256
+MAX_FILE_CHARS = 2_000_000
+MAX_TOTAL_FILE_CHARS = 16_000_000
+MAX_PATH_CHARS = 512
+MAX_NAME_BYTES = 255  # one path component: what Linux file systems allow
+MAX_NESTING = 32  # levels of lists and objects in free-form values (harness_config, ...)
+
+Mode = Literal["transparent_proxy", "black_box"]
+
+
+def _check_relative_path(path: str) -> str:
+    if not path or len(path) > MAX_PATH_CHARS:
+        raise ValueError(f"file path must be 1..{MAX_PATH_CHARS} characters, got {len(path)}")
+    if "\x00" in path:
+        raise ValueError(f"file path {path!r} contains a NUL byte")
+    if path.startswith("/"):
+        raise ValueError(f"file path {path!r} must be relative to the workspace, not absolute")
+    norm = posixpath.normpath(path)
+    if norm == "." or norm.startswith("../") or norm == "..":
+        raise ValueError(f"file path {path!r} must stay inside the workspace (no '..')")
+    for part in norm.split("/"):
+        if len(part.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            raise ValueError(f"file path {path[:60]!r}...: a name in it is over {MAX_NAME_BYTES} bytes; shorten it")
+    return norm
+
+
+def _check_file_tree(paths: list[str]) -> None:
+    """Every path names one file, and no file is also a directory of another (both cannot be written)."""
+    seen: set[str] = set()
+    for path in paths:
+        if path in seen:
+            raise ValueError(f"file path {path!r} is given twice (after normalising); give each file once")
+        seen.add(path)
+    for path in paths:
+        parent = posixpath.dirname(path)
+        while parent:
+            if parent in seen:
+                raise ValueError(f"{parent!r} is both a file and the directory of {path!r}; rename one of them")
+            parent = posixpath.dirname(parent)
+
+
+def check_http_url(url: str) -> str:
+    """`url` parsed as urllib parses it, or a clear ValueError (e.g. 'http://[::1' raises in urlsplit)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port out of range or not a number raises here
+    except ValueError as e:
+        raise ValueError(f"base_url is not a valid URL ({e}); give http(s)://host[:port]/path") from None
+    if parts.scheme in ("http", "https") and not parts.hostname:
+        raise ValueError("base_url has no host; give http(s)://host[:port]/path")
+    return url
+
+
+MAX_MAPPING_CHARS = 100_000
+
+
+def bounded_mapping(value: dict[str, Any], name: str) -> dict[str, Any]:
+    if len(repr(value)) > MAX_MAPPING_CHARS:
+        raise ValueError(f"{name} is larger than {MAX_MAPPING_CHARS} characters")
+    return value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_text(value: Any, name: str) -> Any:
+    """Raw input of field `name`: every string valid Unicode (a lone surrogate cannot be encoded
+    into a file, an argv or a header) and lists/objects at most MAX_NESTING levels deep (deeper ones
+    exhaust the recursion of whatever copies or serialises them later). Iterative: any depth is safe."""
+    stack: list[tuple[Any, str, int]] = [(value, name, 0)]
+    while stack:
+        v, where, depth = stack.pop()
+        if isinstance(v, str):
+            if not v.isascii() and (m := _SURROGATE.search(v)):
+                raise ValueError(f"{where} contains a lone surrogate (U+{ord(m.group()):04X} at character {m.start()}); send valid Unicode text")
+        elif isinstance(v, (dict, list, tuple)):
+            if depth >= MAX_NESTING:
+                raise ValueError(f"{name} is nested more than {MAX_NESTING} levels deep; flatten it")
+            for k, item in (v.items() if isinstance(v, dict) else enumerate(v)):
+                key = f"{where}[{k[:40]!r}]" if isinstance(k, str) else f"{where}[{k!r}]"
+                if isinstance(k, str):
+                    stack.append((k, f"a key of {where}", depth + 1))
+                stack.append((item, key, depth + 1))
+    return value
+
+
+class Task(BaseModel):
+    """What the agent must do and how it is checked.
+
+    `files` are written into the workspace before `setup` runs; `setup` runs before the agent
+    starts; `verify` runs after it. A verify command may write one float to the file named by
+    `$HARNESS_ENV_REWARD_FILE` (also reachable at /logs/verifier/reward.txt and
+    /root/logs/verifier/reward.txt under bubblewrap); otherwise the reward is passed/total.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    instruction: str = Field(min_length=1, max_length=MAX_INSTRUCTION_CHARS)
+    setup: list[str] = Field(default_factory=list, max_length=MAX_COMMANDS)
+    verify: list[str] = Field(default_factory=list, max_length=MAX_COMMANDS)
+    files: dict[str, str] = Field(default_factory=dict)
+    task_id: str | None = Field(default=None, max_length=256)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _valid_text(cls, v: Any, info: ValidationInfo) -> Any:
+        return check_text(v, info.field_name or "value")
+
+    @field_validator("setup", "verify")
+    @classmethod
+    def _commands_bounded(cls, cmds: list[str]) -> list[str]:
+        for i, cmd in enumerate(cmds):
+            if not cmd.strip():
+                raise ValueError(f"command #{i + 1} is empty")
+            if len(cmd) > MAX_COMMAND_CHARS:
+                raise ValueError(f"command #{i + 1} is {len(cmd)} characters; the limit is {MAX_COMMAND_CHARS}")
+        return cmds
+
+    @field_validator("files")
+    @classmethod
+    def _files_bounded(cls, files: dict[str, str]) -> dict[str, str]:
+        if len(files) > MAX_FILES:
+            raise ValueError(f"{len(files)} files given; the limit is {MAX_FILES}")
+        total = 0
+        out: dict[str, str] = {}
+        norms: list[str] = []
+        for path, content in files.items():
+            norm = _check_relative_path(path)
+            norms.append(norm)
+            if len(content) > MAX_FILE_CHARS:
+                raise ValueError(f"file {path!r} is {len(content)} characters; the limit is {MAX_FILE_CHARS}")
+            total += len(content)
+            out[norm] = content
+        if total > MAX_TOTAL_FILE_CHARS:
+            raise ValueError(f"files total {total} characters; the limit is {MAX_TOTAL_FILE_CHARS}")
+        _check_file_tree(norms)
+        return out
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_bounded(cls, meta: dict[str, Any]) -> dict[str, Any]:
+        return bounded_mapping(meta, "metadata")
+
+
+class Endpoint(BaseModel):
+    """An OpenAI-compatible policy endpoint. The key never leaves the server process."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str = Field(min_length=1, max_length=2048)
+    api_key: SecretStr = SecretStr("")
+    model: str = Field(min_length=1, max_length=512)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _valid_text(cls, v: Any, info: ValidationInfo) -> Any:
+        return check_text(v, info.field_name or "value")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {url!r}")
+        return check_http_url(url).rstrip("/")

@@ -1,0 +1,307 @@
+"""Wire types, part 2: how a rollout runs. Import them from `harness_env.models`.
+
+Options are declared once. Each rollout option is one pydantic field with its description, default
+and bounds (and the group it is shown in); the CLI flags (cli.py), the MCP tool's input schema and
+description (server/mcp_tools.py), the HTTP schema (FastAPI reads RolloutArgs) and the web form's
+controls (server/web/form.py) are derived from these fields, never restated. Adding an option is
+adding a field here.
+
+A harness's own options are one nested object, `harness_options`, declared by the harness as a
+HarnessOptions subclass (its `options_model`, in envs/<harness>/options.py) with the same kind of
+fields: the shared code derives their flags, schema and controls from the harness registry and
+names no harness. Wherever the registry is loaded (the server, the CLI, the engine) they are
+validated with the rest of the request; a client that has only these wire types sends them as
+given, and the server validates them.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Annotated, Any, ClassVar, Literal, Self
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from harness_env.models_base import MAX_INSTRUCTION_CHARS, Endpoint, Mode, Task, bounded_mapping, check_http_url, check_text
+
+HARNESS_OPTIONS = "harness_options"
+# A harness's options once came under a key named after it; those keys are still read (for that
+# harness only), and `request.<key>` still reads them.
+LEGACY_OPTION_KEYS = ("harbor",)
+DEFAULT_HARNESS = "pi"
+# A task named by the harness options brings its own instruction, read when the request is prepared
+# (the harness's prepare); until then the request's Task carries this stand-in.
+NAMED_TASK_INSTRUCTION = "(the instruction of the task named in the harness options)"
+OPTION_GROUPS = ("harness", "limits", "capture", "reward", "sandbox")  # how the CLI and the web form group them
+
+
+def option(default: Any, description: str, *, group: str, **bounds: Any) -> Any:
+    """A rollout option's field: its default, description, bounds, and the group its CLI flag and
+    web control sit in (`cli=...` names another flag that carries it, for a harness option)."""
+    extra: dict[str, Any] = {"group": group}
+    if "cli" in bounds:
+        extra["cli"] = bounds.pop("cli")
+    return Field(default, description=description, json_schema_extra=extra, **bounds)
+
+
+def option_group(info: Any) -> str:
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    return str(extra.get("group", "harness"))
+
+
+def harness_options_model(harness: str, *, load: bool) -> type[HarnessOptions] | None | Literal[False]:
+    """The options model of `harness` from the harness registry; None when the harness has none;
+    False when that is not known here: no registry in this process (a client; with `load`, it is
+    imported when it can be), or a harness it does not list (refused by name when prepared)."""
+    envs = sys.modules.get("harness_env.envs")
+    if getattr(envs, "HARNESSES", None) is None and load:
+        try:
+            import harness_env.envs as envs  # noqa: PLC0415 - the engine's registry, never a client's import
+        except ImportError:  # only the wire types are installed
+            return False
+    cls = (getattr(envs, "HARNESSES", None) or {}).get(harness)
+    if cls is None:
+        return False
+    return getattr(cls, "options_model", None)
+
+
+class HarnessOptions(BaseModel):
+    """The base of a harness's own options (`options_model` on its class). Fields are declared as
+    the rollout options are (`option(...)`); the hooks below say what fields alone cannot."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: ClassVar[str] = ""  # how messages and the web form name these options ("Harbor")
+    names_task_hint: ClassVar[str] = ""  # when the instruction may be left out, in words
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _valid_text(cls, v: Any, info: ValidationInfo) -> Any:
+        return check_text(v, info.field_name or "value")
+
+    @property
+    def names_task(self) -> bool:
+        """The options name a task of their own (which brings its instruction)."""
+        return False
+
+    @classmethod
+    def of(cls, request: RolloutOptions) -> Self:
+        """The request's harness options as this model (its defaults when none were given)."""
+        raw = request.harness_options
+        if isinstance(raw, cls):
+            return raw
+        return cls.model_validate(raw.model_dump() if isinstance(raw, BaseModel) else (raw or {}))
+
+    @classmethod
+    def from_command_line(cls, name: str, flags: dict[str, Any], shared: dict[str, tuple[str, ...]]) -> dict[str, Any] | None:
+        """The options `harness-env run` gives harness `name`, or None when the command line is not
+        for it. `flags`: the run command's values by destination (None: not given), this model's
+        fields among them; `shared`: the values of a flag this model shares with the command's own
+        (--sandbox) that are the command's, not this model's. Raise ValueError (one line) for a
+        combination that cannot work."""
+        given = {k: v for k in cls.model_fields if (v := flags.get(k)) is not None and v not in shared.get(k, ())}
+        harness = flags.get("harness")
+        if not given:
+            return {} if harness == name else None
+        if harness not in (None, name):
+            names = " and ".join("--" + k.replace("_", "-") for k in given)
+            verb = f"is a {cls.label} option: it is" if len(given) == 1 else f"are {cls.label} options: they are"
+            raise ValueError(f"{names} {verb} for --harness {name}, not --harness {harness}")
+        return given
+
+    @classmethod
+    def cli_commands(cls) -> dict[str, tuple[str, Any, Any]]:
+        """`harness-env` subcommands of this harness: name -> (help, add_arguments(parser), run(args) -> exit code)."""
+        return {}
+
+    @classmethod
+    def choices(cls) -> dict[str, list[tuple[str, str]]]:
+        """(label, value) choices of fields the web form offers as a dropdown, by field name."""
+        return {}
+
+
+class RolloutOptions(BaseModel):
+    """How a rollout runs, shared by the resolved request and the flat tool arguments."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # The harness, first: harness_options are validated by its options model.
+    harness: str = option(DEFAULT_HARNESS, "the harness that runs the agent (the server's harnesses: list_harnesses)",
+                          group="harness", min_length=1, max_length=64)
+    mode: Mode = option("transparent_proxy", "transparent_proxy: the capture proxy asks the endpoint for token ids and "
+                        "logprobs of every model call; black_box: it records the calls and asks for nothing extra", group="harness")
+    harness_config: dict[str, Any] = option({}, "extra harness configuration, deep-merged last into the harness's own config "
+                                            "(OpenCode's opencode.json, the white-box loop's tool_timeout_s and "
+                                            "max_tool_output_bytes); harnesses without one ignore it", group="harness")
+    harness_options: Annotated[Any, WithJsonSchema({"anyOf": [{"type": "object"}, {"type": "null"}]})] = Field(
+        None, validation_alias=AliasChoices(HARNESS_OPTIONS, *LEGACY_OPTION_KEYS),
+        description="the harness's own options (an object; only for a harness that has options: see its options model)",
+        json_schema_extra={"group": "harness"})
+    max_turns: int | None = option(None, "the most model calls the agent may make; none: no limit", group="limits", ge=1, le=10_000)
+    agent_timeout_s: float = option(600.0, "seconds the agent may run before it is stopped", group="limits",
+                                    gt=0, le=86_400, allow_inf_nan=False)
+    setup_timeout_s: float = option(300.0, "seconds each setup command may run", group="limits", gt=0, le=86_400, allow_inf_nan=False)
+    verify_timeout_s: float = option(300.0, "seconds each verify command may run", group="limits", gt=0, le=86_400, allow_inf_nan=False)
+    max_tokens_cap: int | None = option(None, "caps max_tokens of every model call; none: the harness's own", group="limits",
+                                        ge=1, le=1_000_000)
+    top_logprobs: int = option(0, "alternatives recorded per sampled token, besides its own logprob", group="capture", ge=0, le=20)
+    # Set on every policy call by the proxy: a trainer's logprobs match the sampler's only at the
+    # temperature it trains with.
+    temperature: float | None = option(None, "sampling temperature forced on every policy call, whatever the harness asks "
+                                       "(train at the same one); none: the harness's own", group="capture",
+                                       ge=0, le=10, allow_inf_nan=False)
+    reward_mode: Literal["correctness", "tool_efficiency"] = option(
+        "correctness", "correctness: the verify reward; tool_efficiency: correctness * (1 + 0.1 * 15 / (15 + tool calls))", group="reward")
+    task_family: str | None = option(None, "a task family (e.g. svg_icon) that prepares what the agent gets from the instruction "
+                                     "and grades the submission instead of the verify commands", group="reward",
+                                     min_length=1, max_length=64)
+    family_options: dict[str, Any] = option({}, "the task family's own options (svg_icon: reference_png, source_prompt, rubric, renderer)",
+                                            group="reward")
+    # Where the machine has them, cgroups and a size-limited filesystem; the result's sandbox_notes
+    # say which applied and which were hit. A server caps each with HARNESS_ENV_MAX_<NAME>.
+    memory_limit_mb: int = option(4096, "memory of all the rollout's processes together, MiB", group="sandbox", ge=64, le=1_048_576)
+    pids_limit: int = option(1024, "processes and threads of the rollout at once", group="sandbox", ge=16, le=1_000_000)
+    disk_limit_mb: int = option(4096, "size of the rollout's directory and /tmp, MiB", group="sandbox", ge=16, le=1_048_576)
+    cpu_limit: float | None = option(None, "CPU cores the rollout may use; none: no cap", group="sandbox", gt=0, le=1024, allow_inf_nan=False)
+    # proxy_only: bubblewrap's network namespace, the capture proxy's socket its only way out
+    # (setup commands keep the host network).
+    network: Literal["proxy_only", "open"] = option(
+        "proxy_only", "what agent and verify commands reach: proxy_only (the capture proxy) or open (the host's network)", group="sandbox")
+
+    _loads_registry: ClassVar[bool] = True  # RolloutArgs, which clients build too, leaves it alone
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _valid_text(cls, v: Any, info: ValidationInfo) -> Any:
+        # Every field, also RolloutArgs' and RolloutRequest's: text reaches files, argv and headers.
+        return check_text(v, info.field_name or "value")
+
+    @field_validator("harness_config", "family_options")
+    @classmethod
+    def _config_bounded(cls, cfg: dict[str, Any]) -> dict[str, Any]:
+        return bounded_mapping(cfg, "harness_config / family_options")
+
+    @field_validator("agent_timeout_s", "setup_timeout_s", "verify_timeout_s")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("timeouts must be finite numbers of seconds")
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_key_for_its_harness(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in LEGACY_OPTION_KEYS:
+                harness = data.get("harness", DEFAULT_HARNESS)
+                if data.get(key) is not None and harness != key:
+                    check_text(data[key], key)  # say what is wrong with the value first, as for any field
+                    raise ValueError(f"`{key}` options are for harness={key!r}, not {harness!r}")
+        return data
+
+    @field_validator("harness_options")
+    @classmethod
+    def _harness_options(cls, value: Any, info: ValidationInfo) -> Any:
+        harness = info.data.get("harness")
+        if value is None or harness is None:  # no options, or a bad harness name (reported there)
+            return value
+        model = harness_options_model(harness, load=cls._loads_registry)
+        if model is False:  # validated where the registry is (the server): here only bounded
+            if not isinstance(value, (dict, BaseModel)):
+                raise ValueError("harness_options must be an object")
+            return value if isinstance(value, BaseModel) else bounded_mapping(value, "harness_options")
+        if model is None:
+            raise ValueError(f"harness {harness!r} has no options of its own; leave harness_options out")
+        if isinstance(value, model):
+            return value
+        return model.model_validate(value.model_dump() if isinstance(value, BaseModel) else value)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in LEGACY_OPTION_KEYS:  # request.<former key>: that harness's options, else None
+            return self.harness_options if self.harness == name else None
+        return super().__getattr__(name)
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Self:
+        if update:  # a former key updates harness_options
+            update = {(HARNESS_OPTIONS if k in LEGACY_OPTION_KEYS else k): v for k, v in update.items()}
+        return super().model_copy(update=update, deep=deep)
+
+
+def _names_task(harness: Any, raw: Any) -> bool:
+    """Whether raw harness options name a task of their own (read by the harness's model)."""
+    if raw is None or not isinstance(harness, str):
+        return False
+    if isinstance(raw, HarnessOptions):
+        return raw.names_task
+    model = harness_options_model(harness, load=True)
+    if not model:
+        return False
+    try:
+        return model.model_validate(raw).names_task
+    except ValueError:  # ValidationError: reported with the field
+        return False
+
+
+class RolloutRequest(RolloutOptions):
+    """A fully resolved rollout: the task, the endpoint, the options."""
+
+    task: Task
+    endpoint: Endpoint
+    disable_thinking: bool = Field(False, description="ask the endpoint not to think (chat_template_kwargs)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_task_stand_in(cls, data: Any) -> Any:
+        # A task the harness options name brings its own instruction: the Task may be left out.
+        if isinstance(data, dict) and "task" not in data:
+            raw = next((data[k] for k in (HARNESS_OPTIONS, *LEGACY_OPTION_KEYS) if data.get(k) is not None), None)
+            if _names_task(data.get("harness", DEFAULT_HARNESS), raw):
+                data = {**data, "task": Task(instruction=NAMED_TASK_INSTRUCTION)}
+        return data
+
+
+class RolloutArgs(RolloutOptions):
+    """The flat arguments of the `run_rollout` tool (MCP, HTTP, client), as OpenEnv's pi_env takes
+    them, plus harness, files and max_turns. The server resolves them into a RolloutRequest:
+    `endpoint` names a catalog entry (vllm, openai, hf_router) whose values come from the server's
+    environment; explicit base_url / api_key / model win."""
+
+    instruction: str = Field("", max_length=MAX_INSTRUCTION_CHARS, description="what the agent must do")
+    endpoint: str = Field("", max_length=64, description="a catalog shorthand (vllm, openai, hf_router) whose values the server holds")
+    base_url: str = Field("", max_length=2048, description="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (wins over endpoint's)")
+    api_key: SecretStr = Field(SecretStr(""), description="the endpoint's key; it never leaves the server process")
+    model: str = Field("", max_length=512, description="the model to call (wins over endpoint's)")
+    setup: list[str] | None = Field(None, description="shell commands run in the workspace before the agent starts")
+    verify: list[str] | None = Field(None, description="shell commands run after the agent; the reward is what they score")
+    files: dict[str, str] | None = Field(None, description="files written into the workspace first: relative path -> content")
+    task_id: str = Field("", max_length=256, description="your name for the task, echoed in the result")
+    disable_thinking: bool | None = Field(None, description="ask the endpoint not to think (none: the endpoint kind's default)")
+
+    _loads_registry: ClassVar[bool] = False
+
+    @field_validator("base_url")
+    @classmethod
+    def _parsable_url(cls, url: str) -> str:
+        # Only parsable here; the scheme and host are checked once the endpoint is resolved.
+        return check_http_url(url) if url else url
+
+    @model_validator(mode="after")
+    def _instruction_given(self) -> RolloutArgs:
+        if self.instruction:
+            return self
+        opts = self.harness_options
+        if isinstance(opts, HarnessOptions) and opts.names_task or opts is not None and not isinstance(opts, HarnessOptions):
+            return self  # the options name a task, or they are checked on the server
+        model = type(opts) if isinstance(opts, HarnessOptions) else harness_options_model(self.harness, load=False)
+        hint = model.names_task_hint if model else ""
+        raise ValueError("instruction is required" + (f" (it may be left out only when {hint})" if hint else ""))

@@ -1,0 +1,239 @@
+"""Wire types, part 3: what a rollout gives back (RolloutResult, its turns, phases and training
+rows), the events it emits while it runs, and what the listing tools return. Import them from
+`harness_env.models`.
+
+Field names of `RolloutResult` follow OpenEnv's pi_env result so its users feel at home; what we
+add (harness, error_kind, phases, capture data) is additive.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_validator
+
+from harness_env.models_base import Mode
+
+ErrorKind = Literal[
+    "invalid_request", "endpoint", "sandbox", "setup", "agent_timeout", "agent_error", "verify", "judge", "internal"
+]
+CaptureLevel = Literal["tokens", "logprobs", "text", "none"]
+TurnPurpose = Literal["policy", "auxiliary"]
+
+
+class CommandResult(BaseModel):
+    """One setup or verify command, as pi_env reports it."""
+
+    cmd: str
+    exit_code: int | None
+    stdout: str = ""
+    stderr: str = ""
+    duration_s: float = 0.0
+    timed_out: bool = False
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    token_id: int | None = None
+
+
+class Turn(BaseModel):
+    """One model call seen by the capture proxy.
+
+    Token ids and logprobs are exactly what the engine returned; where the engine gave none the
+    lists are empty (never zero-filled) and `capture_level` says what was reached.
+    """
+
+    index: int
+    purpose: TurnPurpose = "policy"
+    stream: bool = False
+    request_messages: list[dict[str, Any]] = Field(default_factory=list)
+    request_tools: list[dict[str, Any]] = Field(default_factory=list)
+    prompt_token_ids: list[int] = Field(default_factory=list)
+    completion_token_ids: list[int] = Field(default_factory=list)
+    per_token_logps: list[float] = Field(default_factory=list)
+    completion_tokens: list[str] = Field(default_factory=list)
+    top_logprobs: list[list[TopLogprob]] = Field(default_factory=list)
+    completion_text: str = ""
+    reasoning_text: str = ""
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    finish_reason: str | None = None
+    latency_s: float = 0.0
+    ttft_s: float | None = None
+    usage: dict[str, Any] | None = None
+    upstream_status: int | None = None
+    upstream_error: str | None = None
+    capture_level: CaptureLevel = "none"
+    # The turn graph (core/capture/graph.py): the turn this one continues, and its branch. Both
+    # None for auxiliary and failed turns, which belong to no branch.
+    parent: int | None = None
+    branch: int | None = None
+
+    @property
+    def answered(self) -> bool:
+        """The endpoint answered (HTTP 200) with something: a broken stream that still delivered
+        text, tokens or tool calls counts; an error with nothing delivered does not."""
+        if self.upstream_status != 200:
+            return False
+        return not self.upstream_error or bool(self.completion_token_ids or self.per_token_logps or self.completion_text or self.tool_calls)
+
+
+class GraphSummary(BaseModel):
+    """The shape of a rollout's turn graph: how many branches a trainer gets rows for."""
+
+    turns: int = 0
+    branches: int = 0
+    auxiliary_turns: int = 0  # e.g. title generation: kept in the trace, never trained on
+    failed_turns: int = 0  # no answer from the endpoint
+    trainable_tokens: int = 0  # sampled tokens in rows that can be trained on
+    untrainable_branches: int = 0
+
+
+class TrainingRow(BaseModel):
+    """One branch of a rollout as a trainer consumes it: the concatenated token ids, a loss mask
+    (1 on tokens the engine sampled, 0 on prompt, tool results and user text) and the sampled
+    tokens' logprobs aligned to it (0.0 where the mask is 0). `token_ids[:prompt_length]` is the
+    branch's first prompt. A row that cannot be trained on says why and carries no tokens."""
+
+    rollout_id: str = ""
+    task_id: str | None = None
+    branch: int
+    turn_indices: list[int]
+    token_ids: list[int] = Field(default_factory=list)
+    loss_mask: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    prompt_length: int = 0
+    reward: float | None = None
+    trainable: bool = True
+    untrainable_reason: str | None = None
+
+
+class Phase(BaseModel):
+    name: str
+    started: float
+    duration_s: float
+    ok: bool = True
+    detail: str = ""
+
+
+class HarnessRunInfo(BaseModel):
+    """What a harness that owns its environment says it ran (a trial's task, agent, sandbox, ...).
+    A harness subclasses it with its own fields (envs/<harness>/options.py); read back from JSON
+    without that class, the same fields are attributes all the same."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class RolloutResult(BaseModel):
+    # pi_env-compatible fields
+    task_id: str | None = None
+    sandbox_id: str = ""
+    reward: float | None = None
+    agent_exit_code: int | None = None
+    wall_s: float = 0.0
+    mode: Mode = "transparent_proxy"
+    setup_results: list[CommandResult] = Field(default_factory=list)
+    verify_results: list[CommandResult] = Field(default_factory=list)
+    proxy_turns: list[Turn] = Field(default_factory=list)
+    files: dict[str, str] = Field(default_factory=dict)
+    agent_log_tail: str = ""
+    proxy_log_tail: str = ""
+    error: str | None = None
+    # additions
+    harness: str = ""
+    error_kind: ErrorKind | None = None
+    phases: list[Phase] = Field(default_factory=list)
+    agent_tool_calls: int | None = None
+    agent_final_text: str = ""
+    capture_level: CaptureLevel = "none"
+    reward_source: Literal["reward_file", "verify_ratio", "judge", "zero_check"] | None = None
+    reward_notes: list[str] = Field(default_factory=list)
+    sandbox_backend: str = ""
+    sandbox_notes: list[str] = Field(default_factory=list)
+    # Resource limits the rollout ran into (memory, processes, disk), in words; empty when none.
+    limits_hit: list[str] = Field(default_factory=list)
+    dropped_fields: list[str] = Field(default_factory=list)
+    turn_limit_hit: bool = False
+    graph: GraphSummary = Field(default_factory=GraphSummary)
+    # A task family's grading evidence (svg_icon: the rendered PNG as base64, zero_reasons,
+    # page_valid, the judge's raw answer and per-dimension scores, timings).
+    grading: dict[str, Any] | None = None
+    # `train` only when the endpoint gives token ids and processed (post-temperature) logprobs and
+    # every turn was captured at token level; otherwise `eval`, and the reason says why.
+    rollout_type: Literal["train", "eval"] = "eval"
+    rollout_type_reason: str = ""
+    # A harness's own account of what it ran (its run-info model, a HarnessRunInfo), under the
+    # key named after that harness; the one such harness today keeps its key from before the
+    # options were declared once. A client reads it back as a HarnessRunInfo: same attributes.
+    harbor: SerializeAsAny[HarnessRunInfo] | None = None
+    # The agent's ATIF trajectory (trajectory.json), when the harness's agent wrote one.
+    agent_trajectory: dict[str, Any] | None = None
+
+    def training_rows(self) -> list[TrainingRow]:
+        """One row per branch of the turn graph; auxiliary and failed turns are left out. Rows of a
+        rollout with no reward (an infrastructure failure) carry reward None: skip them."""
+        by_branch: dict[int, list[Turn]] = {}
+        for t in sorted(self.proxy_turns, key=lambda t: t.index):
+            if t.branch is not None:
+                by_branch.setdefault(t.branch, []).append(t)
+        return [_branch_row(b, turns, self.reward, self.task_id, self.sandbox_id) for b, turns in sorted(by_branch.items())]
+
+    @model_validator(mode="after")
+    def _finite_reward(self) -> RolloutResult:
+        if self.reward is not None and not math.isfinite(self.reward):
+            raise ValueError("reward must be a finite number or None")
+        return self
+
+
+def _branch_row(branch: int, turns: list[Turn], reward: float | None, task_id: str | None, rollout_id: str) -> TrainingRow:
+    row = TrainingRow(rollout_id=rollout_id, task_id=task_id, branch=branch, turn_indices=[t.index for t in turns], reward=reward)
+    for t in turns:
+        if not t.prompt_token_ids or not t.completion_token_ids:
+            row.trainable, row.untrainable_reason = False, f"turn {t.index} has no token ids (capture level {t.capture_level})"
+        elif len(t.per_token_logps) != len(t.completion_token_ids):
+            row.trainable, row.untrainable_reason = False, f"turn {t.index} has {len(t.per_token_logps)} logprobs for {len(t.completion_token_ids)} tokens"
+        elif t.prompt_token_ids[: len(row.token_ids)] != row.token_ids:
+            row.trainable, row.untrainable_reason = False, f"turn {t.index} does not extend its branch's tokens"
+        if not row.trainable:
+            row.token_ids, row.loss_mask, row.logprobs, row.prompt_length = [], [], [], 0
+            return row
+        new_prompt = t.prompt_token_ids[len(row.token_ids):]  # the turn extends the branch so far
+        if not row.token_ids:
+            row.prompt_length = len(new_prompt)
+        row.token_ids += new_prompt + t.completion_token_ids
+        row.loss_mask += [0] * len(new_prompt) + [1] * len(t.completion_token_ids)
+        row.logprobs += [0.0] * len(new_prompt) + t.per_token_logps
+    return row
+
+
+class PhaseEvent(BaseModel):
+    """Emitted while a rollout runs (CLI progress, web live log, MCP progress)."""
+
+    rollout_id: str
+    phase: str
+    status: Literal["started", "finished", "failed", "info"]
+    elapsed_s: float
+    detail: str = ""
+
+
+class HarnessInfo(BaseModel):
+    name: str
+    installed: bool
+    version: str | None
+    pinned_version: str | None
+    capabilities: list[str] = Field(default_factory=list)
+
+
+class DatasetTaskInfo(BaseModel):
+    """One task of a dataset directory on the server, as `list_tasks` shows it: `index` is what a
+    harness's `task_index` option counts."""
+
+    index: int
+    name: str
+    path: str  # relative to the listed root
+    instruction: str  # the first 500 characters
+    agent_timeout_s: float | None = None
+    verifier_timeout_s: float | None = None
+    has_solution: bool = False
