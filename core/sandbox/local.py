@@ -292,9 +292,8 @@ class LocalSandbox:
     def _remove(self) -> str | None:
         problems = []
         if self._cgroup is not None:
-            problem = self._cgroup.remove()
-            if problem:
-                problems.append(problem)
+            self._cgroup.remove()  # never raises; what went wrong is in its notes
+            problems.extend(self._cgroup.notes)
         if self._tmpfs:
             problem = unmount(self.root)
             if problem:
