@@ -82,9 +82,9 @@ def flag_spec(info: Any) -> dict[str, Any]:
 
 def harness_option_models() -> list[tuple[str, Any]]:
     """(name, options model) of every registered harness that has options of its own."""
-    from harness_env.envs import HARNESSES
+    from harness_env.models import harness_options_models
 
-    return [(name, cls.options_model) for name, cls in HARNESSES.items() if getattr(cls, "options_model", None) is not None]
+    return list(harness_options_models().items())
 
 
 def _field_cli(info: Any) -> str | None:

@@ -80,7 +80,7 @@ def bounded_mapping(value: dict[str, Any], name: str) -> dict[str, Any]:
     return value
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def check_text(value: Any, name: str) -> Any:
@@ -91,7 +91,7 @@ def check_text(value: Any, name: str) -> Any:
     while stack:
         v, where, depth = stack.pop()
         if isinstance(v, str):
-            if not v.isascii() and (m := _SURROGATE.search(v)):
+            if not v.isascii() and (m := SURROGATE.search(v)):
                 raise ValueError(f"{where} contains a lone surrogate (U+{ord(m.group()):04X} at character {m.start()}); send valid Unicode text")
         elif isinstance(v, (dict, list, tuple)):
             if depth >= MAX_NESTING:

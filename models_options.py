@@ -75,6 +75,14 @@ def harness_options_model(harness: str, *, load: bool) -> type[HarnessOptions] |
     return getattr(cls, "options_model", None)
 
 
+def harness_options_models() -> dict[str, type[HarnessOptions]]:
+    """Every registered harness that has options of its own -> its options model (for the CLI, the
+    MCP schema and the web form; loads the harness registry)."""
+    import harness_env.envs as envs  # noqa: PLC0415 - the engine's registry, never a client's import
+
+    return {name: cls.options_model for name, cls in envs.HARNESSES.items() if getattr(cls, "options_model", None) is not None}
+
+
 class HarnessOptions(BaseModel):
     """The base of a harness's own options (`options_model` on its class). Fields are declared as
     the rollout options are (`option(...)`); the hooks below say what fields alone cannot."""

@@ -1,50 +1,131 @@
-"""The MCP face: tools `run_rollout`, `list_harnesses`, `list_tasks`, `catalog` at /mcp, for two
-kinds of client.
+"""The MCP tools `run_rollout`, `list_harnesses`, `list_tasks`, `catalog` at /mcp, for two kinds of
+client: MCP clients (the official SDK and others) over streamable HTTP, stateless so that replicas
+can sit behind a load balancer, with progress notifications per phase when asked for; and
+OpenEnv's MCPToolClient, which posts plain JSON-RPC without the MCP handshake (`Accept: */*`:
+`openenv/session/create`, then `tools/list` / `tools/call` with a `session_id`, reading
+`result.data`) and holds a WebSocket at /ws (older releases send their calls over it as `step`
+messages). Sessions there are names only: nothing is kept.
 
-- MCP clients (the official SDK and others) speak streamable HTTP; the server is stateless (no
-  session survives a request), so replicas can sit behind a load balancer. Progress notifications
-  go out per phase when the client asked for them.
-- OpenEnv's MCPToolClient posts plain JSON-RPC without the MCP handshake (`Accept: */*`):
-  `openenv/session/create`, then `tools/list` / `tools/call` carrying a `session_id`, and reads
-  `result.data`; inside `async with` it also holds a WebSocket at /ws (older releases send their
-  calls over that socket as `step` messages). Sessions there are names only: nothing is kept.
-
-A failed rollout is a result with `error`, never a protocol error; bad arguments and a full queue
-are tool errors with a clear message. On every face, a client that goes away cancels its call (and
-so its rollout, whose clean-up then runs), as POST /rollout does.
+`run_rollout`'s input schema and description are derived from the option fields (RolloutArgs and
+each harness's own options model), never restated, and RolloutArgs checks its arguments: every
+surface accepts the same names (former ones too) and refuses bad ones with the same one line. A
+failed rollout is a result with `error`, never a protocol error; bad arguments and a full queue are
+tool errors. A client that goes away cancels its call, and so its rollout, as on POST /rollout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import json
 import math
-import re
+import types
 import uuid
-from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Annotated, Any, Union, get_args, get_origin
 
+import anyio
 from mcp import types as mcp_types
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.fastmcp.utilities.func_metadata import ArgModelBase
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import ValidationError
+from pydantic import ConfigDict, ValidationError
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from harness_env.core.capture.asgi import Receive, Reply, Scope, Send, header, json_reply, read_body, send_reply
+from harness_env.core.capture.asgi import BodyTooLarge, Receive, Reply, Scope, Send, header, json_reply, read_body, send_reply
 from harness_env.core.errors import HarnessEnvError, describe_validation_error
-from harness_env.models import MAX_NESTING, HarborTaskInfo, HarnessInfo, Mode, PhaseEvent, RolloutArgs, RolloutResult
+from harness_env.models import (
+    HARNESS_OPTIONS,
+    LEGACY_OPTION_KEYS,
+    MAX_NESTING,
+    SURROGATE,
+    DatasetTaskInfo,
+    HarnessInfo,
+    PhaseEvent,
+    RolloutArgs,
+    RolloutOptions,
+    RolloutResult,
+    harness_options_models,
+)
 from harness_env.server.service import RolloutService
 
 MAX_RPC_BYTES = 32 * 1024 * 1024
 TOOL_NAMES = ("run_rollout", "list_harnesses", "list_tasks", "catalog")
 PROGRESS_PHASES = ("endpoint", "sandbox", "setup", "agent", "verify", "collect")
+RUN_ROLLOUT_SUMMARY = (
+    "Run one rollout of a coding-agent harness on a task; returns the RolloutResult (reward, verify results, captured "
+    "turns with token ids and logprobs, files, logs). A failed rollout is a result with `error`. Each argument's "
+    "meaning and default are in the input schema; endpoint (a catalog shorthand) or base_url + model name the policy."
+)
 
 
-class McpFace:
-    """Builds the tools once and serves them to both kinds of client."""
+def run_rollout_description() -> str:
+    """What the tool does, the task family option, and each harness's own options (its options
+    model's docstring)."""
+    fields = RolloutOptions.model_fields
+    parts = [RUN_ROLLOUT_SUMMARY, f"task_family: {fields['task_family'].description}; family_options: {fields['family_options'].description}."]
+    for name, model in harness_options_models().items():
+        key = HARNESS_OPTIONS + (f" (or {name})" if name in LEGACY_OPTION_KEYS else "")
+        parts.append(f"harness={name!r} takes its own options in {key}: {' '.join(inspect.cleandoc(model.__doc__ or '').split())}")
+    return " ".join(parts)
+
+
+def run_rollout_schema() -> dict[str, Any]:
+    """RolloutArgs' fields (description, default, bounds), harness_options being one of the
+    harnesses' own options models (also under their former keys)."""
+    schema = RolloutArgs.model_json_schema()
+    defs, props, refs = schema.setdefault("$defs", {}), schema["properties"], []
+    for name, model in harness_options_models().items():
+        sub = model.model_json_schema()
+        defs.update(sub.pop("$defs", {}))
+        defs[model.__name__] = sub
+        refs.append({"$ref": f"#/$defs/{model.__name__}"})
+        if name in LEGACY_OPTION_KEYS:
+            props[name] = {**refs[-1], "description": f"the former name of {HARNESS_OPTIONS}, for harness={name!r}"}
+    props[HARNESS_OPTIONS] = {k: v for k, v in props[HARNESS_OPTIONS].items() if k != "anyOf"} | {"anyOf": [*refs, {"type": "null"}]}
+    return schema
+
+
+def _holds_json(annotation: Any) -> bool:
+    kinds = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    return any(k in (list, dict, Any) or get_origin(k) in (list, dict, Annotated) for k in kinds)
+
+
+# Arguments that hold a list or an object: some clients send those as JSON text.
+_JSON_ARGS = frozenset({*LEGACY_OPTION_KEYS, *(n for n, f in RolloutArgs.model_fields.items() if _holds_json(f.annotation))})
+
+
+def rollout_args(arguments: dict[str, Any]) -> RolloutArgs:
+    """run_rollout's arguments as sent, checked by RolloutArgs: those given as null are left to
+    their defaults, a list or object sent as JSON text is read."""
+    args = {}
+    for name, value in arguments.items():
+        if name in _JSON_ARGS and isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
+            try:
+                value = json.loads(value)
+            except (json.JSONDecodeError, RecursionError):
+                pass  # as sent: RolloutArgs says what is wrong with it
+        if value is not None:
+            args[name] = value
+    try:
+        return RolloutArgs.model_validate(args)
+    except ValidationError as e:
+        raise ToolError(describe_validation_error(e)) from None
+
+
+class _ArgumentsAsSent(ArgModelBase):  # run_rollout's arguments as sent: RolloutArgs checks them, not the SDK
+    model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
+
+    def model_dump_one_level(self) -> dict[str, Any]:
+        return {"arguments": dict(self.__pydantic_extra__ or {})}
+
+
+class McpToolServer:
+    """The MCP tools, built once, and the two transports that serve them (streamable HTTP for MCP
+    clients, plain JSON-RPC and a WebSocket for OpenEnv's)."""
 
     def __init__(self, service: RolloutService) -> None:
         self.service = service
@@ -82,84 +163,51 @@ class McpFace:
             raise ToolError(str(e)) from None
         finally:
             queue.put_nowait(None)
-            try:
+            with contextlib.suppress(TimeoutError):  # a slow progress channel must not hold the result back
                 await asyncio.wait_for(reporter, 5)
-            except Exception:  # a slow or broken progress channel must not hold the result back
-                reporter.cancel()
 
-    async def list_tasks_tool(self, dataset: str = "", split: str | None = None) -> list[HarborTaskInfo]:
-        try:
-            # Reads task.toml and instruction.md of every task: off the event loop.
+    async def list_tasks_tool(self, dataset: str = "", split: str | None = None) -> list[DatasetTaskInfo]:
+        try:  # reads task.toml and instruction.md of every task: off the event loop
             return await asyncio.to_thread(self.service.list_tasks, dataset, split or None)
         except HarnessEnvError as e:  # a path outside the tasks root, a missing dataset, no Harbor
             raise ToolError(str(e)) from None
 
     def _register(self) -> None:
-        face = self
+        tools = self
 
-        @self.mcp.tool(description="Run one rollout of a coding-agent harness on a task; returns the RolloutResult (reward, verify results, captured turns with token ids and logprobs, files, logs). A failed rollout is a result with `error`. task_family=\"svg_icon\" makes the instruction what to draw: the agent writes icon.svg and it is graded by rendering and a vision judge (family_options: reference_png, source_prompt, rubric, renderer). harness=\"harbor\" runs one Harbor trial: harbor={task_dir | dataset + task_index (+ split), agent (pi, opencode, oracle, nop, ...), sandbox (local, docker, e2b, ...), reward_key}; paths are relative to the server's $HARNESS_ENV_HARBOR_TASKS_DIR (see list_tasks), and instruction may then be left out (the task brings its own).")
-        async def run_rollout(
-            ctx: Context,
-            instruction: str = "",
-            endpoint: str = "",
-            base_url: str = "",
-            api_key: str = "",
-            model: str = "",
-            setup: list[str] | None = None,
-            verify: list[str] | None = None,
-            files: dict[str, str] | None = None,
-            task_id: str = "",
-            harness: str = "pi",
-            mode: Mode = "transparent_proxy",
-            disable_thinking: bool | None = None,
-            max_tokens_cap: int | None = None,
-            top_logprobs: int = 0,
-            max_turns: int | None = None,
-            agent_timeout_s: float = 600.0,
-            setup_timeout_s: float = 300.0,
-            verify_timeout_s: float = 300.0,
-            harness_config: dict[str, Any] | None = None,
-            reward_mode: Literal["correctness", "tool_efficiency"] = "correctness",
-            temperature: float | None = None,
-            task_family: str | None = None,
-            family_options: dict[str, Any] | None = None,
-            harbor: dict[str, Any] | None = None,
-        ) -> RolloutResult:
-            raw = {k: v for k, v in locals().items() if k not in ("ctx", "face") and v is not None}
-            try:
-                args = RolloutArgs.model_validate(raw)
-            except ValidationError as e:
-                raise ToolError(describe_validation_error(e)) from None
+        async def run_rollout(ctx: Context, arguments: dict[str, Any]) -> RolloutResult:
+            args = rollout_args(arguments)
 
             async def progress(step: int, total: int, message: str) -> None:
-                try:
+                # ValueError: called outside an MCP request (the OpenEnv face), no progress channel;
+                # the others: the client went away, and its call is being cancelled.
+                with contextlib.suppress(ValueError, anyio.ClosedResourceError, anyio.BrokenResourceError):
                     await ctx.report_progress(step, total, message)
-                except ValueError:
-                    pass  # called outside an MCP request (the OpenEnv face): no progress channel
 
-            return await face.run_tool(args, progress)
+            return await tools.run_tool(args, progress)
+
+        self.mcp.add_tool(run_rollout, name="run_rollout", description=run_rollout_description(), structured_output=True)
+        tool = self.mcp._tool_manager.get_tool("run_rollout")
+        tool.parameters = run_rollout_schema()
+        tool.fn_metadata = tool.fn_metadata.model_copy(update={"arg_model": _ArgumentsAsSent})
 
         @self.mcp.tool(description="Harnesses this server can run: installed or not, versions, pinned versions, capabilities.")
         async def list_harnesses() -> list[HarnessInfo]:
-            return face.service.list_harnesses()
+            return tools.service.list_harnesses()
 
-        @self.mcp.tool(description="Harbor tasks of a dataset directory on the server, in task_index order (index, name, path, the instruction's first 500 characters, timeouts, whether it has a solution). `dataset` is relative to the server's $HARNESS_ENV_HARBOR_TASKS_DIR (empty: that directory itself); `split` names a subdirectory of it. Run one with run_rollout(harness=\"harbor\", harbor={\"dataset\": ..., \"task_index\": ...}).")
-        async def list_tasks(dataset: str = "", split: str = "") -> list[HarborTaskInfo]:
-            return await face.list_tasks_tool(dataset, split)
+        @self.mcp.tool(description="Tasks of a dataset directory on the server, in task_index order (index, name, path, the instruction's first 500 characters, timeouts, whether it has a solution). `dataset` is relative to the server's tasks directory (empty: that directory itself); `split` names a subdirectory of it. Run one with run_rollout, naming the dataset and task_index in the harness options (see run_rollout).")
+        async def list_tasks(dataset: str = "", split: str = "") -> list[DatasetTaskInfo]:
+            return await tools.list_tasks_tool(dataset, split)
 
         @self.mcp.tool(description="Endpoint shorthands (vllm, openai, hf_router): where their values come from and whether they are configured. Never shows keys.")
         async def catalog() -> list[dict]:
-            return face.service.catalog()
+            return tools.service.catalog()
 
     # -- OpenEnv's plain JSON-RPC ------------------------------------------------------------
     async def _call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """tools/call for OpenEnv clients: result with content, structuredContent and data."""
         if name == "run_rollout":
-            try:
-                args = RolloutArgs.model_validate(arguments)
-            except ValidationError as e:
-                raise ToolError(describe_validation_error(e)) from None
-            data: Any = (await self.run_tool(args)).model_dump(mode="json")
+            data: Any = (await self.run_tool(rollout_args(arguments))).model_dump(mode="json")
         elif name == "list_harnesses":
             data = [h.model_dump(mode="json") for h in self.service.list_harnesses()]
         elif name == "list_tasks":
@@ -209,7 +257,7 @@ class McpFace:
         try:
             body = await read_body(receive, MAX_RPC_BYTES)
             msg = json.loads(body)
-        except Exception:
+        except (BodyTooLarge, ValueError, RecursionError):  # over the limit; not JSON, not UTF-8; nested too deeply
             await send_reply(send, json_reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "body is not JSON (or over 32 MB)"}}))
             return
         if "text/event-stream" not in (header(scope, b"accept") or ""):  # OpenEnv's plain JSON-RPC
@@ -277,10 +325,8 @@ class McpFace:
         finally:
             if incoming is not None:
                 incoming.cancel()
-            try:
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):  # already closed, or the client is gone
                 await ws.close()
-            except (RuntimeError, WebSocketDisconnect):  # already closed, or the client is gone
-                pass
 
     async def _ws_step(self, data: dict[str, Any]) -> dict[str, Any]:
         if data.get("type") == "list_tools":
@@ -296,7 +342,7 @@ class McpFace:
             return {"type": "error", "data": {"message": f"unknown step {data.get('type')!r}", "code": "bad_step"}}
         return {"type": "observation", "data": {"observation": obs, "reward": None, "done": False}}
 
-    @asynccontextmanager
+    @contextlib.asynccontextmanager
     async def lifespan(self):
         async with self._sse.run():
             yield
@@ -351,9 +397,6 @@ async def _unless_disconnected(receive: Receive, work) -> Any:
     return task.result() if not task.cancelled() else None
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def _unrepresentable(value: Any, where: str) -> str | None:
     """Why a parsed request value cannot reach a tool as sent, naming where: a number JSON cannot
     carry (NaN, Infinity, 1e400), a lone surrogate, or lists/objects nested deeper than tool
@@ -363,13 +406,13 @@ def _unrepresentable(value: Any, where: str) -> str | None:
         v, at, depth = stack.pop()
         if isinstance(v, float) and not math.isfinite(v):
             return f"{at} is not a finite number (NaN, Infinity and numbers like 1e400 are not JSON numbers)"
-        if isinstance(v, str) and not v.isascii() and _SURROGATE.search(v):
+        if isinstance(v, str) and not v.isascii() and SURROGATE.search(v):
             return f"{at} contains a lone surrogate; send valid Unicode text"
         if isinstance(v, (dict, list)):
             if depth >= MAX_NESTING + 2:  # params.arguments.<name> is at depth 2
                 return f"{at} is nested more than {MAX_NESTING} levels deep; flatten it"
             for k, item in (v.items() if isinstance(v, dict) else enumerate(v)):
-                if isinstance(k, str) and not k.isascii() and _SURROGATE.search(k):
+                if isinstance(k, str) and not k.isascii() and SURROGATE.search(k):
                     return f"a key in {at} contains a lone surrogate; send valid Unicode text"
                 name = k[:40] if isinstance(k, str) else str(k)
                 stack.append((item, f"{at}.{name}" if depth < 4 else at, depth + 1))
@@ -383,10 +426,10 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
     async def replay() -> dict[str, Any]:
         nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
 
     return replay
 
@@ -401,5 +444,5 @@ class _AsgiEndpoint:
         await self.handler(scope, receive, send)
 
 
-def build_mcp(service: RolloutService) -> McpFace:
-    return McpFace(service)
+def build_mcp(service: RolloutService) -> McpToolServer:
+    return McpToolServer(service)
