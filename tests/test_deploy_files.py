@@ -55,3 +55,19 @@ def test_openenv_validate_passes():
     p = subprocess.run([str(openenv), "validate"], cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "PASS  static.manifest" in p.stdout and "FAIL" not in p.stdout
+
+
+def test_every_package_of_the_source_tree_goes_into_the_wheel():
+    """A package missing from pyproject's list is missing from the wheel: imports fail only in a
+    non-editable install (pip install harness-env, a Docker image)."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"harness_env"} | {
+        "harness_env." + ".".join(p.parent.relative_to(root).parts)
+        for p in root.rglob("__init__.py")
+        if p.parent != root and p.parent.relative_to(root).parts[0] not in ("tests", "bench", "examples", ".venv")
+    }
+    assert found - listed == set(), f"add these to [tool.setuptools] packages in pyproject.toml: {sorted(found - listed)}"
