@@ -43,6 +43,7 @@ DEFAULT_HARNESS = "pi"
 # (the harness's prepare); until then the request's Task carries this stand-in.
 NAMED_TASK_INSTRUCTION = "(the instruction of the task named in the harness options)"
 OPTION_GROUPS = ("harness", "limits", "capture", "reward", "sandbox")  # how the CLI and the web form group them
+# (RolloutArgs' other fields are in groups "task" and "endpoint": the surfaces lay those out themselves)
 
 
 def option(default: Any, description: str, *, group: str, **bounds: Any) -> Any:
@@ -89,7 +90,7 @@ class HarnessOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    label: ClassVar[str] = ""  # how messages and the web form name these options ("Harbor")
+    label: ClassVar[str] = ""  # how messages and the web form name these options
     names_task_hint: ClassVar[str] = ""  # when the instruction may be left out, in words
 
     @field_validator("*", mode="before")
@@ -265,7 +266,7 @@ class RolloutRequest(RolloutOptions):
 
     task: Task
     endpoint: Endpoint
-    disable_thinking: bool = Field(False, description="ask the endpoint not to think (chat_template_kwargs)")
+    disable_thinking: bool = option(False, "ask the endpoint not to think (chat_template_kwargs)", group="capture")
 
     @model_validator(mode="before")
     @classmethod
@@ -284,16 +285,17 @@ class RolloutArgs(RolloutOptions):
     `endpoint` names a catalog entry (vllm, openai, hf_router) whose values come from the server's
     environment; explicit base_url / api_key / model win."""
 
-    instruction: str = Field("", max_length=MAX_INSTRUCTION_CHARS, description="what the agent must do")
-    endpoint: str = Field("", max_length=64, description="a catalog shorthand (vllm, openai, hf_router) whose values the server holds")
-    base_url: str = Field("", max_length=2048, description="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (wins over endpoint's)")
-    api_key: SecretStr = Field(SecretStr(""), description="the endpoint's key; it never leaves the server process")
-    model: str = Field("", max_length=512, description="the model to call (wins over endpoint's)")
-    setup: list[str] | None = Field(None, description="shell commands run in the workspace before the agent starts")
-    verify: list[str] | None = Field(None, description="shell commands run after the agent; the reward is what they score")
-    files: dict[str, str] | None = Field(None, description="files written into the workspace first: relative path -> content")
-    task_id: str = Field("", max_length=256, description="your name for the task, echoed in the result")
-    disable_thinking: bool | None = Field(None, description="ask the endpoint not to think (none: the endpoint kind's default)")
+    instruction: str = option("", "what the agent must do", group="task", max_length=MAX_INSTRUCTION_CHARS)
+    endpoint: str = option("", "a catalog shorthand (vllm, openai, hf_router) whose values the server holds", group="endpoint", max_length=64)
+    base_url: str = option("", "an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (wins over endpoint's)", group="endpoint",
+                           max_length=2048)
+    api_key: SecretStr = option(SecretStr(""), "the endpoint's key; it never leaves the server process", group="endpoint")
+    model: str = option("", "the model to call (wins over endpoint's)", group="endpoint", max_length=512)
+    setup: list[str] | None = option(None, "shell commands run in the workspace before the agent starts", group="task")
+    verify: list[str] | None = option(None, "shell commands run after the agent; the reward is what they score", group="task")
+    files: dict[str, str] | None = option(None, "files written into the workspace first: relative path -> content", group="task")
+    task_id: str = option("", "your name for the task, echoed in the result", group="task", max_length=256)
+    disable_thinking: bool | None = option(None, "ask the endpoint not to think; none: the endpoint kind's default", group="capture")
 
     _loads_registry: ClassVar[bool] = False
 

@@ -140,7 +140,7 @@ class McpToolServer:
     # -- the tools (one implementation, used by both faces) ------------------------------------
     async def run_tool(self, args: RolloutArgs, progress=None) -> RolloutResult:
         try:
-            request = await asyncio.to_thread(self.service.resolve, args)  # a Harbor dataset is read from disk
+            request = await asyncio.to_thread(self.service.resolve, args)  # may read task directories from disk
         except HarnessEnvError as e:
             raise ToolError(str(e)) from None
         queue: asyncio.Queue[PhaseEvent | None] = asyncio.Queue()
@@ -169,7 +169,7 @@ class McpToolServer:
     async def list_tasks_tool(self, dataset: str = "", split: str | None = None) -> list[DatasetTaskInfo]:
         try:  # reads task.toml and instruction.md of every task: off the event loop
             return await asyncio.to_thread(self.service.list_tasks, dataset, split or None)
-        except HarnessEnvError as e:  # a path outside the tasks root, a missing dataset, no Harbor
+        except HarnessEnvError as e:  # a path outside the tasks root, a missing dataset, a missing extra
             raise ToolError(str(e)) from None
 
     def _register(self) -> None:

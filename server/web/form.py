@@ -1,67 +1,112 @@
-"""The web form's values -> the `run_rollout` tool's arguments (the same RolloutArgs every other
-surface sends), plus the choices the form offers. Pure functions: no Gradio, no I/O."""
+"""The web form: its option controls, derived from the option fields (RolloutArgs, and each
+harness's own options model from the registry), and its values -> the `run_rollout` tool's
+arguments (the same RolloutArgs every other surface sends). Pure functions: no Gradio, no I/O.
+
+A control is read off its field: a bool is a checkbox, a Literal a radio, a number a number box
+(bounds from the field), an object a JSON text box, a string a text box; its label is the field's
+title (or name), its info the field's description, its value the field's default. WIDGET_HINTS
+holds the few that need more. The form's values are a dict keyed by field name; a harness's own
+options under the harness's name.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import types
+from dataclasses import dataclass
+from typing import Any, Literal, Union, get_args, get_origin
 
+from annotated_types import Ge, Gt, Le, Lt
 from pydantic import SecretStr, ValidationError
 
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
-from harness_env.envs.harbor.config import LOCAL_AGENTS, LOCAL_SANDBOX, MODEL_FREE_AGENTS
-from harness_env.envs.harbor.resolve import REMOTE_AGENT_KWARGS
 from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC, Rubric
-from harness_env.models import HarnessInfo, RolloutArgs
+from harness_env.models import HARNESS_OPTIONS, OPTION_GROUPS, HarnessInfo, RolloutArgs, harness_options_models, option_group
 
 EXPLICIT = "explicit base URL"
 SHELL_TASK = "shell task (verify commands)"
 SVG_ICON = "svg_icon"
 TASK_FAMILIES = [SHELL_TASK, SVG_ICON]
 RENDERERS = ["chromium", "resvg"]
-HARBOR = "harbor"
-HARBOR_DEFAULT_AGENT = "pi"
+# What a field's type does not say: the harness list comes from the server at load; the task
+# family and its options are the task column's; a harness's own options are its group's.
+WIDGET_HINTS = {"harness": "dropdown", "task_family": "family", "family_options": "family", HARNESS_OPTIONS: "harness group"}
+UNITS = {"s": "s", "mb": "MiB"}
 
 
-@dataclass
-class WebForm:
-    endpoint: str = EXPLICIT  # a configured catalog shorthand, or EXPLICIT
-    base_url: str = ""
-    model: str = ""
-    api_key: str = ""
-    harness: str = "pi"
-    mode: str = "transparent_proxy"
-    max_turns: float | None = None  # 0 or empty: no limit
-    agent_timeout_s: float | None = 600
-    max_tokens_cap: float | None = None  # 0 or empty: no cap
-    disable_thinking: bool = False
-    top_logprobs: float | None = 0
-    instruction: str = ""
-    setup: str = ""  # one command per line
-    verify: str = ""
-    files: list[tuple[str, str]] = field(default_factory=list)  # (path, content); empty paths ignored
-    task_family: str = SHELL_TASK  # SHELL_TASK or SVG_ICON; the svg fields below count only for SVG_ICON
-    reference_png: str = ""  # a path under the server's $HARNESS_ENV_REFERENCE_DIR (or relative to it)
-    source_prompt: str = ""
-    renderer: str = "chromium"
-    rubric: str = ""  # JSON {"dimensions": [{name, description, weight}]}; blank: the judge's default rubric
-    # harness="harbor" only (ignored for every other harness): Harbor's agent and environment, and
-    # optionally a Harbor task (paths under the server's HARNESS_ENV_HARBOR_TASKS_DIR). With neither
-    # task dir nor dataset, the task above is converted into a Harbor task.
-    harbor_agent: str = HARBOR_DEFAULT_AGENT
-    harbor_sandbox: str = LOCAL_SANDBOX
-    harbor_task_dir: str = ""
-    harbor_dataset: str = ""
-    harbor_task_index: float | None = 0
-    harbor_split: str = ""  # a subdirectory of the dataset (Harbor has no splits of its own)
-    harbor_reward_key: str = ""
-    harbor_agent_kwargs: str = ""  # JSON object: Harbor's options for the agent (those open to remote callers)
+@dataclass(frozen=True)
+class Control:
+    """One control of the form, read off a field."""
+
+    name: str  # the field's name: its key in the form's values
+    kind: str  # checkbox, radio, dropdown, number, json, text; or a WIDGET_HINTS kind
+    label: str
+    info: str  # the field's description
+    default: Any  # the field's default: what the control starts with
+    group: str
+    choices: tuple = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    integer: bool = False
+    zero_is_none: bool = False  # an optional number that cannot be 0: 0 (or empty) means none
+
+    def elem_id(self, prefix: str = "") -> str:
+        return prefix + self.name.replace("_", "-")
 
 
-def default_rubric_json() -> str:
-    """The judge's default rubric as the form's editable JSON text: one dimension per line."""
-    dims = [json.dumps(d.model_dump(mode="json")) for d in DEFAULT_RUBRIC.dimensions]
-    return '{"dimensions": [\n  ' + ",\n  ".join(dims) + "\n]}"
+def _label(name: str, info: Any) -> str:
+    if info.title:
+        return info.title
+    *words, last = name.split("_")
+    return " ".join(words) + f" ({UNITS[last]})" if last in UNITS and words else name.replace("_", " ")
+
+
+def control(name: str, info: Any, choices: list | None = None) -> Control:
+    """The control of field `name` (a pydantic FieldInfo)."""
+    ann = info.annotation
+    kinds = [a for a in get_args(ann) if a is not type(None)] if get_origin(ann) in (Union, types.UnionType) else [ann]
+    kind_type = kinds[0] if len(kinds) == 1 else str
+    bounds = {type(m): m for m in info.metadata}
+    low = next((getattr(bounds[b], f) for b, f in ((Ge, "ge"), (Gt, "gt")) if b in bounds), None)
+    high = next((getattr(bounds[b], f) for b, f in ((Le, "le"), (Lt, "lt")) if b in bounds), None)
+    base = dict(name=name, label=_label(name, info), info=info.description or "", default=info.default, group=option_group(info))
+    if name in WIDGET_HINTS:
+        return Control(kind=WIDGET_HINTS[name], **base)
+    if choices:
+        return Control(kind="dropdown", choices=tuple(choices), **base)
+    if kind_type is bool:
+        return Control(kind="checkbox", **base)
+    if get_origin(kind_type) is Literal:
+        return Control(kind="radio", choices=get_args(kind_type), **base)
+    if kind_type in (int, float):
+        # An optional number: 0 stands for none where 0 is not a value it can take; where it is
+        # (a temperature), a text box, empty for none (a number box cannot be empty).
+        zero_is_none = info.default is None and low is not None and (low > 0 or Gt in bounds)
+        if info.default is None and not zero_is_none:
+            return Control(kind="text", **base)
+        return Control(kind="number", minimum=0 if zero_is_none else low, maximum=high, integer=kind_type is int,
+                       zero_is_none=zero_is_none, **{**base, "label": base["label"] + (" (0: none)" if zero_is_none else "")})
+    if kind_type is dict or get_origin(kind_type) is dict:
+        return Control(kind="json", **base)
+    return Control(kind="text", **base)
+
+
+def option_controls() -> list[Control]:
+    """The rollout options' controls, in the fields' order (the page lays out the task's and the
+    endpoint's fields itself)."""
+    return [control(name, info) for name, info in RolloutArgs.model_fields.items() if option_group(info) in OPTION_GROUPS]
+
+
+def harness_controls(*, with_choices: bool = True) -> dict[str, tuple[type, list[Control]]]:
+    """Per harness with options of its own: its options model and the controls of the fields a
+    remote caller may set (a field marked remote=False is for trusted callers only); dropdowns
+    offer the model's choices (`with_choices`: ask for them)."""
+    out = {}
+    for harness, model in harness_options_models().items():
+        choices = model.choices() if with_choices else {}
+        out[harness] = (model, [control(name, info, choices.get(name)) for name, info in model.model_fields.items()
+                                if (info.json_schema_extra or {}).get("remote", True)])
+    return out
 
 
 def parse_json_object(text: str, what: str) -> dict | None:
@@ -79,6 +124,30 @@ def parse_json_object(text: str, what: str) -> dict | None:
     return data
 
 
+_UNSET = object()
+
+
+def field_value(c: Control, raw: Any) -> Any:
+    """What the form's value of control `c` sends: _UNSET when left empty (the field's default)."""
+    if c.kind == "number":
+        if raw is None or raw == "" or (c.zero_is_none and not raw):
+            return None if c.zero_is_none else _UNSET
+        return int(raw) if c.integer and float(raw).is_integer() else raw
+    if c.kind == "json":
+        data = parse_json_object(raw, c.label)
+        return _UNSET if data is None else data
+    if c.kind == "checkbox":
+        return bool(raw)
+    text = (raw or "").strip() if isinstance(raw, str) or raw is None else raw
+    return text if text != "" else _UNSET
+
+
+def default_rubric_json() -> str:
+    """The judge's default rubric as the form's editable JSON text: one dimension per line."""
+    dims = [json.dumps(d.model_dump(mode="json")) for d in DEFAULT_RUBRIC.dimensions]
+    return '{"dimensions": [\n  ' + ",\n  ".join(dims) + "\n]}"
+
+
 def parse_rubric(text: str) -> dict | None:
     """The rubric textbox -> the rubric family option (None when blank). One-line errors."""
     data = parse_json_object(text, "rubric")
@@ -90,56 +159,43 @@ def parse_rubric(text: str) -> dict | None:
         raise InvalidRequestError("rubric: " + describe_validation_error(e).replace("invalid request: ", "")) from None
 
 
-def family_fields(form: WebForm) -> dict:
+def family_fields(form: dict[str, Any]) -> dict:
     """task_family and family_options for RolloutArgs: nothing for a shell task."""
-    if form.task_family in (SHELL_TASK, "", None):
+    family = form.get("task_family") or SHELL_TASK
+    if family == SHELL_TASK:
         return {}
-    if form.task_family != SVG_ICON:
-        raise InvalidRequestError(f"unknown task family {form.task_family!r}; choose one of: {', '.join(TASK_FAMILIES)}")
-    if form.renderer not in RENDERERS:
-        raise InvalidRequestError(f"renderer must be one of {', '.join(RENDERERS)}, got {form.renderer!r}")
-    options: dict = {"renderer": form.renderer}
-    if (form.reference_png or "").strip():
-        options["reference_png"] = form.reference_png.strip()
-    if (form.source_prompt or "").strip():
-        options["source_prompt"] = form.source_prompt.strip()
-    if (rubric := parse_rubric(form.rubric)) is not None:
+    if family != SVG_ICON:
+        raise InvalidRequestError(f"unknown task family {family!r}; choose one of: {', '.join(TASK_FAMILIES)}")
+    renderer = form.get("renderer") or "chromium"
+    if renderer not in RENDERERS:
+        raise InvalidRequestError(f"renderer must be one of {', '.join(RENDERERS)}, got {renderer!r}")
+    options: dict = {"renderer": renderer}
+    for key in ("reference_png", "source_prompt"):
+        if (form.get(key) or "").strip():
+            options[key] = form[key].strip()
+    if (rubric := parse_rubric(form.get("rubric") or "")) is not None:
         options["rubric"] = rubric
     return {"task_family": SVG_ICON, "family_options": options}
 
 
-def harbor_fields(form: WebForm) -> dict:
-    """`harbor` for RolloutArgs when the harness is Harbor (only the fields that were filled in);
-    nothing for any other harness, whatever the hidden Harbor inputs hold."""
-    if form.harness != HARBOR:
+def options_fields(controls: list[Control], values: dict[str, Any]) -> dict[str, Any]:
+    """The fields the form's values give (what was left empty keeps its default)."""
+    out = {}
+    for c in controls:
+        if c.name in values and c.kind not in ("family", "harness group"):
+            if (value := field_value(c, values[c.name])) is not _UNSET:
+                out[c.name] = value
+    return out
+
+
+def harness_options_fields(form: dict[str, Any]) -> dict:
+    """The chosen harness's own options (only what was filled in), when it has any; nothing for
+    the others, whatever their hidden controls hold."""
+    harness = form.get("harness")
+    found = harness_controls(with_choices=False).get(harness) if harness else None
+    if found is None:
         return {}
-    opts: dict = {"agent": (form.harbor_agent or "").strip() or HARBOR_DEFAULT_AGENT,
-                  "sandbox": (form.harbor_sandbox or "").strip() or LOCAL_SANDBOX}
-    for key, value in (("task_dir", form.harbor_task_dir), ("dataset", form.harbor_dataset), ("split", form.harbor_split),
-                       ("reward_key", form.harbor_reward_key)):
-        if (value or "").strip():
-            opts[key] = value.strip()
-    if form.harbor_task_index:  # 0 or empty: the first task (the default)
-        opts["task_index"] = int(form.harbor_task_index)
-    if kwargs := parse_json_object(form.harbor_agent_kwargs, "agent options"):
-        opts["agent_kwargs"] = kwargs
-    return {"harbor": opts}
-
-
-AGENT_KWARGS_HINT = f"agent options (JSON; {', '.join(sorted(REMOTE_AGENT_KWARGS))})"
-
-
-def harbor_agent_choices(names: list[str]) -> list[tuple[str, str]]:
-    """(label, value) pairs: the agents the local sandbox runs first (the default one at the top),
-    then Harbor's others, labelled as needing a provider sandbox (they install themselves)."""
-    local = sorted((n for n in names if n in LOCAL_AGENTS), key=lambda n: (n != HARBOR_DEFAULT_AGENT, n in MODEL_FREE_AGENTS, n))
-    others = sorted(n for n in names if n not in LOCAL_AGENTS)
-    return [(n, n) for n in local] + [(f"{n} (provider sandbox)", n) for n in others]
-
-
-def harbor_sandbox_choices(names: list[str]) -> list[str]:
-    """The local sandbox first, then Harbor's providers in the order given."""
-    return [LOCAL_SANDBOX] + [n for n in names if n != LOCAL_SANDBOX]
+    return {HARNESS_OPTIONS: options_fields(found[1], form.get(harness) or {})}
 
 
 def lines(text: str) -> list[str]:
@@ -147,41 +203,33 @@ def lines(text: str) -> list[str]:
     return [ln for ln in (text or "").splitlines() if ln.strip()]
 
 
-def _positive_int(value: float | None) -> int | None:
-    return int(value) if value else None
-
-
-def to_args(form: WebForm) -> RolloutArgs:
-    """Raises InvalidRequestError with a one-line message for bad input."""
+def to_args(form: dict[str, Any]) -> RolloutArgs:
+    """The form's values (keyed by field name) -> RolloutArgs. Raises InvalidRequestError with a
+    one-line message for bad input."""
     files: dict[str, str] = {}
-    for path, content in form.files:
+    for path, content in form.get("files") or []:
         path = (path or "").strip()
         if not path:
             continue
         if path in files:
             raise InvalidRequestError(f"file {path!r} is listed twice")
         files[path] = content or ""
-    endpoint = {"endpoint": form.endpoint} if form.endpoint != EXPLICIT else {
-        "base_url": form.base_url.strip(), "model": form.model.strip(), "api_key": SecretStr(form.api_key or "")}
+    endpoint = form.get("endpoint") or EXPLICIT
+    endpoint_fields = {"endpoint": endpoint} if endpoint != EXPLICIT else {
+        "base_url": (form.get("base_url") or "").strip(), "model": (form.get("model") or "").strip(), "api_key": SecretStr(form.get("api_key") or "")}
     family = family_fields(form)
-    harbor = harbor_fields(form)
+    fields = {
+        **options_fields(option_controls(), form),
+        **family,
+        **harness_options_fields(form),
+        **endpoint_fields,
+        "instruction": form.get("instruction") or "",
+        "setup": lines(form.get("setup") or ""),
+        "verify": [] if family else lines(form.get("verify") or ""),  # svg_icon grades the icon, not commands
+        "files": files,
+    }
     try:
-        return RolloutArgs(
-            instruction=form.instruction,
-            setup=lines(form.setup),
-            verify=[] if family else lines(form.verify),  # svg_icon grades the icon, not commands
-            files=files,
-            harness=form.harness,
-            mode=form.mode,  # type: ignore[arg-type]
-            max_turns=_positive_int(form.max_turns),
-            agent_timeout_s=form.agent_timeout_s or 600,
-            max_tokens_cap=_positive_int(form.max_tokens_cap),
-            disable_thinking=bool(form.disable_thinking),
-            top_logprobs=int(form.top_logprobs or 0),
-            **family,
-            **harbor,
-            **endpoint,
-        )
+        return RolloutArgs(**fields)
     except ValidationError as e:
         raise InvalidRequestError(describe_validation_error(e)) from None
 

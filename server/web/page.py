@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import inspect
 import json
 import os
 import tempfile
@@ -22,28 +23,25 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the server must no
 import gradio as gr  # noqa: E402
 
 from harness_env.core.errors import HarnessEnvError  # noqa: E402
-from harness_env.envs.harbor.config import LOCAL_AGENTS, LOCAL_SANDBOX  # noqa: E402
+from harness_env.families.svg_icon.pngcodec import PNG_SIGNATURE  # noqa: E402
 from harness_env.models import PhaseEvent, RolloutResult  # noqa: E402
 from harness_env.server.service import RolloutService  # noqa: E402
 from harness_env.server.web import render  # noqa: E402
 from harness_env.server.web.examples import example_names, get_example  # noqa: E402
 from harness_env.server.web.form import (  # noqa: E402
-    AGENT_KWARGS_HINT,
     EXPLICIT,
-    HARBOR,
-    HARBOR_DEFAULT_AGENT,
     RENDERERS,
     SHELL_TASK,
     SVG_ICON,
     TASK_FAMILIES,
-    WebForm,
+    Control,
     default_rubric_json,
     disable_thinking_default,
     endpoint_choices,
     endpoint_note,
-    harbor_agent_choices,
-    harbor_sandbox_choices,
     harness_choices,
+    harness_controls,
+    option_controls,
     to_args,
 )
 
@@ -51,26 +49,33 @@ FILE_SLOTS = 8  # file rows the form offers (shown one by one with "Add file")
 HISTORY_LIMIT = 50  # rollouts kept per browser session
 MAX_JSON_VIEW_CHARS = 300_000  # the JSON tab; the download always has everything
 TICK_S = 0.25  # how often the elapsed time refreshes while nothing else happens
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MAX_REFERENCE_BYTES = 8 * 1024 * 1024  # as the svg_icon family allows
 INSTRUCTION_LABELS = {SHELL_TASK: "instruction", SVG_ICON: "what to draw (the svg_icon instruction)"}
 REFERENCE_NOTE = ("reference PNG path (optional): a file on the server under its `HARNESS_ENV_REFERENCE_DIR` "
                   "(absolute, or relative to that directory); only the judge sees it, never the agent")
-HARBOR_NOTE = ("Harbor runs the rollout as a Harbor trial. Task dir and dataset are paths under the server's "
-               "`HARNESS_ENV_HARBOR_TASKS_DIR`; with both empty, the task of this form (instruction, setup, verify, files) "
-               "is converted into a Harbor task. A named Harbor task brings its own instruction. The local sandbox runs "
-               f"{', '.join(sorted(LOCAL_AGENTS))}; other agents need a provider sandbox.")
+ACCORDIONS = {"limits": ("limits", True), "capture": ("capture", True), "reward": ("reward", False), "sandbox": ("sandbox limits", False)}
 
 
-def harbor_names() -> tuple[list[str], list[str]]:
-    """Harbor's agent and sandbox names; without the optional harbor extra, the local ones (a run
-    then says how to install Harbor)."""
-    try:
-        from harness_env.envs.harbor.config import harbor_agent_names, harbor_sandbox_names
+def component(c: Control, prefix: str = "") -> gr.components.Component:
+    """The Gradio control of a form Control: its label, its description as info, its default."""
+    common = {"label": c.label, "info": c.info or None, "elem_id": c.elem_id(prefix)}
+    if c.kind == "checkbox":
+        return gr.Checkbox(value=bool(c.default), **common)
+    if c.kind == "radio":
+        return gr.Radio(list(c.choices), value=c.default, **common)
+    if c.kind == "dropdown":
+        return gr.Dropdown(choices=list(c.choices), value=c.default if c.choices else None, **common)
+    if c.kind == "number":
+        return gr.Number(value=c.default, precision=0 if c.integer else None, minimum=c.minimum, maximum=c.maximum, **common)
+    if c.kind == "json":
+        return gr.Textbox(value="" if not c.default else json.dumps(c.default), placeholder="{} (a JSON object)", **common)
+    return gr.Textbox(value=c.default or "", placeholder="(none)" if c.default is None else "", **common)
 
-        return harbor_agent_names(), harbor_sandbox_names()
-    except ImportError:
-        return sorted(LOCAL_AGENTS), [LOCAL_SANDBOX]
+
+def harness_view(name: str):
+    """A harness's own result tab, when render has one: render.<name>_html(the result's field
+    named after the harness, the agent's trajectory)."""
+    return getattr(render, f"{name}_html", None)
 
 
 def reference_b64(path: str | None) -> str | None:
@@ -119,38 +124,25 @@ class WebPage:
                         self.model = gr.Textbox(label="model", placeholder="Qwen/Qwen3-8B", elem_id="model")
                         self.api_key = gr.Textbox(label="API key", type="password", placeholder="(none)", elem_id="api-key")
                     gr.Markdown("### Harness")
-                    self.harness = gr.Dropdown(choices=[], label="harness", elem_id="harness")
-                    agents, sandboxes = harbor_names()
-                    with gr.Group(visible=False, elem_id="harbor-fields") as self.harbor_group:
-                        gr.Markdown(HARBOR_NOTE)
-                        with gr.Row():
-                            self.harbor_agent = gr.Dropdown(choices=harbor_agent_choices(agents), value=HARBOR_DEFAULT_AGENT,
-                                                            label="Harbor agent", elem_id="harbor-agent")
-                            self.harbor_sandbox = gr.Dropdown(choices=harbor_sandbox_choices(sandboxes), value=LOCAL_SANDBOX,
-                                                              label="sandbox", elem_id="harbor-sandbox")
-                        self.harbor_task_dir = gr.Textbox(label="Harbor task dir (empty: the task of this form)",
-                                                          placeholder="hello-world", elem_id="harbor-task-dir")
-                        with gr.Row():
-                            self.harbor_dataset = gr.Textbox(label="or a dataset dir", placeholder="terminal-bench", elem_id="harbor-dataset",
-                                                             scale=2)
-                            self.harbor_split = gr.Textbox(label="split (a subdirectory)", placeholder="(none)", elem_id="harbor-split",
-                                                           scale=1)
-                        with gr.Row():
-                            self.harbor_task_index = gr.Number(value=0, label="task index in the dataset", precision=0, minimum=0,
-                                                               elem_id="harbor-task-index")
-                            self.harbor_reward_key = gr.Textbox(label="reward key (reward.json map)", placeholder="(its only key, else reward)",
-                                                                elem_id="harbor-reward-key")
-                        self.harbor_agent_kwargs = gr.Textbox(label=AGENT_KWARGS_HINT, placeholder='{"reasoning_effort": "low"}',
-                                                              elem_id="harbor-agent-kwargs")
-                    self.mode = gr.Radio(["transparent_proxy", "black_box"], value="transparent_proxy", label="mode", elem_id="mode")
-                    with gr.Accordion("limits", open=True):
-                        with gr.Row():
-                            self.max_turns = gr.Number(value=30, label="max turns (0: none)", precision=0, minimum=0, elem_id="max-turns")
-                            self.agent_timeout = gr.Number(value=600, label="agent timeout (s)", minimum=1, elem_id="agent-timeout")
-                        with gr.Row():
-                            self.max_tokens_cap = gr.Number(value=0, label="max tokens cap (0: none)", precision=0, minimum=0)
-                            self.top_logprobs = gr.Number(value=5, label="top logprobs", precision=0, minimum=0, maximum=20)
-                        self.disable_thinking = gr.Checkbox(value=False, label="disable thinking")
+                    controls = {c.name: c for c in option_controls()}
+                    self.inputs: dict[str, gr.components.Component] = {}  # by field name: what to_args reads
+                    self.harness = self.inputs["harness"] = component(controls["harness"])
+                    self.harness_default = controls["harness"].default  # chosen at load, when the server offers it
+                    self.harness_inputs: dict[str, dict[str, gr.components.Component]] = {}
+                    self.harness_groups: dict[str, gr.Group] = {}
+                    for name, (model, fields) in harness_controls().items():  # a harness's own options, shown for it only
+                        with gr.Group(visible=False, elem_id=f"{name}-fields") as self.harness_groups[name]:
+                            gr.Markdown(inspect.cleandoc(model.__doc__ or ""))
+                            self.harness_inputs[name] = {c.name: component(c, prefix=f"{name}-") for c in fields}
+                    for group in ("harness", *ACCORDIONS):
+                        shown = [c for c in controls.values() if c.group == group and c.name not in self.inputs and c.kind != "family"]
+                        if group == "harness":
+                            self.inputs.update({c.name: component(c) for c in shown if c.kind != "harness group"})
+                            continue
+                        title, is_open = ACCORDIONS[group]
+                        with gr.Accordion(title, open=is_open):
+                            self.inputs.update({c.name: component(c) for c in shown})
+                    self.disable_thinking = self.inputs["disable_thinking"]
                 with gr.Column(scale=2, min_width=480):
                     gr.Markdown("### Task")
                     self.example = gr.Dropdown(choices=example_names(), value=None, label="load an example task", elem_id="example")
@@ -192,8 +184,11 @@ class WebPage:
                     self.verify_html = gr.HTML("", elem_id="verify-results")
                 with gr.Tab("grading", id="grading"):
                     self.grading_html = gr.HTML("", elem_id="grading")
-                with gr.Tab("harbor", id="harbor"):
-                    self.harbor_html = gr.HTML("", elem_id="harbor-info")
+                self.harness_html = {}
+                for name in self.harness_groups:
+                    if harness_view(name) is not None:
+                        with gr.Tab(name, id=name):
+                            self.harness_html[name] = gr.HTML("", elem_id=f"{name}-info")
                 with gr.Tab("files", id="files"):
                     self.files_html = gr.HTML("", elem_id="files-out")
                 with gr.Tab("conversation", id="conversation"):
@@ -213,24 +208,25 @@ class WebPage:
     @property
     def _result_outputs(self) -> list[gr.components.Component]:
         return [self.reward, self.summary, self.verify_html, self.files_html, self.chat, self.logprob_plot,
-                self.logprob_md, self.json_code, self.download, self.grading_html, self.harbor_html, self.tabs]
+                self.logprob_md, self.json_code, self.download, self.grading_html, *self.harness_html.values(), self.tabs]
 
     def _wire(self, blocks: gr.Blocks) -> None:
         blocks.load(self._on_load, outputs=[self.endpoint, self.harness], queue=False)
         self.endpoint.change(self._on_endpoint, inputs=[self.endpoint],
                              outputs=[self.explicit_group, self.endpoint_note, self.disable_thinking], queue=False)
-        self.harness.change(self._on_harness, inputs=[self.harness], outputs=[self.harbor_group], queue=False)
+        self.harness.change(self._on_harness, inputs=[self.harness], outputs=list(self.harness_groups.values()), queue=False)
         self.example.change(self._on_example, inputs=[self.example],
                             outputs=[self.instruction, self.setup, self.verify, self.file_count, *self.file_paths, *self.file_contents, *self.file_rows,
                                      self.task_family, self.svg_group, self.reference_png, self.source_prompt, self.renderer, self.rubric],
                             queue=False)
         self.task_family.change(self._on_family, inputs=[self.task_family], outputs=[self.svg_group, self.verify, self.instruction], queue=False)
         self.add_file.click(self._on_add_file, inputs=[self.file_count], outputs=[self.file_count, *self.file_rows], queue=False)
-        inputs = [self.endpoint, self.base_url, self.model, self.api_key, self.harness, self.mode, self.max_turns,
-                  self.agent_timeout, self.max_tokens_cap, self.disable_thinking, self.top_logprobs, self.instruction,
-                  self.setup, self.verify, self.task_family, self.reference_png, self.source_prompt, self.renderer, self.rubric,
-                  self.harbor_agent, self.harbor_sandbox, self.harbor_task_dir, self.harbor_dataset, self.harbor_split,
-                  self.harbor_task_index, self.harbor_reward_key, self.harbor_agent_kwargs, self.history, *self.file_paths, *self.file_contents]
+        self.inputs.update(endpoint=self.endpoint, base_url=self.base_url, model=self.model, api_key=self.api_key,
+                           instruction=self.instruction, setup=self.setup, verify=self.verify, task_family=self.task_family,
+                           reference_png=self.reference_png, source_prompt=self.source_prompt, renderer=self.renderer, rubric=self.rubric)
+        # A set: the handler gets one dict {component: value}, read back by field name (form_values).
+        inputs = {*self.inputs.values(), *(c for fields in self.harness_inputs.values() for c in fields.values()),
+                  self.history, *self.file_paths, *self.file_contents}
         outputs = [self.status, self.log, self.run_btn, self.cancel_btn, *self._result_outputs, self.history, self.history_df]
         # Slots already bound how many rollouts run at once: no second limit here.
         self.run_btn.click(self._on_run, inputs=inputs, outputs=outputs, concurrency_limit=None, show_progress="hidden", api_name=False)
@@ -242,7 +238,8 @@ class WebPage:
         catalog = self.service.catalog()
         endpoints = endpoint_choices(catalog)
         harnesses = harness_choices(self.service.list_harnesses())
-        default = harnesses[0][1] if harnesses else None
+        offered = [value for _, value in harnesses]
+        default = self.harness_default if self.harness_default in offered else (offered[0] if offered else None)
         return gr.update(choices=endpoints, value=endpoints[0]), gr.update(choices=harnesses, value=default)
 
     def _on_endpoint(self, name: str):
@@ -269,7 +266,8 @@ class WebPage:
                 json.dumps(opts["rubric"], indent=1) if "rubric" in opts else default_rubric_json()]
 
     def _on_harness(self, harness: str | None):
-        return gr.update(visible=harness == HARBOR)
+        shown = [gr.update(visible=harness == name) for name in self.harness_groups]
+        return shown[0] if len(shown) == 1 else shown
 
     def _on_family(self, family: str):
         svg = family == SVG_ICON
@@ -299,7 +297,8 @@ class WebPage:
                      reference: str | None = None) -> list[Any]:
         if result is None:
             return [render.reward_html(None, cancelled=cancelled), "", "", "", [], "", "", "", gr.update(value=None, visible=False),
-                    "", "", gr.update()]
+                    "", *[""] * len(self.harness_html), gr.update()]
+        own = [name for name in self.harness_html if getattr(result, name, None) is not None]  # the harness's own tab opens
         points = render.logprob_points(result.proxy_turns)
         text = render.result_json(result)
         path = Path(self._downloads.name) / f"rollout-{key or result.sandbox_id or 'result'}.json"
@@ -316,41 +315,36 @@ class WebPage:
             shown,
             gr.update(value=str(path), visible=True),
             render.grading_html(result.grading, reference_b64(reference)),
-            render.harbor_html(result.harbor, result.agent_trajectory),
-            gr.update(selected="grading") if result.grading else gr.update(selected="harbor") if result.harbor else gr.update(),
+            *(harness_view(name)(getattr(result, name, None), result.agent_trajectory) for name in self.harness_html),
+            gr.update(selected="grading") if result.grading else gr.update(selected=own[0]) if own else gr.update(),
         ]
 
     # -- the run --------------------------------------------------------------------------------
-    async def _on_run(self, request: gr.Request, endpoint, base_url, model, api_key, harness, mode, max_turns,
-                      agent_timeout, max_tokens_cap, disable_thinking, top_logprobs, instruction, setup, verify,
-                      task_family, reference_png, source_prompt, renderer, rubric, harbor_agent, harbor_sandbox,
-                      harbor_task_dir, harbor_dataset, harbor_split, harbor_task_index, harbor_reward_key, harbor_agent_kwargs,
-                      history, *file_values):
+    def form_values(self, data: dict[Any, Any]) -> dict[str, Any]:
+        """The form's values by field name (a harness's own under its name) from Gradio's dict of
+        the run's inputs."""
+        values = {name: data.get(c) for name, c in self.inputs.items()}
+        values.update({harness: {name: data.get(c) for name, c in fields.items()} for harness, fields in self.harness_inputs.items()})
+        values["files"] = [(data.get(p), data.get(c)) for p, c in zip(self.file_paths, self.file_contents)]
+        return values
+
+    async def _on_run(self, request: gr.Request, data: dict[Any, Any]):
         out = dict(zip(["status", "log", "run", "cancel"], [self.status, self.log, self.run_btn, self.cancel_btn]))
         session = getattr(request, "session_hash", None) or ""
-        form = WebForm(endpoint=endpoint, base_url=base_url or "", model=model or "", api_key=api_key or "",
-                       harness=harness or "", mode=mode, max_turns=max_turns, agent_timeout_s=agent_timeout,
-                       max_tokens_cap=max_tokens_cap, disable_thinking=bool(disable_thinking), top_logprobs=top_logprobs,
-                       instruction=instruction or "", setup=setup or "", verify=verify or "",
-                       files=list(zip(file_values[:FILE_SLOTS], file_values[FILE_SLOTS:])),
-                       task_family=task_family or SHELL_TASK, reference_png=reference_png or "", source_prompt=source_prompt or "",
-                       renderer=renderer or "chromium", rubric=rubric or "",
-                       harbor_agent=harbor_agent or HARBOR_DEFAULT_AGENT, harbor_sandbox=harbor_sandbox or LOCAL_SANDBOX,
-                       harbor_task_dir=harbor_task_dir or "", harbor_dataset=harbor_dataset or "",
-                       harbor_split=harbor_split or "", harbor_task_index=harbor_task_index,
-                       harbor_reward_key=harbor_reward_key or "", harbor_agent_kwargs=harbor_agent_kwargs or "")
-        secrets = [form.api_key]
+        form = self.form_values(data)
+        history = data.get(self.history) or []
+        secrets = [form.get("api_key") or ""]
         if session in self.running and not self.running[session].done():
             yield {out["status"]: "a rollout is already running in this page: cancel it first"}
             return
         try:
-            rollout_request = await asyncio.to_thread(self.service.resolve, to_args(form))  # reads Harbor datasets
+            prepared = await asyncio.to_thread(self.service.resolve, to_args(form))  # may read task directories
         except HarnessEnvError as e:
             yield {out["status"]: f"**not started:** {render.redact(str(e), secrets)}"}
             return
         events: asyncio.Queue[PhaseEvent] = asyncio.Queue()
         t0 = time.monotonic()
-        task = asyncio.create_task(self.service.run(rollout_request, on_event=events.put_nowait))
+        task = asyncio.create_task(self.service.run(prepared, on_event=events.put_nowait))
         self.running[session] = task
         log: list[str] = []
         phase = "queued"
@@ -395,11 +389,11 @@ class WebPage:
                 log.append(f"{wall:7.2f}s  cancelled; the sandbox was cleaned up")
             key = f"{len(history) + 1}-{int(time.time())}"
             # The resolved, checked reference path stays in the server-side session state (gr.State).
-            reference = rollout_request.family_options.get("reference_png") if rollout_request.task_family else None
+            reference = prepared.request.family_options.get("reference_png") if prepared.request.task_family else None
             entry = {"id": key, "cancelled": cancelled, "result": result.model_dump(mode="json") if result else None,
                      "reference_png": reference,
-                     "row": render.history_row(len(history) + 1, result, form.harness, result.wall_s if result else wall,
-                                               form.instruction or (result.task_id if result else ""), cancelled)}
+                     "row": render.history_row(len(history) + 1, result, form.get("harness") or "", result.wall_s if result else wall,
+                                               form.get("instruction") or (result.task_id if result else ""), cancelled)}
             history = ([*history, entry])[-HISTORY_LIMIT:]
             yield {
                 **dict(zip(self._result_outputs, self._result_view(result, cancelled=cancelled, key=key, reference=reference))),

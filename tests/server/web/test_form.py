@@ -1,25 +1,29 @@
-"""Form values -> run_rollout arguments, and the choices the form offers."""
+"""Form values (a dict keyed by field name; a harness's own options under its name) -> run_rollout
+arguments, and the choices the form offers."""
 
 import pytest
 
 from harness_env.core.errors import InvalidRequestError
 from harness_env.models import HarnessInfo
 from harness_env.server.web.examples import EXAMPLES, example_names, get_example
+from harness_env.envs.harbor.options import agent_choices, sandbox_choices
 from harness_env.server.web.form import (
     EXPLICIT,
-    HARBOR,
     SHELL_TASK,
     SVG_ICON,
-    WebForm,
     default_rubric_json,
     endpoint_choices,
-    harbor_agent_choices,
-    harbor_sandbox_choices,
     harness_choices,
     lines,
     parse_rubric,
     to_args,
 )
+
+HARBOR = "harbor"
+
+
+def WebForm(**values):  # the form's values, as the page hands them over
+    return values
 
 
 def test_explicit_endpoint_form_to_args():
@@ -114,8 +118,7 @@ def test_edited_rubric_weights_and_bad_rubrics():
         to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family="chess"))
 
 
-HARBOR_FILLED = dict(harbor_agent="oracle", harbor_sandbox="docker", harbor_task_dir=" tasks/hello ", harbor_task_index=3,
-                     harbor_reward_key=" score ")
+HARBOR_FILLED = dict(harbor=dict(agent="oracle", sandbox="docker", task_dir=" tasks/hello ", task_index=3, reward_key=" score "))
 
 
 def test_harbor_form_sends_only_what_was_filled_in():
@@ -127,12 +130,12 @@ def test_harbor_form_sends_only_what_was_filled_in():
     assert named.harbor.model_dump(exclude_defaults=True) == {"agent": "oracle", "sandbox": "docker", "task_dir": "tasks/hello",
                                                               "task_index": 3, "reward_key": "score"}
     assert named.instruction == ""  # a named Harbor task brings its own
-    dataset = to_args(WebForm(base_url="http://x/v1", model="m", harness=HARBOR, harbor_dataset="bench", harbor_task_index=None,
-                              harbor_agent="", harbor_sandbox=" ", harbor_reward_key="  ", harbor_split=" ", harbor_agent_kwargs=" "))
+    dataset = to_args(WebForm(base_url="http://x/v1", model="m", harness=HARBOR, harbor=dict(
+        dataset="bench", task_index=None, agent="", sandbox=" ", reward_key="  ", split=" ", agent_kwargs=" ")))
     assert dataset.harbor.model_dump(exclude_defaults=True) == {"dataset": "bench"}
     assert (dataset.harbor.agent, dataset.harbor.sandbox) == ("pi", "local")  # blank dropdowns fall back to the defaults
-    split = to_args(WebForm(base_url="http://x/v1", model="m", harness=HARBOR, harbor_dataset="bench", harbor_split=" train ",
-                            harbor_task_index=2, harbor_agent_kwargs='{"reasoning_effort": "low"}'))
+    split = to_args(WebForm(base_url="http://x/v1", model="m", harness=HARBOR, harbor=dict(
+        dataset="bench", split=" train ", task_index=2, agent_kwargs='{"reasoning_effort": "low"}')))
     assert split.harbor.model_dump(exclude_defaults=True) == {"dataset": "bench", "split": "train", "task_index": 2,
                                                               "agent_kwargs": {"reasoning_effort": "low"}}
 
@@ -144,13 +147,13 @@ def test_other_harnesses_send_nothing_harbor():
 
 def test_bad_harbor_input_is_one_line():
     for form, match in [(dict(instruction=""), "instruction is required .*harbor.task_dir"),
-                        (dict(instruction="i", harbor_task_dir="a", harbor_dataset="b"), "not both"),
-                        (dict(instruction="i", harbor_task_index=-1), "task_index"),
-                        (dict(instruction="i", harbor_agent="rm -rf"), "agent"),
-                        (dict(instruction="i", harbor_split="train"), "give the dataset too"),
-                        (dict(instruction="i", harbor_agent_kwargs="{version: 1"), "agent options is not valid JSON: .* line 1"),
-                        (dict(instruction="i", harbor_agent_kwargs='["low"]'), "agent options must be a JSON object"),
-                        (dict(instruction="i", harbor_agent_kwargs="[" * 100_000), "agent options is nested too deeply")]:
+                        (dict(instruction="i", harbor=dict(task_dir="a", dataset="b")), "not both"),
+                        (dict(instruction="i", harbor=dict(task_index=-1)), "task_index"),
+                        (dict(instruction="i", harbor=dict(agent="rm -rf")), "agent"),
+                        (dict(instruction="i", harbor=dict(split="train")), "give the dataset too"),
+                        (dict(instruction="i", harbor=dict(agent_kwargs="{version: 1")), "agent options is not valid JSON: .* line 1"),
+                        (dict(instruction="i", harbor=dict(agent_kwargs='["low"]')), "agent options must be a JSON object"),
+                        (dict(instruction="i", harbor=dict(agent_kwargs="[" * 100_000)), "agent options is nested too deeply")]:
         with pytest.raises(InvalidRequestError, match=match) as e:
             to_args(WebForm(base_url="http://x/v1", model="m", api_key="sk-secret", harness=HARBOR, **form))
         assert "\n" not in str(e.value) and "sk-secret" not in str(e.value)
@@ -158,8 +161,8 @@ def test_bad_harbor_input_is_one_line():
 
 def test_harbor_choices_put_the_local_ones_first():
     names = ["aider", "claude-code", "nop", "opencode", "oracle", "pi", "terminus-2"]
-    assert harbor_agent_choices(names) == [("pi", "pi"), ("opencode", "opencode"), ("nop", "nop"), ("oracle", "oracle"),
+    assert agent_choices(names) == [("pi", "pi"), ("opencode", "opencode"), ("nop", "nop"), ("oracle", "oracle"),
                                            ("aider (provider sandbox)", "aider"), ("claude-code (provider sandbox)", "claude-code"),
                                            ("terminus-2 (provider sandbox)", "terminus-2")]
-    assert harbor_sandbox_choices(["daytona", "local", "docker"]) == ["local", "daytona", "docker"]
-    assert harbor_sandbox_choices([]) == ["local"]
+    assert sandbox_choices(["daytona", "local", "docker"]) == ["local", "daytona", "docker"]
+    assert sandbox_choices([]) == ["local"]
