@@ -252,16 +252,17 @@ def request_fields(flags: dict[str, Any]) -> dict[str, Any]:
     return {name: flags[name] for name in RolloutOptions.model_fields if name != HARNESS_OPTIONS and flags.get(name) is not None}
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def run_request(args: argparse.Namespace):
+    """(the RolloutRequest, use_bwrap) the run command's arguments describe; bad input exits 2
+    with one line. Pure but for reading the task file and --api-key-env's variable."""
     from pydantic import ValidationError
 
-    from harness_env.core.errors import InvalidRequestError, ToolMissingError, describe_validation_error
-    from harness_env.envs import HARNESSES
-    from harness_env.models import PhaseEvent, RolloutRequest
+    from harness_env.core.errors import describe_validation_error
+    from harness_env.models import RolloutRequest, harness_options_models
 
     flags = vars(args)
     harness, harness_options, use_bwrap = harness_of(flags)
-    model = getattr(HARNESSES.get(harness), "options_model", None)
+    model = harness_options_models().get(harness)
     if harness_options is not None and model is not None and model.model_construct(**harness_options).names_task:
         task, task_family, family_options, family_limits = None, None, {}, {}  # the harness's task brings its own
     else:
@@ -274,22 +275,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
     raw: dict[str, Any] = {
         **family_limits,  # a family record's own limits, unless given on the command line
         "task_family": task_family,
-        "family_options": family_options,
         **request_fields(flags),
+        "family_options": {**family_options, **(args.family_options or {})},
         "harness": harness,
         "endpoint": {"base_url": args.base_url, "api_key": api_key, "model": args.model},
         "disable_thinking": bool(args.disable_thinking),
     }
-    if args.family_options is not None:
-        raw["family_options"] = {**family_options, **args.family_options}
     if task is not None:
         raw["task"] = task
     if harness_options is not None:
         raw["harness_options"] = harness_options
     try:
-        request = RolloutRequest.model_validate(raw)
+        return RolloutRequest.model_validate(raw), use_bwrap
     except ValidationError as e:
         _bad_input(describe_validation_error(e))
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from harness_env.core.errors import InvalidRequestError, ToolMissingError
+    from harness_env.models import PhaseEvent
+
+    request, use_bwrap = run_request(args)
 
     def progress(ev: PhaseEvent) -> None:
         if not args.quiet:

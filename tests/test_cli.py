@@ -116,3 +116,64 @@ def test_svg_icon_task_file(tmp_path, policy_server):
     result = json.loads(p.stdout)
     assert result["reward"] == 0.8 and result["reward_source"] == "judge" and judge.problems == []
     assert result["grading"]["page_valid"] and len(policy_server.policy.tool_requests()) == 2
+
+
+def _request(tmp_path, monkeypatch, *args, task: dict | None = None):
+    """The request `harness-env run` would run (in-process; nothing runs)."""
+    from harness_env import cli
+
+    (tmp_path / "t.json").write_text(json.dumps(task or {"instruction": "x", "verify": ["true"]}))
+    monkeypatch.chdir(tmp_path)
+    parsed = cli.build_parser().parse_args(["run", "--task", "t.json", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", *args])
+    return cli.run_request(parsed)
+
+
+def test_flags_not_given_leave_the_fields_defaults(tmp_path, monkeypatch):
+    from harness_env.models import RolloutRequest
+
+    request, use_bwrap = _request(tmp_path, monkeypatch)
+    defaults = RolloutRequest(task={"instruction": "x", "verify": ["true"]}, endpoint={"base_url": "http://127.0.0.1:9/v1", "model": "m"})
+    assert request == defaults and use_bwrap is None
+
+
+def test_every_option_flag_reaches_the_request(tmp_path, monkeypatch):
+    request, use_bwrap = _request(
+        tmp_path, monkeypatch, "--harness", "opencode", "--mode", "black_box", "--harness-config", '{"a": {"b": 1}}', "--max-turns", "7",
+        "--agent-timeout-s", "60", "--setup-timeout-s", "30", "--verify-timeout-s", "20", "--max-tokens-cap", "256", "--top-logprobs", "3",
+        "--temperature", "0", "--reward-mode", "tool_efficiency", "--memory-limit-mb", "512", "--pids-limit", "64", "--disk-limit-mb",
+        "128", "--cpu-limit", "1.5", "--network", "open", "--disable-thinking", "--sandbox", "plain")
+    assert (request.harness, request.mode, request.harness_config, request.max_turns) == ("opencode", "black_box", {"a": {"b": 1}}, 7)
+    assert (request.agent_timeout_s, request.setup_timeout_s, request.verify_timeout_s) == (60, 30, 20)
+    assert (request.max_tokens_cap, request.top_logprobs, request.temperature, request.reward_mode) == (256, 3, 0.0, "tool_efficiency")
+    assert (request.memory_limit_mb, request.pids_limit, request.disk_limit_mb, request.cpu_limit, request.network) == (512, 64, 128, 1.5, "open")
+    assert request.disable_thinking and request.harness_options is None and use_bwrap is False
+
+
+def test_a_family_record_s_limits_apply_unless_given(tmp_path, monkeypatch):
+    record = {"task_family": "svg_icon", "prompt": "a red dot", "max_turns": 4, "agent_timeout_s": 90, "renderer": "resvg"}
+    request, _ = _request(tmp_path, monkeypatch, task=record)
+    assert (request.task_family, request.max_turns, request.agent_timeout_s) == ("svg_icon", 4, 90)
+    assert request.family_options == {"renderer": "resvg"} and request.task.instruction == "a red dot"
+    request, _ = _request(tmp_path, monkeypatch, "--max-turns", "9", "--family-options", '{"renderer": "chromium"}', task=record)
+    assert (request.max_turns, request.agent_timeout_s, request.family_options) == (9, 90, {"renderer": "chromium"})
+
+
+def test_a_harness_s_own_flags_select_it_and_fill_its_options(tmp_path, monkeypatch):
+    request, use_bwrap = _request(tmp_path, monkeypatch, "--agent", "oracle", "--agent-kwargs", '{"max_turns": 3}', "--sandbox", "docker",
+                                  "--reward-key", "score")
+    assert request.harness == "harbor" and use_bwrap is None
+    assert request.harness_options.model_dump(exclude_defaults=True) == {"agent": "oracle", "agent_kwargs": {"max_turns": 3},
+                                                                         "sandbox": "docker", "reward_key": "score"}
+    assert request.harbor is request.harness_options  # the former name still reads them
+    request, _ = _request(tmp_path, monkeypatch, "--harness", "harbor", "--sandbox", "bwrap")  # the command's own value: Harbor's default
+    assert request.harness_options.model_dump(exclude_defaults=True) == {} and request.task.instruction == "x"
+
+
+def test_help_shows_each_flag_s_default(tmp_path):
+    p = _run(["run", "--help"])
+    assert p.returncode == 0
+    help_text = " ".join(p.stdout.split())
+    for expected in ("--agent-timeout-s AGENT_TIMEOUT_S seconds the agent may run before it is stopped (default: 600.0)",
+                     "--top-logprobs TOP_LOGPROBS", "(default: transparent_proxy)", "Harbor options (--harness harbor):",
+                     "--task-index TASK_INDEX", "sandbox limits:"):
+        assert expected in help_text, expected

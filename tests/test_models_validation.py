@@ -108,3 +108,30 @@ def test_unparsable_base_urls_are_one_clear_error(url):
 
 def test_a_parsable_base_url_of_another_scheme_is_left_to_the_catalog():
     assert RolloutArgs.model_validate(_args(base_url="ftp://h")).base_url == "ftp://h"  # the catalog names the schemes
+
+
+def _request(**kw):
+    return RolloutRequest.model_validate({"task": {"instruction": "x"}, "endpoint": {"base_url": "http://h/v1", "model": "m"}, **kw})
+
+
+def test_harness_options_under_their_own_name_and_the_former_key():
+    from harness_env.models import HarborOptions  # the former import path still works
+
+    new = _request(harness="harbor", harness_options={"agent": "oracle"})
+    old = _request(harness="harbor", harbor={"agent": "oracle"})
+    assert isinstance(new.harness_options, HarborOptions) and new == old and old.harbor == old.harness_options
+    assert old.model_copy(update={"harbor": HarborOptions(agent="nop")}).harness_options.agent == "nop"
+    assert "harbor" not in old.model_dump() and old.model_dump(mode="json")["harness_options"]["agent"] == "oracle"
+    assert _request().harbor is None  # another harness: none
+    _refused(RolloutRequest, {**_request().model_dump(), "harness": "pi", "harness_options": {"agent": "nop"}},
+             "harness_options", "harness 'pi' has no options of its own")
+    _refused(RolloutArgs, _args(harness="pi", harbor={"agent": "nop"}), "harbor", "`harbor` options are for harness='harbor', not 'pi'")
+    _refused(RolloutArgs, _args(harness="harbor", harbor={"agnet": "nop"}), "agnet", "Extra inputs")
+
+
+def test_a_task_named_by_the_harness_options_brings_its_own_instruction():
+    request = RolloutRequest.model_validate({"endpoint": {"base_url": "http://h/v1", "model": "m"}, "harness": "harbor",
+                                             "harbor": {"task_dir": "tasks/hello"}})
+    assert request.task.instruction and request.harness_options.names_task
+    assert RolloutArgs.model_validate({"harness": "harbor", "harness_options": {"dataset": "d"}}).instruction == ""
+    _refused(RolloutArgs, {"harness": "harbor"}, "instruction", "instruction is required (it may be left out only when harbor.task_dir")
