@@ -87,9 +87,12 @@ def __getattr__(name: str) -> Any:
     if name not in _moved:
         envs = importlib.import_module("harness_env.envs")  # mid-import while the registry loads: fine
         for pkg in pkgutil.iter_modules(envs.__path__):
+            where = f"harness_env.envs.{pkg.name}.options"
             try:
-                module = importlib.import_module(f"harness_env.envs.{pkg.name}.options")
-            except ModuleNotFoundError:
+                module = importlib.import_module(where)
+            except ModuleNotFoundError as e:
+                if e.name != where:  # the module is there but needs what is missing: say so
+                    raise
                 continue
             _moved.update({n: getattr(module, n) for n in getattr(module, "__all__", ())})
     if name in _moved:
