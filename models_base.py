@@ -104,7 +104,19 @@ def check_text(value: Any, name: str) -> Any:
     return value
 
 
-class Task(BaseModel):
+class CheckedText(BaseModel):
+    """A wire type whose every field (its subclasses' too) is checked as text first: text reaches
+    files, argv and headers. Unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _valid_text(cls, v: Any, info: ValidationInfo) -> Any:
+        return check_text(v, info.field_name or "value")
+
+
+class Task(CheckedText):
     """What the agent must do and how it is checked.
 
     `files` are written into the workspace before `setup` runs; `setup` runs before the agent
@@ -113,19 +125,12 @@ class Task(BaseModel):
     /root/logs/verifier/reward.txt under bubblewrap); otherwise the reward is passed/total.
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     instruction: str = Field(min_length=1, max_length=MAX_INSTRUCTION_CHARS)
     setup: list[str] = Field(default_factory=list, max_length=MAX_COMMANDS)
     verify: list[str] = Field(default_factory=list, max_length=MAX_COMMANDS)
     files: dict[str, str] = Field(default_factory=dict)
     task_id: str | None = Field(default=None, max_length=256)
     metadata: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _valid_text(cls, v: Any, info: ValidationInfo) -> Any:
-        return check_text(v, info.field_name or "value")
 
     @field_validator("setup", "verify")
     @classmethod
@@ -163,19 +168,12 @@ class Task(BaseModel):
         return bounded_mapping(meta, "metadata")
 
 
-class Endpoint(BaseModel):
+class Endpoint(CheckedText):
     """An OpenAI-compatible policy endpoint. The key never leaves the server process."""
-
-    model_config = ConfigDict(extra="forbid")
 
     base_url: str = Field(min_length=1, max_length=2048)
     api_key: SecretStr = SecretStr("")
     model: str = Field(min_length=1, max_length=512)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _valid_text(cls, v: Any, info: ValidationInfo) -> Any:
-        return check_text(v, info.field_name or "value")
 
     @field_validator("base_url")
     @classmethod

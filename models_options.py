@@ -23,7 +23,6 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 from pydantic import (
     AliasChoices,
     BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     ValidationInfo,
@@ -32,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from harness_env.models_base import MAX_INSTRUCTION_CHARS, Endpoint, Mode, Task, bounded_mapping, check_http_url, check_text
+from harness_env.models_base import MAX_INSTRUCTION_CHARS, CheckedText, Endpoint, Mode, Task, bounded_mapping, check_http_url, check_text
 
 HARNESS_OPTIONS = "harness_options"
 # A harness's options once came under a key named after it; those keys are still read (for that
@@ -84,19 +83,12 @@ def harness_options_models() -> dict[str, type[HarnessOptions]]:
     return {name: cls.options_model for name, cls in envs.HARNESSES.items() if getattr(cls, "options_model", None) is not None}
 
 
-class HarnessOptions(BaseModel):
+class HarnessOptions(CheckedText):
     """The base of a harness's own options (`options_model` on its class). Fields are declared as
     the rollout options are (`option(...)`); the hooks below say what fields alone cannot."""
 
-    model_config = ConfigDict(extra="forbid")
-
     label: ClassVar[str] = ""  # how messages and the web form name these options
     names_task_hint: ClassVar[str] = ""  # when the instruction may be left out, in words
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _valid_text(cls, v: Any, info: ValidationInfo) -> Any:
-        return check_text(v, info.field_name or "value")
 
     @property
     def names_task(self) -> bool:
@@ -139,10 +131,8 @@ class HarnessOptions(BaseModel):
         return {}
 
 
-class RolloutOptions(BaseModel):
+class RolloutOptions(CheckedText):
     """How a rollout runs, shared by the resolved request and the flat tool arguments."""
-
-    model_config = ConfigDict(extra="forbid")
 
     # The harness, first: harness_options are validated by its options model.
     harness: str = option(DEFAULT_HARNESS, "the harness that runs the agent (the server's harnesses: list_harnesses)",
@@ -188,12 +178,6 @@ class RolloutOptions(BaseModel):
         "proxy_only", "what agent and verify commands reach: proxy_only (the capture proxy) or open (the host's network)", group="sandbox")
 
     _loads_registry: ClassVar[bool] = True  # RolloutArgs, which clients build too, leaves it alone
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _valid_text(cls, v: Any, info: ValidationInfo) -> Any:
-        # Every field, also RolloutArgs' and RolloutRequest's: text reaches files, argv and headers.
-        return check_text(v, info.field_name or "value")
 
     @field_validator("harness_config", "family_options")
     @classmethod
