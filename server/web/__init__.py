@@ -2,7 +2,7 @@
 
 - page.py: layout and handlers (rollouts go through the server's RolloutService)
 - render.py: pure functions from a RolloutResult to tables, plots, chat messages
-- form.py: form values -> the run_rollout tool's arguments
+- form.py: the option controls, derived from the option fields; form values -> the run_rollout tool's arguments
 - examples.py: example tasks (data)
 - login.py: the token form when the server has a token
 
