@@ -42,6 +42,13 @@ def prepare(request: RolloutRequest | dict[str, Any], *, trusted: bool) -> Prepa
     disk: call it off the event loop."""
     request = validate(request)
     harness = get_harness(request.harness)
+    if harness.options_model is None and request.harness_options:
+        raise InvalidRequestError(f"harness_options given, but harness {request.harness!r} takes none")
+    if harness.options_model is not None:
+        try:  # a request made before the registry was loaded carries them unchecked
+            harness.options_model.of(request)
+        except ValidationError as e:
+            raise InvalidRequestError(describe_validation_error(e)) from None
     request = harness.prepare(request, trusted=trusted)
     if not request.task_family:
         if request.family_options:

@@ -29,7 +29,7 @@ from harness_env.core.capture.serve import capture_socket_path, serve_on_unix
 from harness_env.core.errors import InvalidRequestError, ToolMissingError, safe_text
 from harness_env.core.sandbox.cgroups import sweep_stale
 from harness_env.core.sandbox.local import bwrap_available
-from harness_env.models import HarborTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
+from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
 from harness_env.server.auth import AuthFailureLimiter, TokenAuth, origin_of, redact_server_logs
 from harness_env.server.service import RolloutService
 from harness_env.server.slots import RolloutSlots, ServerBusy
@@ -140,11 +140,11 @@ def create_app(
     async def harnesses() -> list[HarnessInfo]:
         return service.list_harnesses()
 
-    @app.get("/harbor/tasks", response_model=list[HarborTaskInfo])
+    @app.get("/harbor/tasks", response_model=list[DatasetTaskInfo])
     def harbor_tasks(
         dataset: str = Query("", max_length=1024, description="dataset directory, relative to $HARNESS_ENV_HARBOR_TASKS_DIR (empty: that directory)"),
         split: str | None = Query(None, max_length=128, description="a subdirectory of the dataset"),
-    ) -> list[HarborTaskInfo]:
+    ) -> list[DatasetTaskInfo]:
         """The Harbor tasks of a dataset, in the order `harbor.task_index` counts them."""
         return service.list_tasks(dataset, split or None)  # a plain def: FastAPI runs it off the event loop
 

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr, ValidationError
 
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
-from harness_env.models import HARBOR_INSTRUCTION_PLACEHOLDER, Endpoint, RolloutArgs, RolloutOptions, RolloutRequest, Task
+from harness_env.models import NAMED_TASK_INSTRUCTION, Endpoint, RolloutArgs, RolloutOptions, RolloutRequest, Task
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def to_request(args: RolloutArgs, env: dict[str, str] | None = None) -> RolloutR
     disable_thinking = args.disable_thinking if args.disable_thinking is not None else bool(entry and entry.disable_thinking)
     try:
         task = Task(
-            instruction=args.instruction or HARBOR_INSTRUCTION_PLACEHOLDER,  # empty only for a Harbor task
+            instruction=args.instruction or NAMED_TASK_INSTRUCTION,  # empty only for a task named in the harness options
             setup=args.setup or [],
             verify=args.verify or [],
             files=args.files or {},

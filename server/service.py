@@ -15,13 +15,8 @@ from harness_env.core.sandbox.factory import LocalSandboxFactory
 from harness_env.core.errors import InvalidRequestError
 from harness_env.core.sandbox.policy import sandbox_limits
 from harness_env.envs.harbor import resolve as harbor_resolve
-from harness_env.models import (
-    HARBOR_NAME_PATTERN,
-    HarborTaskInfo,
-    HarnessInfo,
-    RolloutArgs,
-    RolloutResult,
-)
+from harness_env.envs.harbor.options import HARBOR_NAME_PATTERN
+from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
 from harness_env.server import catalog
 from harness_env.server.slots import RolloutSlots
 
@@ -67,7 +62,7 @@ class RolloutService:
         return out
 
     @staticmethod
-    def list_tasks(dataset: str = "", split: str | None = None) -> list[HarborTaskInfo]:
+    def list_tasks(dataset: str = "", split: str | None = None) -> list[DatasetTaskInfo]:
         """The Harbor tasks of `dataset` (relative to $HARNESS_ENV_HARBOR_TASKS_DIR; empty: that
         directory itself), optionally its subdirectory `split`, in task_index order. Raises
         InvalidRequestError for a path outside the tasks root or that does not exist, and

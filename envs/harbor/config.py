@@ -18,7 +18,7 @@ from typing import Any
 
 from harness_env.core import toolchain
 from harness_env.core.errors import InvalidRequestError
-from harness_env.models import HarborOptions
+from harness_env.envs.harbor.options import HarborOptions
 
 CAPTURE_KEY_ENV = "HARNESS_ENV_CAPTURE_KEY"
 CHAT_API_FORMAT = "openai_chat_completions"  # the one wire format the capture proxy serves

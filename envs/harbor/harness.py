@@ -35,7 +35,8 @@ from harness_env.envs.harbor.config import (
 )
 from harness_env.envs.harbor.task_dir import VERIFY_RESULTS_FILE, _harbor, load_task_dir, script_budget, task_to_task_dir
 from harness_env.envs.harbor.trial import HarborTrialOutcome, count_tool_calls, read_trajectory, run_harbor_trial
-from harness_env.models import CommandResult, HarborOptions, HarborRunInfo, Phase, RolloutRequest, RolloutResult
+from harness_env.envs.harbor.options import HarborOptions, HarborRunInfo
+from harness_env.models import CommandResult, Phase, RolloutRequest, RolloutResult
 
 # Harbor's exception class names -> our error kinds (the rest: by the phase it stopped in).
 EXCEPTION_KINDS = {
@@ -231,7 +232,7 @@ class HarborHarness(HarnessBase):
         return []
 
     def preflight(self, request: RolloutRequest, proxy_base_url: str) -> None:
-        opts = request.harbor or HarborOptions()
+        opts = HarborOptions.of(request)
         check_agent_and_sandbox(opts)
         if opts.sandbox == LOCAL_SANDBOX:
             from harness_env.envs.harbor.agents import PREINSTALLED
@@ -282,7 +283,7 @@ class HarborHarness(HarnessBase):
         self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None], result: RolloutResult
     ) -> TrialEnd:
         request = ctx.request
-        opts = request.harbor or HarborOptions()
+        opts = HarborOptions.of(request)
         work = sandboxes_root() / f"harbor-{uuid.uuid4().hex[:12]}"
         result.sandbox_backend = f"harbor:{opts.sandbox}"
         end = TrialEnd()

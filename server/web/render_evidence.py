@@ -9,7 +9,7 @@ import re
 from html import escape
 from typing import Any
 
-from harness_env.models import HarborRunInfo
+from harness_env.envs.harbor.options import HarborRunInfo
 from harness_env.server.web.render_text import clip, content_text, format_reward, num
 
 MAX_STEP_MESSAGE_CHARS = 300  # per trajectory step in the Harbor tab
