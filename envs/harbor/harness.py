@@ -33,7 +33,7 @@ from harness_env.envs.harbor.config import (
     trial_config,
     trial_deadline,
 )
-from harness_env.envs.harbor.task_dir import VERIFY_RESULTS_FILE, _harbor, load_task_dir, script_budget, task_to_task_dir
+from harness_env.envs.harbor.task_dir import VERIFY_RESULTS_FILE, harbor_task_model, load_task_dir, script_budget, task_to_task_dir
 from harness_env.envs.harbor.trial import HarborTrialOutcome, count_tool_calls, read_trajectory, run_harbor_trial
 from harness_env.envs.harbor.options import HarborOptions, HarborRunInfo
 from harness_env.models import CommandResult, Phase, RolloutRequest, RolloutResult
@@ -226,7 +226,7 @@ class HarborHarness(HarnessBase):
             return None
 
     def check_installed(self) -> None:
-        _harbor()  # ToolMissingError naming the extra
+        harbor_task_model()  # ToolMissingError naming the extra
 
     def readonly_paths(self) -> list[str]:
         return []

@@ -15,7 +15,7 @@ from harness_env.core.errors import InvalidRequestError, describe_validation_err
 from harness_env.core.paths import confined_path
 from harness_env.envs.harbor.config import check_agent_and_sandbox
 from harness_env.envs.harbor.options import REMOTE_AGENT_KWARGS, TASKS_DIR_VAR, HarborOptions
-from harness_env.envs.harbor.task_dir import _harbor, check_split, find_task_in_dataset, load_task_dir
+from harness_env.envs.harbor.task_dir import check_split, harbor_task_model, find_task_in_dataset, load_task_dir
 from harness_env.models import DatasetTaskInfo, RolloutRequest, Task
 
 __all__ = ["REMOTE_AGENT_KWARGS", "TASKS_DIR_VAR", "check_remote_kwargs", "list_tasks", "locate_task", "prepare"]
@@ -63,7 +63,7 @@ def prepare(request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
     absolute path). Other harnesses pass through. Raises InvalidRequestError naming what is wrong."""
     if request.harness != "harbor":
         return request
-    _harbor()  # ToolMissingError naming the extra, when Harbor is not installed
+    harbor_task_model()  # ToolMissingError naming the extra, when Harbor is not installed
     opts = options_of(request)
     check_agent_and_sandbox(opts)
     if request.task_family:
@@ -88,7 +88,7 @@ def prepare(request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
 def list_tasks(dataset: str = "", split: str | None = None, *, trusted: bool) -> list[DatasetTaskInfo]:
     """The tasks of a dataset directory, in the order task_index counts them. An empty `dataset`
     means the tasks root itself ($HARNESS_ENV_HARBOR_TASKS_DIR)."""
-    HarborTaskModel = _harbor()
+    HarborTaskModel = harbor_task_model()
     root = confined_path(dataset or ".", TASKS_DIR_VAR, "dataset", trusted=trusted)
     if split:
         check_split(split)

@@ -115,7 +115,8 @@ class HarborTask:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def _harbor():
+def harbor_task_model():
+    """Harbor's Task model; ToolMissingError (naming the extra) when Harbor is not installed."""
     try:
         from harbor.models.task.task import Task as HarborTaskModel
     except ImportError as e:  # the optional extra is not installed
@@ -127,7 +128,7 @@ def _harbor():
 
 def load_task_dir(path: str | Path) -> HarborTask:
     """Read a Harbor task directory. Raises InvalidRequestError naming what is missing or wrong."""
-    HarborTaskModel = _harbor()
+    HarborTaskModel = harbor_task_model()
     task_dir = Path(path).expanduser()
     if not task_dir.is_dir():
         raise InvalidRequestError(f"Harbor task directory {str(task_dir)!r} does not exist or is not a directory")
@@ -203,7 +204,7 @@ def find_task_in_dataset(dataset_dir: str | Path, split: str | None, task_index:
     `Task.is_valid_dir(path)` (harbor/models/job/config.py, _get_local_task_configs); we index that
     same list. Harbor has no splits: a non-empty `split` names a subdirectory of the dataset
     (e.g. dataset/train/<task>/), which must exist."""
-    HarborTaskModel = _harbor()
+    HarborTaskModel = harbor_task_model()
     root = Path(dataset_dir).expanduser()
     if not root.is_dir():
         raise InvalidRequestError(f"Harbor dataset directory {str(root)!r} does not exist or is not a directory")
