@@ -54,7 +54,7 @@ async def execute(
     on_event: EventSink | None = None,
 ) -> RolloutResult:
     """Run one prepared rollout (core/pipeline.py) in sandboxes from `sandbox_factory` (e.g.
-    core/sandbox/factory.py's LocalSandboxFactory). Always returns a result."""
+    the local one of core/sandbox/factory.py). Always returns a result."""
     return await RolloutRun(prepared, capture, sandbox_factory, on_event).execute()
 
 
@@ -169,8 +169,8 @@ def classify_agent_end(end: AgentEnd, session, timeout_s: float) -> tuple[str, s
     return "agent_error", end.error
 
 
-def local_agent_end(harness: str, r: ExecResult, outcome: AgentOutcome) -> AgentEnd:
-    """The facts of a harness CLI's (or loop's) run in a sandbox."""
+def sandboxed_agent_end(harness: str, r: ExecResult, outcome: AgentOutcome) -> AgentEnd:
+    """The facts of a harness's run in one of our sandboxes (a CLI, or the white-box loop)."""
     error = None
     if r.exit_code not in (0, None):
         error = f"{harness} exited {r.exit_code}: {_tail(r.stderr or r.stdout, 500)}"
@@ -328,7 +328,7 @@ class RolloutRun:
             res.agent_log_tail = _tail(r.stdout + ("\n[stderr]\n" + r.stderr if r.stderr.strip() else ""))
             res.turn_limit_hit = session.turn_limit_hit or outcome.turn_limit_hit
             ph.detail = f"exit {r.exit_code}, {outcome.tool_calls} tool calls, {len(session.turns)} model calls"
-            failure = classify_agent_end(local_agent_end(self.harness.name, r, outcome), session, self.request.agent_timeout_s)
+            failure = classify_agent_end(sandboxed_agent_end(self.harness.name, r, outcome), session, self.request.agent_timeout_s)
             if failure:
                 self.fail(*failure)
             ph.ok = res.error is None
