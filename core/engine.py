@@ -271,6 +271,11 @@ class RolloutRun:
             if request.mode == "transparent_proxy":
                 self.probe = await self.capture.proxy.probe(request.endpoint)
                 ph.detail += f": {self.probe.detail}"
+                if self.probe.failed_status == 404:  # no chat route there, or no such model: the agent would only fail
+                    raise EndpointError(
+                        f"the policy endpoint answered 404 to a chat completion at {request.endpoint.base_url}: check base_url "
+                        f"(usually ending in /v1) and that it serves model {request.endpoint.model!r}"
+                    )
 
     def open_capture(self) -> None:
         request = self.request

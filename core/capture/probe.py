@@ -25,6 +25,7 @@ class ProbeResult:
     capture_level: CaptureLevel
     processed_logprobs: bool | None  # None: could not tell
     detail: str
+    failed_status: int | None = None  # the HTTP status of a probe call that failed
 
     @property
     def trainable(self) -> bool:
@@ -46,7 +47,7 @@ def classify(hot: Turn, cold: Turn, hot_t: float = PROBE_TEMPERATURES[0], cold_t
     """Read the two probe answers (at temperatures hot_t > cold_t)."""
     for t in (hot, cold):
         if not t.answered:
-            return ProbeResult("none", None, f"the probe call failed ({t.upstream_status}): {(t.upstream_error or '')[:200]}")
+            return ProbeResult("none", None, f"the probe call failed ({t.upstream_status}): {(t.upstream_error or '')[:200]}", t.upstream_status)
     level = hot.capture_level
     if level == "text":
         return ProbeResult(level, None, "the endpoint returns text only: no token ids, no logprobs")

@@ -193,3 +193,4 @@ async def test_limits_over_the_server_maximum_are_refused(attack, monkeypatch):
     res = await attack("whitebox", "true", verify=["true"], memory_limit_mb=2048)
     assert res.error_kind == "invalid_request" and "memory_limit_mb=2048" in (res.error or "")
     assert res.reward is None
+
