@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr, ValidationError
 
+from harness_env.core.capture.redact import register_secret
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env.models import NAMED_TASK_INSTRUCTION, Endpoint, RolloutArgs, RolloutOptions, RolloutRequest, Task
 
@@ -46,6 +47,20 @@ def normalise_base_url(url: str) -> str:
     return url
 
 
+def catalog_key_of(entry: CatalogEntry, env: dict[str, str]) -> str:
+    """The server's key for a catalog entry: its variable, or for hf_router the token that
+    huggingface_hub stores for a logged-in user (`huggingface-cli login`; HF_TOKEN)."""
+    key = env.get(entry.key_var) or ""
+    if not key and entry.name == "hf_router":
+        try:
+            from huggingface_hub import get_token
+        except ImportError:
+            return ""
+        key = get_token() or ""
+        register_secret(key)  # read from a file, not the environment: mask it like the others
+    return key
+
+
 def resolve_endpoint(args: RolloutArgs, env: dict[str, str] | None = None) -> tuple[Endpoint, CatalogEntry | None]:
     env = dict(os.environ) if env is None else env
     entry = None
@@ -56,16 +71,18 @@ def resolve_endpoint(args: RolloutArgs, env: dict[str, str] | None = None) -> tu
     own_url = (entry and (env.get(entry.url_var) or entry.default_url)) or ""
     base_url = args.base_url or own_url
     model = args.model or (entry and (env.get(entry.model_var) or entry.default_model)) or ""
-    key = args.api_key.get_secret_value() or (entry and env.get(entry.key_var)) or ""
+    catalog_key = catalog_key_of(entry, env) if entry else ""
+    key = args.api_key.get_secret_value() or catalog_key
     if not base_url:
         raise InvalidRequestError("no endpoint: pass base_url (and model), or endpoint=vllm|openai|hf_router")
-    if entry and args.base_url and not args.api_key.get_secret_value() and env.get(entry.key_var):
+    if entry and args.base_url and not args.api_key.get_secret_value() and catalog_key:
         _check_own_url(entry, args.base_url, own_url)
     if not model:
         hint = f" or set {entry.model_var} on the server" if entry else ""
         raise InvalidRequestError(f"no model for endpoint {args.endpoint or base_url}: pass model{hint}")
     if entry and entry.name != "vllm" and not key:
-        raise InvalidRequestError(f"endpoint {entry.name!r} needs an API key: pass api_key or set {entry.key_var} on the server")
+        login = " (or log the server's user in with `huggingface-cli login`)" if entry.name == "hf_router" else ""
+        raise InvalidRequestError(f"endpoint {entry.name!r} needs an API key: pass api_key or set {entry.key_var} on the server{login}")
     url_source = "base_url" if args.base_url else (entry.url_var if entry else "base_url")
     try:
         resolved = Endpoint(base_url=_normalised(base_url, url_source), api_key=SecretStr(key), model=model)
@@ -126,7 +143,7 @@ def describe(env: dict[str, str] | None = None) -> list[dict]:
     for e in CATALOG.values():
         url = env.get(e.url_var) or e.default_url
         model = env.get(e.model_var) or e.default_model
-        has_key = bool(env.get(e.key_var))
+        has_key = bool(catalog_key_of(e, env))
         out.append({
             "name": e.name,
             "base_url": normalise_base_url(url) if url else None,

@@ -92,3 +92,18 @@ def test_a_catalog_key_goes_to_its_own_url_however_spelled_and_an_explicit_key_a
 def test_a_malformed_catalog_url_names_its_variable():
     with pytest.raises(InvalidRequestError, match="VLLM_URL is not a valid URL"):
         resolve_endpoint(_args(endpoint="vllm"), {"VLLM_URL": "http://[::1", "VLLM_MODEL": "m"})
+
+
+def test_hf_router_falls_back_to_the_token_huggingface_hub_stores(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "token"))  # where `huggingface-cli login` stores it
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    env = {"HF_ROUTER_MODEL": "m"}
+    with pytest.raises(InvalidRequestError, match="huggingface-cli login"):
+        to_request(_args(endpoint="hf_router"), env)
+    (tmp_path / "token").write_text("hf_stored_token_0123456789")
+    assert to_request(_args(endpoint="hf_router"), env).endpoint.api_key.get_secret_value() == "hf_stored_token_0123456789"
+    assert describe(env)[[e["name"] for e in describe(env)].index("hf_router")]["api_key_set"] is True
+    with pytest.raises(InvalidRequestError, match="HF_ROUTER_API_KEY"):  # the stored token goes to the router only
+        to_request(_args(endpoint="hf_router", base_url="http://127.0.0.1:9/v1"), env)
