@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 
 from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, header, send_reply
 from harness_env.core.capture.proxy import CaptureProxy
@@ -112,6 +112,11 @@ def create_app(
     @app.exception_handler(ServerBusy)
     async def _busy(_r: Request, e: ServerBusy) -> JSONResponse:
         return JSONResponse({"detail": safe_text(str(e), MAX_DETAIL_CHARS)}, status_code=429)
+
+    @app.get("/", include_in_schema=False)
+    async def front(request: Request) -> RedirectResponse:
+        """Whoever opens the server's address (a Space's page does) lands on the web UI."""
+        return RedirectResponse(request.scope.get("root_path", "") + "/web", status_code=307)
 
     @app.get("/health")
     async def health() -> dict:

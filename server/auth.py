@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from harness_env.core.capture.asgi import Receive, Reply, Scope, Send, error_reply, header, send_reply
 
-OPEN_PATHS = ("/health",)
+OPEN_PATHS = ("/health", "/")  # "/" only redirects to the web UI (which asks for the token)
 OPEN_PREFIXES = ("/capture/",)
 WEB_PREFIX = "/web"
 WEB_LOGIN_PATH = "/web/login"

@@ -136,3 +136,4 @@ def test_limits_over_the_servers_maximum_are_a_422(start_server, policy_server):
     ok = httpx.post(server.url + "/rollout", json={**_body(policy_server, "whitebox", ["true"]), "memory_limit_mb": 512, "cpu_limit": 1}, timeout=60)
     assert ok.status_code == 200 and ok.json()["error"] is None, ok.text[:500]
     server.assert_no_rollout_left()
+
