@@ -72,5 +72,21 @@ def test_sigterm_stops_the_cli_and_cleans_up(tmp_path, policy_server):
     assert p.returncode == 143, err
     assert "stopped by SIGTERM" in err and "Traceback" not in err
     assert os.listdir(sandboxes) == []
-    leftover = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
-    assert leftover == []
+    assert _alive_within("sleep 300", 5) == []  # killed (a zombie may wait a moment for its reaper)
+
+
+def _alive_within(pattern: str, seconds: float) -> list[str]:
+    """Processes matching `pattern` that are still alive (not zombies) after up to `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        alive = []
+        for pid in subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                        alive.append(pid)
+            except (OSError, IndexError):
+                continue
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)

@@ -373,6 +373,8 @@ class WebPage:
                 if batch:
                     update[out["log"]] = render.redact("\n".join(log), secrets)
                 if task.done() and events.empty():
+                    if batch:  # the last phases (collect, done) show before the result does
+                        yield update
                     break
                 yield update
             try:
