@@ -242,8 +242,10 @@ class RolloutRun:
             self.open_capture()
             if isinstance(self.harness, OwnsEnvironment):
                 await self.run_trial()
-            elif await self.make_sandbox() and await self.setup() and await self.run_agent():
-                await self.verify()
+            else:
+                await self.make_sandbox()
+                if await self.setup() and await self.run_agent():
+                    await self.verify()
         except HarnessEnvError as e:
             self.fail(e.kind, str(e))
         except asyncio.CancelledError:
@@ -289,7 +291,7 @@ class RolloutRun:
         )
         self.session = self.capture.proxy.open_session(request.endpoint, policy, on_turn=lambda t: self.emit("agent", "info", _turn_line(t)))
 
-    async def make_sandbox(self) -> bool:
+    async def make_sandbox(self) -> None:
         request, res = self.request, self.result
         with self.phase("sandbox") as ph:
             limits = sandbox_limits(request)
@@ -303,7 +305,6 @@ class RolloutRun:
             for path, content in request.task.files.items():
                 sandbox.write_file(path, content)
             ph.detail = f"{sandbox.backend} {sandbox.sandbox_id}"
-        return True
 
     async def setup(self) -> bool:
         assert self.sandbox is not None

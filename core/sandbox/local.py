@@ -13,8 +13,8 @@ Without bubblewrap ("plain") commands run as the server's user with no OS-level 
 mode is not safe for an untrusted policy, and each result says so.
 
 This module decides; its neighbours know: host.py what the machine offers (bubblewrap, a uid to
-run as, tmpfs mounts), bwrap.py the command line, limits.py and cgroups.py the resource limits,
-processes.py how commands run and are killed, envvars.py the environment, safefs.py the files.
+run as, tmpfs mounts), bwrap.py the command line, limits.py and cgroups/ the resource limits,
+processes.py how commands run and are killed, envvars.py the environment, safefs/ the files.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from harness_env.core.sandbox.processes import marked_pids as _marked_pids  # no
 REWARD_FILE_NAME = "reward.txt"
 SKIP_DIRS = frozenset({".git", "node_modules", "__pycache__", ".venv", ".cache"})
 AGENT_DIRS = ("workspace", "home", "tmp", "xdg", "logs")  # what commands may write
+XDG_DIRS = ("xdg/config", "xdg/cache", "xdg/data", "xdg/state")  # under a home root: the rollout's, verify's
 PLAIN_UNSAFE_NOTE = (
     "bubblewrap not available: commands run as plain processes of the server's user (own directory, "
     "scrubbed environment, process group, limits) without OS-level isolation; NOT SAFE for an untrusted "
@@ -264,12 +265,11 @@ class LocalSandbox:
             problem = safefs.remove_tree(path)
             if problem:
                 raise SandboxError(f"could not reset {path} before verify: {problem}")
-        os.mkdir(self.verifier_dir, 0o755)
-        for sub in ("", "tmp", "xdg/config", "xdg/cache", "xdg/data", "xdg/state"):
-            os.makedirs(os.path.join(self.verify_home, sub), 0o755, exist_ok=True)
-        if self._run_as is not None:
-            for dirpath in (self.verifier_dir, self.verify_home, *(str(p) for p in Path(self.verify_home).rglob("*"))):
-                os.chown(dirpath, *self._run_as, follow_symlinks=False)
+        made = [self.verifier_dir, self.verify_home, *(os.path.join(self.verify_home, d) for d in ("tmp", "xdg", *XDG_DIRS))]
+        for path in made:
+            os.mkdir(path, 0o755)
+            if self._run_as is not None:
+                os.chown(path, *self._run_as, follow_symlinks=False)
         self._verifying = True
 
     def read_reward_file(self) -> str | None:
@@ -342,26 +342,21 @@ def create_local_sandbox(
         if limits.disk_bytes:
             tmpfs = mount_tmpfs(root, limits.disk_bytes)
         os.chmod(root, 0o755)  # the server's: the agent can neither rename nor add entries here
-        for sub in ("workspace", "home", "tmp", "xdg/config", "xdg/cache", "xdg/data", "xdg/state", "verifier", "logs"):
-            (root / sub).mkdir(parents=True)
+        (root / "verifier").mkdir()  # the server's until verify starts
+        for sub in (*AGENT_DIRS, *XDG_DIRS):
+            (root / sub).mkdir()
+            if run_as is not None:
+                os.chown(root / sub, *run_as)
         binds = {}
         for inside, rel in (extra_binds or {}).items():
             (root / rel).mkdir(parents=True, exist_ok=True)
             binds[inside] = str(root / rel)
-        if run_as is not None:
-            for sub in ("workspace", "home", "tmp", "xdg", "xdg/config", "xdg/cache", "xdg/data", "xdg/state", "logs"):
-                os.chown(root / sub, *run_as)
-    except OSError as e:
-        if tmpfs:
-            unmount(root)
-        safefs.remove_tree(root)
-        raise SandboxError(f"could not create the sandbox directory under {base}: {e}") from e
-    cgroup = None
-    try:
         cgroup = RolloutCgroup.create(root.name, limits.cgroup_limits())
-    except SandboxError:
+    except (OSError, SandboxError) as e:
         if tmpfs:
             unmount(root)
         safefs.remove_tree(root)
-        raise
+        if isinstance(e, SandboxError):
+            raise
+        raise SandboxError(f"could not create the sandbox directory under {base}: {e}") from e
     return LocalSandbox(root, bwrap, ro_paths or [], limits, binds, run_as=run_as, cgroup=cgroup, tmpfs=tmpfs, capture_socket=capture_socket)
