@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn, Union, get_args, get_origin
 
 EXIT_BAD_INPUT = 2
+DEFAULT_PORT = 8100  # not vLLM's 8000, where the policy usually is
 LOCAL_ISOLATION = {"auto": None, "bwrap": True, "plain": False}  # --sandbox for harnesses run in our sandbox: use_bwrap
 # A harness option may share one of the command's own flags (Harbor's sandbox: --sandbox); these
 # values of it stay the command's.
@@ -97,6 +98,7 @@ def _add_run_flags(run: argparse.ArgumentParser) -> None:
     then one group per harness with options of its own."""
     from harness_env.envs import HARNESSES
     from harness_env.models import HARNESS_OPTIONS, RolloutArgs, RolloutOptions, RolloutRequest, option_group
+    from harness_env.server.catalog import CATALOG
 
     models = harness_option_models()
     claims = "".join(f"; for harness {name}: {info.description}" for name, model in models
@@ -104,10 +106,13 @@ def _add_run_flags(run: argparse.ArgumentParser) -> None:
     task = run.add_argument_group("task")
     task.add_argument("--task", required=True, help="task JSON file (instruction, setup, verify, files, task_id, metadata; "
                       f"or a task family's record: task_family, prompt, ...){claims}")
-    endpoint = run.add_argument_group("endpoint")
+    endpoint = run.add_argument_group("endpoint", "the policy: --base-url and --model, or --endpoint (not needed for an agent "
+                                      "that calls no model, e.g. Harbor's oracle)")
     args_fields = RolloutArgs.model_fields
-    endpoint.add_argument("--base-url", required=True, help=args_fields["base_url"].description)
-    endpoint.add_argument("--model", required=True, help=args_fields["model"].description)
+    endpoint.add_argument("--endpoint", choices=list(CATALOG), help="a catalog entry whose URL, model and key come from this "
+                          "process's environment, as on a server (vllm: VLLM_URL, VLLM_MODEL; openai: OPENAI_API_KEY, ...)")
+    endpoint.add_argument("--base-url", default="", help=args_fields["base_url"].description)
+    endpoint.add_argument("--model", default="", help=args_fields["model"].description)
     key = endpoint.add_mutually_exclusive_group()
     key.add_argument("--api-key", help="upstream key (prefer --api-key-env: command lines are visible to other users)")
     key.add_argument("--api-key-env", help="name of an environment variable holding the upstream key")
@@ -142,8 +147,32 @@ def _add_run_flags(run: argparse.ArgumentParser) -> None:
     out.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
+EPILOG = """examples:
+  harness-env run --harness pi --task task.json --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen3-8B --out result.json
+  harness-env serve --port 8100        # then open http://127.0.0.1:8100/web; MCP at /mcp
+
+'harness-env COMMAND --help' shows a command's flags."""
+SERVE_EPILOG = """The server answers at:
+  /web      the web UI (a token login when the server has one)
+  /mcp      MCP over streamable HTTP: tools run_rollout, list_harnesses, list_tasks, catalog
+  /rollout  POST one rollout (the client's route); /docs lists the HTTP routes
+  /health   liveness and load, open without a token"""
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("harness-env")
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="harness-env", description="Run coding-agent harnesses on tasks and capture exact token trajectories.")
+    p = _Parser(prog="harness-env", description="Run coding-agent harnesses on tasks and capture exact token trajectories.",
+                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"harness-env {version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="run one rollout and print the RolloutResult JSON")
@@ -161,13 +190,20 @@ def build_parser() -> argparse.ArgumentParser:
     inst.add_argument("--print-pins", action="store_true", help="print the pinned versions as JSON and exit")
     inst.set_defaults(handler=_cmd_install)
 
-    srv = sub.add_parser("serve", help="serve the app: MCP at /mcp, POST /rollout, /health, /docs, the capture proxy")
-    srv.add_argument("--host", default=os.environ.get("HARNESS_ENV_HOST", "127.0.0.1"))
-    srv.add_argument("--port", type=int, default=int(os.environ.get("HARNESS_ENV_PORT") or os.environ.get("PORT") or "8000"))
-    srv.add_argument("--public-url", default=os.environ.get("HARNESS_ENV_PUBLIC_URL"), help="URL at which sandboxes reach this server")
-    srv.add_argument("--token", default=os.environ.get("HARNESS_ENV_TOKEN") or None, help="require 'Authorization: Bearer TOKEN' (env HARNESS_ENV_TOKEN)")
-    srv.add_argument("--max-concurrent", type=int, default=None, help="rollouts run at once (env MAX_CONCURRENT_ROLLOUTS; default 2 x cores)")
-    srv.add_argument("--max-queue", type=int, default=None, help="rollouts that may wait beyond those (default 4 x max-concurrent)")
+    srv = sub.add_parser("serve", help="serve the app: the web UI at /web, MCP at /mcp, POST /rollout, /health, /docs, the capture proxy",
+                         epilog=SERVE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    srv.add_argument("--host", default=os.environ.get("HARNESS_ENV_HOST", "127.0.0.1"),
+                     help="address to listen on (env HARNESS_ENV_HOST; default: %(default)s; another address needs a token)")
+    srv.add_argument("--port", type=int, default=int(os.environ.get("HARNESS_ENV_PORT") or os.environ.get("PORT") or DEFAULT_PORT),
+                     help=f"port (env HARNESS_ENV_PORT or PORT; default: {DEFAULT_PORT}, beside vLLM's 8000)")
+    srv.add_argument("--public-url", default=os.environ.get("HARNESS_ENV_PUBLIC_URL"),
+                     help="URL at which sandboxes reach this server (env HARNESS_ENV_PUBLIC_URL; default: http://127.0.0.1:PORT, "
+                          "on a Hugging Face Space https://$SPACE_HOST)")
+    srv.add_argument("--token", default=os.environ.get("HARNESS_ENV_TOKEN") or None,
+                     help="require 'Authorization: Bearer TOKEN' (env HARNESS_ENV_TOKEN; default: none, loopback only)")
+    srv.add_argument("--max-concurrent", type=int, default=None,
+                     help="rollouts run at once (env MAX_CONCURRENT_ROLLOUTS; default: 2 x the CPUs this process may use)")
+    srv.add_argument("--max-queue", type=int, default=None, help="rollouts that may wait beyond those (default: 4 x max-concurrent)")
     srv.add_argument("--allow-unauthenticated", action="store_true",
                      default=os.environ.get("HARNESS_ENV_ALLOW_UNAUTHENTICATED") == "1",
                      help="serve a non-loopback address without a token (env HARNESS_ENV_ALLOW_UNAUTHENTICATED=1)")
@@ -259,6 +295,7 @@ def run_request(args: argparse.Namespace):
 
     from harness_env.core.errors import describe_validation_error
     from harness_env.models import RolloutRequest, harness_options_models
+    from harness_env.models_options import calls_model
 
     flags = vars(args)
     harness, harness_options, use_bwrap = harness_of(flags)
@@ -278,17 +315,38 @@ def run_request(args: argparse.Namespace):
         **request_fields(flags),
         "family_options": {**family_options, **(args.family_options or {})},
         "harness": harness,
-        "endpoint": {"base_url": args.base_url, "api_key": api_key, "model": args.model},
         "disable_thinking": bool(args.disable_thinking),
     }
     if task is not None:
         raw["task"] = task
     if harness_options is not None:
         raw["harness_options"] = harness_options
+    if args.endpoint:
+        raw["endpoint"] = catalog_endpoint(args, api_key, calls_model(raw))
+    elif args.base_url and args.model:
+        raw["endpoint"] = {"base_url": args.base_url, "api_key": api_key, "model": args.model}
+    elif calls_model(raw) or args.base_url or args.model:  # else the request stands in an endpoint nothing calls
+        _bad_input("no policy endpoint: pass --base-url and --model, or --endpoint vllm|openai|hf_router")
     try:
         return RolloutRequest.model_validate(raw), use_bwrap
     except ValidationError as e:
         _bad_input(describe_validation_error(e))
+
+
+def catalog_endpoint(args: argparse.Namespace, api_key: str, agent_calls_model: bool):
+    """--endpoint NAME resolved from this process's environment, as the server resolves the tool's
+    `endpoint` (explicit --base-url/--model/--api-key win)."""
+    from pydantic import SecretStr
+
+    from harness_env.core.errors import InvalidRequestError
+    from harness_env.server.catalog import resolve_endpoint
+
+    given = types.SimpleNamespace(endpoint=args.endpoint, base_url=args.base_url, api_key=SecretStr(api_key), model=args.model,
+                                  agent_calls_model=agent_calls_model)
+    try:
+        return resolve_endpoint(given)[0]
+    except InvalidRequestError as e:
+        _bad_input(str(e))
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

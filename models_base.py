@@ -181,3 +181,8 @@ class Endpoint(CheckedText):
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {url!r}")
         return check_http_url(url).rstrip("/")
+
+
+# The endpoint of a rollout whose agent calls no model (Harbor's oracle and nop): nothing listens at
+# a .invalid name (RFC 6761), and the engine neither checks nor probes it.
+NO_MODEL_ENDPOINT = Endpoint(base_url="http://no-model.invalid/v1", model="none")

@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from harness_env.models_base import MAX_INSTRUCTION_CHARS, CheckedText, Endpoint, Mode, Task, bounded_mapping, check_http_url, check_text
+from harness_env.models_base import MAX_INSTRUCTION_CHARS, NO_MODEL_ENDPOINT, CheckedText, Endpoint, Mode, Task, bounded_mapping, check_http_url, check_text
 
 HARNESS_OPTIONS = "harness_options"
 # A harness's options once came under a key named after it; those keys are still read (for that
@@ -94,6 +94,12 @@ class HarnessOptions(CheckedText):
     def names_task(self) -> bool:
         """The options name a task of their own (which brings its instruction)."""
         return False
+
+    @property
+    def calls_model(self) -> bool:
+        """The agent these options choose calls the policy (Harbor's oracle and nop do not: they
+        need no endpoint)."""
+        return True
 
     @classmethod
     def of(cls, request: RolloutOptions) -> Self:
@@ -224,25 +230,39 @@ class RolloutOptions(CheckedText):
             return self.harness_options if self.harness == name else None
         return super().__getattr__(name)
 
+    @property
+    def agent_calls_model(self) -> bool:
+        """Whether the agent these options choose calls the policy (see HarnessOptions.calls_model)."""
+        return _option_says(self.harness, self.harness_options, "calls_model", True)
+
     def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Self:
         if update:  # a former key updates harness_options
             update = {(HARNESS_OPTIONS if k in LEGACY_OPTION_KEYS else k): v for k, v in update.items()}
         return super().model_copy(update=update, deep=deep)
 
 
-def _names_task(harness: Any, raw: Any) -> bool:
-    """Whether raw harness options name a task of their own (read by the harness's model)."""
+def _option_says(harness: Any, raw: Any, prop: str, default: bool) -> bool:
+    """What raw harness options say of `prop` (names_task, calls_model), read by the harness's model."""
     if raw is None or not isinstance(harness, str):
-        return False
+        return default
     if isinstance(raw, HarnessOptions):
-        return raw.names_task
+        return getattr(raw, prop)
     model = harness_options_model(harness, load=True)
     if not model:
-        return False
+        return default
     try:
-        return model.model_validate(raw).names_task
+        return getattr(model.model_validate(raw), prop)
     except ValueError:  # ValidationError: reported with the field
-        return False
+        return default
+
+
+def _raw_harness_options(data: dict[str, Any]) -> Any:
+    return next((data[k] for k in (HARNESS_OPTIONS, *LEGACY_OPTION_KEYS) if data.get(k) is not None), None)
+
+
+def calls_model(data: dict[str, Any]) -> bool:
+    """Whether a request's (raw) harness and options call the policy at all."""
+    return _option_says(data.get("harness", DEFAULT_HARNESS), _raw_harness_options(data), "calls_model", True)
 
 
 class RolloutRequest(RolloutOptions):
@@ -257,9 +277,11 @@ class RolloutRequest(RolloutOptions):
     def _named_task_stand_in(cls, data: Any) -> Any:
         # A task the harness options name brings its own instruction: the Task may be left out.
         if isinstance(data, dict) and "task" not in data:
-            raw = next((data[k] for k in (HARNESS_OPTIONS, *LEGACY_OPTION_KEYS) if data.get(k) is not None), None)
-            if _names_task(data.get("harness", DEFAULT_HARNESS), raw):
+            if _option_says(data.get("harness", DEFAULT_HARNESS), _raw_harness_options(data), "names_task", False):
                 data = {**data, "task": Task(instruction=NAMED_TASK_INSTRUCTION)}
+        # An agent that calls no model (Harbor's oracle) needs no endpoint: one that cannot be reached stands in.
+        if isinstance(data, dict) and data.get("endpoint") is None and not calls_model(data):
+            data = {**data, "endpoint": NO_MODEL_ENDPOINT}
         return data
 
 

@@ -67,21 +67,61 @@ def _tasks_params(dataset: str, split: str | None) -> dict[str, str]:
     return {"dataset": dataset, **({"split": split} if split else {})}
 
 
-def _headers(token: str | None) -> dict[str, str]:
-    return {"authorization": f"Bearer {token}"} if token else {}
+SPACE_DOMAIN = ".hf.space"  # a Hugging Face Space's own address
+TOKEN_HEADER = "x-harness-env-token"  # the server's token beside a Space's Authorization (server/auth.py)
+
+
+def is_space_url(base_url: str) -> bool:
+    return (httpx.URL(base_url).host or "").endswith(SPACE_DOMAIN)
+
+
+def stored_hf_token() -> str | None:
+    """The token huggingface_hub stores for a logged-in user (HF_TOKEN, `hf auth login`), if it is installed."""
+    try:
+        from huggingface_hub import get_token
+    except ImportError:
+        return None
+    return get_token()
+
+
+def auth_headers(base_url: str, token: str | None, hf_token: str | None, headers: dict[str, str] | None) -> dict[str, str]:
+    """The headers every call carries. A private Space's front door wants a Hugging Face token in
+    Authorization; the server's own token then goes in X-Harness-Env-Token. On a Space address the
+    stored Hugging Face token is used unless `hf_token` is given (`""`: none); it is sent to
+    Space addresses only. `headers` are added last (they win)."""
+    if hf_token is None and is_space_url(base_url):
+        hf_token = stored_hf_token()
+    out: dict[str, str] = {}
+    if hf_token:
+        out["authorization"] = f"Bearer {hf_token}"
+        if token:
+            out[TOKEN_HEADER] = token
+    elif token:
+        out["authorization"] = f"Bearer {token}"
+    out.update({k.lower(): v for k, v in (headers or {}).items()})
+    return out
+
+
+def _client_options(base_url: str, token: str | None, hf_token: str | None, headers: dict[str, str] | None,
+                    timeout: float) -> dict[str, Any]:
+    """httpx client keywords shared by the sync and async clients."""
+    return {
+        "base_url": base_url,
+        "headers": auth_headers(base_url, token, hf_token, headers),
+        "timeout": httpx.Timeout(timeout, connect=10.0),
+        "limits": httpx.Limits(max_connections=None, max_keepalive_connections=64),
+    }
 
 
 class AsyncHarnessEnv:
     """`async with AsyncHarnessEnv(url) as env: result = await env.run_rollout(instruction=..., ...)`"""
 
-    def __init__(self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
+                 hf_token: str | None = None, headers: dict[str, str] | None = None) -> None:
+        """`token`: the server's HARNESS_ENV_TOKEN; `hf_token`: for a private Hugging Face Space
+        (default: the stored one, on a Space address only); `headers`: sent with every call."""
         self.base_url = base_url.rstrip("/")
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=_headers(token),
-            timeout=httpx.Timeout(timeout, connect=10.0),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-        )
+        self._client = httpx.AsyncClient(**_client_options(self.base_url, token, hf_token, headers, timeout))
 
     async def __aenter__(self) -> AsyncHarnessEnv:
         return self
@@ -146,14 +186,12 @@ class AsyncHarnessEnv:
 class HarnessEnv:
     """The synchronous client: `HarnessEnv(url).run_rollout(instruction=..., endpoint="vllm")`."""
 
-    def __init__(self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
+                 hf_token: str | None = None, headers: dict[str, str] | None = None) -> None:
+        """`token`: the server's HARNESS_ENV_TOKEN; `hf_token`: for a private Hugging Face Space
+        (default: the stored one, on a Space address only); `headers`: sent with every call."""
         self.base_url = base_url.rstrip("/")
-        self._client = httpx.Client(
-            base_url=self.base_url,
-            headers=_headers(token),
-            timeout=httpx.Timeout(timeout, connect=10.0),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-        )
+        self._client = httpx.Client(**_client_options(self.base_url, token, hf_token, headers, timeout))
 
     def __enter__(self) -> HarnessEnv:
         return self

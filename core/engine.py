@@ -212,7 +212,8 @@ class RolloutRun:
         self.on_event = on_event
         self.rollout_id = uuid.uuid4().hex[:12]
         self.t0 = time.monotonic()
-        self.result = RolloutResult(task_id=self.request.task.task_id, mode=self.request.mode, harness=self.harness.name)
+        self.result = RolloutResult(rollout_id=self.rollout_id, task_id=self.request.task.task_id, mode=self.request.mode,
+                                    harness=self.harness.name)
         self.probe: ProbeResult | None = None
         self.session = None
         self.sandbox: Sandbox | None = None
@@ -268,6 +269,9 @@ class RolloutRun:
             self.harness.check_installed()
             if isinstance(self.harness, OwnsEnvironment):  # e.g. a sandbox provider's credentials
                 await asyncio.to_thread(self.harness.preflight, request, self.capture.base_url)  # may run `docker info`
+            if not request.agent_calls_model:
+                ph.detail = "the agent calls no model"
+                return
             await check_endpoint_reachable(request.endpoint.base_url)
             ph.detail = request.endpoint.base_url
             if request.mode == "transparent_proxy":

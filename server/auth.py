@@ -37,6 +37,9 @@ OPEN_PREFIXES = ("/capture/",)
 WEB_PREFIX = "/web"
 WEB_LOGIN_PATH = "/web/login"
 WEB_COOKIE = "harness_env_web"
+# The token may also come in this header, for when Authorization carries another (a private Hugging
+# Face Space's front door wants the user's Hugging Face token there).
+TOKEN_HEADER = b"x-harness-env-token"
 
 
 def utf8(text: str) -> bytes:
@@ -158,10 +161,12 @@ def is_foreign_origin(scope: Scope, own_origins: Iterable[str]) -> bool:
 
 
 def _bearer(scope: Scope) -> bytes | None:
-    for key, value in scope.get("headers", ()):
-        if key == b"authorization" and value[:7].lower() == b"bearer ":
-            return value[7:].strip()
-    return None
+    value = _raw_header(scope, b"authorization")
+    return value[7:].strip() if value is not None and value[:7].lower() == b"bearer " else None
+
+
+def _raw_header(scope: Scope, name: bytes) -> bytes | None:
+    return next((value for key, value in scope.get("headers", ()) if key == name), None)
 
 
 def _query_token(scope: Scope) -> str | None:
@@ -186,6 +191,8 @@ class TokenAuth:
             given.append((value, web_session_value(self.token)))
         if (bearer := _bearer(scope)) is not None:
             given.append((bearer, self.token))
+        if (own := _raw_header(scope, TOKEN_HEADER)) is not None:  # beside a Space's own Authorization
+            given.append((own.strip(), self.token))
         if scope["type"] == "websocket" and (token := _query_token(scope)) is not None:
             given.append((token, self.token))  # browsers cannot set headers on a WebSocket
         return given
@@ -221,7 +228,8 @@ class TokenAuth:
             await send({"type": "http.response.body", "body": b""})
             return
         await self._refuse(scope, send, error_reply(
-            401, "missing or wrong token: send 'Authorization: Bearer <token>' (the server's HARNESS_ENV_TOKEN)", "unauthorized"))
+            401, "missing or wrong token: send 'Authorization: Bearer <token>' (the server's HARNESS_ENV_TOKEN; behind a private "
+            "Space, in 'X-Harness-Env-Token: <token>')", "unauthorized"))
 
     @staticmethod
     async def _refuse(scope: Scope, send: Send, reply: Reply) -> None:

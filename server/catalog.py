@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr, ValidationError
 
 from harness_env.core.capture.redact import register_secret
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
-from harness_env.models import NAMED_TASK_INSTRUCTION, Endpoint, RolloutArgs, RolloutOptions, RolloutRequest, Task
+from harness_env.models import NAMED_TASK_INSTRUCTION, NO_MODEL_ENDPOINT, Endpoint, RolloutArgs, RolloutOptions, RolloutRequest, Task
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,19 @@ def catalog_key_of(entry: CatalogEntry, env: dict[str, str]) -> str:
     return key
 
 
-def resolve_endpoint(args: RolloutArgs, env: dict[str, str] | None = None) -> tuple[Endpoint, CatalogEntry | None]:
+class EndpointArgs(Protocol):
+    """What names an endpoint: the tool's arguments (RolloutArgs), or `harness-env run`'s flags."""
+
+    endpoint: str
+    base_url: str
+    api_key: SecretStr
+    model: str
+
+    @property
+    def agent_calls_model(self) -> bool: ...
+
+
+def resolve_endpoint(args: EndpointArgs, env: dict[str, str] | None = None) -> tuple[Endpoint, CatalogEntry | None]:
     env = dict(os.environ) if env is None else env
     entry = None
     if args.endpoint:
@@ -73,6 +86,8 @@ def resolve_endpoint(args: RolloutArgs, env: dict[str, str] | None = None) -> tu
     model = args.model or (entry and (env.get(entry.model_var) or entry.default_model)) or ""
     catalog_key = catalog_key_of(entry, env) if entry else ""
     key = args.api_key.get_secret_value() or catalog_key
+    if not base_url and not args.agent_calls_model:
+        return NO_MODEL_ENDPOINT, None
     if not base_url:
         raise InvalidRequestError("no endpoint: pass base_url (and model), or endpoint=vllm|openai|hf_router")
     if entry and args.base_url and not args.api_key.get_secret_value() and catalog_key:

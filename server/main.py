@@ -31,10 +31,36 @@ def check_exposure(host: str, token: str | None, allow_unauthenticated: bool) ->
     )
 
 
+def default_public_url(port: int, env: dict[str, str]) -> str:
+    """Where sandboxes reach this server unless told: on a Hugging Face Space its public https
+    address (SPACE_HOST), else loopback."""
+    space_host = env.get("SPACE_HOST", "").strip()
+    return f"https://{space_host}" if space_host else f"http://127.0.0.1:{port}"
+
+
+def where_to_go(host: str, port: int, public_url: str | None) -> str:
+    """The lines `harness-env serve` prints when it starts: the addresses of its faces."""
+    base = public_url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    base = base.rstrip("/")
+    return "\n".join([
+        f"harness-env {_version()} serving on {host}:{port}",
+        f"  web UI     {base}/web",
+        f"  MCP        {base}/mcp   (streamable HTTP; tools: run_rollout, list_harnesses, list_tasks, catalog)",
+        f"  HTTP API   {base}/docs",
+        f"  health     {base}/health",
+    ])
+
+
+def _version() -> str:
+    from harness_env.cli import version
+
+    return version()
+
+
 def serve(
     *,
     host: str = "127.0.0.1",
-    port: int = 8000,
+    port: int = 8100,
     public_url: str | None = None,
     token: str | None = None,
     max_concurrent: int | None = None,
@@ -45,13 +71,13 @@ def serve(
     if problem:
         print(f"harness-env: error: {problem}", file=sys.stderr)
         return 2
-    # Sandboxes on this machine reach the proxy over loopback unless told otherwise.
-    url = public_url or f"http://127.0.0.1:{port}"
+    url = public_url or default_public_url(port, dict(os.environ))
     app = create_app(public_url=url, token=token, max_concurrent=max_concurrent, max_queue=max_queue)
     # X-Forwarded-For names the client (for the failed-authentication limit) only when the operator
     # names the proxies that set it (uvicorn's FORWARDED_ALLOW_IPS); uvicorn alone trusts loopback,
     # where any local process could claim to be any address.
     trust_proxy = bool(os.environ.get("FORWARDED_ALLOW_IPS"))
+    print(where_to_go(host, port, public_url or (url if os.environ.get("SPACE_HOST") else None)), file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level=os.environ.get("HARNESS_ENV_LOG_LEVEL", "info"), timeout_graceful_shutdown=10,
                 proxy_headers=trust_proxy)
     return 0

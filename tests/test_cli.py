@@ -40,9 +40,78 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, setup, args, expect):
     assert "Traceback" not in p.stderr
 
 
-def test_missing_required_flag_is_one_line():
-    p = _run(["run", "--task", "x.json"])
-    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "--base-url" in p.stderr
+def test_missing_required_flag_is_one_line(tmp_path):
+    p = _run(["run"])
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "--task" in p.stderr
+    (tmp_path / "t.json").write_text('{"instruction": "x"}')
+    p = _run(["run", "--task", "t.json"], cwd=tmp_path)  # an agent that calls a model needs an endpoint
+    assert p.returncode == 2 and p.stderr.strip() == (
+        "harness-env: error: no policy endpoint: pass --base-url and --model, or --endpoint vllm|openai|hf_router")
+
+
+def test_version():
+    from importlib.metadata import version
+
+    p = _run(["--version"])
+    assert p.returncode == 0 and p.stdout.strip() == f"harness-env {version('harness-env')}"
+
+
+def test_every_flag_of_every_command_has_help():
+    """Walks the parser: no flag without help, and every option flag of run shows its default."""
+    import argparse
+
+    from harness_env import cli
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, [*path, name])
+            elif action.option_strings:
+                yield path, action
+
+    seen = 0
+    for path, action in walk(cli.build_parser(), ["harness-env"]):
+        seen += 1
+        assert action.help and action.help != argparse.SUPPRESS, (path, action.option_strings)
+        if path[1:] in (["run"], ["serve"]) and not isinstance(action, (argparse._HelpAction, argparse._StoreTrueAction)) \
+                and action.option_strings[0] not in ("--task", "--api-key", "--api-key-env", "--out", "--rows-out", "--endpoint", "--base-url", "--model"):
+            assert "default" in action.help, (path, action.option_strings)
+    assert seen > 40
+    serve_help = _run(["serve", "--help"]).stdout
+    for face in ("/web", "/mcp", "/docs", "/health", "default: 8100"):
+        assert face in serve_help, face
+    top = _run(["--help"]).stdout
+    assert "examples:" in top and "harness-env run" in top and "harness-env serve" in top
+
+
+def test_endpoint_from_the_catalog_as_on_a_server(tmp_path, monkeypatch):
+    from harness_env import cli
+
+    (tmp_path / "t.json").write_text('{"instruction": "x"}')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VLLM_URL", "http://127.0.0.1:8000")
+    monkeypatch.setenv("VLLM_MODEL", "Qwen/Qwen3-8B")
+    request, _ = cli.run_request(cli.build_parser().parse_args(["run", "--task", "t.json", "--endpoint", "vllm"]))
+    assert (request.endpoint.base_url, request.endpoint.model) == ("http://127.0.0.1:8000/v1", "Qwen/Qwen3-8B")
+    request, _ = cli.run_request(cli.build_parser().parse_args(["run", "--task", "t.json", "--endpoint", "vllm", "--model", "mine"]))
+    assert request.endpoint.model == "mine"  # an explicit flag wins
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    p = _run(["run", "--task", "t.json", "--endpoint", "openai"], cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"})
+    assert p.returncode == 2 and "OPENAI_API_KEY" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_an_agent_that_calls_no_model_needs_no_endpoint(tmp_path, monkeypatch):
+    from harness_env import cli
+    from harness_env.models import NO_MODEL_ENDPOINT
+
+    (tmp_path / "t.json").write_text('{"instruction": "x", "verify": ["true"]}')
+    monkeypatch.chdir(tmp_path)
+    request, _ = cli.run_request(cli.build_parser().parse_args(["run", "--task", "t.json", "--agent", "oracle"]))
+    assert request.endpoint == NO_MODEL_ENDPOINT and not request.agent_calls_model
+    with pytest.raises(SystemExit) as stopped:  # Harbor's pi agent calls one
+        cli.run_request(cli.build_parser().parse_args(["run", "--task", "t.json", "--agent", "pi"]))
+    assert stopped.value.code == 2
 
 
 @pytest.mark.e2e

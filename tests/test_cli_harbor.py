@@ -39,7 +39,9 @@ def test_run_harbor_task_dir_dataset_and_converted_task(tmp_path, policy_server)
         "converted": ["--task", "t.json", "--agent", "nop", "--quiet"],
     }
     procs = {
-        name: subprocess.Popen([*CLI, "run", *args, "--base-url", policy_server.base_url, "--model", "m", "--agent-timeout-s", "60"],
+        # The oracle of "dir" calls no model: it is given no endpoint at all.
+        name: subprocess.Popen([*CLI, "run", *args, *([] if name == "dir" else ["--base-url", policy_server.base_url, "--model", "m"]),
+                                "--agent-timeout-s", "60"],
                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for name, args in runs.items()
     }
@@ -55,6 +57,7 @@ def test_run_harbor_task_dir_dataset_and_converted_task(tmp_path, policy_server)
     assert r["harbor"]["task_path"] == str((tmp_path / "ds" / "alpha").resolve())
     for phase in ("sandbox", "agent", "verify"):
         assert f"{phase}: started" in out["dir"][1]
+    assert "endpoint: finished - the agent calls no model" in out["dir"][1]
     assert (tmp_path / "rows.jsonl").read_text() == ""  # the oracle called no model: no training rows
 
     r = results["dataset"]

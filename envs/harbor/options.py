@@ -84,6 +84,12 @@ class HarborOptions(HarnessOptions):
     def names_task(self) -> bool:
         return bool(self.task_dir or self.dataset)
 
+    @property
+    def calls_model(self) -> bool:
+        from harness_env.envs.harbor.config import MODEL_FREE_AGENTS
+
+        return self.agent not in MODEL_FREE_AGENTS
+
     # -- the command line -------------------------------------------------------------------------
     @classmethod
     def from_command_line(cls, name: str, flags: dict[str, Any], shared: dict[str, tuple[str, ...]]) -> dict[str, Any] | None:

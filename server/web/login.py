@@ -2,14 +2,19 @@
 
 TokenAuth (server/auth.py) lets /web/login through and accepts the cookie on /web paths. The
 cookie is HttpOnly (page scripts cannot read it) and SameSite=Lax (other sites cannot make the
-browser send it with their requests), and Secure when the page is served over HTTPS. Wrong tokens
+browser send it with their requests), and Secure when the page is served over HTTPS. On a Hugging
+Face Space the page lives in an iframe of the Space's page, another site, where a Lax cookie is
+never sent: there it is SameSite=None; Secure; Partitioned (kept for that embedding only), and the
+origin check of server/auth.py still refuses requests from other pages. Wrong tokens
 count against the client's address in the same limiter as the API's (429 past a few a minute).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from html import escape
+from typing import Any
 from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
@@ -59,6 +64,28 @@ def _secure(request: Request) -> bool:
     return proto.split(",")[0].strip() == "https"
 
 
+def embedded(request: Request) -> bool:
+    """Served over HTTPS on a Hugging Face Space (SPACE_ID set), whose page embeds the UI in an iframe."""
+    return _secure(request) and bool(os.environ.get("SPACE_ID"))
+
+
+def cookie_attributes(request: Request) -> dict[str, Any]:
+    """set_cookie's keywords: SameSite=None; Secure when embedded, else SameSite=Lax."""
+    if embedded(request):
+        return {"secure": True, "samesite": "none"}
+    return {"secure": _secure(request), "samesite": "lax"}
+
+
+def partition_last_cookie(reply: Response) -> None:
+    """Add `Partitioned` (CHIPS: a browser that blocks third-party cookies still keeps this one for
+    the Space's page) to the cookie just set; Python's http.cookies writes it only from 3.14."""
+    for i in range(len(reply.raw_headers) - 1, -1, -1):
+        name, value = reply.raw_headers[i]
+        if name == b"set-cookie":
+            reply.raw_headers[i] = (name, value + b"; Partitioned")
+            return
+
+
 def add_login_routes(app: FastAPI, token: str | None, limiter: AuthFailureLimiter | None = None) -> None:
     """GET/POST /web/login and GET /web/logout; must be added before the UI is mounted at /web."""
     web_root = WEB_PREFIX + "/"
@@ -92,12 +119,17 @@ def add_login_routes(app: FastAPI, token: str | None, limiter: AuthFailureLimite
             return HTMLResponse(_page(request, "wrong token"), status_code=401)
         reply = RedirectResponse(root + web_root, status_code=303)
         reply.set_cookie(WEB_COOKIE, web_session_value(token), max_age=COOKIE_MAX_AGE_S, path=root + WEB_PREFIX,
-                         httponly=True, samesite="lax", secure=_secure(request))
+                         httponly=True, **cookie_attributes(request))
+        if embedded(request):
+            partition_last_cookie(reply)
         return reply
 
     @app.get(WEB_PREFIX + "/logout", include_in_schema=False)
     async def logout(request: Request) -> Response:
         root = request.scope.get("root_path", "")
         reply = RedirectResponse(root + (WEB_LOGIN_PATH if token else web_root), status_code=303)
-        reply.delete_cookie(WEB_COOKIE, path=root + WEB_PREFIX)
+        # The same attributes as when set: a partitioned cookie is only removed by a partitioned deletion.
+        reply.delete_cookie(WEB_COOKIE, path=root + WEB_PREFIX, httponly=True, **cookie_attributes(request))
+        if embedded(request):
+            partition_last_cookie(reply)
         return reply

@@ -34,3 +34,17 @@ def test_client_imports_no_server_code():
             "or m.startswith(('harness_env.server', 'harness_env.core', 'harness_env.envs'))]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_a_private_space_gets_the_stored_hugging_face_token_and_no_other_host_does(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_stored")  # what huggingface_hub's get_token() reads first
+    space = http.auth_headers("https://someone-harness-env.hf.space", "tok", None, None)
+    assert space == {"authorization": "Bearer hf_stored", "x-harness-env-token": "tok"}
+    # Any other address: the Hugging Face token is never sent, the server's token is the bearer.
+    for url in ("http://127.0.0.1:8100", "https://hf.space.attacker.example", "https://evil-hf.space.example"):
+        assert http.auth_headers(url, "tok", None, None) == {"authorization": "Bearer tok"}
+    assert http.auth_headers("https://x.hf.space", "tok", "", None) == {"authorization": "Bearer tok"}  # "": no HF token
+    assert http.auth_headers("http://h", None, "hf_given", {"X-Trace": "1"}) == {"authorization": "Bearer hf_given", "x-trace": "1"}
+    with HarnessEnv("https://someone-harness-env.hf.space", token="tok", headers={"x-extra": "1"}) as env:
+        sent = env._client.headers
+        assert sent["authorization"] == "Bearer hf_stored" and sent["x-harness-env-token"] == "tok" and sent["x-extra"] == "1"

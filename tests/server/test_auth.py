@@ -86,6 +86,17 @@ async def test_a_non_ascii_token_works_and_wrong_ones_are_401_then_429():
         assert [(await other.get("/harnesses")).status_code for _ in range(5)] == [401] * 5
 
 
+async def test_behind_a_private_space_the_token_comes_in_its_own_header():
+    """A private Space's front door takes the Hugging Face token in Authorization (and passes it on):
+    the server's token then comes in X-Harness-Env-Token."""
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=_app("tok"), client=("10.0.0.3", 1)), base_url="http://t") as c:
+        hf = {"authorization": "Bearer hf_someone"}
+        assert (await c.get("/harnesses", headers={**hf, "x-harness-env-token": "tok"})).status_code == 200
+        assert (await c.get("/harnesses", headers={"x-harness-env-token": "tok"})).status_code == 200
+        wrong = await c.get("/harnesses", headers={**hf, "x-harness-env-token": "nope"})
+        assert wrong.status_code == 401 and "X-Harness-Env-Token" in wrong.json()["error"]["message"]
+
+
 @pytest.mark.parametrize("headers,foreign", [
     ({}, False),
     ({"origin": "http://127.0.0.1:8000"}, False),  # the public URL

@@ -62,3 +62,19 @@ async def test_without_a_token_web_is_open_and_login_redirects():
         assert (await c.get("/web/")).json() == {"page": True}
         r = await c.get("/web/login")
         assert r.status_code == 303 and r.headers["location"] == "/web/"
+
+
+async def test_on_a_space_over_https_the_cookie_is_sent_inside_the_space_iframe(monkeypatch):
+    """A Space shows /web in an iframe of another site: a Lax cookie would never come back there."""
+    monkeypatch.setenv("SPACE_ID", "someone/harness-env")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=_app("tok-123")), base_url="https://t") as c:
+        ok = await c.post("/web/login", data={"token": "tok-123"})
+        attrs = [a.strip().lower() for a in ok.headers["set-cookie"].split(";")]
+        assert {"samesite=none", "secure", "partitioned", "httponly"} <= set(attrs)
+        gone = await c.get("/web/logout")
+        attrs = [a.strip().lower() for a in gone.headers["set-cookie"].split(";")]
+        assert "partitioned" in attrs and "max-age=0" in attrs
+    # The same Space over plain HTTP (a local docker run): a SameSite=None cookie without Secure is refused by browsers.
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=_app("tok-123")), base_url="http://t") as c:
+        set_cookie = (await c.post("/web/login", data={"token": "tok-123"})).headers["set-cookie"].lower()
+        assert "samesite=lax" in set_cookie and "partitioned" not in set_cookie
