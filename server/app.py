@@ -1,7 +1,8 @@
 """The FastAPI app factory: one app, one port.
 
 Routes: POST /rollout, GET /harnesses, GET /harbor/tasks?dataset=&split= (the Harbor tasks of a
-dataset under $HARNESS_ENV_HARBOR_TASKS_DIR), GET /catalog, GET /health, /docs, /mcp (MCP over
+dataset under $HARNESS_ENV_HARBOR_TASKS_DIR), GET /catalog, GET /health, /metadata and /schema
+(OpenEnv's, server/openenv_routes.py), /docs (served offline, server/docs_page.py), /mcp (MCP over
 streamable HTTP, also OpenEnv's MCPToolClient), /ws (OpenEnv's session socket), /capture/v1 (the
 capture proxy, where sandboxes reach the policy), /web (the Gradio UI). Bad arguments answer 422,
 a component the server lacks (e.g. the Harbor extra) 501, a full queue 429, a body over 32 MB 413
@@ -31,6 +32,9 @@ from harness_env.core.sandbox.cgroups import sweep_stale
 from harness_env.core.sandbox.local import bwrap_available
 from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
 from harness_env.server.auth import AuthFailureLimiter, TokenAuth, origin_of, redact_server_logs
+from harness_env.server.cpus import available_cpus
+from harness_env.server.docs_page import add_docs_routes
+from harness_env.server.openenv_routes import DESCRIPTION, ServerState, add_openenv_routes, package_version
 from harness_env.server.service import RolloutService
 from harness_env.server.slots import RolloutSlots, ServerBusy
 
@@ -42,7 +46,9 @@ ALLOWED_ORIGINS_VAR = "HARNESS_ENV_ALLOWED_ORIGINS"  # pages of other origins th
 
 
 def default_max_concurrent() -> int:
-    return int(os.environ.get("MAX_CONCURRENT_ROLLOUTS") or max(2, (os.cpu_count() or 2) * 2))
+    """MAX_CONCURRENT_ROLLOUTS, else twice the CPUs this process may use (its affinity and cgroup
+    quota, not the host's count a container reports): a rollout mostly waits on the model."""
+    return int(os.environ.get("MAX_CONCURRENT_ROLLOUTS") or max(2, available_cpus() * 2))
 
 
 async def _cancel_on_disconnect(request: Request, task: asyncio.Task) -> None:
@@ -91,8 +97,9 @@ def create_app(
             await web.aclose()
         await proxy.aclose()
 
-    app = FastAPI(title="harness-env", version="0.1.0", lifespan=lifespan,
-                  description="Run coding-agent harnesses on tasks; capture exact token trajectories and a reward.")
+    # /docs is served from the package (server/docs_page.py), not FastAPI's CDN page; no ReDoc.
+    app = FastAPI(title="harness-env", version=package_version(), lifespan=lifespan, description=DESCRIPTION,
+                  docs_url=None, redoc_url=None)
     app.state.service = service
 
     @app.exception_handler(RequestValidationError)
@@ -118,17 +125,14 @@ def create_app(
         """Whoever opens the server's address (a Space's page does) lands on the web UI."""
         return RedirectResponse(request.scope.get("root_path", "") + "/web", status_code=307)
 
-    @app.get("/health")
-    async def health() -> dict:
-        return {
-            "status": "ok",
-            "harnesses": {h.name: h.version for h in service.list_harnesses()},
-            "sandbox_backend": "bwrap" if bwrap_available() else "plain",
-            "rollouts_running": slots.running,
-            "rollouts_queued": slots.queued,
-            "max_concurrent": slots.max_concurrent,
-            "max_queue": slots.max_queue,
-        }
+    def server_state() -> ServerState:
+        return ServerState(harnesses={h.name: h.version for h in service.list_harnesses()},
+                           sandbox_backend="bwrap" if bwrap_available() else "plain",
+                           rollouts_running=slots.running, rollouts_queued=slots.queued,
+                           max_concurrent=slots.max_concurrent, max_queue=slots.max_queue)
+
+    add_openenv_routes(app, server_state)  # /health, /metadata, /schema
+    add_docs_routes(app, app.title)
 
     @app.post("/rollout", response_model=RolloutResult)
     async def rollout(args: RolloutArgs, request: Request) -> RolloutResult:
@@ -227,7 +231,8 @@ def limit_body(app, limit: int = MAX_BODY_BYTES):
 def __getattr__(name: str):
     """`harness_env.server.app:app` for ASGI servers and OpenEnv: built from the environment."""
     if name == "app":
-        port = os.environ.get("PORT") or os.environ.get("HARNESS_ENV_PORT") or "8000"
+        # As `harness-env serve` reads them; 8000 is uvicorn's own default port.
+        port = os.environ.get("HARNESS_ENV_PORT") or os.environ.get("PORT") or "8000"
         return create_app(
             public_url=os.environ.get("HARNESS_ENV_PUBLIC_URL") or f"http://127.0.0.1:{port}",
             token=os.environ.get("HARNESS_ENV_TOKEN") or None,

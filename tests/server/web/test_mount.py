@@ -15,5 +15,5 @@ async def test_a_ui_that_fails_to_load_answers_503_and_the_api_stays_up(monkeypa
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         r = await c.get("/web/")
         assert r.status_code == 503 and "no gradio here" in r.text
-        assert (await c.get("/health")).json()["status"] == "ok"
+        assert (await c.get("/health")).json()["status"] == "healthy"
         assert (await c.get("/web/login", follow_redirects=False)).status_code == 303  # no token: straight to /web/
