@@ -92,7 +92,7 @@ def test_sync_client_and_http_errors(start_server, policy_server):
     with HarnessEnv(server.url) as env:
         result = env.run_rollout(**_args(policy_server))
         _check_result(result.model_dump(), policy_server)
-        assert env.health()["status"] == "ok"
+        assert env.health()["status"] == "healthy"
         harnesses = {h.name: h for h in env.list_harnesses()}
         assert set(harnesses) == {"pi", "opencode", "whitebox", "harbor"}
         cli_harnesses = [harnesses[name] for name in ("pi", "opencode", "whitebox")]
