@@ -63,6 +63,7 @@ async def _cancel_on_disconnect(request: Request, task: asyncio.Task) -> None:
 def create_app(
     *,
     public_url: str,
+    capture_url: str | None = None,
     token: str | None = None,
     max_concurrent: int | None = None,
     max_queue: int | None = None,
@@ -75,7 +76,10 @@ def create_app(
     proxy = CaptureProxy()
     concurrent = max_concurrent or default_max_concurrent()
     slots = RolloutSlots(concurrent, max_queue if max_queue is not None else concurrent * 4)
-    service = RolloutService(proxy, public_url.rstrip("/") + CAPTURE_PREFIX + "/v1", slots, use_bwrap)
+    # Where sandboxes reach the capture proxy: the public URL unless told (a Space's public address
+    # is its front door, which would turn away the sandboxes' per-rollout keys of a private Space).
+    capture_base = (capture_url or public_url).rstrip("/") + CAPTURE_PREFIX + "/v1"
+    service = RolloutService(proxy, capture_base, slots, use_bwrap)
 
     from harness_env.server.mcp_tools import build_mcp
     from harness_env.server.web import WebUI

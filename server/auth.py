@@ -1,7 +1,7 @@
 """Bearer-token auth for the whole app, as an ASGI wrapper.
 
 Running rollouts means running commands on this machine, so when a token is set every route but
-/health requires it. The capture proxy (/capture) is exempt: it authenticates harnesses by their
+/health and the API's description (OPEN_PATHS) requires it. The capture proxy (/capture) is exempt: it authenticates harnesses by their
 per-rollout capture key instead.
 
 A browser cannot send a bearer header, so the web UI (/web) also accepts a session cookie that the
@@ -32,8 +32,11 @@ from urllib.parse import parse_qs, urlsplit
 
 from harness_env.core.capture.asgi import Receive, Reply, Scope, Send, error_reply, header, send_reply
 
-OPEN_PATHS = ("/health", "/")  # "/" only redirects to the web UI (which asks for the token)
-OPEN_PREFIXES = ("/capture/",)
+# Open without a token: liveness, "/" (only a redirect to the web UI, which asks for the token), and
+# what describes the API without running anything (OpenEnv's `validate --url` reads these, and a
+# browser cannot send a bearer header to /docs): the project is open source, its schema no secret.
+OPEN_PATHS = ("/health", "/", "/metadata", "/schema", "/openapi.json", "/docs")
+OPEN_PREFIXES = ("/capture/", "/docs/assets/")
 WEB_PREFIX = "/web"
 WEB_LOGIN_PATH = "/web/login"
 WEB_COOKIE = "harness_env_web"

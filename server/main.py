@@ -72,7 +72,10 @@ def serve(
         print(f"harness-env: error: {problem}", file=sys.stderr)
         return 2
     url = public_url or default_public_url(port, dict(os.environ))
-    app = create_app(public_url=url, token=token, max_concurrent=max_concurrent, max_queue=max_queue)
+    # Sandboxes on this machine reach the capture proxy over loopback, unless a public URL is given
+    # (Harbor's remote sandbox providers need one they can reach).
+    capture_url = public_url or f"http://127.0.0.1:{port}"
+    app = create_app(public_url=url, capture_url=capture_url, token=token, max_concurrent=max_concurrent, max_queue=max_queue)
     # X-Forwarded-For names the client (for the failed-authentication limit) only when the operator
     # names the proxies that set it (uvicorn's FORWARDED_ALLOW_IPS); uvicorn alone trusts loopback,
     # where any local process could claim to be any address.

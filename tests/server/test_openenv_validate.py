@@ -117,6 +117,16 @@ def test_runtime_validation_passes_every_criterion(server: ServerProcess) -> Non
     assert report["standard_version"] == package_version()
 
 
+def test_against_a_server_with_a_token_only_what_acts_is_closed(start_server) -> None:
+    """A Space must have a token, and the validator sends none. What describes the API runs
+    nothing and is open; /mcp runs rollouts and stays closed (the one criterion that then fails)."""
+    s = start_server(env={"HARNESS_ENV_TOKEN": "tok"})
+    report = json.loads(openenv_cli("validate", "--url", s.url, "--json").output)
+    assert [c["id"] for c in report["criteria"] if not c["passed"]] == ["mcp_endpoint"]
+    for method, path in (("GET", "/harnesses"), ("POST", "/rollout"), ("POST", "/mcp"), ("GET", "/web/config"), ("GET", "/catalog")):
+        assert httpx.request(method, s.url + path, json={}).status_code == 401, path
+
+
 # -- the routes, as OpenEnv's own types read them -------------------------------------------------
 
 

@@ -1,0 +1,39 @@
+"""`harness-env serve` as a user starts it: where it says to go, and what changes on a Hugging Face Space."""
+
+import httpx
+import pytest
+
+from harness_env.client import HarnessEnv
+from harness_env.server.main import default_public_url, where_to_go
+
+
+def test_the_public_url_is_the_space_s_on_a_space_else_loopback():
+    assert default_public_url(8100, {}) == "http://127.0.0.1:8100"
+    assert default_public_url(7860, {"SPACE_HOST": "me-harness-env.hf.space", "SPACE_ID": "me/harness-env"}) == "https://me-harness-env.hf.space"
+
+
+def test_serve_says_where_its_faces_are():
+    lines = where_to_go("0.0.0.0", 8100, None)
+    for face in ("http://127.0.0.1:8100/web", "http://127.0.0.1:8100/mcp", "http://127.0.0.1:8100/docs", "http://127.0.0.1:8100/health"):
+        assert face in lines, face
+    assert "https://me.hf.space/web" in where_to_go("0.0.0.0", 7860, "https://me.hf.space/")
+
+
+@pytest.mark.e2e
+def test_a_server_on_a_space_serves_its_public_origin_and_runs_rollouts_over_loopback(start_server, policy_server):
+    """On a Space, the Space's https address is the server's own origin (a browser on the Space's
+    page is not refused) and the address it prints; its own rollouts still reach the capture proxy
+    locally (a private Space's front door would refuse their keys)."""
+    space = {"SPACE_ID": "me/harness-env", "SPACE_HOST": "me-harness-env.hf.space", "HARNESS_ENV_PUBLIC_URL": ""}
+    server = start_server("--token", "tok", env=space)
+    auth = {"authorization": "Bearer tok"}
+    assert httpx.get(server.url + "/harnesses", headers={**auth, "origin": "https://me-harness-env.hf.space"}).status_code == 200
+    assert httpx.get(server.url + "/harnesses", headers={**auth, "origin": "https://evil.example"}).status_code == 403
+    policy_server.policy.scripts["m"] = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
+    with HarnessEnv(server.url, token="tok") as env:
+        result = env.run_rollout(harness="whitebox", base_url=policy_server.base_url, model="m",
+                                 instruction="Create hello.txt.", verify=["grep -qx hello hello.txt"])
+    assert result.error is None and result.reward == 1.0, result.error
+    assert len(result.proxy_turns) == 2
+    printed = server.log_path.read_text()  # printed at start
+    assert "web UI     https://me-harness-env.hf.space/web" in printed
