@@ -28,11 +28,17 @@ class ToolPin:
     bin: str  # the package.json "bin" entry to run (Node CLIs), or the native binary's name
     node_min: str | None = None  # a Node CLI: the Node it needs; None: a native binary
     native_prefix: str | None = None  # native: the platform packages are <prefix>-linux-<arch>[-variant]
+    native_path: str = "bin/{bin}"  # native: the binary inside its platform package ({machine}: x86_64, aarch64)
+    native_variants: bool = True  # native: musl and baseline (no AVX2) builds are packages of their own
 
 
 PINS: dict[str, ToolPin] = {
     "pi": ToolPin(name="pi", package="@earendil-works/pi-coding-agent", version="1.6.0", bin="pi", node_min="22.19.0"),
     "opencode": ToolPin(name="opencode", package="opencode-ai", version="1.18.33", bin="opencode", native_prefix="opencode"),
+    # One static (musl) binary per architecture, in @openai/codex-linux-<arch> (an npm alias of a
+    # platform version of @openai/codex); the package's bin script only finds and execs it.
+    "codex": ToolPin(name="codex", package="@openai/codex", version="0.171.0", bin="codex", native_prefix="@openai/codex",
+                     native_path="vendor/{machine}-unknown-linux-musl/bin/codex", native_variants=False),
 }
 
 
@@ -130,15 +136,18 @@ def native_binary(pin: ToolPin, root: Path) -> str:
     package's postinstall script, which `install` never runs: the same choice it would make
     (musl or glibc, baseline build without AVX2)."""
     arch = node_package().removeprefix("node-linux-")
-    musl = any(Path("/lib").glob("ld-musl-*"))
     base = f"{pin.native_prefix}-linux-{arch}"
-    variants = [base + ("-musl" if musl else "")]
-    if arch == "x64":
-        baseline = base + "-baseline" + ("-musl" if musl else "")
-        variants = variants + [baseline] if _cpu_has_avx2() else [baseline, *variants]
+    variants = [base]
+    if pin.native_variants:
+        musl = any(Path("/lib").glob("ld-musl-*"))
+        variants = [base + ("-musl" if musl else "")]
+        if arch == "x64":
+            baseline = base + "-baseline" + ("-musl" if musl else "")
+            variants = variants + [baseline] if _cpu_has_avx2() else [baseline, *variants]
+    inside = pin.native_path.format(bin=pin.bin, machine={"x64": "x86_64", "arm64": "aarch64"}[arch])
     modules = root / pin.name / "node_modules"
     for variant in variants:
-        binary = modules / variant / "bin" / pin.bin
+        binary = modules / variant / inside
         if binary.exists():
             return str(binary)
     raise ToolMissingError(f"{pin.package}'s binary for this platform ({', '.join(variants)}) is missing; run `harness-env install {pin.name}`")

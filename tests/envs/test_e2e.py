@@ -14,6 +14,7 @@ from harness_env.core.harness import PinnedCliHarness
 from harness_env.envs import HARNESSES as REGISTERED, get_harness
 
 UPSTREAM_KEY = "sk-upstream-e2e-9f8e7d"
+SHELL_TOOL = {"codex": "exec_command"}  # the harness's own shell tool, where it is not "bash"
 pytestmark = pytest.mark.e2e
 
 
@@ -82,7 +83,7 @@ async def test_agent_doing_the_work_gets_reward_1_and_exact_tokens(policy_server
         assert turn.completion_token_ids == s.completion_token_ids and turn.completion_token_ids
         assert turn.per_token_logps == s.logprobs
         assert turn.stream is (harness in CLI_HARNESSES) and (turn.ttft_s is not None) == turn.stream
-    assert policy_turns[0].tool_calls[0]["function"]["name"] == "bash"
+    assert policy_turns[0].tool_calls[0]["function"]["name"] == SHELL_TOOL.get(harness, "bash")
     # Training rows hold the policy turns only: the auxiliary title turn stays out.
     rows = res.training_rows()
     assert rows and all(r.trainable and r.reward == 1.0 for r in rows)
@@ -165,7 +166,7 @@ async def test_upstream_key_never_reaches_the_sandbox(policy_server, make_reques
     res = await run_rollout(make_request([{"bash": spy}, {"text": "looked"}], verify=["true"]), use_bwrap=use_bwrap)
     assert res.error is None, res.error
     assert {"env.txt", "ps.txt", "cmdlines.txt"} <= set(res.files)
-    agent_lines = [ln for ln in res.files["ps.txt"].splitlines() if ln.strip() == "pi" or "cli.js" in ln or "opencode run" in ln]
+    agent_lines = [ln for ln in res.files["ps.txt"].splitlines() if ln.strip() == "pi" or "cli.js" in ln or "opencode run" in ln or "codex exec" in ln]
     if harness in CLI_HARNESSES:
         assert agent_lines, res.files["ps.txt"]  # the agent's own process was visible to the spy
     everything = res.model_dump_json()

@@ -37,7 +37,7 @@ from starlette.routing import Route
 
 from tests.fakes.loopback import LoopbackServer
 
-SHELL_TOOL_NAMES = ("bash", "shell", "run_shell_command", "exec", "execute")
+SHELL_TOOL_NAMES = ("bash", "shell", "run_shell_command", "exec", "execute", "exec_command", "shell_command")
 
 
 def fake_token_ids(text: str) -> list[int]:
@@ -79,6 +79,21 @@ def render_prompt(body: dict[str, Any]) -> list[int]:
             ids += fake_token_ids(f"<|{m.get('role')}|>") + piece_ids(pieces(_text_of(m.get("content"))))
         ids += fake_token_ids(END)
     return ids + fake_token_ids(GEN_HEADER)
+
+
+def shell_arguments(schema: dict[str, Any], command: str) -> dict[str, Any]:
+    """The shell tool's arguments as its schema asks: the command as `cmd` (Codex's exec_command),
+    as an argv list (a `command` array), or as a string; a description where one is required."""
+    props, required = schema.get("properties") or {}, schema.get("required") or []
+    if "cmd" in props and "command" not in props:
+        args: dict[str, Any] = {"cmd": command}
+    elif (props.get("command") or {}).get("type") == "array":
+        args = {"command": ["bash", "-lc", command]}
+    else:
+        args = {"command": command}
+    if "description" in required:
+        args["description"] = "run a command"
+    return args
 
 
 def fake_logprob(token_id: int) -> float:
@@ -173,10 +188,7 @@ class FakePolicy:
         if "bash" in step:
             tool = next((t for t in body.get("tools", []) if t.get("function", {}).get("name") in SHELL_TOOL_NAMES), None)
             name = tool["function"]["name"] if tool else "bash"
-            args: dict[str, Any] = {"command": step["bash"]}
-            required = (tool or {}).get("function", {}).get("parameters", {}).get("required", [])
-            if "description" in required:
-                args["description"] = "run a command"
+            args = shell_arguments((tool or {}).get("function", {}).get("parameters") or {}, step["bash"])
             tool_calls = [{"id": f"call_{len(self.sent)}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]
         elif "call" in step:
             tool_calls = [{"id": f"call_{len(self.sent)}", "type": "function", "function": {"name": step["call"], "arguments": step["arguments"]}}]
