@@ -11,6 +11,10 @@ Direct and proxied calls are interleaved in rounds so machine noise hits both al
 - time to first token: the upstream models a 50 ms prefill; ratio proxied/direct;
 - throughput at c=N: the upstream models an engine (50 ms prefill, 32 chunks 2 ms apart; the
   non-streaming answer after the same time); ratio of calls per second proxied/direct.
+
+Each translating dialect gets its own streaming cases (added latency, time to first byte): the
+proxied call speaks the dialect (e.g. `POST /v1/responses`, translated event by event), the
+direct one chat completions to the same upstream.
 """
 
 from __future__ import annotations
@@ -53,7 +57,9 @@ async def app(scope, receive, send):
         await send({"type": "http.response.body", "body": b"ok"})
         return
     req = json.loads(body)
-    ttft, chunks, gap = req["x_bench"]  # the modelled engine: prefill ms, chunks, ms between chunks
+    # The modelled engine (prefill ms, chunks, ms between chunks), on the first line of the last
+    # message: what every dialect passes on to the engine.
+    ttft, chunks, gap = json.loads(req["messages"][-1]["content"].split("\n", 1)[0])
     if not req.get("stream"):
         if ttft or gap:
             await asyncio.sleep((ttft + chunks * gap) / 1000)
@@ -120,12 +126,23 @@ async def _wait_up(url: str) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
-async def _call(client: aiohttp.ClientSession, url: str, key: str, stream: bool, shape: tuple[float, int, float]) -> tuple[float, float]:
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi " * 50}], "tools": [{"type": "function", "function": {"name": "bash"}}],
-            "stream": stream, "x_bench": shape}
+def _request(api: str, stream: bool, shape: tuple[float, int, float]) -> tuple[str, dict]:
+    """The same call in a dialect: its path and body (the modelled engine's shape on the prompt's
+    first line)."""
+    prompt = json.dumps(shape) + "\n" + "hi " * 50
+    if api == "responses":
+        return "/responses", {"model": "m", "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}],
+                              "tools": [{"type": "function", "name": "bash", "parameters": {"type": "object", "properties": {}}}],
+                              "stream": stream, "store": False}
+    return "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": prompt}],
+                                 "tools": [{"type": "function", "function": {"name": "bash"}}], "stream": stream}
+
+
+async def _call(client: aiohttp.ClientSession, url: str, key: str, api: str, stream: bool, shape: tuple[float, int, float]) -> tuple[float, float]:
+    path, body = _request(api, stream, shape)
     t0 = time.perf_counter()
     ttft = 0.0
-    async with client.post(url + "/chat/completions", json=body, headers={"authorization": f"Bearer {key}"}) as r:
+    async with client.post(url + path, json=body, headers={"authorization": f"Bearer {key}"}) as r:
         r.raise_for_status()
         first = True
         async for _ in r.content.iter_any():
@@ -135,22 +152,23 @@ async def _call(client: aiohttp.ClientSession, url: str, key: str, stream: bool,
     return time.perf_counter() - t0, ttft
 
 
-async def _measure(targets: dict[str, tuple[str, str]], *, stream: bool, concurrency: int, n: int, shape: tuple[float, int, float]) -> dict[str, dict[str, float]]:
-    """Interleave direct and proxied rounds; per target: p50/p99 latency, p50 TTFT, calls/s."""
+async def _measure(targets: dict[str, tuple[str, str, str]], *, stream: bool, concurrency: int, n: int, shape: tuple[float, int, float]) -> dict[str, dict[str, float]]:
+    """Interleave direct and proxied rounds; per target (url, key, dialect): p50/p99 latency, p50
+    TTFT, calls/s."""
     out: dict[str, dict] = {}
     # The load generator must not be the bottleneck: aiohttp on uvloop, as lean as a client gets here.
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency * 2)) as client:
-        for url, key in targets.values():  # warm-up (connections, caches)
-            await asyncio.gather(*(_call(client, url, key, stream, shape) for _ in range(concurrency)))
+        for url, key, api in targets.values():  # warm-up (connections, caches)
+            await asyncio.gather(*(_call(client, url, key, api, stream, shape) for _ in range(concurrency)))
         rounds = 4
         per_round = max(concurrency, n // rounds)
         for _ in range(rounds):
-            for name, (url, key) in targets.items():
+            for name, (url, key, api) in targets.items():
                 sem = asyncio.Semaphore(concurrency)
 
                 async def one() -> tuple[float, float]:
                     async with sem:
-                        return await _call(client, url, key, stream, shape)
+                        return await _call(client, url, key, api, stream, shape)
 
                 t0 = time.perf_counter()
                 res = await asyncio.gather(*(one() for _ in range(per_round)))
@@ -189,20 +207,27 @@ async def main() -> int:
         key = px.stdout.readline().strip()  # type: ignore[union-attr]
         await _wait_up(f"http://127.0.0.1:{up_port}/")
         await _wait_up(f"http://127.0.0.1:{px_port}/")
-        targets = {"direct": (upstream, "sk-bench"), "proxy": (f"http://127.0.0.1:{px_port}/v1", key)}
+        proxy_url = f"http://127.0.0.1:{px_port}/v1"
         cases = [
-            ("added latency, non-stream", False, 1, burst),
-            ("added latency, stream", True, 1, burst),
-            ("added latency, non-stream", False, N, burst),
-            ("added latency, stream", True, N, burst),
-            ("ttft, 50 ms prefill", True, 1, prefill),
-            ("ttft, 50 ms prefill", True, N, prefill),
-            ("throughput, engine-like", True, N, engine),
-            ("throughput, engine-like", False, N, engine),
+            ("added latency, non-stream", False, 1, burst, "chat"),
+            ("added latency, stream", True, 1, burst, "chat"),
+            ("added latency, non-stream", False, N, burst, "chat"),
+            ("added latency, stream", True, N, burst, "chat"),
+            ("ttft, 50 ms prefill", True, 1, prefill, "chat"),
+            ("ttft, 50 ms prefill", True, N, prefill, "chat"),
+            ("throughput, engine-like", True, N, engine, "chat"),
+            ("throughput, engine-like", False, N, engine, "chat"),
+            # The translating dialects: proxied in their own API, direct in chat completions.
+            ("responses: added latency, stream", True, 1, burst, "responses"),
+            ("responses: added latency, stream", True, N, burst, "responses"),
+            ("responses: ttft, 50 ms prefill", True, 1, prefill, "responses"),
+            ("responses: ttft, 50 ms prefill", True, N, prefill, "responses"),
+            ("responses: throughput, engine-like", True, N, engine, "responses"),
         ]
         figures = {}
-        print(f"{'case':<42}{'direct p50':>11}{'proxy p50':>11}{'added p50':>11}{'direct p99':>11}{'proxy p99':>11}{'ttft x':>8}{'rps x':>8}")
-        for title, stream, conc, shape in cases:
+        print(f"{'case':<46}{'direct p50':>11}{'proxy p50':>11}{'added p50':>11}{'direct p99':>11}{'proxy p99':>11}{'ttft x':>8}{'rps x':>8}")
+        for title, stream, conc, shape, api in cases:
+            targets = {"direct": (upstream, "sk-bench", "chat"), "proxy": (proxy_url, key, api)}
             n = args.requests if conc > 1 else max(100, args.requests // 2)
             m = await _measure(targets, stream=stream, concurrency=conc, n=n, shape=shape)
             d, p = m["direct"], m["proxy"]
@@ -210,7 +235,7 @@ async def main() -> int:
             figures[label] = {**m, "added_p50_ms": p["p50_ms"] - d["p50_ms"], "added_p99_ms": p["p99_ms"] - d["p99_ms"],
                               "ttft_ratio": p["ttft_p50_ms"] / d["ttft_p50_ms"], "throughput_ratio": p["rps"] / d["rps"]}
             f = figures[label]
-            print(f"{label:<42}{d['p50_ms']:>9.2f}ms{p['p50_ms']:>9.2f}ms{f['added_p50_ms']:>9.2f}ms{d['p99_ms']:>9.2f}ms{p['p99_ms']:>9.2f}ms"
+            print(f"{label:<46}{d['p50_ms']:>9.2f}ms{p['p50_ms']:>9.2f}ms{f['added_p50_ms']:>9.2f}ms{d['p99_ms']:>9.2f}ms{p['p99_ms']:>9.2f}ms"
                   f"{f['ttft_ratio']:>8.3f}{f['throughput_ratio']:>8.3f}")
         summary = {
             "added_p50_ms_non_stream_c1": figures["added latency, non-stream, c=1"]["added_p50_ms"],
@@ -219,9 +244,15 @@ async def main() -> int:
             f"ttft_ratio_c{N}": figures[f"ttft, 50 ms prefill (stream, c={N})"]["ttft_ratio"],
             f"throughput_ratio_stream_c{N}": figures[f"throughput, engine-like (stream, c={N})"]["throughput_ratio"],
             f"throughput_ratio_non_stream_c{N}": figures[f"throughput, engine-like (non-stream, c={N})"]["throughput_ratio"],
+            "responses_added_p50_ms_stream_c1": figures["responses: added latency, stream, c=1"]["added_p50_ms"],
+            "responses_ttft_ratio_c1": figures["responses: ttft, 50 ms prefill (stream, c=1)"]["ttft_ratio"],
+            f"responses_ttft_ratio_c{N}": figures[f"responses: ttft, 50 ms prefill (stream, c={N})"]["ttft_ratio"],
+            f"responses_throughput_ratio_stream_c{N}": figures[f"responses: throughput, engine-like (stream, c={N})"]["throughput_ratio"],
         }
         targets_ok = {"added_p50_ms_non_stream_c1": ("<", 1.0), "added_p50_ms_stream_c1": ("<", 1.0), "ttft_ratio_c1": ("<=", 1.05),
-                      f"ttft_ratio_c{N}": ("<=", 1.05), f"throughput_ratio_stream_c{N}": (">=", 0.8), f"throughput_ratio_non_stream_c{N}": (">=", 0.8)}
+                      f"ttft_ratio_c{N}": ("<=", 1.05), f"throughput_ratio_stream_c{N}": (">=", 0.8), f"throughput_ratio_non_stream_c{N}": (">=", 0.8),
+                      "responses_added_p50_ms_stream_c1": ("<", 1.0), "responses_ttft_ratio_c1": ("<=", 1.05),
+                      f"responses_ttft_ratio_c{N}": ("<=", 1.05), f"responses_throughput_ratio_stream_c{N}": (">=", 0.8)}
         print()
         for k, v in summary.items():
             op, bound = targets_ok[k]

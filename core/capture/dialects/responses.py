@@ -355,12 +355,12 @@ class ResponseBuilder:
             "usage": responses_usage(self.usage),
             "error": None,
             "incomplete_details": None,
-            "instructions": body.get("instructions"),
             "parallel_tool_calls": body.get("parallel_tool_calls", True),
             "previous_response_id": None,
             "store": False,
             "tool_choice": body.get("tool_choice", "auto"),
-            "tools": body.get("tools") or [],
+            # `instructions` and `tools` are not echoed: tens of kilobytes per event that no client
+            # reads, on the latency path.
         }
         if status == "incomplete":
             out["incomplete_details"] = {"reason": "content_filter" if self.finish_reason == "content_filter" else "max_output_tokens"}
@@ -540,6 +540,7 @@ class ResponsesStream:
         self.builder = ResponseBuilder(request)
         self.draft = draft
         self.decoder = SSEDecoder()
+        self.chunks: list[dict[str, Any]] = []  # assembled into the draft after the client has everything
 
     def _events(self, payloads: list[str]) -> bytes:
         out = b""
@@ -554,7 +555,7 @@ class ResponsesStream:
             if not isinstance(chunk, dict):
                 self.draft.errors.append(f"malformed stream chunk (not an object): {data[:200]!r}")
                 continue
-            self.draft.add_chunk(chunk)
+            self.chunks.append(chunk)
             out += self.builder.chunk(chunk)
         return out
 
@@ -565,7 +566,9 @@ class ResponsesStream:
         return self._events(self.decoder.flush()) + self.builder.end(error)
 
     def finish(self) -> None:
-        pass  # assembled as it went
+        for chunk in self.chunks:  # off the latency path: ids, logprobs and text into the turn
+            self.draft.add_chunk(chunk)
+        self.chunks = []
 
 
 class Responses:
