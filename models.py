@@ -3,7 +3,8 @@
 - models_base.py: the bounds and checks every request obeys, Task, Endpoint;
 - models_options.py: how a rollout runs (RolloutOptions, RolloutRequest, RolloutArgs, and
   HarnessOptions, the base of a harness's own options): each option declared once, as a field;
-- models_results.py: what comes back (RolloutResult, Turn, TrainingRow, PhaseEvent, ...).
+- models_results.py: what comes back (RolloutResult, Turn, TrainingRow, PhaseEvent, ...);
+- models_summary.py: a result in at most 16 KB (RolloutSummary, summarize), for an agent.
 
 Import them from here. Names that moved into a harness's own package (its options and run info,
 envs/<harness>/options.py) are still importable from here under their former names.
@@ -67,6 +68,7 @@ from harness_env.models_results import (
     Turn,
     TurnPurpose,
 )
+from harness_env.models_summary import MAX_SUMMARY_BYTES, Detail, RolloutSummary, SummaryFile, SummaryPhase, summarize
 
 __all__ = [
     "DEFAULT_HARNESS", "HARNESS_OPTIONS", "LEGACY_OPTION_KEYS", "MAX_COMMAND_CHARS", "MAX_COMMANDS", "MAX_FILE_CHARS",
@@ -76,6 +78,7 @@ __all__ = [
     "RolloutArgs", "RolloutOptions", "RolloutRequest", "RolloutResult", "Task", "TopLogprob", "TrainingRow", "Turn",
     "TurnPurpose", "bounded_mapping", "check_http_url", "check_text", "harness_options_model", "harness_options_models", "option", "option_group",
 ]
+__all__ += ["MAX_SUMMARY_BYTES", "Detail", "RolloutSummary", "SummaryFile", "SummaryPhase", "summarize"]
 
 _moved: dict[str, Any] = {}
 

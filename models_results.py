@@ -142,6 +142,9 @@ class RolloutResult(BaseModel):
     proxy_log_tail: str = ""
     error: str | None = None
     # additions
+    # The engine's id of this run (its phase events carry it too); empty for a request refused
+    # before it ran.
+    rollout_id: str = ""
     harness: str = ""
     error_kind: ErrorKind | None = None
     phases: list[Phase] = Field(default_factory=list)

@@ -8,9 +8,11 @@ messages). Sessions there are names only: nothing is kept.
 
 `run_rollout`'s input schema and description are derived from the option fields (RolloutArgs and
 each harness's own options model), never restated, and RolloutArgs checks its arguments: every
-surface accepts the same names (former ones too) and refuses bad ones with the same one line. A
-failed rollout is a result with `error`, never a protocol error; bad arguments and a full queue are
-tool errors. A client that goes away cancels its call, and so its rollout, as on POST /rollout.
+surface accepts the same names (former ones too) and refuses bad ones with the same one line. Its
+own argument `detail` says how much comes back: the rollout's summary (16 KB at most) or the whole
+result, the data once either way (server/mcp_rollout.py). A failed rollout is a result with
+`error`, never a protocol error; bad arguments and a full queue are tool errors. A client that goes
+away cancels its call, and so its rollout, as on POST /rollout.
 """
 
 from __future__ import annotations
@@ -20,27 +22,26 @@ import contextlib
 import inspect
 import json
 import math
-import types
 import uuid
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Any
 
 import anyio
 from mcp import types as mcp_types
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
-from mcp.server.fastmcp.utilities.func_metadata import ArgModelBase
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import ConfigDict, ValidationError
+from pydantic import ValidationError
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from harness_env.core.capture.asgi import BodyTooLarge, Receive, Reply, Scope, Send, header, json_reply, read_body, send_reply
-from harness_env.core.errors import HarnessEnvError, describe_validation_error
+from harness_env.core.errors import HarnessEnvError
 from harness_env.models import (
     HARNESS_OPTIONS,
     LEGACY_OPTION_KEYS,
     MAX_NESTING,
+    MAX_SUMMARY_BYTES,
     SURROGATE,
     DatasetTaskInfo,
     HarnessInfo,
@@ -50,15 +51,28 @@ from harness_env.models import (
     RolloutResult,
     harness_options_models,
 )
+from harness_env.server.mcp_rollout import (
+    ArgumentsAsSent,
+    RunRolloutAnswer,
+    RunRolloutArgs,
+    answer_data,
+    listing_text,
+    rollout_args,
+    rpc_result,
+    run_rollout_output_schema,
+    tool_result,
+)
 from harness_env.server.service import RolloutService
 
 MAX_RPC_BYTES = 32 * 1024 * 1024
 TOOL_NAMES = ("run_rollout", "list_harnesses", "list_tasks", "catalog")
 PROGRESS_PHASES = ("endpoint", "sandbox", "setup", "agent", "verify", "collect")
 RUN_ROLLOUT_SUMMARY = (
-    "Run one rollout of a coding-agent harness on a task; returns the RolloutResult (reward, verify results, captured "
-    "turns with token ids and logprobs, files, logs). A failed rollout is a result with `error`. Each argument's "
-    "meaning and default are in the input schema; endpoint (a catalog shorthand) or base_url + model name the policy."
+    "Run one rollout of a coding-agent harness on a task; returns its summary (reward, error, reward notes, phases, the "
+    f"agent's final text, counts of model calls, tokens and tool calls, files changed; at most {MAX_SUMMARY_BYTES // 1024} KB), "
+    "or with detail='full' the whole RolloutResult (captured turns with token ids and logprobs, file contents, logs). "
+    "A failed rollout is a result with `error`. Each argument's meaning and default are in the input schema; endpoint "
+    "(a catalog shorthand) or base_url + model name the policy."
 )
 
 
@@ -74,9 +88,9 @@ def run_rollout_description() -> str:
 
 
 def run_rollout_schema() -> dict[str, Any]:
-    """RolloutArgs' fields (description, default, bounds), harness_options being one of the
+    """RunRolloutArgs' fields (description, default, bounds), harness_options being one of the
     harnesses' own options models (also under their former keys)."""
-    schema = RolloutArgs.model_json_schema()
+    schema = RunRolloutArgs.model_json_schema()
     defs, props, refs = schema.setdefault("$defs", {}), schema["properties"], []
     for name, model in harness_options_models().items():
         sub = model.model_json_schema()
@@ -87,40 +101,6 @@ def run_rollout_schema() -> dict[str, Any]:
             props[name] = {**refs[-1], "description": f"the former name of {HARNESS_OPTIONS}, for harness={name!r}"}
     props[HARNESS_OPTIONS] = {k: v for k, v in props[HARNESS_OPTIONS].items() if k != "anyOf"} | {"anyOf": [*refs, {"type": "null"}]}
     return schema
-
-
-def _holds_json(annotation: Any) -> bool:
-    kinds = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
-    return any(k in (list, dict, Any) or get_origin(k) in (list, dict, Annotated) for k in kinds)
-
-
-# Arguments that hold a list or an object: some clients send those as JSON text.
-_JSON_ARGS = frozenset({*LEGACY_OPTION_KEYS, *(n for n, f in RolloutArgs.model_fields.items() if _holds_json(f.annotation))})
-
-
-def rollout_args(arguments: dict[str, Any]) -> RolloutArgs:
-    """run_rollout's arguments as sent, checked by RolloutArgs: those given as null are left to
-    their defaults, a list or object sent as JSON text is read."""
-    args = {}
-    for name, value in arguments.items():
-        if name in _JSON_ARGS and isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
-            try:
-                value = json.loads(value)
-            except (json.JSONDecodeError, RecursionError):
-                pass  # as sent: RolloutArgs says what is wrong with it
-        if value is not None:
-            args[name] = value
-    try:
-        return RolloutArgs.model_validate(args)
-    except ValidationError as e:
-        raise ToolError(describe_validation_error(e)) from None
-
-
-class _ArgumentsAsSent(ArgModelBase):  # run_rollout's arguments as sent: RolloutArgs checks them, not the SDK
-    model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
-
-    def model_dump_one_level(self) -> dict[str, Any]:
-        return {"arguments": dict(self.__pydantic_extra__ or {})}
 
 
 class McpToolServer:
@@ -175,7 +155,7 @@ class McpToolServer:
     def _register(self) -> None:
         tools = self
 
-        async def run_rollout(ctx: Context, arguments: dict[str, Any]) -> RolloutResult:
+        async def run_rollout(ctx: Context, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
             args = rollout_args(arguments)
 
             async def progress(step: int, total: int, message: str) -> None:
@@ -184,12 +164,14 @@ class McpToolServer:
                 with contextlib.suppress(ValueError, anyio.ClosedResourceError, anyio.BrokenResourceError):
                     await ctx.report_progress(step, total, message)
 
-            return await tools.run_tool(args, progress)
+            return tool_result(await tools.run_tool(args, progress), args.detail)
 
-        self.mcp.add_tool(run_rollout, name="run_rollout", description=run_rollout_description(), structured_output=True)
+        self.mcp.add_tool(run_rollout, name="run_rollout", description=run_rollout_description())
         tool = self.mcp._tool_manager.get_tool("run_rollout")
         tool.parameters = run_rollout_schema()
-        tool.fn_metadata = tool.fn_metadata.model_copy(update={"arg_model": _ArgumentsAsSent})
+        # The answer is built here (CallToolResult); its schema covers both details.
+        tool.fn_metadata = tool.fn_metadata.model_copy(
+            update={"arg_model": ArgumentsAsSent, "output_schema": run_rollout_output_schema(), "output_model": RunRolloutAnswer})
 
         @self.mcp.tool(description="Harnesses this server can run: installed or not, versions, pinned versions, capabilities.")
         async def list_harnesses() -> list[HarnessInfo]:
@@ -205,10 +187,13 @@ class McpToolServer:
 
     # -- OpenEnv's plain JSON-RPC ------------------------------------------------------------
     async def _call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """tools/call for OpenEnv clients: result with content, structuredContent and data."""
+        """tools/call for OpenEnv clients: the data once (in `data`, where they read it) and a
+        short text."""
         if name == "run_rollout":
-            data: Any = (await self.run_tool(rollout_args(arguments))).model_dump(mode="json")
-        elif name == "list_harnesses":
+            args = rollout_args(arguments)
+            return rpc_result(*answer_data(await self.run_tool(args), args.detail))
+        data: Any
+        if name == "list_harnesses":
             data = [h.model_dump(mode="json") for h in self.service.list_harnesses()]
         elif name == "list_tasks":
             dataset, split = _list_tasks_arguments(arguments)
@@ -217,8 +202,7 @@ class McpToolServer:
             data = self.service.catalog()
         else:
             raise ToolError(f"unknown tool {name!r}; tools: {', '.join(TOOL_NAMES)}")
-        structured = data if isinstance(data, dict) else {"result": data}
-        return {"content": [{"type": "text", "text": json.dumps(data)}], "structuredContent": structured, "isError": False, "data": data}
+        return rpc_result(data, listing_text(name, data))
 
     async def _tools(self) -> list[dict[str, Any]]:
         return [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in await self.mcp.list_tools()]

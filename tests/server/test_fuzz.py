@@ -56,6 +56,7 @@ tool_args = st.fixed_dictionaries({}, optional={
     "model": st.text(max_size=10), "endpoint": st.text(max_size=10), "max_turns": json_values, "files": json_values,
     "verify": json_values, "agent_timeout_s": st.floats(allow_nan=True, allow_infinity=True) | st.integers(),
     "dataset": paths, "split": st.text(max_size=8) | json_values, "harness": st.sampled_from(["harbor", "pi", "nope"]),
+    "detail": st.sampled_from(["summary", "full"]) | json_values,
     "harbor": st.fixed_dictionaries({}, optional={"task_dir": paths, "dataset": paths, "agent": st.text(max_size=12),
                                                   "sandbox": st.text(max_size=8), "agent_kwargs": json_values}) | json_values,
 })

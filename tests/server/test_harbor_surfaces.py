@@ -118,7 +118,7 @@ async def test_mcp_harbor_rollouts_oracle_passes_nop_fails(harbor_server, policy
             for agent, index, reward in (("oracle", 1, 1.0), ("nop", 0, 0.0)):
                 out = await session.call_tool("run_rollout", {
                     "harness": "harbor", "harbor": {"dataset": "suite", "task_index": index, "agent": agent},
-                    "base_url": policy.base_url, "model": "m", "agent_timeout_s": 60, "verify_timeout_s": 60,
+                    "base_url": policy.base_url, "model": "m", "agent_timeout_s": 60, "verify_timeout_s": 60, "detail": "full",
                 })
                 assert not out.isError, out.content
                 result = out.structuredContent

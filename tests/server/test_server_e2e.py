@@ -1,7 +1,6 @@
 """The real server process, driven by every kind of client it promises to serve."""
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -47,16 +46,16 @@ async def test_official_mcp_client_lists_tools_runs_a_rollout_and_gets_progress(
             await session.initialize()
             names = {t.name for t in (await session.list_tools()).tools}
             assert names == {"run_rollout", "list_harnesses", "list_tasks", "catalog"}
-            out = await session.call_tool("run_rollout", _args(policy_server), progress_callback=on_progress)
+            out = await session.call_tool("run_rollout", _args(policy_server, detail="full"), progress_callback=on_progress)
             assert not out.isError
             _check_result(out.structuredContent, policy_server)
-            assert json.loads(out.content[0].text)["reward"] == 1.0
+            assert out.content[0].text.startswith("reward 1 (verify_ratio)")  # a few lines; the data is in structuredContent
             phases = [m.split(":")[0] for m in progress]
             for phase in ("setup", "agent", "verify", "collect"):
                 assert phase in phases, progress
             assert phases.index("setup") < phases.index("agent") < phases.index("verify") < phases.index("collect")
-            whitebox = await session.call_tool("run_rollout", {**_args(policy_server), "harness": "whitebox"})
-            assert not whitebox.isError and whitebox.structuredContent["reward"] == 1.0
+            whitebox = await session.call_tool("run_rollout", {**_args(policy_server), "harness": "whitebox"})  # its summary
+            assert not whitebox.isError and whitebox.structuredContent["reward"] == 1.0 and whitebox.structuredContent["detail"] == "summary"
             assert whitebox.structuredContent["harness"] == "whitebox" and whitebox.structuredContent["rollout_type"] == "train"
             harnesses = await session.call_tool("list_harnesses", {})
             assert {h["name"] for h in harnesses.structuredContent["result"]} == {"pi", "opencode", "whitebox", "harbor"}
@@ -71,10 +70,11 @@ async def test_openenv_mcp_tool_client_with_and_without_async_with(start_server,
     async with MCPToolClient(base_url=server.url, message_timeout_s=300) as env:  # opens /ws too
         tools = await env.list_tools()
         assert {t.name for t in tools} == {"run_rollout", "list_harnesses", "list_tasks", "catalog"}
-        _check_result(await env.call_tool("run_rollout", **_args(policy_server)), policy_server)
+        _check_result(await env.call_tool("run_rollout", **_args(policy_server, detail="full")), policy_server)
     env = MCPToolClient(base_url=server.url, message_timeout_s=300)
     try:
-        _check_result(await env.call_tool("run_rollout", **_args(policy_server)), policy_server)
+        summary = await env.call_tool("run_rollout", **_args(policy_server))
+        assert summary["detail"] == "summary" and summary["reward"] == 1.0 and summary["error"] is None
         with pytest.raises(RuntimeError, match="unknown endpoint"):
             await env.call_tool("run_rollout", instruction="x", endpoint="nowhere")
     finally:
@@ -84,7 +84,7 @@ async def test_openenv_mcp_tool_client_with_and_without_async_with(start_server,
 def test_openenv_mcp_tool_client_sync(start_server, policy_server):
     server = start_server()
     with MCPToolClient(base_url=server.url, message_timeout_s=300).sync() as env:
-        _check_result(env.call_tool("run_rollout", **_args(policy_server)), policy_server)
+        _check_result(env.call_tool("run_rollout", **_args(policy_server, detail="full")), policy_server)
 
 
 def test_sync_client_and_http_errors(start_server, policy_server):
