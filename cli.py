@@ -351,7 +351,10 @@ def catalog_endpoint(args: argparse.Namespace, api_key: str, agent_calls_model: 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness_env.core.errors import InvalidRequestError, ToolMissingError
+    from harness_env.core.procs import make_undumpable
     from harness_env.models import PhaseEvent
+
+    make_undumpable()  # the upstream key in this process stays out of reach of a plain sandbox's agent (same uid)
 
     request, use_bwrap = run_request(args)
 

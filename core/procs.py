@@ -83,3 +83,21 @@ def is_running(pid: int) -> bool:
         return False
     fields = stat_fields(stat)
     return bool(fields) and fields[0] != "Z"
+
+
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+
+
+def make_undumpable() -> bool:
+    """Keep processes of this process's own uid out of it: no /proc/<pid>/environ, mem or fd
+    listing, no ptrace, no core dump. The server holds its token and the upstream keys in its
+    environment and memory, and in the plain sandbox an agent runs as the server's own user.
+    Children are dumpable again after their exec (they hold only their capture key). Returns
+    whether it took (not on a platform without prctl)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False

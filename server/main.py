@@ -8,6 +8,7 @@ import sys
 
 import uvicorn
 
+from harness_env.core.procs import make_undumpable
 from harness_env.server.app import create_app
 
 
@@ -80,6 +81,7 @@ def serve(
     # names the proxies that set it (uvicorn's FORWARDED_ALLOW_IPS); uvicorn alone trusts loopback,
     # where any local process could claim to be any address.
     trust_proxy = bool(os.environ.get("FORWARDED_ALLOW_IPS"))
+    make_undumpable()  # the token and keys in this process stay out of reach of its own uid (the plain sandbox's)
     print(where_to_go(host, port, public_url or (url if os.environ.get("SPACE_HOST") else None)), file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level=os.environ.get("HARNESS_ENV_LOG_LEVEL", "info"), timeout_graceful_shutdown=10,
                 proxy_headers=trust_proxy)
