@@ -8,9 +8,10 @@ and how to read its output.
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from harness_env.core import toolchain
 from harness_env.core.sandbox.base import ExecResult
@@ -53,6 +54,32 @@ class OutputParser(Protocol):
     def feed_line(self, line: str) -> None: ...
 
     def outcome(self) -> AgentOutcome: ...
+
+
+class JsonEventParser:
+    """An OutputParser for a CLI that prints one JSON event per line, mixed with log lines: each
+    object is counted and handed to `on_event`, which keeps the final text, the error and the tool
+    calls as that CLI reports them."""
+
+    def __init__(self) -> None:
+        self.final_text = ""
+        self.error: str | None = None
+        self.events = 0
+
+    def feed_line(self, line: str) -> None:
+        line = line.strip()
+        if not line.startswith("{"):
+            return
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            return
+        if isinstance(event, dict):
+            self.events += 1
+            self.on_event(event)
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        raise NotImplementedError
 
 
 class Harness(Protocol):

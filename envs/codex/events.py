@@ -8,32 +8,20 @@ top-level `error` event is the run's error, and a later completed turn supersede
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
-from harness_env.core.harness import AgentOutcome
+from harness_env.core.harness import AgentOutcome, JsonEventParser
 
 TOOL_ITEMS = ("command_execution", "file_change", "mcp_tool_call", "collab_tool_call", "web_search")
 TERMINAL = ("completed", "failed", "declined")
 
 
-class CodexEventParser:
+class CodexEventParser(JsonEventParser):
     def __init__(self) -> None:
+        super().__init__()
         self.tool_calls: set[str] = set()
-        self.final_text = ""
-        self.error: str | None = None
-        self.events = 0
 
-    def feed_line(self, line: str) -> None:
-        line = line.strip()
-        if not line.startswith("{"):
-            return
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            return
-        if not isinstance(event, dict):
-            return
-        self.events += 1
+    def on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "item.completed" and isinstance(event.get("item"), dict):
             self._item(event["item"])

@@ -5,29 +5,18 @@ A tool call counts once per call id, and only when its last state is completed o
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
-from harness_env.core.harness import AgentOutcome
+from harness_env.core.harness import AgentOutcome, JsonEventParser
 
 
-class OpenCodeEventParser:
+class OpenCodeEventParser(JsonEventParser):
     def __init__(self) -> None:
+        super().__init__()
         self.calls: dict[str, str] = {}  # call id -> last status
         self.texts: list[str] = []
-        self.error: str | None = None
-        self.events = 0
 
-    def feed_line(self, line: str) -> None:
-        line = line.strip()
-        if not line.startswith("{"):
-            return
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            return
-        if not isinstance(event, dict):
-            return
-        self.events += 1
+    def on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         part = event.get("part") if isinstance(event.get("part"), dict) else {}
         if kind == "tool_use" and part.get("callID"):

@@ -6,31 +6,18 @@ assistant message ending with stopReason "error".
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from harness_env.core.harness import AgentOutcome
+from harness_env.core.harness import AgentOutcome, JsonEventParser
 
 
-class PiEventParser:
+class PiEventParser(JsonEventParser):
     def __init__(self) -> None:
+        super().__init__()
         self.started: set[str] = set()
         self.finished: set[str] = set()
-        self.final_text = ""
-        self.error: str | None = None
-        self.events = 0
 
-    def feed_line(self, line: str) -> None:
-        line = line.strip()
-        if not line:
-            return
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            return  # not an event (a stray log line)
-        if not isinstance(event, dict):
-            return
-        self.events += 1
+    def on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "tool_execution_start" and event.get("toolCallId"):
             self.started.add(str(event["toolCallId"]))

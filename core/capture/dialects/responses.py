@@ -329,9 +329,8 @@ class ResponseBuilder:
         self.seq = 0
         self.started = False
         self.done: list[_Item] = []
-        self.open: _Item | None = None  # the reasoning or message item being streamed
+        self.open: _Item | None = None  # the item being produced: one at a time, in the engine's order
         self.calls: dict[int, _Item] = {}  # engine tool-call index -> its item
-        self.open_call: _Item | None = None
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
         self.error: str | None = None
@@ -374,100 +373,103 @@ class ResponseBuilder:
         return self.event("response.created", response=snapshot) + self.event("response.in_progress", response=snapshot)
 
     # -- items ------------------------------------------------------------------------------
-    def _add(self, item: dict[str, Any]) -> tuple[_Item, bytes]:
-        it = _Item(self.next_index, item)
-        self.next_index += 1
-        return it, self.event("response.output_item.added", output_index=it.index, item=item)
+    def _open(self, item: dict[str, Any]) -> bytes:
+        """Close the open item and start `item` (a call's item is numbered once its name is known)."""
+        out = self._close()
+        self.open = _Item(-1, item)
+        if item["type"] == "pending_call":
+            return out
+        return out + self._number(self.open)
 
-    def _close_open(self) -> bytes:
+    def _number(self, it: _Item) -> bytes:
+        it.index, self.next_index = self.next_index, self.next_index + 1
+        out = self.event("response.output_item.added", output_index=it.index, item=it.item)
+        if it.item["type"] == "message":
+            part = {"type": "output_text", "text": "", "annotations": []}
+            out += self.event("response.content_part.added", item_id=it.id, output_index=it.index, content_index=0, part=part)
+        return out
+
+    def _close(self) -> bytes:
+        """Finish the open item: its done events, with the whole text, reasoning or arguments."""
         it, self.open = self.open, None
         if it is None:
             return b""
-        text = "".join(it.buffer)
-        if it.item["type"] == "reasoning":
-            part = {"type": "reasoning_text", "text": text}
-            it.item = {**it.item, "content": [part], "encrypted_content": encode_reasoning(text)}
-            out = self.event("response.reasoning_text.done", item_id=it.id, output_index=it.index, content_index=0, text=text)
-        else:
-            part = {"type": "output_text", "text": text, "annotations": []}
+        kind, raw = it.item["type"], "".join(it.buffer)
+        ids = {"item_id": it.id, "output_index": it.index}
+        if kind == "pending_call":
+            self.error = self.error or "the engine sent a tool call without a name"
+            return b""
+        if kind == "reasoning":
+            it.item = {**it.item, "content": [{"type": "reasoning_text", "text": raw}], "encrypted_content": encode_reasoning(raw)}
+            out = self.event("response.reasoning_text.done", **ids, content_index=0, text=raw)
+        elif kind == "message":
+            part = {"type": "output_text", "text": raw, "annotations": []}
             it.item = {**it.item, "status": "completed", "content": [part]}
-            out = self.event("response.output_text.done", item_id=it.id, output_index=it.index, content_index=0, text=text, logprobs=[])
-            out += self.event("response.content_part.done", item_id=it.id, output_index=it.index, content_index=0, part=part)
+            out = self.event("response.output_text.done", **ids, content_index=0, text=raw, logprobs=[])
+            out += self.event("response.content_part.done", **ids, content_index=0, part=part)
+        elif kind == "custom_tool_call":
+            value = _custom_input(raw)
+            it.item = {**it.item, "status": "completed", "input": value}
+            out = self.event("response.custom_tool_call_input.delta", **ids, delta=value)
+            out += self.event("response.custom_tool_call_input.done", **ids, input=value)
+        else:
+            it.item = {**it.item, "status": "completed", "arguments": raw}
+            out = self.event("response.function_call_arguments.done", **ids, name=it.item["name"], arguments=raw)
         self.done.append(it)
         return out + self.event("response.output_item.done", output_index=it.index, item=it.item)
 
     def _reasoning(self, delta: str) -> bytes:
         out = b""
         if self.open is None or self.open.item["type"] != "reasoning":
-            out += self._close_open()
-            self.open, added = self._add({"type": "reasoning", "id": _new_id("rs"), "summary": [], "content": []})
-            out += added
-        self.open.buffer.append(delta)
-        return out + self.event("response.reasoning_text.delta", item_id=self.open.id, output_index=self.open.index, content_index=0, delta=delta)
+            out += self._open({"type": "reasoning", "id": _new_id("rs"), "summary": [], "content": []})
+        it = self.open
+        it.buffer.append(delta)
+        return out + self.event("response.reasoning_text.delta", item_id=it.id, output_index=it.index, content_index=0, delta=delta)
 
     def _text(self, delta: str) -> bytes:
         out = b""
         if self.open is None or self.open.item["type"] != "message":
-            out += self._close_open()
-            self.open, added = self._add({"type": "message", "id": _new_id("msg"), "status": "in_progress", "role": "assistant", "content": []})
-            part = {"type": "output_text", "text": "", "annotations": []}
-            out += added + self.event("response.content_part.added", item_id=self.open.id, output_index=self.open.index, content_index=0, part=part)
-        self.open.buffer.append(delta)
-        return out + self.event("response.output_text.delta", item_id=self.open.id, output_index=self.open.index, content_index=0, delta=delta, logprobs=[])
+            out += self._open({"type": "message", "id": _new_id("msg"), "status": "in_progress", "role": "assistant", "content": []})
+        it = self.open
+        it.buffer.append(delta)
+        return out + self.event("response.output_text.delta", item_id=it.id, output_index=it.index, content_index=0, delta=delta, logprobs=[])
 
     def _call(self, call: dict[str, Any], position: int) -> bytes:
+        """A chat tool-call delta: its item starts once the name is known, with the arguments so
+        far; later arguments are deltas (a custom tool's input goes whole when it ends)."""
         index = call.get("index", position)
         fn = call.get("function") or {}
-        it = self.calls.get(index)
         out = b""
+        it = self.calls.get(index)
         if it is None:
-            out += self._close_open() + self._close_call()
-            it = self.calls[index] = _Item(-1, {"id": "", "call_id": call.get("id") or "", "name": ""})
+            out += self._open({"type": "pending_call", "id": "", "call_id": "", "name": ""})
+            it = self.calls[index] = self.open
         if call.get("id") and not it.item["call_id"]:
             it.item["call_id"] = call["id"]
-        if fn.get("name") and it.index < 0:
-            it.item["name"] += fn["name"]
         if fn.get("arguments"):
             it.buffer.append(fn["arguments"])
-        if it.index < 0 and it.item["name"]:  # the name is known: the item starts, with what came so far
-            out += self._start_call(it)
-        elif it.index >= 0 and fn.get("arguments") and it.item["type"] == "function_call":
+        if it.item["type"] == "pending_call":
+            it.item["name"] += fn.get("name") or ""
+            if it.item["name"]:
+                it.item = self._call_item(it.item)
+                out += self._number(it)
+                if it.buffer and it.item["type"] == "function_call":
+                    out += self.event("response.function_call_arguments.delta", item_id=it.id, output_index=it.index, delta="".join(it.buffer))
+        elif fn.get("arguments") and it.item["type"] == "function_call":
             out += self.event("response.function_call_arguments.delta", item_id=it.id, output_index=it.index, delta=fn["arguments"])
         return out
 
-    def _start_call(self, it: _Item) -> bytes:
-        chat_name = it.item["name"]
-        tool = self.request.tool_names.get(chat_name, ToolName(chat_name))
-        call_id = it.item["call_id"] or _new_id("call")
+    def _call_item(self, pending: dict[str, Any]) -> dict[str, Any]:
+        """The harness's own call item for a chat tool call (its tool's kind, name and namespace)."""
+        tool = self.request.tool_names.get(pending["name"], ToolName(pending["name"]))
+        call_id = pending["call_id"] or _new_id("call")
         if tool.kind == "custom":
             item: dict[str, Any] = {"type": "custom_tool_call", "id": _new_id("ctc"), "status": "in_progress", "call_id": call_id, "name": tool.name, "input": ""}
         else:
             item = {"type": "function_call", "id": _new_id("fc"), "status": "in_progress", "call_id": call_id, "name": tool.name, "arguments": ""}
         if tool.namespace:
             item["namespace"] = tool.namespace
-        it.index, self.next_index = self.next_index, self.next_index + 1
-        it.item = item
-        self.open_call = it
-        out = self.event("response.output_item.added", output_index=it.index, item=item)
-        if it.buffer and item["type"] == "function_call":
-            out += self.event("response.function_call_arguments.delta", item_id=it.id, output_index=it.index, delta="".join(it.buffer))
-        return out
-
-    def _close_call(self) -> bytes:
-        it, self.open_call = self.open_call, None
-        if it is None:
-            return b""
-        raw = "".join(it.buffer)
-        if it.item["type"] == "custom_tool_call":
-            value = _custom_input(raw)
-            it.item = {**it.item, "status": "completed", "input": value}
-            out = self.event("response.custom_tool_call_input.delta", item_id=it.id, output_index=it.index, delta=value)
-            out += self.event("response.custom_tool_call_input.done", item_id=it.id, output_index=it.index, input=value)
-        else:
-            it.item = {**it.item, "status": "completed", "arguments": raw}
-            out = self.event("response.function_call_arguments.done", item_id=it.id, output_index=it.index, name=it.item["name"], arguments=raw)
-        self.done.append(it)
-        return out + self.event("response.output_item.done", output_index=it.index, item=it.item)
+        return item
 
     # -- feeding ----------------------------------------------------------------------------
     def chunk(self, chunk: dict[str, Any]) -> bytes:
@@ -493,10 +495,7 @@ class ResponseBuilder:
 
     def end(self, error: str | None) -> bytes:
         """Close every item and say how the response ended."""
-        out = (b"" if self.started else self.start()) + self._close_open() + self._close_call()
-        for it in self.calls.values():  # a call whose name never came
-            if it.index < 0:
-                self.error = self.error or "the engine sent a tool call without a name"
+        out = (b"" if self.started else self.start()) + self._close()
         self.error = error or self.error
         if self.error is None and self.finish_reason is None:
             self.error = "the engine's stream ended without a finish reason"

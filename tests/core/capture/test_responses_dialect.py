@@ -16,12 +16,9 @@ from harness_env.core.capture.dialects.responses import (
     decode_reasoning,
     encode_reasoning,
 )
-from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import CapturePolicy
-from harness_env.core.capture.serve import serve_on_loopback
 from harness_env.core.errors import InvalidRequestError
-from harness_env.models import Endpoint
-from tests.fakes.policy import FakePolicy, FakePolicyServer
+from tests.core.capture.test_proxy import _endpoint, proxy_env  # noqa: F401 - the fixture responses_env builds on
 
 DIALECT = Responses()
 EXEC = {"type": "function", "name": "exec_command", "description": "run", "strict": False,
@@ -235,6 +232,10 @@ def test_an_answer_cut_by_max_tokens_is_incomplete_and_a_broken_stream_failed():
     assert draft.errors and "malformed stream chunk" in draft.errors[0]
     events, _ = _translate(req, b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n')  # no finish, no [DONE]
     assert events[-1]["type"] == "response.failed" and "without a finish reason" in events[-1]["response"]["error"]["message"]
+    events, _ = _translate(req, _sse(_chunk({"content": "x"}), {"error": {"message": "engine overloaded"}}))
+    assert events[-1]["type"] == "response.failed" and events[-1]["response"]["error"]["message"] == "engine overloaded"
+    events, _ = _translate(req, _sse(_chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}), _chunk(finish="tool_calls")))
+    assert events[-1]["type"] == "response.failed" and "without a name" in events[-1]["response"]["error"]["message"]
 
 
 def test_a_whole_engine_answer_is_a_response_object_or_one_burst_of_events():
@@ -297,15 +298,10 @@ def test_errors_are_in_the_responses_shape():
 
 # -- through the proxy, against the scripted fake policy ---------------------------------------------
 @pytest.fixture
-async def proxy_env():
-    policy = FakePolicy(scripts={"m": [{"bash": "ls"}, {"text": "all done"}]})
-    with FakePolicyServer(policy) as upstream:
-        proxy = CaptureProxy()
-        async with serve_on_loopback(proxy.app) as url:
-            async with httpx.AsyncClient(base_url=url + "/v1", timeout=30) as client:
-                session = proxy.open_session(Endpoint(base_url=upstream.base_url, api_key="sk-up", model="m"), CapturePolicy(top_logprobs=2))
-                yield policy, session, client
-        await proxy.aclose()
+async def responses_env(proxy_env):
+    """test_proxy's proxy and fake policy ({"bash": "echo hi"}, then "all done"), one session open."""
+    proxy, policy, upstream, client = proxy_env
+    yield policy, proxy.open_session(_endpoint(upstream), CapturePolicy(top_logprobs=2)), client
 
 
 def _auth(session):
@@ -313,16 +309,16 @@ def _auth(session):
 
 
 @pytest.mark.parametrize("stream", [True, False])
-async def test_a_codex_like_conversation_through_the_proxy_is_one_branch_of_exact_tokens(proxy_env, stream):
-    policy, session, client = proxy_env
+async def test_a_codex_like_conversation_through_the_proxy_is_one_branch_of_exact_tokens(responses_env, stream):
+    policy, session, client = responses_env
     base = {"model": "gpt-5", "instructions": "Be brief.", "tools": [EXEC], "stream": stream, "store": False}
     input1 = [_msg("developer", "Rules."), _msg("user", "List files.")]
     r = await client.post("/responses", json={**base, "input": input1}, headers=_auth(session))
     assert r.status_code == 200
     output = _events(r.content)[-1]["response"]["output"] if stream else r.json()["output"]
     [call] = output
-    assert call["type"] == "function_call" and call["name"] == "exec_command" and json.loads(call["arguments"]) == {"cmd": "ls"}
-    input2 = [*input1, call, {"type": "function_call_output", "call_id": call["call_id"], "output": "a.txt\n"}]
+    assert call["type"] == "function_call" and call["name"] == "exec_command" and json.loads(call["arguments"]) == {"cmd": "echo hi"}
+    input2 = [*input1, call, {"type": "function_call_output", "call_id": call["call_id"], "output": "hi\n"}]
     r = await client.post("/responses", json={**base, "input": input2}, headers=_auth(session))
     output = _events(r.content)[-1]["response"]["output"] if stream else r.json()["output"]
     assert [o["content"][0]["text"] for o in output] == ["all done"]
@@ -337,8 +333,8 @@ async def test_a_codex_like_conversation_through_the_proxy_is_one_branch_of_exac
     assert t1.request_messages == first.request["messages"] and t1.tool_calls[0]["function"]["name"] == "exec_command"
 
 
-async def test_events_leave_the_proxy_while_the_engine_is_still_generating(proxy_env):
-    policy, session, client = proxy_env
+async def test_events_leave_the_proxy_while_the_engine_is_still_generating(responses_env):
+    policy, session, client = responses_env
     pieces = [f'data: {{"choices": [{{"index": 0, "delta": {{"content": "{w} "}}}}]}}\n\n' for w in ("one", "two", "three")]
     policy.scripts["m"] = [{"raw": [*pieces, 'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'], "gap_s": 0.3}]
     arrivals = []
@@ -356,8 +352,8 @@ async def test_events_leave_the_proxy_while_the_engine_is_still_generating(proxy
     assert turn.completion_text == "one two three " and turn.ttft_s < 0.3
 
 
-async def test_proxy_errors_speak_the_responses_shape(proxy_env):
-    policy, session, client = proxy_env
+async def test_proxy_errors_speak_the_responses_shape(responses_env):
+    policy, session, client = responses_env
     r = await client.post("/responses", json={"input": "x"}, headers={"authorization": "Bearer nope"})
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key" and r.json()["error"]["type"] == "invalid_request_error"
     r = await client.post("/responses", json={"input": "x", "previous_response_id": "resp_9"}, headers=_auth(session))
@@ -374,8 +370,8 @@ async def test_proxy_errors_speak_the_responses_shape(proxy_env):
     assert r.headers["content-type"] == "text/event-stream" and _events(r.content)[-1]["response"]["output"][0]["content"][0]["text"] == "whole"
 
 
-async def test_a_request_without_tools_is_auxiliary(proxy_env):
-    policy, session, client = proxy_env
+async def test_a_request_without_tools_is_auxiliary(responses_env):
+    policy, session, client = responses_env
     r = await client.post("/responses", json={"model": "x", "input": [_msg("user", "Summarise.")]}, headers=_auth(session))
     assert r.status_code == 200 and r.json()["output"][0]["content"][0]["text"] == "Fake title"
     assert [t.purpose for t in session.turns] == ["auxiliary"]
