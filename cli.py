@@ -154,8 +154,8 @@ EPILOG = """examples:
 'harness-env COMMAND --help' shows a command's flags."""
 SERVE_EPILOG = """The server answers at:
   /web      the web UI (a token login when the server has one)
-  /mcp      MCP over streamable HTTP: tools run_rollout, list_harnesses, list_tasks, catalog
-  /rollout  POST one rollout (the client's route); /docs lists the HTTP routes
+  /mcp      MCP over streamable HTTP: tools run_rollout, submit_rollout, get_rollout, list_harnesses, list_tasks, catalog
+  /rollout  POST one rollout and wait for it; /rollouts submit, list, watch, cancel jobs; /docs lists the HTTP routes
   /health   liveness and load, open without a token"""
 
 
@@ -207,6 +207,15 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--allow-unauthenticated", action="store_true",
                      default=os.environ.get("HARNESS_ENV_ALLOW_UNAUTHENTICATED") == "1",
                      help="serve a non-loopback address without a token (env HARNESS_ENV_ALLOW_UNAUTHENTICATED=1)")
+    srv.add_argument("--data-dir", default=None,
+                     help="where the job store keeps rollouts (SQLite; env HARNESS_ENV_DATA_DIR; default: /data/harness-env on a Space "
+                          "with persistent storage, else ~/.local/share/harness-env/data; HARNESS_ENV_STORE_URL=postgresql://... "
+                          "uses PostgreSQL instead)")
+    srv.add_argument("--retention-max-age", default=None,
+                     help="remove stored results that ended longer ago, e.g. 30d, 12h (env HARNESS_ENV_RETENTION_MAX_AGE; default: none)")
+    srv.add_argument("--retention-max-size", default=None,
+                     help="keep stored results under this total, the oldest removed first, e.g. 10GB, 500MB, 0 for no limit "
+                          "(env HARNESS_ENV_RETENTION_MAX_SIZE; default: 10GB)")
     srv.set_defaults(handler=_cmd_serve)
     sub.add_parser("svg-dataset", add_help=False,
                    help="build svg_icon task records from icon parquet shards or a CSV of briefs (--help for its options)")
@@ -429,8 +438,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < (1 if name == "max_concurrent" else 0):
             _bad_input(f"--{name.replace('_', '-')} must be at least {1 if name == 'max_concurrent' else 0}")
+    from harness_env.server.jobs_upkeep import Retention
+
+    try:
+        retention = Retention.from_env(args.retention_max_age, args.retention_max_size)
+    except ValueError as e:
+        _bad_input(str(e))
     return serve(host=args.host, port=args.port, public_url=args.public_url, token=args.token,
-                 max_concurrent=args.max_concurrent, max_queue=args.max_queue, allow_unauthenticated=args.allow_unauthenticated)
+                 max_concurrent=args.max_concurrent, max_queue=args.max_queue, allow_unauthenticated=args.allow_unauthenticated,
+                 data_dir=args.data_dir, retention=retention)
 
 
 def main(argv: list[str] | None = None) -> int:

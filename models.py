@@ -4,7 +4,8 @@
 - models_options.py: how a rollout runs (RolloutOptions, RolloutRequest, RolloutArgs, and
   HarnessOptions, the base of a harness's own options): each option declared once, as a field;
 - models_results.py: what comes back (RolloutResult, Turn, TrainingRow, PhaseEvent, ...);
-- models_summary.py: a result in at most 16 KB (RolloutSummary, summarize), for an agent.
+- models_summary.py: a result in at most 16 KB (RolloutSummary, summarize), for an agent;
+- models_jobs.py: rollouts as jobs (RolloutJob, RolloutPage, JobStatus, ...), for /rollouts.
 
 Import them from here. Names that moved into a harness's own package (its options and run info,
 envs/<harness>/options.py) are still importable from here under their former names.
@@ -69,6 +70,19 @@ from harness_env.models_results import (
     TurnPurpose,
 )
 from harness_env.models_summary import MAX_SUMMARY_BYTES, Detail, RolloutSummary, SummaryFile, SummaryPhase, summarize
+from harness_env.models_jobs import (
+    ACTIVE_STATUSES,
+    ENDED_STATUSES,
+    MAX_IDEMPOTENCY_KEY_CHARS,
+    MAX_LIST_LIMIT,
+    MAX_WAIT_S,
+    JobEnd,
+    JobStatus,
+    RolloutAccepted,
+    RolloutJob,
+    RolloutListItem,
+    RolloutPage,
+)
 
 __all__ = [
     "DEFAULT_HARNESS", "HARNESS_OPTIONS", "LEGACY_OPTION_KEYS", "MAX_COMMAND_CHARS", "MAX_COMMANDS", "MAX_FILE_CHARS",
@@ -79,6 +93,8 @@ __all__ = [
     "TurnPurpose", "bounded_mapping", "check_http_url", "check_text", "harness_options_model", "harness_options_models", "option", "option_group",
 ]
 __all__ += ["MAX_SUMMARY_BYTES", "Detail", "RolloutSummary", "SummaryFile", "SummaryPhase", "summarize"]
+__all__ += ["ACTIVE_STATUSES", "ENDED_STATUSES", "MAX_IDEMPOTENCY_KEY_CHARS", "MAX_LIST_LIMIT", "MAX_WAIT_S", "JobEnd", "JobStatus",
+            "RolloutAccepted", "RolloutJob", "RolloutListItem", "RolloutPage"]
 
 _moved: dict[str, Any] = {}
 

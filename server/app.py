@@ -18,6 +18,7 @@ import logging
 import os
 import re
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -34,9 +35,12 @@ from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, Rollou
 from harness_env.server.auth import AuthFailureLimiter, TokenAuth, origin_of, redact_server_logs
 from harness_env.server.cpus import available_cpus
 from harness_env.server.docs_page import add_docs_routes
+from harness_env.server.jobs import JobManager, JobService
+from harness_env.server.jobs_routes import add_job_routes
+from harness_env.server.jobs_upkeep import Retention, recover, upkeep
 from harness_env.server.openenv_routes import DESCRIPTION, ServerState, add_openenv_routes, package_version
-from harness_env.server.service import RolloutService
 from harness_env.server.slots import RolloutSlots, ServerBusy
+from harness_env.server.store import default_data_dir, store_url
 
 CAPTURE_PREFIX = "/capture"
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
@@ -68,7 +72,12 @@ def create_app(
     max_concurrent: int | None = None,
     max_queue: int | None = None,
     use_bwrap: bool | None = None,
+    data_dir: str | os.PathLike | None = None,
+    retention: Retention | None = None,
 ):
+    """`data_dir`: where the job store's SQLite file is (default: server/store/location.py);
+    $HARNESS_ENV_STORE_URL names another store (PostgreSQL) instead. `retention`: how long and how
+    much is kept (default: from the environment)."""
     # Masked by the capture proxy in everything it passes back or records: the token, and every
     # credential-looking variable of the server (catalog and judge keys, provider tokens).
     for secret in (token, *(v for k, v in os.environ.items() if SECRET_NAME.search(k))):
@@ -79,12 +88,15 @@ def create_app(
     # Where sandboxes reach the capture proxy: the public URL unless told (a Space's public address
     # is its front door, which would turn away the sandboxes' per-rollout keys of a private Space).
     capture_base = (capture_url or public_url).rstrip("/") + CAPTURE_PREFIX + "/v1"
-    service = RolloutService(proxy, capture_base, slots, use_bwrap)
+    service = JobService(proxy, capture_base, slots, use_bwrap)
+    # Every rollout is a job in the store, opened when the app starts (nothing is written before).
+    jobs = service.jobs = JobManager(service, store_url(Path(data_dir) if data_dir else default_data_dir()))
+    retention = retention or Retention.from_env()
 
     from harness_env.server.mcp_tools import build_mcp
     from harness_env.server.web import WebUI
 
-    mcp = build_mcp(service)
+    mcp = build_mcp(service, jobs)
     web: WebUI | None = None
 
     @asynccontextmanager
@@ -93,9 +105,14 @@ def create_app(
             logging.getLogger("harness_env").warning("%s", note)
         async with serve_on_unix(proxy.app, capture_socket_path()) as socket_path, mcp.lifespan():
             service.capture_socket = socket_path
+            await jobs.start()
+            await recover(jobs)  # what a dead server left running: interrupted, its sandboxes removed
+            keeper = asyncio.create_task(upkeep(jobs, retention))
             try:
                 yield
             finally:
+                keeper.cancel()
+                await jobs.stop()  # running jobs are interrupted and cleaned up while the proxy still serves
                 service.capture_socket = None
         if web is not None:
             await web.aclose()
@@ -105,6 +122,7 @@ def create_app(
     app = FastAPI(title="harness-env", version=package_version(), lifespan=lifespan, description=DESCRIPTION,
                   docs_url=None, redoc_url=None)
     app.state.service = service
+    app.state.jobs = jobs
 
     @app.exception_handler(RequestValidationError)
     async def _unvalidated(_r: Request, e: RequestValidationError) -> JSONResponse:
@@ -148,6 +166,8 @@ def create_app(
             return await task
         finally:
             watcher.cancel()
+
+    add_job_routes(app, jobs)  # POST/GET /rollouts, GET /rollouts/{id}[/events], DELETE /rollouts/{id}
 
     @app.get("/harnesses", response_model=list[HarnessInfo])
     async def harnesses() -> list[HarnessInfo]:

@@ -10,6 +10,7 @@ import uvicorn
 
 from harness_env.core.procs import make_undumpable
 from harness_env.server.app import create_app
+from harness_env.server.jobs_upkeep import Retention
 
 
 def is_loopback(host: str) -> bool:
@@ -46,7 +47,7 @@ def where_to_go(host: str, port: int, public_url: str | None) -> str:
     return "\n".join([
         f"harness-env {_version()} serving on {host}:{port}",
         f"  web UI     {base}/web",
-        f"  MCP        {base}/mcp   (streamable HTTP; tools: run_rollout, list_harnesses, list_tasks, catalog)",
+        f"  MCP        {base}/mcp   (streamable HTTP; tools: run_rollout, submit_rollout, get_rollout, list_harnesses, list_tasks, catalog)",
         f"  HTTP API   {base}/docs",
         f"  health     {base}/health",
     ])
@@ -67,6 +68,8 @@ def serve(
     max_concurrent: int | None = None,
     max_queue: int | None = None,
     allow_unauthenticated: bool = False,
+    data_dir: str | None = None,
+    retention: Retention | None = None,
 ) -> int:
     problem = check_exposure(host, token, allow_unauthenticated)
     if problem:
@@ -76,7 +79,8 @@ def serve(
     # Sandboxes on this machine reach the capture proxy over loopback, unless a public URL is given
     # (Harbor's remote sandbox providers need one they can reach).
     capture_url = public_url or f"http://127.0.0.1:{port}"
-    app = create_app(public_url=url, capture_url=capture_url, token=token, max_concurrent=max_concurrent, max_queue=max_queue)
+    app = create_app(public_url=url, capture_url=capture_url, token=token, max_concurrent=max_concurrent, max_queue=max_queue,
+                     data_dir=data_dir, retention=retention)
     # X-Forwarded-For names the client (for the failed-authentication limit) only when the operator
     # names the proxies that set it (uvicorn's FORWARDED_ALLOW_IPS); uvicorn alone trusts loopback,
     # where any local process could claim to be any address.

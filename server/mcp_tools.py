@@ -1,4 +1,5 @@
-"""The MCP tools `run_rollout`, `list_harnesses`, `list_tasks`, `catalog` at /mcp, for two kinds of
+"""The MCP tools `run_rollout`, `list_harnesses`, `list_tasks`, `catalog` (and the jobs' `submit_rollout`,
+`get_rollout`, from server/mcp_jobs.py) at /mcp, for two kinds of
 client: MCP clients (the official SDK and others) over streamable HTTP, stateless so that replicas
 can sit behind a load balancer, with progress notifications per phase when asked for; and
 OpenEnv's MCPToolClient, which posts plain JSON-RPC without the MCP handshake (`Accept: */*`:
@@ -114,6 +115,7 @@ class McpToolServer:
         # The SDK logs every malformed request as a large rich dump at WARNING: errors only.
         self.mcp = FastMCP("harness-env", stateless_http=True, transport_security=security, log_level="ERROR")
         self._register()
+        self.rpc_tools: dict[str, Any] = {}  # more tools' plain JSON-RPC calls (server/mcp_jobs.py): name -> async fn(arguments)
         low = self.mcp._mcp_server
         self._sse = StreamableHTTPSessionManager(app=low, json_response=False, stateless=True, security_settings=security)
 
@@ -189,6 +191,8 @@ class McpToolServer:
     async def _call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """tools/call for OpenEnv clients: the data once (in `data`, where they read it) and a
         short text."""
+        if name in self.rpc_tools:
+            return await self.rpc_tools[name](arguments)
         if name == "run_rollout":
             args = rollout_args(arguments)
             return rpc_result(*answer_data(await self.run_tool(args), args.detail))
@@ -201,7 +205,7 @@ class McpToolServer:
         elif name == "catalog":
             data = self.service.catalog()
         else:
-            raise ToolError(f"unknown tool {name!r}; tools: {', '.join(TOOL_NAMES)}")
+            raise ToolError(f"unknown tool {name!r}; tools: {', '.join((*TOOL_NAMES, *self.rpc_tools))}")
         return rpc_result(data, listing_text(name, data))
 
     async def _tools(self) -> list[dict[str, Any]]:
@@ -428,5 +432,10 @@ class _AsgiEndpoint:
         await self.handler(scope, receive, send)
 
 
-def build_mcp(service: RolloutService) -> McpToolServer:
-    return McpToolServer(service)
+def build_mcp(service: RolloutService, jobs=None) -> McpToolServer:
+    server = McpToolServer(service)
+    if jobs is not None:
+        from harness_env.server.mcp_jobs import register_job_tools  # it imports this module
+
+        register_job_tools(server, jobs)
+    return server

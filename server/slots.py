@@ -25,14 +25,24 @@ class RolloutSlots:
         self.queued = 0
         self._sem = asyncio.Semaphore(max_concurrent)
 
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
+    def admit(self) -> None:
+        """Take a place in the queue now, or raise ServerBusy: a job is refused or accepted when
+        it is submitted, then enters `slot(admitted=True)` later (or gives the place back with
+        `release_admission`)."""
         if self.running + self.queued >= self.max_concurrent + self.max_queue:
             raise ServerBusy(
                 f"server busy: {self.running} running, {self.queued} queued "
                 f"(limits: {self.max_concurrent} running, {self.max_queue} queued); retry later or use another replica"
             )
         self.queued += 1
+
+    def release_admission(self) -> None:
+        self.queued -= 1
+
+    @asynccontextmanager
+    async def slot(self, admitted: bool = False) -> AsyncIterator[None]:
+        if not admitted:
+            self.admit()
         try:
             await self._sem.acquire()
         finally:

@@ -25,7 +25,10 @@ class ServerProcess:
         # The server's own TMPDIR, so stop() sees every temporary file or directory it leaves.
         self.tmp_dir = sandbox_dir.parent / f"server-{self.port}-tmp"
         self.tmp_dir.mkdir()
+        # Its own job store unless told (a restart test passes the same one again).
+        self.data_dir = Path((env or {}).get("HARNESS_ENV_DATA_DIR") or sandbox_dir.parent / f"server-{self.port}-data")
         full_env = {**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(sandbox_dir), "HARNESS_ENV_LOG_LEVEL": "warning",
+                    "HARNESS_ENV_DATA_DIR": str(self.data_dir),
                     "HARNESS_ENV_ALLOWED_HOSTS": "127.0.0.1,localhost", "TMPDIR": str(self.tmp_dir), **(env or {})}
         # Output goes to a file: a pipe nobody reads fills up and blocks the server's event loop.
         self.log_path = sandbox_dir.parent / f"server-{self.port}.log"
