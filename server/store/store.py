@@ -183,7 +183,7 @@ class Store:
             conn.execute(update(rollouts).where(rollouts.c.id == job_id).values(
                 status=status, ended_at=now, reward=result.reward, error_kind=result.error_kind,
                 error=None if result.error is None else result.error[:MAX_ERROR_CHARS], wall_s=result.wall_s,
-                summary=summary_json, stored_bytes=size, sandbox_dir=None, task_id=result.task_id or None))
+                summary=summary_json, stored_bytes=size, sandbox_dir=None, **({"task_id": result.task_id} if result.task_id else {})))
         return True
 
     def request_cancel(self, job_id: str) -> None:
