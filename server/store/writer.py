@@ -10,6 +10,7 @@ jobs it touched are announced (`on_written`), which wakes whoever follows them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -51,10 +52,10 @@ class StoreWriter:
         """Write without waiting (a failure is logged); callable from any thread."""
         self._queue((fn, args, None, job_id))
 
-    async def call(self, job_id: str | None, fn: Callable[..., Any], *args: Any) -> Any:
+    async def call(self, job_id: str | None, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         """Write and wait until it is stored; its exception, if any, is raised here."""
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._ops.append((fn, args, fut, job_id))
+        self._ops.append((functools.partial(fn, **kw) if kw else fn, args, fut, job_id))
         self._wake.set()
         return await asyncio.shield(fut)  # a caller that goes away does not undo the write
 
