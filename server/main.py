@@ -5,12 +5,14 @@ from __future__ import annotations
 import ipaddress
 import os
 import sys
+from pathlib import Path
 
 import uvicorn
 
 from harness_env.core.procs import make_undumpable
 from harness_env.server.app import create_app
 from harness_env.server.jobs_upkeep import Retention
+from harness_env.server.store import STORE_URL_VAR, data_dir_problem, default_data_dir
 
 
 def is_loopback(host: str) -> bool:
@@ -75,6 +77,11 @@ def serve(
     if problem:
         print(f"harness-env: error: {problem}", file=sys.stderr)
         return 2
+    if not os.environ.get(STORE_URL_VAR):
+        problem = data_dir_problem(Path(data_dir) if data_dir else default_data_dir())
+        if problem:
+            print(f"harness-env: error: {problem}", file=sys.stderr)
+            return 2
     url = public_url or default_public_url(port, dict(os.environ))
     # Sandboxes on this machine reach the capture proxy over loopback, unless a public URL is given
     # (Harbor's remote sandbox providers need one they can reach).

@@ -54,3 +54,15 @@ class DataDirLock:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def data_dir_problem(data_dir: Path) -> str | None:
+    """Why a server cannot keep its SQLite store in `data_dir` (not writable, another server's),
+    in one line, or None; checked before serving so the error is one line, not a traceback."""
+    try:
+        DataDirLock(data_dir).release()
+    except OSError as e:
+        return f"cannot use the data directory {data_dir}: {e.strerror or e}; choose another (--data-dir or ${DATA_DIR_VAR})"
+    except RuntimeError as e:
+        return str(e)
+    return None

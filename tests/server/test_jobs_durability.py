@@ -73,19 +73,6 @@ def test_kill_9_with_jobs_running_then_restart(tmp_path_factory, policy_server) 
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
-def test_a_second_server_on_the_same_data_dir_is_refused(tmp_path_factory) -> None:
-    tmp_path = tmp_path_factory.mktemp("two")
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    env = {"HARNESS_ENV_DATA_DIR": str(tmp_path / "data")}
-    first = ServerProcess(tmp_path / "a", env=env)
-    try:
-        with pytest.raises(RuntimeError, match="another harness-env server uses the data directory"):
-            ServerProcess(tmp_path / "b", env=env)
-    finally:
-        first.stop()
-
-
 def test_replicas_sharing_postgres_read_follow_and_cancel_each_others_jobs(tmp_path_factory, policy_server, postgres_server) -> None:
     tmp_path = tmp_path_factory.mktemp("pg")
     url = postgres_server.new_database()
