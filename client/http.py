@@ -1,33 +1,43 @@
 """The remote client: run rollouts on a harness-env server from a trainer host.
 
-Depends only on models.py and httpx. Timeouts are sized for long rollouts; a call is retried (with
-backoff) only when it never reached the server (connection refused, DNS), never once the server
-may have started the rollout.
+Depends only on models.py and httpx. Timeouts are sized for long rollouts. `run_rollout` is one
+call (retried only when it never reached the server: connection refused, DNS). Jobs are durable
+(client/jobs.py): `submit` carries an idempotency key, so it is retried after any drop without
+running anything twice; `wait` long-polls and reconnects; `run_many` submits then waits, riding
+out a busy server (backoff) and dropped connections instead of losing rollouts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 import httpx
 
-from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
+from harness_env.client.jobs import (
+    DEFAULT_RECONNECT_FOR_S,
+    TRANSIENT,
+    Call,
+    HarnessEnvClientError,
+    Patience,
+    SseParser,
+    Steps,
+    failed,
+    get_steps,
+    parse_event,
+    raise_for,
+    submit_steps,
+    wait_steps,
+)
+from harness_env.models import DatasetTaskInfo, Detail, HarnessInfo, JobEnd, PhaseEvent, RolloutAccepted, RolloutArgs, RolloutJob, RolloutResult
 
 DEFAULT_TIMEOUT_S = 3600.0
 CONNECT_RETRIES = 4
-
-
-class HarnessEnvClientError(Exception):
-    """The server refused the call: bad arguments (status 422), busy (429), auth (401), ..."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{status}: {message}")
-        self.status = status
-        self.message = message
+EVENTS_TIMEOUT = httpx.Timeout(10.0, read=60.0)  # the server sends a keep-alive every 15 s: a silent minute is a dead connection
 
 
 def _args(args: RolloutArgs | dict[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -44,23 +54,6 @@ def _args(args: RolloutArgs | dict[str, Any] | None, kwargs: dict[str, Any]) -> 
     if checked.api_key.get_secret_value():
         out["api_key"] = checked.api_key.get_secret_value()
     return out
-
-
-def _raise_for(resp: httpx.Response) -> None:
-    if resp.status_code < 400:
-        return
-    try:
-        body = resp.json()
-        detail = body.get("detail") or (body.get("error") or {}).get("message") or resp.text
-    except (ValueError, AttributeError):
-        detail = resp.text
-    raise HarnessEnvClientError(resp.status_code, detail if isinstance(detail, str) else str(detail))
-
-
-def _failed(req: RolloutArgs | dict[str, Any], e: Exception) -> RolloutResult:
-    """A call the server refused or never answered, as data (run_many never raises mid-batch)."""
-    task_id = req.task_id if isinstance(req, RolloutArgs) else req.get("task_id")
-    return RolloutResult(task_id=task_id or None, error=f"request failed: {e}", error_kind="internal")
 
 
 def _tasks_params(dataset: str, split: str | None) -> dict[str, str]:
@@ -117,10 +110,12 @@ class AsyncHarnessEnv:
     """`async with AsyncHarnessEnv(url) as env: result = await env.run_rollout(instruction=..., ...)`"""
 
     def __init__(self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
-                 hf_token: str | None = None, headers: dict[str, str] | None = None) -> None:
+                 hf_token: str | None = None, headers: dict[str, str] | None = None, reconnect_for_s: float = DEFAULT_RECONNECT_FOR_S) -> None:
         """`token`: the server's HARNESS_ENV_TOKEN; `hf_token`: for a private Hugging Face Space
-        (default: the stored one, on a Space address only); `headers`: sent with every call."""
+        (default: the stored one, on a Space address only); `headers`: sent with every call;
+        `reconnect_for_s`: how long a job call keeps reconnecting to an unreachable server."""
         self.base_url = base_url.rstrip("/")
+        self.reconnect_for_s = reconnect_for_s
         self._client = httpx.AsyncClient(**_client_options(self.base_url, token, hf_token, headers, timeout))
 
     async def __aenter__(self) -> AsyncHarnessEnv:
@@ -141,7 +136,7 @@ class AsyncHarnessEnv:
                     raise
                 await asyncio.sleep(0.5 * 2**attempt)
                 continue
-            _raise_for(resp)
+            raise_for(resp)
             return resp
         raise AssertionError("unreachable")
 
@@ -149,17 +144,91 @@ class AsyncHarnessEnv:
         resp = await self._request("POST", "/rollout", json=_args(args, kwargs))
         return RolloutResult.model_validate_json(resp.content)
 
+    async def _drive(self, steps: Steps) -> Any:
+        """Run a job call's steps (client/jobs.py) with this client."""
+        reply: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                step = steps.throw(error) if error is not None else steps.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply = error = None
+            if isinstance(step, Call):
+                try:
+                    reply = await self._client.request(step.method, step.path, **step.kw)
+                except httpx.TransportError as e:
+                    error = e
+            else:
+                await asyncio.sleep(step.seconds)
+
+    async def submit(self, args: RolloutArgs | dict[str, Any] | None = None, *, idempotency_key: str | None = None,
+                     retry_busy: bool = False, **kwargs: Any) -> RolloutAccepted:
+        """Submit a rollout; it runs on the server whether or not this client stays. Retried after
+        a dropped connection with the same idempotency key (one is made if not given), so it never
+        runs twice; a busy server raises HarnessEnvClientError 429 unless `retry_busy`."""
+        steps = submit_steps(_args(args, kwargs), idempotency_key or uuid.uuid4().hex, retry_busy=retry_busy,
+                             patience=Patience(self.reconnect_for_s))
+        return await self._drive(steps)
+
+    async def get(self, rollout_id: str, detail: Detail = "summary", wait_s: float = 0.0) -> RolloutJob:
+        """A rollout's status, phases and, once it ended, its summary (detail="full": its whole
+        result too); `wait_s` (at most 60): wait that long for it to end first."""
+        return await self._drive(get_steps(rollout_id, detail, wait_s))
+
+    async def wait(self, rollout_id: str, timeout: float | None = None) -> RolloutResult:
+        """The rollout's result once it ended (long polls, reconnecting after any drop);
+        TimeoutError after `timeout` seconds (None: no limit)."""
+        return await self._drive(wait_steps(rollout_id, timeout, Patience(self.reconnect_for_s)))
+
+    async def cancel(self, rollout_id: str) -> RolloutJob:
+        return RolloutJob.model_validate_json((await self._request("DELETE", f"/rollouts/{rollout_id}")).content)
+
+    async def list_rollouts(self, **filters: Any) -> dict[str, Any]:
+        """GET /rollouts: status=[...], task_id, harness, limit, before (a page's next_cursor)."""
+        return (await self._request("GET", "/rollouts", params={k: v for k, v in filters.items() if v is not None})).json()
+
+    async def events(self, rollout_id: str) -> AsyncIterator[PhaseEvent | JobEnd]:
+        """The rollout's phase events, from the first, live, then a JobEnd; after a dropped
+        connection it reconnects and resumes where it was (Last-Event-ID)."""
+        patience, last = Patience(self.reconnect_for_s), None
+        while True:
+            try:
+                headers = {"last-event-id": last} if last is not None else {}
+                async with self._client.stream("GET", f"/rollouts/{rollout_id}/events", headers=headers, timeout=EVENTS_TIMEOUT) as r:
+                    if r.status_code >= 400:
+                        await r.aread()
+                        if r.status_code not in TRANSIENT:
+                            raise_for(r)
+                        await asyncio.sleep(patience.pause().seconds)
+                        continue
+                    patience.reached()
+                    parser = SseParser()
+                    async for line in r.aiter_lines():
+                        if (ev := parser.feed(line)) is not None:
+                            item = parse_event(ev[0], ev[2])
+                            last = ev[1] if ev[1] is not None else last
+                            yield item
+                            if isinstance(item, JobEnd):
+                                return
+            except httpx.TransportError as e:
+                await asyncio.sleep(patience.unreachable(e).seconds)
+
     async def run_many(self, requests: Iterable[RolloutArgs | dict[str, Any]], concurrency: int = 8) -> AsyncIterator[RolloutResult]:
-        """Keep `concurrency` rollouts in flight; yield each result as it finishes. A call the
-        server refused becomes a result with `error` (never an exception mid-batch)."""
+        """Keep `concurrency` rollouts in flight; yield each result as it finishes. Each is
+        submitted (a busy server is waited out with backoff) then waited for, reconnecting after
+        a drop, so none is lost and none runs twice. A rollout that cannot be submitted (bad
+        arguments) or whose server stays unreachable becomes a result with `error` (never an
+        exception mid-batch)."""
         sem = asyncio.Semaphore(concurrency)
 
         async def one(req: RolloutArgs | dict[str, Any]) -> RolloutResult:
             async with sem:
                 try:
-                    return await self.run_rollout(req)
-                except (HarnessEnvClientError, httpx.HTTPError) as e:
-                    return _failed(req, e)
+                    accepted = await self.submit(req, retry_busy=True)
+                    return await self.wait(accepted.rollout_id)
+                except (HarnessEnvClientError, httpx.HTTPError, ValueError) as e:
+                    return failed(req, e)
 
         tasks = [asyncio.ensure_future(one(r)) for r in requests]
         try:
@@ -187,10 +256,12 @@ class HarnessEnv:
     """The synchronous client: `HarnessEnv(url).run_rollout(instruction=..., endpoint="vllm")`."""
 
     def __init__(self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
-                 hf_token: str | None = None, headers: dict[str, str] | None = None) -> None:
+                 hf_token: str | None = None, headers: dict[str, str] | None = None, reconnect_for_s: float = DEFAULT_RECONNECT_FOR_S) -> None:
         """`token`: the server's HARNESS_ENV_TOKEN; `hf_token`: for a private Hugging Face Space
-        (default: the stored one, on a Space address only); `headers`: sent with every call."""
+        (default: the stored one, on a Space address only); `headers`: sent with every call;
+        `reconnect_for_s`: how long a job call keeps reconnecting to an unreachable server."""
         self.base_url = base_url.rstrip("/")
+        self.reconnect_for_s = reconnect_for_s
         self._client = httpx.Client(**_client_options(self.base_url, token, hf_token, headers, timeout))
 
     def __enter__(self) -> HarnessEnv:
@@ -211,7 +282,7 @@ class HarnessEnv:
                     raise
                 time.sleep(0.5 * 2**attempt)
                 continue
-            _raise_for(resp)
+            raise_for(resp)
             return resp
         raise AssertionError("unreachable")
 
@@ -219,14 +290,75 @@ class HarnessEnv:
         resp = self._request("POST", "/rollout", json=_args(args, kwargs))
         return RolloutResult.model_validate_json(resp.content)
 
+    def _drive(self, steps: Steps) -> Any:
+        reply: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                step = steps.throw(error) if error is not None else steps.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply = error = None
+            if isinstance(step, Call):
+                try:
+                    reply = self._client.request(step.method, step.path, **step.kw)
+                except httpx.TransportError as e:
+                    error = e
+            else:
+                time.sleep(step.seconds)
+
+    def submit(self, args: RolloutArgs | dict[str, Any] | None = None, *, idempotency_key: str | None = None,
+               retry_busy: bool = False, **kwargs: Any) -> RolloutAccepted:
+        """As AsyncHarnessEnv.submit."""
+        steps = submit_steps(_args(args, kwargs), idempotency_key or uuid.uuid4().hex, retry_busy=retry_busy,
+                             patience=Patience(self.reconnect_for_s))
+        return self._drive(steps)
+
+    def get(self, rollout_id: str, detail: Detail = "summary", wait_s: float = 0.0) -> RolloutJob:
+        return self._drive(get_steps(rollout_id, detail, wait_s))
+
+    def wait(self, rollout_id: str, timeout: float | None = None) -> RolloutResult:
+        return self._drive(wait_steps(rollout_id, timeout, Patience(self.reconnect_for_s)))
+
+    def cancel(self, rollout_id: str) -> RolloutJob:
+        return RolloutJob.model_validate_json(self._request("DELETE", f"/rollouts/{rollout_id}").content)
+
+    def list_rollouts(self, **filters: Any) -> dict[str, Any]:
+        return self._request("GET", "/rollouts", params={k: v for k, v in filters.items() if v is not None}).json()
+
+    def events(self, rollout_id: str) -> Iterator[PhaseEvent | JobEnd]:
+        """As AsyncHarnessEnv.events."""
+        patience, last = Patience(self.reconnect_for_s), None
+        while True:
+            try:
+                headers = {"last-event-id": last} if last is not None else {}
+                with self._client.stream("GET", f"/rollouts/{rollout_id}/events", headers=headers, timeout=EVENTS_TIMEOUT) as r:
+                    if r.status_code >= 400:
+                        r.read()
+                        if r.status_code not in TRANSIENT:
+                            raise_for(r)
+                        time.sleep(patience.pause().seconds)
+                        continue
+                    patience.reached()
+                    parser = SseParser()
+                    for line in r.iter_lines():
+                        if (ev := parser.feed(line)) is not None:
+                            item = parse_event(ev[0], ev[2])
+                            last = ev[1] if ev[1] is not None else last
+                            yield item
+                            if isinstance(item, JobEnd):
+                                return
+            except httpx.TransportError as e:
+                time.sleep(patience.unreachable(e).seconds)
+
     def run_many(self, requests: Iterable[RolloutArgs | dict[str, Any]], concurrency: int = 8) -> Iterator[RolloutResult]:
-        """Keep `concurrency` rollouts in flight (threads); yield results as they finish."""
+        """As AsyncHarnessEnv.run_many, with threads."""
 
         def one(req: RolloutArgs | dict[str, Any]) -> RolloutResult:
             try:
-                return self.run_rollout(req)
-            except (HarnessEnvClientError, httpx.HTTPError) as e:
-                return _failed(req, e)
+                return self.wait(self.submit(req, retry_busy=True).rollout_id)
+            except (HarnessEnvClientError, httpx.HTTPError, ValueError) as e:
+                return failed(req, e)
 
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
             futures = [pool.submit(one, r) for r in requests]
