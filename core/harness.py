@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -173,6 +173,9 @@ class PinnedCliHarness(HarnessBase):
     line by line."""
 
     name: str
+    # The CLI says why a run failed only in its JSON events on stdout (its stderr holds start-up
+    # notices): the rollout's error quotes stderr's tail, so the parser's error is appended to it.
+    reason_in_events: bool = False
 
     def launch(self, ctx: LaunchContext) -> LaunchSpec:
         raise NotImplementedError
@@ -193,7 +196,10 @@ class PinnedCliHarness(HarnessBase):
             on_stdout_line=parser.feed_line,
             stop=stop,
         )
-        return r, parser.outcome()
+        outcome = parser.outcome()
+        if self.reason_in_events and r.exit_code not in (0, None) and outcome.error:
+            r = replace(r, stderr=f"{r.stderr.rstrip()}\n{outcome.error}")
+        return r, outcome
 
     def version(self) -> str | None:
         return toolchain.installed_version(self.name)

@@ -39,6 +39,10 @@ PINS: dict[str, ToolPin] = {
     # platform version of @openai/codex); the package's bin script only finds and execs it.
     "codex": ToolPin(name="codex", package="@openai/codex", version="0.171.0", bin="codex", native_prefix="@openai/codex",
                      native_path="vendor/{machine}-unknown-linux-musl/bin/codex", native_variants=False),
+    # One native binary per platform, in @anthropic-ai/claude-code-linux-<arch>[-musl]; the
+    # package's bin is a placeholder its postinstall script (never run) overwrites with it.
+    "claude-code": ToolPin(name="claude-code", package="@anthropic-ai/claude-code", version="2.1.332", bin="claude",
+                           native_prefix="@anthropic-ai/claude-code", native_path="{bin}"),
 }
 
 

@@ -37,7 +37,7 @@ from starlette.routing import Route
 
 from tests.fakes.loopback import LoopbackServer
 
-SHELL_TOOL_NAMES = ("bash", "shell", "run_shell_command", "exec", "execute", "exec_command", "shell_command")
+SHELL_TOOL_NAMES = ("bash", "shell", "run_shell_command", "exec", "execute", "exec_command", "shell_command")  # any case: Claude Code's is `Bash`
 
 
 def fake_token_ids(text: str) -> list[int]:
@@ -186,7 +186,7 @@ class FakePolicy:
             return JSONResponse({"error": {"message": message, "type": "server_error"}}, status_code=step["status"])
         text, tool_calls = "", []
         if "bash" in step:
-            tool = next((t for t in body.get("tools", []) if t.get("function", {}).get("name") in SHELL_TOOL_NAMES), None)
+            tool = next((t for t in body.get("tools", []) if str(t.get("function", {}).get("name")).lower() in SHELL_TOOL_NAMES), None)
             name = tool["function"]["name"] if tool else "bash"
             args = shell_arguments((tool or {}).get("function", {}).get("parameters") or {}, step["bash"])
             tool_calls = [{"id": f"call_{len(self.sent)}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]

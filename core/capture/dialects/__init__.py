@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from harness_env.core.capture.dialects.base import ChatRequest, Dialect, Route, StreamTranslation, bearer_or_api_key
 from harness_env.core.capture.dialects.chat import ChatCompletions
+from harness_env.core.capture.dialects.messages import Messages
 from harness_env.core.capture.dialects.responses import Responses
 
 __all__ = [
@@ -82,3 +83,4 @@ def registered_dialects() -> list[Dialect]:
 CHAT_COMPLETIONS = ChatCompletions()  # also the dialect of the proxy's own probe calls
 register_dialect(CHAT_COMPLETIONS)
 register_dialect(Responses())
+register_dialect(Messages())

@@ -1,0 +1,583 @@
+"""The Anthropic Messages API (`POST {base}/v1/messages`, also `?beta=true`), translated to and from
+the engine's chat completions. Claude Code speaks only this API.
+
+Requests: `system` (a string or text blocks; Claude Code's `x-anthropic-billing-header` block is
+metadata for Anthropic's billing, never shown to a model, and is left out) becomes the first system
+message; each message becomes one chat message, but a user message's `tool_result` blocks each
+become a tool message (in place, so the order is kept); an assistant message's `thinking` blocks are
+its `reasoning_content`, its text blocks its content and its `tool_use` blocks its tool calls (the
+`input` object written back as `json.dumps` writes it, which is how the engine's tool parser wrote
+it). A `system` message inside `messages` (Claude Code sends them) stays a system message in place.
+Tools become chat functions (`input_schema` is the parameters); `defer_loading` tools are left out
+until a `tool_reference` block loads them, as Anthropic's tool search does; `cache_control` is
+accepted everywhere and ignored. The translation is a pure function of the request, so a replayed
+history translates to the previous call's messages plus the new ones.
+
+Answers: each engine chunk becomes Messages stream events as it arrives (`message_start`,
+`content_block_start` / `content_block_delta` (`thinking_delta`, `text_delta`, `input_json_delta`) /
+`content_block_stop`, `message_delta` with the stop reason and usage, `message_stop`), and a whole
+answer a `message` object. A thinking block's `signature` is ours (a digest of the text); the text
+itself is what comes back, so reasoning round-trips.
+
+`POST /v1/messages/count_tokens` asks the engine: the same translation with `max_tokens` 1, recorded
+as an auxiliary turn, answered with the engine's own prompt length (its `usage`, else its prompt
+token ids); an engine that gives neither gets an estimate (about four characters a token), said by
+the answer's extra field `count_source` ("engine" or "estimate"). `HEAD`/`GET` probes of `/`, `/api/hello` and `HEAD
+/v1/messages` are answered 200 for a known key.
+
+Not translated (what a harness that sends them gets) is listed in docs/capture.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import secrets
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from harness_env.core.capture import fastjson
+from harness_env.core.capture.asgi import Reply, Scope, json_reply, route_path
+from harness_env.core.capture.dialects.base import ChatRequest, Route, bearer_or_api_key
+from harness_env.core.capture.dialects.responses import ResponsesStream, message_as_chunk
+from harness_env.core.capture.sse import SSEDecoder
+from harness_env.core.errors import InvalidRequestError
+
+if TYPE_CHECKING:
+    from harness_env.core.capture.assemble import TurnDraft
+    from harness_env.core.capture.session import CaptureSession
+
+BILLING_HEADER = "x-anthropic-billing-header:"  # Claude Code's first system block: not for the model
+SIGNATURE_PREFIX = "harness-env.thinking.v1:"
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+CHARS_PER_TOKEN = 4  # count_tokens' estimate when the engine gives no count
+STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use", "content_filter": "refusal"}
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+               413: "request_too_large", 429: "rate_limit_error", 504: "timeout_error", 529: "overloaded_error"}
+
+
+# -- requests ---------------------------------------------------------------------------------
+@dataclass(slots=True)
+class MessagesChatRequest(ChatRequest):
+    count_only: bool = False  # count_tokens: the engine is asked for the prompt's length only
+    stop_sequences: list[str] = field(default_factory=list)
+
+
+def thinking_signature(text: str) -> str:
+    """The signature of a thinking block this proxy wrote: a digest of its text (the text is what
+    is read back; the signature only has to be there and stay the same)."""
+    return SIGNATURE_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
+        raise InvalidRequestError(f"{where}: content must be a string or a list of blocks")
+    return content
+
+
+def _image(block: dict[str, Any], where: str) -> dict[str, Any]:
+    source = block.get("source") if isinstance(block.get("source"), dict) else {}
+    if source.get("type") == "base64" and isinstance(source.get("data"), str):
+        url = f"data:{source.get('media_type') or 'image/png'};base64,{source['data']}"
+    elif source.get("type") == "url" and isinstance(source.get("url"), str):
+        url = source["url"]
+    else:
+        raise InvalidRequestError(f"{where}: an image's source must be base64 data or a url (file ids need the Files API, which this proxy does not serve)")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _document(block: dict[str, Any], where: str) -> dict[str, Any]:
+    """A document as text: a plain-text source, or a content source of text blocks."""
+    source = block.get("source") if isinstance(block.get("source"), dict) else {}
+    if source.get("type") == "text" and isinstance(source.get("data"), str):
+        return {"type": "text", "text": source["data"]}
+    if source.get("type") == "content":
+        return {"type": "text", "text": "".join(_text_of(b, where) for b in _blocks(source.get("content"), where))}
+    raise InvalidRequestError(f"{where}: a document of source type {source.get('type')!r} is not supported by this proxy (text documents are)")
+
+
+def _text_of(block: dict[str, Any], where: str) -> str:
+    if block.get("type") != "text":
+        raise InvalidRequestError(f"{where}: only text blocks are supported here, not {block.get('type')!r}")
+    return str(block.get("text", ""))
+
+
+def _part(block: dict[str, Any], where: str, referenced: list[str]) -> dict[str, Any]:
+    """A user-side block (in a user message or a tool result) -> a chat content part."""
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": str(block.get("text", ""))}
+    if kind == "image":
+        return _image(block, where)
+    if kind == "document":
+        return _document(block, where)
+    if kind == "tool_reference" and isinstance(block.get("tool_name"), str):
+        referenced.append(block["tool_name"])
+        return {"type": "text", "text": f"Tool {block['tool_name']} loaded."}
+    raise InvalidRequestError(f"{where}: content blocks of type {kind!r} are not supported by this proxy")
+
+
+def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """One text part is a string, as chat clients send it; anything else stays a list of parts."""
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        return parts[0]["text"]
+    return parts
+
+
+def _arguments(value: Any) -> str:
+    """A tool_use's input as the engine's argument string: json.dumps' layout, as vLLM's tool
+    parsers write it (the chat template re-serialises arguments anyway)."""
+    return json.dumps(value if value is not None else {}, ensure_ascii=False)
+
+
+def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
+    """An assistant message's blocks -> one chat assistant message, as the engine produced it."""
+    text: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for j, block in enumerate(blocks):
+        kind, at = block.get("type"), f"{where}.content[{j}]"
+        if kind == "text":
+            text.append(str(block.get("text", "")))
+        elif kind == "thinking":
+            reasoning.append(str(block.get("thinking", "")))
+        elif kind == "redacted_thinking":
+            continue  # encrypted by another server: nothing to read
+        elif kind == "tool_use":
+            if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
+                raise InvalidRequestError(f"{at}: a tool_use needs 'id' and 'name'")
+            calls.append({"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": _arguments(block.get("input"))}})
+        else:
+            raise InvalidRequestError(f"{at}: assistant blocks of type {kind!r} are not supported by this proxy")
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text else None}
+    if calls:
+        msg["tool_calls"] = calls
+    if reasoning:
+        msg["reasoning_content"] = "".join(reasoning)
+    return msg
+
+
+def _user(blocks: list[dict[str, Any]], where: str, referenced: list[str]) -> list[dict[str, Any]]:
+    """A user message's blocks -> chat messages: each tool_result a tool message, the other blocks
+    user messages between them, in the order given."""
+    out: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for j, block in enumerate(blocks):
+        at = f"{where}.content[{j}]"
+        if block.get("type") != "tool_result":
+            parts.append(_part(block, at, referenced))
+            continue
+        if parts:
+            out.append({"role": "user", "content": _content(parts)})
+            parts = []
+        if not isinstance(block.get("tool_use_id"), str):
+            raise InvalidRequestError(f"{at}: a tool_result needs 'tool_use_id'")
+        result = block.get("content")
+        if result is None:
+            result = ""
+        content = result if isinstance(result, str) else _content([_part(b, at, referenced) for b in _blocks(result, at)])
+        out.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": content})
+    if parts or not out:
+        out.append({"role": "user", "content": _content(parts)})
+    return out
+
+
+def system_text(system: Any) -> str:
+    """`system`: a string or text blocks, joined by a line break; Claude Code's billing block out."""
+    if system is None or system == "":
+        return ""
+    texts = [_text_of(b, "system") for b in _blocks(system, "system")]
+    return "\n".join(t for t in texts if not t.startswith(BILLING_HEADER))
+
+
+def translate_messages(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """`system` and `messages` -> chat messages (a pure function: replays translate alike), and the
+    names of the tools `tool_reference` blocks loaded."""
+    items = body.get("messages")
+    if not isinstance(items, list):
+        raise InvalidRequestError("'messages' must be a list")
+    referenced: list[str] = []
+    out: list[dict[str, Any]] = []
+    system = system_text(body.get("system"))
+    if system:
+        out.append({"role": "system", "content": system})
+    for i, msg in enumerate(items):
+        where = f"messages[{i}]"
+        if not isinstance(msg, dict):
+            raise InvalidRequestError(f"{where} must be an object")
+        role, blocks = msg.get("role"), _blocks(msg.get("content"), where)
+        if role == "assistant":
+            out.append(_assistant(blocks, where))
+        elif role == "user":
+            out.extend(_user(blocks, where, referenced))
+        elif role == "system":
+            out.append({"role": "system", "content": "\n".join(_text_of(b, where) for b in blocks)})
+        else:
+            raise InvalidRequestError(f"{where}: unknown role {role!r}")
+    return out, referenced
+
+
+def translate_tools(tools: Any, referenced: list[str]) -> list[dict[str, Any]]:
+    """Messages tools -> chat tools. Tools Anthropic runs or defines itself (web search, code
+    execution, its bash and text editor: a `type` and no `input_schema`) have no chat form and are
+    left out, as are deferred tools no `tool_reference` loaded."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise InvalidRequestError("'tools' must be a list")
+    out = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise InvalidRequestError(f"tools[{i}] must be an object")
+        if tool.get("type") not in (None, "custom") or not isinstance(tool.get("name"), str):
+            continue
+        if tool.get("defer_loading") and tool["name"] not in referenced:
+            continue
+        fn: dict[str, Any] = {"name": tool["name"]}
+        if tool.get("description"):
+            fn["description"] = tool["description"]
+        fn["parameters"] = tool.get("input_schema") or {"type": "object", "properties": {}}
+        if tool.get("strict") is not None:
+            fn["strict"] = tool["strict"]
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _tool_choice(choice: Any) -> tuple[Any, bool | None]:
+    """Messages tool_choice -> chat tool_choice and parallel_tool_calls."""
+    if not isinstance(choice, dict):
+        return None, None
+    parallel = False if choice.get("disable_parallel_tool_use") else None
+    kind = choice.get("type")
+    if kind == "tool" and choice.get("name"):
+        return {"type": "function", "function": {"name": choice["name"]}}, parallel
+    return {"auto": "auto", "any": "required", "none": "none"}.get(kind), parallel
+
+
+# -- answers ----------------------------------------------------------------------------------
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+def messages_usage(usage: dict[str, Any] | None, prompt_ids: int = 0) -> dict[str, Any]:
+    """Chat usage -> Messages usage (cached prompt tokens are Anthropic's cache reads, which
+    `input_tokens` does not count)."""
+    usage = usage if isinstance(usage, dict) else {}
+    prompt = int(usage.get("prompt_tokens") or prompt_ids)
+    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    return {"input_tokens": prompt - cached, "output_tokens": int(usage.get("completion_tokens") or 0),
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
+
+
+def _input(arguments: str) -> dict[str, Any]:
+    """A tool call's input object from the engine's argument string ({} when it is not an object)."""
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class _Block:
+    """One content block while it is produced."""
+
+    def __init__(self, block: dict[str, Any]) -> None:
+        self.index, self.block, self.buffer = -1, block, []  # buffer: text, thinking or arguments so far
+
+
+class MessageBuilder:
+    """Chat completion chunks in, Messages stream events and the final `message` out.
+
+    `chunk` takes one parsed chat.completion.chunk (or a whole answer's message as one delta) and
+    returns the events it makes, at once. One block is open at a time, in the engine's order; a tool
+    call's block starts once its name is known, with the arguments so far."""
+
+    def __init__(self, request: MessagesChatRequest) -> None:
+        self.request = request
+        self.id = _new_id("msg")
+        self.started = False
+        self.done: list[_Block] = []
+        self.open: _Block | None = None
+        self.calls: dict[int, _Block] = {}  # engine tool-call index -> its block
+        self.next_index = 0
+        self.finish_reason: str | None = None
+        self.matched_stop: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.prompt_ids = 0
+        self.error: str | None = None
+
+    @staticmethod
+    def event(kind: str, **fields: Any) -> bytes:
+        return b"event: " + kind.encode() + b"\ndata: " + fastjson.dumps({"type": kind, **fields}) + b"\n\n"
+
+    def message(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.request.body.get("model"),
+            "content": [b.block for b in self.done],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": messages_usage(self.usage, self.prompt_ids),
+        }
+        if self.started and self.finish_reason is not None:
+            out["stop_reason"], out["stop_sequence"] = self.stop_reason()
+        return out
+
+    def stop_reason(self) -> tuple[str, str | None]:
+        if self.matched_stop is not None:
+            return "stop_sequence", self.matched_stop
+        if self.finish_reason != "length" and any(b.block["type"] == "tool_use" for b in self.done):
+            return "tool_use", None
+        return STOP_REASONS.get(self.finish_reason or "stop", "end_turn"), None
+
+    def start(self) -> bytes:
+        self.started = True
+        message = {**self.message(), "content": [], "stop_reason": None, "stop_sequence": None}
+        return self.event("message_start", message=message)
+
+    # -- blocks -----------------------------------------------------------------------------
+    def _open(self, block: dict[str, Any]) -> bytes:
+        """Close the open block and start `block` (a call's block is numbered once its name is known)."""
+        out = self._close()
+        self.open = _Block(block)
+        return out if block["type"] == "pending_call" else out + self._number(self.open)
+
+    def _number(self, b: _Block) -> bytes:
+        b.index, self.next_index = self.next_index, self.next_index + 1
+        return self.event("content_block_start", index=b.index, content_block=b.block)
+
+    def _close(self) -> bytes:
+        b, self.open = self.open, None
+        if b is None:
+            return b""
+        raw, kind, out = "".join(b.buffer), b.block["type"], b""
+        if kind == "pending_call":
+            self.error = self.error or "the engine sent a tool call without a name"
+            return b""
+        if kind == "thinking":
+            b.block = {**b.block, "thinking": raw, "signature": thinking_signature(raw)}
+            out = self.event("content_block_delta", index=b.index, delta={"type": "signature_delta", "signature": b.block["signature"]})
+        elif kind == "text":
+            b.block = {**b.block, "text": raw}
+        else:
+            b.block = {**b.block, "input": _input(raw)}
+        self.done.append(b)
+        return out + self.event("content_block_stop", index=b.index)
+
+    def _delta(self, kind: str, key: str, delta_type: str, value: str, block: dict[str, Any]) -> bytes:
+        out = b""
+        if self.open is None or self.open.block["type"] != kind:
+            out += self._open(block)
+        b = self.open
+        b.buffer.append(value)
+        return out + self.event("content_block_delta", index=b.index, delta={"type": delta_type, key: value})
+
+    def _call(self, call: dict[str, Any], position: int) -> bytes:
+        index = call.get("index", position)
+        fn = call.get("function") or {}
+        out = b""
+        b = self.calls.get(index)
+        if b is None:
+            out += self._open({"type": "pending_call", "id": "", "name": ""})
+            b = self.calls[index] = self.open
+        if call.get("id") and not b.block["id"]:
+            b.block["id"] = call["id"]
+        if fn.get("arguments"):
+            b.buffer.append(fn["arguments"])
+        if b.block["type"] == "pending_call":
+            b.block["name"] += fn.get("name") or ""
+            if b.block["name"]:
+                b.block = {"type": "tool_use", "id": b.block["id"] or _new_id("toolu"), "name": b.block["name"], "input": {}}
+                out += self._number(b)
+                if b.buffer:
+                    out += self.event("content_block_delta", index=b.index, delta={"type": "input_json_delta", "partial_json": "".join(b.buffer)})
+        elif fn.get("arguments"):
+            out += self.event("content_block_delta", index=b.index, delta={"type": "input_json_delta", "partial_json": fn["arguments"]})
+        return out
+
+    # -- feeding ----------------------------------------------------------------------------
+    def chunk(self, chunk: dict[str, Any]) -> bytes:
+        out = b""
+        if not self.started:
+            ids = chunk.get("prompt_token_ids")
+            self.prompt_ids = len(ids) if isinstance(ids, list) else 0
+            out = self.start()
+        if isinstance(chunk.get("error"), dict):
+            self.error = str(chunk["error"].get("message") or json.dumps(chunk["error"]))[:2000]
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                out += self._delta("thinking", "thinking", "thinking_delta", reasoning, {"type": "thinking", "thinking": "", "signature": ""})
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                out += self._delta("text", "text", "text_delta", delta["content"], {"type": "text", "text": ""})
+            for position, call in enumerate(delta.get("tool_calls") or ()):
+                out += self._call(call, position)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+                stop = choice.get("stop_reason")  # vLLM: the stop string that matched
+                if isinstance(stop, str) and stop in self.request.stop_sequences:
+                    self.matched_stop = stop
+        return out
+
+    def end(self, error: str | None) -> bytes:
+        """Close the open block and say how the message ended: message_delta and message_stop, or
+        an error event when the engine's answer broke off."""
+        out = (b"" if self.started else self.start()) + self._close()
+        self.error = error or self.error
+        if self.error is None and self.finish_reason is None:
+            self.error = "the engine's stream ended without a finish reason"
+        if self.error is not None:
+            return out + self.event("error", error={"type": "api_error", "message": self.error})
+        stop_reason, stop_sequence = self.stop_reason()
+        usage = messages_usage(self.usage, self.prompt_ids)
+        out += self.event("message_delta", delta={"stop_reason": stop_reason, "stop_sequence": stop_sequence}, usage=usage)
+        return out + self.event("message_stop")
+
+
+class MessagesStream(ResponsesStream):
+    """A streamed engine answer, translated chunk by chunk into Messages events (the chunk decoding
+    and the turn's assembly after the client has everything are the Responses stream's)."""
+
+    def __init__(self, request: MessagesChatRequest, draft: TurnDraft) -> None:  # noqa: super().__init__ builds a Responses builder
+        self.builder = MessageBuilder(request)  # type: ignore[assignment]
+        self.draft = draft
+        self.decoder = SSEDecoder()
+        self.chunks = []
+
+
+def _count(request: MessagesChatRequest, engine_body: bytes) -> tuple[int, str]:
+    """count_tokens' answer: the engine's prompt length, else an estimate; and which it is."""
+    try:
+        parsed = fastjson.loads(engine_body)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        usage = parsed.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+            return usage["prompt_tokens"], "engine"
+        ids = parsed.get("prompt_token_ids")
+        if isinstance(ids, list) and ids:
+            return len(ids), "engine"
+    size = len(fastjson.dumps(request.messages)) + len(fastjson.dumps(request.tools))
+    return math.ceil(size / CHARS_PER_TOKEN), "estimate"
+
+
+def _error_type(status: int) -> str:
+    return ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+
+
+class Messages:
+    """POST /v1/messages (streaming or not) and /v1/messages/count_tokens; HEAD/GET probes."""
+
+    name = "messages"
+    routes = (
+        Route("POST", "/v1/messages"),
+        Route("POST", COUNT_TOKENS_PATH),
+        Route("HEAD", "/v1/messages", model_call=False),
+        *(Route(method, path, model_call=False) for path in ("/", "/api/hello") for method in ("HEAD", "GET")),
+    )
+
+    def presented_key(self, scope: Scope) -> str | None:
+        return bearer_or_api_key(scope)  # x-api-key (ANTHROPIC_API_KEY) or Bearer (ANTHROPIC_AUTH_TOKEN)
+
+    def read_request(self, body: dict[str, Any], scope: Scope) -> MessagesChatRequest:
+        count_only = route_path(scope) == COUNT_TOKENS_PATH
+        messages, referenced = translate_messages(body)
+        tools = translate_tools(body.get("tools"), referenced)
+        stops = body.get("stop_sequences")
+        return MessagesChatRequest(
+            messages=messages,
+            tools=tools,
+            stream=bool(body.get("stream")) and not count_only,
+            purpose="policy" if tools and not count_only else "auxiliary",
+            body=body,
+            count_only=count_only,
+            stop_sequences=[s for s in stops if isinstance(s, str)] if isinstance(stops, list) else [],
+        )
+
+    def engine_body(self, request: ChatRequest) -> dict[str, Any]:
+        assert isinstance(request, MessagesChatRequest)
+        body = request.body
+        out: dict[str, Any] = {"model": body.get("model"), "messages": request.messages, "stream": request.stream}
+        if request.stream:
+            out["stream_options"] = {"include_usage": True}
+        if request.tools:
+            out["tools"] = request.tools
+            choice, parallel = _tool_choice(body.get("tool_choice"))
+            if choice is not None and not request.count_only:
+                out["tool_choice"] = choice
+            if parallel is not None:
+                out["parallel_tool_calls"] = parallel
+        if request.count_only:
+            out["max_tokens"] = 1
+            return out
+        if body.get("max_tokens") is not None:
+            out["max_tokens"] = body["max_tokens"]
+        for name in ("temperature", "top_p"):
+            if body.get(name) is not None:
+                out[name] = body[name]
+        if request.stop_sequences:
+            out["stop"] = request.stop_sequences
+        return out
+
+    def answer(self, request: ChatRequest, engine_body: bytes, content_type: str, draft: TurnDraft) -> tuple[bytes, str]:
+        assert isinstance(request, MessagesChatRequest)
+        draft.add_response_body(engine_body)
+        if request.count_only:
+            count, source = _count(request, engine_body)
+            return fastjson.dumps({"input_tokens": count, "count_source": source}), "application/json"
+        builder = MessageBuilder(request)
+        try:
+            parsed = fastjson.loads(engine_body)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            chunk = message_as_chunk(parsed) | {"prompt_token_ids": parsed.get("prompt_token_ids")}
+            for whole, choice in zip(parsed.get("choices") or (), chunk["choices"]):
+                choice["stop_reason"] = whole.get("stop_reason")  # vLLM: the stop string that matched
+            events = builder.chunk(chunk)
+        else:
+            events, builder.error = builder.start(), "the engine's answer is not a JSON object"
+        events += builder.end(None)
+        if request.stream:  # the engine answered whole: the client still gets its stream
+            return events, "text/event-stream"
+        if builder.error is not None:
+            return fastjson.dumps({"type": "error", "error": {"type": "api_error", "message": builder.error}}), "application/json"
+        return fastjson.dumps(builder.message()), "application/json"
+
+    def stream(self, request: ChatRequest, draft: TurnDraft) -> MessagesStream:
+        assert isinstance(request, MessagesChatRequest)
+        return MessagesStream(request, draft)
+
+    def error(self, status: int, message: str, code: str) -> Reply:
+        reply = json_reply(status, {"type": "error", "error": {"type": _error_type(status), "message": message}})
+        if code == "turn_limit":  # Anthropic's clients retry a 429 unless told not to
+            reply.headers.append((b"x-should-retry", b"false"))
+        return reply
+
+    def upstream_error(self, status: int, engine_body: bytes, content_type: str) -> Reply:
+        """The engine's error in Anthropic's shape: `{"type": "error", "error": {type, message}}`
+        (OpenAI's `{"error": {...}}`, vLLM's flat `{"object": "error", ...}` and plain text)."""
+        try:
+            parsed = fastjson.loads(engine_body)
+        except ValueError:
+            parsed = None
+        err = parsed.get("error") if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict) else parsed
+        if isinstance(err, dict) and err.get("message"):
+            message = str(err["message"])
+        else:
+            message = engine_body[:2000].decode("utf-8", errors="replace") or f"the engine answered {status}"
+        return json_reply(status, {"type": "error", "error": {"type": _error_type(status), "message": message}})
+
+    def local_reply(self, route: Route, session: CaptureSession, scope: Scope) -> Reply:
+        return json_reply(200, {})  # a reachability probe

@@ -1,0 +1,29 @@
+"""Anthropic's Claude Code (npm `@anthropic-ai/claude-code`, a native binary), run as `claude -p
+--output-format stream-json`, speaking the Messages API to the capture proxy (which translates it
+for the engine)."""
+
+from __future__ import annotations
+
+import os
+
+from harness_env.core.harness import LaunchContext, LaunchSpec, PinnedCliHarness
+from harness_env.envs.claude_code.config import claude_argv, claude_env, settings_json
+from harness_env.envs.claude_code.events import ClaudeCodeEventParser
+
+
+class ClaudeCodeHarness(PinnedCliHarness):
+    name = "claude-code"
+    capabilities = ("streaming", "tool_calls", "token_capture", "tool_call_count", "messages_api")
+    reason_in_events = True  # an API error is quoted in its `result` event; stderr has notices only
+
+    def launch(self, ctx: LaunchContext) -> LaunchSpec:
+        config_dir = os.path.join(ctx.home, ".claude")
+        req = ctx.request
+        return LaunchSpec(
+            argv=claude_argv(self.command(), model=req.endpoint.model, instruction=req.task.instruction),
+            env=claude_env(proxy_base_url=ctx.proxy_base_url, session_key=ctx.session_key, config_dir=config_dir),
+            files={os.path.join(config_dir, "settings.json"): settings_json(req.harness_config)},
+        )
+
+    def parser(self) -> ClaudeCodeEventParser:
+        return ClaudeCodeEventParser()
