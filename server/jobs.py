@@ -55,6 +55,11 @@ INTERRUPTED = "the server stopped while this rollout ran (it was restarted or sh
 NOT_STARTED = "cancelled before it started"
 
 
+def new_id() -> str:
+    """A rollout's id: 12 hexadecimal digits, as the engine makes them (the store makes sure it is new)."""
+    return uuid.uuid4().hex[:12]
+
+
 @dataclass(eq=False)
 class Job:
     """A job running in this server."""
@@ -157,7 +162,7 @@ class JobManager:
         job it named (nothing new runs)."""
         store, _ = self._store()
         self.slots.admit()
-        job = Job(uuid.uuid4().hex[:16], prepared, listener)
+        job = Job(new_id(), prepared, listener)
         self.local[job.id] = job
         # Shielded: once the job is being stored it starts, even if this caller goes away; a
         # called job's caller then cancels it (run_attached).
@@ -170,7 +175,7 @@ class JobManager:
                "harness": job.prepared.harness.name, "model": request.endpoint.model or "", "idempotency_key": key,
                "instance": self.instance, "request": request_blob(request.model_dump(mode="json"))}  # the key masked by SecretStr
         try:
-            await writer.call(job.id, store.insert_job, row)
+            stored_as = await writer.call(job.id, store.insert_job, row, new_id)
         except BaseException as e:
             self.slots.release_admission()
             self.local.pop(job.id, None)
@@ -180,6 +185,9 @@ class JobManager:
                 if found is not None:
                     return found
             raise
+        if stored_as != job.id:
+            self.local[stored_as] = self.local.pop(job.id)
+            job.id = stored_as
         job.task = asyncio.create_task(self._run(job), name=f"rollout-{job.id}")
         if job.cancelling:  # its caller went away while it was being stored
             job.task.cancel()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,15 +137,21 @@ class Store:
         with self.engine.connect() as conn:
             return conn.execute(select(rollouts.c.id).where(rollouts.c.idempotency_key == key)).scalar()
 
-    def insert_job(self, row: dict[str, Any]) -> None:
-        """Raises DuplicateKey when `row`'s idempotency key is taken."""
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(insert(rollouts).values(**row))
-        except IntegrityError:
-            if row.get("idempotency_key") and self.id_for_key(row["idempotency_key"]):
-                raise DuplicateKey(row["idempotency_key"]) from None
-            raise
+    def insert_job(self, row: dict[str, Any], new_id: Callable[[], str] | None = None) -> str:
+        """Store a new job; its id (`new_id()` makes another should the row's be taken). Raises
+        DuplicateKey when its idempotency key is taken."""
+        for _ in range(5):
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(insert(rollouts).values(**row))
+                return row["id"]
+            except IntegrityError:
+                if row.get("idempotency_key") and self.id_for_key(row["idempotency_key"]):
+                    raise DuplicateKey(row["idempotency_key"]) from None
+                if new_id is None or self.status(row["id"]) is None:
+                    raise
+                row = {**row, "id": new_id()}  # a short random id met an older one
+        raise StoreError("could not find a free rollout id")
 
     def mark_running(self, job_id: str, now: float) -> None:
         with self.engine.begin() as conn:

@@ -173,3 +173,12 @@ async def test_the_writer_keeps_order_batches_events_and_reports_failures(store:
                              writer.call("v2", lambda: job(store, "v2", idempotency_key="dup")))
     await writer.close()
     assert {"w"} <= set().union(*written)
+
+
+def test_an_id_met_twice_is_replaced(store: Store) -> None:
+    job(store, "abc")
+    row = {"id": "abc", "status": "queued", "created_at": time.time(), "instance": "me"}
+    assert store.insert_job(row, new_id=lambda: "def") == "def"
+    assert store.get("def")["status"] == "queued"
+    with pytest.raises(Exception):
+        store.insert_job(row)  # without a way to make another
