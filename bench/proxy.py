@@ -13,8 +13,8 @@ Direct and proxied calls are interleaved in rounds so machine noise hits both al
   non-streaming answer after the same time); ratio of calls per second proxied/direct.
 
 Each translating dialect gets its own streaming cases (added latency, time to first byte): the
-proxied call speaks the dialect (e.g. `POST /v1/responses`, translated event by event), the
-direct one chat completions to the same upstream.
+proxied call speaks the dialect (`POST /v1/responses`, `POST /v1/messages`, translated event by
+event), the direct one chat completions to the same upstream.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from pathlib import Path
 import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
+DIALECTS = ("responses", "messages")  # the translating dialects, each measured against direct chat completions
 
 UPSTREAM = r'''
 import asyncio, json, sys, uvicorn
@@ -134,6 +135,9 @@ def _request(api: str, stream: bool, shape: tuple[float, int, float]) -> tuple[s
         return "/responses", {"model": "m", "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}],
                               "tools": [{"type": "function", "name": "bash", "parameters": {"type": "object", "properties": {}}}],
                               "stream": stream, "store": False}
+    if api == "messages":
+        return "/messages", {"model": "m", "max_tokens": 1024, "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}],
+                             "tools": [{"name": "bash", "input_schema": {"type": "object", "properties": {}}}], "stream": stream}
     return "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": prompt}],
                                  "tools": [{"type": "function", "function": {"name": "bash"}}], "stream": stream}
 
@@ -193,6 +197,7 @@ async def main() -> int:
     ap.add_argument("--requests", type=int, default=400, help="calls per target per case")
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--dialects", nargs="*", default=list(DIALECTS), choices=DIALECTS, help="the translating dialects to measure")
     args = ap.parse_args()
     N = args.concurrency
     burst, prefill, engine = (0.0, 32, 0.0), (50.0, 32, 0.0), (50.0, 32, 2.0)
@@ -217,13 +222,15 @@ async def main() -> int:
             ("ttft, 50 ms prefill", True, N, prefill, "chat"),
             ("throughput, engine-like", True, N, engine, "chat"),
             ("throughput, engine-like", False, N, engine, "chat"),
-            # The translating dialects: proxied in their own API, direct in chat completions.
-            ("responses: added latency, stream", True, 1, burst, "responses"),
-            ("responses: added latency, stream", True, N, burst, "responses"),
-            ("responses: ttft, 50 ms prefill", True, 1, prefill, "responses"),
-            ("responses: ttft, 50 ms prefill", True, N, prefill, "responses"),
-            ("responses: throughput, engine-like", True, N, engine, "responses"),
         ]
+        for api in args.dialects:  # the translating dialects: proxied in their own API, direct in chat completions
+            cases += [
+                (f"{api}: added latency, stream", True, 1, burst, api),
+                (f"{api}: added latency, stream", True, N, burst, api),
+                (f"{api}: ttft, 50 ms prefill", True, 1, prefill, api),
+                (f"{api}: ttft, 50 ms prefill", True, N, prefill, api),
+                (f"{api}: throughput, engine-like", True, N, engine, api),
+            ]
         figures = {}
         print(f"{'case':<46}{'direct p50':>11}{'proxy p50':>11}{'added p50':>11}{'direct p99':>11}{'proxy p99':>11}{'ttft x':>8}{'rps x':>8}")
         for title, stream, conc, shape, api in cases:
@@ -244,15 +251,18 @@ async def main() -> int:
             f"ttft_ratio_c{N}": figures[f"ttft, 50 ms prefill (stream, c={N})"]["ttft_ratio"],
             f"throughput_ratio_stream_c{N}": figures[f"throughput, engine-like (stream, c={N})"]["throughput_ratio"],
             f"throughput_ratio_non_stream_c{N}": figures[f"throughput, engine-like (non-stream, c={N})"]["throughput_ratio"],
-            "responses_added_p50_ms_stream_c1": figures["responses: added latency, stream, c=1"]["added_p50_ms"],
-            "responses_ttft_ratio_c1": figures["responses: ttft, 50 ms prefill (stream, c=1)"]["ttft_ratio"],
-            f"responses_ttft_ratio_c{N}": figures[f"responses: ttft, 50 ms prefill (stream, c={N})"]["ttft_ratio"],
-            f"responses_throughput_ratio_stream_c{N}": figures[f"responses: throughput, engine-like (stream, c={N})"]["throughput_ratio"],
         }
         targets_ok = {"added_p50_ms_non_stream_c1": ("<", 1.0), "added_p50_ms_stream_c1": ("<", 1.0), "ttft_ratio_c1": ("<=", 1.05),
-                      f"ttft_ratio_c{N}": ("<=", 1.05), f"throughput_ratio_stream_c{N}": (">=", 0.8), f"throughput_ratio_non_stream_c{N}": (">=", 0.8),
-                      "responses_added_p50_ms_stream_c1": ("<", 1.0), "responses_ttft_ratio_c1": ("<=", 1.05),
-                      f"responses_ttft_ratio_c{N}": ("<=", 1.05), f"responses_throughput_ratio_stream_c{N}": (">=", 0.8)}
+                      f"ttft_ratio_c{N}": ("<=", 1.05), f"throughput_ratio_stream_c{N}": (">=", 0.8), f"throughput_ratio_non_stream_c{N}": (">=", 0.8)}
+        for api in args.dialects:
+            for name, label, figure, target in (
+                ("added_p50_ms_stream_c1", "added latency, stream, c=1", "added_p50_ms", ("<", 1.0)),
+                ("ttft_ratio_c1", "ttft, 50 ms prefill (stream, c=1)", "ttft_ratio", ("<=", 1.05)),
+                (f"ttft_ratio_c{N}", f"ttft, 50 ms prefill (stream, c={N})", "ttft_ratio", ("<=", 1.05)),
+                (f"throughput_ratio_stream_c{N}", f"throughput, engine-like (stream, c={N})", "throughput_ratio", (">=", 0.8)),
+            ):
+                summary[f"{api}_{name}"] = figures[f"{api}: {label}"][figure]
+                targets_ok[f"{api}_{name}"] = target
         print()
         for k, v in summary.items():
             op, bound = targets_ok[k]
