@@ -40,7 +40,7 @@ from harness_env.server.jobs_routes import add_job_routes
 from harness_env.server.jobs_upkeep import Retention, recover, upkeep
 from harness_env.server.openenv_routes import DESCRIPTION, ServerState, add_openenv_routes, package_version
 from harness_env.server.slots import RolloutSlots, ServerBusy
-from harness_env.server.store import default_data_dir, store_url
+from harness_env.server.store import default_data_dir, store_password, store_url
 
 CAPTURE_PREFIX = "/capture"
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
@@ -80,7 +80,7 @@ def create_app(
     much is kept (default: from the environment)."""
     # Masked by the capture proxy in everything it passes back or records: the token, and every
     # credential-looking variable of the server (catalog and judge keys, provider tokens).
-    for secret in (token, *(v for k, v in os.environ.items() if SECRET_NAME.search(k))):
+    for secret in (token, *(v for k, v in os.environ.items() if SECRET_NAME.search(k)), store_password()):
         register_secret(secret)
     proxy = CaptureProxy()
     concurrent = max_concurrent or default_max_concurrent()

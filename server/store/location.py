@@ -35,6 +35,20 @@ def store_url(data_dir: Path, env: dict[str, str] | None = None) -> str:
     return env.get(STORE_URL_VAR) or f"sqlite:///{data_dir / DB_NAME}"
 
 
+def store_password(env: dict[str, str] | None = None) -> str | None:
+    """The password in $HARNESS_ENV_STORE_URL, if any (masked wherever the server's secrets are)."""
+    url = (dict(os.environ) if env is None else env).get(STORE_URL_VAR)
+    if not url:
+        return None
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).password
+    except (ArgumentError, ValueError):  # a malformed URL: the store says so when it opens
+        return None
+
+
 class DataDirLock:
     """One server per SQLite data directory: a second one would take the first one's running
     jobs for dead. An flock, released by the kernel when the process dies (kill -9 included)."""

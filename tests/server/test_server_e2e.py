@@ -45,7 +45,7 @@ async def test_official_mcp_client_lists_tools_runs_a_rollout_and_gets_progress(
         async with ClientSession(read, write) as session:
             await session.initialize()
             names = {t.name for t in (await session.list_tools()).tools}
-            assert names == {"run_rollout", "list_harnesses", "list_tasks", "catalog"}
+            assert names == {"run_rollout", "list_harnesses", "list_tasks", "catalog", "submit_rollout", "get_rollout"}
             out = await session.call_tool("run_rollout", _args(policy_server, detail="full"), progress_callback=on_progress)
             assert not out.isError
             _check_result(out.structuredContent, policy_server)
@@ -69,7 +69,7 @@ async def test_openenv_mcp_tool_client_with_and_without_async_with(start_server,
     server = start_server()
     async with MCPToolClient(base_url=server.url, message_timeout_s=300) as env:  # opens /ws too
         tools = await env.list_tools()
-        assert {t.name for t in tools} == {"run_rollout", "list_harnesses", "list_tasks", "catalog"}
+        assert {t.name for t in tools} == {"run_rollout", "list_harnesses", "list_tasks", "catalog", "submit_rollout", "get_rollout"}
         _check_result(await env.call_tool("run_rollout", **_args(policy_server, detail="full")), policy_server)
     env = MCPToolClient(base_url=server.url, message_timeout_s=300)
     try:
