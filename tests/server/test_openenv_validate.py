@@ -166,7 +166,7 @@ def test_mcp_answers_openenvs_probe_and_lists_the_declared_tools(server: ServerP
     listed = httpx.post(server.url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=30).json()
     served = {t["name"] for t in listed["result"]["tools"]}
     assert served == {t["name"] for t in MANIFEST["tools"]} == set(MANIFEST["validation"]["capabilities"]["declared_tools"])
-    assert served == {"run_rollout", "list_harnesses", "list_tasks", "catalog"}
+    assert served == {"run_rollout", "list_harnesses", "list_tasks", "catalog", "submit_rollout", "get_rollout"}
 
 
 # -- openenv.yaml held to the code ----------------------------------------------------------------
@@ -208,5 +208,5 @@ def test_manifest_declares_every_variable_the_package_reads() -> None:
     stale = [name for name in declared if name not in source and name not in read]
     assert stale == [], "declared in openenv.yaml but read nowhere in the package"
     secrets = {name for name, v in declared.items() if v.get("secret")}
-    assert secrets == {name for name in declared if re.search(r"KEY|TOKEN", name)}
+    assert secrets == {name for name in declared if re.search(r"KEY|TOKEN", name)} | {"HARNESS_ENV_STORE_URL"}  # its password
     assert "variables" not in MANIFEST  # `openenv push` would set those on a Space, secrets in the clear
