@@ -17,6 +17,8 @@ def _isolated_sandbox_dir(tmp_path_factory, monkeypatch):
     # Each test gets its own sandboxes root so "nothing left behind" is checkable.
     root = tmp_path_factory.mktemp("sandboxes")
     monkeypatch.setenv("HARNESS_ENV_SANDBOX_DIR", str(root))
+    # And its own job store: a server a test starts never writes to the user's data directory.
+    monkeypatch.setenv("HARNESS_ENV_DATA_DIR", str(tmp_path_factory.mktemp("data")))
     yield
     leftovers = os.listdir(root)
     assert leftovers == [], f"rollout directories left behind: {leftovers}"
