@@ -40,8 +40,18 @@ from typing import TYPE_CHECKING, Any
 from harness_env.core.capture import fastjson
 from harness_env.core.capture.asgi import Reply, Scope, json_reply, route_path
 from harness_env.core.capture.dialects.base import ChatRequest, Route, bearer_or_api_key
-from harness_env.core.capture.dialects.responses import ResponsesStream, message_as_chunk
-from harness_env.core.capture.sse import SSEDecoder
+from harness_env.core.capture.dialects.chunks import (
+    CALL,
+    REASONING,
+    TEXT,
+    ChunkBuilder,
+    ChunkStream,
+    Part,
+    engine_error,
+    engine_error_text,
+    engine_request,
+    json_object,
+)
 from harness_env.core.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -281,187 +291,93 @@ def _input(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-class _Block:
-    """One content block while it is produced."""
-
-    def __init__(self, block: dict[str, Any]) -> None:
-        self.index, self.block, self.buffer = -1, block, []  # buffer: text, thinking or arguments so far
-
-
-class MessageBuilder:
-    """Chat completion chunks in, Messages stream events and the final `message` out.
-
-    `chunk` takes one parsed chat.completion.chunk (or a whole answer's message as one delta) and
-    returns the events it makes, at once. One block is open at a time, in the engine's order; a tool
-    call's block starts once its name is known, with the arguments so far."""
+class MessageBuilder(ChunkBuilder):
+    """Chat completion chunks in, Messages stream events and the final `message` out: one content
+    block per part (thinking, text, tool_use), started when the part starts."""
 
     def __init__(self, request: MessagesChatRequest) -> None:
+        super().__init__()
         self.request = request
         self.id = _new_id("msg")
-        self.started = False
-        self.done: list[_Block] = []
-        self.open: _Block | None = None
-        self.calls: dict[int, _Block] = {}  # engine tool-call index -> its block
-        self.next_index = 0
-        self.finish_reason: str | None = None
         self.matched_stop: str | None = None
-        self.usage: dict[str, Any] | None = None
-        self.prompt_ids = 0
-        self.error: str | None = None
 
     @staticmethod
     def event(kind: str, **fields: Any) -> bytes:
         return b"event: " + kind.encode() + b"\ndata: " + fastjson.dumps({"type": kind, **fields}) + b"\n\n"
 
     def message(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+        stop_reason, stop_sequence = self.stop_reason() if self.finish_reason is not None else (None, None)
+        return {
             "id": self.id,
             "type": "message",
             "role": "assistant",
             "model": self.request.body.get("model"),
-            "content": [b.block for b in self.done],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": messages_usage(self.usage, self.prompt_ids),
+            "content": [p.data for p in self.done],
+            "stop_reason": stop_reason,
+            "stop_sequence": stop_sequence,
+            "usage": messages_usage(self.usage, len(self.prompt_ids or ())),
         }
-        if self.started and self.finish_reason is not None:
-            out["stop_reason"], out["stop_sequence"] = self.stop_reason()
-        return out
 
     def stop_reason(self) -> tuple[str, str | None]:
         if self.matched_stop is not None:
             return "stop_sequence", self.matched_stop
-        if self.finish_reason != "length" and any(b.block["type"] == "tool_use" for b in self.done):
+        if self.finish_reason != "length" and any(p.kind == CALL for p in self.done):
             return "tool_use", None
         return STOP_REASONS.get(self.finish_reason or "stop", "end_turn"), None
 
-    def start(self) -> bytes:
-        self.started = True
-        message = {**self.message(), "content": [], "stop_reason": None, "stop_sequence": None}
-        return self.event("message_start", message=message)
+    def on_choice(self, choice: dict[str, Any]) -> None:
+        stop = choice.get("stop_reason")  # vLLM: the stop string that matched
+        if isinstance(stop, str) and stop in self.request.stop_sequences:
+            self.matched_stop = stop
+
+    def start_events(self) -> bytes:
+        return self.event("message_start", message={**self.message(), "content": [], "stop_reason": None, "stop_sequence": None})
 
     # -- blocks -----------------------------------------------------------------------------
-    def _open(self, block: dict[str, Any]) -> bytes:
-        """Close the open block and start `block` (a call's block is numbered once its name is known)."""
-        out = self._close()
-        self.open = _Block(block)
-        return out if block["type"] == "pending_call" else out + self._number(self.open)
+    def new_part(self, kind: str) -> dict[str, Any]:
+        return {"type": "thinking", "thinking": "", "signature": ""} if kind == REASONING else {"type": "text", "text": ""}
 
-    def _number(self, b: _Block) -> bytes:
-        b.index, self.next_index = self.next_index, self.next_index + 1
-        return self.event("content_block_start", index=b.index, content_block=b.block)
+    def call_part(self, name: str, call_id: str) -> dict[str, Any]:
+        return {"type": "tool_use", "id": call_id or _new_id("toolu"), "name": name, "input": {}}
 
-    def _close(self) -> bytes:
-        b, self.open = self.open, None
-        if b is None:
-            return b""
-        raw, kind, out = "".join(b.buffer), b.block["type"], b""
-        if kind == "pending_call":
-            self.error = self.error or "the engine sent a tool call without a name"
-            return b""
-        if kind == "thinking":
-            b.block = {**b.block, "thinking": raw, "signature": thinking_signature(raw)}
-            out = self.event("content_block_delta", index=b.index, delta={"type": "signature_delta", "signature": b.block["signature"]})
-        elif kind == "text":
-            b.block = {**b.block, "text": raw}
+    def added(self, part: Part) -> bytes:
+        return self.event("content_block_start", index=part.index, content_block=part.data)
+
+    def grew(self, part: Part, delta: str) -> bytes:
+        kind, key = {REASONING: ("thinking_delta", "thinking"), TEXT: ("text_delta", "text")}.get(part.kind, ("input_json_delta", "partial_json"))
+        return self.event("content_block_delta", index=part.index, delta={"type": kind, key: delta})
+
+    def closed(self, part: Part) -> bytes:
+        raw, out = part.raw, b""
+        if part.kind == REASONING:
+            part.data = {**part.data, "thinking": raw, "signature": thinking_signature(raw)}
+            out = self.event("content_block_delta", index=part.index, delta={"type": "signature_delta", "signature": part.data["signature"]})
+        elif part.kind == TEXT:
+            part.data = {**part.data, "text": raw}
         else:
-            b.block = {**b.block, "input": _input(raw)}
-        self.done.append(b)
-        return out + self.event("content_block_stop", index=b.index)
+            part.data = {**part.data, "input": _input(raw)}
+        return out + self.event("content_block_stop", index=part.index)
 
-    def _delta(self, kind: str, key: str, delta_type: str, value: str, block: dict[str, Any]) -> bytes:
-        out = b""
-        if self.open is None or self.open.block["type"] != kind:
-            out += self._open(block)
-        b = self.open
-        b.buffer.append(value)
-        return out + self.event("content_block_delta", index=b.index, delta={"type": delta_type, key: value})
-
-    def _call(self, call: dict[str, Any], position: int) -> bytes:
-        index = call.get("index", position)
-        fn = call.get("function") or {}
-        out = b""
-        b = self.calls.get(index)
-        if b is None:
-            out += self._open({"type": "pending_call", "id": "", "name": ""})
-            b = self.calls[index] = self.open
-        if call.get("id") and not b.block["id"]:
-            b.block["id"] = call["id"]
-        if fn.get("arguments"):
-            b.buffer.append(fn["arguments"])
-        if b.block["type"] == "pending_call":
-            b.block["name"] += fn.get("name") or ""
-            if b.block["name"]:
-                b.block = {"type": "tool_use", "id": b.block["id"] or _new_id("toolu"), "name": b.block["name"], "input": {}}
-                out += self._number(b)
-                if b.buffer:
-                    out += self.event("content_block_delta", index=b.index, delta={"type": "input_json_delta", "partial_json": "".join(b.buffer)})
-        elif fn.get("arguments"):
-            out += self.event("content_block_delta", index=b.index, delta={"type": "input_json_delta", "partial_json": fn["arguments"]})
-        return out
-
-    # -- feeding ----------------------------------------------------------------------------
-    def chunk(self, chunk: dict[str, Any]) -> bytes:
-        out = b""
-        if not self.started:
-            ids = chunk.get("prompt_token_ids")
-            self.prompt_ids = len(ids) if isinstance(ids, list) else 0
-            out = self.start()
-        if isinstance(chunk.get("error"), dict):
-            self.error = str(chunk["error"].get("message") or json.dumps(chunk["error"]))[:2000]
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if isinstance(reasoning, str) and reasoning:
-                out += self._delta("thinking", "thinking", "thinking_delta", reasoning, {"type": "thinking", "thinking": "", "signature": ""})
-            if isinstance(delta.get("content"), str) and delta["content"]:
-                out += self._delta("text", "text", "text_delta", delta["content"], {"type": "text", "text": ""})
-            for position, call in enumerate(delta.get("tool_calls") or ()):
-                out += self._call(call, position)
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
-                stop = choice.get("stop_reason")  # vLLM: the stop string that matched
-                if isinstance(stop, str) and stop in self.request.stop_sequences:
-                    self.matched_stop = stop
-        return out
-
-    def end(self, error: str | None) -> bytes:
-        """Close the open block and say how the message ended: message_delta and message_stop, or
-        an error event when the engine's answer broke off."""
-        out = (b"" if self.started else self.start()) + self._close()
-        self.error = error or self.error
-        if self.error is None and self.finish_reason is None:
-            self.error = "the engine's stream ended without a finish reason"
+    def end_events(self) -> bytes:
+        """message_delta and message_stop, or an error event when the engine's answer broke off."""
         if self.error is not None:
-            return out + self.event("error", error={"type": "api_error", "message": self.error})
+            return self.event("error", error={"type": "api_error", "message": self.error})
         stop_reason, stop_sequence = self.stop_reason()
-        usage = messages_usage(self.usage, self.prompt_ids)
-        out += self.event("message_delta", delta={"stop_reason": stop_reason, "stop_sequence": stop_sequence}, usage=usage)
-        return out + self.event("message_stop")
+        usage = messages_usage(self.usage, len(self.prompt_ids or ()))
+        return self.event("message_delta", delta={"stop_reason": stop_reason, "stop_sequence": stop_sequence}, usage=usage) + self.event("message_stop")
 
 
-class MessagesStream(ResponsesStream):
-    """A streamed engine answer, translated chunk by chunk into Messages events (the chunk decoding
-    and the turn's assembly after the client has everything are the Responses stream's)."""
+class MessagesStream(ChunkStream):
+    """A streamed engine answer, translated chunk by chunk into Messages events."""
 
-    def __init__(self, request: MessagesChatRequest, draft: TurnDraft) -> None:  # noqa: super().__init__ builds a Responses builder
-        self.builder = MessageBuilder(request)  # type: ignore[assignment]
-        self.draft = draft
-        self.decoder = SSEDecoder()
-        self.chunks = []
+    def __init__(self, request: MessagesChatRequest, draft: TurnDraft) -> None:
+        super().__init__(MessageBuilder(request), draft)
 
 
 def _count(request: MessagesChatRequest, engine_body: bytes) -> tuple[int, str]:
     """count_tokens' answer: the engine's prompt length, else an estimate; and which it is."""
-    try:
-        parsed = fastjson.loads(engine_body)
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, dict):
+    parsed = json_object(engine_body)
+    if parsed is not None:
         usage = parsed.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
             return usage["prompt_tokens"], "engine"
@@ -508,11 +424,8 @@ class Messages:
     def engine_body(self, request: ChatRequest) -> dict[str, Any]:
         assert isinstance(request, MessagesChatRequest)
         body = request.body
-        out: dict[str, Any] = {"model": body.get("model"), "messages": request.messages, "stream": request.stream}
-        if request.stream:
-            out["stream_options"] = {"include_usage": True}
+        out = engine_request(request)
         if request.tools:
-            out["tools"] = request.tools
             choice, parallel = _tool_choice(body.get("tool_choice"))
             if choice is not None and not request.count_only:
                 out["tool_choice"] = choice
@@ -537,18 +450,7 @@ class Messages:
             count, source = _count(request, engine_body)
             return fastjson.dumps({"input_tokens": count, "count_source": source}), "application/json"
         builder = MessageBuilder(request)
-        try:
-            parsed = fastjson.loads(engine_body)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
-            chunk = message_as_chunk(parsed) | {"prompt_token_ids": parsed.get("prompt_token_ids")}
-            for whole, choice in zip(parsed.get("choices") or (), chunk["choices"]):
-                choice["stop_reason"] = whole.get("stop_reason")  # vLLM: the stop string that matched
-            events = builder.chunk(chunk)
-        else:
-            events, builder.error = builder.start(), "the engine's answer is not a JSON object"
-        events += builder.end(None)
+        events = builder.whole(engine_body)
         if request.stream:  # the engine answered whole: the client still gets its stream
             return events, "text/event-stream"
         if builder.error is not None:
@@ -568,15 +470,8 @@ class Messages:
     def upstream_error(self, status: int, engine_body: bytes, content_type: str) -> Reply:
         """The engine's error in Anthropic's shape: `{"type": "error", "error": {type, message}}`
         (OpenAI's `{"error": {...}}`, vLLM's flat `{"object": "error", ...}` and plain text)."""
-        try:
-            parsed = fastjson.loads(engine_body)
-        except ValueError:
-            parsed = None
-        err = parsed.get("error") if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict) else parsed
-        if isinstance(err, dict) and err.get("message"):
-            message = str(err["message"])
-        else:
-            message = engine_body[:2000].decode("utf-8", errors="replace") or f"the engine answered {status}"
+        err = engine_error(engine_body)
+        message = str(err["message"]) if err is not None else engine_error_text(engine_body, status)
         return json_reply(status, {"type": "error", "error": {"type": _error_type(status), "message": message}})
 
     def local_reply(self, route: Route, session: CaptureSession, scope: Scope) -> Reply:

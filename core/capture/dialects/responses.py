@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from harness_env.core.capture import fastjson
 from harness_env.core.capture.asgi import Reply, Scope, json_reply
 from harness_env.core.capture.dialects.base import ChatRequest, Route, bearer_or_api_key
-from harness_env.core.capture.sse import SSEDecoder
+from harness_env.core.capture.dialects.chunks import REASONING, TEXT, ChunkBuilder, ChunkStream, Part, engine_error, engine_error_text, engine_request
 from harness_env.core.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -303,38 +303,18 @@ def responses_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-class _Item:
-    """One output item while it is produced."""
-
-    def __init__(self, index: int, item: dict[str, Any]) -> None:
-        self.index, self.item, self.buffer = index, item, []  # buffer: text, reasoning or arguments so far
-
-    @property
-    def id(self) -> str:
-        return self.item["id"]
-
-
-class ResponseBuilder:
+class ResponseBuilder(ChunkBuilder):
     """Chat completion chunks in, Responses events and the final `response` out.
 
-    `chunk` takes one parsed chat.completion.chunk (or a whole answer's message as one delta) and
-    returns the events it makes, at once: text and arguments are passed on as they come (a tool
-    call's item starts once its name is known; a custom tool's input, wrapped in JSON by the
-    engine, is sent whole when the call ends)."""
+    Text and arguments are passed on as they come (a tool call's item starts once its name is known;
+    a custom tool's input, wrapped in JSON by the engine, is sent whole when the call ends)."""
 
     def __init__(self, request: ResponsesChatRequest) -> None:
+        super().__init__()
         self.request = request
         self.id = _new_id("resp")
         self.created_at = int(time.time())
         self.seq = 0
-        self.started = False
-        self.done: list[_Item] = []
-        self.open: _Item | None = None  # the item being produced: one at a time, in the engine's order
-        self.calls: dict[int, _Item] = {}  # engine tool-call index -> its item
-        self.finish_reason: str | None = None
-        self.usage: dict[str, Any] | None = None
-        self.error: str | None = None
-        self.next_index = 0
 
     # -- events -----------------------------------------------------------------------------
     def event(self, kind: str, **fields: Any) -> bytes:
@@ -350,7 +330,7 @@ class ResponseBuilder:
             "created_at": self.created_at,
             "status": status,
             "model": body.get("model"),
-            "output": [i.item for i in self.done] if status != "in_progress" else [],
+            "output": [p.data for p in self.done] if status != "in_progress" else [],
             "usage": responses_usage(self.usage),
             "error": None,
             "incomplete_details": None,
@@ -367,102 +347,20 @@ class ResponseBuilder:
             out["error"] = {"code": "server_error", "message": self.error or "the engine's answer broke off"}
         return out
 
-    def start(self) -> bytes:
-        self.started = True
+    def start_events(self) -> bytes:
         snapshot = self.response("in_progress")
         return self.event("response.created", response=snapshot) + self.event("response.in_progress", response=snapshot)
 
     # -- items ------------------------------------------------------------------------------
-    def _open(self, item: dict[str, Any]) -> bytes:
-        """Close the open item and start `item` (a call's item is numbered once its name is known)."""
-        out = self._close()
-        self.open = _Item(-1, item)
-        if item["type"] == "pending_call":
-            return out
-        return out + self._number(self.open)
+    def new_part(self, kind: str) -> dict[str, Any]:
+        if kind == REASONING:
+            return {"type": "reasoning", "id": _new_id("rs"), "summary": [], "content": []}
+        return {"type": "message", "id": _new_id("msg"), "status": "in_progress", "role": "assistant", "content": []}
 
-    def _number(self, it: _Item) -> bytes:
-        it.index, self.next_index = self.next_index, self.next_index + 1
-        out = self.event("response.output_item.added", output_index=it.index, item=it.item)
-        if it.item["type"] == "message":
-            part = {"type": "output_text", "text": "", "annotations": []}
-            out += self.event("response.content_part.added", item_id=it.id, output_index=it.index, content_index=0, part=part)
-        return out
-
-    def _close(self) -> bytes:
-        """Finish the open item: its done events, with the whole text, reasoning or arguments."""
-        it, self.open = self.open, None
-        if it is None:
-            return b""
-        kind, raw = it.item["type"], "".join(it.buffer)
-        ids = {"item_id": it.id, "output_index": it.index}
-        if kind == "pending_call":
-            self.error = self.error or "the engine sent a tool call without a name"
-            return b""
-        if kind == "reasoning":
-            it.item = {**it.item, "content": [{"type": "reasoning_text", "text": raw}], "encrypted_content": encode_reasoning(raw)}
-            out = self.event("response.reasoning_text.done", **ids, content_index=0, text=raw)
-        elif kind == "message":
-            part = {"type": "output_text", "text": raw, "annotations": []}
-            it.item = {**it.item, "status": "completed", "content": [part]}
-            out = self.event("response.output_text.done", **ids, content_index=0, text=raw, logprobs=[])
-            out += self.event("response.content_part.done", **ids, content_index=0, part=part)
-        elif kind == "custom_tool_call":
-            value = _custom_input(raw)
-            it.item = {**it.item, "status": "completed", "input": value}
-            out = self.event("response.custom_tool_call_input.delta", **ids, delta=value)
-            out += self.event("response.custom_tool_call_input.done", **ids, input=value)
-        else:
-            it.item = {**it.item, "status": "completed", "arguments": raw}
-            out = self.event("response.function_call_arguments.done", **ids, name=it.item["name"], arguments=raw)
-        self.done.append(it)
-        return out + self.event("response.output_item.done", output_index=it.index, item=it.item)
-
-    def _reasoning(self, delta: str) -> bytes:
-        out = b""
-        if self.open is None or self.open.item["type"] != "reasoning":
-            out += self._open({"type": "reasoning", "id": _new_id("rs"), "summary": [], "content": []})
-        it = self.open
-        it.buffer.append(delta)
-        return out + self.event("response.reasoning_text.delta", item_id=it.id, output_index=it.index, content_index=0, delta=delta)
-
-    def _text(self, delta: str) -> bytes:
-        out = b""
-        if self.open is None or self.open.item["type"] != "message":
-            out += self._open({"type": "message", "id": _new_id("msg"), "status": "in_progress", "role": "assistant", "content": []})
-        it = self.open
-        it.buffer.append(delta)
-        return out + self.event("response.output_text.delta", item_id=it.id, output_index=it.index, content_index=0, delta=delta, logprobs=[])
-
-    def _call(self, call: dict[str, Any], position: int) -> bytes:
-        """A chat tool-call delta: its item starts once the name is known, with the arguments so
-        far; later arguments are deltas (a custom tool's input goes whole when it ends)."""
-        index = call.get("index", position)
-        fn = call.get("function") or {}
-        out = b""
-        it = self.calls.get(index)
-        if it is None:
-            out += self._open({"type": "pending_call", "id": "", "call_id": "", "name": ""})
-            it = self.calls[index] = self.open
-        if call.get("id") and not it.item["call_id"]:
-            it.item["call_id"] = call["id"]
-        if fn.get("arguments"):
-            it.buffer.append(fn["arguments"])
-        if it.item["type"] == "pending_call":
-            it.item["name"] += fn.get("name") or ""
-            if it.item["name"]:
-                it.item = self._call_item(it.item)
-                out += self._number(it)
-                if it.buffer and it.item["type"] == "function_call":
-                    out += self.event("response.function_call_arguments.delta", item_id=it.id, output_index=it.index, delta="".join(it.buffer))
-        elif fn.get("arguments") and it.item["type"] == "function_call":
-            out += self.event("response.function_call_arguments.delta", item_id=it.id, output_index=it.index, delta=fn["arguments"])
-        return out
-
-    def _call_item(self, pending: dict[str, Any]) -> dict[str, Any]:
+    def call_part(self, name: str, call_id: str) -> dict[str, Any]:
         """The harness's own call item for a chat tool call (its tool's kind, name and namespace)."""
-        tool = self.request.tool_names.get(pending["name"], ToolName(pending["name"]))
-        call_id = pending["call_id"] or _new_id("call")
+        tool = self.request.tool_names.get(name, ToolName(name))
+        call_id = call_id or _new_id("call")
         if tool.kind == "custom":
             item: dict[str, Any] = {"type": "custom_tool_call", "id": _new_id("ctc"), "status": "in_progress", "call_id": call_id, "name": tool.name, "input": ""}
         else:
@@ -471,37 +369,48 @@ class ResponseBuilder:
             item["namespace"] = tool.namespace
         return item
 
-    # -- feeding ----------------------------------------------------------------------------
-    def chunk(self, chunk: dict[str, Any]) -> bytes:
-        out = b"" if self.started else self.start()
-        if isinstance(chunk.get("error"), dict):
-            self.error = str(chunk["error"].get("message") or json.dumps(chunk["error"]))[:2000]
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or choice.get("message") or {}
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if isinstance(reasoning, str) and reasoning:
-                out += self._reasoning(reasoning)
-            if isinstance(delta.get("content"), str) and delta["content"]:
-                out += self._text(delta["content"])
-            for position, call in enumerate(delta.get("tool_calls") or ()):
-                out += self._call(call, position)
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
+    def added(self, part: Part) -> bytes:
+        out = self.event("response.output_item.added", output_index=part.index, item=part.data)
+        if part.kind == TEXT:
+            text = {"type": "output_text", "text": "", "annotations": []}
+            out += self.event("response.content_part.added", item_id=part.data["id"], output_index=part.index, content_index=0, part=text)
         return out
 
-    def end(self, error: str | None) -> bytes:
-        """Close every item and say how the response ended."""
-        out = (b"" if self.started else self.start()) + self._close()
-        self.error = error or self.error
-        if self.error is None and self.finish_reason is None:
-            self.error = "the engine's stream ended without a finish reason"
+    def grew(self, part: Part, delta: str) -> bytes:
+        ids = {"item_id": part.data["id"], "output_index": part.index}
+        if part.kind == REASONING:
+            return self.event("response.reasoning_text.delta", **ids, content_index=0, delta=delta)
+        if part.kind == TEXT:
+            return self.event("response.output_text.delta", **ids, content_index=0, delta=delta, logprobs=[])
+        if part.data["type"] == "function_call":
+            return self.event("response.function_call_arguments.delta", **ids, delta=delta)
+        return b""  # a custom tool's input goes whole when the call ends
+
+    def closed(self, part: Part) -> bytes:
+        """The item's done events, with the whole text, reasoning or arguments."""
+        raw, ids = part.raw, {"item_id": part.data["id"], "output_index": part.index}
+        if part.kind == REASONING:
+            part.data = {**part.data, "content": [{"type": "reasoning_text", "text": raw}], "encrypted_content": encode_reasoning(raw)}
+            out = self.event("response.reasoning_text.done", **ids, content_index=0, text=raw)
+        elif part.kind == TEXT:
+            text = {"type": "output_text", "text": raw, "annotations": []}
+            part.data = {**part.data, "status": "completed", "content": [text]}
+            out = self.event("response.output_text.done", **ids, content_index=0, text=raw, logprobs=[])
+            out += self.event("response.content_part.done", **ids, content_index=0, part=text)
+        elif part.data["type"] == "custom_tool_call":
+            value = _custom_input(raw)
+            part.data = {**part.data, "status": "completed", "input": value}
+            out = self.event("response.custom_tool_call_input.delta", **ids, delta=value)
+            out += self.event("response.custom_tool_call_input.done", **ids, input=value)
+        else:
+            part.data = {**part.data, "status": "completed", "arguments": raw}
+            out = self.event("response.function_call_arguments.done", **ids, name=part.data["name"], arguments=raw)
+        return out + self.event("response.output_item.done", output_index=part.index, item=part.data)
+
+    def end_events(self) -> bytes:
         status = self.status()
         kind = {"completed": "response.completed", "incomplete": "response.incomplete"}.get(status, "response.failed")
-        return out + self.event(kind, response=self.response(status))
+        return self.event(kind, response=self.response(status))
 
     def status(self) -> str:
         if self.error is not None:
@@ -520,54 +429,11 @@ def _custom_input(arguments: str) -> str:
     return arguments
 
 
-def message_as_chunk(body: dict[str, Any]) -> dict[str, Any]:
-    """A whole chat.completion as one chunk whose delta is the message (tool calls indexed)."""
-    choices = []
-    for choice in body.get("choices") or ():
-        msg = dict(choice.get("message") or {})
-        msg["tool_calls"] = [{**c, "index": i} for i, c in enumerate(msg.get("tool_calls") or ())]
-        choices.append({"index": choice.get("index", 0), "delta": msg, "finish_reason": choice.get("finish_reason")})
-    return {"choices": choices, "usage": body.get("usage"), "error": body.get("error")}
-
-
-class ResponsesStream:
+class ResponsesStream(ChunkStream):
     """A streamed engine answer, translated chunk by chunk into Responses events."""
 
-    content_type = "text/event-stream"
-
     def __init__(self, request: ResponsesChatRequest, draft: TurnDraft) -> None:
-        self.builder = ResponseBuilder(request)
-        self.draft = draft
-        self.decoder = SSEDecoder()
-        self.chunks: list[dict[str, Any]] = []  # assembled into the draft after the client has everything
-
-    def _events(self, payloads: list[str]) -> bytes:
-        out = b""
-        for data in payloads:
-            if data.strip() == "[DONE]":
-                continue
-            try:
-                chunk = fastjson.loads(data)
-            except ValueError:
-                self.draft.errors.append(f"malformed stream chunk: {data[:200]!r}")
-                continue
-            if not isinstance(chunk, dict):
-                self.draft.errors.append(f"malformed stream chunk (not an object): {data[:200]!r}")
-                continue
-            self.chunks.append(chunk)
-            out += self.builder.chunk(chunk)
-        return out
-
-    def feed(self, data: bytes) -> bytes:
-        return self._events(self.decoder.feed(data))
-
-    def close(self, error: str | None) -> bytes:
-        return self._events(self.decoder.flush()) + self.builder.end(error)
-
-    def finish(self) -> None:
-        for chunk in self.chunks:  # off the latency path: ids, logprobs and text into the turn
-            self.draft.add_chunk(chunk)
-        self.chunks = []
+        super().__init__(ResponseBuilder(request), draft)
 
 
 class Responses:
@@ -601,11 +467,8 @@ class Responses:
     def engine_body(self, request: ChatRequest) -> dict[str, Any]:
         assert isinstance(request, ResponsesChatRequest)
         body = request.body
-        out: dict[str, Any] = {"model": body.get("model"), "messages": request.messages, "stream": request.stream}
-        if request.stream:
-            out["stream_options"] = {"include_usage": True}
+        out = engine_request(request)
         if request.tools:
-            out["tools"] = request.tools
             choice = _tool_choice(body.get("tool_choice"), request.tool_names)
             if choice is not None:
                 out["tool_choice"] = choice
@@ -625,15 +488,7 @@ class Responses:
         assert isinstance(request, ResponsesChatRequest)
         draft.add_response_body(engine_body)
         builder = ResponseBuilder(request)
-        try:
-            parsed = fastjson.loads(engine_body)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
-            events = builder.chunk(message_as_chunk(parsed))
-        else:
-            events, builder.error = builder.start(), "the engine's answer is not a JSON object"
-        events += builder.end(None)
+        events = builder.whole(engine_body)
         if request.stream:  # the engine answered whole: the client still gets its stream
             return events, "text/event-stream"
         return fastjson.dumps(builder.response(builder.status())), "application/json"
@@ -649,12 +504,8 @@ class Responses:
     def upstream_error(self, status: int, engine_body: bytes, content_type: str) -> Reply:
         """The engine's error in the Responses shape: `{"error": {message, type, param, code}}`
         (vLLM's flat `{"object": "error", "message": ...}` and plain text included)."""
-        try:
-            parsed = fastjson.loads(engine_body)
-        except ValueError:
-            parsed = None
-        err = parsed.get("error") if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict) else parsed
-        if isinstance(err, dict) and err.get("message"):
+        err = engine_error(engine_body)
+        if err is not None:
             code = err.get("code")
             return json_reply(status, {"error": {
                 "message": str(err["message"]),
@@ -662,8 +513,7 @@ class Responses:
                 "param": err.get("param"),
                 "code": code if isinstance(code, str) else None,
             }})
-        text = engine_body[:2000].decode("utf-8", errors="replace") or f"the engine answered {status}"
-        return self.error(status, text, "upstream_error")
+        return self.error(status, engine_error_text(engine_body, status), "upstream_error")
 
     def local_reply(self, route: Route, session: CaptureSession, scope: Scope) -> Reply:
         return self.error(404, f"no route {route.method} {route.path}", "not_found")  # it has none

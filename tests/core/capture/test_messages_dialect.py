@@ -12,6 +12,7 @@ from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.dialects.messages import BILLING_HEADER, Messages, thinking_signature
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.errors import InvalidRequestError
+from tests.core.capture.dialect_streams import assert_exact_tokens_one_branch, assert_replay_extends, chunk, named_events, slow_words, sse, translate
 from tests.core.capture.test_proxy import _endpoint, proxy_env  # noqa: F401 - the fixture messages_env builds on
 
 DIALECT = Messages()
@@ -26,33 +27,12 @@ def _request(path="/v1/messages", **body):
     return DIALECT.read_request(body, {"path": path})
 
 
-def _sse(*chunks):
-    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
-
-
-def _chunk(delta=None, finish=None, **top):
-    return {"choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}], **top}
-
-
-def _events(raw: bytes) -> list[dict]:
-    """The events of a Messages stream, checking each `event:` line names its data's type."""
-    out = []
-    for block in raw.decode().split("\n\n"):
-        if not block.strip():
-            continue
-        lines = dict(line.split(": ", 1) for line in block.splitlines())
-        event = json.loads(lines["data"])
-        assert lines["event"] == event["type"]
-        out.append(event)
-    return out
+_events = named_events
 
 
 def _translate(request, raw: bytes, *, split: int = 7):
     """Feed the engine's SSE bytes in awkward pieces; return the events and the turn draft."""
-    draft = TurnDraft()
-    stream = DIALECT.stream(request, draft)
-    out = b"".join(stream.feed(raw[i : i + split]) for i in range(0, len(raw), split)) + stream.close(None)
-    stream.finish()
+    out, draft = translate(DIALECT, request, raw, split=split)
     return _events(out), draft
 
 
@@ -188,11 +168,11 @@ def test_what_cannot_be_translated_is_refused_by_name(messages, says):
 # -- answers: the engine's chunks become events as they come -------------------------------------------
 def test_text_streams_as_text_deltas_and_ends_with_the_stop_reason_and_usage():
     req = _request(messages=[{"role": "user", "content": "hi"}], stream=True)
-    events, draft = _translate(req, _sse(
-        _chunk({"role": "assistant", "content": ""}, prompt_token_ids=[1, 2, 3]),
+    events, draft = _translate(req, sse(
+        chunk({"role": "assistant", "content": ""}, prompt_token_ids=[1, 2, 3]),
         {"choices": [{"index": 0, "delta": {"content": "Hel"}, "token_ids": [7], "logprobs": {"content": [{"token": "Hel", "logprob": -0.5}]}}]},
         {"choices": [{"index": 0, "delta": {"content": "lo"}, "token_ids": [8], "logprobs": {"content": [{"token": "lo", "logprob": -0.25}]}}]},
-        _chunk(finish="stop"),
+        chunk(finish="stop"),
         {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1}}},
     ))
     assert [e["type"] for e in events] == ["message_start", "content_block_start", "content_block_delta", "content_block_delta",
@@ -210,16 +190,16 @@ def test_text_streams_as_text_deltas_and_ends_with_the_stop_reason_and_usage():
 
 def test_thinking_text_and_tool_calls_stream_as_their_blocks():
     req = _request(messages=[{"role": "user", "content": "hi"}], tools=[BASH, READ], stream=True)
-    events, draft = _translate(req, _sse(
-        _chunk({"role": "assistant", "reasoning_content": "I should"}),
-        _chunk({"reasoning_content": " look."}),
-        _chunk({"content": "Looking."}),
-        _chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "Bash", "arguments": ""}}]}),
-        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"command": '}}]}),
-        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"ls"}'}}]}),
-        _chunk({"tool_calls": [{"index": 1, "function": {"arguments": "{}"}}]}),  # its name comes later
-        _chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "Read"}}]}),
-        _chunk(finish="tool_calls"),
+    events, draft = _translate(req, sse(
+        chunk({"role": "assistant", "reasoning_content": "I should"}),
+        chunk({"reasoning_content": " look."}),
+        chunk({"content": "Looking."}),
+        chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "Bash", "arguments": ""}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"command": '}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"ls"}'}}]}),
+        chunk({"tool_calls": [{"index": 1, "function": {"arguments": "{}"}}]}),  # its name comes later
+        chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "Read"}}]}),
+        chunk(finish="tool_calls"),
     ))
     starts = [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"]
     assert starts == ["thinking", "text", "tool_use", "tool_use"]
@@ -240,9 +220,9 @@ def test_thinking_text_and_tool_calls_stream_as_their_blocks():
 
 def test_max_tokens_a_stop_sequence_and_broken_streams():
     req = _request(messages=[{"role": "user", "content": "hi"}], stream=True, stop_sequences=["END"])
-    events, _ = _translate(req, _sse(_chunk({"content": "par"}), _chunk(finish="length")))
+    events, _ = _translate(req, sse(chunk({"content": "par"}), chunk(finish="length")))
     assert events[-2]["delta"] == {"stop_reason": "max_tokens", "stop_sequence": None}
-    events, _ = _translate(req, _sse(_chunk({"content": "x"}), {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "stop_reason": "END"}]}))
+    events, _ = _translate(req, sse(chunk({"content": "x"}), {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "stop_reason": "END"}]}))
     assert events[-2]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
     draft = TurnDraft()
     stream = DIALECT.stream(req, draft)
@@ -254,9 +234,9 @@ def test_max_tokens_a_stop_sequence_and_broken_streams():
     assert draft.errors and "malformed stream chunk" in draft.errors[0]
     events, _ = _translate(req, b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n')  # no finish, no [DONE]
     assert events[-1]["type"] == "error" and "without a finish reason" in events[-1]["error"]["message"]
-    events, _ = _translate(req, _sse(_chunk({"content": "x"}), {"error": {"message": "engine overloaded"}}))
+    events, _ = _translate(req, sse(chunk({"content": "x"}), {"error": {"message": "engine overloaded"}}))
     assert events[-1]["error"]["message"] == "engine overloaded"
-    events, _ = _translate(req, _sse(_chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}), _chunk(finish="tool_calls")))
+    events, _ = _translate(req, sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}), chunk(finish="tool_calls")))
     assert events[-1]["type"] == "error" and "without a name" in events[-1]["error"]["message"]
 
 
@@ -287,21 +267,19 @@ def test_a_replayed_history_translates_to_the_previous_messages_plus_the_new_one
     system = [{"type": "text", "text": "You are an agent.", "cache_control": {"type": "ephemeral"}}]
     messages1 = [{"role": "user", "content": [{"type": "text", "text": "Do it.", "cache_control": {"type": "ephemeral"}}]}]
     req1 = _request(system=system, messages=messages1, tools=[BASH], stream=True)
-    events, _ = _translate(req1, _sse(
-        _chunk({"reasoning_content": "plan"}), _chunk({"content": "On it."}),
-        _chunk({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "Bash", "arguments": '{"command": "ls ü"}'}}]}),
-        _chunk(finish="tool_calls"),
+    events, _ = _translate(req1, sse(
+        chunk({"reasoning_content": "plan"}), chunk({"content": "On it."}),
+        chunk({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "Bash", "arguments": '{"command": "ls ü"}'}}]}),
+        chunk(finish="tool_calls"),
     ))
     messages2 = [{"role": "user", "content": [{"type": "text", "text": "Do it."}]}, {"role": "assistant", "content": _replayed(events)},
                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "a\n", "cache_control": {"type": "ephemeral"}}]}]
     req2 = _request(system=system, messages=messages2, tools=[BASH], stream=True)
-    assert req2.messages[: len(req1.messages)] == req1.messages
-    assert req2.messages[len(req1.messages) :] == [
+    assert_replay_extends(req1, req2, [
         {"role": "assistant", "content": "On it.", "reasoning_content": "plan",
          "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "ls ü"}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "a\n"},
-    ]
-    assert req2.tools == req1.tools
+    ])
 
 
 def test_errors_are_in_anthropics_shape():
@@ -351,21 +329,13 @@ async def test_a_claude_code_like_conversation_through_the_proxy_is_one_branch_o
     r = await client.post("/v1/messages?beta=true", json={**base, "messages": messages2}, headers={"authorization": f"Bearer {session.key}"})
     content = _replayed(_events(r.content)) if stream else r.json()["content"]
     assert content == [{"type": "text", "text": "all done"}]
-    # The engine got chat completions with the session's policy, and the turns hold its own ids.
-    first, second = policy.sent
-    assert first.request["messages"][0] == {"role": "system", "content": "Be brief."}
-    assert first.request["return_token_ids"] is True and first.request["model"] == "m"
-    t1, t2 = session.sorted_turns()
-    assert (t1.prompt_token_ids, t1.completion_token_ids, t1.per_token_logps) == (first.prompt_token_ids, first.completion_token_ids, first.logprobs)
-    assert t2.completion_token_ids == second.completion_token_ids and t1.stream is stream and (t1.ttft_s is not None) is stream
-    assert t2.prompt_token_ids[: len(t1.prompt_token_ids) + len(t1.completion_token_ids)] == t1.prompt_token_ids + t1.completion_token_ids
-    assert t1.request_messages == first.request["messages"] and t1.tool_calls[0]["function"]["name"] == "bash"
+    assert policy.sent[0].request["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert_exact_tokens_one_branch(policy, session, stream, "bash")
 
 
 async def test_events_leave_the_proxy_while_the_engine_is_still_generating(messages_env):
     policy, session, client = messages_env
-    pieces = [f'data: {{"choices": [{{"index": 0, "delta": {{"content": "{w} "}}}}]}}\n\n' for w in ("one", "two", "three")]
-    policy.scripts["m"] = [{"raw": [*pieces, 'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'], "gap_s": 0.3}]
+    policy.scripts["m"] = [slow_words("one", "two", "three")]
     arrivals = []
     body = {"model": "x", "max_tokens": 100, "messages": [{"role": "user", "content": "go"}], "tools": [SHELL], "stream": True}
     async with client.stream("POST", "/v1/messages", json=body, headers=_key(session)) as r:

@@ -18,6 +18,7 @@ from harness_env.core.capture.dialects.responses import (
 )
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.errors import InvalidRequestError
+from tests.core.capture.dialect_streams import assert_exact_tokens_one_branch, assert_replay_extends, chunk, named_events, slow_words, sse, translate
 from tests.core.capture.test_proxy import _endpoint, proxy_env  # noqa: F401 - the fixture responses_env builds on
 
 DIALECT = Responses()
@@ -37,34 +38,16 @@ def _request(**body):
     return DIALECT.read_request(body, {})
 
 
-def _sse(*chunks):
-    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
-
-
-def _chunk(delta=None, finish=None, **top):
-    return {"choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}], **top}
-
-
 def _events(raw: bytes) -> list[dict]:
-    """The events of a Responses stream, checking each `event:` line names its data's type."""
-    out = []
-    for block in raw.decode().split("\n\n"):
-        if not block.strip():
-            continue
-        lines = dict(line.split(": ", 1) for line in block.splitlines())
-        event = json.loads(lines["data"])
-        assert lines["event"] == event["type"]
-        out.append(event)
+    """The events of a Responses stream, numbered in order."""
+    out = named_events(raw)
     assert [e["sequence_number"] for e in out] == list(range(1, len(out) + 1))
     return out
 
 
 def _translate(request, raw: bytes, *, split: int = 7):
     """Feed the engine's SSE bytes in awkward pieces; return the events and the turn draft."""
-    draft = TurnDraft()
-    stream = DIALECT.stream(request, draft)
-    out = b"".join(stream.feed(raw[i : i + split]) for i in range(0, len(raw), split)) + stream.close(None)
-    stream.finish()
+    out, draft = translate(DIALECT, request, raw, split=split)
     return _events(out), draft
 
 
@@ -162,11 +145,11 @@ def test_reasoning_round_trips_through_our_encrypted_content_only():
 # -- answers: the engine's chunks become events as they come -------------------------------------------
 def test_text_streams_as_output_text_deltas_and_completes_with_usage():
     req = _request(input="hi", stream=True)
-    events, draft = _translate(req, _sse(
-        _chunk({"role": "assistant", "content": ""}, prompt_token_ids=[1, 2, 3]),
-        {**_chunk({"content": "Hel"}), "choices": [{"index": 0, "delta": {"content": "Hel"}, "token_ids": [7], "logprobs": {"content": [{"token": "Hel", "logprob": -0.5}]}}]},
-        {**_chunk({"content": "lo"}), "choices": [{"index": 0, "delta": {"content": "lo"}, "token_ids": [8], "logprobs": {"content": [{"token": "lo", "logprob": -0.25}]}}]},
-        _chunk(finish="stop"),
+    events, draft = _translate(req, sse(
+        chunk({"role": "assistant", "content": ""}, prompt_token_ids=[1, 2, 3]),
+        {**chunk({"content": "Hel"}), "choices": [{"index": 0, "delta": {"content": "Hel"}, "token_ids": [7], "logprobs": {"content": [{"token": "Hel", "logprob": -0.5}]}}]},
+        {**chunk({"content": "lo"}), "choices": [{"index": 0, "delta": {"content": "lo"}, "token_ids": [8], "logprobs": {"content": [{"token": "lo", "logprob": -0.25}]}}]},
+        chunk(finish="stop"),
         {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1}}},
     ))
     assert [e["type"] for e in events] == [
@@ -187,16 +170,16 @@ def test_text_streams_as_output_text_deltas_and_completes_with_usage():
 
 def test_reasoning_then_tool_calls_stream_as_their_items():
     req = _request(input="hi", tools=[EXEC, PATCH, AGENTS], stream=True)
-    events, draft = _translate(req, _sse(
-        _chunk({"role": "assistant", "reasoning_content": "I should"}),
-        _chunk({"reasoning_content": " look."}),
-        _chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "exec_command", "arguments": ""}}]}),
-        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"cmd": '}}]}),
-        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"ls"}'}}]}),
-        _chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "agents_v1__close_agent", "arguments": "{}"}}]}),
-        _chunk({"tool_calls": [{"index": 2, "id": "call_c", "function": {"name": "apply_patch", "arguments": '{"input": "*** Begin'}}]}),
-        _chunk({"tool_calls": [{"index": 2, "function": {"arguments": ' Patch"}'}}]}),
-        _chunk(finish="tool_calls"),
+    events, draft = _translate(req, sse(
+        chunk({"role": "assistant", "reasoning_content": "I should"}),
+        chunk({"reasoning_content": " look."}),
+        chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "exec_command", "arguments": ""}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"cmd": '}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"ls"}'}}]}),
+        chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "agents_v1__close_agent", "arguments": "{}"}}]}),
+        chunk({"tool_calls": [{"index": 2, "id": "call_c", "function": {"name": "apply_patch", "arguments": '{"input": "*** Begin'}}]}),
+        chunk({"tool_calls": [{"index": 2, "function": {"arguments": ' Patch"}'}}]}),
+        chunk(finish="tool_calls"),
     ))
     kinds = [e["type"] for e in events]
     assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added", "response.reasoning_text.delta"]
@@ -218,7 +201,7 @@ def test_reasoning_then_tool_calls_stream_as_their_items():
 
 def test_an_answer_cut_by_max_tokens_is_incomplete_and_a_broken_stream_failed():
     req = _request(input="hi", stream=True)
-    events, _ = _translate(req, _sse(_chunk({"content": "par"}), _chunk(finish="length")))
+    events, _ = _translate(req, sse(chunk({"content": "par"}), chunk(finish="length")))
     assert events[-1]["type"] == "response.incomplete"
     assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
     draft = TurnDraft()
@@ -232,9 +215,9 @@ def test_an_answer_cut_by_max_tokens_is_incomplete_and_a_broken_stream_failed():
     assert draft.errors and "malformed stream chunk" in draft.errors[0]
     events, _ = _translate(req, b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n')  # no finish, no [DONE]
     assert events[-1]["type"] == "response.failed" and "without a finish reason" in events[-1]["response"]["error"]["message"]
-    events, _ = _translate(req, _sse(_chunk({"content": "x"}), {"error": {"message": "engine overloaded"}}))
+    events, _ = _translate(req, sse(chunk({"content": "x"}), {"error": {"message": "engine overloaded"}}))
     assert events[-1]["type"] == "response.failed" and events[-1]["response"]["error"]["message"] == "engine overloaded"
-    events, _ = _translate(req, _sse(_chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}), _chunk(finish="tool_calls")))
+    events, _ = _translate(req, sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}), chunk(finish="tool_calls")))
     assert events[-1]["type"] == "response.failed" and "without a name" in events[-1]["response"]["error"]["message"]
 
 
@@ -264,10 +247,10 @@ def test_a_replayed_history_translates_to_the_previous_messages_plus_the_new_one
     the assistant message is what the engine produced (its text, reasoning and exact arguments)."""
     input1 = [_msg("developer", "Rules."), _msg("user", "Do it.")]
     req1 = _request(input=input1, tools=[EXEC], stream=True, instructions="Be brief.")
-    events, _ = _translate(req1, _sse(
-        _chunk({"reasoning_content": "plan"}), _chunk({"content": "On it."}),
-        _chunk({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "exec_command", "arguments": '{"cmd":  "ls" }'}}]}),
-        _chunk(finish="tool_calls"),
+    events, _ = _translate(req1, sse(
+        chunk({"reasoning_content": "plan"}), chunk({"content": "On it."}),
+        chunk({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "exec_command", "arguments": '{"cmd":  "ls" }'}}]}),
+        chunk(finish="tool_calls"),
     ))
     replayed = []
     for item in events[-1]["response"]["output"]:
@@ -275,13 +258,11 @@ def test_a_replayed_history_translates_to_the_previous_messages_plus_the_new_one
         replayed.append(item)
     input2 = [*input1, *replayed, {"type": "function_call_output", "call_id": "call_1", "output": "a\n"}]
     req2 = _request(input=input2, tools=[EXEC], stream=True, instructions="Be brief.")
-    assert req2.messages[: len(req1.messages)] == req1.messages
-    assert req2.messages[len(req1.messages) :] == [
+    assert_replay_extends(req1, req2, [
         {"role": "assistant", "content": "On it.", "reasoning_content": "plan",
          "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "exec_command", "arguments": '{"cmd":  "ls" }'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "a\n"},
-    ]
-    assert req2.tools == req1.tools
+    ])
 
 
 def test_errors_are_in_the_responses_shape():
@@ -322,21 +303,13 @@ async def test_a_codex_like_conversation_through_the_proxy_is_one_branch_of_exac
     r = await client.post("/responses", json={**base, "input": input2}, headers=_auth(session))
     output = _events(r.content)[-1]["response"]["output"] if stream else r.json()["output"]
     assert [o["content"][0]["text"] for o in output] == ["all done"]
-    # The engine got chat completions with the session's policy, and the turns hold its own ids.
-    first, second = policy.sent
-    assert first.request["messages"][0] == {"role": "system", "content": "Be brief.\n\nRules."}
-    assert first.request["return_token_ids"] is True and first.request["model"] == "m"
-    t1, t2 = session.sorted_turns()
-    assert (t1.prompt_token_ids, t1.completion_token_ids, t1.per_token_logps) == (first.prompt_token_ids, first.completion_token_ids, first.logprobs)
-    assert t2.completion_token_ids == second.completion_token_ids and t1.stream is stream and (t1.ttft_s is not None) is stream
-    assert t2.prompt_token_ids[: len(t1.prompt_token_ids) + len(t1.completion_token_ids)] == t1.prompt_token_ids + t1.completion_token_ids
-    assert t1.request_messages == first.request["messages"] and t1.tool_calls[0]["function"]["name"] == "exec_command"
+    assert policy.sent[0].request["messages"][0] == {"role": "system", "content": "Be brief.\n\nRules."}
+    assert_exact_tokens_one_branch(policy, session, stream, "exec_command")
 
 
 async def test_events_leave_the_proxy_while_the_engine_is_still_generating(responses_env):
     policy, session, client = responses_env
-    pieces = [f'data: {{"choices": [{{"index": 0, "delta": {{"content": "{w} "}}}}]}}\n\n' for w in ("one", "two", "three")]
-    policy.scripts["m"] = [{"raw": [*pieces, 'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'], "gap_s": 0.3}]
+    policy.scripts["m"] = [slow_words("one", "two", "three")]
     arrivals = []
     body = {"model": "x", "input": "go", "tools": [EXEC], "stream": True}
     async with client.stream("POST", "/responses", json=body, headers=_auth(session)) as r:

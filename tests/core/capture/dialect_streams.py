@@ -1,0 +1,64 @@
+"""Helpers for the translating dialects' tests: an engine's SSE chunks, and a dialect's stream of
+named events parsed back, fed in awkward pieces."""
+
+import json
+
+from harness_env.core.capture.assemble import TurnDraft
+
+
+def sse(*chunks) -> bytes:
+    """The engine's chat-completion chunks as its SSE stream, ending with [DONE]."""
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+def chunk(delta=None, finish=None, **top) -> dict:
+    return {"choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}], **top}
+
+
+def named_events(raw: bytes) -> list[dict]:
+    """The events of an SSE stream whose `event:` line names its data's type (checked)."""
+    out = []
+    for block in raw.decode().split("\n\n"):
+        if not block.strip():
+            continue
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        event = json.loads(lines["data"])
+        assert lines["event"] == event["type"]
+        out.append(event)
+    return out
+
+
+def translate(dialect, request, raw: bytes, *, split: int = 7) -> tuple[bytes, TurnDraft]:
+    """Feed the engine's SSE bytes to the dialect's stream in pieces of `split` bytes; return what
+    the client got and the turn draft."""
+    draft = TurnDraft()
+    stream = dialect.stream(request, draft)
+    out = b"".join(stream.feed(raw[i : i + split]) for i in range(0, len(raw), split)) + stream.close(None)
+    stream.finish()
+    return out, draft
+
+
+def slow_words(*words: str, gap_s: float = 0.3) -> dict:
+    """A fake-policy step streaming one word a chunk, `gap_s` apart, then the end."""
+    pieces = [f'data: {{"choices": [{{"index": 0, "delta": {{"content": "{w} "}}}}]}}\n\n' for w in words]
+    return {"raw": [*pieces, 'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'], "gap_s": gap_s}
+
+
+def assert_exact_tokens_one_branch(policy, session, stream: bool, tool: str) -> None:
+    """Two calls through the proxy (a tool call, then an answer): the engine got chat completions
+    with the session's policy, the turns hold its own ids, and the second prompt extends the first
+    prompt + completion."""
+    first, second = policy.sent
+    assert first.request["return_token_ids"] is True and first.request["model"] == "m"
+    t1, t2 = session.sorted_turns()
+    assert (t1.prompt_token_ids, t1.completion_token_ids, t1.per_token_logps) == (first.prompt_token_ids, first.completion_token_ids, first.logprobs)
+    assert t2.completion_token_ids == second.completion_token_ids and t1.stream is stream and (t1.ttft_s is not None) is stream
+    assert t2.prompt_token_ids[: len(t1.prompt_token_ids) + len(t1.completion_token_ids)] == t1.prompt_token_ids + t1.completion_token_ids
+    assert t1.request_messages == first.request["messages"] and t1.tool_calls[0]["function"]["name"] == tool
+
+
+def assert_replay_extends(first, second, new: list[dict]) -> None:
+    """The second request's chat messages are the first's plus `new`, with the same tools."""
+    assert second.messages[: len(first.messages)] == first.messages
+    assert second.messages[len(first.messages) :] == new
+    assert second.tools == first.tools
