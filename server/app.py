@@ -1,6 +1,6 @@
 """The FastAPI app factory: one app, one port.
 
-Routes: POST /rollout, GET /harnesses, GET /harbor/tasks?dataset=&split= (the Harbor tasks of a
+Routes: POST /rollout, /rollouts (jobs: server/jobs_routes.py), GET /harnesses, GET /harbor/tasks?dataset=&split= (the Harbor tasks of a
 dataset under $HARNESS_ENV_HARBOR_TASKS_DIR), GET /catalog, GET /health, /metadata and /schema
 (OpenEnv's, server/openenv_routes.py), /docs (served offline, server/docs_page.py), /mcp (MCP over
 streamable HTTP, also OpenEnv's MCPToolClient), /ws (OpenEnv's session socket), /capture/v1 (the
@@ -8,7 +8,8 @@ capture proxy, where sandboxes reach the policy), /web (the Gradio UI). Bad argu
 a component the server lacks (e.g. the Harbor extra) 501, a full queue 429, a body over 32 MB 413
 (counted as it arrives, so a chunked body is cut off too). No error answer echoes the request. No
 state is shared between requests beyond what one rollout owns (and the failed-authentication
-counts of server/auth.py), so replicas can sit behind a load balancer.
+counts of server/auth.py) and the job store, which replicas behind a load balancer share when it
+is PostgreSQL.
 """
 
 from __future__ import annotations
