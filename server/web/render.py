@@ -34,6 +34,7 @@ from harness_env.server.web.render_turns import (
     logprob_points,
     logprob_summary_markdown,
     logprob_svg,
+    token_view_html,
 )
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "reward_html",
     "status_line",
     "summary_markdown",
+    "token_view_html",
     "trajectory_html",
 ]
 
@@ -97,6 +99,9 @@ def reward_html(result: RolloutResult | None, cancelled: bool = False) -> str:
     else:
         label, cls = format_reward(result.reward), _reward_class(result)
     why = f'<div class="he-reward-error">{escape(result.error_kind or "")}: {escape(clip(result.error or "", 500))}</div>' if result.error else ""
+    if result.turn_limit_hit:  # else a bare 0.0 reads as a failed task, not a stopped agent
+        why += (f'<div class="he-reward-why">the turn limit ended it after {len(result.proxy_turns)} model call(s), '
+                "before the agent said it was done</div>")
     value = "" if result.reward is None else format_reward(result.reward)
     return (f'<div class="he-reward he-{cls}" data-reward="{escape(value)}">'
             f'<span class="he-reward-label">reward</span><span class="he-reward-value">{escape(label)}</span>{why}</div>')
@@ -132,10 +137,12 @@ def summary_markdown(result: RolloutResult) -> str:
 
 # -- verify table and files -----------------------------------------------------------------------
 def _output_details(name: str, text: str) -> str:
+    """One output of a command, in a block of its own (inline, stdout's and stderr's notes ran
+    together as "no stdoutno stderr")."""
     if not text:
-        return f'<span class="he-empty">no {name}</span>'
+        return f'<div class="he-output he-empty">no {name}</div>'
     n = text.count("\n") + (0 if text.endswith("\n") else 1)
-    return f"<details><summary>{name} ({n} lines)</summary><pre>{escape(clip(text))}</pre></details>"
+    return f'<details class="he-output"><summary>{name} ({n} lines)</summary><pre>{escape(clip(text))}</pre></details>'
 
 
 def commands_html(results: list[CommandResult], empty: str = "no verify commands ran") -> str:
@@ -167,17 +174,18 @@ def files_html(files: dict[str, str]) -> str:
 
 
 # -- history and the raw JSON ---------------------------------------------------------------------
-HISTORY_HEADERS = ["#", "reward", "harness", "duration (s)", "status", "task"]
+HISTORY_HEADERS = ["#", "reward", "harness", "duration (s)", "status", "error kind", "task"]
 
 
 def history_row(n: int, result: RolloutResult | None, harness: str, wall_s: float, instruction: str, cancelled: bool = False) -> list[Any]:
+    """A history row: how the run ended (finished, cancelled, no result) and, apart, the error
+    kind a finished run reported ("-" for none)."""
     if result is None:
-        reward, status = "-", "cancelled" if cancelled else "no result"
+        reward, status, kind = "-", "cancelled" if cancelled else "no result", "-"
     else:
-        reward = format_reward(result.reward)
-        status = result.error_kind or "ok"
+        reward, status, kind = format_reward(result.reward), "finished", result.error_kind or "-"
     task = instruction.strip().splitlines()[0][:60] if instruction.strip() else ""
-    return [n, reward, harness, round(wall_s, 2), status, task]
+    return [n, reward, harness, round(wall_s, 2), status, kind, task]
 
 
 def redact(value: Any, secrets: list[str]) -> Any:

@@ -17,6 +17,8 @@ from harness_env.server.web.render_text import clip, content_text, md_cell
 LOWEST_TOKENS = 10
 PLOT_W, PLOT_H, PLOT_PAD = 760, 260, 40
 TURN_COLOURS = ("#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2")
+LABEL_GAP = 48  # plot units between two turn labels ("turn 100" is about 40 wide at font size 10)
+MAX_TOKEN_VIEW = 20_000  # tokens shown in the token view; the JSON download has all
 
 
 # -- conversation ---------------------------------------------------------------------------------
@@ -146,11 +148,13 @@ def logprob_svg(points: list[TokenPoint]) -> str:
              f'<text x="{pad - 4}" y="{y(lo) + 4:.1f}" font-size="10" text-anchor="end">{lo:.2f}</text>',
              f'<text x="{w / 2:.0f}" y="{h - 4}" font-size="10" text-anchor="middle">completion token position (all turns)</text>']
     turn_order = {t: i for i, t in enumerate(dict.fromkeys(p.turn for p in points))}
-    prev_turn = None
+    prev_turn, label_x = None, -math.inf
     for p in points:
-        if p.turn != prev_turn:  # a dashed line and a label where each turn starts
-            parts.append(f'<line x1="{x(p.position):.1f}" y1="{pad / 2}" x2="{x(p.position):.1f}" y2="{h - pad}" stroke="#ccc" stroke-dasharray="3,3"/>'
-                         f'<text x="{x(p.position) + 2:.1f}" y="{pad / 2 - 4}" font-size="10">turn {p.turn}</text>')
+        if p.turn != prev_turn:  # a dashed line where each turn starts; a label where it has room
+            parts.append(f'<line x1="{x(p.position):.1f}" y1="{pad / 2}" x2="{x(p.position):.1f}" y2="{h - pad}" stroke="#ccc" stroke-dasharray="3,3"/>')
+            if x(p.position) - label_x >= LABEL_GAP:
+                label_x = x(p.position)
+                parts.append(f'<text class="he-turn-label" x="{label_x + 2:.1f}" y="{pad / 2 - 4}" font-size="10">turn {p.turn}</text>')
             prev_turn = p.turn
         colour = TURN_COLOURS[turn_order[p.turn] % len(TURN_COLOURS)]
         parts.append(f'<circle class="he-token" cx="{x(p.position):.1f}" cy="{y(p.logprob):.1f}" r="3" fill="{colour}" data-turn="{p.turn}">'
@@ -175,3 +179,46 @@ def logprob_summary_markdown(points: list[TokenPoint], lowest: int = LOWEST_TOKE
         prob = math.exp(p.logprob) if math.isfinite(p.logprob) else 0.0
         lines.append(f"| {p.turn} | {p.position} | <code>{md_cell(repr(p.token))}</code> | {p.logprob:.4f} | {prob:.3f} |")
     return "\n".join(lines)
+
+
+def _token_colour(logprob: float) -> str:
+    """Red for an unlikely token, through yellow, to green for a sure one."""
+    prob = math.exp(logprob) if math.isfinite(logprob) else 0.0
+    return f"hsl({round(120 * prob)}, 85%, 82%)"
+
+
+def _token_title(turn: Turn, k: int) -> str:
+    tid = turn.completion_token_ids[k] if k < len(turn.completion_token_ids) else None
+    lp = turn.per_token_logps[k] if k < len(turn.per_token_logps) else None
+    head = [f"id {tid}" if tid is not None else "id ?"]
+    if lp is not None:
+        head.append(f"logprob {lp:.4f} (p {math.exp(lp) if math.isfinite(lp) else 0.0:.3f})")
+    alts = turn.top_logprobs[k] if k < len(turn.top_logprobs) else []
+    lines = [" · ".join(head)]
+    lines += [f"{a.token!r}{f' (id {a.token_id})' if a.token_id is not None else ''}: {a.logprob:.4f}" for a in alts]
+    return "\n".join(lines) if not alts else lines[0] + "\nalternatives:\n" + "\n".join(lines[1:])
+
+
+def token_view_html(turns: list[Turn], limit: int = MAX_TOKEN_VIEW) -> str:
+    """Each model call's completion token by token: the text coloured by its logprob, its id, its
+    logprob and the top alternatives in the hover title. Everything the model wrote is escaped."""
+    calls, shown = [], 0
+    for turn in turns:
+        n = max(len(turn.completion_token_ids), len(turn.completion_tokens), len(turn.per_token_logps))
+        if not n:
+            continue
+        spans = []
+        for k in range(min(n, limit - shown)):
+            text = turn.completion_tokens[k] if k < len(turn.completion_tokens) else f"<id {turn.completion_token_ids[k]}>"
+            lp = turn.per_token_logps[k] if k < len(turn.per_token_logps) else None
+            style = f' style="background: {_token_colour(lp)}"' if lp is not None else ""
+            spans.append(f'<span class="he-tok"{style} title="{escape(_token_title(turn, k))}">{escape(text)}</span>')
+        shown += len(spans)
+        more = f'<p class="he-empty">... {n - len(spans)} more tokens in the JSON download</p>' if len(spans) < n else ""
+        calls.append(f'<details class="he-call" data-turn="{turn.index}" open><summary>model call {turn.index} · {turn.purpose} · '
+                     f'{n} tokens</summary><div class="he-tokens">{"".join(spans)}</div>{more}</details>')
+        if shown >= limit:
+            break
+    if not calls:
+        return '<p class="he-empty">no completion tokens were captured (capture level text, or black_box mode)</p>'
+    return '<p class="he-token-key">hover a token for its id, logprob and the alternatives; red: unlikely, green: sure</p>' + "".join(calls)

@@ -2,8 +2,9 @@
 
 import json
 import math
+import re
 
-from harness_env.models import CommandResult, HarborRunInfo, PhaseEvent, RolloutResult, Turn
+from harness_env.models import CommandResult, HarborRunInfo, PhaseEvent, RolloutResult, TopLogprob, Turn
 from harness_env.server.web import render
 
 
@@ -44,6 +45,43 @@ def test_verify_table_and_files_escape_what_the_agent_wrote():
     files = render.files_html(_result().files)
     assert "<script>" not in files and "&lt;script&gt;" in files
     assert "no verify commands" in render.commands_html([])
+
+
+def test_verify_outputs_are_blocks_of_their_own():
+    # Inline, the two notes read "no stdoutno stderr" in the page's text.
+    table = render.commands_html([CommandResult(cmd="true", exit_code=0)])
+    assert '<div class="he-output he-empty">no stdout</div><div class="he-output he-empty">no stderr</div>' in table
+    assert '<details class="he-output"><summary>stdout (2 lines)' in render.commands_html(_result().verify_results)
+
+
+def test_a_turn_limit_end_says_so_beside_the_reward():
+    html = render.reward_html(_result(reward=0.0, turn_limit_hit=True))
+    assert "the turn limit ended it after 2 model call(s)" in html and 'data-reward="0.0"' in html
+    assert "turn limit" not in render.reward_html(_result(reward=0.0))
+
+
+def test_token_view_colours_by_logprob_with_id_and_alternatives_on_hover():
+    alt = [TopLogprob(token="<b>", logprob=-1.2, token_id=9), TopLogprob(token="x", logprob=-3.0)]
+    turn = T0.model_copy(update={"top_logprobs": [alt, [], []]})
+    html = render.token_view_html([turn, T1])
+    spans = re.findall(r'<span class="he-tok" style="background: hsl\((\d+), [^"]*" title="([^"]*)">([^<]*)</span>', html)
+    assert [s[2] for s in spans] == ["{&quot;c", "omm", "and", "done"]
+    hues = [int(s[0]) for s in spans]
+    assert hues[1] < hues[2] < hues[0]  # the less likely, the redder
+    assert spans[0][1] == "id 1 · logprob -0.1000 (p 0.905)\nalternatives:\n&#x27;&lt;b&gt;&#x27; (id 9): -1.2000\n&#x27;x&#x27;: -3.0000"
+    assert spans[3][1].startswith("id 4 · logprob -0.0500")
+    assert html.count('<details class="he-call"') == 2
+    assert "2 more tokens in the JSON download" in render.token_view_html([turn], limit=1)
+    assert "no completion tokens" in render.token_view_html([])
+
+
+def test_turn_labels_keep_their_distance_on_a_long_rollout():
+    turns = [_turn(i, [USER], logps=[-0.1, -0.2], tokens=["a", "b"], ids=[1, 2]) for i in range(60)]
+    svg = render.logprob_svg(render.logprob_points(turns))
+    xs = [float(x) for x in re.findall(r'<text class="he-turn-label" x="([\d.]+)"', svg)]
+    assert xs[0] < 50 and 5 < len(xs) < 60  # some turns labelled, not all 60
+    assert all(b - a >= 48 for a, b in zip(xs, xs[1:]))
+    assert svg.count('stroke-dasharray="3,3"') == 60  # every turn still has its line
 
 
 def test_conversation_shows_each_message_once_with_tool_calls_and_results():
@@ -88,8 +126,11 @@ def test_log_line_and_history_row():
     ev = PhaseEvent(rollout_id="r", phase="agent", status="info", elapsed_s=1.234, detail="model call 0 (policy): 3 tokens")
     assert render.log_line(ev) == "   1.23s  agent    · model call 0 (policy): 3 tokens"
     assert render.log_line(PhaseEvent(rollout_id="r", phase="setup", status="started", elapsed_s=0)) == "   0.00s  setup    started"
-    assert render.history_row(2, _result(), "pi", 1.5, "Write a.txt\nmore") == [2, "1.0", "pi", 1.5, "ok", "Write a.txt"]
-    assert render.history_row(3, None, "pi", 0.7, "x", cancelled=True)[4] == "cancelled"
+    assert render.history_row(2, _result(), "pi", 1.5, "Write a.txt\nmore") == [2, "1.0", "pi", 1.5, "finished", "-", "Write a.txt"]
+    assert render.history_row(3, None, "pi", 0.7, "x", cancelled=True)[4:6] == ["cancelled", "-"]
+    # How the run ended and the error kind it reported are separate columns.
+    failed = render.history_row(4, _result(reward=None, error="x", error_kind="endpoint"), "pi", 1.0, "x")
+    assert failed[4:6] == ["finished", "endpoint"] and len(render.HISTORY_HEADERS) == len(failed)
 
 
 def test_redact_and_json():
