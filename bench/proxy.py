@@ -13,8 +13,9 @@ Direct and proxied calls are interleaved in rounds so machine noise hits both al
   non-streaming answer after the same time); ratio of calls per second proxied/direct.
 
 Each translating dialect gets its own streaming cases (added latency, time to first byte): the
-proxied call speaks the dialect (`POST /v1/responses`, `POST /v1/messages`, translated event by
-event), the direct one chat completions to the same upstream.
+proxied call speaks the dialect (`POST /v1/responses`, `POST /v1/messages`, `POST
+/v1/models/m:streamGenerateContent`, translated chunk by chunk), the direct one chat completions to
+the same upstream.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
-DIALECTS = ("responses", "messages")  # the translating dialects, each measured against direct chat completions
+DIALECTS = ("responses", "messages", "gemini")  # the translating dialects, each measured against direct chat completions
 
 UPSTREAM = r'''
 import asyncio, json, sys, uvicorn
@@ -135,6 +136,10 @@ def _request(api: str, stream: bool, shape: tuple[float, int, float]) -> tuple[s
         return "/responses", {"model": "m", "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}],
                               "tools": [{"type": "function", "name": "bash", "parameters": {"type": "object", "properties": {}}}],
                               "stream": stream, "store": False}
+    if api == "gemini":
+        return "/models/m:" + ("streamGenerateContent?alt=sse" if stream else "generateContent"), {
+            "contents": [{"role": "user", "parts": [{"text": prompt}]}],
+            "tools": [{"functionDeclarations": [{"name": "bash", "parametersJsonSchema": {"type": "object", "properties": {}}}]}]}
     if api == "messages":
         return "/messages", {"model": "m", "max_tokens": 1024, "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}],
                              "tools": [{"name": "bash", "input_schema": {"type": "object", "properties": {}}}], "stream": stream}

@@ -43,6 +43,7 @@ PINS: dict[str, ToolPin] = {
     # package's bin is a placeholder its postinstall script (never run) overwrites with it.
     "claude-code": ToolPin(name="claude-code", package="@anthropic-ai/claude-code", version="2.1.332", bin="claude",
                            native_prefix="@anthropic-ai/claude-code", native_path="{bin}"),
+    "gemini-cli": ToolPin(name="gemini-cli", package="@google/gemini-cli", version="0.61.0", bin="gemini", node_min="20.0.0"),
 }
 
 

@@ -34,7 +34,7 @@ WIRE_ENV: dict[str, str] = {"ENABLE_TOOL_SEARCH": "false", "CLAUDE_CODE_MAX_RETR
 DENIED_TOOLS = ("WebFetch", "WebSearch")
 
 
-def anthropic_base_url(proxy_base_url: str) -> str:
+def proxy_root(proxy_base_url: str) -> str:
     """The proxy's root: Anthropic's clients add `/v1/messages` to their base URL themselves."""
     return proxy_base_url.rstrip("/").removesuffix("/v1")
 
@@ -51,7 +51,7 @@ def settings_json(extra: dict[str, Any] | None = None) -> str:
 
 def claude_env(*, proxy_base_url: str, session_key: str, config_dir: str) -> dict[str, str]:
     return {
-        "ANTHROPIC_BASE_URL": anthropic_base_url(proxy_base_url),
+        "ANTHROPIC_BASE_URL": proxy_root(proxy_base_url),
         KEY_ENV: session_key,
         "CLAUDE_CONFIG_DIR": config_dir,
         **OFFLINE_ENV,

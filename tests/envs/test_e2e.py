@@ -14,7 +14,7 @@ from harness_env.core.harness import PinnedCliHarness
 from harness_env.envs import HARNESSES as REGISTERED, get_harness
 
 UPSTREAM_KEY = "sk-upstream-e2e-9f8e7d"
-SHELL_TOOL = {"codex": "exec_command", "claude-code": "Bash"}  # the harness's own shell tool, where it is not "bash"
+SHELL_TOOL = {"codex": "exec_command", "claude-code": "Bash", "gemini-cli": "run_shell_command"}  # the harness's own shell tool, where it is not "bash"
 pytestmark = pytest.mark.e2e
 
 
@@ -166,7 +166,7 @@ async def test_upstream_key_never_reaches_the_sandbox(policy_server, make_reques
     res = await run_rollout(make_request([{"bash": spy}, {"text": "looked"}], verify=["true"]), use_bwrap=use_bwrap)
     assert res.error is None, res.error
     assert {"env.txt", "ps.txt", "cmdlines.txt"} <= set(res.files)
-    agent_lines = [ln for ln in res.files["ps.txt"].splitlines() if ln.strip() == "pi" or "cli.js" in ln or "opencode run" in ln or "codex exec" in ln or "claude -p" in ln]
+    agent_lines = [ln for ln in res.files["ps.txt"].splitlines() if ln.strip() == "pi" or "cli.js" in ln or "opencode run" in ln or "codex exec" in ln or "claude -p" in ln or "gemini.js" in ln]
     if harness in CLI_HARNESSES:
         assert agent_lines, res.files["ps.txt"]  # the agent's own process was visible to the spy
     everything = res.model_dump_json()

@@ -58,7 +58,7 @@ async def test_official_mcp_client_lists_tools_runs_a_rollout_and_gets_progress(
             assert not whitebox.isError and whitebox.structuredContent["reward"] == 1.0 and whitebox.structuredContent["detail"] == "summary"
             assert whitebox.structuredContent["harness"] == "whitebox" and whitebox.structuredContent["rollout_type"] == "train"
             harnesses = await session.call_tool("list_harnesses", {})
-            assert {h["name"] for h in harnesses.structuredContent["result"]} == {"pi", "opencode", "whitebox", "harbor", "codex", "claude-code"}
+            assert {h["name"] for h in harnesses.structuredContent["result"]} == {"pi", "opencode", "whitebox", "harbor", "codex", "claude-code", "gemini-cli"}
             bad = await session.call_tool("run_rollout", {"instruction": "x", "endpoint": "nowhere"})
             assert bad.isError and "unknown endpoint 'nowhere'" in bad.content[0].text
             bad = await session.call_tool("run_rollout", {"instruction": "x", "base_url": policy_server.base_url, "model": "m", "max_turns": 0})
@@ -94,7 +94,7 @@ def test_sync_client_and_http_errors(start_server, policy_server):
         _check_result(result.model_dump(), policy_server)
         assert env.health()["status"] == "healthy"
         harnesses = {h.name: h for h in env.list_harnesses()}
-        assert set(harnesses) == {"pi", "opencode", "whitebox", "harbor", "codex", "claude-code"}
+        assert set(harnesses) == {"pi", "opencode", "whitebox", "harbor", "codex", "claude-code", "gemini-cli"}
         cli_harnesses = [harnesses[name] for name in ("pi", "opencode", "whitebox")]
         assert all(h.installed and h.version == h.pinned_version and "token_capture" in h.capabilities for h in cli_harnesses)
         assert "harbor_tasks" in harnesses["harbor"].capabilities

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from harness_env.core.capture.dialects.base import ChatRequest, Dialect, Route, StreamTranslation, bearer_or_api_key
 from harness_env.core.capture.dialects.chat import ChatCompletions
+from harness_env.core.capture.dialects.gemini import Gemini
 from harness_env.core.capture.dialects.messages import Messages
 from harness_env.core.capture.dialects.responses import Responses
 
@@ -84,3 +85,4 @@ CHAT_COMPLETIONS = ChatCompletions()  # also the dialect of the proxy's own prob
 register_dialect(CHAT_COMPLETIONS)
 register_dialect(Responses())
 register_dialect(Messages())
+register_dialect(Gemini())

@@ -1,5 +1,6 @@
 """The engine's chat-completion chunks turned into a translating dialect's events, as they arrive:
-the bookkeeping every such dialect shares (Responses, Messages, Gemini).
+the bookkeeping every such dialect shares (Responses, Messages, Gemini), and the few request pieces
+they share (the engine request's start, a user turn with tool results in it).
 
 An answer is a sequence of parts in the engine's order: reasoning, text, tool calls. One part is
 open at a time; a new kind of delta (or a new tool call) closes it and opens the next. A tool call's
@@ -35,6 +36,32 @@ def engine_request(request: ChatRequest) -> dict[str, Any]:
     return out
 
 
+def chat_content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """One text part is a string, as chat clients send it; anything else stays a list of parts."""
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        return parts[0]["text"]
+    return parts
+
+
+def user_turn(pieces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A user turn's pieces in order (chat content parts, and tool messages for the tool results in
+    it) -> chat messages: each tool message where it stands, each run of parts between them one user
+    message."""
+    out: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for piece in pieces:
+        if piece.get("role") != "tool":
+            parts.append(piece)
+            continue
+        if parts:
+            out.append({"role": "user", "content": chat_content(parts)})
+            parts = []
+        out.append(piece)
+    if parts or not out:
+        out.append({"role": "user", "content": chat_content(parts)})
+    return out
+
+
 def json_object(data: bytes) -> dict[str, Any] | None:
     """`data` parsed, if it is a JSON object."""
     try:
@@ -42,6 +69,24 @@ def json_object(data: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return parsed if isinstance(parsed, dict) else None
+
+
+CHARS_PER_TOKEN = 4  # a token count's estimate when the engine gives none
+
+
+def prompt_length(request: ChatRequest, engine_body: bytes) -> tuple[int, str]:
+    """A token-count call's answer: the engine's prompt length (its usage, else its prompt ids),
+    else an estimate from the translated request's size; and which of the two it is."""
+    parsed = json_object(engine_body)
+    if parsed is not None:
+        usage = parsed.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+            return usage["prompt_tokens"], "engine"
+        ids = parsed.get("prompt_token_ids")
+        if isinstance(ids, list) and ids:
+            return len(ids), "engine"
+    size = len(fastjson.dumps(request.messages)) + len(fastjson.dumps(request.tools))
+    return -(-size // CHARS_PER_TOKEN), "estimate"
 
 
 def engine_error(engine_body: bytes) -> dict[str, Any] | None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -47,10 +46,12 @@ from harness_env.core.capture.dialects.chunks import (
     ChunkBuilder,
     ChunkStream,
     Part,
+    chat_content,
     engine_error,
     engine_error_text,
     engine_request,
-    json_object,
+    prompt_length,
+    user_turn,
 )
 from harness_env.core.errors import InvalidRequestError
 
@@ -61,7 +62,6 @@ if TYPE_CHECKING:
 BILLING_HEADER = "x-anthropic-billing-header:"  # Claude Code's first system block: not for the model
 SIGNATURE_PREFIX = "harness-env.thinking.v1:"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
-CHARS_PER_TOKEN = 4  # count_tokens' estimate when the engine gives no count
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use", "content_filter": "refusal"}
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
                413: "request_too_large", 429: "rate_limit_error", 504: "timeout_error", 529: "overloaded_error"}
@@ -130,13 +130,6 @@ def _part(block: dict[str, Any], where: str, referenced: list[str]) -> dict[str,
     raise InvalidRequestError(f"{where}: content blocks of type {kind!r} are not supported by this proxy")
 
 
-def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-    """One text part is a string, as chat clients send it; anything else stays a list of parts."""
-    if len(parts) == 1 and parts[0]["type"] == "text":
-        return parts[0]["text"]
-    return parts
-
-
 def _arguments(value: Any) -> str:
     """A tool_use's input as the engine's argument string: json.dumps' layout, as vLLM's tool
     parsers write it (the chat template re-serialises arguments anyway)."""
@@ -173,26 +166,20 @@ def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
 def _user(blocks: list[dict[str, Any]], where: str, referenced: list[str]) -> list[dict[str, Any]]:
     """A user message's blocks -> chat messages: each tool_result a tool message, the other blocks
     user messages between them, in the order given."""
-    out: list[dict[str, Any]] = []
-    parts: list[dict[str, Any]] = []
+    pieces = []
     for j, block in enumerate(blocks):
         at = f"{where}.content[{j}]"
         if block.get("type") != "tool_result":
-            parts.append(_part(block, at, referenced))
+            pieces.append(_part(block, at, referenced))
             continue
-        if parts:
-            out.append({"role": "user", "content": _content(parts)})
-            parts = []
         if not isinstance(block.get("tool_use_id"), str):
             raise InvalidRequestError(f"{at}: a tool_result needs 'tool_use_id'")
         result = block.get("content")
         if result is None:
             result = ""
-        content = result if isinstance(result, str) else _content([_part(b, at, referenced) for b in _blocks(result, at)])
-        out.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": content})
-    if parts or not out:
-        out.append({"role": "user", "content": _content(parts)})
-    return out
+        content = result if isinstance(result, str) else chat_content([_part(b, at, referenced) for b in _blocks(result, at)])
+        pieces.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": content})
+    return user_turn(pieces)
 
 
 def system_text(system: Any) -> str:
@@ -374,20 +361,6 @@ class MessagesStream(ChunkStream):
         super().__init__(MessageBuilder(request), draft)
 
 
-def _count(request: MessagesChatRequest, engine_body: bytes) -> tuple[int, str]:
-    """count_tokens' answer: the engine's prompt length, else an estimate; and which it is."""
-    parsed = json_object(engine_body)
-    if parsed is not None:
-        usage = parsed.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
-            return usage["prompt_tokens"], "engine"
-        ids = parsed.get("prompt_token_ids")
-        if isinstance(ids, list) and ids:
-            return len(ids), "engine"
-    size = len(fastjson.dumps(request.messages)) + len(fastjson.dumps(request.tools))
-    return math.ceil(size / CHARS_PER_TOKEN), "estimate"
-
-
 def _error_type(status: int) -> str:
     return ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
 
@@ -447,7 +420,7 @@ class Messages:
         assert isinstance(request, MessagesChatRequest)
         draft.add_response_body(engine_body)
         if request.count_only:
-            count, source = _count(request, engine_body)
+            count, source = prompt_length(request, engine_body)
             return fastjson.dumps({"input_tokens": count, "count_source": source}), "application/json"
         builder = MessageBuilder(request)
         events = builder.whole(engine_body)

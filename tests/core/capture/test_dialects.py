@@ -188,7 +188,7 @@ def test_a_route_is_claimed_once_and_a_name_registered_once():
         register_dialect(Squatter())
     with pytest.raises(ValueError, match="already registered"):
         register_dialect(registered_dialects()[0])
-    assert [d.name for d in registered_dialects()] == ["chat_completions", "responses", "messages"]
+    assert [d.name for d in registered_dialects()] == ["chat_completions", "responses", "messages", "gemini"]
 
 
 def test_routes_match_exactly_or_by_template():

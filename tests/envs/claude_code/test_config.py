@@ -5,7 +5,7 @@ from harness_env.envs.claude_code.config import (
     DENIED_TOOLS,
     KEY_ENV,
     OFFLINE_ENV,
-    anthropic_base_url,
+    proxy_root,
     claude_argv,
     claude_env,
     settings_json,
@@ -16,7 +16,7 @@ def test_the_proxy_root_is_the_base_url_and_the_session_key_the_api_key():
     env = claude_env(proxy_base_url="http://127.0.0.1:18080/capture/v1", session_key="hecap-k", config_dir="/h/.claude")
     assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:18080/capture" and env[KEY_ENV] == "hecap-k" and KEY_ENV == "ANTHROPIC_API_KEY"
     assert env["CLAUDE_CONFIG_DIR"] == "/h/.claude"
-    assert anthropic_base_url("http://x:1/v1/") == anthropic_base_url("http://x:1/v1") == "http://x:1"
+    assert proxy_root("http://x:1/v1/") == proxy_root("http://x:1/v1") == "http://x:1"
 
 
 def test_nothing_leaves_the_machine_and_the_bypass_flag_is_allowed_in_our_sandbox():

@@ -79,7 +79,7 @@ def test_every_registered_harness_is_offered():
     from harness_env.server.service import RolloutService
 
     offered = dict((value, label) for label, value in harness_choices(RolloutService.list_harnesses()))
-    assert set(offered) == {"pi", "opencode", "whitebox", "harbor", "codex", "claude-code"} and offered["whitebox"] == "whitebox 1"
+    assert set(offered) == {"pi", "opencode", "whitebox", "harbor", "codex", "claude-code", "gemini-cli"} and offered["whitebox"] == "whitebox 1"
 
 
 def test_svg_icon_form_to_family_options():

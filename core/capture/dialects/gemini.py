@@ -1,0 +1,445 @@
+"""Google's Gemini API (`POST {base}/v1beta/models/{model}:generateContent` and
+`:streamGenerateContent`), translated to and from the engine's chat completions. Gemini CLI speaks
+only this API.
+
+Requests: `systemInstruction` becomes the first system message; a `model` content becomes one chat
+assistant message (thought parts its `reasoning_content`, text parts its content, `functionCall`
+parts its tool calls with the `args` object written as `json.dumps` writes it); a `user` content
+becomes user messages, each `functionResponse` part a tool message where it stands (its `response`:
+the `output` string when that is all it holds, else the object as JSON). Call ids are the engine's:
+Gemini CLI prefixes them with the tool's name (`run_shell_command__call_0`), which is taken off
+again; calls without ids get one from their name and order. `tools[].functionDeclarations` become
+chat functions (`parametersJsonSchema`, or `parameters` in Gemini's schema with its upper-case
+types written as JSON Schema's). The translation is a pure function of the request, so a replayed
+history translates to the previous call's messages plus the new ones.
+
+Answers: each engine chunk becomes a `GenerateContentResponse` as it arrives (reasoning as
+`thought` text parts, text as text parts; a function call goes whole once its arguments are
+complete, as Gemini sends them), the last one with the `finishReason` and `usageMetadata`; as SSE
+events with `alt=sse`, else as the parts of one JSON array. Gemini CLI keeps no thought parts in
+its history, so the reasoning rides back in a `thoughtSignature` (on the first function call, else
+on a last empty text part): this proxy's signatures carry the text, and a replayed one is read back
+as the assistant message's reasoning. `:countTokens` asks the engine (one token, an auxiliary turn)
+and answers `totalTokens`.
+
+Not translated (what a harness that sends them gets) is listed in docs/capture.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+from harness_env.core.capture import fastjson
+from harness_env.core.capture.asgi import Reply, Scope, header, json_reply, route_path
+from harness_env.core.capture.dialects.base import ChatRequest, Route, bearer_or_api_key
+from harness_env.core.capture.dialects.chunks import (
+    CALL,
+    REASONING,
+    TEXT,
+    ChunkBuilder,
+    ChunkStream,
+    Part,
+    chat_content,
+    engine_error,
+    engine_error_text,
+    engine_request,
+    prompt_length,
+    user_turn,
+)
+from harness_env.core.capture.dialects.responses import decode_reasoning, encode_reasoning
+from harness_env.core.errors import InvalidRequestError
+
+if TYPE_CHECKING:
+    from harness_env.core.capture.assemble import TurnDraft
+    from harness_env.core.capture.session import CaptureSession
+
+VERSIONS = ("v1beta", "v1")
+TURN_LIMIT_RETRY_S = 86400  # the turn limit's 429 says "retry in a day": no client waits that long
+FINISH_REASONS = {"stop": "STOP", "tool_calls": "STOP", "function_call": "STOP", "length": "MAX_TOKENS", "content_filter": "SAFETY"}
+STATUSES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ABORTED",
+            413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 499: "CANCELLED", 501: "NOT_IMPLEMENTED", 503: "UNAVAILABLE",
+            504: "DEADLINE_EXCEEDED"}
+
+
+# -- requests ---------------------------------------------------------------------------------
+@dataclass(slots=True)
+class GeminiChatRequest(ChatRequest):
+    count_only: bool = False  # countTokens: the engine is asked for the prompt's length only
+    sse: bool = True  # streamGenerateContent with alt=sse; else the stream is one JSON array
+
+
+def _call_id(call: dict[str, Any], seen: dict[str, int]) -> str:
+    """The engine's id of a call or response: Gemini CLI's `<name>__` prefix taken off; without an
+    id, one from the tool's name and how many calls (or responses) of it came before."""
+    name = str(call.get("name") or "")
+    given = call.get("id")
+    if isinstance(given, str) and given:
+        return given.removeprefix(f"{name}__")
+    seen[name] = seen.get(name, 0) + 1
+    return f"{name}_{seen[name]}"
+
+
+def _response_text(response: Any) -> str:
+    if isinstance(response, dict) and set(response) == {"output"} and isinstance(response["output"], str):
+        return response["output"]
+    return json.dumps(response, ensure_ascii=False)
+
+
+def _media(data: dict[str, Any], where: str, url: str) -> dict[str, Any]:
+    if not str(data.get("mimeType", "")).startswith("image/"):
+        raise InvalidRequestError(f"{where}: only images are supported as inline or file data, not {data.get('mimeType')!r}")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _user_part(part: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """A user-side part -> a chat content part (None: nothing for the model)."""
+    if isinstance(part.get("text"), str):
+        return None if part.get("thought") else {"type": "text", "text": part["text"]}
+    if isinstance(part.get("inlineData"), dict):
+        data = part["inlineData"]
+        return _media(data, where, f"data:{data.get('mimeType')};base64,{data.get('data', '')}")
+    if isinstance(part.get("fileData"), dict):
+        return _media(part["fileData"], where, str(part["fileData"].get("fileUri", "")))
+    kinds = [k for k in part if k not in ("thoughtSignature", "thought")]
+    raise InvalidRequestError(f"{where}: parts of kind {', '.join(kinds) or 'empty'} are not supported by this proxy")
+
+
+def _model(parts: list[dict[str, Any]], where: str, seen: dict[str, int]) -> dict[str, Any]:
+    """A model content -> one chat assistant message, as the engine produced it."""
+    text: list[str] = []
+    thoughts: list[str] = []
+    signed = ""  # the reasoning one of our thought signatures carries
+    calls: list[dict[str, Any]] = []
+    for j, part in enumerate(parts):
+        if isinstance(part.get("thoughtSignature"), str) and not signed:
+            signed = decode_reasoning({"encrypted_content": part["thoughtSignature"]})
+        if isinstance(part.get("functionCall"), dict):
+            call = part["functionCall"]
+            if not isinstance(call.get("name"), str):
+                raise InvalidRequestError(f"{where}.parts[{j}]: a functionCall needs 'name'")
+            arguments = json.dumps(call.get("args") or {}, ensure_ascii=False)
+            calls.append({"id": _call_id(call, seen), "type": "function", "function": {"name": call["name"], "arguments": arguments}})
+        elif isinstance(part.get("text"), str):
+            (thoughts if part.get("thought") else text).append(part["text"])
+        elif set(part) - {"thoughtSignature"}:
+            raise InvalidRequestError(f"{where}.parts[{j}]: model parts of kind {', '.join(part)} are not supported by this proxy")
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text else None}
+    if calls:
+        msg["tool_calls"] = calls
+    reasoning = "".join(thoughts) or signed
+    if reasoning:
+        msg["reasoning_content"] = reasoning
+    return msg
+
+
+def _user(parts: list[dict[str, Any]], where: str, seen: dict[str, int]) -> list[dict[str, Any]]:
+    pieces = []
+    for j, part in enumerate(parts):
+        at = f"{where}.parts[{j}]"
+        if isinstance(part.get("functionResponse"), dict):
+            resp = part["functionResponse"]
+            pieces.append({"role": "tool", "tool_call_id": _call_id(resp, seen), "content": _response_text(resp.get("response"))})
+        else:
+            piece = _user_part(part, at)
+            if piece is not None:
+                pieces.append(piece)
+    return user_turn(pieces)
+
+
+def _parts(content: Any, where: str) -> list[dict[str, Any]]:
+    parts = content.get("parts") if isinstance(content, dict) else None
+    if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+        raise InvalidRequestError(f"{where}: 'parts' must be a list of objects")
+    return parts
+
+
+def system_text(instruction: Any) -> str:
+    if instruction is None:
+        return ""
+    if isinstance(instruction, str):
+        return instruction
+    return "\n".join(str(p.get("text", "")) for p in _parts(instruction, "systemInstruction") if isinstance(p.get("text"), str))
+
+
+def translate_contents(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """`systemInstruction` and `contents` -> chat messages (a pure function: replays translate alike)."""
+    contents = body.get("contents")
+    if isinstance(contents, dict):
+        contents = [contents]
+    if not isinstance(contents, list):
+        raise InvalidRequestError("'contents' must be a list of contents")
+    out: list[dict[str, Any]] = []
+    system = system_text(body.get("systemInstruction") or body.get("system_instruction"))
+    if system:
+        out.append({"role": "system", "content": system})
+    calls_seen: dict[str, int] = {}
+    responses_seen: dict[str, int] = {}
+    for i, content in enumerate(contents):
+        where = f"contents[{i}]"
+        parts = _parts(content, where)
+        role = content.get("role") or "user"
+        if role == "model":
+            out.append(_model(parts, where, calls_seen))
+        elif role in ("user", "function"):
+            out.extend(_user(parts, where, responses_seen))
+        else:
+            raise InvalidRequestError(f"{where}: unknown role {role!r}")
+    return out
+
+
+def json_schema(schema: Any) -> Any:
+    """Gemini's schema (upper-case `type`s: "OBJECT", "STRING", ...) written as JSON Schema's."""
+    if isinstance(schema, dict):
+        return {k: (v.lower() if k == "type" and isinstance(v, str) else json_schema(v)) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [json_schema(v) for v in schema]
+    return schema
+
+
+def translate_tools(tools: Any) -> list[dict[str, Any]]:
+    """Function declarations -> chat tools. Google's own tools (search, code execution, URL
+    context, ...) have no chat form and are left out."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise InvalidRequestError("'tools' must be a list")
+    out = []
+    for tool in tools:
+        declarations = tool.get("functionDeclarations") or tool.get("function_declarations") if isinstance(tool, dict) else None
+        for decl in declarations or ():
+            if not isinstance(decl, dict) or not isinstance(decl.get("name"), str):
+                raise InvalidRequestError("each function declaration needs a 'name'")
+            fn: dict[str, Any] = {"name": decl["name"]}
+            if decl.get("description"):
+                fn["description"] = decl["description"]
+            params = decl.get("parametersJsonSchema") or json_schema(decl.get("parameters"))
+            fn["parameters"] = params or {"type": "object", "properties": {}}
+            out.append({"type": "function", "function": fn})
+    return out
+
+
+def _tool_choice(config: Any) -> Any:
+    calling = config.get("functionCallingConfig") if isinstance(config, dict) else None
+    if not isinstance(calling, dict):
+        return None
+    mode, allowed = str(calling.get("mode", "")).upper(), calling.get("allowedFunctionNames")
+    if mode == "ANY" and isinstance(allowed, list) and len(allowed) == 1:
+        return {"type": "function", "function": {"name": allowed[0]}}
+    return {"AUTO": "auto", "VALIDATED": "auto", "ANY": "required", "NONE": "none"}.get(mode)
+
+
+def _response_format(config: dict[str, Any]) -> dict[str, Any] | None:
+    if config.get("responseMimeType") != "application/json":
+        return None
+    schema = config.get("responseJsonSchema") or json_schema(config.get("responseSchema"))
+    if isinstance(schema, dict):
+        return {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
+    return {"type": "json_object"}
+
+
+# -- answers ----------------------------------------------------------------------------------
+def usage_metadata(usage: dict[str, Any] | None, prompt_ids: int = 0) -> dict[str, Any]:
+    usage = usage if isinstance(usage, dict) else {}
+    prompt, completion = int(usage.get("prompt_tokens") or prompt_ids), int(usage.get("completion_tokens") or 0)
+    out = {"promptTokenCount": prompt, "candidatesTokenCount": completion, "totalTokenCount": int(usage.get("total_tokens") or prompt + completion)}
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if reasoning:
+        out["thoughtsTokenCount"] = int(reasoning)
+    if cached:
+        out["cachedContentTokenCount"] = int(cached)
+    return out
+
+
+def _arguments_object(arguments: str) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class ContentBuilder(ChunkBuilder):
+    """Chat completion chunks in, GenerateContentResponse chunks (and the final response) out."""
+
+    def __init__(self, request: GeminiChatRequest) -> None:
+        super().__init__()
+        self.request = request
+        self.sent = 0  # chunks sent: in a JSON array, all but the first follow a comma
+        self.signature_given = False
+
+    def frame(self, obj: dict[str, Any]) -> bytes:
+        """One chunk on the wire: an SSE event, or the next element of the JSON array."""
+        data = fastjson.dumps(obj)
+        self.sent += 1
+        if self.request.sse:
+            return b"data: " + data + b"\r\n\r\n"
+        return (b"[" if self.sent == 1 else b",\r\n") + data
+
+    def emit(self, parts: list[dict[str, Any]], candidate: dict[str, Any] | None = None, **top: Any) -> bytes:
+        return self.frame({"candidates": [{"content": {"role": "model", "parts": parts}, "index": 0, **(candidate or {})}], **top})
+
+    def signature(self) -> str | None:
+        """The reasoning as a thought signature, given once per answer."""
+        reasoning = "".join(p.raw for p in self.done if p.kind == REASONING)
+        if not reasoning or self.signature_given:
+            return None
+        self.signature_given = True
+        return encode_reasoning(reasoning)
+
+    # -- parts ------------------------------------------------------------------------------------
+    def start_events(self) -> bytes:
+        return b""
+
+    def new_part(self, kind: str) -> dict[str, Any]:
+        return {}
+
+    def call_part(self, name: str, call_id: str) -> dict[str, Any]:
+        return {"name": name, "id": call_id}
+
+    def grew(self, part: Part, delta: str) -> bytes:
+        if part.kind == REASONING:
+            return self.emit([{"text": delta, "thought": True}])
+        if part.kind == TEXT:
+            return self.emit([{"text": delta}])
+        return b""  # a function call goes whole when its arguments are complete
+
+    def closed(self, part: Part) -> bytes:
+        if part.kind != CALL:
+            return b""
+        call: dict[str, Any] = {"functionCall": {"name": part.data["name"], "args": _arguments_object(part.raw)}}
+        if part.data["id"]:
+            call["functionCall"]["id"] = part.data["id"]
+        signature = self.signature()
+        if signature:
+            call["thoughtSignature"] = signature
+        part.data = call
+        return self.emit([call])
+
+    def end_events(self) -> bytes:
+        if self.error is not None:
+            out = self.frame(_error_body(500, self.error))
+        else:
+            signature = self.signature()
+            parts = [{"text": "", "thoughtSignature": signature}] if signature else []
+            out = self.emit(parts, candidate={"finishReason": FINISH_REASONS.get(self.finish_reason or "stop", "OTHER")},
+                            usageMetadata=usage_metadata(self.usage, len(self.prompt_ids or ())), modelVersion=self.request.body.get("model"))
+        return out + (b"" if self.request.sse else (b"]" if self.sent else b"[]"))
+
+    def response(self) -> dict[str, Any]:
+        """The whole answer as one GenerateContentResponse."""
+        parts: list[dict[str, Any]] = []
+        for p in self.done:
+            if p.kind == REASONING:
+                parts.append({"text": p.raw, "thought": True})
+            elif p.kind == TEXT:
+                parts.append({"text": p.raw})
+            else:
+                parts.append(p.data)
+        signature = self.signature()
+        if signature:
+            parts.append({"text": "", "thoughtSignature": signature})
+        finish = FINISH_REASONS.get(self.finish_reason or "stop", "OTHER")
+        return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": finish, "index": 0}],
+                "usageMetadata": usage_metadata(self.usage, len(self.prompt_ids or ())), "modelVersion": self.request.body.get("model")}
+
+
+class ContentStream(ChunkStream):
+    def __init__(self, request: GeminiChatRequest, draft: TurnDraft) -> None:
+        super().__init__(ContentBuilder(request), draft)
+        if not request.sse:
+            self.content_type = "application/json"
+
+
+def _error_body(status: int, message: str) -> dict[str, Any]:
+    return {"error": {"code": status, "message": message, "status": STATUSES.get(status, "INTERNAL" if status >= 500 else "FAILED_PRECONDITION")}}
+
+
+class Gemini:
+    """POST /v1beta/models/{model}:generateContent, :streamGenerateContent and :countTokens (and
+    the same below /v1)."""
+
+    name = "gemini"
+    routes = tuple(
+        Route("POST", f"/{version}/models/{{model}}:{method}") for version in VERSIONS for method in ("generateContent", "streamGenerateContent", "countTokens")
+    )
+
+    def presented_key(self, scope: Scope) -> str | None:
+        key = header(scope, b"x-goog-api-key")
+        if key:
+            return key
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        return (query.get("key") or [None])[0] or bearer_or_api_key(scope)
+
+    def read_request(self, body: dict[str, Any], scope: Scope) -> GeminiChatRequest:
+        path = route_path(scope)
+        count_only = path.endswith(":countTokens")
+        if count_only and isinstance(body.get("generateContentRequest"), dict):
+            body = body["generateContentRequest"]
+        messages = translate_contents(body)
+        tools = translate_tools(body.get("tools"))
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        return GeminiChatRequest(
+            messages=messages,
+            tools=tools,
+            stream=path.endswith(":streamGenerateContent"),
+            purpose="policy" if tools and not count_only else "auxiliary",
+            body=body,
+            count_only=count_only,
+            sse=(query.get("alt") or [""])[0] == "sse",
+        )
+
+    def engine_body(self, request: ChatRequest) -> dict[str, Any]:
+        assert isinstance(request, GeminiChatRequest)
+        out = engine_request(request)
+        config = request.body.get("generationConfig") or {}
+        if request.tools and not request.count_only:
+            choice = _tool_choice(request.body.get("toolConfig"))
+            if choice is not None:
+                out["tool_choice"] = choice
+        if request.count_only:
+            out["max_tokens"] = 1
+            return out
+        for ours, theirs in (("max_tokens", "maxOutputTokens"), ("temperature", "temperature"), ("top_p", "topP"), ("stop", "stopSequences"),
+                             ("seed", "seed"), ("presence_penalty", "presencePenalty"), ("frequency_penalty", "frequencyPenalty")):
+            if config.get(theirs) is not None:
+                out[ours] = config[theirs]
+        response_format = _response_format(config)
+        if response_format is not None:
+            out["response_format"] = response_format
+        return out
+
+    def answer(self, request: ChatRequest, engine_body: bytes, content_type: str, draft: TurnDraft) -> tuple[bytes, str]:
+        assert isinstance(request, GeminiChatRequest)
+        draft.add_response_body(engine_body)
+        if request.count_only:
+            count, _ = prompt_length(request, engine_body)
+            return fastjson.dumps({"totalTokens": count}), "application/json"
+        builder = ContentBuilder(request)
+        events = builder.whole(engine_body)
+        if request.stream:  # the engine answered whole: the client still gets its stream
+            return events, "text/event-stream" if request.sse else "application/json"
+        if builder.error is not None:
+            return fastjson.dumps(_error_body(500, builder.error)), "application/json"
+        return fastjson.dumps(builder.response()), "application/json"
+
+    def stream(self, request: ChatRequest, draft: TurnDraft) -> ContentStream:
+        assert isinstance(request, GeminiChatRequest)
+        return ContentStream(request, draft)
+
+    def error(self, status: int, message: str, code: str) -> Reply:
+        body = _error_body(status, message)
+        if code == "turn_limit":  # Google's clients retry a 429 unless the retry is said to be far off
+            body["error"]["details"] = [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{TURN_LIMIT_RETRY_S}s"}]
+        return json_reply(status, body)
+
+    def upstream_error(self, status: int, engine_body: bytes, content_type: str) -> Reply:
+        """The engine's error in Google's shape: `{"error": {code, message, status}}`."""
+        err = engine_error(engine_body)
+        return self.error(status, str(err["message"]) if err is not None else engine_error_text(engine_body, status), "upstream_error")
+
+    def local_reply(self, route: Route, session: CaptureSession, scope: Scope) -> Reply:
+        return self.error(404, f"no route {route.method} {route.path}", "not_found")  # it has none
