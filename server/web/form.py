@@ -21,7 +21,7 @@ from pydantic import SecretStr, ValidationError
 
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC, Rubric
-from harness_env.models import HARNESS_OPTIONS, OPTION_GROUPS, HarnessInfo, RolloutArgs, harness_options_models, option_group
+from harness_env.models import DEFAULT_HARNESS, HARNESS_OPTIONS, OPTION_GROUPS, HarnessInfo, RolloutArgs, harness_options_models, option_group
 
 EXPLICIT = "explicit base URL"
 SHELL_TASK = "shell task (verify commands)"
@@ -203,6 +203,18 @@ def lines(text: str) -> list[str]:
     return [ln for ln in (text or "").splitlines() if ln.strip()]
 
 
+def check_instruction(form: dict[str, Any]) -> None:
+    """An empty instruction, in the words of the harness chosen: one whose options can name a task
+    instead (Harbor's) is left to RolloutArgs, which says how."""
+    if (form.get("instruction") or "").strip():
+        return
+    harness = form.get("harness") or DEFAULT_HARNESS
+    found = harness_controls(with_choices=False).get(harness)
+    if found is None or not found[0].names_task_hint:
+        what = "what to draw" if (form.get("task_family") or SHELL_TASK) == SVG_ICON else "the task"
+        raise InvalidRequestError(f"the instruction is empty: write {what} for the {harness} agent")
+
+
 def to_args(form: dict[str, Any]) -> RolloutArgs:
     """The form's values (keyed by field name) -> RolloutArgs. Raises InvalidRequestError with a
     one-line message for bad input."""
@@ -218,6 +230,7 @@ def to_args(form: dict[str, Any]) -> RolloutArgs:
     endpoint_fields = {"endpoint": endpoint} if endpoint != EXPLICIT else {
         "base_url": (form.get("base_url") or "").strip(), "model": (form.get("model") or "").strip(), "api_key": SecretStr(form.get("api_key") or "")}
     family = family_fields(form)
+    check_instruction(form)
     fields = {
         **options_fields(option_controls(), form),
         **family,

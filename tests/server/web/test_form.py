@@ -50,6 +50,17 @@ def test_bad_input_is_one_line_without_the_key():
         to_args(WebForm(instruction="i", files=[("a", "1"), ("a", "2")]))
 
 
+def test_an_empty_instruction_is_named_for_the_harness_chosen():
+    for harness in ("pi", "opencode", None):
+        with pytest.raises(InvalidRequestError) as e:
+            to_args(WebForm(base_url="http://x/v1", model="m", harness=harness, instruction="  "))
+        assert str(e.value) == f"the instruction is empty: write the task for the {harness or 'pi'} agent"
+    with pytest.raises(InvalidRequestError, match="write what to draw for the pi agent"):
+        to_args(WebForm(base_url="http://x/v1", model="m", harness="pi", task_family=SVG_ICON))
+    with pytest.raises(InvalidRequestError, match="harbor.task_dir or harbor.dataset"):  # Harbor may name a task instead
+        to_args(WebForm(base_url="http://x/v1", model="m", harness=HARBOR))
+
+
 def test_choices_follow_the_registry_and_catalog():
     infos = [HarnessInfo(name="pi", installed=True, version="1.6.0", pinned_version="1.6.0"),
              HarnessInfo(name="zeta", installed=False, version=None, pinned_version=None),
