@@ -94,18 +94,28 @@ def _field_cli(info: Any) -> str | None:
 
 
 def _add_run_flags(run: argparse.ArgumentParser) -> None:
-    """The run command's flags: the task and endpoint, then one flag per option field, by group,
-    then one group per harness with options of its own."""
+    """The run command's flags: the task, the rollout's flags, the output."""
+    claims = "".join(f"; for harness {name}: {info.description}" for name, model in harness_option_models()
+                     for info in model.model_fields.values() if _field_cli(info) == "--task")
+    task = run.add_argument_group("task")
+    task.add_argument("--task", required=True, help="task JSON file (instruction, setup, verify, files, task_id, metadata; "
+                      f"or a task family's record: task_family, prompt, ...){claims}")
+    add_rollout_flags(run)
+    out = run.add_argument_group("output")
+    out.add_argument("--out", help="write the result JSON to this file instead of stdout")
+    out.add_argument("--compact", action="store_true", help="write the result compactly (each turn's new tokens once; read it with harness_env.storage.load)")
+    out.add_argument("--rows-out", help="also write the training rows (one per branch of the turn graph) as JSON lines to this file")
+    out.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def add_rollout_flags(run: argparse.ArgumentParser) -> None:
+    """A rollout's flags (run's and eval's): the endpoint, then one flag per option field, by
+    group, then one group per harness with options of its own."""
     from harness_env.envs import HARNESSES
     from harness_env.models import HARNESS_OPTIONS, RolloutArgs, RolloutOptions, RolloutRequest, option_group
     from harness_env.server.catalog import CATALOG
 
     models = harness_option_models()
-    claims = "".join(f"; for harness {name}: {info.description}" for name, model in models
-                     for info in model.model_fields.values() if _field_cli(info) == "--task")
-    task = run.add_argument_group("task")
-    task.add_argument("--task", required=True, help="task JSON file (instruction, setup, verify, files, task_id, metadata; "
-                      f"or a task family's record: task_family, prompt, ...){claims}")
     endpoint = run.add_argument_group("endpoint", "the policy: --base-url and --model, or --endpoint (not needed for an agent "
                                       "that calls no model, e.g. Harbor's oracle)")
     args_fields = RolloutArgs.model_fields
@@ -140,12 +150,6 @@ def _add_run_flags(run: argparse.ArgumentParser) -> None:
                 continue
             actions[field] = group.add_argument(flag_name(field), **flag_spec(info))
 
-    out = run.add_argument_group("output")
-    out.add_argument("--out", help="write the result JSON to this file instead of stdout")
-    out.add_argument("--compact", action="store_true", help="write the result compactly (each turn's new tokens once; read it with harness_env.storage.load)")
-    out.add_argument("--rows-out", help="also write the training rows (one per branch of the turn graph) as JSON lines to this file")
-    out.add_argument("--quiet", action="store_true", help="no progress on stderr")
-
 
 EPILOG = """examples:
   harness-env run --harness pi --task task.json --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen3-8B --out result.json
@@ -178,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one rollout and print the RolloutResult JSON")
     _add_run_flags(run)
     run.set_defaults(handler=_cmd_run)
+    from harness_env.evals.cli import add_eval_parser, add_export_parser
+
+    add_eval_parser(sub)
+    add_export_parser(sub)
 
     for _name, model in harness_option_models():
         for command, (help_text, add_arguments, handler) in model.cli_commands().items():
@@ -297,9 +305,10 @@ def request_fields(flags: dict[str, Any]) -> dict[str, Any]:
     return {name: flags[name] for name in RolloutOptions.model_fields if name != HARNESS_OPTIONS and flags.get(name) is not None}
 
 
-def run_request(args: argparse.Namespace):
-    """(the RolloutRequest, use_bwrap) the run command's arguments describe; bad input exits 2
-    with one line. Pure but for reading the task file and --api-key-env's variable."""
+def run_request(args: argparse.Namespace, task_data: dict | None = None):
+    """(the RolloutRequest, use_bwrap) the run command's arguments describe (`task_data`: the
+    task's object, already read from args.task); bad input exits 2 with one line. Pure but for
+    reading the task file and --api-key-env's variable."""
     from pydantic import ValidationError
 
     from harness_env.core.errors import describe_validation_error
@@ -312,7 +321,7 @@ def run_request(args: argparse.Namespace):
     if harness_options is not None and model is not None and model.model_construct(**harness_options).names_task:
         task, task_family, family_options, family_limits = None, None, {}, {}  # the harness's task brings its own
     else:
-        task, task_family, family_options, family_limits = split_family_task(_load_task(args.task), args.task)
+        task, task_family, family_options, family_limits = split_family_task(task_data if task_data is not None else _load_task(args.task), args.task)
     api_key = args.api_key or ""
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env, "")

@@ -1,0 +1,96 @@
+"""The evaluation's numbers and their table: pure functions of the attempts' outcomes.
+
+An attempt's outcome is its reward (None: an infrastructure failure, which is excluded from every
+denominator and counted apart) and its error kind. Per task: the mean reward with its standard
+error over the attempts that have a reward, and unbiased pass@k for k in 1..K, with c the attempts
+whose reward is at least the threshold. Overall: the mean and standard error over every attempt
+with a reward, and pass@k averaged over the tasks with at least k such attempts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from harness_env.evals.passk import mean_and_stderr, pass_at_k
+
+
+@dataclass(frozen=True)
+class Outcome:
+    reward: float | None
+    error_kind: str | None = None
+
+
+def task_stats(outcomes: list[Outcome], attempts: int, threshold: float) -> dict[str, Any]:
+    rewards = [o.reward for o in outcomes if o.reward is not None]
+    passed = sum(r >= threshold for r in rewards)
+    mean, stderr = mean_and_stderr(rewards)
+    return {
+        "attempts": len(outcomes), "missing": max(0, attempts - len(outcomes)), "scored": len(rewards), "passed": passed,
+        "infra_failures": len(outcomes) - len(rewards), "mean_reward": mean, "stderr": stderr,
+        "pass_at_k": {str(k): pass_at_k(len(rewards), passed, k) for k in range(1, attempts + 1)},
+        "errors": dict(sorted(Counter(o.error_kind for o in outcomes if o.error_kind).items())),
+    }
+
+
+def summarize(outcomes: dict[str, list[Outcome]], attempts: int, threshold: float) -> dict[str, Any]:
+    """summary.json's numbers: per task (in the given order) and overall."""
+    tasks = {tid: task_stats(outs, attempts, threshold) for tid, outs in outcomes.items()}
+    rewards = [o.reward for outs in outcomes.values() for o in outs if o.reward is not None]
+    mean, stderr = mean_and_stderr(rewards)
+    errors: Counter[str] = Counter()
+    for t in tasks.values():
+        errors.update(t["errors"])
+    overall_pass: dict[str, float | None] = {}
+    for k in range(1, attempts + 1):
+        values = [t["pass_at_k"][str(k)] for t in tasks.values() if t["pass_at_k"][str(k)] is not None]
+        overall_pass[str(k)] = sum(values) / len(values) if values else None
+    overall = {
+        "tasks": len(tasks), "attempts": sum(t["attempts"] for t in tasks.values()), "missing": sum(t["missing"] for t in tasks.values()),
+        "scored": len(rewards), "passed": sum(t["passed"] for t in tasks.values()),
+        "infra_failures": sum(t["infra_failures"] for t in tasks.values()), "mean_reward": mean, "stderr": stderr,
+        "pass_at_k": overall_pass, "errors": dict(sorted(errors.items())),
+    }
+    return {"attempts_per_task": attempts, "threshold": threshold, "tasks": tasks, "overall": overall}
+
+
+def shown_ks(attempts: int) -> list[int]:
+    """The k columns of the table: all up to 8, then powers of two and K."""
+    if attempts <= 8:
+        return list(range(1, attempts + 1))
+    ks = [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if k < attempts]
+    return ks + [attempts]
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _row(name: str, s: dict[str, Any], ks: list[int]) -> list[str]:
+    mean = "-" if s["mean_reward"] is None else f"{s['mean_reward']:.3f} ± {_num(s['stderr'])}"
+    errors = " ".join(f"{k}:{v}" for k, v in s["errors"].items()) or "-"
+    return [name, str(s["scored"]), str(s["infra_failures"]), mean, *(_num(s["pass_at_k"][str(k)]) for k in ks), errors]
+
+
+def table(summary: dict[str, Any]) -> str:
+    """The summary as a plain-text table: one line per task, then the overall line."""
+    ks = shown_ks(summary["attempts_per_task"])
+    head = ["task", "scored", "infra", "mean ± se", *(f"pass@{k}" for k in ks), "errors"]
+    rows = [_row(tid, s, ks) for tid, s in summary["tasks"].items()]
+    rows.append(_row("overall", summary["overall"], ks))
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    lines = [fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows[:-1]), fmt(["-" * w for w in widths]), fmt(rows[-1])]
+    o = summary["overall"]
+    lines.append(f"threshold {summary['threshold']}; infrastructure failures (reward null) are left out of the means and pass@k: "
+                 f"{o['infra_failures']} of {o['attempts']} attempts" + (f"; {o['missing']} attempts not run yet" if o["missing"] else ""))
+    return "\n".join(lines)
+
+
+def progress_line(done: int, total: int, running: int, failed: int, elapsed_s: float, resumed: int = 0) -> str:
+    """'12/40 done, 3 running, 1 failed, 0.50/s, ETA 56s' (rate and ETA from this run's attempts)."""
+    ran = done - resumed
+    rate = ran / elapsed_s if elapsed_s > 0 else 0.0
+    eta = f"{(total - done) / rate:.0f}s" if rate > 0 else "?"
+    return f"{done}/{total} done, {running} running, {failed} failed, {rate:.2f}/s, ETA {eta}"

@@ -1,0 +1,184 @@
+"""`evaluate()`: K attempts of every task, one compact result file per attempt, resumable.
+
+Layout of the output directory:
+  eval.json                        what was evaluated (tasks, attempts, harness, model, threshold)
+  results/<task_id>/<attempt>.json one compact result (storage.pack) per finished attempt
+  summary.json                     the numbers (report.summarize)
+A result file is written to a temporary name and renamed, so a file that exists is whole: a run
+killed midway loses only the attempts in flight, and running again runs only the missing ones.
+In-process by default; with `server` each attempt is submitted to a harness-env server as a job
+whose idempotency key is the attempt's, so a resumed run waits for a job it had already submitted
+instead of running it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness_env.evals.report import Outcome, summarize
+from harness_env.models import RolloutRequest, RolloutResult
+from harness_env.storage import pack
+
+RESULTS = "results"
+
+
+@dataclass
+class Progress:
+    total: int
+    done: int = 0
+    resumed: int = 0
+    running: int = 0
+    failed: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+def attempt_path(out: Path, task_id: str, attempt: int) -> Path:
+    return out / RESULTS / task_id / f"{attempt}.json"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` so that `path`, once it exists, is whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_outcome(path: Path) -> Outcome | None:
+    """A finished attempt's outcome, or None when the file is missing or not a whole result."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or "reward" not in data:
+        return None
+    return Outcome(data["reward"], data.get("error_kind"))
+
+
+def outcomes(out: Path, task_ids: list[str], attempts: int) -> dict[str, list[Outcome]]:
+    """The finished attempts' outcomes, per task."""
+    found: dict[str, list[Outcome]] = {}
+    for tid in task_ids:
+        found[tid] = [o for i in range(attempts) if (o := read_outcome(attempt_path(out, tid, i))) is not None]
+    return found
+
+
+def to_args(request: RolloutRequest) -> dict[str, Any]:
+    """A RolloutRequest as the flat arguments a server takes (RolloutArgs)."""
+    data = request.model_dump(mode="json", exclude={"task", "endpoint"}, exclude_none=True)
+    task = request.task
+    data.update(instruction=task.instruction, setup=task.setup, verify=task.verify, files=task.files, task_id=task.task_id or "")
+    data.update(base_url=request.endpoint.base_url, model=request.endpoint.model, api_key=request.endpoint.api_key.get_secret_value())
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def _meta(out: Path, requests: list[tuple[str, RolloutRequest]], attempts: int, threshold: float) -> dict[str, Any]:
+    path = out / "eval.json"
+    old: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text())
+        except ValueError:
+            old = {}
+    first = requests[0][1] if requests else None
+    meta = {
+        "run_key": old.get("run_key") or uuid.uuid4().hex,  # kept across resumes: the attempts' idempotency keys
+        "attempts": attempts, "threshold": threshold,
+        "harness": first.harness if first else "", "model": first.endpoint.model if first else "",
+        "tasks": [tid for tid, _ in requests],
+    }
+    write_atomic(path, json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+async def _run_local(request: RolloutRequest, use_bwrap: bool | None) -> RolloutResult:
+    from harness_env.core.errors import InvalidRequestError
+    from harness_env.rollout import run_rollout
+
+    try:
+        return await run_rollout(request, use_bwrap=use_bwrap)
+    except InvalidRequestError as e:
+        return RolloutResult(task_id=request.task.task_id, error=str(e), error_kind="invalid_request")
+
+
+async def evaluate_async(
+    requests: list[tuple[str, RolloutRequest | dict]], out: str | Path, *, attempts: int = 1, concurrency: int = 8,
+    threshold: float = 1.0, server: str | None = None, token: str | None = None, use_bwrap: bool | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> dict[str, Any]:
+    """Run `attempts` attempts of every (task_id, request) not already finished in `out`, at most
+    `concurrency` at a time; write each result as it finishes, then summary.json. Returns the
+    summary (report.summarize). Never raises for a failed rollout: it is a result."""
+    if attempts < 1 or concurrency < 1:
+        raise ValueError("attempts and concurrency must be at least 1")
+    out = Path(out)
+    checked = [(tid, r if isinstance(r, RolloutRequest) else RolloutRequest.model_validate(r)) for tid, r in requests]
+    if len({tid for tid, _ in checked}) != len(checked):
+        raise ValueError("task ids must be unique")
+    meta = _meta(out, checked, attempts, threshold)
+    todo = [(tid, req, i) for tid, req in checked for i in range(attempts) if read_outcome(attempt_path(out, tid, i)) is None]
+    progress = Progress(total=len(checked) * attempts)
+    progress.done = progress.resumed = progress.total - len(todo)
+    report = on_progress or (lambda p: None)
+    report(progress)
+    sem = asyncio.Semaphore(concurrency)
+    client = None
+    if server:
+        from harness_env.client.http import AsyncHarnessEnv
+
+        client = AsyncHarnessEnv(server, token=token)
+
+    async def one(tid: str, req: RolloutRequest, i: int) -> None:
+        async with sem:
+            progress.running += 1
+            report(progress)
+            try:
+                if client is None:
+                    result = await _run_local(req, use_bwrap)
+                else:
+                    result = await _run_remote(client, req, f"{meta['run_key']}-{tid}-{i}")
+                write_atomic(attempt_path(out, tid, i), json.dumps(pack(result), separators=(",", ":")))
+            finally:
+                progress.running -= 1
+            progress.done += 1
+            progress.failed += result.error is not None
+            report(progress)
+
+    try:
+        await asyncio.gather(*(one(tid, req, i) for tid, req, i in todo))
+    finally:
+        if client is not None:
+            await client.aclose()
+    summary = summarize(outcomes(out, [tid for tid, _ in checked], attempts), attempts, threshold)
+    summary["harness"], summary["model"] = meta["harness"], meta["model"]
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+async def _run_remote(client: Any, request: RolloutRequest, key: str) -> RolloutResult:
+    import httpx
+
+    from harness_env.client.jobs import HarnessEnvClientError, failed
+
+    args = to_args(request)
+    try:
+        accepted = await client.submit(args, idempotency_key=key, retry_busy=True)
+        return await client.wait(accepted.rollout_id)
+    except (HarnessEnvClientError, httpx.HTTPError, ValueError) as e:  # refused or lost: a result, as in the client's run_many
+        return failed(args, e)
+
+
+def evaluate(requests: list[tuple[str, RolloutRequest | dict]], out: str | Path, **kwargs: Any) -> dict[str, Any]:
+    """The synchronous twin of `evaluate_async` (what `harness-env eval` runs)."""
+    return asyncio.run(evaluate_async(requests, out, **kwargs))

@@ -1,0 +1,124 @@
+"""TASKS of `harness-env eval`: what a path names, as a list of tasks with unique ids.
+
+A path is one of:
+  - a JSONL file: one task per line (a task file's object: instruction, setup, verify, files,
+    task_id; or a task family's record with `task_family`); a line with `prompt` and no
+    `instruction` is an svg_icon record;
+  - a directory holding `tasks.jsonl` (an svg_icon dataset, as `harness-env svg-dataset` writes it);
+  - a Harbor dataset directory (task directories with task.toml), or one Harbor task directory;
+  - a directory of task JSON files (`*.json`, in name order).
+Nothing here runs a rollout; turning a task into a request is the caller's (the CLI's run_request).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness_env.core.errors import InvalidRequestError
+
+SVG_RECORD_KEYS = ("task_id", "prompt", "reference_png", "source_prompt", "max_turns", "agent_timeout_s")
+SVG_REQUEST_KEYS = ("verify_timeout_s",)  # a record's own limit that is a request field
+
+
+@dataclass(frozen=True)
+class EvalTask:
+    """One task: `source` is the file it came from (relative paths in it are relative to that file's
+    directory) or the Harbor dataset / task directory; `data` the task object (None for a Harbor
+    task, which brings its own); `task_index` the Harbor dataset's index; `request_defaults` request
+    fields the task sets unless the command line does."""
+
+    task_id: str
+    source: str
+    data: dict[str, Any] | None = None
+    task_index: int | None = None
+    request_defaults: dict[str, Any] = field(default_factory=dict)
+
+
+def safe_id(name: str) -> str:
+    """A task id usable as a directory name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "task"
+
+
+def _unique(tasks: list[EvalTask]) -> list[EvalTask]:
+    seen: dict[str, int] = {}
+    out = []
+    for t in tasks:
+        base = safe_id(t.task_id)
+        seen[base] = seen.get(base, 0) + 1
+        name = base if seen[base] == 1 else f"{base}-{seen[base]}"
+        out.append(EvalTask(name, t.source, t.data, t.task_index, t.request_defaults))
+    return out
+
+
+def _svg_record(rec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    data = {"task_family": "svg_icon", **{k: rec[k] for k in SVG_RECORD_KEYS if rec.get(k) is not None}}
+    return data, {k: rec[k] for k in SVG_REQUEST_KEYS if rec.get(k) is not None}
+
+
+def _from_jsonl(path: Path) -> list[EvalTask]:
+    tasks = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InvalidRequestError(f"{path} line {n} is not valid JSON: {e.msg}") from None
+        if not isinstance(data, dict):
+            raise InvalidRequestError(f"{path} line {n} must be a JSON object (a task)")
+        defaults: dict[str, Any] = {}
+        if "prompt" in data and "instruction" not in data and "task_family" not in data:
+            data, defaults = _svg_record(data)
+        tasks.append(EvalTask(str(data.get("task_id") or f"line{n}"), str(path), data, None, defaults))
+    return tasks
+
+
+def _from_json_files(root: Path) -> list[EvalTask]:
+    tasks = []
+    for p in sorted(root.glob("*.json")):
+        try:
+            data = json.loads(p.read_text())
+        except json.JSONDecodeError as e:
+            raise InvalidRequestError(f"task file {p} is not valid JSON: {e.msg}") from None
+        if not isinstance(data, dict):
+            raise InvalidRequestError(f"task file {p} must hold a JSON object")
+        tasks.append(EvalTask(str(data.get("task_id") or p.stem), str(p), data))
+    return tasks
+
+
+def _is_harbor(root: Path) -> bool:
+    if (root / "task.toml").is_file():
+        return True
+    return any((d / "task.toml").is_file() for d in root.iterdir() if d.is_dir())
+
+
+def _from_harbor(root: Path, split: str | None) -> list[EvalTask]:
+    if (root / "task.toml").is_file():
+        return [EvalTask(root.name, str(root.resolve()))]
+    from harness_env.envs.harbor.resolve import list_tasks
+
+    return [EvalTask(info.name, str(root.resolve()), None, info.index) for info in list_tasks(str(root), split, trusted=True)]
+
+
+def load_tasks(path: str | Path, *, split: str | None = None) -> list[EvalTask]:
+    """The tasks `path` names (see the module's docstring), ids made unique and safe as file names.
+    Raises InvalidRequestError for what is none of those, or holds no task."""
+    root = Path(path).expanduser()
+    if root.is_file():
+        tasks = _from_jsonl(root)
+    elif not root.is_dir():
+        raise InvalidRequestError(f"TASKS {path}: no such file or directory")
+    elif (root / "tasks.jsonl").is_file():
+        tasks = _from_jsonl(root / "tasks.jsonl")
+    elif split or _is_harbor(root):
+        tasks = _from_harbor(root, split)
+    else:
+        tasks = _from_json_files(root)
+    if not tasks:
+        raise InvalidRequestError(f"TASKS {path} holds no task (a JSONL of tasks, a directory of task JSON files, "
+                                  "an svg_icon dataset with tasks.jsonl, or a Harbor dataset directory)")
+    return _unique(tasks)

@@ -1,0 +1,162 @@
+"""`harness-env eval` and `export` as a user runs them: the white-box harness against a policy
+scripted per task, so the pass@k and means are known by hand; resume after a kill; the dataset loads."""
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from tests.fakes.policy import FakePolicy, FakePolicyServer
+
+CLI = [sys.executable, "-m", "harness_env.cli"]
+WRITE = {"bash": "echo ok > out.txt"}
+STOP = {"text": "done"}
+
+
+class PerTaskPolicy(FakePolicy):
+    """Scripts by the task named in the instruction ("[task NAME]"), and counts the rollouts of each
+    task (conversations started: requests with tools and no assistant message yet). Task `half`
+    writes the file on its even-numbered rollouts only, so half of its attempts pass."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.started: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def _step(self, body):
+        if not body.get("tools"):
+            return super()._step(body)
+        user = next((m for m in body.get("messages", []) if m.get("role") == "user"), {})
+        text = str(user.get("content"))
+        task = text.split("[task ", 1)[1].split("]", 1)[0] if "[task " in text else ""
+        n = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
+        if n == 0:
+            with self.lock:
+                self.started[task] += 1
+                rollout = self.started[task]
+            if task == "half":
+                return WRITE if rollout % 2 == 1 else STOP
+        if task == "down":
+            return {"status": 500}
+        if task == "slow" and n == 0:
+            return {**WRITE, "hang": 0.4}
+        return {"always": WRITE, "slow": WRITE, "partial": WRITE}.get(task, STOP) if n == 0 else STOP
+
+
+def _task(name, verify):
+    return {"task_id": name, "instruction": f"[task {name}] write out.txt", "verify": verify}
+
+
+TASKS = [
+    _task("always", ["test -f out.txt"]),
+    _task("never", ["test -f out.txt"]),
+    _task("half", ["test -f out.txt"]),
+    _task("partial", ["test -f out.txt", "false"]),  # reward 0.5 every time: never passes at threshold 1.0
+]
+
+
+@pytest.fixture
+def policy():
+    with FakePolicyServer(PerTaskPolicy()) as srv:
+        yield srv
+
+
+def _eval(policy, tasks_path, out, *extra, env=None, **kw):
+    return subprocess.Popen([*CLI, "eval", str(tasks_path), "--harness", "whitebox", "--base-url", policy.base_url, "--model", "m",
+                             "--out", str(out), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kw)
+
+
+def _write_jsonl(path, tasks):
+    path.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    return path
+
+
+def test_eval_gives_the_hand_computed_pass_at_k_and_means_and_exports_a_dataset(tmp_path, policy):
+    tasks = _write_jsonl(tmp_path / "tasks.jsonl", TASKS)
+    p = _eval(policy, tasks, tmp_path / "run", "-n", "4", "--concurrency", "4")
+    stdout, stderr = p.communicate(timeout=240)
+    assert p.returncode == 0, stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    t = summary["tasks"]
+    # By hand: pass@k = 1 - C(n-c, k)/C(n, k) with n = 4.
+    assert t["always"]["pass_at_k"] == {"1": 1.0, "2": 1.0, "3": 1.0, "4": 1.0}
+    assert t["never"]["pass_at_k"] == {"1": 0.0, "2": 0.0, "3": 0.0, "4": 0.0}
+    assert t["partial"]["pass_at_k"] == {"1": 0.0, "2": 0.0, "3": 0.0, "4": 0.0}
+    half = t["half"]["pass_at_k"]
+    assert half["1"] == pytest.approx(1 - 2 / 4) and half["2"] == pytest.approx(1 - 1 / 6) and half["3"] == half["4"] == 1.0
+    assert [t[n]["mean_reward"] for n in ("always", "never", "half", "partial")] == [1.0, 0.0, 0.5, 0.5]
+    assert t["half"]["stderr"] == pytest.approx(math.sqrt((1 / 3) / 4)) and t["always"]["stderr"] == 0.0
+    o = summary["overall"]
+    assert o["pass_at_k"]["1"] == pytest.approx((1 + 0 + 0.5 + 0) / 4) and o["pass_at_k"]["2"] == pytest.approx((1 + 5 / 6) / 4)
+    assert o["mean_reward"] == pytest.approx((4 * 1 + 0 + 2 * 1 + 4 * 0.5) / 16) and (o["scored"], o["infra_failures"]) == (16, 0)
+    assert policy.policy.started == {"always": 4, "never": 4, "half": 4, "partial": 4}
+    assert "pass@4" in stdout and "overall" in stdout and "0.500 ± 0.289" in stdout
+    assert "16/16 done" in stderr
+    assert len(list((tmp_path / "run" / "results").glob("*/*.json"))) == 16
+
+    for fmt in ("jsonl", "parquet"):
+        e = subprocess.run([*CLI, "export", str(tmp_path / "run"), "--format", fmt, "--to", str(tmp_path / fmt)],
+                           capture_output=True, text=True, timeout=120)
+        assert e.returncode == 0, e.stderr
+    import datasets
+
+    for fmt in ("jsonl", "parquet"):
+        kind = "json" if fmt == "jsonl" else "parquet"
+        results = datasets.load_dataset(kind, data_files=str(tmp_path / fmt / f"results.{fmt}"), split="train")
+        rows = datasets.load_dataset(kind, data_files=str(tmp_path / fmt / f"rows.{fmt}"), split="train")
+        assert len(results) == 16 and sorted(Counter(results["task_id"]).values()) == [4, 4, 4, 4]
+        assert sum(results["passed"]) == 6
+        assert len(rows) >= 16 and all(len(r["completion_ids"]) == len(r["loss_mask"]) == len(r["logprobs"]) for r in rows)
+        assert all(r["trainable"] and r["prompt_ids"] and sum(r["loss_mask"]) > 0 for r in rows)
+    # The dataset card's configs name both tables: the directory loads by config name.
+    card = (tmp_path / "parquet" / "README.md").read_text()
+    assert "config_name: rows" in card and "whitebox" in card and "`half`" in card
+    loaded = datasets.load_dataset(str(tmp_path / "parquet"), "rows", split="train")
+    assert len(loaded) == len(rows)
+    # Every attempt has an ATIF trajectory that Harbor's own model accepts, token fields alongside.
+    from harbor.models.trajectories import Trajectory
+
+    traj = Trajectory.model_validate(json.loads(results[0]["trajectory"]))
+    agent_steps = [s for s in traj.steps if s.source == "agent"]
+    assert agent_steps and agent_steps[0].metrics.completion_token_ids and agent_steps[0].metrics.logprobs
+
+
+def test_eval_resumes_after_a_kill_without_rerunning_finished_attempts(tmp_path, policy):
+    tasks = _write_jsonl(tmp_path / "tasks.jsonl", [_task("slow", ["test -f out.txt"]), _task("never", ["test -f out.txt"])])
+    out = tmp_path / "run"
+    killed_sandboxes = tmp_path / "killed-sandboxes"  # a SIGKILL leaves the rollout in flight behind: not the test's sandbox dir
+    killed_sandboxes.mkdir()
+    p = _eval(policy, tasks, out, "-n", "4", "--concurrency", "1", env={**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(killed_sandboxes)})
+    deadline = time.monotonic() + 120
+    while len(list(out.glob("results/*/*.json"))) < 3 and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    before = {f.relative_to(out): f.read_bytes() for f in out.glob("results/*/*.json")}
+    assert 3 <= len(before) < 8, "the run was not killed halfway"
+    started_before = sum(policy.policy.started.values())
+    shutil.rmtree(killed_sandboxes, ignore_errors=True)
+
+    again = _eval(policy, tasks, out, "-n", "4", "--concurrency", "2")
+    stdout, stderr = again.communicate(timeout=240)
+    assert again.returncode == 0, stderr
+    after = {f.relative_to(out): f.read_bytes() for f in out.glob("results/*/*.json")}
+    assert len(after) == 8 and all(after[k] == v for k, v in before.items())  # finished attempts kept as they were
+    assert sum(policy.policy.started.values()) - started_before == 8 - len(before)  # only the missing ones ran
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["tasks"]["slow"]["pass_at_k"]["1"] == 1.0 and summary["tasks"]["never"]["mean_reward"] == 0.0
+    assert not list(out.glob("results/*/.*.tmp"))
+
+
+def test_eval_bad_input_is_one_line(tmp_path, policy):
+    p = _eval(policy, tmp_path / "missing.jsonl", tmp_path / "run")
+    _, stderr = p.communicate(timeout=60)
+    assert p.returncode == 2 and len(stderr.strip().splitlines()) == 1 and "no such file" in stderr
