@@ -402,10 +402,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _run_until_stopped(request, progress, use_bwrap):
     """Run the rollout; SIGTERM or Ctrl-C cancels it, its clean-up runs (processes killed, the
     rollout directory removed), and the command exits 143 / 130."""
+    from harness_env.rollout import run_rollout
+
+    return until_stopped(run_rollout(request, on_event=progress, use_bwrap=use_bwrap), "the rollout was cancelled and cleaned up")
+
+
+def until_stopped(work, stopped: str):
+    """Await `work` in a new event loop; SIGTERM or Ctrl-C cancels it (its clean-up runs), says
+    `stopped` and exits 143 / 130."""
     import asyncio
     import signal
-
-    from harness_env.rollout import run_rollout
 
     got: list[int] = []
 
@@ -414,13 +420,13 @@ def _run_until_stopped(request, progress, use_bwrap):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda s=sig: (got.append(s), task.cancel()))
-        return await run_rollout(request, on_event=progress, use_bwrap=use_bwrap)
+        return await work
 
     try:
         return asyncio.run(main())
     except asyncio.CancelledError:
         sig = got[0] if got else signal.SIGTERM
-        print(f"harness-env: stopped by {signal.Signals(sig).name}; the rollout was cancelled and cleaned up", file=sys.stderr)
+        print(f"harness-env: stopped by {signal.Signals(sig).name}; {stopped}", file=sys.stderr)
         raise SystemExit(128 + sig) from None
 
 

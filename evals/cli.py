@@ -98,18 +98,19 @@ def _progress_printer(quiet: bool):
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from harness_env.cli import _bad_input
+    from harness_env.cli import _bad_input, until_stopped
     from harness_env.core.procs import make_undumpable
     from harness_env.evals.report import table
-    from harness_env.evals.run import evaluate
+    from harness_env.evals.run import evaluate_async
 
     if args.attempts < 1 or args.concurrency < 1:
         _bad_input("-n/--attempts and --concurrency must be at least 1")
     make_undumpable()  # as run: the upstream key in this process stays out of a plain sandbox's reach
     requests, use_bwrap = eval_requests(args)
-    summary = evaluate(requests, args.out, attempts=args.attempts, concurrency=args.concurrency, threshold=args.threshold,
-                       server=args.server, token=args.token, use_bwrap=use_bwrap,
-                       on_progress=_progress_printer(args.quiet))
+    work = evaluate_async(requests, args.out, attempts=args.attempts, concurrency=args.concurrency, threshold=args.threshold,
+                          server=args.server, token=args.token, use_bwrap=use_bwrap, on_progress=_progress_printer(args.quiet))
+    summary = until_stopped(work, f"the attempts in flight were cancelled and cleaned up; finished ones are kept in {args.out}: "
+                                  "run the same command again to resume")
     print(table(summary))
     return 0
 

@@ -122,3 +122,20 @@ def load_tasks(path: str | Path, *, split: str | None = None) -> list[EvalTask]:
         raise InvalidRequestError(f"TASKS {path} holds no task (a JSONL of tasks, a directory of task JSON files, "
                                   "an svg_icon dataset with tasks.jsonl, or a Harbor dataset directory)")
     return _unique(tasks)
+
+
+def task_request(task: EvalTask, request: dict[str, Any]) -> dict[str, Any]:
+    """The request (a dict RolloutRequest validates) for `task` with the shared fields of
+    `request` (endpoint, harness, options): for code, as `harness-env eval` makes them from its flags.
+    A Harbor task runs with harness harbor, its directory (and index) in harness_options."""
+    from harness_env.cli import split_family_task
+
+    if task.data is None:
+        where = {"task_dir": task.source} if task.task_index is None else {"dataset": task.source, "task_index": task.task_index}
+        return {**request, "harness": "harbor", "harness_options": {**request.get("harness_options", {}), **where}}
+    data, family, family_options, limits = split_family_task(task.data, task.source)
+    raw = {**limits, **task.request_defaults, **request, "task": {"task_id": task.task_id, **data}}
+    if family is not None:
+        raw["task_family"] = family
+        raw["family_options"] = {**family_options, **request.get("family_options", {})}
+    return raw

@@ -160,3 +160,18 @@ def test_eval_bad_input_is_one_line(tmp_path, policy):
     p = _eval(policy, tmp_path / "missing.jsonl", tmp_path / "run")
     _, stderr = p.communicate(timeout=60)
     assert p.returncode == 2 and len(stderr.strip().splitlines()) == 1 and "no such file" in stderr
+
+
+def test_eval_on_a_server_runs_each_attempt_as_a_job_once(tmp_path, policy, start_server):
+    server = start_server()
+    tasks = _write_jsonl(tmp_path / "tasks.jsonl", [TASKS[0], TASKS[1]])
+    p = _eval(policy, tasks, tmp_path / "run", "-n", "2", "--concurrency", "2", "--server", server.url)
+    stdout, stderr = p.communicate(timeout=240)
+    assert p.returncode == 0, stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["overall"]["pass_at_k"] == {"1": 0.5, "2": 0.5} and summary["overall"]["infra_failures"] == 0
+    assert policy.policy.started == {"always": 2, "never": 2}
+    again = _eval(policy, tasks, tmp_path / "run", "-n", "2", "--server", server.url)  # all finished: nothing runs
+    assert again.communicate(timeout=120)[0] and again.returncode == 0
+    assert policy.policy.started == {"always": 2, "never": 2}
+    server.assert_no_rollout_left()
