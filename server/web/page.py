@@ -145,9 +145,12 @@ class WebPage:
                     self.disable_thinking = self.inputs["disable_thinking"]
                 with gr.Column(scale=2, min_width=480):
                     gr.Markdown("### Task")
-                    self.example = gr.Dropdown(choices=example_names(), value=None, label="load an example task", elem_id="example")
+                    # The page opens with the first example loaded (a shell task), so Run works at once.
+                    first = get_example(example_names()[0])
+                    first_files = list(first.files.items())[:FILE_SLOTS]
+                    self.example = gr.Dropdown(choices=example_names(), value=first.name, label="load an example task", elem_id="example")
                     self.task_family = gr.Radio(TASK_FAMILIES, value=SHELL_TASK, label="task family", elem_id="task-family")
-                    self.instruction = gr.Textbox(label="instruction", lines=4, elem_id="instruction")
+                    self.instruction = gr.Textbox(value=first.instruction, label="instruction", lines=4, elem_id="instruction")
                     with gr.Group(visible=False, elem_id="svg-fields") as self.svg_group:
                         gr.Markdown("svg_icon: the agent writes `icon.svg`; the server renders it and a vision judge "
                                     "(the server's `HARNESS_ENV_JUDGE_*`) scores it on the rubric. Verify commands are not used.")
@@ -157,15 +160,16 @@ class WebPage:
                         self.rubric = gr.Textbox(value=default_rubric_json(), label="rubric (JSON: dimensions with name, description, weight; blank: the default)",
                                                  lines=8, max_lines=24, elem_id="rubric")
                     with gr.Row():
-                        self.setup = gr.Textbox(label="setup commands (one per line)", lines=3, elem_id="setup")
-                        self.verify = gr.Textbox(label="verify commands (one per line)", lines=3, elem_id="verify")
+                        self.setup = gr.Textbox(value="\n".join(first.setup), label="setup commands (one per line)", lines=3, elem_id="setup")
+                        self.verify = gr.Textbox(value="\n".join(first.verify), label="verify commands (one per line)", lines=3, elem_id="verify")
                     gr.Markdown("files written into the workspace before setup")
-                    self.file_count = gr.State(1)
+                    self.file_count = gr.State(max(1, len(first_files)))
                     self.file_rows, self.file_paths, self.file_contents = [], [], []
                     for i in range(FILE_SLOTS):
-                        with gr.Row(visible=i == 0) as row:
-                            p = gr.Textbox(label=f"path {i + 1}", scale=1, elem_id=f"file-path-{i}")
-                            c = gr.Textbox(label="content", lines=3, scale=3, elem_id=f"file-content-{i}")
+                        path, content = first_files[i] if i < len(first_files) else ("", "")
+                        with gr.Row(visible=i < max(1, len(first_files))) as row:
+                            p = gr.Textbox(value=path, label=f"path {i + 1}", scale=1, elem_id=f"file-path-{i}")
+                            c = gr.Textbox(value=content, label="content", lines=3, scale=3, elem_id=f"file-content-{i}")
                         self.file_rows.append(row)
                         self.file_paths.append(p)
                         self.file_contents.append(c)
@@ -182,12 +186,14 @@ class WebPage:
             with gr.Tabs() as self.tabs:
                 with gr.Tab("verify", id="verify"):
                     self.verify_html = gr.HTML("", elem_id="verify-results")
-                with gr.Tab("grading", id="grading"):
+                # Shown only for a result that has what they show (a task family's grading, a
+                # harness's own record): a shell task run by Pi has neither.
+                with gr.Tab("grading", id="grading", visible=False) as self.grading_tab:
                     self.grading_html = gr.HTML("", elem_id="grading")
-                self.harness_html = {}
+                self.harness_html, self.harness_tabs = {}, {}
                 for name in self.harness_groups:
                     if harness_view(name) is not None:
-                        with gr.Tab(name, id=name):
+                        with gr.Tab(name, id=name, visible=False) as self.harness_tabs[name]:
                             self.harness_html[name] = gr.HTML("", elem_id=f"{name}-info")
                 with gr.Tab("files", id="files"):
                     self.files_html = gr.HTML("", elem_id="files-out")
@@ -196,9 +202,11 @@ class WebPage:
                 with gr.Tab("logprobs", id="logprobs"):
                     self.logprob_plot = gr.HTML("", elem_id="logprob-plot")
                     self.logprob_md = gr.Markdown("", elem_id="logprob-summary")
+                    gr.Markdown("#### Tokens of each model call")
+                    self.token_view = gr.HTML("", elem_id="token-view")
                 with gr.Tab("JSON", id="json"):
                     self.download = gr.DownloadButton("download RolloutResult JSON", value=None, visible=False, elem_id="download")
-                    self.json_code = gr.Code("", language="json", label="RolloutResult", elem_id="result-json")
+                    self.json_code = gr.HTML("", elem_id="result-json")  # collapsed: expanded, two model calls made a 62,000-pixel page
             gr.Markdown("### History (this browser session; click a row to reopen)")
             self.history = gr.State([])
             self.history_df = gr.Dataframe(headers=render.HISTORY_HEADERS, value=[], interactive=False, elem_id="history")
@@ -208,7 +216,8 @@ class WebPage:
     @property
     def _result_outputs(self) -> list[gr.components.Component]:
         return [self.reward, self.summary, self.verify_html, self.files_html, self.chat, self.logprob_plot,
-                self.logprob_md, self.json_code, self.download, self.grading_html, *self.harness_html.values(), self.tabs]
+                self.logprob_md, self.token_view, self.json_code, self.download, self.grading_html, *self.harness_html.values(),
+                self.grading_tab, *self.harness_tabs.values(), self.tabs]
 
     def _wire(self, blocks: gr.Blocks) -> None:
         blocks.load(self._on_load, outputs=[self.endpoint, self.harness], queue=False)
@@ -231,7 +240,10 @@ class WebPage:
         # Slots already bound how many rollouts run at once: no second limit here.
         self.run_btn.click(self._on_run, inputs=inputs, outputs=outputs, concurrency_limit=None, show_progress="hidden", api_name=False)
         self.cancel_btn.click(self._on_cancel, outputs=[self.status], queue=False, api_name=False)
-        self.history_df.select(self._on_reopen, inputs=[self.history], outputs=self._result_outputs, queue=False, api_name=False)
+        self.history_df.select(self._on_reopen, inputs=[self.history], outputs=[self.status, self.log, *self._form_outputs, *self._result_outputs],
+                               queue=False, api_name=False)
+        # Gradio's autoscroll stops following once the box overflows: scroll to the newest line.
+        self.log.change(None, js=FOLLOW_LOG_JS, queue=False)
 
     # -- small handlers -------------------------------------------------------------------------
     def _on_load(self):
@@ -285,25 +297,44 @@ class WebPage:
         return "**cancelling...**"
 
     def _on_reopen(self, history: list[dict[str, Any]], evt: gr.SelectData):
+        """A run of the history, whole: its status line, its log, the form as it was run (but the
+        API key, never kept) and its result."""
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
         if not history or row is None or not 0 <= row < len(history):
-            return [gr.update()] * len(self._result_outputs)
+            return [gr.update()] * (2 + len(self._form_outputs) + len(self._result_outputs))
         entry = history[len(history) - 1 - row]  # the table shows the newest first
         result = RolloutResult.model_validate(entry["result"]) if entry["result"] else None
-        return self._result_view(result, cancelled=entry["cancelled"], key=entry["id"], reference=entry.get("reference_png"))
+        return [f"{entry['status']} · reopened from the history", entry["log"], *self._form_view(entry["form"]),
+                *self._result_view(result, cancelled=entry["cancelled"], key=entry["id"], reference=entry.get("reference_png"))]
+
+    @property
+    def _form_outputs(self) -> list[gr.components.Component]:
+        """The form's controls a reopened run sets back (form_values' fields but the API key)."""
+        return [*(c for name, c in self.inputs.items() if name != "api_key"),
+                *(c for fields in self.harness_inputs.values() for c in fields.values()),
+                *self.file_paths, *self.file_contents, self.file_count, *self.file_rows]
+
+    def _form_view(self, form: dict[str, Any]) -> list[Any]:
+        """form_values' dict -> the values of _form_outputs."""
+        files = list(form.get("files") or [])[:FILE_SLOTS]
+        files += [("", "")] * (FILE_SLOTS - len(files))
+        count = max([i + 1 for i, (p, c) in enumerate(files) if p or c] or [1])
+        return [*(form.get(name) for name in self.inputs if name != "api_key"),
+                *((form.get(harness) or {}).get(name) for harness, fields in self.harness_inputs.items() for name in fields),
+                *(p or "" for p, _ in files), *(c or "" for _, c in files), count, *(gr.update(visible=i < count) for i in range(FILE_SLOTS))]
 
     # -- results --------------------------------------------------------------------------------
     def _result_view(self, result: RolloutResult | None, *, cancelled: bool = False, key: str = "",
                      reference: str | None = None) -> list[Any]:
+        hidden = [gr.update(visible=False)] * (1 + len(self.harness_tabs))
         if result is None:
-            return [render.reward_html(None, cancelled=cancelled), "", "", "", [], "", "", "", gr.update(value=None, visible=False),
-                    "", *[""] * len(self.harness_html), gr.update()]
+            return [render.reward_html(None, cancelled=cancelled), "", "", "", [], "", "", "", "", gr.update(value=None, visible=False),
+                    "", *[""] * len(self.harness_html), *hidden, gr.update(selected="verify")]
         own = [name for name in self.harness_html if getattr(result, name, None) is not None]  # the harness's own tab opens
         points = render.logprob_points(result.proxy_turns)
         text = render.result_json(result)
         path = Path(self._downloads.name) / f"rollout-{key or result.sandbox_id or 'result'}.json"
         path.write_text(text)
-        shown = text if len(text) <= MAX_JSON_VIEW_CHARS else text[:MAX_JSON_VIEW_CHARS] + "\n... (cut here; the download has everything)"
         return [
             render.reward_html(result),
             render.summary_markdown(result),
@@ -312,10 +343,13 @@ class WebPage:
             render.conversation(result),
             render.logprob_svg(points),
             render.logprob_summary_markdown(points),
-            shown,
+            render.token_view_html(result.proxy_turns),
+            render.json_html(text, MAX_JSON_VIEW_CHARS),
             gr.update(value=str(path), visible=True),
             render.grading_html(result.grading, reference_b64(reference)),
             *(harness_view(name)(getattr(result, name, None), result.agent_trajectory) for name in self.harness_html),
+            gr.update(visible=bool(result.grading)),
+            *(gr.update(visible=name in own) for name in self.harness_tabs),
             gr.update(selected="grading") if result.grading else gr.update(selected=own[0]) if own else gr.update(),
         ]
 
@@ -339,8 +373,9 @@ class WebPage:
             return
         try:
             prepared = await asyncio.to_thread(self.service.resolve, to_args(form))  # may read task directories
-        except HarnessEnvError as e:
-            yield {out["status"]: f"**not started:** {render.redact(str(e), secrets)}"}
+        except HarnessEnvError as e:  # nothing ran: no earlier run's log or result stays beside the message
+            yield {**dict(zip(self._result_outputs, self._result_view(None))), out["log"]: "",
+                   out["status"]: f"**not started:** {render.redact(str(e), secrets)}"}
             return
         events: asyncio.Queue[PhaseEvent] = asyncio.Queue()
         t0 = time.monotonic()
@@ -392,15 +427,17 @@ class WebPage:
             key = f"{len(history) + 1}-{int(time.time())}"
             # The resolved, checked reference path stays in the server-side session state (gr.State).
             reference = prepared.request.family_options.get("reference_png") if prepared.request.task_family else None
+            shown_log = render.redact("\n".join(log), secrets)
             entry = {"id": key, "cancelled": cancelled, "result": result.model_dump(mode="json") if result else None,
-                     "reference_png": reference,
+                     "reference_png": reference, "status": render.status_line(state, wall), "log": shown_log,
+                     "form": {k: v for k, v in form.items() if k != "api_key"},
                      "row": render.history_row(len(history) + 1, result, form.get("harness") or "", result.wall_s if result else wall,
                                                form.get("instruction") or (result.task_id if result else ""), cancelled)}
             history = ([*history, entry])[-HISTORY_LIMIT:]
             yield {
                 **dict(zip(self._result_outputs, self._result_view(result, cancelled=cancelled, key=key, reference=reference))),
-                out["status"]: render.status_line(state, wall),
-                out["log"]: render.redact("\n".join(log), secrets),
+                out["status"]: entry["status"],
+                out["log"]: shown_log,
                 out["run"]: gr.update(interactive=True),
                 out["cancel"]: gr.update(interactive=False),
                 self.history: history,
@@ -434,7 +471,16 @@ CSS = """
 .he-trajectory pre { max-height: 120px; margin: 0; }
 .he-trajectory-head { font-size: 0.9rem; opacity: 0.8; }
 #phase-log textarea { font-family: var(--font-mono), monospace; font-size: 0.85rem; }
+.he-reward-why { font-size: 0.9rem; margin-top: 6px; }
+.he-json pre { max-height: 640px; overflow: auto; font-size: 0.8rem; }
+.he-tokens { white-space: pre-wrap; font-family: var(--font-mono), monospace; font-size: 0.8rem; line-height: 1.6; }
+.he-tok { border-radius: 2px; color: #111; }
+.he-tok:hover { outline: 1px solid #111; }
 """
+FOLLOW_LOG_JS = """() => setTimeout(() => {
+  const t = document.querySelector('#phase-log textarea');
+  if (t) t.scrollTop = t.scrollHeight;
+}, 50)"""
 
 
 def build_page(service: RolloutService) -> WebPage:

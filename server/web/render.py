@@ -51,6 +51,7 @@ __all__ = [
     "grading_html",
     "harbor_html",
     "history_row",
+    "json_html",
     "log_line",
     "logprob_points",
     "logprob_summary_markdown",
@@ -210,3 +211,11 @@ def redact(value: Any, secrets: list[str]) -> Any:
 
 def result_json(result: RolloutResult) -> str:
     return json.dumps(result.model_dump(mode="json"), indent=2)
+
+
+def json_html(text: str, limit: int) -> str:
+    """The result's JSON, collapsed under its size (the download button above it has it whole),
+    clipped at `limit` characters when opened."""
+    shown = text if len(text) <= limit else text[:limit] + "\n... (cut here; the download has everything)"
+    return (f'<details class="he-json"><summary>show the RolloutResult JSON here ({len(text):,} characters; '
+            f"the download has it whole)</summary><pre>{escape(shown)}</pre></details>")

@@ -63,6 +63,8 @@ class WebDriver:
             self.page.locator("#api-key input").fill(key)
 
     def load_example(self, name: str) -> None:
+        if self.page.locator("#example input").input_value() == name:  # loaded already (the page opens with the first)
+            return
         before = self.page.locator("#instruction textarea").input_value()
         self.choose("example", name)
         self.page.wait_for_function("(b) => { const v = document.querySelector('#instruction textarea').value; return v && v !== b; }", arg=before)

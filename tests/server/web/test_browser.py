@@ -146,20 +146,97 @@ def test_history_click_reopens_an_earlier_rollout(chromium, web_server):
     web = WebDriver(chromium, server.url)
     try:
         web.open()
+        # The page opens with the first example loaded: Run works at once.
+        assert web.page.locator("#example input").input_value() == "write a file"
+        assert "hello.txt" in web.page.locator("#instruction textarea").input_value()
+        assert web.page.locator("#file-path-0 textarea").input_value() == "README.md"
         web.explicit_endpoint(policy_server.base_url, "m")
         web.choose("harness", re.compile(r"^pi\b"))
-        web.load_example("write a file")
         web.run()
         web.wait_reward("1.0")
         web.page.wait_for_function("document.querySelector('#run').disabled === false")
+        first_log, first_status = web.log(), web.page.inner_text("#status")
         web.load_example("a task that fails on purpose")
         web.run()
         web.wait_reward("0.0")
         assert "he-fail" in web.page.locator("#reward .he-reward").get_attribute("class")
         web.page.wait_for_function("document.querySelector('#run').disabled === false")
         assert web.page.locator("#history [role=grid]").get_attribute("aria-rowcount") == "3"  # the header and 2 rollouts
+        second_log = web.log()
+        assert second_log != first_log
         web.page.click("#history [data-testid='cell-1-1']")  # newest first: the first rollout
         web.wait_reward("1.0", timeout_ms=15_000)
+        # Its own log, status and form come back with its result.
+        web.page.wait_for_function("(l) => document.querySelector('#phase-log textarea').value === l", arg=first_log, timeout=15_000)
+        assert web.page.inner_text("#status").startswith(first_status.strip())
+        assert "hello.txt" in web.page.locator("#instruction textarea").input_value()
+        assert web.page.locator("#verify textarea").input_value() == "test -f hello.txt\ngrep -qx hello hello.txt"
+        assert web.page.locator("#file-path-0 textarea").input_value() == "README.md"
+        web.page.click("#history [data-testid='cell-0-1']")  # and back to the second
+        web.wait_reward("0.0", timeout_ms=15_000)
+        web.page.wait_for_function("(l) => document.querySelector('#phase-log textarea').value === l", arg=second_log, timeout=15_000)
+        assert "secret number" in web.page.locator("#instruction textarea").input_value()
+        assert web.page.locator("#file-path-0 textarea").input_value() == ""
+
+        # A run refused before it starts leaves no earlier result or log on screen, and says what
+        # is missing in the words of the harness chosen.
+        web.page.locator("#instruction textarea").fill("")
+        web.run()
+        web.page.wait_for_function("document.querySelector('#status').innerText.includes('not started')", timeout=30_000)
+        status = web.page.inner_text("#status")
+        assert "pi" in status and "harbor" not in status.lower(), status
+        assert web.page.locator("#reward .he-reward").get_attribute("data-reward") == ""
+        assert web.log() == "" and web.page.inner_text("#verify-results").strip() == ""
+    finally:
+        web.close()
+    server.assert_no_rollout_left()
+
+
+def test_a_long_rollout_ended_by_the_turn_limit(chromium, web_server, artifacts):
+    """Many model calls: the log follows its newest line, the end names the turn limit, the token
+    view shows every token, the JSON stays collapsed, and tabs with nothing to show stay hidden."""
+    server, policy_server = web_server
+    policy_server.policy.scripts["long"] = [{"bash": f"echo step {i}"} for i in range(40)] + [{"text": "done"}]
+    web = WebDriver(chromium, server.url)
+    try:
+        web.open()
+        web.explicit_endpoint(policy_server.base_url, "long")
+        web.choose("harness", re.compile(r"^pi\b"))
+        web.page.locator("#max-turns input").fill("24")
+        web.run()
+        web.wait_reward("0.0", timeout_ms=240_000)
+        web.page.wait_for_function("document.querySelector('#run').disabled === false")
+        assert "the turn limit ended it after 24 model call(s)" in web.page.inner_text("#reward")
+
+        log = web.page.locator("#phase-log textarea")
+        assert log.input_value().count("\n") > 30
+        web.page.wait_for_function("(() => { const t = document.querySelector('#phase-log textarea');"
+                                   " return t.scrollHeight > t.clientHeight + 20 && t.scrollTop + t.clientHeight >= t.scrollHeight - 4; })()",
+                                   timeout=10_000)
+
+        verify = web.page.inner_text("#verify-results")
+        assert "no stdout" in verify and "no stdoutno stderr" not in verify
+        assert web.page.inner_text("#history").count("finished") == 1
+        headers = web.page.inner_text("#history [role=grid] thead") if web.page.locator("#history thead").count() else web.page.inner_text("#history")
+        assert "error kind" in headers
+        for name in ("grading", "harbor"):  # a Pi shell task has no grading and no Harbor trial
+            assert not web.page.get_by_role("tab", name=name, exact=True).is_visible()
+
+        web.tab("logprobs")
+        tokens = web.page.locator("#token-view span.he-tok")
+        assert tokens.count() == web.page.locator("#logprob-plot circle.he-token").count() > 0
+        assert re.match(r"id \d+ · logprob -?\d", tokens.first.get_attribute("title"))
+        assert web.page.locator("#token-view details.he-call").count() == 24
+        labels = web.page.locator("#logprob-plot text.he-turn-label")
+        assert 0 < labels.count() < 24
+        web.page.screenshot(path=str(artifacts / "web-long-logprobs.png"), full_page=True)
+
+        web.tab("JSON")
+        assert web.page.locator("#download").is_visible()
+        assert not web.page.locator("#result-json pre").is_visible()  # collapsed until asked for
+        assert web.page.evaluate("document.documentElement.scrollHeight") < 6000
+        web.page.locator("#result-json summary").click()
+        assert '"reward": 0.0' in web.page.locator("#result-json pre").inner_text()
     finally:
         web.close()
     server.assert_no_rollout_left()
