@@ -82,6 +82,19 @@ class JsonEventParser:
         raise NotImplementedError
 
 
+class CallResultParser(JsonEventParser):
+    """A JsonEventParser for a CLI that reports a tool call and its result as two events: a call
+    counts when both were seen, each id once (a call that never got its result did not run)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: set[str] = set()
+        self.results: set[str] = set()
+
+    def outcome(self) -> AgentOutcome:
+        return AgentOutcome(final_text=self.final_text, tool_calls=len(self.calls & self.results), error=self.error, events=self.events)
+
+
 class Harness(Protocol):
     name: str
     capabilities: tuple[str, ...]

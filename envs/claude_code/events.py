@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness_env.core.harness import AgentOutcome, JsonEventParser
+from harness_env.core.harness import CallResultParser
 
 
 def _blocks(event: dict[str, Any]) -> list[dict[str, Any]]:
@@ -28,12 +28,7 @@ def _synthetic(event: dict[str, Any]) -> bool:
     return isinstance(message, dict) and message.get("model") == "<synthetic>"
 
 
-class ClaudeCodeEventParser(JsonEventParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: set[str] = set()
-        self.results: set[str] = set()
-
+class ClaudeCodeEventParser(CallResultParser):
     def on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "assistant":
@@ -55,6 +50,3 @@ class ClaudeCodeEventParser(JsonEventParser):
             self.error = None
             if isinstance(text, str):
                 self.final_text = text
-
-    def outcome(self) -> AgentOutcome:
-        return AgentOutcome(final_text=self.final_text, tool_calls=len(self.calls & self.results), error=self.error, events=self.events)

@@ -10,15 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness_env.core.harness import AgentOutcome, JsonEventParser
+from harness_env.core.harness import CallResultParser
 
 
-class GeminiEventParser(JsonEventParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: set[str] = set()
-        self.results: set[str] = set()
-
+class GeminiEventParser(CallResultParser):
     def on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "message" and event.get("role") == "assistant" and isinstance(event.get("content"), str):
@@ -36,6 +31,3 @@ class GeminiEventParser(JsonEventParser):
                 self.error = None
             else:
                 self.error = str((err.get("message") if isinstance(err, dict) else err) or "gemini reported a failed run")[:2000]
-
-    def outcome(self) -> AgentOutcome:
-        return AgentOutcome(final_text=self.final_text, tool_calls=len(self.calls & self.results), error=self.error, events=self.events)

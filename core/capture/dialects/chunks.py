@@ -62,8 +62,14 @@ def user_turn(pieces: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def json_object(data: bytes) -> dict[str, Any] | None:
-    """`data` parsed, if it is a JSON object."""
+def arguments_text(value: Any) -> str:
+    """A replayed tool call's arguments object as the engine's argument string: json.dumps' layout,
+    which is how vLLM's tool parsers write arguments (and chat templates re-serialise them anyway)."""
+    return json.dumps(value if value is not None else {}, ensure_ascii=False)
+
+
+def json_object(data: bytes | str) -> dict[str, Any] | None:
+    """`data` parsed, if it is a JSON object (a tool call's arguments, an engine's answer)."""
     try:
         parsed = fastjson.loads(data)
     except ValueError:
@@ -157,6 +163,13 @@ class ChunkBuilder:
 
     def on_choice(self, choice: dict[str, Any]) -> None:
         """A choice with a finish reason (e.g. vLLM's matched stop string)."""
+
+    def final(self) -> dict[str, Any]:
+        """The whole answer as the dialect's one JSON object (after `end`), an error object when
+        the engine's answer broke off."""
+        raise NotImplementedError
+
+    stream_type = "text/event-stream"  # the content type of the events
 
     # -- parts ------------------------------------------------------------------------------------
     def start(self) -> bytes:
@@ -257,6 +270,23 @@ class ChunkBuilder:
         else:
             out, self.error = self.start(), "the engine's answer is not a JSON object"
         return out + self.end(None)
+
+
+def whole_answer(builder: ChunkBuilder, request: ChatRequest, engine_body: bytes) -> tuple[bytes, str]:
+    """A whole engine answer in the dialect: its events for a streamed request (the engine answered
+    whole, the client still gets its stream), else its one object."""
+    events = builder.whole(engine_body)
+    if request.stream:
+        return events, builder.stream_type
+    return fastjson.dumps(builder.final()), "application/json"
+
+
+def pass_on(out: dict[str, Any], source: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """The fields of `source` that are set, into `out` under chat's names (chat's name -> theirs)."""
+    for ours, theirs in names.items():
+        if source.get(theirs) is not None:
+            out[ours] = source[theirs]
+    return out
 
 
 def message_as_chunk(body: dict[str, Any]) -> dict[str, Any]:

@@ -42,12 +42,16 @@ from harness_env.core.capture.dialects.chunks import (
     ChunkBuilder,
     ChunkStream,
     Part,
+    arguments_text,
     chat_content,
     engine_error,
     engine_error_text,
     engine_request,
+    json_object,
+    pass_on,
     prompt_length,
     user_turn,
+    whole_answer,
 )
 from harness_env.core.capture.dialects.responses import decode_reasoning, encode_reasoning
 from harness_env.core.errors import InvalidRequestError
@@ -120,7 +124,7 @@ def _model(parts: list[dict[str, Any]], where: str, seen: dict[str, int]) -> dic
             call = part["functionCall"]
             if not isinstance(call.get("name"), str):
                 raise InvalidRequestError(f"{where}.parts[{j}]: a functionCall needs 'name'")
-            arguments = json.dumps(call.get("args") or {}, ensure_ascii=False)
+            arguments = arguments_text(call.get("args"))
             calls.append({"id": _call_id(call, seen), "type": "function", "function": {"name": call["name"], "arguments": arguments}})
         elif isinstance(part.get("text"), str):
             (thoughts if part.get("thought") else text).append(part["text"])
@@ -254,20 +258,13 @@ def usage_metadata(usage: dict[str, Any] | None, prompt_ids: int = 0) -> dict[st
     return out
 
 
-def _arguments_object(arguments: str) -> dict[str, Any]:
-    try:
-        value = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 class ContentBuilder(ChunkBuilder):
     """Chat completion chunks in, GenerateContentResponse chunks (and the final response) out."""
 
     def __init__(self, request: GeminiChatRequest) -> None:
         super().__init__()
         self.request = request
+        self.stream_type = "text/event-stream" if request.sse else "application/json"
         self.sent = 0  # chunks sent: in a JSON array, all but the first follow a comma
         self.signature_given = False
 
@@ -310,7 +307,7 @@ class ContentBuilder(ChunkBuilder):
     def closed(self, part: Part) -> bytes:
         if part.kind != CALL:
             return b""
-        call: dict[str, Any] = {"functionCall": {"name": part.data["name"], "args": _arguments_object(part.raw)}}
+        call: dict[str, Any] = {"functionCall": {"name": part.data["name"], "args": json_object(part.raw) or {}}}
         if part.data["id"]:
             call["functionCall"]["id"] = part.data["id"]
         signature = self.signature()
@@ -329,8 +326,10 @@ class ContentBuilder(ChunkBuilder):
                             usageMetadata=usage_metadata(self.usage, len(self.prompt_ids or ())), modelVersion=self.request.body.get("model"))
         return out + (b"" if self.request.sse else (b"]" if self.sent else b"[]"))
 
-    def response(self) -> dict[str, Any]:
+    def final(self) -> dict[str, Any]:
         """The whole answer as one GenerateContentResponse."""
+        if self.error is not None:
+            return _error_body(500, self.error)
         parts: list[dict[str, Any]] = []
         for p in self.done:
             if p.kind == REASONING:
@@ -350,8 +349,7 @@ class ContentBuilder(ChunkBuilder):
 class ContentStream(ChunkStream):
     def __init__(self, request: GeminiChatRequest, draft: TurnDraft) -> None:
         super().__init__(ContentBuilder(request), draft)
-        if not request.sse:
-            self.content_type = "application/json"
+        self.content_type = self.builder.stream_type
 
 
 def _error_body(status: int, message: str) -> dict[str, Any]:
@@ -403,10 +401,8 @@ class Gemini:
         if request.count_only:
             out["max_tokens"] = 1
             return out
-        for ours, theirs in (("max_tokens", "maxOutputTokens"), ("temperature", "temperature"), ("top_p", "topP"), ("stop", "stopSequences"),
-                             ("seed", "seed"), ("presence_penalty", "presencePenalty"), ("frequency_penalty", "frequencyPenalty")):
-            if config.get(theirs) is not None:
-                out[ours] = config[theirs]
+        pass_on(out, config, {"max_tokens": "maxOutputTokens", "temperature": "temperature", "top_p": "topP", "stop": "stopSequences",
+                              "seed": "seed", "presence_penalty": "presencePenalty", "frequency_penalty": "frequencyPenalty"})
         response_format = _response_format(config)
         if response_format is not None:
             out["response_format"] = response_format
@@ -418,13 +414,7 @@ class Gemini:
         if request.count_only:
             count, _ = prompt_length(request, engine_body)
             return fastjson.dumps({"totalTokens": count}), "application/json"
-        builder = ContentBuilder(request)
-        events = builder.whole(engine_body)
-        if request.stream:  # the engine answered whole: the client still gets its stream
-            return events, "text/event-stream" if request.sse else "application/json"
-        if builder.error is not None:
-            return fastjson.dumps(_error_body(500, builder.error)), "application/json"
-        return fastjson.dumps(builder.response()), "application/json"
+        return whole_answer(ContentBuilder(request), request, engine_body)
 
     def stream(self, request: ChatRequest, draft: TurnDraft) -> ContentStream:
         assert isinstance(request, GeminiChatRequest)

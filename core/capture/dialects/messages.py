@@ -31,7 +31,6 @@ Not translated (what a harness that sends them gets) is listed in docs/capture.m
 from __future__ import annotations
 
 import hashlib
-import json
 import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,12 +45,16 @@ from harness_env.core.capture.dialects.chunks import (
     ChunkBuilder,
     ChunkStream,
     Part,
+    arguments_text,
     chat_content,
     engine_error,
     engine_error_text,
     engine_request,
+    json_object,
+    pass_on,
     prompt_length,
     user_turn,
+    whole_answer,
 )
 from harness_env.core.errors import InvalidRequestError
 
@@ -130,12 +133,6 @@ def _part(block: dict[str, Any], where: str, referenced: list[str]) -> dict[str,
     raise InvalidRequestError(f"{where}: content blocks of type {kind!r} are not supported by this proxy")
 
 
-def _arguments(value: Any) -> str:
-    """A tool_use's input as the engine's argument string: json.dumps' layout, as vLLM's tool
-    parsers write it (the chat template re-serialises arguments anyway)."""
-    return json.dumps(value if value is not None else {}, ensure_ascii=False)
-
-
 def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
     """An assistant message's blocks -> one chat assistant message, as the engine produced it."""
     text: list[str] = []
@@ -152,7 +149,7 @@ def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
         elif kind == "tool_use":
             if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
                 raise InvalidRequestError(f"{at}: a tool_use needs 'id' and 'name'")
-            calls.append({"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": _arguments(block.get("input"))}})
+            calls.append({"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments_text(block.get("input"))}})
         else:
             raise InvalidRequestError(f"{at}: assistant blocks of type {kind!r} are not supported by this proxy")
     msg: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text else None}
@@ -269,15 +266,6 @@ def messages_usage(usage: dict[str, Any] | None, prompt_ids: int = 0) -> dict[st
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
 
 
-def _input(arguments: str) -> dict[str, Any]:
-    """A tool call's input object from the engine's argument string ({} when it is not an object)."""
-    try:
-        value = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 class MessageBuilder(ChunkBuilder):
     """Chat completion chunks in, Messages stream events and the final `message` out: one content
     block per part (thinking, text, tool_use), started when the part starts."""
@@ -304,6 +292,11 @@ class MessageBuilder(ChunkBuilder):
             "stop_sequence": stop_sequence,
             "usage": messages_usage(self.usage, len(self.prompt_ids or ())),
         }
+
+    def final(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {"type": "error", "error": {"type": "api_error", "message": self.error}}
+        return self.message()
 
     def stop_reason(self) -> tuple[str, str | None]:
         if self.matched_stop is not None:
@@ -342,7 +335,7 @@ class MessageBuilder(ChunkBuilder):
         elif part.kind == TEXT:
             part.data = {**part.data, "text": raw}
         else:
-            part.data = {**part.data, "input": _input(raw)}
+            part.data = {**part.data, "input": json_object(raw) or {}}  # {} when the engine wrote no object
         return out + self.event("content_block_stop", index=part.index)
 
     def end_events(self) -> bytes:
@@ -407,11 +400,7 @@ class Messages:
         if request.count_only:
             out["max_tokens"] = 1
             return out
-        if body.get("max_tokens") is not None:
-            out["max_tokens"] = body["max_tokens"]
-        for name in ("temperature", "top_p"):
-            if body.get(name) is not None:
-                out[name] = body[name]
+        pass_on(out, body, {"max_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p"})
         if request.stop_sequences:
             out["stop"] = request.stop_sequences
         return out
@@ -422,13 +411,7 @@ class Messages:
         if request.count_only:
             count, source = prompt_length(request, engine_body)
             return fastjson.dumps({"input_tokens": count, "count_source": source}), "application/json"
-        builder = MessageBuilder(request)
-        events = builder.whole(engine_body)
-        if request.stream:  # the engine answered whole: the client still gets its stream
-            return events, "text/event-stream"
-        if builder.error is not None:
-            return fastjson.dumps({"type": "error", "error": {"type": "api_error", "message": builder.error}}), "application/json"
-        return fastjson.dumps(builder.message()), "application/json"
+        return whole_answer(MessageBuilder(request), request, engine_body)
 
     def stream(self, request: ChatRequest, draft: TurnDraft) -> MessagesStream:
         assert isinstance(request, MessagesChatRequest)

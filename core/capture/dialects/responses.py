@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from harness_env.core.capture import fastjson
 from harness_env.core.capture.asgi import Reply, Scope, json_reply
 from harness_env.core.capture.dialects.base import ChatRequest, Route, bearer_or_api_key
-from harness_env.core.capture.dialects.chunks import REASONING, TEXT, ChunkBuilder, ChunkStream, Part, engine_error, engine_error_text, engine_request
+from harness_env.core.capture.dialects.chunks import REASONING, TEXT, ChunkBuilder, ChunkStream, Part, engine_error, engine_error_text, engine_request, pass_on, whole_answer
 from harness_env.core.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -412,6 +412,9 @@ class ResponseBuilder(ChunkBuilder):
         kind = {"completed": "response.completed", "incomplete": "response.incomplete"}.get(status, "response.failed")
         return self.event(kind, response=self.response(status))
 
+    def final(self) -> dict[str, Any]:
+        return self.response(self.status())
+
     def status(self) -> str:
         if self.error is not None:
             return "failed"
@@ -474,11 +477,7 @@ class Responses:
                 out["tool_choice"] = choice
             if isinstance(body.get("parallel_tool_calls"), bool):
                 out["parallel_tool_calls"] = body["parallel_tool_calls"]
-        if body.get("max_output_tokens") is not None:
-            out["max_tokens"] = body["max_output_tokens"]
-        for name in ("temperature", "top_p"):
-            if body.get(name) is not None:
-                out[name] = body[name]
+        pass_on(out, body, {"max_tokens": "max_output_tokens", "temperature": "temperature", "top_p": "top_p"})
         response_format = _response_format(body.get("text"))
         if response_format is not None:
             out["response_format"] = response_format
@@ -487,11 +486,7 @@ class Responses:
     def answer(self, request: ChatRequest, engine_body: bytes, content_type: str, draft: TurnDraft) -> tuple[bytes, str]:
         assert isinstance(request, ResponsesChatRequest)
         draft.add_response_body(engine_body)
-        builder = ResponseBuilder(request)
-        events = builder.whole(engine_body)
-        if request.stream:  # the engine answered whole: the client still gets its stream
-            return events, "text/event-stream"
-        return fastjson.dumps(builder.response(builder.status())), "application/json"
+        return whole_answer(ResponseBuilder(request), request, engine_body)
 
     def stream(self, request: ChatRequest, draft: TurnDraft) -> ResponsesStream:
         assert isinstance(request, ResponsesChatRequest)
