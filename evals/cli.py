@@ -109,8 +109,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     requests, use_bwrap = eval_requests(args)
     work = evaluate_async(requests, args.out, attempts=args.attempts, concurrency=args.concurrency, threshold=args.threshold,
                           server=args.server, token=args.token, use_bwrap=use_bwrap, on_progress=_progress_printer(args.quiet))
-    summary = until_stopped(work, f"the attempts in flight were cancelled and cleaned up; finished ones are kept in {args.out}: "
-                                  "run the same command again to resume")
+    try:
+        summary = until_stopped(work, f"the attempts in flight were cancelled and cleaned up; finished ones are kept in {args.out}: "
+                                      "run the same command again to resume")
+    except ValueError as e:  # e.g. --out holds another harness's or model's evaluation
+        _bad_input(str(e))
     print(table(summary))
     return 0
 

@@ -92,10 +92,14 @@ def _meta(out: Path, requests: list[tuple[str, RolloutRequest]], attempts: int, 
         except ValueError:
             old = {}
     first = requests[0][1] if requests else None
+    harness, model = (first.harness, first.endpoint.model) if first else ("", "")
+    if old and (old.get("harness"), old.get("model")) != (harness, model):
+        raise ValueError(f"{out} holds an evaluation of harness {old.get('harness')!r} with model {old.get('model')!r}, not "
+                         f"{harness!r} with {model!r}: give another output directory")
     meta = {
         "run_key": old.get("run_key") or uuid.uuid4().hex,  # kept across resumes: the attempts' idempotency keys
         "attempts": attempts, "threshold": threshold,
-        "harness": first.harness if first else "", "model": first.endpoint.model if first else "",
+        "harness": harness, "model": model,
         "tasks": [tid for tid, _ in requests],
     }
     write_atomic(path, json.dumps(meta, indent=2) + "\n")

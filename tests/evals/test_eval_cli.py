@@ -154,6 +154,9 @@ def test_eval_resumes_after_a_kill_without_rerunning_finished_attempts(tmp_path,
     summary = json.loads((out / "summary.json").read_text())
     assert summary["tasks"]["slow"]["pass_at_k"]["1"] == 1.0 and summary["tasks"]["never"]["mean_reward"] == 0.0
     assert not list(out.glob("results/*/.*.tmp"))
+    other = subprocess.run([*CLI, "eval", str(tasks), "--harness", "whitebox", "--base-url", policy.base_url, "--model", "other",
+                            "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert other.returncode == 2 and "holds an evaluation of harness 'whitebox' with model 'm'" in other.stderr
 
 
 def test_eval_bad_input_is_one_line(tmp_path, policy):
