@@ -37,3 +37,13 @@ def start_server(tmp_path_factory):
     for s in servers:
         s.stop()
         assert os.listdir(s.sandbox_dir) == [], "the server left rollout directories behind"
+
+
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory):
+    """One plain `harness-env serve` (no token) shared by a module's tests that only read from it."""
+    s = ServerProcess(tmp_path_factory.mktemp("module-server"))
+    try:
+        yield s
+    finally:
+        s.stop()

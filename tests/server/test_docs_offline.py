@@ -18,12 +18,8 @@ REFERENCES = re.compile(r"""(?:href|src)="([^"]+)"|\burl:\s*'([^']+)'""")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    s = ServerProcess(tmp_path_factory.mktemp("docs-offline"))
-    try:
-        yield s
-    finally:
-        s.stop()
+def server(module_server):
+    return module_server
 
 
 def _references(page: str) -> list[str]:

@@ -45,12 +45,8 @@ def openenv_cli(*args: str):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    s = ServerProcess(tmp_path_factory.mktemp("openenv-validate"))
-    try:
-        yield s
-    finally:
-        s.stop()
+def server(module_server):
+    return module_server
 
 
 def _package_source() -> str:

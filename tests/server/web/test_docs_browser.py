@@ -10,13 +10,9 @@ from tests.server_process import ServerProcess
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def server(tmp_path_factory):
-    s = ServerProcess(tmp_path_factory.mktemp("docs-browser"))
-    try:
-        yield s
-    finally:
-        s.stop()
+@pytest.fixture(scope="module")
+def server(module_server):
+    return module_server
 
 
 def test_docs_render_offline(chromium, server: ServerProcess) -> None:
