@@ -8,7 +8,8 @@
 
 Gradio takes about ten seconds of CPU to import, so it is loaded on the first request to /web, not
 when the server starts: a training server whose UI nobody opens never pays for it, and neither do
-the tests that start servers by the dozen.
+the tests that start servers by the dozen. While it loads, a request for the page itself gets a
+small page that says so and reloads itself (LOADING_PAGE), not ten seconds of blank tab.
 """
 
 from __future__ import annotations
@@ -21,13 +22,20 @@ from contextlib import AsyncExitStack
 
 from fastapi import FastAPI
 
-from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, send_reply
+from harness_env.core.capture.asgi import Receive, Reply, Scope, Send, error_reply, send_reply
 from harness_env.server.auth import WEB_LOGIN_PATH, WEB_PREFIX, AuthFailureLimiter, is_web_path
 from harness_env.server.service import RolloutService
 from harness_env.server.web.login import add_login_routes
 
 
 _own_gradio_cache: str | None = None  # the GRADIO_TEMP_DIR this process made (Gradio reads it once)
+LOADING_WAIT_S = 0.3  # how long a request for the page waits for Gradio before the loading page answers
+LOADING_PAGE = b"""<!doctype html>
+<html><head><meta charset="utf-8"><meta http-equiv="refresh" content="1"><title>harness-env: loading</title>
+<style>body { font-family: system-ui, sans-serif; margin: 4rem auto; max-width: 36rem; color: #374151; }</style></head>
+<body><h2>harness-env</h2><p id="web-loading">Loading the web UI: the first visit after the server starts loads
+Gradio, which takes about ten seconds. This page reloads itself when it is ready.</p></body></html>
+"""
 
 
 def _import_gradio() -> str | None:
@@ -61,6 +69,7 @@ class WebUI:
         self._lock = asyncio.Lock()
         self._stack = AsyncExitStack()
         self._gradio_cache: str | None = None
+        self._mounting: asyncio.Task[None] | None = None  # the load a page request started
         add_login_routes(app, token, limiter)
 
     def wrap(self, inner):
@@ -69,6 +78,10 @@ class WebUI:
         async def web_on_demand(scope: Scope, receive: Receive, send: Send) -> None:
             if self.page is None and scope["type"] in ("http", "websocket") and is_web_path(scope.get("path", "")) \
                     and scope.get("path") != WEB_LOGIN_PATH:
+                if scope["type"] == "http" and scope.get("method") == "GET" and scope.get("path") in (WEB_PREFIX, WEB_PREFIX + "/") \
+                        and not await self._mounted_soon():
+                    await send_reply(send, Reply(200, LOADING_PAGE, "text/html; charset=utf-8", headers=[(b"cache-control", b"no-store")]))
+                    return
                 try:
                     await self.ensure_mounted()
                 except Exception as e:  # a broken UI must not take the API down with it
@@ -78,6 +91,17 @@ class WebUI:
             await inner(scope, receive, send)
 
         return web_on_demand
+
+    async def _mounted_soon(self) -> bool:
+        """Start loading the page (once) and wait LOADING_WAIT_S for it. A load that failed is
+        forgotten: the caller's ensure_mounted tries again and answers 503 if it fails again."""
+        if self._mounting is None:
+            self._mounting = asyncio.create_task(self.ensure_mounted())
+        task = self._mounting
+        done, _ = await asyncio.wait({task}, timeout=LOADING_WAIT_S)
+        if done and (task.cancelled() or task.exception() is not None) and self._mounting is task:
+            self._mounting = None
+        return bool(done)
 
     async def ensure_mounted(self) -> None:
         async with self._lock:
@@ -102,6 +126,9 @@ class WebUI:
             self.page = page
 
     async def aclose(self) -> None:
+        if self._mounting is not None and not self._mounting.done():
+            self._mounting.cancel()
+            await asyncio.gather(self._mounting, return_exceptions=True)
         if self.page is not None:
             self.page.close()
         await self._stack.aclose()

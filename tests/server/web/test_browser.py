@@ -112,6 +112,22 @@ def test_cancel_stops_a_long_rollout_and_leaves_nothing_behind(chromium, web_ser
     server.assert_no_rollout_left()
 
 
+def test_the_first_visit_shows_a_loading_page_then_the_form(chromium, start_server):
+    server = start_server()  # a fresh server: Gradio is not loaded yet
+    web = WebDriver(chromium, server.url)
+    try:
+        t0 = time.monotonic()
+        web.page.goto(server.url + "/web/")
+        shown_after = time.monotonic() - t0
+        assert "first visit" in web.page.inner_text("#web-loading")  # not a blank tab for ten seconds
+        assert shown_after < 5, shown_after
+        web.page.wait_for_selector("#run", timeout=90_000)  # it reloads itself into the page
+        web.page.wait_for_function("document.querySelector('#harness input').value !== ''")
+        assert web.foreign_requests == []
+    finally:
+        web.close()
+
+
 def test_auth_on_asks_for_the_token_once(chromium, start_server, policy_server, artifacts):
     policy_server.policy.scripts["m"] = WRITE
     server = start_server(env={"HARNESS_ENV_TOKEN": "web-s3cret"})

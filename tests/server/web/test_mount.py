@@ -1,5 +1,8 @@
 """/web is loaded on first use, and a UI that fails to load leaves the API up."""
 
+import asyncio
+import time
+
 import httpx
 
 from harness_env.server import web
@@ -17,3 +20,22 @@ async def test_a_ui_that_fails_to_load_answers_503_and_the_api_stays_up(monkeypa
         assert r.status_code == 503 and "no gradio here" in r.text
         assert (await c.get("/health")).json()["status"] == "healthy"
         assert (await c.get("/web/login", follow_redirects=False)).status_code == 303  # no token: straight to /web/
+
+
+async def test_the_page_says_it_is_loading_while_gradio_loads(monkeypatch):
+    def slow() -> None:  # a load that takes a while, then fails (so no Gradio is really mounted here)
+        time.sleep(1.5)
+        raise ImportError("late failure")
+
+    monkeypatch.setattr(web, "_import_gradio", slow)
+    app = create_app(public_url="http://127.0.0.1:9")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        t0 = time.monotonic()
+        r = await c.get("/web/")
+        assert time.monotonic() - t0 < 1.2  # not held until the load ends
+        assert r.status_code == 200 and 'id="web-loading"' in r.text and '<meta http-equiv="refresh"' in r.text
+        assert r.headers["cache-control"] == "no-store"
+        assert (await c.get("/health")).json()["status"] == "healthy"
+        await asyncio.sleep(2)
+        r = await c.get("/web/")  # the reload after the load failed: the failure, as before
+        assert r.status_code == 503 and "late failure" in r.text
