@@ -59,17 +59,22 @@ def _svg_record(rec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return data, {k: rec[k] for k in SVG_REQUEST_KEYS if rec.get(k) is not None}
 
 
+def _json_object(text: str, where: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidRequestError(f"{where} is not valid JSON: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise InvalidRequestError(f"{where} must be a JSON object (a task)")
+    return data
+
+
 def _from_jsonl(path: Path) -> list[EvalTask]:
     tasks = []
     for n, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InvalidRequestError(f"{path} line {n} is not valid JSON: {e.msg}") from None
-        if not isinstance(data, dict):
-            raise InvalidRequestError(f"{path} line {n} must be a JSON object (a task)")
+        data = _json_object(line, f"{path} line {n}")
         defaults: dict[str, Any] = {}
         if "prompt" in data and "instruction" not in data and "task_family" not in data:
             data, defaults = _svg_record(data)
@@ -80,12 +85,7 @@ def _from_jsonl(path: Path) -> list[EvalTask]:
 def _from_json_files(root: Path) -> list[EvalTask]:
     tasks = []
     for p in sorted(root.glob("*.json")):
-        try:
-            data = json.loads(p.read_text())
-        except json.JSONDecodeError as e:
-            raise InvalidRequestError(f"task file {p} is not valid JSON: {e.msg}") from None
-        if not isinstance(data, dict):
-            raise InvalidRequestError(f"task file {p} must hold a JSON object")
+        data = _json_object(p.read_text(), f"task file {p}")
         tasks.append(EvalTask(str(data.get("task_id") or p.stem), str(p), data))
     return tasks
 

@@ -129,6 +129,16 @@ def test_eval_gives_the_hand_computed_pass_at_k_and_means_and_exports_a_dataset(
     assert agent_steps and agent_steps[0].metrics.completion_token_ids and agent_steps[0].metrics.logprobs
 
 
+def _remove_killed_rollouts(root):
+    """What a SIGKILL left: the rollout in flight's directory and the tmpfs its sandbox mounted there
+    (as root, a disk limit); nothing was left to clean them up."""
+    with open("/proc/mounts") as f:
+        mounts = [line.split()[1] for line in f if line.split()[1].startswith(str(root) + "/")]
+    for m in sorted(mounts, reverse=True):
+        subprocess.run(["umount", "-l", m], check=False)
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def test_eval_resumes_after_a_kill_without_rerunning_finished_attempts(tmp_path, policy):
     tasks = _write_jsonl(tmp_path / "tasks.jsonl", [_task("slow", ["test -f out.txt"]), _task("never", ["test -f out.txt"])])
     out = tmp_path / "run"
@@ -143,7 +153,7 @@ def test_eval_resumes_after_a_kill_without_rerunning_finished_attempts(tmp_path,
     before = {f.relative_to(out): f.read_bytes() for f in out.glob("results/*/*.json")}
     assert 3 <= len(before) < 8, "the run was not killed halfway"
     started_before = sum(policy.policy.started.values())
-    shutil.rmtree(killed_sandboxes, ignore_errors=True)
+    _remove_killed_rollouts(killed_sandboxes)
 
     again = _eval(policy, tasks, out, "-n", "4", "--concurrency", "2")
     stdout, stderr = again.communicate(timeout=240)
