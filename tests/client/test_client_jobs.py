@@ -13,7 +13,6 @@ import pytest
 
 from harness_env.client import AsyncHarnessEnv, HarnessEnv, HarnessEnvClientError
 from harness_env.models import JobEnd, PhaseEvent
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 QUICK = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
@@ -90,14 +89,10 @@ class CuttableProxy:
         self.cut(0)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """One server for the tests that tell their rollouts apart by model name."""
-    s = ServerProcess(tmp_path_factory.mktemp("client-jobs"))
-    try:
-        yield s
-    finally:
-        s.stop()
+@pytest.fixture
+def server(module_server):
+    """One server for the module's tests, which tell their rollouts apart by model name."""
+    return module_server
 
 
 def test_a_client_cut_off_mid_wait_still_gets_its_result_and_the_rollout_ran_once(server, policy_server) -> None:
