@@ -18,7 +18,7 @@ LOWEST_TOKENS = 10
 PLOT_W, PLOT_H, PLOT_PAD = 760, 260, 40
 TURN_COLOURS = ("#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2")
 LABEL_GAP = 48  # plot units between two turn labels ("turn 100" is about 40 wide at font size 10)
-MAX_TOKEN_VIEW = 20_000  # tokens shown in the token view; the JSON download has all
+MAX_TOKEN_VIEW = 8_000  # tokens shown in the token view (about 200 bytes of HTML each); the JSON download has all
 
 
 # -- conversation ---------------------------------------------------------------------------------

@@ -54,6 +54,13 @@ def test_verify_outputs_are_blocks_of_their_own():
     assert '<details class="he-output"><summary>stdout (2 lines)' in render.commands_html(_result().verify_results)
 
 
+def test_the_json_is_collapsed_escaped_and_clipped():
+    html = render.json_html('{"a": "<b>"}', 100)
+    assert html.startswith('<details class="he-json"><summary>') and " open" not in html.split(">")[0]
+    assert "&lt;b&gt;" in html and "12 characters" in html
+    assert "cut here; the download has everything" in render.json_html("x" * 50, 10)
+
+
 def test_a_turn_limit_end_says_so_beside_the_reward():
     html = render.reward_html(_result(reward=0.0, turn_limit_hit=True))
     assert "the turn limit ended it after 2 model call(s)" in html and 'data-reward="0.0"' in html
