@@ -60,6 +60,7 @@ TASKS = [
     _task("never", ["test -f out.txt"]),
     _task("half", ["test -f out.txt"]),
     _task("partial", ["test -f out.txt", "false"]),  # reward 0.5 every time: never passes at threshold 1.0
+    _task("down", ["test -f out.txt"]),  # the endpoint answers 500: an infrastructure failure, reward null
 ]
 
 
@@ -96,11 +97,15 @@ def test_eval_gives_the_hand_computed_pass_at_k_and_means_and_exports_a_dataset(
     assert t["half"]["stderr"] == pytest.approx(math.sqrt((1 / 3) / 4)) and t["always"]["stderr"] == 0.0
     o = summary["overall"]
     assert o["pass_at_k"]["1"] == pytest.approx((1 + 0 + 0.5 + 0) / 4) and o["pass_at_k"]["2"] == pytest.approx((1 + 5 / 6) / 4)
-    assert o["mean_reward"] == pytest.approx((4 * 1 + 0 + 2 * 1 + 4 * 0.5) / 16) and (o["scored"], o["infra_failures"]) == (16, 0)
+    assert o["mean_reward"] == pytest.approx((4 * 1 + 0 + 2 * 1 + 4 * 0.5) / 16) and (o["scored"], o["infra_failures"]) == (16, 4)
+    down = t["down"]  # shown apart, in no denominator
+    assert (down["scored"], down["infra_failures"], down["mean_reward"], down["errors"]) == (0, 4, None, {"endpoint": 4})
+    assert set(down["pass_at_k"].values()) == {None} and o["errors"]["endpoint"] == 4
+    del policy.policy.started["down"]  # the engine retries an answer of 500: more than one call per attempt
     assert policy.policy.started == {"always": 4, "never": 4, "half": 4, "partial": 4}
     assert "pass@4" in stdout and "overall" in stdout and "0.500 ± 0.289" in stdout
-    assert "16/16 done" in stderr
-    assert len(list((tmp_path / "run" / "results").glob("*/*.json"))) == 16
+    assert "20/20 done" in stderr and "4 failed" in stderr and "4 of 20 attempts" in stdout
+    assert len(list((tmp_path / "run" / "results").glob("*/*.json"))) == 20
 
     for fmt in ("jsonl", "parquet"):
         e = subprocess.run([*CLI, "export", str(tmp_path / "run"), "--format", fmt, "--to", str(tmp_path / fmt)],
@@ -112,10 +117,10 @@ def test_eval_gives_the_hand_computed_pass_at_k_and_means_and_exports_a_dataset(
         kind = "json" if fmt == "jsonl" else "parquet"
         results = datasets.load_dataset(kind, data_files=str(tmp_path / fmt / f"results.{fmt}"), split="train")
         rows = datasets.load_dataset(kind, data_files=str(tmp_path / fmt / f"rows.{fmt}"), split="train")
-        assert len(results) == 16 and sorted(Counter(results["task_id"]).values()) == [4, 4, 4, 4]
+        assert len(results) == 20 and sorted(Counter(results["task_id"]).values()) == [4, 4, 4, 4, 4]
         assert sum(results["passed"]) == 6
         assert len(rows) >= 16 and all(len(r["completion_ids"]) == len(r["loss_mask"]) == len(r["logprobs"]) for r in rows)
-        assert all(r["trainable"] and r["prompt_ids"] and sum(r["loss_mask"]) > 0 for r in rows)
+        assert all(r["trainable"] and r["prompt_ids"] and sum(r["loss_mask"]) > 0 for r in rows if r["task_id"] != "down")
     # The dataset card's configs name both tables: the directory loads by config name.
     card = (tmp_path / "parquet" / "README.md").read_text()
     assert "config_name: rows" in card and "whitebox" in card and "`half`" in card
