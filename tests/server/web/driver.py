@@ -76,6 +76,10 @@ class WebDriver:
     def wait_reward(self, value: str, timeout_ms: int = 90_000) -> None:
         self.page.wait_for_selector(f"#reward .he-reward[data-reward='{value}']", timeout=timeout_ms)
 
+    def wait_idle(self) -> None:
+        """The run is over: Run can be pressed again."""
+        self.page.wait_for_function("document.querySelector('#run').disabled === false")
+
     def snapshots(self) -> list[dict]:
         return self.page.evaluate("window.__snaps")
 

@@ -37,7 +37,7 @@ def test_write_a_file_with_pi_live_log_logprob_plot_and_download(chromium, web_s
         web.load_example("write a file")
         web.run()
         web.wait_reward("1.0")
-        web.page.wait_for_function("document.querySelector('#run').disabled === false")
+        web.wait_idle()
 
         # The live log showed each phase before the result arrived, and elapsed time with it.
         before_end = [s["log"] for s in web.snapshots() if s["reward"] == ""]
@@ -170,13 +170,13 @@ def test_history_click_reopens_an_earlier_rollout(chromium, web_server):
         web.choose("harness", re.compile(r"^pi\b"))
         web.run()
         web.wait_reward("1.0")
-        web.page.wait_for_function("document.querySelector('#run').disabled === false")
+        web.wait_idle()
         first_log, first_status = web.log(), web.page.inner_text("#status")
         web.load_example("a task that fails on purpose")
         web.run()
         web.wait_reward("0.0")
         assert "he-fail" in web.page.locator("#reward .he-reward").get_attribute("class")
-        web.page.wait_for_function("document.querySelector('#run').disabled === false")
+        web.wait_idle()
         assert web.page.locator("#history [role=grid]").get_attribute("aria-rowcount") == "3"  # the header and 2 rollouts
         second_log = web.log()
         assert second_log != first_log
@@ -221,7 +221,7 @@ def test_a_long_rollout_ended_by_the_turn_limit(chromium, web_server, artifacts)
         web.page.locator("#max-turns input").fill("24")
         web.run()
         web.wait_reward("0.0", timeout_ms=240_000)
-        web.page.wait_for_function("document.querySelector('#run').disabled === false")
+        web.wait_idle()
         assert "the turn limit ended it after 24 model call(s)" in web.page.inner_text("#reward")
 
         log = web.page.locator("#phase-log textarea")
@@ -293,7 +293,7 @@ def test_harbor_nop_runs_the_form_task_as_a_harbor_trial(chromium, web_server, a
         web.run()
         # The first Harbor trial of a server process imports Harbor and LiteLLM (about 10 s).
         web.wait_reward("1.0", timeout_ms=150_000)
-        web.page.wait_for_function("document.querySelector('#run').disabled === false")
+        web.wait_idle()
         harbor = web.page.locator("#harbor-info")  # the harbor tab opens with the result
         harbor.locator(".he-harbor-agent").wait_for()
         assert re.fullmatch(r"nop( \S+)?", harbor.locator(".he-harbor-agent").inner_text())

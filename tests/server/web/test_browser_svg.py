@@ -43,7 +43,7 @@ def test_draw_an_icon_shows_the_rendered_icon_reference_and_judge_scores(chromiu
             web.page.locator("#reference-png textarea").fill("red-square.png")
             web.run()
             web.wait_reward("0.8")
-            web.page.wait_for_function("document.querySelector('#run').disabled === false")
+            web.wait_idle()
 
             web.tab("grading")
             grading = web.page.locator("#grading")
