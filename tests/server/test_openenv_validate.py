@@ -29,7 +29,7 @@ RUNTIME_CRITERIA = {"openapi_version_available", "health_endpoint", "metadata_en
                     "mcp_endpoint", "mode_endpoint_consistency"}
 # Set by the server for the commands it runs in a sandbox, not by a deployer.
 SANDBOX_INTERNAL = {"HARNESS_ENV_REWARD_FILE", "HARNESS_ENV_SANDBOX_ID", "HARNESS_ENV_CAPTURE_KEY",
-                    "HARNESS_ENV_WORKDIR", "HARNESS_ENV_VERIFIER_DIR"}
+                    "HARNESS_ENV_WORKDIR", "HARNESS_ENV_VERIFIER_DIR", "HARNESS_ENV_API_KEY"}
 # What the validator hashes but never reads; a concurrent test run rewriting them would make the
 # source digest fail ("changed before it could be read"), and walking .venv takes most of a minute.
 NOT_SOURCE = (".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", "*.egg-info", "node_modules", "artifacts")
