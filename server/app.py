@@ -1,6 +1,7 @@
 """The FastAPI app factory: one app, one port.
 
-Routes: POST /rollout, /rollouts (jobs: server/jobs_routes.py), GET /harnesses, GET /harbor/tasks?dataset=&split= (the Harbor tasks of a
+Routes: POST /rollout, /rollouts (jobs: server/jobs_routes.py), GET /metrics (Prometheus:
+server/metrics.py), GET /harnesses, GET /harbor/tasks?dataset=&split= (the Harbor tasks of a
 dataset under $HARNESS_ENV_HARBOR_TASKS_DIR), GET /catalog, GET /health, /metadata and /schema
 (OpenEnv's, server/openenv_routes.py), /docs (served offline, server/docs_page.py), /mcp (MCP over
 streamable HTTP, also OpenEnv's MCPToolClient), /ws (OpenEnv's session socket), /capture/v1 (the
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, header, send_reply
 from harness_env.core.capture.proxy import CaptureProxy
@@ -39,6 +40,7 @@ from harness_env.server.docs_page import add_docs_routes
 from harness_env.server.jobs import JobManager, JobService
 from harness_env.server.jobs_routes import add_job_routes
 from harness_env.server.jobs_upkeep import Retention, recover, upkeep
+from harness_env.server.metrics import ServerMetrics, log_rollouts_to_stderr
 from harness_env.server.openenv_routes import DESCRIPTION, ServerState, add_openenv_routes, package_version
 from harness_env.server.slots import RolloutSlots, ServerBusy
 from harness_env.server.store import default_data_dir, store_password, store_url
@@ -93,6 +95,9 @@ def create_app(
     # Every rollout is a job in the store, opened when the app starts (nothing is written before).
     jobs = service.jobs = JobManager(service, store_url(Path(data_dir) if data_dir else default_data_dir()))
     retention = retention or Retention.from_env()
+    metrics = ServerMetrics(slots, jobs)  # this app's own registry: /metrics
+    jobs.on_end = metrics.rollout_ended
+    log_rollouts_to_stderr()
 
     from harness_env.server.mcp_tools import build_mcp
     from harness_env.server.web import WebUI
@@ -169,6 +174,12 @@ def create_app(
             watcher.cancel()
 
     add_job_routes(app, jobs)  # POST/GET /rollouts, GET /rollouts/{id}[/events], DELETE /rollouts/{id}
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus_metrics(request: Request) -> Response:
+        """Prometheus metrics (server/metrics.py); the store is read off the event loop."""
+        body, content_type = await asyncio.to_thread(metrics.render, request.headers.get("accept"))
+        return Response(body, media_type=content_type)
 
     @app.get("/harnesses", response_model=list[HarnessInfo])
     async def harnesses() -> list[HarnessInfo]:

@@ -18,7 +18,7 @@ import socket
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,6 +114,9 @@ class JobManager:
         self.exclusive = True  # a SQLite store has one server (DataDirLock): every other server's running job is dead
         self._lock: DataDirLock | None = None
         self._stopping = False
+        # Told of every job that ends here (id, status, result), before it is stored: the metrics
+        # and the rollout log line (server/metrics.py). It must not raise.
+        self.on_end: Callable[[str, JobStatus, RolloutResult], None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -251,6 +254,11 @@ class JobManager:
             status, result.error, result.error_kind, result.reward = "interrupted", INTERRUPTED, "internal", None
         elif cancelled:
             status = "cancelled"
+        if self.on_end is not None:
+            try:
+                self.on_end(job.id, status, result)
+            except Exception:
+                logger.exception("could not count the end of rollout %s", job.id)
         try:
             await writer.call(job.id, store.finish, job.id, status, result, summarize(result).model_dump_json(), time.time())
         except Exception:
