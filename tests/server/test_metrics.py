@@ -11,7 +11,6 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-pytestmark = pytest.mark.e2e
 QUICK = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
 
 
@@ -44,6 +43,7 @@ def rollout_lines(log: str) -> list[dict[str, str]]:
     return out
 
 
+@pytest.mark.e2e
 def test_metrics_count_rollouts_phases_model_calls_and_read_the_levels(start_server, policy_server) -> None:
     server = start_server(env={"HARNESS_ENV_LOG_LEVEL": "info"})
     before = scrape(server.url)
@@ -92,6 +92,7 @@ def test_metrics_count_rollouts_phases_model_calls_and_read_the_levels(start_ser
     assert abs(float(by_task["pass task"]["wall_s"]) - passed["wall_s"]) < 0.01 and float(by_task["fail-task"]["wall_s"]) > 0
 
 
+@pytest.mark.e2e
 def test_metrics_want_the_token_and_the_log_line_masks_secrets(start_server, policy_server) -> None:
     token = "metrics-token-0123456789abcdef"
     server = start_server("--token", token, env={"HARNESS_ENV_LOG_LEVEL": "info"})
@@ -106,3 +107,29 @@ def test_metrics_want_the_token_and_the_log_line_masks_secrets(start_server, pol
     lines = rollout_lines(log)
     assert len(lines) == 1 and lines[0]["id"] == result["rollout_id"] and lines[0]["task"] == "task [redacted]"
     assert token not in log
+
+
+def test_each_app_counts_alone_and_the_line_quotes_and_masks() -> None:
+    """Two apps in one process: a rollout counted by one is not in the other's /metrics."""
+    from types import SimpleNamespace
+
+    from harness_env.core.capture.redact import register_secret, unregister_secret
+    from harness_env.models import RolloutResult
+    from harness_env.server.metrics import ServerMetrics, rollout_line
+
+    slots = SimpleNamespace(running=1, queued=2, max_concurrent=4, max_queue=16)
+    first, second = (ServerMetrics(slots, SimpleNamespace(store=None)) for _ in range(2))  # type: ignore[arg-type]
+    first.rollout_ended("r1", "cancelled", RolloutResult(harness="pi", error="cancelled", error_kind="internal", wall_s=1.5))
+    one, two = (text_string_to_metric_families(m.render(None)[0].decode()) for m in (first, second))
+    one = {s.name: s for f in one for s in f.samples}
+    two = {s.name: s for f in two for s in f.samples}
+    assert one["harness_env_rollouts_total"].labels == {"status": "cancelled", "error_kind": "internal", "harness": "pi"}
+    assert "harness_env_rollouts_total" not in two and two["harness_env_rollouts_queued"].value == 2
+    secret = "sk-metrics-unit-secret-42"
+    register_secret(secret)
+    try:
+        line = rollout_line("r2", "finished", RolloutResult(task_id=f'a "b"={secret}', harness="pi", reward=0.5, wall_s=2.0))
+    finally:
+        unregister_secret(secret)
+    assert line == 'rollout_end id=r2 task="a \\"b\\"=[redacted]" harness=pi status=finished reward=0.5 error_kind=none wall_s=2.0'
+    assert dict(p.split("=", 1) for p in shlex.split(line)[1:])["task"] == 'a "b"=[redacted]'
