@@ -14,23 +14,32 @@ on a provider environment (docker, e2b, ...) Harbor's own installers work as des
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
+from harbor.agents.installed.claude_code import ClaudeCode
+from harbor.agents.installed.codex import Codex
+from harbor.agents.installed.gemini_cli import GeminiCli
 from harbor.agents.installed.opencode import OpenCode
 from harbor.agents.installed.pi import Pi
 from harbor.environments.base import BaseEnvironment
 
 from harness_env.core import toolchain
+from harness_env.envs.claude_code import config as claude_config
+from harness_env.envs.codex import config as codex_config
+from harness_env.envs.gemini_cli import config as gemini_config
 from harness_env.envs.opencode import config as opencode_config
+from harness_env.envs.opencode.config import deep_merge
 from harness_env.envs.pi import config as pi_config
 
 
 class _Preinstalled:
     """Mixin: `install` checks the pinned CLI instead of downloading one."""
 
-    TOOL: str
+    TOOL: str  # our pinned tool's name (toolchain.PINS); its command is the pin's `bin`
 
     async def install(self, environment: BaseEnvironment) -> None:
-        r = await environment.exec(command=f"command -v {shlex.quote(self.TOOL)}")
+        command = toolchain.PINS[self.TOOL].bin
+        r = await environment.exec(command=f"command -v {shlex.quote(command)}")
         if r.return_code != 0:
             raise RuntimeError(
                 f"{self.TOOL} is not available in the environment; run `harness-env install {self.TOOL}` on the server"
@@ -47,14 +56,40 @@ class PreinstalledOpenCode(_Preinstalled, OpenCode):
     TOOL = "opencode"
 
 
+class PreinstalledCodex(_Preinstalled, Codex):
+    TOOL = "codex"
+
+
+class PreinstalledClaudeCode(_Preinstalled, ClaudeCode):
+    TOOL = "claude-code"
+
+
+class PreinstalledGeminiCli(_Preinstalled, GeminiCli):
+    """Harbor's settings.json (the API-key auth type) plus our offline settings: no updates, usage
+    statistics, telemetry, ripgrep download or web tools (envs/gemini_cli/config.py's table)."""
+
+    TOOL = "gemini-cli"
+
+    def _build_settings_config(self, model: str | None = None, auth_type: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
+        config, alias = super()._build_settings_config(model, auth_type)
+        return deep_merge(gemini_config.settings_dict(), config or {}), alias
+
+
 # Harbor agent name -> (our pinned tool, import path of the preinstalled subclass)
 PREINSTALLED: dict[str, tuple[str, str]] = {
     "pi": ("pi", f"{__name__}:PreinstalledPi"),
     "opencode": ("opencode", f"{__name__}:PreinstalledOpenCode"),
+    "codex": ("codex", f"{__name__}:PreinstalledCodex"),
+    "claude-code": ("claude-code", f"{__name__}:PreinstalledClaudeCode"),
+    "gemini-cli": ("gemini-cli", f"{__name__}:PreinstalledGeminiCli"),
 }
 
 # Extra environment each agent's CLI needs offline: the table of our own harness of that CLI.
 OFFLINE_ENV: dict[str, dict[str, str]] = {
     "pi": pi_config.OFFLINE_ENV,
     "opencode": opencode_config.OFFLINE_ENV,
+    "codex": codex_config.OFFLINE_ENV,
+    # Claude Code: also every tool's schema in the request (no server-side tool search) and one retry.
+    "claude-code": {**claude_config.OFFLINE_ENV, **claude_config.WIRE_ENV},
+    "gemini-cli": gemini_config.OFFLINE_ENV,
 }

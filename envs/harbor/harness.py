@@ -26,10 +26,12 @@ from harness_env.core.harness import AgentEnd, AgentOutcome, HarnessBase, Launch
 from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.local import bwrap_available, sandboxes_root
 from harness_env.envs.harbor.config import (
-    CHAT_API_FORMAT,
     LOCAL_SANDBOX,
     MODEL_FREE_AGENTS,
+    SERVED_API_FORMATS,
     check_agent_and_sandbox,
+    declared_api_formats,
+    served_api_format,
     trial_config,
     trial_deadline,
 )
@@ -79,27 +81,20 @@ def run_preflight(sandbox: str) -> None:
         raise SandboxError(f"sandbox {sandbox!r} needs a package that is not installed ({e}); install Harbor's extra for it") from None
 
 
-def check_agent_speaks_chat(agent: str) -> None:
-    """The capture proxy serves OpenAI chat completions; each Harbor agent declares the wire formats
-    it speaks (MODEL_CONNECTION). Refuse the others here, before a provider sandbox is paid for:
-    Harbor itself would say so only when it builds the trial. Imports the agent's module (and
-    LiteLLM, which the trial needs anyway): call it off the event loop."""
+def check_agent_speaks_served_format(agent: str) -> None:
+    """The capture proxy serves OpenAI chat completions, the Responses API, Anthropic Messages and
+    Gemini's generateContent; each Harbor agent declares the wire formats it speaks
+    (MODEL_CONNECTION). Refuse the others here, before a provider sandbox is paid for: Harbor itself
+    would say so only when it builds the trial. Imports the agent's module (and LiteLLM, which the
+    trial needs anyway): call it off the event loop."""
     if agent in MODEL_FREE_AGENTS:
         return
-    from harbor.agents.factory import AgentFactory
-    from harbor.models.agent.name import AgentName
-
-    try:
-        agent_class = AgentFactory.get_agent_class(AgentName(agent))
-    except (ValueError, ImportError) as e:  # a name Harbor lists but registers no class for (terminus, terminus-1)
-        raise InvalidRequestError(f"Harbor agent {agent!r} cannot be built here: {e}") from None
-    spec = getattr(agent_class, "MODEL_CONNECTION", None)
-    formats = [str(f) for f in spec.supported_api_formats] if spec is not None else []
-    if CHAT_API_FORMAT not in formats:
+    formats = declared_api_formats(agent)
+    if served_api_format(formats) is None:
         speaks = f"it speaks only {', '.join(formats)}" if formats else "it takes no custom model endpoint"
         raise InvalidRequestError(
-            f"Harbor agent {agent!r} cannot be pointed at the capture proxy, which serves {CHAT_API_FORMAT} ({speaks}); "
-            "choose an agent that speaks it, e.g. pi, opencode, terminus-2, mini-swe-agent"
+            f"Harbor agent {agent!r} cannot be pointed at the capture proxy, which serves {', '.join(SERVED_API_FORMATS)} ({speaks}); "
+            "choose an agent that speaks one of them, e.g. pi, opencode, codex, claude-code, gemini-cli, terminus-2, mini-swe-agent"
         )
 
 
@@ -243,7 +238,7 @@ class HarborHarness(HarnessBase):
             if opts.agent in PREINSTALLED:
                 toolchain.harness_command(PREINSTALLED[opts.agent][0])  # ToolMissingError: how to install
             return
-        check_agent_speaks_chat(opts.agent)
+        check_agent_speaks_served_format(opts.agent)
         run_preflight(opts.sandbox)
         if (urlsplit(proxy_base_url).hostname or "") in LOOPBACK_HOSTS:
             raise SandboxError(

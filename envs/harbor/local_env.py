@@ -159,7 +159,7 @@ class LocalHarborEnvironment(BaseEnvironment):
                 argv = toolchain.harness_command(name)
             except ToolMissingError:
                 continue  # an agent that needs it says so at install
-            wrapper = self._bin_dir / name
+            wrapper = self._bin_dir / toolchain.PINS[name].bin  # the command Harbor's agent runs (claude, gemini, ...)
             wrapper.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in argv) + ' "$@"\n')
             wrapper.chmod(0o755)
         (home / ".nvm").mkdir(exist_ok=True)

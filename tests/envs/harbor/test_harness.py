@@ -109,6 +109,58 @@ async def test_harbor_agents_through_the_capture_proxy(policy_server, tmp_path, 
     _no_process_left(res.sandbox_id)
 
 
+# Harbor's agents of the CLIs that speak a vendor's API: the proxy serves their dialect. Their shell
+# tool as each names it (Harbor runs Codex with unified_exec),
+# the tool, and the variable the capture key reaches the CLI in, and where its native config lies.
+VENDOR_AGENTS = {
+    "codex": ("exec_command", "HARNESS_ENV_API_KEY", "$CODEX_HOME/config.toml"),
+    "claude-code": ("Bash", "ANTHROPIC_AUTH_TOKEN", "/tmp/claude-code-settings/settings.json"),
+    "gemini-cli": ("run_shell_command", "GEMINI_API_KEY", "$HOME/.gemini/settings.json"),
+}
+# What the native config must say for the CLI to reach the proxy exactly and stay offline.
+NATIVE_CONFIG_SAYS = {
+    "codex": ['wire_api = "responses"', "supports_websockets = false", 'model_provider = "harness-env"'],
+    "claude-code": ['"WebFetch"'],
+    "gemini-cli": ['"gemini-api-key"', '"usageStatisticsEnabled": false', '"google_web_search"'],
+}
+
+
+@pytest.mark.parametrize("agent", sorted(VENDOR_AGENTS))
+async def test_harbor_vendor_api_agents_through_the_capture_proxy(policy_server, agent, monkeypatch):
+    from harness_env.envs.harbor.agents import OFFLINE_ENV
+
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.setenv(name, "sk-server-env-secret-77")  # the server's own keys never reach the agent
+    shell_tool, key_env, config_path = VENDOR_AGENTS[agent]
+    script = [{"bash": f"echo 'Hello, world!' > /app/hello.txt && env > /app/env.txt && cat {config_path} > /app/config.txt"}, {"text": "Wrote it."}]
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(HELLO_WORLD), "agent": agent}, script=script, top_logprobs=1))
+    assert res.error is None, (res.error, res.agent_log_tail)
+    assert res.reward == 1.0
+    # Captured token ids are exactly the engine's (the scripted policy's), turn by turn.
+    sent = [s for s in policy_server.policy.sent if s.request.get("tools")]
+    policy = [t for t in res.proxy_turns if t.purpose == "policy"]
+    assert len(policy) == len(sent) == 2, [t.purpose for t in res.proxy_turns]
+    for turn, s in zip(policy, sent):
+        assert turn.prompt_token_ids == s.prompt_token_ids and turn.prompt_token_ids
+        assert turn.completion_token_ids == s.completion_token_ids and turn.completion_token_ids
+        assert turn.per_token_logps == s.logprobs
+        assert turn.capture_level == "tokens" and turn.stream  # streamed through the dialect
+    assert policy[0].tool_calls[0]["function"]["name"] == shell_tool
+    rows = [r for r in res.training_rows() if r.trainable]
+    assert len(rows) == res.graph.branches == 1 and rows[0].reward == 1.0  # one thread: the dialect replays history exactly
+    assert res.harbor.agent == agent and res.harbor.agent_version == toolchain.PINS[agent].version  # the pinned CLI ran
+    # Harbor's ATIF trajectory and the tool-call count from it
+    assert res.agent_trajectory is not None and res.agent_tool_calls == 1 and res.agent_final_text == "Wrote it."
+    # The CLI presented the per-rollout capture key; the upstream key stayed in the proxy.
+    env_dump = res.files["env.txt"]
+    assert f"{key_env}=" in env_dump
+    assert all(f"{k}={v}" in env_dump for k, v in OFFLINE_ENV[agent].items())  # our offline table reached the CLI
+    assert all(said in res.files["config.txt"] for said in NATIVE_CONFIG_SAYS[agent]), res.files["config.txt"]
+    assert UPSTREAM_KEY not in env_dump and "sk-server-env-secret-77" not in env_dump
+    assert UPSTREAM_KEY not in res.model_dump_json()
+    _no_process_left(res.sandbox_id)
+
+
 @pytest.mark.parametrize(
     "verify, expected",
     [
@@ -179,16 +231,23 @@ async def test_missing_provider_credentials_fail_before_any_work(policy_server, 
     assert "e2b-test-key" not in res.model_dump_json()
 
 
-@pytest.mark.parametrize(("agent", "said"), [("codex", "it speaks only openai_responses"),
-                                             ("claude-code", "it speaks only anthropic_messages"),
-                                             ("cursor-cli", "it takes no custom model endpoint"),
+@pytest.mark.parametrize(("agent", "said"), [("cursor-cli", "it takes no custom model endpoint"),
                                              ("terminus-1", "cannot be built here")])  # listed by Harbor, no class
-async def test_agents_that_cannot_speak_chat_completions_are_refused_before_any_work(policy_server, tmp_path, monkeypatch, agent, said):
+async def test_agents_the_proxy_cannot_serve_are_refused_before_any_work(policy_server, tmp_path, monkeypatch, agent, said):
     monkeypatch.delenv("E2B_API_KEY", raising=False)  # the agent is said first: no credential hunt for a rollout that cannot run
     res = await run_rollout(harbor_request(policy_server, {"task_dir": str(hello_task_dir(tmp_path)), "agent": agent, "sandbox": "e2b"}))
     assert res.reward is None and res.error_kind == "invalid_request", res.error
     assert said in res.error and f"{agent!r}" in res.error
+    if agent == "cursor-cli":  # what the proxy serves, and what to choose instead
+        assert "anthropic_messages" in res.error and "codex" in res.error
     assert [p.name for p in res.phases] == ["endpoint", "collect"]  # no trial, no sandbox
+
+
+@pytest.mark.parametrize("agent", sorted(VENDOR_AGENTS))
+async def test_vendor_api_agents_pass_the_agent_check_on_a_provider_sandbox(policy_server, tmp_path, monkeypatch, agent):
+    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(hello_task_dir(tmp_path)), "agent": agent, "sandbox": "e2b"}))
+    assert res.error_kind == "sandbox" and "E2B_API_KEY" in res.error, res.error  # past the agent check: the provider's credentials are next
 
 
 async def test_agent_timeout_is_one_deadline(policy_server, tmp_path):
@@ -215,7 +274,7 @@ def test_prepare_reads_the_task_and_checks_names(tmp_path):
     with pytest.raises(InvalidRequestError, match="out of range"):
         prepare(req.model_copy(update={"harbor": req.harbor.model_copy(update={"task_index": 5})}), trusted=True)
     with pytest.raises(InvalidRequestError, match="cannot run in the local sandbox"):
-        prepare(req.model_copy(update={"harbor": HarborOptions(task_dir=str(dataset / "a-task"), agent="codex")}), trusted=True)
+        prepare(req.model_copy(update={"harbor": HarborOptions(task_dir=str(dataset / "a-task"), agent="aider")}), trusted=True)
     with pytest.raises(InvalidRequestError, match="runs the pinned pi"):
         prepare(req.model_copy(update={"harbor": HarborOptions(task_dir=str(dataset / "a-task"), agent_kwargs={"version": "0.1.0"})}), trusted=True)
     with pytest.raises(InvalidRequestError, match="unknown Harbor agent 'no-such-agent'"):
@@ -381,6 +440,29 @@ def test_our_agent_timeout_caps_a_task_that_sets_none():
     assert cfg(600).agent.override_timeout_sec == 30
     assert cfg(12).agent.override_timeout_sec == 12
     assert cfg(12).verifier.max_timeout_sec == 20
+
+
+def test_each_agent_gets_its_wire_format_base_url_and_native_config():
+    from harness_env.envs.harbor.config import agent_config
+
+    def cfg(agent, **kwargs):
+        return agent_config(HarborOptions(agent=agent, agent_kwargs=kwargs), proxy_base_url="http://127.0.0.1:9/s/abc/v1",
+                            session_key="k", model="org/m", agent_timeout_s=30, setup_timeout_s=10)
+
+    pi, codex, claude, gemini = cfg("pi"), cfg("codex"), cfg("claude-code"), cfg("gemini-cli")
+    assert (pi.model_api_format, pi.base_url, pi.model_name) == ("openai_chat_completions", "http://127.0.0.1:9/s/abc/v1", "harness-env/org/m")
+    assert (codex.model_api_format, codex.base_url) == ("openai_responses", "http://127.0.0.1:9/s/abc/v1")
+    provider = codex.kwargs["config"]["model_providers"][codex.kwargs["config"]["model_provider"]]
+    assert provider["base_url"] == "http://127.0.0.1:9/s/abc/v1" and provider["wire_api"] == "responses"
+    assert provider["supports_websockets"] is False and codex.kwargs["config"]["otel"]["exporter"] == "none"
+    assert (claude.model_api_format, claude.base_url) == ("anthropic_messages", "http://127.0.0.1:9/s/abc")  # the client adds /v1/messages
+    assert "WebFetch" in claude.kwargs["config"]["permissions"]["deny"] and claude.env["ENABLE_TOOL_SEARCH"] == "false"
+    assert (gemini.model_api_format, gemini.base_url, gemini.model_name) == ("google_generate_content", "http://127.0.0.1:9/s/abc", "gemini/org--m")
+    assert all(c.env["HARNESS_ENV_CAPTURE_KEY"] == "k" and c.model_api_key_name == "HARNESS_ENV_CAPTURE_KEY" for c in (pi, codex, claude, gemini))
+    # A caller's inline native config is merged in last (as harness_config is for the native harnesses).
+    mine = cfg("codex", config={"model_reasoning_effort": "low"}).kwargs["config"]
+    assert mine["model_reasoning_effort"] == "low" and mine["model_providers"][mine["model_provider"]]["wire_api"] == "responses"
+    assert cfg("claude-code", config={"env": {"X": "1"}}).kwargs["config"]["env"] == {"X": "1"}
 
 
 def test_verify_results_skip_lines_that_are_not_ours(tmp_path):
