@@ -1,6 +1,8 @@
 """The web UI at /web: manual rollouts a person can watch (Gradio, mounted in the server's app).
 
 - page.py: layout and handlers (rollouts go through the server's RolloutService)
+- rollouts.py: the Rollouts view (the job store's rollouts, one rollout's page, result files)
+- result_area.py: a result's reward, summary and tabs (the run view and the Rollouts view hold one each)
 - render.py: pure functions from a RolloutResult to tables, plots, chat messages
 - form.py: the option controls, derived from the option fields; form values -> the run_rollout tool's arguments
 - examples.py: example tasks (data)
@@ -111,12 +113,13 @@ class WebUI:
             import gradio as gr
 
             from harness_env.server.web.page import CSS, build_page
+            from harness_env.server.web.rollouts import MAX_RESULT_FILE_BYTES
 
             page = build_page(self.service)
             # run_history off: Gradio would otherwise keep every run's inputs (the API key among
             # them) in the browser's storage. No footer: its links lead to API docs and gradio.app.
             gr.mount_gradio_app(self.app, page.blocks, path=WEB_PREFIX, css=CSS, run_history=False, footer_links=[],
-                                ssr_mode=False, show_error=True)
+                                ssr_mode=False, show_error=True, max_file_size=MAX_RESULT_FILE_BYTES)
             # The server's lifespan has already run: start what mount_gradio_app would have
             # started there (Gradio's own lifespan, its queue), and stop it in aclose().
             gradio_app = self.app.router.routes[-1].app

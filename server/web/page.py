@@ -4,18 +4,19 @@ Rollouts run through the server's RolloutService, like every other surface, so a
 the endpoint catalog and auth apply equally. The Run handler is an async generator: it starts the
 rollout as an asyncio task, reads its PhaseEvents from a queue and yields the growing log (with
 elapsed time) until the result arrives. Cancel cancels that task; the engine then cleans up.
+
+Two tabs: Run (the form, the live log, the result area, this page's history) and Rollouts (the job
+store's rollouts, one rollout's page, result files: rollouts.py). Each holds a ResultArea.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import inspect
 import json
 import os
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the server must not call home
@@ -23,11 +24,12 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the server must no
 import gradio as gr  # noqa: E402
 
 from harness_env.core.errors import HarnessEnvError  # noqa: E402
-from harness_env.families.svg_icon.pngcodec import PNG_SIGNATURE  # noqa: E402
 from harness_env.models import PhaseEvent, RolloutResult  # noqa: E402
 from harness_env.server.service import RolloutService  # noqa: E402
 from harness_env.server.web import render  # noqa: E402
 from harness_env.server.web.examples import example_names, get_example  # noqa: E402
+from harness_env.server.web.result_area import ResultArea  # noqa: E402
+from harness_env.server.web.rollouts import RolloutsView  # noqa: E402
 from harness_env.server.web.form import (  # noqa: E402
     EXPLICIT,
     RENDERERS,
@@ -47,9 +49,7 @@ from harness_env.server.web.form import (  # noqa: E402
 
 FILE_SLOTS = 8  # file rows the form offers (shown one by one with "Add file")
 HISTORY_LIMIT = 50  # rollouts kept per browser session
-MAX_JSON_VIEW_CHARS = 300_000  # the JSON tab; the download always has everything
 TICK_S = 0.25  # how often the elapsed time refreshes while nothing else happens
-MAX_REFERENCE_BYTES = 8 * 1024 * 1024  # as the svg_icon family allows
 INSTRUCTION_LABELS = {SHELL_TASK: "instruction", SVG_ICON: "what to draw (the svg_icon instruction)"}
 REFERENCE_NOTE = ("reference PNG path (optional): a file on the server under its `HARNESS_ENV_REFERENCE_DIR` "
                   "(absolute, or relative to that directory); only the judge sees it, never the agent")
@@ -72,28 +72,6 @@ def component(c: Control, prefix: str = "") -> gr.components.Component:
     return gr.Textbox(value=c.default or "", placeholder="(none)" if c.default is None else "", **common)
 
 
-def harness_view(name: str):
-    """A harness's own result tab, when render has one: render.<name>_html(the result's field
-    named after the harness, the agent's trajectory)."""
-    return getattr(render, f"{name}_html", None)
-
-
-def reference_b64(path: str | None) -> str | None:
-    """The reference PNG of an svg_icon rollout, base64, for the grading tab: None when the request
-    had none, "" when it can no longer be read. `path` is the one the family resolved and checked
-    (under $HARNESS_ENV_REFERENCE_DIR) when the rollout was accepted; it is never sent to the page."""
-    if not path:
-        return None
-    try:
-        p = Path(path)
-        if p.stat().st_size > MAX_REFERENCE_BYTES:
-            return ""
-        data = p.read_bytes()
-    except OSError:
-        return ""
-    return base64.b64encode(data).decode() if data.startswith(PNG_SIGNATURE) else ""
-
-
 class WebPage:
     """One Blocks app per server; per-browser state lives in gr.State, running tasks here."""
 
@@ -113,111 +91,89 @@ class WebPage:
     # -- layout ---------------------------------------------------------------------------------
     def _build(self) -> gr.Blocks:
         with gr.Blocks(title="harness-env", analytics_enabled=False, delete_cache=(3600, 86400)) as blocks:
-            gr.Markdown("## harness-env · manual rollouts\nPick an endpoint and a harness, write a task, run it and watch it live.")
-            with gr.Row():
-                with gr.Column(scale=1, min_width=320):
-                    gr.Markdown("### Endpoint")
-                    self.endpoint = gr.Dropdown(choices=[EXPLICIT], value=EXPLICIT, label="endpoint", elem_id="endpoint")
-                    self.endpoint_note = gr.Markdown(endpoint_note([], EXPLICIT))
-                    with gr.Group(visible=True) as self.explicit_group:
-                        self.base_url = gr.Textbox(label="base URL", placeholder="http://127.0.0.1:8000/v1", elem_id="base-url")
-                        self.model = gr.Textbox(label="model", placeholder="Qwen/Qwen3-8B", elem_id="model")
-                        self.api_key = gr.Textbox(label="API key", type="password", placeholder="(none)", elem_id="api-key")
-                    gr.Markdown("### Harness")
-                    controls = {c.name: c for c in option_controls()}
-                    self.inputs: dict[str, gr.components.Component] = {}  # by field name: what to_args reads
-                    self.harness = self.inputs["harness"] = component(controls["harness"])
-                    self.harness_default = controls["harness"].default  # chosen at load, when the server offers it
-                    self.harness_inputs: dict[str, dict[str, gr.components.Component]] = {}
-                    self.harness_groups: dict[str, gr.Group] = {}
-                    for name, (model, fields) in harness_controls().items():  # a harness's own options, shown for it only
-                        with gr.Group(visible=False, elem_id=f"{name}-fields") as self.harness_groups[name]:
-                            gr.Markdown(inspect.cleandoc(model.__doc__ or ""))
-                            self.harness_inputs[name] = {c.name: component(c, prefix=f"{name}-") for c in fields}
-                    for group in ("harness", *ACCORDIONS):
-                        shown = [c for c in controls.values() if c.group == group and c.name not in self.inputs and c.kind != "family"]
-                        if group == "harness":
-                            self.inputs.update({c.name: component(c) for c in shown if c.kind != "harness group"})
-                            continue
-                        title, is_open = ACCORDIONS[group]
-                        with gr.Accordion(title, open=is_open):
-                            self.inputs.update({c.name: component(c) for c in shown})
-                    self.disable_thinking = self.inputs["disable_thinking"]
-                with gr.Column(scale=2, min_width=480):
-                    gr.Markdown("### Task")
-                    # The page opens with the first example loaded (a shell task), so Run works at once.
-                    first = get_example(example_names()[0])
-                    first_files = list(first.files.items())[:FILE_SLOTS]
-                    self.example = gr.Dropdown(choices=example_names(), value=first.name, label="load an example task", elem_id="example")
-                    self.task_family = gr.Radio(TASK_FAMILIES, value=SHELL_TASK, label="task family", elem_id="task-family")
-                    self.instruction = gr.Textbox(value=first.instruction, label="instruction", lines=4, elem_id="instruction")
-                    with gr.Group(visible=False, elem_id="svg-fields") as self.svg_group:
-                        gr.Markdown("svg_icon: the agent writes `icon.svg`; the server renders it and a vision judge "
-                                    "(the server's `HARNESS_ENV_JUDGE_*`) scores it on the rubric. Verify commands are not used.")
-                        self.reference_png = gr.Textbox(label=REFERENCE_NOTE, placeholder="refs/red-square.png", elem_id="reference-png")
-                        self.source_prompt = gr.Textbox(label="source prompt for the judge (optional; default: what to draw)", lines=2, elem_id="source-prompt")
-                        self.renderer = gr.Radio(RENDERERS, value="chromium", label="renderer", elem_id="renderer")
-                        self.rubric = gr.Textbox(value=default_rubric_json(), label="rubric (JSON: dimensions with name, description, weight; blank: the default)",
-                                                 lines=8, max_lines=24, elem_id="rubric")
+            gr.Markdown("## harness-env")
+            with gr.Tabs(elem_id="views") as self.views:
+                with gr.Tab("Run", id="run-view", elem_id="run-tab"):
+                    gr.Markdown("Pick an endpoint and a harness, write a task, run it and watch it live.")
                     with gr.Row():
-                        self.setup = gr.Textbox(value="\n".join(first.setup), label="setup commands (one per line)", lines=3, elem_id="setup")
-                        self.verify = gr.Textbox(value="\n".join(first.verify), label="verify commands (one per line)", lines=3, elem_id="verify")
-                    gr.Markdown("files written into the workspace before setup")
-                    self.file_count = gr.State(max(1, len(first_files)))
-                    self.file_rows, self.file_paths, self.file_contents = [], [], []
-                    for i in range(FILE_SLOTS):
-                        path, content = first_files[i] if i < len(first_files) else ("", "")
-                        with gr.Row(visible=i < max(1, len(first_files))) as row:
-                            p = gr.Textbox(value=path, label=f"path {i + 1}", scale=1, elem_id=f"file-path-{i}")
-                            c = gr.Textbox(value=content, label="content", lines=3, scale=3, elem_id=f"file-content-{i}")
-                        self.file_rows.append(row)
-                        self.file_paths.append(p)
-                        self.file_contents.append(c)
-                    self.add_file = gr.Button("add file", size="sm")
-                    with gr.Row():
-                        self.run_btn = gr.Button("Run", variant="primary", elem_id="run")
-                        self.cancel_btn = gr.Button("Cancel", variant="stop", interactive=False, elem_id="cancel")
-            self.status = gr.Markdown("idle", elem_id="status")
-            self.log = gr.Textbox(label="phase log (live)", lines=12, max_lines=30, interactive=False, elem_id="phase-log", autoscroll=True)
-            gr.Markdown("### Result")
-            with gr.Row():
-                self.reward = gr.HTML(render.reward_html(None), elem_id="reward")
-                self.summary = gr.Markdown("", elem_id="summary")
-            with gr.Tabs() as self.tabs:
-                with gr.Tab("verify", id="verify"):
-                    self.verify_html = gr.HTML("", elem_id="verify-results")
-                # Shown only for a result that has what they show (a task family's grading, a
-                # harness's own record): a shell task run by Pi has neither.
-                with gr.Tab("grading", id="grading", visible=False) as self.grading_tab:
-                    self.grading_html = gr.HTML("", elem_id="grading")
-                self.harness_html, self.harness_tabs = {}, {}
-                for name in self.harness_groups:
-                    if harness_view(name) is not None:
-                        with gr.Tab(name, id=name, visible=False) as self.harness_tabs[name]:
-                            self.harness_html[name] = gr.HTML("", elem_id=f"{name}-info")
-                with gr.Tab("files", id="files"):
-                    self.files_html = gr.HTML("", elem_id="files-out")
-                with gr.Tab("conversation", id="conversation"):
-                    self.chat = gr.Chatbot(value=[], label="the agent's turns", height=520, elem_id="conversation", feedback_options=None)
-                with gr.Tab("logprobs", id="logprobs"):
-                    self.logprob_plot = gr.HTML("", elem_id="logprob-plot")
-                    self.logprob_md = gr.Markdown("", elem_id="logprob-summary")
-                    gr.Markdown("#### Tokens of each model call")
-                    self.token_view = gr.HTML("", elem_id="token-view")
-                with gr.Tab("JSON", id="json"):
-                    self.download = gr.DownloadButton("download RolloutResult JSON", value=None, visible=False, elem_id="download")
-                    self.json_code = gr.HTML("", elem_id="result-json")  # collapsed: expanded, two model calls made a 62,000-pixel page
-            gr.Markdown("### History (this browser session; click a row to reopen)")
-            self.history = gr.State([])
-            self.history_df = gr.Dataframe(headers=render.HISTORY_HEADERS, value=[], interactive=False, elem_id="history")
+                        with gr.Column(scale=1, min_width=320):
+                            gr.Markdown("### Endpoint")
+                            self.endpoint = gr.Dropdown(choices=[EXPLICIT], value=EXPLICIT, label="endpoint", elem_id="endpoint")
+                            self.endpoint_note = gr.Markdown(endpoint_note([], EXPLICIT))
+                            with gr.Group(visible=True) as self.explicit_group:
+                                self.base_url = gr.Textbox(label="base URL", placeholder="http://127.0.0.1:8000/v1", elem_id="base-url")
+                                self.model = gr.Textbox(label="model", placeholder="Qwen/Qwen3-8B", elem_id="model")
+                                self.api_key = gr.Textbox(label="API key", type="password", placeholder="(none)", elem_id="api-key")
+                            gr.Markdown("### Harness")
+                            controls = {c.name: c for c in option_controls()}
+                            self.inputs: dict[str, gr.components.Component] = {}  # by field name: what to_args reads
+                            self.harness = self.inputs["harness"] = component(controls["harness"])
+                            self.harness_default = controls["harness"].default  # chosen at load, when the server offers it
+                            self.harness_inputs: dict[str, dict[str, gr.components.Component]] = {}
+                            self.harness_groups: dict[str, gr.Group] = {}
+                            for name, (model, fields) in harness_controls().items():  # a harness's own options, shown for it only
+                                with gr.Group(visible=False, elem_id=f"{name}-fields") as self.harness_groups[name]:
+                                    gr.Markdown(inspect.cleandoc(model.__doc__ or ""))
+                                    self.harness_inputs[name] = {c.name: component(c, prefix=f"{name}-") for c in fields}
+                            for group in ("harness", *ACCORDIONS):
+                                shown = [c for c in controls.values() if c.group == group and c.name not in self.inputs and c.kind != "family"]
+                                if group == "harness":
+                                    self.inputs.update({c.name: component(c) for c in shown if c.kind != "harness group"})
+                                    continue
+                                title, is_open = ACCORDIONS[group]
+                                with gr.Accordion(title, open=is_open):
+                                    self.inputs.update({c.name: component(c) for c in shown})
+                            self.disable_thinking = self.inputs["disable_thinking"]
+                        with gr.Column(scale=2, min_width=480):
+                            gr.Markdown("### Task")
+                            # The page opens with the first example loaded (a shell task), so Run works at once.
+                            first = get_example(example_names()[0])
+                            first_files = list(first.files.items())[:FILE_SLOTS]
+                            self.example = gr.Dropdown(choices=example_names(), value=first.name, label="load an example task", elem_id="example")
+                            self.task_family = gr.Radio(TASK_FAMILIES, value=SHELL_TASK, label="task family", elem_id="task-family")
+                            self.instruction = gr.Textbox(value=first.instruction, label="instruction", lines=4, elem_id="instruction")
+                            with gr.Group(visible=False, elem_id="svg-fields") as self.svg_group:
+                                gr.Markdown("svg_icon: the agent writes `icon.svg`; the server renders it and a vision judge "
+                                            "(the server's `HARNESS_ENV_JUDGE_*`) scores it on the rubric. Verify commands are not used.")
+                                self.reference_png = gr.Textbox(label=REFERENCE_NOTE, placeholder="refs/red-square.png", elem_id="reference-png")
+                                self.source_prompt = gr.Textbox(label="source prompt for the judge (optional; default: what to draw)", lines=2, elem_id="source-prompt")
+                                self.renderer = gr.Radio(RENDERERS, value="chromium", label="renderer", elem_id="renderer")
+                                self.rubric = gr.Textbox(value=default_rubric_json(), label="rubric (JSON: dimensions with name, description, weight; blank: the default)",
+                                                         lines=8, max_lines=24, elem_id="rubric")
+                            with gr.Row():
+                                self.setup = gr.Textbox(value="\n".join(first.setup), label="setup commands (one per line)", lines=3, elem_id="setup")
+                                self.verify = gr.Textbox(value="\n".join(first.verify), label="verify commands (one per line)", lines=3, elem_id="verify")
+                            gr.Markdown("files written into the workspace before setup")
+                            self.file_count = gr.State(max(1, len(first_files)))
+                            self.file_rows, self.file_paths, self.file_contents = [], [], []
+                            for i in range(FILE_SLOTS):
+                                path, content = first_files[i] if i < len(first_files) else ("", "")
+                                with gr.Row(visible=i < max(1, len(first_files))) as row:
+                                    p = gr.Textbox(value=path, label=f"path {i + 1}", scale=1, elem_id=f"file-path-{i}")
+                                    c = gr.Textbox(value=content, label="content", lines=3, scale=3, elem_id=f"file-content-{i}")
+                                self.file_rows.append(row)
+                                self.file_paths.append(p)
+                                self.file_contents.append(c)
+                            self.add_file = gr.Button("add file", size="sm")
+                            with gr.Row():
+                                self.run_btn = gr.Button("Run", variant="primary", elem_id="run")
+                                self.cancel_btn = gr.Button("Cancel", variant="stop", interactive=False, elem_id="cancel")
+                    self.status = gr.Markdown("idle", elem_id="status")
+                    self.log = gr.Textbox(label="phase log (live)", lines=12, max_lines=30, interactive=False, elem_id="phase-log", autoscroll=True)
+                    gr.Markdown("### Result")
+                    self.result = ResultArea(self._downloads.name, list(self.harness_groups))
+                    gr.Markdown("### History (this browser session; click a row to reopen)")
+                    self.history = gr.State([])
+                    self.history_df = gr.Dataframe(headers=render.HISTORY_HEADERS, value=[], interactive=False, elem_id="history")
+                with gr.Tab("Rollouts", id="rollouts-view", elem_id="rollouts-tab") as self.rollouts_tab:
+                    self.rollouts = RolloutsView(getattr(self.service, "jobs", None), self._downloads.name, list(self.harness_groups))
             self._wire(blocks)
+            self.rollouts.wire(blocks, self.rollouts_tab, self.views)
         return blocks
 
     @property
     def _result_outputs(self) -> list[gr.components.Component]:
-        return [self.reward, self.summary, self.verify_html, self.files_html, self.chat, self.logprob_plot,
-                self.logprob_md, self.token_view, self.json_code, self.download, self.grading_html, *self.harness_html.values(),
-                self.grading_tab, *self.harness_tabs.values(), self.tabs]
+        return self.result.outputs
 
     def _wire(self, blocks: gr.Blocks) -> None:
         blocks.load(self._on_load, outputs=[self.endpoint, self.harness], queue=False)
@@ -305,7 +261,7 @@ class WebPage:
         entry = history[len(history) - 1 - row]  # the table shows the newest first
         result = RolloutResult.model_validate(entry["result"]) if entry["result"] else None
         return [f"{entry['status']} · reopened from the history", entry["log"], *self._form_view(entry["form"]),
-                *self._result_view(result, cancelled=entry["cancelled"], key=entry["id"], reference=entry.get("reference_png"))]
+                *self.result.view(result, cancelled=entry["cancelled"], key=entry["id"], reference=entry.get("reference_png"))]
 
     @property
     def _form_outputs(self) -> list[gr.components.Component]:
@@ -322,36 +278,6 @@ class WebPage:
         return [*(form.get(name) for name in self.inputs if name != "api_key"),
                 *((form.get(harness) or {}).get(name) for harness, fields in self.harness_inputs.items() for name in fields),
                 *(p or "" for p, _ in files), *(c or "" for _, c in files), count, *(gr.update(visible=i < count) for i in range(FILE_SLOTS))]
-
-    # -- results --------------------------------------------------------------------------------
-    def _result_view(self, result: RolloutResult | None, *, cancelled: bool = False, key: str = "",
-                     reference: str | None = None) -> list[Any]:
-        hidden = [gr.update(visible=False)] * (1 + len(self.harness_tabs))
-        if result is None:
-            return [render.reward_html(None, cancelled=cancelled), "", "", "", [], "", "", "", "", gr.update(value=None, visible=False),
-                    "", *[""] * len(self.harness_html), *hidden, gr.update(selected="verify")]
-        own = [name for name in self.harness_html if getattr(result, name, None) is not None]  # the harness's own tab opens
-        points = render.logprob_points(result.proxy_turns)
-        text = render.result_json(result)
-        path = Path(self._downloads.name) / f"rollout-{key or result.sandbox_id or 'result'}.json"
-        path.write_text(text)
-        return [
-            render.reward_html(result),
-            render.summary_markdown(result),
-            render.commands_html(result.verify_results),
-            render.files_html(result.files),
-            render.conversation(result),
-            render.logprob_svg(points),
-            render.logprob_summary_markdown(points),
-            render.token_view_html(result.proxy_turns),
-            render.json_html(text, MAX_JSON_VIEW_CHARS),
-            gr.update(value=str(path), visible=True),
-            render.grading_html(result.grading, reference_b64(reference)),
-            *(harness_view(name)(getattr(result, name, None), result.agent_trajectory) for name in self.harness_html),
-            gr.update(visible=bool(result.grading)),
-            *(gr.update(visible=name in own) for name in self.harness_tabs),
-            gr.update(selected="grading") if result.grading else gr.update(selected=own[0]) if own else gr.update(),
-        ]
 
     # -- the run --------------------------------------------------------------------------------
     def form_values(self, data: dict[Any, Any]) -> dict[str, Any]:
@@ -374,7 +300,7 @@ class WebPage:
         try:
             prepared = await asyncio.to_thread(self.service.resolve, to_args(form))  # may read task directories
         except HarnessEnvError as e:  # nothing ran: no earlier run's log or result stays beside the message
-            yield {**dict(zip(self._result_outputs, self._result_view(None))), out["log"]: "",
+            yield {**dict(zip(self._result_outputs, self.result.view(None))), out["log"]: "",
                    out["status"]: f"**not started:** {render.redact(str(e), secrets)}"}
             return
         events: asyncio.Queue[PhaseEvent] = asyncio.Queue()
@@ -387,7 +313,7 @@ class WebPage:
         cancelled = False
         error = ""
         try:
-            cleared = dict(zip(self._result_outputs, self._result_view(None)))
+            cleared = dict(zip(self._result_outputs, self.result.view(None)))
             yield {**cleared, out["status"]: render.status_line("running", 0.0, phase), out["log"]: "",
                    out["run"]: gr.update(interactive=False), out["cancel"]: gr.update(interactive=True)}
             while True:
@@ -435,7 +361,7 @@ class WebPage:
                                                form.get("instruction") or (result.task_id if result else ""), cancelled)}
             history = ([*history, entry])[-HISTORY_LIMIT:]
             yield {
-                **dict(zip(self._result_outputs, self._result_view(result, cancelled=cancelled, key=key, reference=reference))),
+                **dict(zip(self._result_outputs, self.result.view(result, cancelled=cancelled, key=key, reference=reference))),
                 out["status"]: entry["status"],
                 out["log"]: shown_log,
                 out["run"]: gr.update(interactive=True),

@@ -1,0 +1,111 @@
+"""A rollout's result on the page: the reward, the summary and the tabs (verify, grading, a
+harness's own, files, conversation, logprobs, JSON). The run view and the Rollouts view each hold
+one, so a stored rollout or a result file looks like a fresh run."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from harness_env.families.svg_icon.pngcodec import PNG_SIGNATURE
+from harness_env.models import RolloutResult
+from harness_env.server.web import render
+
+MAX_JSON_VIEW_CHARS = 300_000  # the JSON tab; the download always has everything
+MAX_REFERENCE_BYTES = 8 * 1024 * 1024  # as the svg_icon family allows
+
+
+def harness_view(name: str):
+    """A harness's own result tab, when render has one: render.<name>_html(the result's field
+    named after the harness, the agent's trajectory)."""
+    return getattr(render, f"{name}_html", None)
+
+
+def reference_b64(path: str | None) -> str | None:
+    """The reference PNG of an svg_icon rollout, base64, for the grading tab: None when the request
+    had none, "" when it can no longer be read. `path` is the one the family resolved and checked
+    (under $HARNESS_ENV_REFERENCE_DIR) when the rollout was accepted; it is never sent to the page."""
+    if not path:
+        return None
+    try:
+        p = Path(path)
+        if p.stat().st_size > MAX_REFERENCE_BYTES:
+            return ""
+        data = p.read_bytes()
+    except OSError:
+        return ""
+    return base64.b64encode(data).decode() if data.startswith(PNG_SIGNATURE) else ""
+
+
+class ResultArea:
+    """The result's components, made where it is constructed (inside a Blocks); `prefix` keeps the
+    elem_ids of a second area apart from the run view's."""
+
+    def __init__(self, downloads: str, harness_names: list[str], prefix: str = "") -> None:
+        self.downloads = downloads
+        p = prefix
+        with gr.Row():
+            self.reward = gr.HTML(render.reward_html(None), elem_id=f"{p}reward")
+            self.summary = gr.Markdown("", elem_id=f"{p}summary")
+        with gr.Tabs() as self.tabs:
+            with gr.Tab("verify", id="verify"):
+                self.verify_html = gr.HTML("", elem_id=f"{p}verify-results")
+            # Shown only for a result that has what they show (a task family's grading, a
+            # harness's own record): a shell task run by Pi has neither.
+            with gr.Tab("grading", id="grading", visible=False) as self.grading_tab:
+                self.grading_html = gr.HTML("", elem_id=f"{p}grading")
+            self.harness_html, self.harness_tabs = {}, {}
+            for name in harness_names:
+                if harness_view(name) is not None:
+                    with gr.Tab(name, id=name, visible=False) as self.harness_tabs[name]:
+                        self.harness_html[name] = gr.HTML("", elem_id=f"{p}{name}-info")
+            with gr.Tab("files", id="files"):
+                self.files_html = gr.HTML("", elem_id=f"{p}files-out")
+            with gr.Tab("conversation", id="conversation"):
+                self.chat = gr.Chatbot(value=[], label="the agent's turns", height=520, elem_id=f"{p}conversation", feedback_options=None)
+            with gr.Tab("logprobs", id="logprobs"):
+                self.logprob_plot = gr.HTML("", elem_id=f"{p}logprob-plot")
+                self.logprob_md = gr.Markdown("", elem_id=f"{p}logprob-summary")
+                gr.Markdown("#### Tokens of each model call")
+                self.token_view = gr.HTML("", elem_id=f"{p}token-view")
+            with gr.Tab("JSON", id="json"):
+                self.download = gr.DownloadButton("download RolloutResult JSON", value=None, visible=False, elem_id=f"{p}download")
+                self.json_code = gr.HTML("", elem_id=f"{p}result-json")  # collapsed: expanded, two model calls made a 62,000-pixel page
+
+    @property
+    def outputs(self) -> list[gr.components.Component]:
+        return [self.reward, self.summary, self.verify_html, self.files_html, self.chat, self.logprob_plot,
+                self.logprob_md, self.token_view, self.json_code, self.download, self.grading_html, *self.harness_html.values(),
+                self.grading_tab, *self.harness_tabs.values(), self.tabs]
+
+    def view(self, result: RolloutResult | None, *, cancelled: bool = False, key: str = "", reference: str | None = None) -> list[Any]:
+        """The values of `outputs` for `result` (None: cleared, or "cancelled")."""
+        hidden = [gr.update(visible=False)] * (1 + len(self.harness_tabs))
+        if result is None:
+            return [render.reward_html(None, cancelled=cancelled), "", "", "", [], "", "", "", "", gr.update(value=None, visible=False),
+                    "", *[""] * len(self.harness_html), *hidden, gr.update(selected="verify")]
+        own = [name for name in self.harness_html if getattr(result, name, None) is not None]  # the harness's own tab opens
+        points = render.logprob_points(result.proxy_turns)
+        text = render.result_json(result)
+        path = Path(self.downloads) / f"rollout-{key or result.sandbox_id or 'result'}.json"
+        path.write_text(text)
+        return [
+            render.reward_html(result),
+            render.summary_markdown(result),
+            render.commands_html(result.verify_results),
+            render.files_html(result.files),
+            render.conversation(result),
+            render.logprob_svg(points),
+            render.logprob_summary_markdown(points),
+            render.token_view_html(result.proxy_turns),
+            render.json_html(text, MAX_JSON_VIEW_CHARS),
+            gr.update(value=str(path), visible=True),
+            render.grading_html(result.grading, reference_b64(reference)),
+            *(harness_view(name)(getattr(result, name, None), result.agent_trajectory) for name in self.harness_html),
+            gr.update(visible=bool(result.grading)),
+            *(gr.update(visible=name in own) for name in self.harness_tabs),
+            gr.update(selected="grading") if result.grading else gr.update(selected=own[0]) if own else gr.update(),
+        ]

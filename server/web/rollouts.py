@@ -1,0 +1,257 @@
+"""The Rollouts view of /web: the stored rollouts (the job store, newest first, filtered), one
+rollout's page (its phase log, status and result, shown by the same ResultArea as a fresh run),
+reachable as /web/?rollout=ID, following a running one live, and result files opened from disk.
+
+Everything is read through the server's JobManager (its listing and get; its store's events), off
+the event loop as the manager does itself. A page following a running rollout polls (a gr.Timer
+every FOLLOW_S): the store is the one place every replica's jobs are, and a poll holds no worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+from pydantic import ValidationError
+
+from harness_env.models import ENDED_STATUSES, PhaseEvent, RolloutJob, RolloutResult
+from harness_env.server.web import render
+from harness_env.server.web.render_text import format_reward, md_cell
+from harness_env.server.web.result_area import ResultArea
+from harness_env.storage import unpack
+
+STATUSES = ["queued", "running", "finished", "failed", "cancelled", "interrupted"]
+HEADERS = ["created", "rollout", "status", "harness", "task", "reward", "wall time (s)", "error kind"]
+LIST_LIMIT = 200  # rows the list shows (the newest); the filters narrow it
+FOLLOW_S = 1.0  # how often a running rollout's page reads the store
+MAX_LOG_EVENTS = 5_000  # events shown in a rollout's phase log
+MAX_RESULT_FILE_BYTES = 64 * 1024 * 1024  # a result file opened from disk
+MAX_FILE_RESULTS = 1_000  # results read from one JSONL file
+REQUIRED_KEYS = frozenset({"rollout_id", "harness", "reward"})  # what every stored result has
+# The address bar follows the rollout shown, so it can be copied and shared as it is.
+ADDRESS_JS = """() => setTimeout(() => {
+  const a = document.querySelector('#ro-share');
+  history.replaceState(null, '', a ? a.getAttribute('href') : location.pathname);
+}, 50)"""
+NOT_OPEN = "Click a rollout in the list, or open `/web/?rollout=ID`."
+
+
+def list_rows(items: list[Any]) -> list[list[Any]]:
+    """RolloutListItems -> the table's rows."""
+    return [[time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(i.created_at)), i.rollout_id, i.status, i.harness, i.task_id or "-",
+             format_reward(i.reward), "-" if i.wall_s is None else round(i.wall_s, 2), i.error_kind or "-"] for i in items]
+
+
+def parse_result_file(path: str) -> list[RolloutResult]:
+    """The results in a file: one RolloutResult JSON (whole, or the compact form of
+    harness_env.storage), or JSONL of them. Raises ValueError with one line that says what is wrong."""
+    size = os.path.getsize(path)
+    if size > MAX_RESULT_FILE_BYTES:
+        raise ValueError(f"the file has {size:,} bytes; at most {MAX_RESULT_FILE_BYTES:,} are opened here")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("the file is not UTF-8 text (a RolloutResult JSON or JSONL file is)") from None
+    if not text.strip():
+        raise ValueError("the file is empty")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        doc = None
+    if doc is not None:
+        return [_result(doc, "")]
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if len(lines) > MAX_FILE_RESULTS:
+        raise ValueError(f"the file has {len(lines):,} lines; at most {MAX_FILE_RESULTS:,} results are opened here")
+    out = []
+    for n, line in lines:
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"line {n} is not JSON ({e.msg} at column {e.colno}): neither a JSON nor a JSONL file") from None
+        out.append(_result(doc, f"line {n} "))
+    return out
+
+
+def _result(doc: Any, where: str) -> RolloutResult:
+    """One document of a file: a RolloutResult, whole or compact (storage.unpack reads both)."""
+    if not isinstance(doc, dict) or not REQUIRED_KEYS <= doc.keys():
+        raise ValueError(f"{where}is not a RolloutResult (a JSON object with {', '.join(sorted(REQUIRED_KEYS))}, ...)")
+    try:
+        return unpack(doc)
+    except (ValidationError, AttributeError, KeyError, TypeError) as e:
+        raise ValueError(f"{where}is not a RolloutResult: {_first_error(e)}") from None
+
+
+def _first_error(e: Exception) -> str:
+    if isinstance(e, ValidationError):
+        err = e.errors()[0]
+        return f"{'.'.join(map(str, err['loc'])) or 'the document'}: {err['msg']} ({e.error_count()} problem(s))"
+    return f"{type(e).__name__}: {e}"
+
+
+class RolloutsView:
+    """Built inside the page's Blocks (in its Rollouts tab); `jobs`: the server's JobManager (None
+    when the page is built without a server)."""
+
+    def __init__(self, jobs: Any, downloads: str, harness_names: list[str]) -> None:
+        self.jobs = jobs
+        gr.Markdown("### Stored rollouts (newest first; click one to open it)")
+        with gr.Row():
+            self.status_filter = gr.Dropdown(choices=STATUSES, value=[], multiselect=True, label="status", elem_id="ro-filter-status")
+            self.harness_filter = gr.Textbox(label="harness", placeholder="(any)", elem_id="ro-filter-harness")
+            self.task_filter = gr.Textbox(label="task id", placeholder="(any)", elem_id="ro-filter-task")
+            self.refresh = gr.Button("refresh", size="sm", elem_id="ro-refresh")
+        self.list_note = gr.Markdown("", elem_id="ro-list-note")
+        self.table = gr.Dataframe(headers=HEADERS, value=[], interactive=False, elem_id="ro-list")
+        self.ids = gr.State([])  # the rollout id of each row
+        with gr.Row():
+            self.file = gr.File(label="open a result file (RolloutResult JSON, compact JSON, or JSONL of them)",
+                                file_types=[".json", ".jsonl"], type="filepath", elem_id="ro-file")
+            self.file_pick = gr.Dropdown(label="result in the file", choices=[], visible=False, elem_id="ro-file-pick")
+        self.file_results = gr.State([])  # the file's results, as JSON
+        gr.Markdown("### Rollout")
+        self.title = gr.Markdown(NOT_OPEN, elem_id="ro-title")
+        self.status = gr.Markdown("", elem_id="ro-status")
+        self.log = gr.Textbox(label="phase log", lines=10, max_lines=30, interactive=False, elem_id="ro-log", autoscroll=True)
+        self.result = ResultArea(downloads, harness_names, prefix="ro-")
+        self.followed = gr.State(None)  # {"id", "after", "log"}: the rollout the page shows while it runs
+        self.timer = gr.Timer(FOLLOW_S, active=False)
+
+    @property
+    def page_outputs(self) -> list[Any]:
+        return [self.title, self.status, self.log, *self.result.outputs, self.followed, self.timer]
+
+    def wire(self, blocks: gr.Blocks, tab: gr.Tab, views: gr.Tabs) -> None:
+        filters = [self.status_filter, self.harness_filter, self.task_filter]
+        listed = [self.table, self.ids, self.list_note]
+        for trigger in (self.refresh.click, self.status_filter.change, self.harness_filter.submit, self.task_filter.submit, tab.select):
+            trigger(self.on_list, inputs=filters, outputs=listed, queue=False, api_name=False, show_progress="hidden")
+        blocks.load(self.on_load, inputs=filters, outputs=[views, *listed, *self.page_outputs], queue=False, api_name=False)
+        self.table.select(self.on_select, inputs=[self.ids], outputs=self.page_outputs, queue=False, api_name=False)
+        self.timer.tick(self.on_tick, inputs=[self.followed], outputs=self.page_outputs, queue=False, api_name=False,
+                        show_progress="hidden")
+        self.file.upload(self.on_file, inputs=[self.file], outputs=[self.file_results, self.file_pick, *self.page_outputs],
+                         queue=False, api_name=False)
+        self.title.change(None, js=ADDRESS_JS, queue=False)
+        self.file_pick.input(self.on_pick, inputs=[self.file_results, self.file_pick], outputs=self.page_outputs, queue=False, api_name=False)
+
+    # -- the list ------------------------------------------------------------------------------
+    async def on_list(self, statuses: list[str] | None, harness: str | None, task: str | None) -> list[Any]:
+        if self.jobs is None:
+            return [[], [], "this page has no job store"]
+        page = await self.jobs.list(statuses=list(statuses or []), task_id=(task or "").strip() or None,
+                                    harness=(harness or "").strip() or None, before=None, limit=LIST_LIMIT)
+        note = f"{len(page.items)} rollout(s)" + (f" (the newest {LIST_LIMIT}; filter to see others)" if page.next_cursor else "")
+        return [list_rows(page.items), [i.rollout_id for i in page.items], note]
+
+    async def on_load(self, statuses: list[str] | None, harness: str | None, task: str | None, request: gr.Request) -> list[Any]:
+        """/web/?rollout=ID opens the Rollouts tab on that rollout's page."""
+        rollout_id = (request.query_params.get("rollout") or "").strip() if request is not None else ""
+        if not rollout_id:
+            return [gr.update(), gr.update(), gr.update(), gr.update(), *[gr.update()] * len(self.page_outputs)]
+        listed = await self.on_list(statuses, harness, task)
+        return [gr.update(selected="rollouts-view"), *listed, *await self.open(rollout_id)]
+
+    async def on_select(self, ids: list[str], evt: gr.SelectData) -> list[Any]:
+        row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
+        if not ids or row is None or not 0 <= row < len(ids):
+            return [gr.update()] * len(self.page_outputs)
+        return await self.open(ids[row])
+
+    # -- one rollout ---------------------------------------------------------------------------
+    async def _events(self, rollout_id: str, after: int) -> tuple[list[str], int]:
+        """Log lines of the rollout's events after seq `after`, and the last seq read."""
+        lines: list[str] = []
+        while len(lines) < MAX_LOG_EVENTS:
+            rows = await asyncio.to_thread(self.jobs.store.events_after, rollout_id, after)
+            for seq, data in rows:
+                lines.append(render.log_line(PhaseEvent.model_validate_json(data)))
+                after = seq
+            if len(rows) < 500:  # the store's page
+                break
+        return lines, after
+
+    def _status(self, job: RolloutJob) -> str:
+        if job.ended:
+            return render.status_line(job.status, job.wall_s or 0.0)
+        phase = job.phases[-1].phase if job.phases else ""
+        return render.status_line(job.status, time.time() - (job.started_at or job.created_at), phase)
+
+    async def open(self, rollout_id: str) -> list[Any]:
+        """A stored rollout's page: its log so far, its status and, once it ended, its result;
+        a running one is followed (the timer)."""
+        out = dict.fromkeys(self.page_outputs, gr.update())
+        job = await self.jobs.get(rollout_id) if self.jobs is not None and len(rollout_id) <= 32 else None
+        if job is None:
+            out.update(zip(self.result.outputs, self.result.view(None)))
+            out.update({self.title: f"**no rollout `{md_cell(rollout_id)}`** here (never run here, or removed by retention)",
+                        self.status: "", self.log: "", self.followed: None, self.timer: gr.Timer(active=False)})
+            return list(out.values())
+        lines, after = await self._events(job.rollout_id, -1)
+        out.update({self.title: self._title(job), self.log: "\n".join(lines)})
+        out.update(await self._shown(job, {"id": job.rollout_id, "after": after, "log": lines}))
+        return list(out.values())
+
+    def _title(self, job: RolloutJob) -> str:
+        link = f"?rollout={job.rollout_id}"
+        return (f"**rollout `{job.rollout_id}`** · task `{md_cell(job.task_id or '-')}` · {md_cell(job.harness)} · "
+                f"model `{md_cell(job.model or '-')}` · <a id=\"ro-share\" href=\"{link}\">link to this rollout</a>")
+
+    async def _shown(self, job: RolloutJob, followed: dict[str, Any]) -> dict[Any, Any]:
+        """Status and result of `job`: the whole result once it ended (the timer stops), else the
+        result area cleared and the timer on."""
+        out: dict[Any, Any] = {self.status: self._status(job)}
+        if job.status in ENDED_STATUSES:
+            full = await self.jobs.get(job.rollout_id, "full")
+            result = full.result if full is not None else None
+            out.update(zip(self.result.outputs, self.result.view(result, cancelled=job.status == "cancelled", key=job.rollout_id)))
+            out.update({self.followed: None, self.timer: gr.Timer(active=False)})
+        else:
+            out.update(zip(self.result.outputs, self.result.view(None)))
+            out.update({self.followed: followed, self.timer: gr.Timer(active=True)})
+        return out
+
+    async def on_tick(self, followed: dict[str, Any] | None) -> dict[Any, Any]:
+        if not followed or self.jobs is None:
+            return {self.timer: gr.Timer(active=False)}
+        job = await self.jobs.get(followed["id"])
+        if job is None:
+            return {self.status: "**removed** from the store", self.followed: None, self.timer: gr.Timer(active=False)}
+        lines, after = await self._events(job.rollout_id, followed["after"])
+        log = (followed["log"] + lines)[-MAX_LOG_EVENTS:]
+        out: dict[Any, Any] = {self.log: "\n".join(log)} if lines else {}
+        if job.ended:
+            return {**out, **await self._shown(job, {})}
+        return {**out, self.status: self._status(job), self.followed: {"id": job.rollout_id, "after": after, "log": log}}
+
+    # -- result files --------------------------------------------------------------------------
+    async def on_file(self, path: str | None) -> list[Any]:
+        if not path:
+            return [gr.update(), gr.update(), *[gr.update()] * len(self.page_outputs)]
+        name = md_cell(os.path.basename(path))
+        try:
+            results = await asyncio.to_thread(parse_result_file, path)
+        except (OSError, ValueError) as e:
+            return [[], gr.update(choices=[], value=None, visible=False), *self._file_page(None, f"**could not open {name}:** {md_cell(str(e))}")]
+        choices = [(f"{n}: {r.task_id or '-'} · {r.harness} · reward {format_reward(r.reward)}", str(n - 1)) for n, r in enumerate(results, 1)]
+        return [[r.model_dump(mode="json") for r in results], gr.update(choices=choices, value="0", visible=len(results) > 1),
+                *self._file_page(results[0], f"**{name}**, result 1 of {len(results)}")]
+
+    def on_pick(self, results: list[dict[str, Any]], pick: str | None) -> list[Any]:
+        if not results or pick is None or not 0 <= int(pick) < len(results):
+            return [gr.update()] * len(self.page_outputs)
+        return self._file_page(RolloutResult.model_validate(results[int(pick)]), f"result {int(pick) + 1} of {len(results)} in the file")
+
+    def _file_page(self, result: RolloutResult | None, title: str) -> list[Any]:
+        """A result from a file: no log (a file has no events), its phases as the status."""
+        status = "" if result is None else render.status_line("from a file", result.wall_s)
+        phases = "" if result is None else "\n".join(f"{p.name:<8} {'ok' if p.ok else 'failed'}  {p.duration_s:.2f} s  {p.detail}".rstrip()
+                                                        for p in result.phases)
+        key = f"file-{int(time.time() * 1000)}"
+        return [title, status, phases, *self.result.view(result, key=key), None, gr.Timer(active=False)]
