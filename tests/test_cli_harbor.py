@@ -111,7 +111,7 @@ def test_harbor_tasks_json_and_splits(tmp_path, monkeypatch, capsys):
         (["run", "--task", "ds", "--task-index", "5"], "task_index 5 is out of range"),
         (["run", "--task", "ds", "--task-index", "0", "--split", "train"], "has no split 'train'"),
         (["run", "--task", "ds/alpha", "--agent", "bogus"], "unknown Harbor agent 'bogus'"),
-        (["run", "--task", "ds/alpha", "--agent", "codex"], "cannot run in the local sandbox"),
+        (["run", "--task", "ds/alpha", "--agent", "aider"], "cannot run in the local sandbox"),
         (["run", "--task", "ds/alpha", "--sandbox", "plain"], "--sandbox plain: harness harbor's local environment always runs in bubblewrap"),
         (["run", "--task", "t.json", "--sandbox", "nowhere"], "unknown sandbox 'nowhere'"),
         (["harbor-tasks", "ds/alpha"], "is one Harbor task directory (it has task.toml), not a dataset"),
