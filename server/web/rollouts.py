@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import gradio as gr
 from pydantic import ValidationError
 
 from harness_env.models import ENDED_STATUSES, PhaseEvent, RolloutJob, RolloutResult
+from harness_env.server.store.codec import decompress
 from harness_env.server.web import render
 from harness_env.server.web.render_text import format_reward, md_cell
 from harness_env.server.web.result_area import ResultArea
@@ -210,12 +212,26 @@ class RolloutsView:
         if job.status in ENDED_STATUSES:
             full = await self.jobs.get(job.rollout_id, "full")
             result = full.result if full is not None else None
-            out.update(zip(self.result.outputs, self.result.view(result, cancelled=job.status == "cancelled", key=job.rollout_id)))
+            reference = await asyncio.to_thread(self._reference, job.rollout_id) if result is not None and result.grading else None
+            out.update(zip(self.result.outputs, self.result.view(result, cancelled=job.status == "cancelled", key=job.rollout_id,
+                                                                 reference=reference)))
             out.update({self.followed: None, self.timer: gr.Timer(active=False)})
         else:
             out.update(zip(self.result.outputs, self.result.view(None)))
             out.update({self.followed: followed, self.timer: gr.Timer(active=True)})
         return out
+
+    def _reference(self, rollout_id: str) -> str | None:
+        """The reference PNG path of a task-family rollout: the one its stored request holds (the
+        family resolved and checked it when the rollout was accepted; never sent to the page)."""
+        row = self.jobs.store.get(rollout_id)
+        try:
+            request = decompress(row["request"]) if row and row.get("request") else {}
+        except (ValueError, TypeError, zlib.error):
+            return None
+        options = request.get("family_options") if isinstance(request, dict) and request.get("task_family") else None
+        path = options.get("reference_png") if isinstance(options, dict) else None
+        return path if isinstance(path, str) else None
 
     async def on_tick(self, followed: dict[str, Any] | None) -> dict[Any, Any]:
         if not followed or self.jobs is None:

@@ -61,6 +61,13 @@ def test_draw_an_icon_shows_the_rendered_icon_reference_and_judge_scores(chromiu
             assert "resvg" in text and "judge-vl" in text and "raw judge answer" in text
             assert str(refs) not in web.page.content()  # the server-side path never reaches the page
             web.page.screenshot(path=str(artifacts / "web-svg-icon.png"), full_page=True)
+            # The stored rollout's page shows the same evidence, the reference image with it.
+            web.page.get_by_role("tab", name="Rollouts").click()
+            web.page.click("#ro-list [data-testid='cell-0-1']", timeout=30_000)
+            stored = web.page.locator("#ro-grading")
+            stored.locator("img.he-reference").wait_for(timeout=30_000)
+            assert stored.locator("img.he-reference").get_attribute("src") == grading.locator("img.he-reference").get_attribute("src")
+            assert stored.locator(".he-judge-reward").inner_text() == "0.8"
             assert judge.calls == 1 and judge.problems == []
             assert web.foreign_requests == []
         finally:
