@@ -29,7 +29,7 @@ from harness_env.storage import unpack
 
 STATUSES = ["queued", "running", "finished", "failed", "cancelled", "interrupted"]
 HEADERS = ["created", "rollout", "status", "harness", "task", "reward", "wall time (s)", "error kind"]
-LIST_LIMIT = 200  # rows the list shows (the newest); the filters narrow it
+LIST_LIMIT = 100  # rows a page of the list shows; "older" pages on
 FOLLOW_S = 1.0  # how often a running rollout's page reads the store
 MAX_LOG_EVENTS = 5_000  # events shown in a rollout's phase log
 MAX_RESULT_FILE_BYTES = 64 * 1024 * 1024  # a result file opened from disk
@@ -109,7 +109,10 @@ class RolloutsView:
             self.harness_filter = gr.Textbox(label="harness", placeholder="(any)", elem_id="ro-filter-harness")
             self.task_filter = gr.Textbox(label="task id", placeholder="(any)", elem_id="ro-filter-task")
             self.refresh = gr.Button("refresh", size="sm", elem_id="ro-refresh")
-        self.list_note = gr.Markdown("", elem_id="ro-list-note")
+        with gr.Row():
+            self.list_note = gr.Markdown("", elem_id="ro-list-note")
+            self.older = gr.Button("older", size="sm", visible=False, elem_id="ro-older")
+        self.cursor = gr.State(None)  # the next page's cursor (the store's `before`)
         self.table = gr.Dataframe(headers=HEADERS, value=[], interactive=False, elem_id="ro-list")
         self.ids = gr.State([])  # the rollout id of each row
         with gr.Row():
@@ -131,9 +134,10 @@ class RolloutsView:
 
     def wire(self, blocks: gr.Blocks, tab: gr.Tab, views: gr.Tabs) -> None:
         filters = [self.status_filter, self.harness_filter, self.task_filter]
-        listed = [self.table, self.ids, self.list_note]
+        listed = [self.table, self.ids, self.list_note, self.cursor, self.older]
         for trigger in (self.refresh.click, self.status_filter.change, self.harness_filter.submit, self.task_filter.submit, tab.select):
             trigger(self.on_list, inputs=filters, outputs=listed, queue=False, api_name=False, show_progress="hidden")
+        self.older.click(self.on_list, inputs=[*filters, self.cursor], outputs=listed, queue=False, api_name=False, show_progress="hidden")
         blocks.load(self.on_load, inputs=filters, outputs=[views, *listed, *self.page_outputs], queue=False, api_name=False)
         self.table.select(self.on_select, inputs=[self.ids], outputs=self.page_outputs, queue=False, api_name=False)
         self.timer.tick(self.on_tick, inputs=[self.followed], outputs=self.page_outputs, queue=False, api_name=False,
@@ -144,19 +148,21 @@ class RolloutsView:
         self.file_pick.input(self.on_pick, inputs=[self.file_results, self.file_pick], outputs=self.page_outputs, queue=False, api_name=False)
 
     # -- the list ------------------------------------------------------------------------------
-    async def on_list(self, statuses: list[str] | None, harness: str | None, task: str | None) -> list[Any]:
+    async def on_list(self, statuses: list[str] | None, harness: str | None, task: str | None, before: str | None = None) -> list[Any]:
+        """A page of the list, newest first: the first, or the one after cursor `before`."""
         if self.jobs is None:
-            return [[], [], "this page has no job store"]
+            return [[], [], "this page has no job store", None, gr.update(visible=False)]
         page = await self.jobs.list(statuses=list(statuses or []), task_id=(task or "").strip() or None,
-                                    harness=(harness or "").strip() or None, before=None, limit=LIST_LIMIT)
-        note = f"{len(page.items)} rollout(s)" + (f" (the newest {LIST_LIMIT}; filter to see others)" if page.next_cursor else "")
-        return [list_rows(page.items), [i.rollout_id for i in page.items], note]
+                                    harness=(harness or "").strip() or None, before=int(before) if before else None, limit=LIST_LIMIT)
+        where = "older " if before else ""
+        note = f"{len(page.items)} {where}rollout(s)" + (" (more with \"older\"; \"refresh\" goes back to the newest)" if page.next_cursor else "")
+        return [list_rows(page.items), [i.rollout_id for i in page.items], note, page.next_cursor, gr.update(visible=bool(page.next_cursor))]
 
     async def on_load(self, statuses: list[str] | None, harness: str | None, task: str | None, request: gr.Request) -> list[Any]:
         """/web/?rollout=ID opens the Rollouts tab on that rollout's page."""
         rollout_id = (request.query_params.get("rollout") or "").strip() if request is not None else ""
         if not rollout_id:
-            return [gr.update(), gr.update(), gr.update(), gr.update(), *[gr.update()] * len(self.page_outputs)]
+            return [gr.update()] * (6 + len(self.page_outputs))
         listed = await self.on_list(statuses, harness, task)
         return [gr.update(selected="rollouts-view"), *listed, *await self.open(rollout_id)]
 

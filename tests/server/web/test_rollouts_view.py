@@ -4,14 +4,12 @@ followed live, and result files opened from disk."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import httpx
 import pytest
 
 from harness_env.models import RolloutResult
-from harness_env.server.web.rollouts import parse_result_file
 from harness_env.storage import save
 from tests.server.web.driver import LOAD_TIMEOUT_MS, WebDriver
 
@@ -205,26 +203,3 @@ def test_open_result_files_from_disk(chromium, web_server, tmp_path):
         assert web.page.locator("#ro-reward .he-reward").get_attribute("data-reward") == ""
     finally:
         web.close()
-
-
-def test_result_file_parsing(tmp_path):
-    one = RolloutResult(rollout_id="r1", task_id="t", harness="pi", reward=1.0)
-    whole = tmp_path / "whole.json"
-    whole.write_text(one.model_dump_json())
-    compact = tmp_path / "compact.json"
-    save(one, compact)
-    lines = tmp_path / "many.jsonl"
-    lines.write_text(one.model_dump_json() + "\n\n" + json.dumps({**one.model_dump(mode="json"), "reward": 0.5}) + "\n")
-    assert [r.reward for r in parse_result_file(str(whole))] == [1.0]
-    assert parse_result_file(str(compact))[0] == one
-    assert [r.reward for r in parse_result_file(str(lines))] == [1.0, 0.5]
-    for text, message in [("", "empty"), ("[1, 2", "line 1 is not JSON"), ('{"rollout_id": "r", "harness": "pi", "reward": "x"}', "not a RolloutResult: reward"), ('[1]', "is not a RolloutResult"),
-                          (one.model_dump_json() + "\n{oops", "line 2 is not JSON"), ('{"a": 1}\n{"b": 2}', "line 1 is not a RolloutResult")]:
-        bad = tmp_path / "bad.json"
-        bad.write_text(text)
-        with pytest.raises(ValueError, match=message):
-            parse_result_file(str(bad))
-    binary = tmp_path / "bin.json"
-    binary.write_bytes(b"\xff\xfe\x00")
-    with pytest.raises(ValueError, match="not UTF-8"):
-        parse_result_file(str(binary))

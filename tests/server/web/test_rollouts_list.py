@@ -1,0 +1,64 @@
+"""The Rollouts view's parts that need no browser: reading result files from disk, and paging the
+list with the job store's cursor."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness_env.models import RolloutResult
+from harness_env.server.web.rollouts import parse_result_file
+from harness_env.storage import save
+
+
+def test_result_file_parsing(tmp_path):
+    one = RolloutResult(rollout_id="r1", task_id="t", harness="pi", reward=1.0)
+    whole = tmp_path / "whole.json"
+    whole.write_text(one.model_dump_json())
+    compact = tmp_path / "compact.json"
+    save(one, compact)
+    lines = tmp_path / "many.jsonl"
+    lines.write_text(one.model_dump_json() + "\n\n" + json.dumps({**one.model_dump(mode="json"), "reward": 0.5}) + "\n")
+    assert [r.reward for r in parse_result_file(str(whole))] == [1.0]
+    assert parse_result_file(str(compact))[0] == one
+    assert [r.reward for r in parse_result_file(str(lines))] == [1.0, 0.5]
+    for text, message in [("", "empty"), ("[1, 2", "line 1 is not JSON"), ('{"rollout_id": "r", "harness": "pi", "reward": "x"}', "not a RolloutResult: reward"), ('[1]', "is not a RolloutResult"),
+                          (one.model_dump_json() + "\n{oops", "line 2 is not JSON"), ('{"a": 1}\n{"b": 2}', "line 1 is not a RolloutResult")]:
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            parse_result_file(str(bad))
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ValueError, match="not UTF-8"):
+        parse_result_file(str(binary))
+
+
+async def test_the_list_pages_on_with_the_stores_cursor(tmp_path):
+    """"older" asks the job manager for the page after the cursor it gave (no query of its own)."""
+    import gradio as gr
+
+    from harness_env.models import RolloutListItem, RolloutPage
+    from harness_env.server.web.rollouts import LIST_LIMIT, RolloutsView
+
+    class Jobs:
+        def __init__(self) -> None:
+            self.asked: list[dict] = []
+
+        async def list(self, **kw) -> RolloutPage:
+            self.asked.append(kw)
+            first = kw["before"] is None
+            items = [RolloutListItem(rollout_id=f"{i:012x}", status="finished", created_at=1.0, harness="pi", reward=1.0, wall_s=2.0)
+                     for i in (range(LIST_LIMIT) if first else range(LIST_LIMIT, LIST_LIMIT + 3))]
+            return RolloutPage(items=items, next_cursor="77" if first else None)
+
+    jobs = Jobs()
+    with gr.Blocks():
+        view = RolloutsView(jobs, str(tmp_path), [])
+    rows, ids, note, cursor, older = await view.on_list(["finished"], " pi ", "")
+    assert len(rows) == LIST_LIMIT and cursor == "77" and older["visible"] is True and "older" in note
+    assert rows[0][1:8] == [f"{0:012x}", "finished", "pi", "-", "1.0", 2.0, "-"]
+    rows, ids, note, cursor, older = await view.on_list(["finished"], " pi ", "", cursor)
+    assert ids == [f"{i:012x}" for i in range(LIST_LIMIT, LIST_LIMIT + 3)] and cursor is None and older["visible"] is False
+    assert [a["before"] for a in jobs.asked] == [None, 77] and jobs.asked[0]["harness"] == "pi" and jobs.asked[0]["statuses"] == ["finished"]
