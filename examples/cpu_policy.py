@@ -54,6 +54,7 @@ Use: `with PolicyServer(ChatCompletionsApp(load_smollm2())) as srv: ...srv.base_
 from __future__ import annotations
 
 import asyncio
+import atexit
 import copy
 import importlib.util
 import itertools
@@ -352,7 +353,7 @@ class ChatModel:
         self.version = 0
         self.max_batch = max(1, max_batch)
         self.prefix_cache_entries = prefix_cache_entries
-        self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()  # None: stop the engine
         self._loading = threading.Event()
         self._engine: threading.Thread | None = None
         self._engine_lock = threading.Lock()
@@ -492,26 +493,50 @@ class ChatModel:
             if self._engine is None:
                 self._engine = threading.Thread(target=self._engine_loop, daemon=True, name="chat-model-engine")
                 self._engine.start()
+                # A thread that ran torch must be gone before the interpreter finalizes (else the
+                # process aborts in C++ at exit): stop it when the process exits, if not before.
+                atexit.register(self.close)
+
+    def close(self) -> None:
+        """Stop the engine thread (after the answers in progress); generate() starts it again."""
+        with self._engine_lock:
+            engine, self._engine = self._engine, None
+        if engine is not None:
+            self._queue.put(None)
+            engine.join(timeout=60)
+            atexit.unregister(self.close)
 
     def _engine_loop(self) -> None:
         waiting: deque[_Job] = deque()
         while True:
             if not waiting:
-                waiting.append(self._queue.get())
+                job = self._queue.get()
+                if job is None:
+                    return
+                waiting.append(job)
             while self._loading.is_set():  # a weight load is waiting for the lock: let it in
                 time.sleep(0.002)
             with self.lock, self.torch.inference_mode():
                 batch: _Batch | None = None
                 while True:
+                    stop = False
                     while True:
                         try:
-                            waiting.append(self._queue.get_nowait())
+                            job = self._queue.get_nowait()
                         except queue.Empty:
                             break
+                        if job is None:
+                            stop = True  # after the answers in progress and those already asked
+                        else:
+                            waiting.append(job)
                     while waiting and not self._loading.is_set() and (batch is None or len(batch.jobs) < self.max_batch):
                         batch = self._admit(waiting.popleft(), batch)
                     if batch is None or not batch.jobs:
+                        if stop:
+                            return
                         break
+                    if stop:
+                        self._queue.put(None)  # seen again once the batch is done
                     try:
                         self._decode(batch)
                     except Exception as e:  # noqa: BLE001 - every answer in the batch fails with it

