@@ -172,8 +172,8 @@ def test_bad_harbor_input_is_one_line():
 
 def test_harbor_choices_put_the_local_ones_first():
     names = ["aider", "claude-code", "nop", "opencode", "oracle", "pi", "terminus-2"]
-    assert agent_choices(names) == [("pi", "pi"), ("opencode", "opencode"), ("nop", "nop"), ("oracle", "oracle"),
-                                           ("aider (provider sandbox)", "aider"), ("claude-code (provider sandbox)", "claude-code"),
-                                           ("terminus-2 (provider sandbox)", "terminus-2")]
+    assert agent_choices(names) == [("pi", "pi"), ("claude-code", "claude-code"), ("opencode", "opencode"), ("nop", "nop"),
+                                    ("oracle", "oracle"), ("aider (provider sandbox)", "aider"),
+                                    ("terminus-2 (provider sandbox)", "terminus-2")]
     assert sandbox_choices(["daytona", "local", "docker"]) == ["local", "daytona", "docker"]
     assert sandbox_choices([]) == ["local"]
