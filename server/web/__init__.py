@@ -40,9 +40,10 @@ Gradio, which takes about ten seconds. This page reloads itself when it is ready
 """
 
 
-def _import_gradio() -> str | None:
-    """Import Gradio; returns the cache directory made for it here, for the caller to remove
-    (None when the operator set GRADIO_TEMP_DIR)."""
+def _gradio_environment() -> str | None:
+    """Set Gradio's environment before it is imported; returns the cache directory made for it
+    here, for the caller to remove (None when the operator set GRADIO_TEMP_DIR). Quick: it runs
+    before the slow import, so a server stopped during that import still removes the directory."""
     global _own_gradio_cache
     # Nothing of Gradio's may call out: analytics and Hub telemetry off before it is imported.
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -54,11 +55,14 @@ def _import_gradio() -> str | None:
         os.environ["GRADIO_TEMP_DIR"] = _own_gradio_cache
     elif os.environ["GRADIO_TEMP_DIR"] == _own_gradio_cache:  # a second UI in this process (tests)
         os.makedirs(_own_gradio_cache, exist_ok=True)
+    return _own_gradio_cache if os.environ["GRADIO_TEMP_DIR"] == _own_gradio_cache else None
+
+
+def _import_gradio() -> None:
+    """The slow part (about ten seconds of CPU): Gradio and the page's modules."""
     import gradio  # noqa: F401
 
     import harness_env.server.web.page  # noqa: F401
-
-    return _own_gradio_cache if os.environ["GRADIO_TEMP_DIR"] == _own_gradio_cache else None
 
 
 class WebUI:
@@ -109,7 +113,8 @@ class WebUI:
         async with self._lock:
             if self.page is not None:
                 return
-            self._gradio_cache = await asyncio.to_thread(_import_gradio)  # the slow part, off the event loop
+            self._gradio_cache = _gradio_environment()
+            await asyncio.to_thread(_import_gradio)  # the slow part, off the event loop
             import gradio as gr
 
             from harness_env.server.web.page import CSS, build_page

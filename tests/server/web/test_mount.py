@@ -39,3 +39,12 @@ async def test_the_page_says_it_is_loading_while_gradio_loads(monkeypatch):
         await asyncio.sleep(2)
         r = await c.get("/web/")  # the reload after the load failed: the failure, as before
         assert r.status_code == 503 and "late failure" in r.text
+
+
+def test_a_server_stopped_while_gradio_loads_leaves_no_cache_directory(start_server):
+    """The wheel test caught it: the first /web request answers with the loading page, the server
+    stops before Gradio is imported, and Gradio's cache directory must still go."""
+    server = start_server()
+    r = httpx.get(server.url + "/web/", timeout=30)
+    assert r.status_code == 200 and 'id="web-loading"' in r.text  # Gradio is loading right now
+    server.stop()  # fails if the server's TMPDIR keeps anything
