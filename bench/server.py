@@ -11,7 +11,6 @@ Then rollouts per minute through the server (the client's run_many) at each conc
 from __future__ import annotations
 
 import argparse
-import asyncio
 import shutil
 import statistics
 import sys

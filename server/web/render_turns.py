@@ -174,7 +174,7 @@ def logprob_summary_markdown(points: list[TokenPoint], lowest: int = LOWEST_TOKE
         per_turn.setdefault(p.turn, []).append(p.logprob)
     turn_means = ", ".join(f"turn {t}: {sum(v) / len(v):.3f}" for t, v in per_turn.items())
     lines = [f"**{len(points)} tokens**, mean logprob **{mean:.4f}** (perplexity {math.exp(-mean):.3f}); {turn_means}", "",
-             f"Lowest-probability tokens:", "", "| turn | position | token | logprob | probability |", "| --- | --- | --- | --- | --- |"]
+             "Lowest-probability tokens:", "", "| turn | position | token | logprob | probability |", "| --- | --- | --- | --- | --- |"]
     for p in sorted(points, key=lambda p: p.logprob if math.isfinite(p.logprob) else -math.inf)[:lowest]:
         prob = math.exp(p.logprob) if math.isfinite(p.logprob) else 0.0
         lines.append(f"| {p.turn} | {p.position} | <code>{md_cell(repr(p.token))}</code> | {p.logprob:.4f} | {prob:.3f} |")

@@ -1,9 +1,7 @@
 """End to end, one suite for every harness: the real CLI (or the white-box loop), in the real
 sandbox, through the capture proxy, against the scripted fake policy."""
 
-import json
 import os
-import sys
 
 import pytest
 

@@ -43,7 +43,6 @@ from harness_env.core.capture.dialects.chunks import (
     ChunkStream,
     Part,
     arguments_text,
-    chat_content,
     engine_error,
     engine_error_text,
     engine_request,

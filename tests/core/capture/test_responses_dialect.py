@@ -5,14 +5,12 @@ Pure translation first, then through a real proxy against the scripted fake poli
 import json
 import time
 
-import httpx
 import pytest
 
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.dialects.responses import (
     REASONING_PREFIX,
     Responses,
-    ResponsesStream,
     decode_reasoning,
     encode_reasoning,
 )
