@@ -1,6 +1,6 @@
 """Does a policy trained on harness-env's rollouts get better inside a harness? On-policy GRPO on CPU.
 
-    nice -n 10 .venv/bin/python bench/learning.py [--steps 16] [--out runs/learning] [--plot docs/learning.png]
+    nice -n 10 .venv/bin/python bench/learning.py [--steps 20] [--out runs/learning] [--plot docs/learning.png]
     nice -n 10 .venv/bin/python bench/learning.py --measure-base 64     # the candidate families' base rates
 
 Runs examples/train_cpu.py (SmolLM2-135M-Instruct served with the trainer's live weights, the
@@ -13,7 +13,8 @@ white-box harness, TRL's GRPOTrainer with the project's rollout function) and pr
 - where the curve (curve.json) and the plot (learning.png) went.
 
 Flags after `--` go to the example unchanged (`--learning-rate`, `--num-generations`, ...).
-The whole run with the defaults takes about 50 minutes on 2 busy cores.
+The whole run with the defaults took 32 minutes on this 2-core machine (load average ~2 from
+other work); the model's weights are cached after the first load (tests/fakes/real_model.py).
 """
 
 from __future__ import annotations
@@ -30,13 +31,13 @@ sys.path.insert(0, str(ROOT))
 from examples import train_cpu  # noqa: E402
 
 # The defaults of the documented run (docs/training.md, "Learning on CPU").
-DEFAULTS = ["--family", "write_call", "--steps", "16", "--tasks-per-step", "2", "--num-generations", "4",
-            "--learning-rate", "1e-4", "--eval-attempts", "4", "--check-rollouts", "1"]
+DEFAULTS = ["--family", "write_call", "--tasks-per-step", "2", "--num-generations", "4", "--learning-rate", "1e-4",
+            "--temperature", "0.7", "--max-turns", "2", "--max-tokens", "64", "--eval-attempts", "4", "--check-rollouts", "1"]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--steps", type=int, default=16, help="optimiser steps (default %(default)s)")
+    ap.add_argument("--steps", type=int, default=20, help="optimiser steps (default %(default)s)")
     ap.add_argument("--out", default="runs/learning", help="curve.json and learning.png (default %(default)s)")
     ap.add_argument("--plot", default=None, help="also copy the plot here (e.g. docs/learning.png)")
     ap.add_argument("--measure-base", type=int, default=0, metavar="N", help="only the base success of every family over N attempts")
@@ -74,13 +75,14 @@ def main() -> int:
     if run.base and run.final:
         print(f"held-out success before training: {run.base.line()}")
         print(f"held-out success after {len(steps)} steps: {run.final.line()}")
-        print(f"difference: {curve['difference']:+.3f} ± {curve['difference_stderr']:.3f} (standard error of the difference); "
-              f"after - before {'>' if curve['difference'] > run.final.stderr else '<='} the after rate's standard error")
+        diff, se = curve["difference"], curve["difference_stderr"]
+        print(f"difference: {diff:+.3f} ± {se:.3f} (standard error of the difference: {diff / se if se else float('inf'):.1f} of them); "
+              f"{'above' if diff > run.final.stderr else 'not above'} the base by more than the after rate's standard error")
     first, last = steps[: len(steps) // 2], steps[len(steps) // 2 :]
     mean = lambda xs: statistics.fmean(xs) if xs else float("nan")  # noqa: E731
     print(f"training rollouts' mean reward: first half {mean([s['reward_mean'] for s in first if s['reward_mean'] is not None]):.3f}, "
           f"second half {mean([s['reward_mean'] for s in last if s['reward_mean'] is not None]):.3f}")
-    print(f"on-policy: every turn of step k sampled from weights v(k-1 optimiser steps): {on_policy}; "
+    print(f"on-policy: every captured turn of every step sampled from the weights the step started with: {on_policy}; "
           f"largest captured-vs-trainer logprob gap {max((s['logp_gap_max'] or 0) for s in steps):.1e}; "
           f"KL to the initial weights at the last step {steps[-1]['kl'] if steps[-1]['kl'] is not None else float('nan'):.3g}")
     print(f"wall time per step: {mean(walls):.0f} s (rollouts {mean(gen):.0f} s, sync + probe + checks {mean(checks):.0f} s, "
