@@ -295,14 +295,15 @@ class _Batch:
         self.mask = torch.cat([torch.nn.functional.pad(self.mask, (target - width, 0)), torch.nn.functional.pad(ones, (target - length, 0))])
         self.jobs.append(job)
 
-    def drop_finished(self, keep: Callable[[list[int], Any], None]) -> None:
-        """Remove the finished jobs (their rows go to the prefix cache) and the padding no job needs."""
+    def drop_finished(self, keep: Callable[[list[int], Any], None] | None) -> None:
+        """Remove the finished jobs (their rows go to `keep`, the prefix cache) and the padding no
+        job needs."""
         if all(not j.done.is_set() for j in self.jobs):
             return
         width = self.mask.shape[1]
         layers = self.layers
         for i, job in enumerate(self.jobs):
-            if job.done.is_set() and job.error is None and job.length:
+            if keep is not None and job.done.is_set() and job.error is None and job.length:
                 start = width - job.length
                 row = [(k[i : i + 1, :, start:], v[i : i + 1, :, start:]) for k, v in layers]
                 keep(job.prompt_ids + job.gen.completion_ids, _cache_of(row))  # copies the row
@@ -580,7 +581,7 @@ class ChatModel:
         for job in batch.jobs:
             if job.cancelled():
                 job.finish("abort")
-        batch.drop_finished(self._keep)
+        batch.drop_finished(self._keep if self.prefix_cache_entries > 0 else None)
         if not batch.jobs:
             return
         mask = t.cat([batch.mask, t.ones((len(batch.jobs), 1), dtype=t.long)], dim=1)
@@ -596,7 +597,7 @@ class ChatModel:
         for i, job in enumerate(batch.jobs):
             job.length += 1
             self._advance(job, out.logits[i, -1])
-        batch.drop_finished(self._keep)
+        batch.drop_finished(self._keep if self.prefix_cache_entries > 0 else None)
 
     def _advance(self, job: _Job, logits: Any) -> bool:
         """Take the job's next token from the logits of its last position; True when it is done."""

@@ -30,12 +30,15 @@ trained on harness-env's rollouts get better at a task inside a harness:
   `sampling/sampling_logp_difference/max` in vLLM mode; ~1e-5 here, float32 summation order), and
   the KL of the sampling policy to the initial weights (TRL's k3 estimator, as its `kl` metric).
 - CPU budget: the white-box prompt (system prompt and tool schemas) is ~1,050 tokens, so one
-  forward and backward pass over a rollout costs ~10 s on one core for the whole model; only the
+  forward and backward pass over a rollout costs ~8.5 s on one core for the whole model; only the
   top `--train-layers` decoder blocks are trained (the rest, the embeddings and the tied output
-  layer frozen), which costs ~3.5 s. Generation starts each prompt from the server's prefix cache.
+  layer frozen), which costs ~4 s, and TRL scores only the completion through the output layer
+  (`score_completions_only`). The server decodes the rollouts' answers together and starts each
+  prompt from its prefix cache.
 
-The task families (`FAMILIES`) put a file's name and content into a tool call the instruction
-spells out; the held-out split uses names and words no training task has. `--measure-base` runs
+The task families (`FAMILIES`) ask for a file NAME.txt holding WORD (verify: it exists; it holds
+exactly WORD): `write_call` and `bash_call` spell out the tool call to make, `plain_file` does not;
+the held-out split uses names and words no training task has. `--measure-base` runs
 the base model on every family and prints each success rate (bench/learning.py --measure-base).
 
 Output in `--out`: curve.json (per step: reward, success, loss, KL, the logprob gap, tokens per
@@ -112,6 +115,8 @@ def make_tasks(family: str, split: str) -> list[dict[str, Any]]:
     """The family's tasks of a split: `train` (8 names x 8 words) or `heldout` (4 x 4, names and
     words no training task has)."""
     maker = FAMILIES[family][0]
+    if split not in ("train", "heldout"):
+        raise ValueError(f"split must be train or heldout, not {split!r}")
     names, words = (TRAIN_NAMES, TRAIN_WORDS) if split == "train" else (HELDOUT_NAMES, HELDOUT_WORDS)
     return [{**maker(n, w), "task_id": f"{family}/{split}/{n}-{w}"} for n in names for w in words]
 
