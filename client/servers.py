@@ -84,7 +84,7 @@ class Servers:
         self._by_url = {s.url: s for s in self._servers}
         self._turn = 0  # the next in turn among equals
         self._owners: OrderedDict[str, str] = OrderedDict()
-        self._open: set[str] = set()  # job ids counted in flight until seen ended
+        self._open: dict[str, str] = {}  # job id -> the server it is counted in flight at, until seen ended
         self._lock = threading.Lock()
 
     @property
@@ -126,18 +126,18 @@ class Servers:
             server.refusals, server.rest_until = 0, 0.0
 
     def own(self, rollout_id: str, url: str, counted: bool = False) -> None:
-        """`url` owns the rollout. `counted`: a job `take` counted in flight there; it stays
-        counted until seen ended (a job named twice, by an idempotency key, is counted once)."""
+        """`url` owns the rollout. `counted`: `take` counted it in flight there, and it stays
+        counted until seen ended; a job named again (an idempotent repeat) stays counted once."""
         with self._lock:
             self._owners[rollout_id] = url
             self._owners.move_to_end(rollout_id)
             if counted:
                 if rollout_id in self._open:
                     self._by_url[url].in_flight = max(0, self._by_url[url].in_flight - 1)
-                self._open.add(rollout_id)
+                else:
+                    self._open[rollout_id] = url
             while len(self._owners) > MAX_OWNERS:
-                old, old_url = self._owners.popitem(last=False)
-                self._close(old, old_url)
+                self._close(self._owners.popitem(last=False)[0])
 
     def owner(self, rollout_id: str) -> str | None:
         with self._lock:
@@ -146,13 +146,11 @@ class Servers:
     def ended(self, rollout_id: str) -> None:
         """The job ended (seen in a status, a wait or its events): it is no longer in flight."""
         with self._lock:
-            url = self._owners.get(rollout_id)
-            if url is not None:
-                self._close(rollout_id, url)
+            self._close(rollout_id)
 
-    def _close(self, rollout_id: str, url: str) -> None:
-        if rollout_id in self._open:
-            self._open.discard(rollout_id)
+    def _close(self, rollout_id: str) -> None:
+        url = self._open.pop(rollout_id, None)
+        if url is not None:
             server = self._by_url[url]
             server.in_flight = max(0, server.in_flight - 1)
 
