@@ -159,6 +159,21 @@ def test_two_at_once_run_one_on_each_server_and_a_third_gets_the_busy_error(pair
     b.assert_no_rollout_left()
 
 
+def test_a_server_busy_with_other_work_passes_the_rollout_to_the_next(pair, policy_server):
+    a, b = pair
+    with HarnessEnv(a.url) as other_trainer:  # fills a with work this client does not know of
+        occupying = other_trainer.submit(args(policy_server, "busy-elsewhere", SLOW))
+        with HarnessEnv(base_urls=[a.url, b.url]) as env:
+            called = env.run_rollout(args(policy_server, "passed-on-call", QUICK))  # a is asked first, refuses
+            assert called.reward == 1.0 and env.server_of(called.rollout_id) == b.url and holds(b.url, called.rollout_id)
+            submitted = env.submit(args(policy_server, "passed-on-job", QUICK))
+            assert env.server_of(submitted.rollout_id) == b.url
+            assert env.wait(submitted.rollout_id, timeout=60).reward == 1.0
+        assert other_trainer.wait(occupying.rollout_id, timeout=60).reward == 1.0
+    a.assert_no_rollout_left()
+    b.assert_no_rollout_left()
+
+
 async def test_with_one_server_down_rollouts_go_to_the_other(pair, policy_server):
     live = pair[0]
     down = nobody_listening()
