@@ -29,9 +29,9 @@ MAX_OWNERS = 100_000  # rollout ids remembered (oldest forgotten first; a forgot
 
 
 def redacted(url: str) -> str:
-    """An address as an error message may show it: without a user name or password."""
+    """An address as an error message may show it: no user name, password or query (a token)."""
     try:
-        return str(httpx.URL(url).copy_with(userinfo=b""))
+        return str(httpx.URL(url).copy_with(userinfo=b"", query=None, fragment=None))
     except (httpx.InvalidURL, TypeError):
         return "<not a URL>"
 

@@ -76,10 +76,13 @@ def test_bad_addresses_get_one_clear_error(client, kwargs, message):
     assert message in str(bad.value)
 
 
-def test_an_address_with_a_password_is_not_repeated_in_the_error():
+def test_a_secret_in_a_bad_address_is_not_repeated_in_the_error():
     with pytest.raises(ValueError) as bad:
-        HarnessEnv(base_urls=["http://a:1", "ftp://me:s3cret@b"])
-    assert "s3cret" not in str(bad.value) and "base_urls[1]" in str(bad.value)
+        HarnessEnv(base_urls=["http://a:1", "ftp://me:s3cret@b/x?token=t0ken"])
+    assert str(bad.value) == "base_urls[1] is not an http(s) address: 'ftp://b/x' (give one like 'http://host:8100')"
+    with pytest.raises(ValueError) as bad:
+        HarnessEnv(base_urls=["http://me:s3cret@[::1"])
+    assert "s3cret" not in str(bad.value) and "base_urls[0] is not an http(s) address" in str(bad.value)
 
 
 def test_one_url_is_as_before_and_a_merged_listing_checks_its_arguments_first():
