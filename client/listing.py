@@ -49,7 +49,7 @@ def list_steps(servers: Servers, filters: dict[str, Any]) -> Steps:
         for item in page["items"]:
             servers.own(item["rollout_id"], urls[i])  # its later calls go where it is listed
         pages[i], next_cursors[i] = page["items"][skip:], page.get("next_cursor")
-    shown, items = _merge(pages, limit)
+    shown, items = merge_pages(pages, limit)
     after: Positions = {}
     for i, (before, skip) in positions.items():
         if shown[i] < len(pages[i]):
@@ -59,7 +59,7 @@ def list_steps(servers: Servers, filters: dict[str, Any]) -> Steps:
     return {"items": items, "next_cursor": write_cursor(after, urls) if after else None}
 
 
-def _merge(pages: dict[int, list[dict[str, Any]]], limit: int) -> tuple[Counter[int], list[dict[str, Any]]]:
+def merge_pages(pages: dict[int, list[dict[str, Any]]], limit: int) -> tuple[Counter[int], list[dict[str, Any]]]:
     """Up to `limit` items, newest first, each rollout once; how many of each server's were used."""
     stream: Iterator[tuple[int, dict[str, Any]]] = heapq.merge(
         *([(i, item) for item in items] for i, items in pages.items()), key=lambda pair: -pair[1]["created_at"])

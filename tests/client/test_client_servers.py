@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from harness_env.client import AsyncHarnessEnv, HarnessEnv, HarnessEnvClientError
+from harness_env.client.listing import merge_pages
 from harness_env.client.servers import Servers
 from harness_env.client.trl import remote_runner
 from harness_env.models import JobEnd
@@ -124,6 +125,16 @@ def test_the_server_with_the_fewest_in_flight_is_chosen_ties_in_turn_and_a_refus
     jobs.release(b)
     jobs.ended("job1")
     assert jobs.take(()) == a  # both 0 again: a is next in turn
+
+
+def test_replicas_sharing_one_store_list_each_rollout_once():
+    # Both servers answer the same rollouts (one store): the merged page shows each once, and
+    # counts both copies as shown, so the next page starts after them on each server.
+    same = [{"rollout_id": rid, "created_at": t} for rid, t in (("r3", 3.0), ("r2", 2.0), ("r1", 1.0))]
+    used, items = merge_pages({0: same, 1: list(same)}, limit=2)
+    assert [i["rollout_id"] for i in items] == ["r3", "r2"] and used == {0: 2, 1: 2}
+    used, items = merge_pages({0: same[2:], 1: same[2:]}, limit=2)
+    assert [i["rollout_id"] for i in items] == ["r1"] and used == {0: 1, 1: 1}
 
 
 # -- real servers -----------------------------------------------------------------------------------
