@@ -1,10 +1,15 @@
-"""The remote client: run rollouts on a harness-env server from a trainer host.
+"""The remote client: run rollouts on harness-env servers from a trainer host.
 
 Depends only on models.py and httpx. Timeouts are sized for long rollouts. `run_rollout` is one
-call (retried only when it never reached the server: connection refused, DNS). Jobs are durable
+call (retried only when it never reached a server: connection refused, DNS). Jobs are durable
 (client/jobs.py): `submit` carries an idempotency key, so it is retried after any drop without
 running anything twice; `wait` long-polls and reconnects; `run_many` submits then waits, riding
 out a busy server (backoff) and dropped connections instead of losing rollouts.
+
+Several base URLs (replicas with no load balancer in front, client/servers.py): each rollout goes
+to the server with the fewest this client has in flight, a busy or unreachable one passes it on,
+and a job's calls go to the server that took it. Both clients drive the same steps; only their
+I/O differs.
 """
 
 from __future__ import annotations
@@ -12,31 +17,36 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 import httpx
 
 from harness_env.client.jobs import (
+    SseParser,
+    cancel_steps,
+    failed,
+    get_steps,
+    parse_event,
+    rollout_steps,
+    submit_steps,
+    wait_steps,
+)
+from harness_env.client.listing import list_steps
+from harness_env.client.servers import Servers, locate_steps, routed_steps, server_urls
+from harness_env.client.steps import (
     DEFAULT_RECONNECT_FOR_S,
     TRANSIENT,
     Call,
     HarnessEnvClientError,
     Patience,
-    SseParser,
     Steps,
-    failed,
-    get_steps,
-    parse_event,
     raise_for,
-    submit_steps,
-    wait_steps,
 )
 from harness_env.models import DatasetTaskInfo, Detail, HarnessInfo, JobEnd, PhaseEvent, RolloutAccepted, RolloutArgs, RolloutJob, RolloutResult
 
 DEFAULT_TIMEOUT_S = 3600.0
-CONNECT_RETRIES = 4
 EVENTS_TIMEOUT = httpx.Timeout(10.0, read=60.0)  # the server sends a keep-alive every 15 s: a silent minute is a dead connection
 
 
@@ -97,7 +107,8 @@ def auth_headers(base_url: str, token: str | None, hf_token: str | None, headers
 
 def _client_options(base_url: str, token: str | None, hf_token: str | None, headers: dict[str, str] | None,
                     timeout: float) -> dict[str, Any]:
-    """httpx client keywords shared by the sync and async clients."""
+    """httpx client keywords shared by the sync and async clients (one httpx client per server:
+    the headers are each address's own, a Space's Hugging Face token going to Space addresses only)."""
     return {
         "base_url": base_url,
         "headers": auth_headers(base_url, token, hf_token, headers),
@@ -106,17 +117,36 @@ def _client_options(base_url: str, token: str | None, hf_token: str | None, head
     }
 
 
-class AsyncHarnessEnv:
-    """`async with AsyncHarnessEnv(url) as env: result = await env.run_rollout(instruction=..., ...)`"""
+class _Common:
+    """What both clients hold: their servers, and which one owns each rollout."""
 
-    def __init__(self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
-                 hf_token: str | None = None, headers: dict[str, str] | None = None, reconnect_for_s: float = DEFAULT_RECONNECT_FOR_S) -> None:
-        """`token`: the server's HARNESS_ENV_TOKEN; `hf_token`: for a private Hugging Face Space
-        (default: the stored one, on a Space address only); `headers`: sent with every call;
-        `reconnect_for_s`: how long a job call keeps reconnecting to an unreachable server."""
-        self.base_url = base_url.rstrip("/")
+    def __init__(self, base_url: str | None, base_urls: Sequence[str] | None, reconnect_for_s: float) -> None:
+        urls = server_urls(base_url, base_urls)
+        self.base_urls = urls
+        self.base_url = urls[0]  # the one server (with several: the first)
         self.reconnect_for_s = reconnect_for_s
-        self._client = httpx.AsyncClient(**_client_options(self.base_url, token, hf_token, headers, timeout))
+        self._servers = Servers(urls)
+
+    def server_of(self, rollout_id: str) -> str | None:
+        """The base URL of the server that ran or holds a rollout this client ran, submitted,
+        looked up or listed (None: not known here)."""
+        return self._servers.owner(rollout_id)
+
+
+class AsyncHarnessEnv(_Common):
+    """`async with AsyncHarnessEnv(url) as env: result = await env.run_rollout(instruction=..., ...)`;
+    several servers: `AsyncHarnessEnv(base_urls=[url1, url2])`."""
+
+    def __init__(self, base_url: str | None = None, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
+                 base_urls: Sequence[str] | None = None, hf_token: str | None = None, headers: dict[str, str] | None = None,
+                 reconnect_for_s: float = DEFAULT_RECONNECT_FOR_S) -> None:
+        """`base_url`: the server; or `base_urls`: several (each rollout to the one with the fewest
+        in flight; a busy or unreachable one passes it on). `token`: the server's HARNESS_ENV_TOKEN
+        (the same for every server); `hf_token`: for a private Hugging Face Space (default: the
+        stored one, on a Space address only); `headers`: sent with every call; `reconnect_for_s`:
+        how long a job call keeps reconnecting to an unreachable server."""
+        super().__init__(base_url, base_urls, reconnect_for_s)
+        self._clients = {url: httpx.AsyncClient(**_client_options(url, token, hf_token, headers, timeout)) for url in self.base_urls}
 
     async def __aenter__(self) -> AsyncHarnessEnv:
         return self
@@ -125,77 +155,76 @@ class AsyncHarnessEnv:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._client.aclose()
-
-    async def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        for attempt in range(CONNECT_RETRIES + 1):
-            try:
-                resp = await self._client.request(method, path, **kw)
-            except httpx.ConnectError:  # never reached the server: safe to retry
-                if attempt == CONNECT_RETRIES:
-                    raise
-                await asyncio.sleep(0.5 * 2**attempt)
-                continue
-            raise_for(resp)
-            return resp
-        raise AssertionError("unreachable")
-
-    async def run_rollout(self, args: RolloutArgs | dict[str, Any] | None = None, **kwargs: Any) -> RolloutResult:
-        resp = await self._request("POST", "/rollout", json=_args(args, kwargs))
-        return RolloutResult.model_validate_json(resp.content)
+        for client in self._clients.values():
+            await client.aclose()
 
     async def _drive(self, steps: Steps) -> Any:
-        """Run a job call's steps (client/jobs.py) with this client."""
+        """Run a call's steps (client/jobs.py) with this client's httpx clients."""
         reply: Any = None
         error: Exception | None = None
-        while True:
-            try:
-                step = steps.throw(error) if error is not None else steps.send(reply)
-            except StopIteration as done:
-                return done.value
-            reply = error = None
-            if isinstance(step, Call):
+        try:
+            while True:
                 try:
-                    reply = await self._client.request(step.method, step.path, **step.kw)
-                except httpx.TransportError as e:
-                    error = e
-            else:
-                await asyncio.sleep(step.seconds)
+                    step = steps.throw(error) if error is not None else steps.send(reply)
+                except StopIteration as done:
+                    return done.value
+                reply = error = None
+                if isinstance(step, Call):
+                    try:
+                        reply = await self._clients[step.server].request(step.method, step.path, **step.kw)
+                    except httpx.TransportError as e:
+                        error = e
+                else:
+                    await asyncio.sleep(step.seconds)
+        finally:
+            steps.close()  # a call cancelled mid-way gives back what it counted in flight
+
+    async def _call(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """A call that is not a rollout's (health, catalogs): whichever server answers."""
+        return (await self._drive(routed_steps(self._servers, method, path, kw)))[1]
+
+    async def run_rollout(self, args: RolloutArgs | dict[str, Any] | None = None, **kwargs: Any) -> RolloutResult:
+        """One rollout, waited for. With several servers: on the one with the fewest in flight,
+        the next when it is busy or unreachable; `server_of(result.rollout_id)` says which ran it.
+        All busy: HarnessEnvClientError 429."""
+        return await self._drive(rollout_steps(self._servers, _args(args, kwargs)))
 
     async def submit(self, args: RolloutArgs | dict[str, Any] | None = None, *, idempotency_key: str | None = None,
                      retry_busy: bool = False, **kwargs: Any) -> RolloutAccepted:
         """Submit a rollout; it runs on the server whether or not this client stays. Retried after
         a dropped connection with the same idempotency key (one is made if not given), so it never
-        runs twice; a busy server raises HarnessEnvClientError 429 unless `retry_busy`."""
-        steps = submit_steps(_args(args, kwargs), idempotency_key or uuid.uuid4().hex, retry_busy=retry_busy,
+        runs twice; every server busy raises HarnessEnvClientError 429 unless `retry_busy`."""
+        steps = submit_steps(self._servers, _args(args, kwargs), idempotency_key or uuid.uuid4().hex, retry_busy=retry_busy,
                              patience=Patience(self.reconnect_for_s))
         return await self._drive(steps)
 
     async def get(self, rollout_id: str, detail: Detail = "summary", wait_s: float = 0.0) -> RolloutJob:
         """A rollout's status, phases and, once it ended, its summary (detail="full": its whole
         result too); `wait_s` (at most 60): wait that long for it to end first."""
-        return await self._drive(get_steps(rollout_id, detail, wait_s))
+        return await self._drive(get_steps(self._servers, rollout_id, detail, wait_s))
 
     async def wait(self, rollout_id: str, timeout: float | None = None) -> RolloutResult:
         """The rollout's result once it ended (long polls, reconnecting after any drop);
         TimeoutError after `timeout` seconds (None: no limit)."""
-        return await self._drive(wait_steps(rollout_id, timeout, Patience(self.reconnect_for_s)))
+        return await self._drive(wait_steps(self._servers, rollout_id, timeout, Patience(self.reconnect_for_s)))
 
     async def cancel(self, rollout_id: str) -> RolloutJob:
-        return RolloutJob.model_validate_json((await self._request("DELETE", f"/rollouts/{rollout_id}")).content)
+        return await self._drive(cancel_steps(self._servers, rollout_id))
 
     async def list_rollouts(self, **filters: Any) -> dict[str, Any]:
-        """GET /rollouts: status=[...], task_id, harness, limit, before (a page's next_cursor)."""
-        return (await self._request("GET", "/rollouts", params={k: v for k, v in filters.items() if v is not None})).json()
+        """GET /rollouts: status=[...], task_id, harness, limit, before (a page's next_cursor);
+        with several servers, their listings merged, newest first."""
+        return await self._drive(list_steps(self._servers, filters))
 
     async def events(self, rollout_id: str) -> AsyncIterator[PhaseEvent | JobEnd]:
         """The rollout's phase events, from the first, live, then a JobEnd; after a dropped
         connection it reconnects and resumes where it was (Last-Event-ID)."""
+        client = self._clients[await self._drive(locate_steps(self._servers, rollout_id))]
         patience, last = Patience(self.reconnect_for_s), None
         while True:
             try:
                 headers = {"last-event-id": last} if last is not None else {}
-                async with self._client.stream("GET", f"/rollouts/{rollout_id}/events", headers=headers, timeout=EVENTS_TIMEOUT) as r:
+                async with client.stream("GET", f"/rollouts/{rollout_id}/events", headers=headers, timeout=EVENTS_TIMEOUT) as r:
                     if r.status_code >= 400:
                         await r.aread()
                         if r.status_code not in TRANSIENT:
@@ -208,6 +237,8 @@ class AsyncHarnessEnv:
                         if (ev := parser.feed(line)) is not None:
                             item = parse_event(ev[0], ev[2])
                             last = ev[1] if ev[1] is not None else last
+                            if isinstance(item, JobEnd):
+                                self._servers.ended(rollout_id)
                             yield item
                             if isinstance(item, JobEnd):
                                 return
@@ -216,7 +247,7 @@ class AsyncHarnessEnv:
 
     async def run_many(self, requests: Iterable[RolloutArgs | dict[str, Any]], concurrency: int = 8) -> AsyncIterator[RolloutResult]:
         """Keep `concurrency` rollouts in flight; yield each result as it finishes. Each is
-        submitted (a busy server is waited out with backoff) then waited for, reconnecting after
+        submitted (busy servers are waited out with backoff) then waited for, reconnecting after
         a drop, so none is lost and none runs twice. A rollout that cannot be submitted (bad
         arguments) or whose server stays unreachable becomes a result with `error` (never an
         exception mid-batch)."""
@@ -239,30 +270,29 @@ class AsyncHarnessEnv:
                 t.cancel()
 
     async def list_harnesses(self) -> list[HarnessInfo]:
-        resp = await self._request("GET", "/harnesses")
-        return [HarnessInfo.model_validate(h) for h in resp.json()]
+        return [HarnessInfo.model_validate(h) for h in (await self._call("GET", "/harnesses")).json()]
 
     async def list_tasks(self, dataset: str = "", split: str | None = None) -> list[DatasetTaskInfo]:
         """The Harbor tasks of `dataset` (relative to the server's $HARNESS_ENV_HARBOR_TASKS_DIR;
         empty: that directory), in the order harbor.task_index counts them."""
-        resp = await self._request("GET", "/harbor/tasks", params=_tasks_params(dataset, split))
+        resp = await self._call("GET", "/harbor/tasks", params=_tasks_params(dataset, split))
         return [DatasetTaskInfo.model_validate(t) for t in resp.json()]
 
     async def health(self) -> dict[str, Any]:
-        return (await self._request("GET", "/health")).json()
+        """The health of a server (with several: the first that answers)."""
+        return (await self._call("GET", "/health")).json()
 
 
-class HarnessEnv:
-    """The synchronous client: `HarnessEnv(url).run_rollout(instruction=..., endpoint="vllm")`."""
+class HarnessEnv(_Common):
+    """The synchronous client: `HarnessEnv(url).run_rollout(instruction=..., endpoint="vllm")`;
+    several servers: `HarnessEnv(base_urls=[url1, url2])`."""
 
-    def __init__(self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
-                 hf_token: str | None = None, headers: dict[str, str] | None = None, reconnect_for_s: float = DEFAULT_RECONNECT_FOR_S) -> None:
-        """`token`: the server's HARNESS_ENV_TOKEN; `hf_token`: for a private Hugging Face Space
-        (default: the stored one, on a Space address only); `headers`: sent with every call;
-        `reconnect_for_s`: how long a job call keeps reconnecting to an unreachable server."""
-        self.base_url = base_url.rstrip("/")
-        self.reconnect_for_s = reconnect_for_s
-        self._client = httpx.Client(**_client_options(self.base_url, token, hf_token, headers, timeout))
+    def __init__(self, base_url: str | None = None, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
+                 base_urls: Sequence[str] | None = None, hf_token: str | None = None, headers: dict[str, str] | None = None,
+                 reconnect_for_s: float = DEFAULT_RECONNECT_FOR_S) -> None:
+        """As AsyncHarnessEnv."""
+        super().__init__(base_url, base_urls, reconnect_for_s)
+        self._clients = {url: httpx.Client(**_client_options(url, token, hf_token, headers, timeout)) for url in self.base_urls}
 
     def __enter__(self) -> HarnessEnv:
         return self
@@ -271,68 +301,64 @@ class HarnessEnv:
         self.close()
 
     def close(self) -> None:
-        self._client.close()
-
-    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        for attempt in range(CONNECT_RETRIES + 1):
-            try:
-                resp = self._client.request(method, path, **kw)
-            except httpx.ConnectError:
-                if attempt == CONNECT_RETRIES:
-                    raise
-                time.sleep(0.5 * 2**attempt)
-                continue
-            raise_for(resp)
-            return resp
-        raise AssertionError("unreachable")
-
-    def run_rollout(self, args: RolloutArgs | dict[str, Any] | None = None, **kwargs: Any) -> RolloutResult:
-        resp = self._request("POST", "/rollout", json=_args(args, kwargs))
-        return RolloutResult.model_validate_json(resp.content)
+        for client in self._clients.values():
+            client.close()
 
     def _drive(self, steps: Steps) -> Any:
         reply: Any = None
         error: Exception | None = None
-        while True:
-            try:
-                step = steps.throw(error) if error is not None else steps.send(reply)
-            except StopIteration as done:
-                return done.value
-            reply = error = None
-            if isinstance(step, Call):
+        try:
+            while True:
                 try:
-                    reply = self._client.request(step.method, step.path, **step.kw)
-                except httpx.TransportError as e:
-                    error = e
-            else:
-                time.sleep(step.seconds)
+                    step = steps.throw(error) if error is not None else steps.send(reply)
+                except StopIteration as done:
+                    return done.value
+                reply = error = None
+                if isinstance(step, Call):
+                    try:
+                        reply = self._clients[step.server].request(step.method, step.path, **step.kw)
+                    except httpx.TransportError as e:
+                        error = e
+                else:
+                    time.sleep(step.seconds)
+        finally:
+            steps.close()
+
+    def _call(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        return self._drive(routed_steps(self._servers, method, path, kw))[1]
+
+    def run_rollout(self, args: RolloutArgs | dict[str, Any] | None = None, **kwargs: Any) -> RolloutResult:
+        """As AsyncHarnessEnv.run_rollout."""
+        return self._drive(rollout_steps(self._servers, _args(args, kwargs)))
 
     def submit(self, args: RolloutArgs | dict[str, Any] | None = None, *, idempotency_key: str | None = None,
                retry_busy: bool = False, **kwargs: Any) -> RolloutAccepted:
         """As AsyncHarnessEnv.submit."""
-        steps = submit_steps(_args(args, kwargs), idempotency_key or uuid.uuid4().hex, retry_busy=retry_busy,
+        steps = submit_steps(self._servers, _args(args, kwargs), idempotency_key or uuid.uuid4().hex, retry_busy=retry_busy,
                              patience=Patience(self.reconnect_for_s))
         return self._drive(steps)
 
     def get(self, rollout_id: str, detail: Detail = "summary", wait_s: float = 0.0) -> RolloutJob:
-        return self._drive(get_steps(rollout_id, detail, wait_s))
+        return self._drive(get_steps(self._servers, rollout_id, detail, wait_s))
 
     def wait(self, rollout_id: str, timeout: float | None = None) -> RolloutResult:
-        return self._drive(wait_steps(rollout_id, timeout, Patience(self.reconnect_for_s)))
+        return self._drive(wait_steps(self._servers, rollout_id, timeout, Patience(self.reconnect_for_s)))
 
     def cancel(self, rollout_id: str) -> RolloutJob:
-        return RolloutJob.model_validate_json(self._request("DELETE", f"/rollouts/{rollout_id}").content)
+        return self._drive(cancel_steps(self._servers, rollout_id))
 
     def list_rollouts(self, **filters: Any) -> dict[str, Any]:
-        return self._request("GET", "/rollouts", params={k: v for k, v in filters.items() if v is not None}).json()
+        """As AsyncHarnessEnv.list_rollouts."""
+        return self._drive(list_steps(self._servers, filters))
 
     def events(self, rollout_id: str) -> Iterator[PhaseEvent | JobEnd]:
         """As AsyncHarnessEnv.events."""
+        client = self._clients[self._drive(locate_steps(self._servers, rollout_id))]
         patience, last = Patience(self.reconnect_for_s), None
         while True:
             try:
                 headers = {"last-event-id": last} if last is not None else {}
-                with self._client.stream("GET", f"/rollouts/{rollout_id}/events", headers=headers, timeout=EVENTS_TIMEOUT) as r:
+                with client.stream("GET", f"/rollouts/{rollout_id}/events", headers=headers, timeout=EVENTS_TIMEOUT) as r:
                     if r.status_code >= 400:
                         r.read()
                         if r.status_code not in TRANSIENT:
@@ -345,6 +371,8 @@ class HarnessEnv:
                         if (ev := parser.feed(line)) is not None:
                             item = parse_event(ev[0], ev[2])
                             last = ev[1] if ev[1] is not None else last
+                            if isinstance(item, JobEnd):
+                                self._servers.ended(rollout_id)
                             yield item
                             if isinstance(item, JobEnd):
                                 return
@@ -366,13 +394,14 @@ class HarnessEnv:
                 yield fut.result()
 
     def list_harnesses(self) -> list[HarnessInfo]:
-        return [HarnessInfo.model_validate(h) for h in self._request("GET", "/harnesses").json()]
+        return [HarnessInfo.model_validate(h) for h in self._call("GET", "/harnesses").json()]
 
     def list_tasks(self, dataset: str = "", split: str | None = None) -> list[DatasetTaskInfo]:
         """The Harbor tasks of `dataset` (relative to the server's $HARNESS_ENV_HARBOR_TASKS_DIR;
         empty: that directory), in the order harbor.task_index counts them."""
-        resp = self._request("GET", "/harbor/tasks", params=_tasks_params(dataset, split))
+        resp = self._call("GET", "/harbor/tasks", params=_tasks_params(dataset, split))
         return [DatasetTaskInfo.model_validate(t) for t in resp.json()]
 
     def health(self) -> dict[str, Any]:
-        return self._request("GET", "/health").json()
+        """As AsyncHarnessEnv.health."""
+        return self._call("GET", "/health").json()

@@ -1,116 +1,134 @@
-"""The client's side of jobs, written once for the sync and async clients: each call is a generator
-of steps (an HTTP call to make, a pause to take) that the client drives with its own httpx client
+"""The client's side of rollouts and jobs, written once for the sync and async clients: each call
+is a generator of steps (client/steps.py) that the client drives with its own httpx clients
 (client/http.py), and the Server-Sent Events parser.
 
 What makes it durable: a submission carries an idempotency key, so repeating it after a dropped
 connection runs nothing twice; a busy server (429) or one restarting (502/503/504) is retried
 with backoff; waiting is a long poll that reconnects after any drop. A server unreachable for
 longer than `reconnect_for_s` in a row ends the wait with the last error.
+
+With several servers (client/servers.py) a rollout goes to the one with the fewest in flight, a
+busy or unreachable one passes it to the next, and a job's later calls go to the server that
+took it.
 """
 
 from __future__ import annotations
 
-import random
 import time
-from collections.abc import Generator
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from harness_env.client.servers import Servers, locate_steps, routed_steps
+from harness_env.client.steps import (
+    BUSY,
+    NEVER_REACHED,
+    TRANSIENT,
+    Call,
+    HarnessEnvClientError,
+    Patience,
+    Steps,
+    error_of,
+    raise_for,
+)
 from harness_env.models import MAX_WAIT_S, JobEnd, PhaseEvent, RolloutAccepted, RolloutJob, RolloutResult
 
-TRANSIENT = frozenset({429, 502, 503, 504})  # busy, or a proxy in front while the server restarts
-BACKOFF_START_S, BACKOFF_MAX_S = 0.5, 30.0
-DEFAULT_RECONNECT_FOR_S = 600.0
 POLL_SLACK_S = 30.0  # a long poll's read timeout beyond the wait it asked for
 
 
-class HarnessEnvClientError(Exception):
-    """The server refused the call: bad arguments (status 422), busy (429), auth (401), ..."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{status}: {message}")
-        self.status = status
-        self.message = message
-
-
-def raise_for(resp: httpx.Response) -> None:
-    if resp.status_code < 400:
-        return
-    try:
-        body = resp.json()
-        detail = body.get("detail") or (body.get("error") or {}).get("message") or resp.text
-    except (ValueError, AttributeError):
-        detail = resp.text
-    raise HarnessEnvClientError(resp.status_code, detail if isinstance(detail, str) else str(detail))
+def rollout_steps(servers: Servers, args: dict[str, Any]) -> Steps:
+    """POST /rollout on the server with the fewest rollouts in flight (the next on a refusal);
+    the server is remembered as the result's owner."""
+    url, resp = yield from routed_steps(servers, "POST", "/rollout", {"json": args}, count=True)
+    result = RolloutResult.model_validate_json(resp.content)
+    if result.rollout_id:
+        servers.own(result.rollout_id, url)
+    return result
 
 
-@dataclass(frozen=True)
-class Call:
-    """An HTTP call for the driver to make; it sends back the response or throws the httpx error."""
-
-    method: str
-    path: str
-    kw: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Pause:
-    seconds: float
-
-
-Steps = Generator[Call | Pause, Any, Any]
-
-
-@dataclass
-class Patience:
-    """Backoff between retries, and how long the server may stay unreachable in a row."""
-
-    reconnect_for_s: float = DEFAULT_RECONNECT_FOR_S
-    delay: float = BACKOFF_START_S
-    unreachable_since: float | None = None
-
-    def pause(self) -> Pause:
-        seconds = self.delay * (0.5 + random.random() / 2)  # jittered: retries of many rollouts do not arrive together
-        self.delay = min(self.delay * 2, BACKOFF_MAX_S)
-        return Pause(seconds)
-
-    def unreachable(self, error: Exception) -> Pause:
-        """A transport error: a pause before trying again, or the error once it has lasted too long."""
-        now = time.monotonic()
-        self.unreachable_since = self.unreachable_since or now
-        if now - self.unreachable_since > self.reconnect_for_s:
-            raise error
-        return self.pause()
-
-    def reached(self) -> None:
-        self.unreachable_since = None
+def submit_steps(servers: Servers, args: dict[str, Any], key: str, *, retry_busy: bool, patience: Patience) -> Steps:
+    """POST /rollouts until a server accepts it: the one with the fewest in flight first, the next
+    when one is busy or never reached. When all are busy: 429, or with `retry_busy` all again
+    after a pause. The job then belongs to its server (counted in flight until seen ended)."""
+    while True:
+        tried: set[str] = set()
+        busy: HarnessEnvClientError | None = None
+        unreachable: Exception | None = None
+        while (url := servers.take(tried)) is not None:
+            tried.add(url)
+            try:
+                outcome = yield from _submit_to(url, args, key, retry_busy=retry_busy, patience=patience)
+            except BaseException:
+                servers.release(url)
+                raise
+            if isinstance(outcome, RolloutAccepted):
+                servers.reached(url)
+                servers.own(outcome.rollout_id, url, counted=True)
+                return outcome
+            servers.release(url)
+            servers.refused(url)
+            if isinstance(outcome, HarnessEnvClientError):
+                busy = outcome
+            else:
+                unreachable = outcome
+        if busy is not None:
+            if not retry_busy:
+                raise busy
+            yield patience.pause()
+        else:
+            assert unreachable is not None
+            yield patience.unreachable(unreachable)
 
 
-def submit_steps(args: dict[str, Any], key: str, *, retry_busy: bool, patience: Patience) -> Steps:
-    """POST /rollouts until it is accepted (the same key each time: a repeat runs nothing new)."""
+def _submit_to(url: str, args: dict[str, Any], key: str, *, retry_busy: bool, patience: Patience) -> Steps:
+    """Submit to one server: its acceptance, or its busy refusal or never-reached error (which
+    another server may then take). Once the request may have reached it, the submission stays
+    with it: repeating the key there runs nothing twice, but another server would run it again."""
+    sent = False
     while True:
         try:
-            resp = yield Call("POST", "/rollouts", {"json": args, "headers": {"idempotency-key": key}})
+            resp = yield Call(url, "POST", "/rollouts", {"json": args, "headers": {"idempotency-key": key}})
+        except NEVER_REACHED as e:
+            if not sent:
+                return e
+            yield patience.unreachable(e)
+            continue
         except httpx.TransportError as e:  # it may have reached the server: the key makes retrying safe
+            sent = True
             yield patience.unreachable(e)
             continue
         patience.reached()
-        if resp.status_code in TRANSIENT and (retry_busy or resp.status_code != 429):
+        if resp.status_code == BUSY and not sent:
+            return error_of(resp)
+        if resp.status_code in TRANSIENT and (retry_busy or resp.status_code != BUSY):
+            sent = True  # a proxy's 502/503/504: the server may have had it
             yield patience.pause()
             continue
         raise_for(resp)
         return RolloutAccepted.model_validate_json(resp.content)
 
 
-def get_steps(rollout_id: str, detail: str, wait_s: float) -> Steps:
-    resp = yield Call("GET", f"/rollouts/{rollout_id}", {"params": {"detail": detail, "wait": wait_s}, "timeout": wait_s + POLL_SLACK_S})
+def get_steps(servers: Servers, rollout_id: str, detail: str, wait_s: float) -> Steps:
+    url = yield from locate_steps(servers, rollout_id)
+    resp = yield Call(url, "GET", f"/rollouts/{rollout_id}", {"params": {"detail": detail, "wait": wait_s}, "timeout": wait_s + POLL_SLACK_S})
     raise_for(resp)
-    return RolloutJob.model_validate_json(resp.content)
+    job = RolloutJob.model_validate_json(resp.content)
+    if job.ended:
+        servers.ended(rollout_id)
+    return job
 
 
-def wait_steps(rollout_id: str, timeout: float | None, patience: Patience) -> Steps:
+def cancel_steps(servers: Servers, rollout_id: str) -> Steps:
+    """DELETE /rollouts/{id} on the server that owns it."""
+    url = yield from locate_steps(servers, rollout_id)
+    _, resp = yield from routed_steps(servers, "DELETE", f"/rollouts/{rollout_id}", {}, only=url)
+    job = RolloutJob.model_validate_json(resp.content)
+    if job.ended:
+        servers.ended(rollout_id)
+    return job
+
+
+def wait_steps(servers: Servers, rollout_id: str, timeout: float | None, patience: Patience) -> Steps:
     """Long-poll GET /rollouts/{id} until the job ended; its whole result."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
@@ -118,7 +136,7 @@ def wait_steps(rollout_id: str, timeout: float | None, patience: Patience) -> St
         if left <= 0:
             raise TimeoutError(f"rollout {rollout_id} did not end within {timeout} s (it goes on; wait again or cancel it)")
         try:
-            job = yield from get_steps(rollout_id, "full", round(left, 3))
+            job = yield from get_steps(servers, rollout_id, "full", round(left, 3))
         except httpx.TransportError as e:
             yield patience.unreachable(e)
             continue

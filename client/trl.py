@@ -43,8 +43,9 @@ def args_from_request(request: dict[str, Any]) -> dict[str, Any]:
         args = RolloutArgs.model_validate({**flat, **request.get("task", {})})
         return args.model_dump(mode="json", exclude_none=True) | {"api_key": args.api_key.get_secret_value()}
     req = RolloutRequest.model_validate(request)
-    flat = req.model_dump(mode="json", exclude={"task", "endpoint"})
-    task = req.task.model_dump(mode="json", exclude={"metadata"})
+    # Unset fields left out: the flat arguments take no None where a request has one (task_id).
+    flat = req.model_dump(mode="json", exclude={"task", "endpoint"}, exclude_none=True)
+    task = req.task.model_dump(mode="json", exclude={"metadata"}, exclude_none=True)
     ep = req.endpoint
     return {**flat, **task, "base_url": ep.base_url, "model": ep.model, "api_key": ep.api_key.get_secret_value()}
 

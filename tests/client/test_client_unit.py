@@ -46,5 +46,10 @@ def test_a_private_space_gets_the_stored_hugging_face_token_and_no_other_host_do
     assert http.auth_headers("https://x.hf.space", "tok", "", None) == {"authorization": "Bearer tok"}  # "": no HF token
     assert http.auth_headers("http://h", None, "hf_given", {"X-Trace": "1"}) == {"authorization": "Bearer hf_given", "x-trace": "1"}
     with HarnessEnv("https://someone-harness-env.hf.space", token="tok", headers={"x-extra": "1"}) as env:
-        sent = env._client.headers
+        sent = env._clients[env.base_url].headers
         assert sent["authorization"] == "Bearer hf_stored" and sent["x-harness-env-token"] == "tok" and sent["x-extra"] == "1"
+    # Several servers: the same token for each, the Hugging Face token to the Space address only.
+    with HarnessEnv(base_urls=["https://someone-harness-env.hf.space", "http://127.0.0.1:8100"], token="tok") as env:
+        space, plain = (env._clients[url].headers for url in env.base_urls)
+        assert space["authorization"] == "Bearer hf_stored" and space["x-harness-env-token"] == "tok"
+        assert plain["authorization"] == "Bearer tok" and "x-harness-env-token" not in plain

@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from harness_env.client.trl import HarnessRolloutFunc, HarnessSessionFactory, harness_reward, rollout_batch
-from harness_env.models import RolloutResult
+from harness_env.models import RolloutArgs, RolloutResult
 from harness_env.rollout import run_many_sync
 
 pytestmark = pytest.mark.e2e
@@ -93,3 +93,4 @@ def test_requests_become_the_servers_flat_arguments():
     explicit = args_from_request({"endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key": "k"},
                                   "task": {"instruction": "y", "verify": ["true"]}})
     assert (explicit["base_url"], explicit["model"], explicit["api_key"], explicit["verify"]) == ("http://127.0.0.1:9/v1", "m", "k", ["true"])
+    RolloutArgs.model_validate(explicit)  # what the client checks before sending: a task with no task_id passes

@@ -1,0 +1,88 @@
+"""What the client's calls are made of, written once for the sync and async clients: a call is a
+generator of steps (an HTTP call to make on a given server, a pause to take) that each client
+drives with its own httpx clients; the error a refused call raises; the backoff between retries.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+BUSY = 429  # the server's answer to ServerBusy: nothing was accepted
+TRANSIENT = frozenset({BUSY, 502, 503, 504})  # busy, or a proxy in front while the server restarts
+BACKOFF_START_S, BACKOFF_MAX_S = 0.5, 30.0
+DEFAULT_RECONNECT_FOR_S = 600.0
+# Errors of a call that never reached the server: another server (or a retry) cannot run it twice.
+NEVER_REACHED: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout)
+
+
+class HarnessEnvClientError(Exception):
+    """The server refused the call: bad arguments (status 422), busy (429), auth (401), ..."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def error_of(resp: httpx.Response) -> HarnessEnvClientError:
+    try:
+        body = resp.json()
+        detail = body.get("detail") or (body.get("error") or {}).get("message") or resp.text
+    except (ValueError, AttributeError):
+        detail = resp.text
+    return HarnessEnvClientError(resp.status_code, detail if isinstance(detail, str) else str(detail))
+
+
+def raise_for(resp: httpx.Response) -> None:
+    if resp.status_code >= 400:
+        raise error_of(resp)
+
+
+@dataclass(frozen=True)
+class Call:
+    """An HTTP call for the driver to make on `server` (one of the client's base URLs); it sends
+    back the response or throws the httpx error."""
+
+    server: str
+    method: str
+    path: str
+    kw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Pause:
+    seconds: float
+
+
+Steps = Generator[Call | Pause, Any, Any]
+
+
+@dataclass
+class Patience:
+    """Backoff between retries, and how long the server may stay unreachable in a row."""
+
+    reconnect_for_s: float = DEFAULT_RECONNECT_FOR_S
+    delay: float = BACKOFF_START_S
+    unreachable_since: float | None = None
+
+    def pause(self) -> Pause:
+        seconds = self.delay * (0.5 + random.random() / 2)  # jittered: retries of many rollouts do not arrive together
+        self.delay = min(self.delay * 2, BACKOFF_MAX_S)
+        return Pause(seconds)
+
+    def unreachable(self, error: Exception) -> Pause:
+        """A transport error: a pause before trying again, or the error once it has lasted too long."""
+        now = time.monotonic()
+        self.unreachable_since = self.unreachable_since or now
+        if now - self.unreachable_since > self.reconnect_for_s:
+            raise error
+        return self.pause()
+
+    def reached(self) -> None:
+        self.unreachable_since = None
