@@ -38,7 +38,9 @@ def add_eval_parser(sub: Any) -> None:
     g.add_argument("--concurrency", type=int, default=4, help="attempts run at once (default: %(default)s)")
     g.add_argument("--out", required=True, metavar="DIR", help="where results and summary.json go; an existing one is resumed")
     g.add_argument("--threshold", type=float, default=1.0, help="an attempt passes when its reward is at least this (default: %(default)s)")
-    g.add_argument("--server", metavar="URL", help="run on this harness-env server as jobs (default: in this process)")
+    g.add_argument("--server", metavar="URL", action="append",
+                   help="run on this harness-env server as jobs; repeat it for several servers, each attempt going to the one "
+                        "with the fewest in flight (default: in this process)")
     g.add_argument("--token", default=os.environ.get("HARNESS_ENV_TOKEN") or None,
                    help="the server's token (env HARNESS_ENV_TOKEN; default: none)")
     g.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -18,7 +18,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,7 +118,7 @@ async def _run_local(request: RolloutRequest, use_bwrap: bool | None) -> Rollout
 
 async def evaluate_async(
     requests: list[tuple[str, RolloutRequest | dict]], out: str | Path, *, attempts: int = 1, concurrency: int = 8,
-    threshold: float = 1.0, server: str | None = None, token: str | None = None, use_bwrap: bool | None = None,
+    threshold: float = 1.0, server: str | Sequence[str] | None = None, token: str | None = None, use_bwrap: bool | None = None,
     on_progress: Callable[[Progress], None] | None = None,
 ) -> dict[str, Any]:
     """Run `attempts` attempts of every (task_id, request) not already finished in `out`, at most
@@ -126,6 +126,10 @@ async def evaluate_async(
     summary (report.summarize). Never raises for a failed rollout: it is a result."""
     if attempts < 1 or concurrency < 1:
         raise ValueError("attempts and concurrency must be at least 1")
+    if server:  # first: a bad address is refused before anything is written
+        from harness_env.client.servers import server_urls
+
+        urls = server_urls(None, [server] if isinstance(server, str) else list(server))
     out = Path(out)
     checked = [(tid, r if isinstance(r, RolloutRequest) else RolloutRequest.model_validate(r)) for tid, r in requests]
     if len({tid for tid, _ in checked}) != len(checked):
@@ -141,7 +145,7 @@ async def evaluate_async(
     if server:
         from harness_env.client.http import AsyncHarnessEnv
 
-        client = AsyncHarnessEnv(server, token=token)
+        client = AsyncHarnessEnv(base_urls=urls, token=token)
 
     async def one(tid: str, req: RolloutRequest, i: int) -> None:
         async with sem:

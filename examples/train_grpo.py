@@ -57,7 +57,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--tasks", required=True, help="JSON lines of Task fields (instruction, verify, setup, files, task_id)")
     ap.add_argument("--server", default=env.get("HARNESS_ENV_URL", "http://127.0.0.1:8100"),
-                    help="harness-env server URL (env HARNESS_ENV_URL; default %(default)s)")
+                    help="harness-env server URL, or several separated by commas: each rollout goes to the one with the "
+                         "fewest in flight (env HARNESS_ENV_URL; default %(default)s)")
     ap.add_argument("--token", default=env.get("HARNESS_ENV_TOKEN"), help="the harness-env server's token, if it has one (env HARNESS_ENV_TOKEN)")
     ap.add_argument("--vllm-url", default=env.get("VLLM_URL", "http://127.0.0.1:8000"),
                     help="the vLLM server the trainer pushes its weights into and the harnesses sample from "
@@ -164,7 +165,7 @@ def build_trainer_kwargs(args: argparse.Namespace, tasks: list[dict[str, Any]], 
         from harness_env.client import HarnessEnv
         from harness_env.client.trl import remote_runner
 
-        run_many = remote_runner(HarnessEnv(args.server, token=args.token), concurrency=args.concurrency)
+        run_many = remote_runner(HarnessEnv(base_urls=[u.strip() for u in args.server.split(",")], token=args.token), concurrency=args.concurrency)
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": t["instruction"]}]} for t in tasks])
     return dict(model=args.model, args=build_config(args, **config_overrides), train_dataset=dataset,
                 reward_funcs=[harness_reward], rollout_func=build_rollout_func(args, tasks, run_many))

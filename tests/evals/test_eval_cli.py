@@ -174,6 +174,31 @@ def test_eval_resumes_after_a_kill_without_rerunning_finished_attempts(tmp_path,
     assert other.returncode == 2 and "holds an evaluation of harness 'whitebox' with model 'm'" in other.stderr
 
 
+def test_eval_over_two_servers_spreads_the_attempts(tmp_path, policy, start_server):
+    from harness_env.client.http import HarnessEnv
+
+    servers = [start_server(), start_server()]
+    tasks = _write_jsonl(tmp_path / "tasks.jsonl", [TASKS[0], TASKS[1]])
+    p = _eval(policy, tasks, tmp_path / "run", "-n", "2", "--concurrency", "4", "--server", servers[0].url, "--server", servers[1].url)
+    _, stderr = p.communicate(timeout=240)
+    assert p.returncode == 0, stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["overall"]["pass_at_k"] == {"1": 0.5, "2": 0.5} and summary["overall"]["infra_failures"] == 0
+    ran = []
+    for s in servers:
+        with HarnessEnv(s.url) as env:
+            ran.append(len(env.list_rollouts()["items"]))
+        s.assert_no_rollout_left()
+    assert sorted(ran) == [2, 2], ran  # 4 at once: the fewest in flight takes the next, 2 each
+
+
+def test_eval_bad_server_url_is_one_line(tmp_path, policy):
+    tasks = _write_jsonl(tmp_path / "tasks.jsonl", [TASKS[0]])
+    p = _eval(policy, tasks, tmp_path / "run", "--server", "http://127.0.0.1:1", "--server", "ftp://nowhere")
+    _, stderr = p.communicate(timeout=60)
+    assert p.returncode == 2 and len(stderr.strip().splitlines()) == 1 and "ftp://nowhere" in stderr, stderr
+
+
 def test_eval_bad_input_is_one_line(tmp_path, policy):
     p = _eval(policy, tmp_path / "missing.jsonl", tmp_path / "run")
     _, stderr = p.communicate(timeout=60)

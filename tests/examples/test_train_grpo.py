@@ -103,6 +103,12 @@ def test_the_rollout_function_runs_through_the_harness_env_server(example, monke
     assert client.base_url == "http://harness-host:8100" and concurrency == 3
     assert type(func) is project_trl.HarnessRolloutFunc
     assert func.task_for_prompt([{"role": "user", "content": "make file 1"}]) == TASKS[1]
+    # Several servers, comma-separated: one client spreading the rollouts over them.
+    made.clear()
+    args = example.parse_args(["--tasks", "tasks.jsonl", "--server", "http://a:8100, http://b:8100"])
+    example.build_trainer_kwargs(args, TASKS, **CPU)
+    ((client, _),) = made
+    assert client.base_urls == ["http://a:8100", "http://b:8100"]
 
 
 def test_urls_and_model_default_to_the_variables_the_harness_env_server_reads(example, monkeypatch):
