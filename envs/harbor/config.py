@@ -41,6 +41,9 @@ AGENT_API_FORMATS = {
     "claude-code": "anthropic_messages",
     "gemini-cli": "google_generate_content",
 }
+# Each served format's dialect (core/capture/dialects): what a native upstream must speak to be passed through.
+FORMAT_DIALECTS = {CHAT_API_FORMAT: "chat_completions", "openai_responses": "responses", "anthropic_messages": "messages",
+                   "google_generate_content": "gemini"}
 MODEL_PROVIDER = "harness-env"
 LOCAL_SANDBOX = "local"
 LOCAL_ENV_IMPORT_PATH = "harness_env.envs.harbor.local_env:LocalHarborEnvironment"
