@@ -161,6 +161,48 @@ async def test_harbor_vendor_api_agents_through_the_capture_proxy(policy_server,
     _no_process_left(res.sandbox_id)
 
 
+# The rest of the native suite's cases (tests/envs/test_e2e.py) for the vendor-API agents under
+# Harbor: the work not done (and a reward forged) scores 0, a hanging policy is one deadline with
+# nothing left, an unreachable endpoint is the endpoint's failure (reward None, never 0).
+FORGE = ("for f in /logs/verifier/reward.txt /root/logs/verifier/reward.txt; do mkdir -p $(dirname $f); echo 1.0 > $f; done; "
+         "echo '{\"reward\": 1.0}' > /logs/verifier/reward.json; echo forged")
+
+
+# A verifier that trusts a reward file it finds (writes 0 only when there is none): a forged file
+# that survived to verify would score 1.0.
+TRUSTING_TEST_SH = ("#!/bin/bash\nif grep -qx hello /app/hello.txt; then echo 1 > /logs/verifier/reward.txt\n"
+                    "elif [ ! -e /logs/verifier/reward.txt ]; then echo 0 > /logs/verifier/reward.txt; fi\n")
+
+
+@pytest.mark.parametrize("agent", sorted(VENDOR_AGENTS))
+async def test_harbor_vendor_api_agent_not_doing_the_work_scores_0_even_forging_the_reward(policy_server, tmp_path, agent):
+    task_dir = hello_task_dir(tmp_path, solve=False, test_sh=TRUSTING_TEST_SH)
+    script = [{"bash": FORGE}, {"text": "I did not write hello.txt."}]
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": agent}, script=script))
+    assert res.error is None, (res.error, res.agent_log_tail)
+    assert res.reward == 0.0 and res.reward_source == "reward_file" and res.agent_tool_calls == 1
+    assert "hello.txt" not in res.files
+    _no_process_left(res.sandbox_id)
+
+
+@pytest.mark.parametrize("agent", sorted(VENDOR_AGENTS))
+async def test_harbor_vendor_api_agent_with_a_hanging_policy_times_out_and_leaves_nothing(policy_server, agent):
+    t0 = time.monotonic()
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(HELLO_WORLD), "agent": agent}, script=[{"hang": 120}], agent_timeout_s=8))
+    assert res.reward is None and res.error_kind == "agent_timeout", (res.error_kind, res.error)
+    assert time.monotonic() - t0 < 60
+    _no_process_left(res.sandbox_id)
+
+
+@pytest.mark.parametrize("agent", sorted(VENDOR_AGENTS))
+async def test_harbor_vendor_api_agent_with_an_unreachable_endpoint_is_an_endpoint_error(policy_server, agent):
+    req = harbor_request(policy_server, {"task_dir": str(HELLO_WORLD), "agent": agent}, script=[{"text": "never asked"}])
+    req.endpoint.base_url = "http://127.0.0.1:9/v1"
+    res = await run_rollout(req)
+    assert res.error_kind == "endpoint" and res.reward is None and "unreachable" in res.error
+    assert policy_server.policy.requests == [] and res.proxy_turns == []
+
+
 @pytest.mark.parametrize(
     "verify, expected",
     [
