@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task
-from harness_env.core.capture.passthrough import NativeStream, check_wire_api, upstream_headers, upstream_url
+from harness_env.core.capture.passthrough import NativeReader, NativeStream, check_wire_api, upstream_headers, upstream_url
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import CapturePolicy
@@ -221,3 +221,21 @@ def test_wire_api_is_declared_once_and_reaches_the_endpoint_from_every_surface()
     args = RolloutArgs(instruction="hi", base_url="https://api.example", model="claude-x", wire_api="messages", harness="claude-code",
                        mode="black_box")
     assert to_request(args, env={}).endpoint.wire_api == "messages"
+
+
+@pytest.mark.parametrize("dialect,answer", [
+    ("responses", {"status": "completed", "usage": {"input_tokens": 3}, "output": [
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
+        {"type": "message", "content": [{"type": "output_text", "text": "Let me"}]},
+        {"type": "function_call", "call_id": "t1", "name": "Bash", "arguments": '{"command": "ls"}'}]}),
+    ("gemini", [{"candidates": [{"content": {"parts": [{"text": "think", "thought": True}, {"text": "Let me"}]}}]},
+                {"candidates": [{"content": {"parts": [{"functionCall": {"id": "t1", "name": "Bash", "args": {"command": "ls"}}}]},
+                                 "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 3}}]),
+])
+def test_whole_native_answers_of_the_other_dialects_are_read_into_the_turn(dialect, answer):
+    draft = TurnDraft()
+    NativeReader(dialect, draft).whole(json.dumps(answer).encode())
+    fields = draft.fields()
+    assert fields["completion_text"] == "Let me" and fields["reasoning_text"] == "think"
+    assert fields["tool_calls"] == [{"id": "t1", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "ls"}'}}]
+    assert fields["finish_reason"] in ("completed", "STOP") and fields["usage"]
