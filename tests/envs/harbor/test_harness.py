@@ -507,6 +507,26 @@ def test_each_agent_gets_its_wire_format_base_url_and_native_config():
     assert cfg("claude-code", config={"env": {"X": "1"}}).kwargs["config"]["env"] == {"X": "1"}
 
 
+def test_gemini_cli_on_a_provider_sandbox_keeps_our_offline_settings(tmp_path):
+    """On a provider's sandbox Harbor installs Gemini CLI itself; its settings.json still carries our
+    offline table (no usage statistics, no web tools) beside Harbor's API-key auth."""
+    from harbor.agents.factory import AgentFactory
+    from harbor.models.agent.name import AgentName
+
+    from harness_env.envs.gemini_cli.config import DENIED_TOOLS
+    from harness_env.envs.harbor.config import agent_config
+
+    config = agent_config(HarborOptions(agent="gemini-cli", sandbox="docker"), proxy_base_url="http://10.0.0.1:8100/capture/v1",
+                          session_key="k", model="org/m", agent_timeout_s=30, setup_timeout_s=10)
+    assert config.name is None and config.import_path == "harness_env.envs.harbor.agents:OfflineGeminiCli"
+    agent = AgentFactory.create_agent_from_config(config, logs_dir=tmp_path)
+    assert type(agent).install is AgentFactory.get_agent_class(AgentName("gemini-cli")).install  # Harbor's own installer
+    settings, _ = agent._build_settings_config("gemini/org--m", "gemini-api-key")
+    assert settings["security"]["auth"]["selectedType"] == "gemini-api-key"  # Harbor's
+    assert settings["privacy"]["usageStatisticsEnabled"] is False and settings["telemetry"]["enabled"] is False  # ours
+    assert settings["general"]["enableAutoUpdate"] is False and set(DENIED_TOOLS) <= set(settings["tools"]["exclude"])
+
+
 def test_verify_results_skip_lines_that_are_not_ours(tmp_path):
     """verify_results.jsonl is writable by the verify commands: junk lines are skipped, never a crash."""
     from harness_env.envs.harbor.harness import _verify_results
