@@ -140,6 +140,8 @@ class CaptureProxy:
         await send_reply(send, reply)
 
     async def _serve(self, dialect: Dialect, route: Route, scope: Scope, receive: Receive) -> Reply:
+        if route.keyless:  # a reachability probe: no model call, nothing shown but that the proxy is up
+            return dialect.local_reply(route, None, scope)
         key = dialect.presented_key(scope)
         session = self._sessions.get(key) if key else None
         if session is None:
