@@ -268,7 +268,8 @@ async def pass_through(proxy: CaptureProxy, dialect: Dialect, session: CaptureSe
     url = upstream_url(endpoint.base_url, route_path(scope), scope.get("query_string", b""))
     headers = upstream_headers(dialect.name, scope, endpoint.api_key.get_secret_value())
     started = time.monotonic()
-    call = asyncio.ensure_future(proxy._http().post(url, data=raw, headers=headers))
+    # No redirects: the key header would follow them to wherever they point.
+    call = asyncio.ensure_future(proxy._http().post(url, data=raw, headers=headers, allow_redirects=False))
     session.add_upstream_call(call)
     try:
         resp = await call

@@ -4,7 +4,7 @@ endpoint would): for the capture proxy's pass-through, where nothing is translat
 Scripts are FakePolicy's (tests/fakes/policy.py), per model name, one step per assistant message
 already in the conversation: {"bash": CMD} calls the harness's shell tool (`Bash` for Claude Code),
 {"text": T} answers and ends, {"status": N} answers an error in Anthropic's shape, {"hang": S}
-sleeps first. "{key}" in a text is replaced by the key the request presented, as an upstream that
+sleeps first, {"redirect": URL} answers a 307 to URL. "{key}" in a text is replaced by the key the request presented, as an upstream that
 echoes it would. A request without tools (a title, a summary) gets "Fake title". It answers only
 `x-api-key: <its key>` (401 otherwise), streams as Anthropic does (message_start, content blocks,
 message_delta, message_stop) or answers whole, and records every request and its headers.
@@ -20,7 +20,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.fakes.loopback import LoopbackServer
@@ -81,6 +81,8 @@ class FakeMessagesUpstream:
             await asyncio.sleep(step["hang"])
         if "status" in step:
             return _error(step["status"], f"scripted failure {step['status']}")
+        if "redirect" in step:
+            return RedirectResponse(step["redirect"], status_code=307)
         blocks: list[dict[str, Any]] = []
         if "bash" in step:
             tool = next((t for t in body.get("tools", []) if str(t.get("name")).lower() in SHELL_TOOL_NAMES), None)

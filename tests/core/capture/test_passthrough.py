@@ -239,3 +239,14 @@ def test_whole_native_answers_of_the_other_dialects_are_read_into_the_turn(diale
     assert fields["completion_text"] == "Let me" and fields["reasoning_text"] == "think"
     assert fields["tool_calls"] == [{"id": "t1", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "ls"}'}}]
     assert fields["finish_reason"] in ("completed", "STOP") and fields["usage"]
+
+
+async def test_a_redirect_is_not_followed_with_the_key(native_env):
+    proxy, upstream, server, client = native_env
+    elsewhere = FakeMessagesUpstream(key="other")
+    with FakeMessagesServer(elsewhere) as other:
+        upstream.scripts["claude-x"] = [{"redirect": other.base_url.removesuffix("/v1") + "/v1/messages"}]
+        session = proxy.open_session(_native(server.base_url), CapturePolicy(capture=False))
+        r = await client.post("/v1/messages", json=_body(False), headers={"x-api-key": session.key}, follow_redirects=False)
+    assert r.status_code == 307 and elsewhere.requests == []  # the key went nowhere else
+    assert session.sorted_turns()[0].upstream_status == 307
