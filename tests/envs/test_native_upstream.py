@@ -1,5 +1,7 @@
-"""End to end: the real Claude Code and Codex CLIs, in the real sandbox, through the capture proxy's
+"""End to end: the real Claude Code, Codex and Gemini CLIs, in the real sandbox, through the capture proxy's
 pass-through to a scripted upstream that speaks their API itself (black_box mode)."""
+
+import json
 
 import pytest
 
@@ -7,6 +9,7 @@ from harness_env import Endpoint, RolloutRequest, Task, run_rollout
 from harness_env.core.errors import ToolMissingError
 from harness_env.envs import get_harness
 from tests.envs.test_e2e import _no_process_left
+from tests.fakes.gemini_upstream import FakeGeminiServer, FakeGeminiUpstream
 from tests.fakes.messages_upstream import FakeMessagesServer, FakeMessagesUpstream
 from tests.fakes.responses_upstream import FakeResponsesServer, FakeResponsesUpstream
 
@@ -20,6 +23,7 @@ SPY = ("echo hello > hello.txt; env > env.txt; cat /proc/*/cmdline 2>/dev/null |
 NATIVE = {
     "claude-code": ("messages", FakeMessagesUpstream, FakeMessagesServer, "Bash", "x-api-key", KEY),
     "codex": ("responses", FakeResponsesUpstream, FakeResponsesServer, "exec_command", "authorization", f"Bearer {KEY}"),
+    "gemini-cli": ("gemini", FakeGeminiUpstream, FakeGeminiServer, "run_shell_command", "x-goog-api-key", KEY),
 }
 
 
@@ -42,9 +46,11 @@ async def test_a_harness_against_an_upstream_that_speaks_its_api(harness):
     assert res.error is None, (res.error, res.agent_log_tail)
     assert res.reward == 1.0 and res.agent_final_text == "Created it."
     # The upstream got the harness's own requests, with the real key in its API's header only.
+    assert "hecap-" not in json.dumps([upstream.requests, upstream.headers, upstream.paths])  # nor the capture key
     policy_calls = upstream.tool_requests()
     assert len(policy_calls) == 2 and all(h.get(key_header) == key_value for h in upstream.headers)
-    assert any(t.get("name") == shell_tool for t in policy_calls[0]["tools"])
+    tools = [d for t in policy_calls[0]["tools"] for d in t.get("functionDeclarations", [t])]  # Gemini's are grouped
+    assert any(t.get("name") == shell_tool for t in tools)
     # Turns are recorded from the native answers (no token ids: none exist here).
     turns = [t for t in res.proxy_turns if t.purpose == "policy"]
     assert [t.upstream_status for t in turns] == [200, 200] and all(t.stream for t in turns)

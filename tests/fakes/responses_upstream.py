@@ -31,6 +31,7 @@ class FakeResponsesUpstream:
     scripts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
 
     def app(self) -> Starlette:
         return Starlette(routes=[Route("/v1/responses", self._responses, methods=["POST"])])
@@ -50,6 +51,7 @@ class FakeResponsesUpstream:
         body = await request.json()
         self.requests.append(body)
         self.headers.append(dict(request.headers))
+        self.paths.append(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
         if request.headers.get("authorization") != f"Bearer {self.key}":
             return JSONResponse({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}},
                                 status_code=401)
