@@ -2,8 +2,8 @@
 is not "chat", e.g. a hosted Anthropic endpoint used for evaluation) gets the harness's request as
 the harness sent it, with no translation, in `black_box` mode only.
 
-Only the key changes hands: the harness presents its capture key, and the upstream is sent the real
-one in its dialect's own header. The answer goes back as it arrives, unchanged but for masked
+Only the key changes hands (and the model's name, if the harness knows it by another): the harness
+presents its capture key, and the upstream is sent the real one in its dialect's own header. The answer goes back as it arrives, unchanged but for masked
 secrets (the proxy's StreamRedactor, line by line). The turn is still recorded, read from the native
 answer: text, tool calls, stop reason, usage, latency, status (token ids exist only where the
 engine's chat completions give them, so there are none), and the turn limit still applies.
@@ -83,6 +83,21 @@ def upstream_url(base_url: str, path: str, query: bytes) -> str:
         root = head[0]
     kept = [(k, v) for k, v in parse_qsl(query.decode("latin-1"), keep_blank_values=True) if k != "key"]
     return root + path + (f"?{urlencode(kept)}" if kept else "")
+
+
+def with_model(dialect: Dialect, path: str, raw: bytes, body: dict[str, Any], model: str) -> tuple[str, bytes]:
+    """The path and body with the endpoint's model where the harness named one: a harness may know
+    the model by another name (Harbor prefixes it; Gemini CLI writes `/` as `--` in the path), and the
+    upstream serves the rollout's model, as the engine does for translated calls. The body is
+    re-serialised only when its `model` differs."""
+    for route in dialect.routes:
+        params = route.match(path)
+        if params and "model" in params and params["model"] != model:
+            path = path.replace(f"/models/{params['model']}:", f"/models/{model}:", 1)
+            break
+    if isinstance(body.get("model"), str) and body["model"] != model:
+        raw = fastjson.dumps({**body, "model": model})
+    return path, raw
 
 
 def upstream_headers(dialect: str, scope: Scope, key: str) -> dict[str, str]:
@@ -265,7 +280,8 @@ async def pass_through(proxy: CaptureProxy, dialect: Dialect, session: CaptureSe
         return dialect.error(429, f"harness-env: the turn limit of {limit} model calls for this rollout is reached", "turn_limit")
     turn = Turn(index=session.next_index(), purpose=purpose, stream=stream, request_messages=messages, request_tools=tools)
     endpoint = session.endpoint
-    url = upstream_url(endpoint.base_url, route_path(scope), scope.get("query_string", b""))
+    path, raw = with_model(dialect, route_path(scope), raw, body, endpoint.model)
+    url = upstream_url(endpoint.base_url, path, scope.get("query_string", b""))
     headers = upstream_headers(dialect.name, scope, endpoint.api_key.get_secret_value())
     started = time.monotonic()
     # No redirects: the key header would follow them to wherever they point.

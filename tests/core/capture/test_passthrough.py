@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task
-from harness_env.core.capture.passthrough import NativeReader, NativeStream, check_wire_api, upstream_headers, upstream_url
+from harness_env.core.capture.passthrough import NativeReader, NativeStream, check_wire_api, upstream_headers, upstream_url, with_model
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import CapturePolicy
@@ -250,3 +250,16 @@ async def test_a_redirect_is_not_followed_with_the_key(native_env):
         r = await client.post("/v1/messages", json=_body(False), headers={"x-api-key": session.key}, follow_redirects=False)
     assert r.status_code == 307 and elsewhere.requests == []  # the key went nowhere else
     assert session.sorted_turns()[0].upstream_status == 307
+
+
+def test_the_upstream_is_asked_for_the_endpoints_model_whatever_the_harness_calls_it():
+    from harness_env.core.capture.dialects.gemini import Gemini
+    from harness_env.core.capture.dialects.messages import Messages
+
+    raw = b'{"model":"harness-env/claude-x","max_tokens":5}'
+    path, sent = with_model(Messages(), "/v1/messages", raw, json.loads(raw), "claude-x")
+    assert path == "/v1/messages" and json.loads(sent) == {"model": "claude-x", "max_tokens": 5}
+    same = b'{"model": "claude-x"}'
+    assert with_model(Messages(), "/v1/messages", same, json.loads(same), "claude-x") == ("/v1/messages", same)  # untouched bytes
+    path, sent = with_model(Gemini(), "/v1beta/models/org--gem:streamGenerateContent", b"{}", {}, "org/gem")
+    assert path == "/v1beta/models/org/gem:streamGenerateContent" and sent == b"{}"

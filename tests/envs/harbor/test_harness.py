@@ -161,6 +161,26 @@ async def test_harbor_vendor_api_agents_through_the_capture_proxy(policy_server,
     _no_process_left(res.sandbox_id)
 
 
+async def test_harbor_claude_code_against_an_upstream_that_speaks_messages(policy_server):
+    """Pass-through under Harbor (black_box): the agent's calls go to a native Messages upstream
+    untranslated, with the real key in x-api-key, and are still recorded."""
+    from tests.fakes.messages_upstream import FakeMessagesServer, FakeMessagesUpstream
+
+    script = [{"bash": "echo 'Hello, world!' > /app/hello.txt && env > /app/env.txt"}, {"text": "Wrote it."}]
+    upstream = FakeMessagesUpstream(key=UPSTREAM_KEY, scripts={"native-m": script})
+    with FakeMessagesServer(upstream) as server:
+        endpoint = Endpoint(base_url=server.base_url, api_key=UPSTREAM_KEY, model="native-m", wire_api="messages")
+        res = await run_rollout(RolloutRequest(harness="harbor", harbor=HarborOptions(task_dir=str(HELLO_WORLD), agent="claude-code"),
+                                               endpoint=endpoint, mode="black_box", agent_timeout_s=120))
+    assert res.error is None, (res.error, res.agent_log_tail)
+    assert res.reward == 1.0 and res.agent_final_text == "Wrote it."
+    assert len(upstream.tool_requests()) == 2 and all(h["x-api-key"] == UPSTREAM_KEY for h in upstream.headers)
+    turns = [t for t in res.proxy_turns if t.purpose == "policy"]
+    assert [t.upstream_status for t in turns] == [200, 200] and turns[0].tool_calls[0]["function"]["name"] == "Bash"
+    assert UPSTREAM_KEY not in res.files["env.txt"] and UPSTREAM_KEY not in res.model_dump_json()
+    _no_process_left(res.sandbox_id)
+
+
 # The rest of the native suite's cases (tests/envs/test_e2e.py) for the vendor-API agents under
 # Harbor: the work not done (and a reward forged) scores 0, a hanging policy is one deadline with
 # nothing left, an unreachable endpoint is the endpoint's failure (reward None, never 0).
