@@ -263,3 +263,11 @@ def test_the_upstream_is_asked_for_the_endpoints_model_whatever_the_harness_call
     assert with_model(Messages(), "/v1/messages", same, json.loads(same), "claude-x") == ("/v1/messages", same)  # untouched bytes
     path, sent = with_model(Gemini(), "/v1beta/models/org--gem:streamGenerateContent", b"{}", {}, "org/gem")
     assert path == "/v1beta/models/org/gem:streamGenerateContent" and sent == b"{}"
+
+
+def test_an_eval_sent_to_a_server_keeps_the_wire_api():
+    from harness_env.evals.run import to_args
+    from harness_env.models import RolloutArgs
+
+    request = _request("claude-code", "messages")
+    assert RolloutArgs(**to_args(request)).wire_api == "messages"
