@@ -3,8 +3,9 @@ is not "chat", e.g. a hosted Anthropic endpoint used for evaluation) gets the ha
 the harness sent it, with no translation, in `black_box` mode only.
 
 Only the key changes hands (and the model's name, if the harness knows it by another): the harness
-presents its capture key, and the upstream is sent the real one in its dialect's own header. The answer goes back as it arrives, unchanged but for masked
-secrets (the proxy's StreamRedactor, line by line). The turn is still recorded, read from the native
+presents its capture key, and the upstream is sent the real one in its dialect's own header. The
+answer goes back as it arrives, unchanged but for masked secrets (the proxy's StreamRedactor, line
+by line). The turn is still recorded, read from the native
 answer: text, tool calls, stop reason, usage, latency, status (token ids exist only where the
 engine's chat completions give them, so there are none), and the turn limit still applies.
 
@@ -78,9 +79,9 @@ def upstream_url(base_url: str, path: str, query: bytes) -> str:
     replaces a `/v1` the base URL ends in). The `key` query parameter (Google's clients may carry
     the capture key there) is left out: the key goes in a header."""
     root = base_url.rstrip("/")
-    head = root.rsplit("/", 1)
-    if len(head) == 2 and head[1] in VERSION_SEGMENTS and path.split("/", 2)[1:2] and path.split("/", 2)[1] in VERSION_SEGMENTS:
-        root = head[0]
+    parent, last = root.rsplit("/", 1)
+    if last in VERSION_SEGMENTS and path.lstrip("/").split("/", 1)[0] in VERSION_SEGMENTS:
+        root = parent
     kept = [(k, v) for k, v in parse_qsl(query.decode("latin-1"), keep_blank_values=True) if k != "key"]
     return root + path + (f"?{urlencode(kept)}" if kept else "")
 
