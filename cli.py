@@ -123,6 +123,8 @@ def add_rollout_flags(run: argparse.ArgumentParser) -> None:
                           "process's environment, as on a server (vllm: VLLM_URL, VLLM_MODEL; openai: OPENAI_API_KEY, ...)")
     endpoint.add_argument("--base-url", default="", help=args_fields["base_url"].description)
     endpoint.add_argument("--model", default="", help=args_fields["model"].description)
+    endpoint.add_argument("--wire-api", choices=list(get_args(args_fields["wire_api"].annotation)), default="chat",
+                          help=f"{args_fields['wire_api'].description} (default: chat)")
     key = endpoint.add_mutually_exclusive_group()
     key.add_argument("--api-key", help="upstream key (prefer --api-key-env: command lines are visible to other users)")
     key.add_argument("--api-key-env", help="name of an environment variable holding the upstream key")
@@ -342,7 +344,7 @@ def run_request(args: argparse.Namespace, task_data: dict | None = None):
     if args.endpoint:
         raw["endpoint"] = catalog_endpoint(args, api_key, calls_model(raw))
     elif args.base_url and args.model:
-        raw["endpoint"] = {"base_url": args.base_url, "api_key": api_key, "model": args.model}
+        raw["endpoint"] = {"base_url": args.base_url, "api_key": api_key, "model": args.model, "wire_api": args.wire_api}
     elif calls_model(raw) or args.base_url or args.model:  # else the request stands in an endpoint nothing calls
         _bad_input("no policy endpoint: pass --base-url and --model, or --endpoint vllm|openai|hf_router")
     try:
@@ -359,7 +361,7 @@ def catalog_endpoint(args: argparse.Namespace, api_key: str, agent_calls_model: 
     from harness_env.core.errors import InvalidRequestError
     from harness_env.server.catalog import resolve_endpoint
 
-    given = types.SimpleNamespace(endpoint=args.endpoint, base_url=args.base_url, api_key=SecretStr(api_key), model=args.model,
+    given = types.SimpleNamespace(endpoint=args.endpoint, base_url=args.base_url, api_key=SecretStr(api_key), model=args.model, wire_api=args.wire_api,
                                   agent_calls_model=agent_calls_model)
     try:
         return resolve_endpoint(given)[0]

@@ -26,6 +26,11 @@ MAX_NAME_BYTES = 255  # one path component: what Linux file systems allow
 MAX_NESTING = 32  # levels of lists and objects in free-form values (harness_config, ...)
 
 Mode = Literal["transparent_proxy", "black_box"]
+WireApi = Literal["chat", "responses", "messages", "gemini"]
+WIRE_API_DESCRIPTION = (
+    "the API the endpoint speaks: chat (OpenAI chat completions, translated for every harness; the only one with token ids), "
+    "or in black_box mode the harness's own, passed through untranslated: responses (Codex), messages (Claude Code), gemini (Gemini CLI)"
+)
 
 
 def _check_relative_path(path: str) -> str:
@@ -169,11 +174,13 @@ class Task(CheckedText):
 
 
 class Endpoint(CheckedText):
-    """An OpenAI-compatible policy endpoint. The key never leaves the server process."""
+    """A policy endpoint: OpenAI-compatible chat completions, or (black_box only) one that speaks
+    the harness's own wire API. The key never leaves the server process."""
 
     base_url: str = Field(min_length=1, max_length=2048)
     api_key: SecretStr = SecretStr("")
     model: str = Field(min_length=1, max_length=512)
+    wire_api: WireApi = Field("chat", description=WIRE_API_DESCRIPTION)
 
     @field_validator("base_url")
     @classmethod

@@ -31,7 +31,19 @@ from pydantic import (
     model_validator,
 )
 
-from harness_env.models_base import MAX_INSTRUCTION_CHARS, NO_MODEL_ENDPOINT, CheckedText, Endpoint, Mode, Task, bounded_mapping, check_http_url, check_text
+from harness_env.models_base import (
+    MAX_INSTRUCTION_CHARS,
+    NO_MODEL_ENDPOINT,
+    WIRE_API_DESCRIPTION,
+    CheckedText,
+    Endpoint,
+    Mode,
+    Task,
+    WireApi,
+    bounded_mapping,
+    check_http_url,
+    check_text,
+)
 
 HARNESS_OPTIONS = "harness_options"
 # A harness's options once came under a key named after it; those keys are still read (for that
@@ -297,6 +309,7 @@ class RolloutArgs(RolloutOptions):
                            max_length=2048)
     api_key: SecretStr = option(SecretStr(""), "the endpoint's key; it never leaves the server process", group="endpoint")
     model: str = option("", "the model to call (wins over endpoint's)", group="endpoint", max_length=512)
+    wire_api: WireApi = option("chat", WIRE_API_DESCRIPTION, group="capture")  # Endpoint.wire_api; beside mode on the web form
     setup: list[str] | None = option(None, "shell commands run in the workspace before the agent starts", group="task")
     verify: list[str] | None = option(None, "shell commands run after the agent; the reward is what they score", group="task")
     files: dict[str, str] | None = option(None, "files written into the workspace first: relative path -> content", group="task")

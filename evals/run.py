@@ -79,7 +79,8 @@ def to_args(request: RolloutRequest) -> dict[str, Any]:
     data = request.model_dump(mode="json", exclude={"task", "endpoint"}, exclude_none=True)
     task = request.task
     data.update(instruction=task.instruction, setup=task.setup, verify=task.verify, files=task.files, task_id=task.task_id or "")
-    data.update(base_url=request.endpoint.base_url, model=request.endpoint.model, api_key=request.endpoint.api_key.get_secret_value())
+    data.update(base_url=request.endpoint.base_url, model=request.endpoint.model, api_key=request.endpoint.api_key.get_secret_value(),
+                wire_api=request.endpoint.wire_api)
     return {k: v for k, v in data.items() if v is not None}
 
 

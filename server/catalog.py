@@ -100,7 +100,8 @@ def resolve_endpoint(args: EndpointArgs, env: dict[str, str] | None = None) -> t
         raise InvalidRequestError(f"endpoint {entry.name!r} needs an API key: pass api_key or set {entry.key_var} on the server{login}")
     url_source = "base_url" if args.base_url else (entry.url_var if entry else "base_url")
     try:
-        resolved = Endpoint(base_url=_normalised(base_url, url_source), api_key=SecretStr(key), model=model)
+        wire_api = getattr(args, "wire_api", "chat")  # the CLI's flags before --wire-api have none
+        resolved = Endpoint(base_url=_normalised(base_url, url_source), api_key=SecretStr(key), model=model, wire_api=wire_api)
     except ValidationError as e:
         raise InvalidRequestError(f"invalid endpoint: {e.errors()[0]['msg']}") from None
     check_allowed_host(resolved.base_url, env)

@@ -23,6 +23,7 @@ import aiohttp
 from harness_env.core.capture import fastjson
 from harness_env.core.capture.asgi import BodyTooLarge, Receive, Reply, Scope, Send, error_reply, read_body, route_path, send_reply
 from harness_env.core.capture.assemble import TurnDraft
+from harness_env.core.capture.passthrough import pass_through
 from harness_env.core.capture.dialects import (
     CHAT_COMPLETIONS,
     ChatRequest,
@@ -139,6 +140,8 @@ class CaptureProxy:
         await send_reply(send, reply)
 
     async def _serve(self, dialect: Dialect, route: Route, scope: Scope, receive: Receive) -> Reply:
+        if route.keyless:  # a reachability probe: no model call, nothing shown but that the proxy is up
+            return dialect.local_reply(route, None, scope)
         key = dialect.presented_key(scope)
         session = self._sessions.get(key) if key else None
         if session is None:
@@ -155,6 +158,8 @@ class CaptureProxy:
                 raise ValueError("not an object")
         except ValueError as e:
             return dialect.error(400, f"request body is not a JSON object: {e}", "invalid_request")
+        if session.endpoint.wire_api != "chat":  # an upstream that speaks the harness's dialect: no translation
+            return await pass_through(self, dialect, session, scope, raw, body)
         try:
             request = dialect.read_request(body, scope)
         except InvalidRequestError as e:

@@ -14,6 +14,7 @@ from harness_env.envs.claude_code.events import ClaudeCodeEventParser
 class ClaudeCodeHarness(PinnedCliHarness):
     name = "claude-code"
     capabilities = ("streaming", "tool_calls", "token_capture", "tool_call_count", "messages_api")
+    dialect = "messages"  # what it speaks to the proxy, and so the only native upstream it can be passed through to
     reason_in_events = True  # an API error is quoted in its `result` event; stderr has notices only
 
     def launch(self, ctx: LaunchContext) -> LaunchSpec:

@@ -13,6 +13,7 @@ from harness_env.envs.codex.events import CodexEventParser
 class CodexHarness(PinnedCliHarness):
     name = "codex"
     capabilities = ("streaming", "tool_calls", "token_capture", "tool_call_count", "responses_api")
+    dialect = "responses"  # what it speaks to the proxy, and so the only native upstream it can be passed through to
     reason_in_events = True  # a failed turn's reason is in its `turn.failed` event
 
     def launch(self, ctx: LaunchContext) -> LaunchSpec:

@@ -14,6 +14,7 @@ from harness_env.envs.gemini_cli.events import GeminiEventParser
 class GeminiCliHarness(PinnedCliHarness):
     name = "gemini-cli"
     capabilities = ("streaming", "tool_calls", "token_capture", "tool_call_count", "gemini_api")
+    dialect = "gemini"  # what it speaks to the proxy, and so the only native upstream it can be passed through to
     reason_in_events = True  # an API error is in its `result` event; stderr has start-up notices
 
     def launch(self, ctx: LaunchContext) -> LaunchSpec:

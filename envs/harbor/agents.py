@@ -8,7 +8,8 @@ ATIF trajectory) and replace only `install` by a check that the pinned CLI is on
 PATH (LocalHarborEnvironment puts it there).
 
 An agent without an entry here runs as Harbor ships it (by name): oracle and nop need no install;
-on a provider environment (docker, e2b, ...) Harbor's own installers work as designed.
+on a provider environment (docker, e2b, ...) Harbor's own installers work as designed, and only
+what differs in our configuration is kept there too (PROVIDER_AGENTS: Gemini CLI's offline settings).
 """
 
 from __future__ import annotations
@@ -64,15 +65,19 @@ class PreinstalledClaudeCode(_Preinstalled, ClaudeCode):
     TOOL = "claude-code"
 
 
-class PreinstalledGeminiCli(_Preinstalled, GeminiCli):
-    """Harbor's settings.json (the API-key auth type) plus our offline settings: no updates, usage
-    statistics, telemetry, ripgrep download or web tools (envs/gemini_cli/config.py's table)."""
-
-    TOOL = "gemini-cli"
+class OfflineGeminiCli(GeminiCli):
+    """Harbor's Gemini CLI, installed as Harbor does, with Harbor's settings.json (the API-key auth
+    type) plus our offline settings: no updates, usage statistics, telemetry, ripgrep download or
+    web tools (envs/gemini_cli/config.py's table). On a provider's sandbox the CLI would otherwise
+    call Google's services besides the proxy."""
 
     def _build_settings_config(self, model: str | None = None, auth_type: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
         config, alias = super()._build_settings_config(model, auth_type)
         return deep_merge(gemini_config.settings_dict(), config or {}), alias
+
+
+class PreinstalledGeminiCli(_Preinstalled, OfflineGeminiCli):
+    TOOL = "gemini-cli"
 
 
 # Harbor agent name -> (our pinned tool, import path of the preinstalled subclass)
@@ -83,6 +88,10 @@ PREINSTALLED: dict[str, tuple[str, str]] = {
     "claude-code": ("claude-code", f"{__name__}:PreinstalledClaudeCode"),
     "gemini-cli": ("gemini-cli", f"{__name__}:PreinstalledGeminiCli"),
 }
+
+# Harbor agent name -> import path of the class that runs it on a provider's sandbox, where it is
+# not Harbor's own (Harbor installs it there either way).
+PROVIDER_AGENTS: dict[str, str] = {"gemini-cli": f"{__name__}:OfflineGeminiCli"}
 
 # Extra environment each agent's CLI needs offline: the table of our own harness of that CLI.
 OFFLINE_ENV: dict[str, dict[str, str]] = {

@@ -41,6 +41,9 @@ AGENT_API_FORMATS = {
     "claude-code": "anthropic_messages",
     "gemini-cli": "google_generate_content",
 }
+# Each served format's dialect (core/capture/dialects): what a native upstream must speak to be passed through.
+FORMAT_DIALECTS = {CHAT_API_FORMAT: "chat_completions", "openai_responses": "responses", "anthropic_messages": "messages",
+                   "google_generate_content": "gemini"}
 MODEL_PROVIDER = "harness-env"
 LOCAL_SANDBOX = "local"
 LOCAL_ENV_IMPORT_PATH = "harness_env.envs.harbor.local_env:LocalHarborEnvironment"
@@ -167,7 +170,7 @@ def agent_config(
     (an override, not Harbor's max_timeout_sec: that one caps nothing when the task sets none)."""
     from harbor.models.trial.config import AgentConfig
 
-    from harness_env.envs.harbor.agents import OFFLINE_ENV, PREINSTALLED
+    from harness_env.envs.harbor.agents import OFFLINE_ENV, PREINSTALLED, PROVIDER_AGENTS
 
     fields: dict[str, Any] = {
         "override_timeout_sec": min(task_agent_timeout_s or agent_timeout_s, agent_timeout_s),
@@ -176,6 +179,8 @@ def agent_config(
     }
     if opts.sandbox == LOCAL_SANDBOX and opts.agent in PREINSTALLED:
         fields["import_path"] = PREINSTALLED[opts.agent][1]
+    elif opts.sandbox != LOCAL_SANDBOX and opts.agent in PROVIDER_AGENTS:
+        fields["import_path"] = PROVIDER_AGENTS[opts.agent]
     else:
         fields["name"] = opts.agent
     if opts.agent not in MODEL_FREE_AGENTS:

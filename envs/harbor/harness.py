@@ -20,12 +20,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from harness_env.core import toolchain
+from harness_env.core.capture.passthrough import check_wire_api
 from harness_env.core.engine import LOG_TAIL_CHARS
 from harness_env.core.errors import InvalidRequestError, SandboxError
 from harness_env.core.harness import AgentEnd, AgentOutcome, HarnessBase, LaunchContext, TrialEnd
 from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.local import bwrap_available, sandboxes_root
 from harness_env.envs.harbor.config import (
+    AGENT_API_FORMATS,
+    CHAT_API_FORMAT,
+    FORMAT_DIALECTS,
     LOCAL_SANDBOX,
     MODEL_FREE_AGENTS,
     SERVED_API_FORMATS,
@@ -213,6 +217,7 @@ class HarborHarness(HarnessBase):
     name = "harbor"
     capabilities = ("harbor_tasks", "harbor_agents", "sandbox_providers", "atif_trajectory")
     options_model = HarborOptions  # its own options (envs/harbor/options.py): request.harness_options
+    dialect = None  # its agent's: checked in prepare
 
     def version(self) -> str | None:
         try:
@@ -250,7 +255,11 @@ class HarborHarness(HarnessBase):
         """The Harbor task named by the request, resolved (its instruction read, paths confined)."""
         from harness_env.envs.harbor import resolve
 
-        return resolve.prepare(request, trusted=trusted)
+        request = resolve.prepare(request, trusted=trusted)
+        if request.endpoint.wire_api != "chat":  # a native upstream: only an agent we point at the proxy in that dialect
+            agent = resolve.options_of(request).agent
+            check_wire_api(request, FORMAT_DIALECTS[AGENT_API_FORMATS.get(agent, CHAT_API_FORMAT)])
+        return request
 
     async def run_trial(
         self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None], result: RolloutResult

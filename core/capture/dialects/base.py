@@ -54,11 +54,14 @@ class Route:
     `{name}` in the path matches one run of characters without a slash (so
     `/v1beta/models/{model}:generateContent` works); paths without it are matched exactly, by a
     dictionary lookup. A model call goes through the engine; other routes (a model list, a HEAD
-    probe) are answered by the dialect itself (`Dialect.local_reply`)."""
+    probe) are answered by the dialect itself (`Dialect.local_reply`). A `keyless` route (a
+    reachability probe, which a client may send before it has a key) is answered without one: it
+    calls no model and tells nothing but that the proxy is up."""
 
     method: str
     path: str
     model_call: bool = True
+    keyless: bool = False
     _regex: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -133,8 +136,8 @@ class Dialect(Protocol):
         """An error the engine answered (status >= 400; body read whole, secrets masked)."""
         ...
 
-    def local_reply(self, route: Route, session: CaptureSession, scope: Scope) -> Reply:
-        """The answer to one of its routes that is not a model call."""
+    def local_reply(self, route: Route, session: CaptureSession | None, scope: Scope) -> Reply:
+        """The answer to one of its routes that is not a model call (`session` None: a keyless route)."""
         ...
 
 

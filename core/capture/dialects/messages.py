@@ -23,7 +23,8 @@ itself is what comes back, so reasoning round-trips.
 as an auxiliary turn, answered with the engine's own prompt length (its `usage`, else its prompt
 token ids); an engine that gives neither gets an estimate (about four characters a token), said by
 the answer's extra field `count_source` ("engine" or "estimate"). `HEAD`/`GET` probes of `/`, `/api/hello` and `HEAD
-/v1/messages` are answered 200 for a known key.
+/v1/messages` are answered 200, with a key or without (Claude Code probes without one; a probe calls
+no model).
 
 Not translated (what a harness that sends them gets) is listed in docs/capture.md.
 """
@@ -365,8 +366,9 @@ class Messages:
     routes = (
         Route("POST", "/v1/messages"),
         Route("POST", COUNT_TOKENS_PATH),
-        Route("HEAD", "/v1/messages", model_call=False),
-        *(Route(method, path, model_call=False) for path in ("/", "/api/hello") for method in ("HEAD", "GET")),
+        # Reachability probes: Claude Code sends HEAD /api/hello without its key.
+        Route("HEAD", "/v1/messages", model_call=False, keyless=True),
+        *(Route(method, path, model_call=False, keyless=True) for path in ("/", "/api/hello") for method in ("HEAD", "GET")),
     )
 
     def presented_key(self, scope: Scope) -> str | None:
@@ -430,5 +432,5 @@ class Messages:
         message = str(err["message"]) if err is not None else engine_error_text(engine_body, status)
         return json_reply(status, {"type": "error", "error": {"type": _error_type(status), "message": message}})
 
-    def local_reply(self, route: Route, session: CaptureSession, scope: Scope) -> Reply:
+    def local_reply(self, route: Route, session: CaptureSession | None, scope: Scope) -> Reply:
         return json_reply(200, {})  # a reachability probe

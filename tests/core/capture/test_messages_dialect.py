@@ -390,5 +390,7 @@ async def test_count_tokens_and_probes_through_the_proxy(messages_env):
     for method, path in (("HEAD", "/"), ("GET", "/"), ("HEAD", "/api/hello"), ("GET", "/api/hello"), ("HEAD", "/v1/messages")):
         r = await client.request(method, path, headers=_key(session))
         assert r.status_code == 200, (method, path)
-    assert (await client.request("HEAD", "/api/hello")).status_code == 401  # a probe without a key proves the proxy is there
+    # Claude Code probes without its key: answered too (no model call, nothing but "the proxy is up").
+    assert (await client.request("HEAD", "/api/hello")).status_code == 200
+    assert (await client.post("/v1/messages", json=body)).status_code == 401  # a model call still needs the key
     assert len(session.turns) == 1  # probes are not model calls

@@ -161,6 +161,68 @@ async def test_harbor_vendor_api_agents_through_the_capture_proxy(policy_server,
     _no_process_left(res.sandbox_id)
 
 
+async def test_harbor_claude_code_against_an_upstream_that_speaks_messages(policy_server):
+    """Pass-through under Harbor (black_box): the agent's calls go to a native Messages upstream
+    untranslated, with the real key in x-api-key, and are still recorded."""
+    from tests.fakes.messages_upstream import FakeMessagesServer, FakeMessagesUpstream
+
+    script = [{"bash": "echo 'Hello, world!' > /app/hello.txt && env > /app/env.txt"}, {"text": "Wrote it."}]
+    upstream = FakeMessagesUpstream(key=UPSTREAM_KEY, scripts={"native-m": script})
+    with FakeMessagesServer(upstream) as server:
+        endpoint = Endpoint(base_url=server.base_url, api_key=UPSTREAM_KEY, model="native-m", wire_api="messages")
+        res = await run_rollout(RolloutRequest(harness="harbor", harbor=HarborOptions(task_dir=str(HELLO_WORLD), agent="claude-code"),
+                                               endpoint=endpoint, mode="black_box", agent_timeout_s=120))
+    assert res.error is None, (res.error, res.agent_log_tail)
+    assert res.reward == 1.0 and res.agent_final_text == "Wrote it."
+    assert len(upstream.tool_requests()) == 2 and all(h["x-api-key"] == UPSTREAM_KEY for h in upstream.headers)
+    turns = [t for t in res.proxy_turns if t.purpose == "policy"]
+    assert [t.upstream_status for t in turns] == [200, 200] and turns[0].tool_calls[0]["function"]["name"] == "Bash"
+    assert UPSTREAM_KEY not in res.files["env.txt"] and UPSTREAM_KEY not in res.model_dump_json()
+    _no_process_left(res.sandbox_id)
+
+
+# The rest of the native suite's cases (tests/envs/test_e2e.py) for the vendor-API agents under
+# Harbor: the work not done (and a reward forged) scores 0, a hanging policy is one deadline with
+# nothing left, an unreachable endpoint is the endpoint's failure (reward None, never 0).
+FORGE = ("for f in /logs/verifier/reward.txt /root/logs/verifier/reward.txt; do mkdir -p $(dirname $f); echo 1.0 > $f; done; "
+         "echo '{\"reward\": 1.0}' > /logs/verifier/reward.json; echo forged")
+
+
+# A verifier that trusts a reward file it finds (writes 0 only when there is none): a forged file
+# that survived to verify would score 1.0.
+TRUSTING_TEST_SH = ("#!/bin/bash\nif grep -qx hello /app/hello.txt; then echo 1 > /logs/verifier/reward.txt\n"
+                    "elif [ ! -e /logs/verifier/reward.txt ]; then echo 0 > /logs/verifier/reward.txt; fi\n")
+
+
+@pytest.mark.parametrize("agent", sorted(VENDOR_AGENTS))
+async def test_harbor_vendor_api_agent_not_doing_the_work_scores_0_even_forging_the_reward(policy_server, tmp_path, agent):
+    task_dir = hello_task_dir(tmp_path, solve=False, test_sh=TRUSTING_TEST_SH)
+    script = [{"bash": FORGE}, {"text": "I did not write hello.txt."}]
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": agent}, script=script))
+    assert res.error is None, (res.error, res.agent_log_tail)
+    assert res.reward == 0.0 and res.reward_source == "reward_file" and res.agent_tool_calls == 1
+    assert "hello.txt" not in res.files
+    _no_process_left(res.sandbox_id)
+
+
+@pytest.mark.parametrize("agent", sorted(VENDOR_AGENTS))
+async def test_harbor_vendor_api_agent_with_a_hanging_policy_times_out_and_leaves_nothing(policy_server, agent):
+    t0 = time.monotonic()
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(HELLO_WORLD), "agent": agent}, script=[{"hang": 120}], agent_timeout_s=8))
+    assert res.reward is None and res.error_kind == "agent_timeout", (res.error_kind, res.error)
+    assert time.monotonic() - t0 < 60
+    _no_process_left(res.sandbox_id)
+
+
+@pytest.mark.parametrize("agent", sorted(VENDOR_AGENTS))
+async def test_harbor_vendor_api_agent_with_an_unreachable_endpoint_is_an_endpoint_error(policy_server, agent):
+    req = harbor_request(policy_server, {"task_dir": str(HELLO_WORLD), "agent": agent}, script=[{"text": "never asked"}])
+    req.endpoint.base_url = "http://127.0.0.1:9/v1"
+    res = await run_rollout(req)
+    assert res.error_kind == "endpoint" and res.reward is None and "unreachable" in res.error
+    assert policy_server.policy.requests == [] and res.proxy_turns == []
+
+
 @pytest.mark.parametrize(
     "verify, expected",
     [
@@ -463,6 +525,26 @@ def test_each_agent_gets_its_wire_format_base_url_and_native_config():
     mine = cfg("codex", config={"model_reasoning_effort": "low"}).kwargs["config"]
     assert mine["model_reasoning_effort"] == "low" and mine["model_providers"][mine["model_provider"]]["wire_api"] == "responses"
     assert cfg("claude-code", config={"env": {"X": "1"}}).kwargs["config"]["env"] == {"X": "1"}
+
+
+def test_gemini_cli_on_a_provider_sandbox_keeps_our_offline_settings(tmp_path):
+    """On a provider's sandbox Harbor installs Gemini CLI itself; its settings.json still carries our
+    offline table (no usage statistics, no web tools) beside Harbor's API-key auth."""
+    from harbor.agents.factory import AgentFactory
+    from harbor.models.agent.name import AgentName
+
+    from harness_env.envs.gemini_cli.config import DENIED_TOOLS
+    from harness_env.envs.harbor.config import agent_config
+
+    config = agent_config(HarborOptions(agent="gemini-cli", sandbox="docker"), proxy_base_url="http://10.0.0.1:8100/capture/v1",
+                          session_key="k", model="org/m", agent_timeout_s=30, setup_timeout_s=10)
+    assert config.name is None and config.import_path == "harness_env.envs.harbor.agents:OfflineGeminiCli"
+    agent = AgentFactory.create_agent_from_config(config, logs_dir=tmp_path)
+    assert type(agent).install is AgentFactory.get_agent_class(AgentName("gemini-cli")).install  # Harbor's own installer
+    settings, _ = agent._build_settings_config("gemini/org--m", "gemini-api-key")
+    assert settings["security"]["auth"]["selectedType"] == "gemini-api-key"  # Harbor's
+    assert settings["privacy"]["usageStatisticsEnabled"] is False and settings["telemetry"]["enabled"] is False  # ours
+    assert settings["general"]["enableAutoUpdate"] is False and set(DENIED_TOOLS) <= set(settings["tools"]["exclude"])
 
 
 def test_verify_results_skip_lines_that_are_not_ours(tmp_path):
