@@ -24,8 +24,8 @@ The realistic cases ("real:") are what a training run gives the proxy: 64 open s
 round robin over their keys), every turn recorded (a session's turns are cleared after 40, as if
 its rollout ended and a new one began), 16 KB prompts with their ~4,000 prompt token ids in every
 answer (first chunk when streaming), completion ids and logprobs per chunk. For each case the
-proxy's CPU time per call (from /proc, over its rounds only) is printed, and the proxy's peak RSS
-at the end.
+proxy's CPU time per call (from /proc, over its rounds only) is printed, next to the upstream's
+in the direct rounds, and the proxy's peak RSS at the end.
 """
 
 from __future__ import annotations
@@ -56,14 +56,15 @@ import asyncio, functools, json, sys, uvicorn
 def answers(n_ids):
     """The whole answer and the first stream chunk, with `n_ids` prompt token ids (made once)."""
     ids = list(range(1000, 1000 + n_ids))
-    body = json.dumps({"id": "x", "object": "chat.completion", "prompt_token_ids": ids,
+    dumps = functools.partial(json.dumps, separators=(",", ":"))  # compact, as vLLM writes its answers and chunks
+    body = dumps({"id": "x", "object": "chat.completion", "prompt_token_ids": ids,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello world"}, "finish_reason": "stop",
         "token_ids": [1, 2], "logprobs": {"content": [{"token": "hello", "logprob": -0.1}, {"token": " world", "logprob": -0.2}]}}]}).encode()
-    first = ("data: " + json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "prompt_token_ids": ids}) + "\n\n").encode()
+    first = ("data: " + dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "prompt_token_ids": ids}) + "\n\n").encode()
     return body, first
 
 CHUNK = ("data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "tok "}, "token_ids": [7],
-    "logprobs": {"content": [{"token": "tok ", "logprob": -0.5}]}}]}) + "\n\n").encode()
+    "logprobs": {"content": [{"token": "tok ", "logprob": -0.5}]}}]}, separators=(",", ":")) + "\n\n").encode()
 LAST = b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'
 
 async def app(scope, receive, send):
@@ -130,11 +131,16 @@ async def main():
     print(" ".join(keys), flush=True)
     cfg = uvicorn.Config(proxy.app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error", access_log=False, lifespan="off")
     if len(sys.argv) > 4:  # --profile: cProfile of the whole proxy process, written when it stops
-        import cProfile
+        import contextlib, cProfile, signal
+
+        class Server(uvicorn.Server):  # stops on SIGTERM without re-raising it, so the profile is written
+            capture_signals = contextlib.nullcontext
+        server = Server(cfg)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, lambda: setattr(server, "should_exit", True))
         profile = cProfile.Profile()
         profile.enable()
         try:
-            await uvicorn.Server(cfg).serve()
+            await server.serve()
         finally:
             profile.disable()
             profile.dump_stats(sys.argv[4])
@@ -352,9 +358,12 @@ async def main() -> int:
             ("real: throughput, engine-like", False, N, real_engine, "chat", S, prompt_bytes),
         ]
         figures: dict[str, dict] = {}
-        print(f"{'case':<50}{'target':<16}{'p50':>9}{'added p50':>11}{'added p99':>11}{'ttft x':>8}{'rps x':>8}{'cpu/call':>10}")
+        print(f"{'case':<50}{'target':<16}{'p50':>9}{'added p50':>11}{'added p99':>11}{'ttft x':>8}{'rps x':>8}{'cpu/call':>10}"
+              f"{'upstream cpu/call':>19}")
         for title, stream, conc, shape, api, sessions, pbytes in cases:
-            targets: dict[str, Target] = {"direct": (upstream, ["sk-bench"], "chat", None)}
+            # The upstream's CPU per call in the direct rounds: what serving the same bytes costs a
+            # minimal ASGI app, a floor for a relay that must also read them.
+            targets: dict[str, Target] = {"direct": (upstream, ["sk-bench"], "chat", procs[0].pid)}
             targets.update({name: (url, keys[:sessions], api, pid) for name, (url, keys, _, pid) in proxies.items()})
             n = args.requests if conc > 1 else max(100, args.requests // 2)
             m = await _measure(targets, stream=stream, concurrency=conc, n=n, shape=shape, prompt_bytes=pbytes)
@@ -367,7 +376,7 @@ async def main() -> int:
                     "ttft_ratio": p["ttft_p50_ms"] / d["ttft_p50_ms"], "throughput_ratio": p["rps"] / d["rps"],
                     "cpu_ms_per_call": p["cpu_ms_per_call"]}
                 print(f"{label:<50}{name:<16}{p['p50_ms']:>7.2f}ms{f['added_p50_ms']:>9.2f}ms{f['added_p99_ms']:>9.2f}ms"
-                      f"{f['ttft_ratio']:>8.3f}{f['throughput_ratio']:>8.3f}{p['cpu_ms_per_call']:>8.2f}ms")
+                      f"{f['ttft_ratio']:>8.3f}{f['throughput_ratio']:>8.3f}{p['cpu_ms_per_call']:>8.2f}ms{d['cpu_ms_per_call']:>17.2f}ms")
         checks = [  # (summary name, case label, figure, op, bound)
             ("real_added_p50_ms_non_stream_c1", "real: added latency, non-stream, c=1", "added_p50_ms", "<", 1.0),
             ("real_added_p50_ms_stream_c1", "real: added latency, stream, c=1", "added_p50_ms", "<", 1.0),

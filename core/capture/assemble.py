@@ -2,7 +2,9 @@
 
 Token ids come only from the engine (vLLM's `prompt_token_ids` and per-choice `token_ids`, or
 logprob tokens of the form `token_id:N`); nothing is re-tokenized and nothing is zero-filled.
-Only choice 0 is recorded: harnesses ask for one completion.
+Only choice 0 is recorded: harnesses ask for one completion. The prompt's ids are cut out of the
+engine's bytes as text before the rest is parsed (core/capture/tokens.py): they are most of an
+answer, and the proxy needs them only when the result is built.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness_env.core.capture import fastjson
+from harness_env.core.capture.tokens import KEY, cut_prompt_ids, ids_from_text, ids_text
 from harness_env.models import CaptureLevel, TopLogprob
 
 TOKEN_ID_PREFIX = "token_id:"
+_KEY_STR = KEY.decode()
 
 
 def _token_id_from_str(token: str) -> int | None:
@@ -28,7 +32,8 @@ def _token_id_from_str(token: str) -> int | None:
 
 @dataclass
 class TurnDraft:
-    prompt_token_ids: list[int] = field(default_factory=list)
+    prompt_text: bytes | None = None  # the prompt's ids as canonical JSON text, when cut from the bytes
+    prompt_list: list[int] = field(default_factory=list)  # ... or as parsed (a translating dialect's chunk)
     completion_token_ids: list[int] = field(default_factory=list)
     per_token_logps: list[float] = field(default_factory=list)
     completion_tokens: list[str] = field(default_factory=list)
@@ -41,11 +46,33 @@ class TurnDraft:
     errors: list[str] = field(default_factory=list)
     chunks: int = 0
 
+    @property
+    def has_prompt(self) -> bool:
+        return bool(self.prompt_text or self.prompt_list)
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return ids_from_text(self.prompt_text) if self.prompt_text else self.prompt_list
+
+    def prompt_ids_text(self) -> bytes | None:
+        """The prompt's ids as canonical text (core/capture/tokens.py), None if there are none."""
+        if self.prompt_text:
+            return self.prompt_text
+        return ids_text(self.prompt_list) if self.prompt_list else None
+
+    def _cut(self, content: bytes) -> bytes:
+        if self.has_prompt:
+            return content
+        content, text = cut_prompt_ids(content)
+        if text:
+            self.prompt_text = text
+        return content
+
     # -- feeding ------------------------------------------------------------------------------
     def add_response_body(self, content: bytes) -> None:
         """A non-streaming answer as the engine sent it; what is not a JSON object is an error."""
         try:
-            parsed = fastjson.loads(content)
+            parsed = fastjson.loads(self._cut(content))
             if isinstance(parsed, dict):
                 self.add_response(parsed)
             else:
@@ -76,7 +103,7 @@ class TurnDraft:
         if data.strip() == "[DONE]":
             return
         try:
-            chunk = fastjson.loads(data)
+            chunk = fastjson.loads(self._cut(data.encode()) if _KEY_STR in data else data)
         except ValueError:
             self.errors.append(f"malformed stream chunk: {data[:200]!r}")
             return
@@ -112,10 +139,10 @@ class TurnDraft:
     def _top_level(self, obj: dict[str, Any]) -> None:
         # Ids are taken as the engine sent them (JSON integers), without a per-token conversion:
         # prompts run to tens of thousands of tokens and this is the proxy's hot path.
-        if not self.prompt_token_ids:
+        if not self.has_prompt:
             ids = obj.get("prompt_token_ids")
             if isinstance(ids, list) and ids:
-                self.prompt_token_ids = ids
+                self.prompt_list = ids
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
@@ -132,10 +159,10 @@ class TurnDraft:
         ids = choice.get("token_ids")
         if isinstance(ids, list):
             self.completion_token_ids.extend(ids)
-        if not self.prompt_token_ids:
+        if not self.has_prompt:
             ids = choice.get("prompt_token_ids")  # some servers put them on the choice
             if isinstance(ids, list) and ids:
-                self.prompt_token_ids = ids
+                self.prompt_list = ids
         logprobs = choice.get("logprobs")
         if isinstance(logprobs, dict):
             for item in logprobs.get("content") or []:
@@ -166,7 +193,7 @@ class TurnDraft:
         return []
 
     def capture_level(self) -> CaptureLevel:
-        if self.prompt_token_ids and self.final_completion_ids():
+        if self.has_prompt and self.final_completion_ids():
             return "tokens"
         if self.per_token_logps:
             return "logprobs"
@@ -174,8 +201,11 @@ class TurnDraft:
 
     def fields(self) -> dict[str, Any]:
         """Keyword arguments for models.Turn."""
+        return {"prompt_token_ids": self.prompt_token_ids, **self.record_fields()}
+
+    def record_fields(self) -> dict[str, Any]:
+        """The Turn's fields but the prompt's ids (kept as text: `prompt_ids_text`)."""
         return {
-            "prompt_token_ids": self.prompt_token_ids,
             "completion_token_ids": self.final_completion_ids(),
             "per_token_logps": self.per_token_logps,
             "completion_tokens": self.completion_tokens,

@@ -94,7 +94,7 @@ class CaptureProxy:
                 await asyncio.wait_for(self._call_engine(CHAT_COMPLETIONS, session, request, turn), PROBE_TIMEOUT_S)
             except TimeoutError:
                 return ProbeResult("none", None, f"the probe call got no answer within {PROBE_TIMEOUT_S}s")
-            turns.append(turn)
+            turns.extend(session.sorted_turns())  # the recorded call, with its token lists
         return classify(*turns)
 
     @property
@@ -308,7 +308,7 @@ class CaptureProxy:
 
     # -- recording --------------------------------------------------------------------------
     def _record_answer(self, session: CaptureSession, turn: Turn, draft: TurnDraft, started: float, ttft: float | None) -> None:
-        for name, value in draft.fields().items():
+        for name, value in draft.record_fields().items():
             setattr(turn, name, value)
         turn.latency_s = time.monotonic() - started
         turn.ttft_s = ttft
@@ -320,7 +320,7 @@ class CaptureProxy:
             f"{len(turn.tool_calls)} tool calls, finish={turn.finish_reason}"
             + (f", error: {turn.upstream_error[:200]}" if turn.upstream_error else "")
         )
-        session.record(turn)
+        session.record(turn, draft.prompt_ids_text())
 
     @staticmethod
     def _record_failure(session: CaptureSession, turn: Turn, started: float, status: int | None, error: str, log_line: str) -> None:

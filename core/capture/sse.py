@@ -11,15 +11,18 @@ class SSEDecoder:
         self._data: list[str] = []
 
     def feed(self, chunk: bytes) -> list[str]:
-        self._buf += chunk
+        buf = self._buf + chunk if self._buf else chunk
         events: list[str] = []
-        while True:
-            nl = self._buf.find(b"\n")
-            if nl < 0:
-                break
-            line = self._buf[:nl].rstrip(b"\r")
-            self._buf = self._buf[nl + 1 :]
+        # Lines are found in place and the rest kept once: cutting the buffer line by line would
+        # copy a whole recorded stream once per line.
+        at = 0
+        nl = buf.find(b"\n")
+        while nl >= 0:
+            line = buf[at:nl].rstrip(b"\r")
             self._line(line.decode("utf-8", errors="replace"), events)
+            at = nl + 1
+            nl = buf.find(b"\n", at)
+        self._buf = buf[at:]
         return events
 
     def flush(self) -> list[str]:
