@@ -100,7 +100,7 @@ class TurnDraft:
 
     def add_chunk_text(self, data: str) -> None:
         """One SSE `data:` payload of a chat.completion.chunk stream."""
-        if data.strip() == "[DONE]":
+        if data == "[DONE]" or data.strip() == "[DONE]":
             return
         try:
             chunk = fastjson.loads(self._cut(data.encode()) if _KEY_STR in data else data)
@@ -114,61 +114,73 @@ class TurnDraft:
 
     def add_chunk(self, chunk: dict[str, Any]) -> None:
         self.chunks += 1
-        if isinstance(chunk.get("error"), dict):
-            self.errors.append(f"error in stream: {json.dumps(chunk['error'])[:500]}")
+        error = chunk.get("error")
+        if isinstance(error, dict):
+            self.errors.append(f"error in stream: {json.dumps(error)[:500]}")
         self._top_level(chunk)
-        for choice in chunk.get("choices") or []:
+        for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
-            self._content(delta)
-            for call in delta.get("tool_calls") or []:
-                slot = self.tool_calls.setdefault(
-                    call.get("index", len(self.tool_calls)),
-                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-                )
-                if call.get("id"):
-                    slot["id"] = call["id"]
-                fn = call.get("function") or {}
-                if fn.get("name"):
-                    slot["function"]["name"] += fn["name"]
-                if fn.get("arguments"):
-                    slot["function"]["arguments"] += fn["arguments"]
+            delta = choice.get("delta")
+            if delta:
+                self._content(delta)
+                calls = delta.get("tool_calls")
+                if calls:
+                    self._tool_call_deltas(calls)
             self._choice_common(choice)
 
+    def _tool_call_deltas(self, calls: list[dict[str, Any]]) -> None:
+        for call in calls:
+            slot = self.tool_calls.setdefault(
+                call.get("index", len(self.tool_calls)),
+                {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+            )
+            if call.get("id"):
+                slot["id"] = call["id"]
+            fn = call.get("function") or {}
+            if fn.get("name"):
+                slot["function"]["name"] += fn["name"]
+            if fn.get("arguments"):
+                slot["function"]["arguments"] += fn["arguments"]
+
     def _top_level(self, obj: dict[str, Any]) -> None:
-        # Ids are taken as the engine sent them (JSON integers), without a per-token conversion:
-        # prompts run to tens of thousands of tokens and this is the proxy's hot path.
-        if not self.has_prompt:
+        # Parsed prompt ids (a translating dialect's chunk) are kept as the engine sent them,
+        # without a per-token conversion.
+        if self.prompt_text is None and not self.prompt_list:
             ids = obj.get("prompt_token_ids")
-            if isinstance(ids, list) and ids:
+            if ids and isinstance(ids, list):
                 self.prompt_list = ids
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
 
     def _content(self, msg: dict[str, Any]) -> None:
-        if isinstance(msg.get("content"), str):
-            self.text_parts.append(msg["content"])
-        for key in ("reasoning_content", "reasoning"):
-            if isinstance(msg.get(key), str):
-                self.reasoning_parts.append(msg[key])
-                break
+        # The common delta (a piece of text) with as few lookups as possible: this runs per chunk.
+        content = msg.get("content")
+        if isinstance(content, str):
+            self.text_parts.append(content)
+        if len(msg) > 1 or content is None:
+            for key in ("reasoning_content", "reasoning"):
+                value = msg.get(key)
+                if isinstance(value, str):
+                    self.reasoning_parts.append(value)
+                    break
 
     def _choice_common(self, choice: dict[str, Any]) -> None:
         ids = choice.get("token_ids")
         if isinstance(ids, list):
             self.completion_token_ids.extend(ids)
-        if not self.has_prompt:
+        if self.prompt_text is None and not self.prompt_list:
             ids = choice.get("prompt_token_ids")  # some servers put them on the choice
-            if isinstance(ids, list) and ids:
+            if ids and isinstance(ids, list):
                 self.prompt_list = ids
         logprobs = choice.get("logprobs")
-        if isinstance(logprobs, dict):
-            for item in logprobs.get("content") or []:
-                self.completion_tokens.append(str(item.get("token", "")))
-                self.per_token_logps.append(float(item.get("logprob", 0.0)))
-                tops = item.get("top_logprobs") or []
+        if logprobs and isinstance(logprobs, dict):
+            tokens, logps = self.completion_tokens, self.per_token_logps
+            for item in logprobs.get("content") or ():
+                tokens.append(str(item.get("token", "")))
+                logps.append(float(item.get("logprob", 0.0)))
+                tops = item.get("top_logprobs")
                 if tops:
                     self.top_logprobs.append(
                         [
@@ -180,8 +192,9 @@ class TurnDraft:
                             for t in tops
                         ]
                     )
-        if choice.get("finish_reason"):
-            self.finish_reason = choice["finish_reason"]
+        finish = choice.get("finish_reason")
+        if finish:
+            self.finish_reason = finish
 
     # -- results ------------------------------------------------------------------------------
     def final_completion_ids(self) -> list[int]:

@@ -12,17 +12,18 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[str]:
         buf = self._buf + chunk if self._buf else chunk
+        *lines, self._buf = buf.split(b"\n")  # the last piece has no line break yet
         events: list[str] = []
-        # Lines are found in place and the rest kept once: cutting the buffer line by line would
-        # copy a whole recorded stream once per line.
-        at = 0
-        nl = buf.find(b"\n")
-        while nl >= 0:
-            line = buf[at:nl].rstrip(b"\r")
-            self._line(line.decode("utf-8", errors="replace"), events)
-            at = nl + 1
-            nl = buf.find(b"\n", at)
-        self._buf = buf[at:]
+        for line in lines:  # the common lines inline: a recorded stream has two per chunk
+            if line.startswith(b"data:"):
+                value = line[6:] if line.startswith(b"data: ") else line[5:]
+                self._data.append(value.rstrip(b"\r").decode("utf-8", errors="replace"))
+            elif line == b"" or line == b"\r":
+                if self._data:
+                    events.append("\n".join(self._data))
+                    self._data = []
+            else:
+                self._line(line.rstrip(b"\r").decode("utf-8", errors="replace"), events)
         return events
 
     def flush(self) -> list[str]:
