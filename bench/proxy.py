@@ -7,7 +7,9 @@ Three processes: a minimal OpenAI-compatible upstream, the capture proxy (in tra
 mode, so every call is rewritten, parsed and recorded), and this load generator, all on this
 machine. Direct and proxied calls are interleaved in rounds so machine noise hits both alike.
 `--baseline-commit REV` adds a fourth: the proxy of an earlier commit (from `git archive`), measured
-in the same rounds, so before and after come from one run.
+in the same rounds, so before and after come from one run. `--bare-relay` adds a relay on the same
+stack that only passes bytes on (nothing parsed, rewritten, masked or recorded): the floor a
+Python relay on uvicorn, uvloop and aiohttp has on this machine.
 
 - added latency: the upstream answers at once (non-streaming) or bursts its 34 chunks at once
   (streaming), so what is measured is the proxy's own cost per call, p50 and p99, c=1 and c=N;
@@ -131,13 +133,13 @@ async def main():
     print(" ".join(keys), flush=True)
     cfg = uvicorn.Config(proxy.app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error", access_log=False, lifespan="off")
     if len(sys.argv) > 4:  # --profile: cProfile of the whole proxy process, written when it stops
-        import contextlib, cProfile, signal
+        import contextlib, cProfile, signal, time
 
         class Server(uvicorn.Server):  # stops on SIGTERM without re-raising it, so the profile is written
             capture_signals = contextlib.nullcontext
         server = Server(cfg)
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, lambda: setattr(server, "should_exit", True))
-        profile = cProfile.Profile()
+        profile = cProfile.Profile(time.process_time)  # CPU time: wall time would count the upstream running while a write wakes it
         profile.enable()
         try:
             await server.serve()
@@ -148,6 +150,43 @@ async def main():
     await uvicorn.Server(cfg).serve()
 
 import uvloop  # as under `harness-env serve` (uvicorn picks uvloop when installed)
+uvloop.run(main())
+"""
+
+BARE_RELAY = r"""
+# The floor for a relay on the proxy's stack (uvicorn + uvloop + aiohttp): bytes in, bytes out,
+# nothing parsed, rewritten, masked or recorded. Only for measuring.
+import asyncio, sys, aiohttp, uvicorn
+
+async def main():
+    client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1024), auto_decompress=False, skip_auto_headers=("User-Agent",))
+    upstream = sys.argv[2]
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        chunks = []
+        while True:
+            m = await receive()
+            chunks.append(m.get("body", b""))
+            if not m.get("more_body"):
+                break
+        path = scope["path"][len("/v1"):] if scope["path"].startswith("/v1") else scope["path"]
+        if not chunks[0]:  # readiness probe
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+            return
+        async with client.post(upstream + path, data=b"".join(chunks), headers={"content-type": "application/json", "authorization": "Bearer sk-bench"}) as r:
+            await send({"type": "http.response.start", "status": r.status, "headers": [(b"content-type", r.headers.get("content-type", "").encode())]})
+            async for piece in r.content.iter_any():
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+
+    print("bare", flush=True)
+    cfg = uvicorn.Config(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error", access_log=False, lifespan="off")
+    await uvicorn.Server(cfg).serve()
+
+import uvloop
 uvloop.run(main())
 """
 
@@ -299,6 +338,8 @@ async def main() -> int:
     ap.add_argument("--dialects", nargs="*", default=list(DIALECTS), choices=DIALECTS, help="the translating dialects to measure")
     ap.add_argument("--only-realistic", action="store_true", help="only the realistic cases (64 sessions, 16 KB prompts)")
     ap.add_argument("--baseline-commit", help="also run the proxy of this commit, side by side (before/after in one run)")
+    ap.add_argument("--only", help="only the cases whose title contains this (for profiling one case)")
+    ap.add_argument("--bare-relay", action="store_true", help="also measure a relay that only passes bytes on (the stack's floor)")
     ap.add_argument("--profile", help="write a cProfile of each proxy process to FILE.<target> (costs time: not for figures)")
     args = ap.parse_args()
     N = args.concurrency
@@ -326,6 +367,13 @@ async def main() -> int:
             keys = px.stdout.readline().split()  # type: ignore[union-attr]
             await _wait_up(f"http://127.0.0.1:{port}/")
             proxies[name] = (f"http://127.0.0.1:{port}/v1", keys, "chat", px.pid)
+        if args.bare_relay:
+            port = _free_port()
+            px = subprocess.Popen([sys.executable, "-c", BARE_RELAY, str(port), upstream], env=env, stdout=subprocess.PIPE, text=True)
+            procs.append(px)
+            px.stdout.readline()  # type: ignore[union-attr]
+            await _wait_up(f"http://127.0.0.1:{port}/")
+            proxies["bare relay"] = (f"http://127.0.0.1:{port}/v1", ["-"] * args.sessions, "chat", px.pid)
         await _wait_up(f"http://127.0.0.1:{up_port}/")
         # (title, stream, concurrency, shape, dialect, sessions, prompt bytes)
         cases: list[tuple[str, bool, int, Shape, str, int, int]] = []
@@ -357,6 +405,8 @@ async def main() -> int:
             ("real: throughput, streaming engine", True, N, real_engine, "chat", S, prompt_bytes),
             ("real: throughput, engine-like", False, N, real_engine, "chat", S, prompt_bytes),
         ]
+        if args.only:
+            cases = [c for c in cases if args.only in c[0] + (" (stream" if c[1] else " (non-stream") + f", c={c[2]})"]
         figures: dict[str, dict] = {}
         print(f"{'case':<50}{'target':<16}{'p50':>9}{'added p50':>11}{'added p99':>11}{'ttft x':>8}{'rps x':>8}{'cpu/call':>10}"
               f"{'upstream cpu/call':>19}")
@@ -364,12 +414,15 @@ async def main() -> int:
             # The upstream's CPU per call in the direct rounds: what serving the same bytes costs a
             # minimal ASGI app, a floor for a relay that must also read them.
             targets: dict[str, Target] = {"direct": (upstream, ["sk-bench"], "chat", procs[0].pid)}
-            targets.update({name: (url, keys[:sessions], api, pid) for name, (url, keys, _, pid) in proxies.items()})
+            targets.update({name: (url, keys[:sessions], api, pid) for name, (url, keys, _, pid) in proxies.items()
+                            if api == "chat" or name != "bare relay"})  # the bare relay speaks only chat completions
             n = args.requests if conc > 1 else max(100, args.requests // 2)
             m = await _measure(targets, stream=stream, concurrency=conc, n=n, shape=shape, prompt_bytes=pbytes)
             d = m["direct"]
             label = f"{title} ({'stream' if stream else 'non-stream'}, c={conc})" if "added" not in title else f"{title}, c={conc}"
             for name in proxies:
+                if name not in m:
+                    continue
                 p = m[name]
                 f = figures.setdefault(name, {})[label] = {
                     "direct": d, "proxy": p, "added_p50_ms": p["p50_ms"] - d["p50_ms"], "added_p99_ms": p["p99_ms"] - d["p99_ms"],
@@ -405,9 +458,13 @@ async def main() -> int:
                 ]
         summary: dict[str, dict[str, float]] = {}
         for name, (_, _, _, pid) in proxies.items():
+            if name == "bare relay":
+                continue
             print(f"\n{name}: peak RSS {_peak_rss_mb(pid):.0f} MB ({args.sessions} sessions, up to 40 recorded turns each)")
             summary[name] = {"peak_rss_mb": _peak_rss_mb(pid)}
             for key, label, figure, op, bound in checks:
+                if label not in figures[name]:
+                    continue
                 v = summary[name][key] = figures[name][label][figure]
                 print(f"{key:<44}{v:>10.3f}   target {op} {bound}: {'met' if _check(v, op, bound) else 'NOT met'}")
         if args.json:

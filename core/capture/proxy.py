@@ -91,7 +91,9 @@ class CaptureProxy:
             request = CHAT_COMPLETIONS.read_request(probe_body(temperature), {})
             turn = Turn(index=0, purpose="auxiliary")
             try:
-                await asyncio.wait_for(self._call_engine(CHAT_COMPLETIONS, session, request, turn), PROBE_TIMEOUT_S)
+                reply = await asyncio.wait_for(self._call_engine(CHAT_COMPLETIONS, session, request, turn), PROBE_TIMEOUT_S)
+                if reply.after is not None and reply.stream is None:
+                    reply.after()  # a whole answer is recorded once it is sent: nobody sends this one
             except TimeoutError:
                 return ProbeResult("none", None, f"the probe call got no answer within {PROBE_TIMEOUT_S}s")
             turns.extend(session.sorted_turns())  # the recorded call, with its token lists
@@ -248,8 +250,12 @@ class CaptureProxy:
         session.upstream_result(ok=True)  # only once the answer was read: a failed read is a failure
         content = session.answer_redactor.redact_bytes(content)
         answer, content_type = dialect.answer(request, content, self._content_type(session, resp), draft)
-        self._record_answer(session, turn, draft, started, None)
-        return Reply(resp.status, answer, content_type)
+        latency = time.monotonic() - started
+
+        def record() -> None:  # once the harness has the answer: off its latency
+            self._record_answer(session, turn, draft, started, None, latency)
+
+        return Reply(resp.status, answer, content_type, after=record)
 
     @staticmethod
     def _content_type(session: CaptureSession, resp: aiohttp.ClientResponse) -> str:
@@ -307,10 +313,12 @@ class CaptureProxy:
         return Reply(resp.status, content_type=translation.content_type, stream=chunks(), after=record)
 
     # -- recording --------------------------------------------------------------------------
-    def _record_answer(self, session: CaptureSession, turn: Turn, draft: TurnDraft, started: float, ttft: float | None) -> None:
+    def _record_answer(
+        self, session: CaptureSession, turn: Turn, draft: TurnDraft, started: float, ttft: float | None, latency: float | None = None
+    ) -> None:
         for name, value in draft.record_fields().items():
             setattr(turn, name, value)
-        turn.latency_s = time.monotonic() - started
+        turn.latency_s = time.monotonic() - started if latency is None else latency
         turn.ttft_s = ttft
         if draft.errors:
             turn.upstream_error = session.redact("; ".join(draft.errors)[:2000])
