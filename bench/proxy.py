@@ -107,7 +107,7 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error", acc
 '''
 
 PROXY = r"""
-import asyncio, sys, uvicorn
+import asyncio, contextlib, cProfile, signal, sys, time, uvicorn
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.models import Endpoint
@@ -132,22 +132,21 @@ async def main():
         keys.append(box[0].key)
     print(" ".join(keys), flush=True)
     cfg = uvicorn.Config(proxy.app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error", access_log=False, lifespan="off")
-    if len(sys.argv) > 4:  # --profile: cProfile of the whole proxy process, written when it stops
-        import contextlib, cProfile, signal, time
-
-        class Server(uvicorn.Server):  # stops on SIGTERM without re-raising it, so the profile is written
-            capture_signals = contextlib.nullcontext
-        server = Server(cfg)
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, lambda: setattr(server, "should_exit", True))
-        profile = cProfile.Profile(time.process_time)  # CPU time: wall time would count the upstream running while a write wakes it
+    server = Server(cfg)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, lambda: setattr(server, "should_exit", True))
+    profile = cProfile.Profile(time.process_time) if len(sys.argv) > 4 else None  # CPU time: wall time would count the upstream running while a write wakes it
+    if profile is not None:  # --profile: cProfile of the whole proxy process, written when it stops
         profile.enable()
-        try:
-            await server.serve()
-        finally:
+    try:
+        await server.serve()
+    finally:
+        if profile is not None:
             profile.disable()
             profile.dump_stats(sys.argv[4])
-        return
-    await uvicorn.Server(cfg).serve()
+        await proxy.aclose()
+
+class Server(uvicorn.Server):  # stops on SIGTERM without re-raising it, so the proxy closes and the profile is written
+    capture_signals = contextlib.nullcontext
 
 import uvloop  # as under `harness-env serve` (uvicorn picks uvloop when installed)
 uvloop.run(main())
