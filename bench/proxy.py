@@ -323,6 +323,10 @@ def _baseline_tree(rev: str, into: str) -> str:
     return into
 
 
+def _label(title: str, stream: bool, concurrency: int) -> str:
+    return f"{title}, c={concurrency}" if "added" in title else f"{title} ({'stream' if stream else 'non-stream'}, c={concurrency})"
+
+
 def _check(value: float, op: str, bound: float) -> bool:
     return value < bound if op == "<" else value <= bound if op == "<=" else value >= bound
 
@@ -405,7 +409,7 @@ async def main() -> int:
             ("real: throughput, engine-like", False, N, real_engine, "chat", S, prompt_bytes),
         ]
         if args.only:
-            cases = [c for c in cases if args.only in c[0] + (" (stream" if c[1] else " (non-stream") + f", c={c[2]})"]
+            cases = [c for c in cases if args.only in _label(c[0], c[1], c[2])]
         figures: dict[str, dict] = {}
         print(f"{'case':<50}{'target':<16}{'p50':>9}{'added p50':>11}{'added p99':>11}{'ttft x':>8}{'rps x':>8}{'cpu/call':>10}"
               f"{'upstream cpu/call':>19}")
@@ -418,7 +422,7 @@ async def main() -> int:
             n = args.requests if conc > 1 else max(100, args.requests // 2)
             m = await _measure(targets, stream=stream, concurrency=conc, n=n, shape=shape, prompt_bytes=pbytes)
             d = m["direct"]
-            label = f"{title} ({'stream' if stream else 'non-stream'}, c={conc})" if "added" not in title else f"{title}, c={conc}"
+            label = _label(title, stream, conc)
             for name in proxies:
                 if name not in m:
                     continue
