@@ -165,7 +165,12 @@ def memory(turns: int, first_prompt: int) -> None:
     for name, size, cpu in (("lists (before)", lists_bytes, lists_s), ("packed, shared prefixes (now)", packed_bytes, packed_s)):
         print(f"{name:<34}{size / 2**20:>9.2f}{size / captured:>22.3f}{cpu * 1000:>20.3f} ms")
     unique = last + COMPLETION_TOKENS  # every token of the rollout once: its last prompt + completion
-    print(f"packed: {packed_bytes / unique:.2f} bytes per distinct token of the rollout ({unique:,}), the history included")
+    pieces = {id(p): len(p) for t in session.turns if t.prompt is not None for p in t.prompt.pieces}
+    arrays = sum(t.completion.itemsize * len(t.completion) + t.logps.itemsize * len(t.logps) for t in session.turns)
+    tokens_only = sum(pieces.values()) + arrays
+    print(f"packed: the token storage alone (prompt id text, completion id and logprob arrays) {tokens_only / 2**20:.2f} MB, "
+          f"{tokens_only / captured:.3f} bytes per captured token, {tokens_only / unique:.2f} per distinct token; "
+          f"everything held (the history too) {packed_bytes / unique:.2f} bytes per distinct token ({unique:,})")
     print(f"lists/packed: memory x{lists_bytes / packed_bytes:.1f}, CPU per turn x{lists_s / packed_s:.2f}; "
           f"the wire's Turns for the result made in {build_s * 1000:.0f} ms\n")
 
