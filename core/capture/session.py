@@ -50,6 +50,8 @@ class CapturedTurn:
         return self.logps.tolist()
 
     def __getattr__(self, name: str) -> Any:  # the Turn's other fields
+        if name.startswith("__") or name in CapturedTurn.__slots__:  # copy protocols, or a copy being made
+            raise AttributeError(name)
         return getattr(self.turn, name)
 
     def to_turn(self) -> Turn:

@@ -1,6 +1,8 @@
 """Turns held packed while a rollout runs: exact ids and logprobs back, shared prompt prefixes."""
 
+import copy
 import json
+import pickle
 
 import httpx
 import pytest
@@ -119,3 +121,15 @@ def test_logprobs_come_back_bit_for_bit_and_big_ids_whole():
     assert out.completion_token_ids == ids and out.prompt_token_ids == [1, 2]
     # The wire's JSON is what a Turn made from the parsed lists gives.
     assert out.model_dump_json() == Turn(index=0, upstream_status=200, **draft.fields()).model_dump_json()
+
+
+def test_a_recorded_turn_reads_like_a_turn_and_copies_as_itself():
+    session = CaptureSession(key="k", endpoint=Endpoint(base_url="http://127.0.0.1:9/v1", api_key="sk-0123456789", model="m"), policy=CapturePolicy())
+    seen = []
+    session.on_turn = seen.append
+    session.record(Turn(index=4, upstream_status=200, completion_token_ids=[5, 6], per_token_logps=[-0.5, -0.25], completion_text="hi"), b"1,2,3")
+    [recorded] = session.turns
+    assert seen == [recorded] and (recorded.index, recorded.completion_text, recorded.prompt_token_ids) == (4, "hi", [1, 2, 3])
+    for copied in (copy.copy(recorded), copy.deepcopy(recorded), pickle.loads(pickle.dumps(recorded))):
+        assert type(copied) is type(recorded) and copied.to_turn() == recorded.to_turn()
+    assert recorded.to_turn().completion_token_ids == [5, 6] and recorded.turn.completion_token_ids == []  # held packed only
