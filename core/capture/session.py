@@ -54,9 +54,10 @@ class CapturedTurn:
             raise AttributeError(name)
         return getattr(self.turn, name)
 
-    def to_turn(self) -> Turn:
+    def to_turn(self, made: dict[int, list[int]] | None = None) -> Turn:
+        """The wire's Turn; `made`: prompt lists made already (PromptIds.ids)."""
         return self.turn.model_copy(update={
-            "prompt_token_ids": self.prompt_token_ids,
+            "prompt_token_ids": self.prompt.ids(made) if self.prompt is not None else [],
             "completion_token_ids": self.completion_token_ids,
             "per_token_logps": self.per_token_logps,
         })
@@ -202,7 +203,8 @@ class CaptureSession:
 
     def sorted_turns(self) -> list[Turn]:
         """The turns in request order, as the wire's Turns (their token lists made now)."""
-        return [t.to_turn() for t in sorted(self.turns, key=lambda t: t.index)]
+        made: dict[int, list[int]] = {}  # each prompt's list extends the one it shares its start with
+        return [t.to_turn(made) for t in sorted(self.turns, key=lambda t: t.index)]
 
     def capture_level(self) -> CaptureLevel:
         """The lowest level reached over the policy turns ("none" if there were none)."""

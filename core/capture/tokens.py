@@ -86,6 +86,7 @@ class PromptIds:
 
     pieces: tuple[bytes, ...]
     size: int  # bytes of text over all pieces
+    base: PromptIds | None = None  # the prompt this one extends (all pieces but the last are its)
 
     @classmethod
     def extending(cls, text: bytes, earlier: Iterable[PromptIds]) -> PromptIds:
@@ -93,7 +94,7 @@ class PromptIds:
         for base in earlier:
             if base.is_prefix_of(text):
                 tail = text[base.size :]
-                return cls(base.pieces + (tail,), len(text)) if tail else base
+                return cls(base.pieces + (tail,), len(text), base) if tail else base
         return cls((text,), len(text))
 
     def is_prefix_of(self, text: bytes) -> bool:
@@ -111,9 +112,20 @@ class PromptIds:
     def text(self) -> bytes:
         return b"".join(self.pieces)
 
-    def ids(self) -> list[int]:
-        return ids_from_text(self.text())
-
+    def ids(self, made: dict[int, list[int]] | None = None) -> list[int]:
+        """The ids as a list. `made` holds the lists already made for other prompts (by id()):
+        one that extends them is their list plus its own tail, parsed (a rollout's prompts are
+        then parsed about once, not once per turn)."""
+        if made is None:
+            return ids_from_text(self.text())
+        if id(self) in made:
+            return list(made[id(self)])
+        if self.base is not None and id(self.base) in made:
+            out = made[id(self.base)] + ids_from_text(self.pieces[-1][1:])  # the tail starts with ","
+        else:
+            out = ids_from_text(self.text())
+        made[id(self)] = out
+        return list(out)
 
 def pack_ids(ids: list[int]) -> array | list[int]:
     """Completion ids as an array of 32-bit ints; a list if one does not fit (never truncated)."""

@@ -133,3 +133,14 @@ def test_a_recorded_turn_reads_like_a_turn_and_copies_as_itself():
     for copied in (copy.copy(recorded), copy.deepcopy(recorded), pickle.loads(pickle.dumps(recorded))):
         assert type(copied) is type(recorded) and copied.to_turn() == recorded.to_turn()
     assert recorded.to_turn().completion_token_ids == [5, 6] and recorded.turn.completion_token_ids == []  # held packed only
+
+
+def test_the_wire_lists_are_made_from_the_prompt_each_extends_and_belong_to_their_turn():
+    session = CaptureSession(key="k", endpoint=Endpoint(base_url="http://127.0.0.1:9/v1", api_key="sk-0123456789", model="m"), policy=CapturePolicy())
+    for i, text in enumerate([b"1,2", b"1,2,3,4", b"1,2,3,4", b"9,9", b"1,2,3,4,5"]):
+        session.record(Turn(index=i, upstream_status=200, completion_token_ids=[7], per_token_logps=[-1.0]), text)
+    turns = session.sorted_turns()
+    assert [t.prompt_token_ids for t in turns] == [[1, 2], [1, 2, 3, 4], [1, 2, 3, 4], [9, 9], [1, 2, 3, 4, 5]]
+    turns[1].prompt_token_ids.append(99)  # a consumer changing one turn's list changes no other's
+    assert turns[2].prompt_token_ids == [1, 2, 3, 4] and turns[4].prompt_token_ids == [1, 2, 3, 4, 5]
+    assert session.sorted_turns()[1].prompt_token_ids == [1, 2, 3, 4]
