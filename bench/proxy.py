@@ -1,7 +1,7 @@
 """Capture proxy overhead, measured side by side in one run against the same local upstream.
 
     .venv/bin/python bench/proxy.py [--requests 400] [--concurrency 32] [--json FILE]
-        [--only-realistic] [--baseline-commit REV]
+        [--only-realistic] [--only CASE] [--baseline-commit REV] [--bare-relay] [--profile FILE]
 
 Three processes: a minimal OpenAI-compatible upstream, the capture proxy (in transparent_proxy
 mode, so every call is rewritten, parsed and recorded), and this load generator, all on this
