@@ -74,8 +74,12 @@ async def send_reply(send: Send, reply: Reply) -> None:
     headers = [(b"content-type", reply.content_type.encode()), *reply.headers]
     if reply.stream is None:
         headers.append((b"content-length", str(len(reply.body)).encode()))
-        await send({"type": "http.response.start", "status": reply.status, "headers": headers})
-        await send({"type": "http.response.body", "body": reply.body})
+        try:
+            await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+            await send({"type": "http.response.body", "body": reply.body})
+        finally:
+            if reply.after is not None:
+                reply.after()
         return
     headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
     try:

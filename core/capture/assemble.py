@@ -2,7 +2,9 @@
 
 Token ids come only from the engine (vLLM's `prompt_token_ids` and per-choice `token_ids`, or
 logprob tokens of the form `token_id:N`); nothing is re-tokenized and nothing is zero-filled.
-Only choice 0 is recorded: harnesses ask for one completion.
+Only choice 0 is recorded: harnesses ask for one completion. The prompt's ids are cut out of the
+engine's bytes as text before the rest is parsed (core/capture/tokens.py): they are most of an
+answer, and the proxy needs them only when the result is built.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness_env.core.capture import fastjson
+from harness_env.core.capture.tokens import KEY, cut_prompt_ids, ids_from_text, ids_text
 from harness_env.models import CaptureLevel, TopLogprob
 
 TOKEN_ID_PREFIX = "token_id:"
+_KEY_STR = KEY.decode()
 
 
 def _token_id_from_str(token: str) -> int | None:
@@ -28,7 +32,8 @@ def _token_id_from_str(token: str) -> int | None:
 
 @dataclass
 class TurnDraft:
-    prompt_token_ids: list[int] = field(default_factory=list)
+    prompt_text: bytes | None = None  # the prompt's ids as canonical JSON text, when cut from the bytes
+    prompt_list: list[int] = field(default_factory=list)  # ... or as parsed (a translating dialect's chunk)
     completion_token_ids: list[int] = field(default_factory=list)
     per_token_logps: list[float] = field(default_factory=list)
     completion_tokens: list[str] = field(default_factory=list)
@@ -41,11 +46,33 @@ class TurnDraft:
     errors: list[str] = field(default_factory=list)
     chunks: int = 0
 
+    @property
+    def has_prompt(self) -> bool:
+        return bool(self.prompt_text or self.prompt_list)
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return ids_from_text(self.prompt_text) if self.prompt_text else self.prompt_list
+
+    def prompt_ids_text(self) -> bytes | None:
+        """The prompt's ids as canonical text (core/capture/tokens.py), None if there are none."""
+        if self.prompt_text:
+            return self.prompt_text
+        return ids_text(self.prompt_list) if self.prompt_list else None
+
+    def _cut(self, content: bytes) -> bytes:
+        if self.has_prompt:
+            return content
+        content, text = cut_prompt_ids(content)
+        if text:
+            self.prompt_text = text
+        return content
+
     # -- feeding ------------------------------------------------------------------------------
     def add_response_body(self, content: bytes) -> None:
         """A non-streaming answer as the engine sent it; what is not a JSON object is an error."""
         try:
-            parsed = fastjson.loads(content)
+            parsed = fastjson.loads(self._cut(content))
             if isinstance(parsed, dict):
                 self.add_response(parsed)
             else:
@@ -73,10 +100,10 @@ class TurnDraft:
 
     def add_chunk_text(self, data: str) -> None:
         """One SSE `data:` payload of a chat.completion.chunk stream."""
-        if data.strip() == "[DONE]":
+        if data == "[DONE]" or data.strip() == "[DONE]":
             return
         try:
-            chunk = fastjson.loads(data)
+            chunk = fastjson.loads(self._cut(data.encode()) if _KEY_STR in data else data)
         except ValueError:
             self.errors.append(f"malformed stream chunk: {data[:200]!r}")
             return
@@ -87,61 +114,73 @@ class TurnDraft:
 
     def add_chunk(self, chunk: dict[str, Any]) -> None:
         self.chunks += 1
-        if isinstance(chunk.get("error"), dict):
-            self.errors.append(f"error in stream: {json.dumps(chunk['error'])[:500]}")
+        error = chunk.get("error")
+        if isinstance(error, dict):
+            self.errors.append(f"error in stream: {json.dumps(error)[:500]}")
         self._top_level(chunk)
-        for choice in chunk.get("choices") or []:
+        for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
-            self._content(delta)
-            for call in delta.get("tool_calls") or []:
-                slot = self.tool_calls.setdefault(
-                    call.get("index", len(self.tool_calls)),
-                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-                )
-                if call.get("id"):
-                    slot["id"] = call["id"]
-                fn = call.get("function") or {}
-                if fn.get("name"):
-                    slot["function"]["name"] += fn["name"]
-                if fn.get("arguments"):
-                    slot["function"]["arguments"] += fn["arguments"]
+            delta = choice.get("delta")
+            if delta:
+                self._content(delta)
+                calls = delta.get("tool_calls")
+                if calls:
+                    self._tool_call_deltas(calls)
             self._choice_common(choice)
 
+    def _tool_call_deltas(self, calls: list[dict[str, Any]]) -> None:
+        for call in calls:
+            slot = self.tool_calls.setdefault(
+                call.get("index", len(self.tool_calls)),
+                {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+            )
+            if call.get("id"):
+                slot["id"] = call["id"]
+            fn = call.get("function") or {}
+            if fn.get("name"):
+                slot["function"]["name"] += fn["name"]
+            if fn.get("arguments"):
+                slot["function"]["arguments"] += fn["arguments"]
+
     def _top_level(self, obj: dict[str, Any]) -> None:
-        # Ids are taken as the engine sent them (JSON integers), without a per-token conversion:
-        # prompts run to tens of thousands of tokens and this is the proxy's hot path.
-        if not self.prompt_token_ids:
+        # Parsed prompt ids (a translating dialect's chunk) are kept as the engine sent them,
+        # without a per-token conversion.
+        if self.prompt_text is None and not self.prompt_list:
             ids = obj.get("prompt_token_ids")
-            if isinstance(ids, list) and ids:
-                self.prompt_token_ids = ids
+            if ids and isinstance(ids, list):
+                self.prompt_list = ids
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
 
     def _content(self, msg: dict[str, Any]) -> None:
-        if isinstance(msg.get("content"), str):
-            self.text_parts.append(msg["content"])
-        for key in ("reasoning_content", "reasoning"):
-            if isinstance(msg.get(key), str):
-                self.reasoning_parts.append(msg[key])
-                break
+        # The common delta (a piece of text) with as few lookups as possible: this runs per chunk.
+        content = msg.get("content")
+        if isinstance(content, str):
+            self.text_parts.append(content)
+        if len(msg) > 1 or content is None:
+            for key in ("reasoning_content", "reasoning"):
+                value = msg.get(key)
+                if isinstance(value, str):
+                    self.reasoning_parts.append(value)
+                    break
 
     def _choice_common(self, choice: dict[str, Any]) -> None:
         ids = choice.get("token_ids")
         if isinstance(ids, list):
             self.completion_token_ids.extend(ids)
-        if not self.prompt_token_ids:
+        if self.prompt_text is None and not self.prompt_list:
             ids = choice.get("prompt_token_ids")  # some servers put them on the choice
-            if isinstance(ids, list) and ids:
-                self.prompt_token_ids = ids
+            if ids and isinstance(ids, list):
+                self.prompt_list = ids
         logprobs = choice.get("logprobs")
-        if isinstance(logprobs, dict):
-            for item in logprobs.get("content") or []:
-                self.completion_tokens.append(str(item.get("token", "")))
-                self.per_token_logps.append(float(item.get("logprob", 0.0)))
-                tops = item.get("top_logprobs") or []
+        if logprobs and isinstance(logprobs, dict):
+            tokens, logps = self.completion_tokens, self.per_token_logps
+            for item in logprobs.get("content") or ():
+                tokens.append(str(item.get("token", "")))
+                logps.append(float(item.get("logprob", 0.0)))
+                tops = item.get("top_logprobs")
                 if tops:
                     self.top_logprobs.append(
                         [
@@ -153,8 +192,9 @@ class TurnDraft:
                             for t in tops
                         ]
                     )
-        if choice.get("finish_reason"):
-            self.finish_reason = choice["finish_reason"]
+        finish = choice.get("finish_reason")
+        if finish:
+            self.finish_reason = finish
 
     # -- results ------------------------------------------------------------------------------
     def final_completion_ids(self) -> list[int]:
@@ -166,7 +206,7 @@ class TurnDraft:
         return []
 
     def capture_level(self) -> CaptureLevel:
-        if self.prompt_token_ids and self.final_completion_ids():
+        if self.has_prompt and self.final_completion_ids():
             return "tokens"
         if self.per_token_logps:
             return "logprobs"
@@ -174,8 +214,11 @@ class TurnDraft:
 
     def fields(self) -> dict[str, Any]:
         """Keyword arguments for models.Turn."""
+        return {"prompt_token_ids": self.prompt_token_ids, **self.record_fields()}
+
+    def record_fields(self) -> dict[str, Any]:
+        """The Turn's fields but the prompt's ids (kept as text: `prompt_ids_text`)."""
         return {
-            "prompt_token_ids": self.prompt_token_ids,
             "completion_token_ids": self.final_completion_ids(),
             "per_token_logps": self.per_token_logps,
             "completion_tokens": self.completion_tokens,

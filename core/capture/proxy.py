@@ -92,10 +92,12 @@ class CaptureProxy:
             request = CHAT_COMPLETIONS.read_request(probe_body(temperature), {})
             turn = Turn(index=0, purpose="auxiliary")
             try:
-                await asyncio.wait_for(self._call_engine(CHAT_COMPLETIONS, session, request, turn), PROBE_TIMEOUT_S)
+                reply = await asyncio.wait_for(self._call_engine(CHAT_COMPLETIONS, session, request, turn), PROBE_TIMEOUT_S)
+                if reply.after is not None and reply.stream is None:
+                    reply.after()  # a whole answer is recorded once it is sent: nobody sends this one
             except TimeoutError:
                 return ProbeResult("none", None, f"the probe call got no answer within {PROBE_TIMEOUT_S}s")
-            turns.append(turn)
+            turns.extend(session.sorted_turns())  # the recorded call, with its token lists
         return classify(*turns)
 
     @property
@@ -253,8 +255,12 @@ class CaptureProxy:
         session.upstream_result(ok=True)  # only once the answer was read: a failed read is a failure
         content = session.answer_redactor.redact_bytes(content)
         answer, content_type = dialect.answer(request, content, self._content_type(session, resp), draft)
-        self._record_answer(session, turn, draft, started, None)
-        return Reply(resp.status, answer, content_type)
+        latency = time.monotonic() - started
+
+        def record() -> None:  # once the harness has the answer: off its latency
+            self._record_answer(session, turn, draft, started, None, latency)
+
+        return Reply(resp.status, answer, content_type, after=record)
 
     @staticmethod
     def _content_type(session: CaptureSession, resp: aiohttp.ClientResponse) -> str:
@@ -312,10 +318,12 @@ class CaptureProxy:
         return Reply(resp.status, content_type=translation.content_type, stream=chunks(), after=record)
 
     # -- recording --------------------------------------------------------------------------
-    def _record_answer(self, session: CaptureSession, turn: Turn, draft: TurnDraft, started: float, ttft: float | None) -> None:
-        for name, value in draft.fields().items():
+    def _record_answer(
+        self, session: CaptureSession, turn: Turn, draft: TurnDraft, started: float, ttft: float | None, latency: float | None = None
+    ) -> None:
+        for name, value in draft.record_fields().items():
             setattr(turn, name, value)
-        turn.latency_s = time.monotonic() - started
+        turn.latency_s = time.monotonic() - started if latency is None else latency
         turn.ttft_s = ttft
         if draft.errors:
             turn.upstream_error = session.redact("; ".join(draft.errors)[:2000])
@@ -325,7 +333,7 @@ class CaptureProxy:
             f"{len(turn.tool_calls)} tool calls, finish={turn.finish_reason}"
             + (f", error: {turn.upstream_error[:200]}" if turn.upstream_error else "")
         )
-        session.record(turn)
+        session.record(turn, draft.prompt_ids_text())
 
     @staticmethod
     def _record_failure(session: CaptureSession, turn: Turn, started: float, status: int | None, error: str, log_line: str) -> None:

@@ -119,9 +119,13 @@ class Redactor:
         return bool(self._str)
 
     def _apply(self, text: T, needles: list[_Needle[T]], mask: T) -> T:
-        spans = sorted(s for n in needles for s in n.spans(text))
+        spans: list[tuple[int, int]] = []
+        for n in needles:  # per streamed chunk: no generator or sort when nothing is found
+            if n.head in text or n.tail in text:
+                spans += n.spans(text)
         if not spans:
             return text
+        spans.sort()
         out, pos = [], 0
         for start, end in spans:
             if end <= pos:

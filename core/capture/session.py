@@ -1,10 +1,16 @@
-"""A capture session: one rollout's key, policy, and the turns recorded for it."""
+"""A capture session: one rollout's key, policy, and the turns recorded for it.
+
+Turns are held packed while the rollout runs (`CapturedTurn`): a prompt's ids as text sharing the
+prompt it extends, completion ids and logprobs in arrays, request messages sharing the objects of
+the previous turn's equal ones. `sorted_turns()` makes the wire's Turns when the result is built.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import secrets
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,12 +18,60 @@ from typing import Any
 
 from harness_env.core.capture.redact import Redactor, registered_secrets, registry_version
 from harness_env.core.capture.rewrite import CapturePolicy
+from harness_env.core.capture.tokens import PromptIds, pack_ids, pack_logps
 from harness_env.models import CaptureLevel, Endpoint, Turn
 
 CAPTURE_LEVEL_ORDER: dict[CaptureLevel, int] = {"none": 0, "text": 1, "logprobs": 2, "tokens": 3}
 MAX_CONSECUTIVE_FAILURES = 3
+PROMPTS_TRIED = 8  # earlier prompts a new one is checked against for a shared start (latest first)
 
-__all__ = ["CAPTURE_LEVEL_ORDER", "CapturePolicy", "CaptureSession", "new_session_key"]
+__all__ = ["CAPTURE_LEVEL_ORDER", "CapturePolicy", "CaptureSession", "CapturedTurn", "new_session_key"]
+
+
+class CapturedTurn:
+    """A recorded turn as the session holds it: the Turn without its token lists, and those
+    packed. Reads like a Turn (its token lists are made when read); `to_turn()` is the wire's."""
+
+    __slots__ = ("turn", "prompt", "completion", "logps")
+
+    def __init__(self, turn: Turn, prompt: PromptIds | None, completion: array | list[int], logps: array) -> None:
+        self.turn, self.prompt, self.completion, self.logps = turn, prompt, completion, logps
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.prompt.ids() if self.prompt is not None else []
+
+    @property
+    def completion_token_ids(self) -> list[int]:
+        return list(self.completion)
+
+    @property
+    def per_token_logps(self) -> list[float]:
+        return self.logps.tolist()
+
+    def __getattr__(self, name: str) -> Any:  # the Turn's other fields
+        if name.startswith("__") or name in CapturedTurn.__slots__:  # copy protocols, or a copy being made
+            raise AttributeError(name)
+        return getattr(self.turn, name)
+
+    def to_turn(self, made: dict[int, list[int]] | None = None) -> Turn:
+        """The wire's Turn; `made`: prompt lists made already (PromptIds.ids)."""
+        return self.turn.model_copy(update={
+            "prompt_token_ids": self.prompt.ids(made) if self.prompt is not None else [],
+            "completion_token_ids": self.completion_token_ids,
+            "per_token_logps": self.per_token_logps,
+        })
+
+
+def share_prefix(earlier: list[Any], new: list[Any]) -> list[Any]:
+    """`new` with its leading items that equal `earlier`'s replaced by `earlier`'s objects: a
+    harness resends its whole history every call, and the copies are then freed."""
+    n = 0
+    for a, b in zip(earlier, new):
+        if a is not b and a != b:
+            break
+        n += 1
+    return earlier[:n] + new[n:] if n else new
 
 
 def new_session_key() -> str:
@@ -30,7 +84,7 @@ class CaptureSession:
     endpoint: Endpoint  # holds the real upstream key: lives only in this process
     policy: CapturePolicy
     on_turn: Callable[[Turn], None] | None = None
-    turns: list[Turn] = field(default_factory=list)
+    turns: list[CapturedTurn] = field(default_factory=list)  # in completion order
     dropped_fields: set[str] = field(default_factory=set)
     turn_limit_hit: bool = False
     upstream_failed: bool = False  # unreachable, timed out or 5xx: the endpoint's fault, not the policy's
@@ -126,16 +180,31 @@ class CaptureSession:
     def log_tail(self) -> str:
         return "\n".join(self._log_lines)
 
-    def record(self, turn: Turn) -> None:
-        self.turns.append(turn)  # in completion order; sorted_turns() gives request order
+    def record(self, turn: Turn, prompt_ids_text: bytes | None = None) -> None:
+        """Keep `turn` packed (its token lists are taken out of it) with its prompt's ids as
+        canonical text (core/capture/tokens.py)."""
+        prompt = None
+        if prompt_ids_text:
+            earlier = (t.prompt for t in reversed(self.turns[-PROMPTS_TRIED:]) if t.prompt is not None)
+            prompt = PromptIds.extending(prompt_ids_text, earlier)
+        if self.turns:
+            last = self.turns[-1].turn
+            turn.request_messages = share_prefix(last.request_messages, turn.request_messages)
+            if turn.request_tools == last.request_tools:
+                turn.request_tools = last.request_tools
+        captured = CapturedTurn(turn, prompt, pack_ids(turn.completion_token_ids), pack_logps(turn.per_token_logps))
+        turn.completion_token_ids, turn.per_token_logps = [], []
+        self.turns.append(captured)
         if self.on_turn is not None:
             try:
-                self.on_turn(turn)
+                self.on_turn(captured)  # type: ignore[arg-type] - reads like a Turn
             except Exception:  # a listener must never break the capture
                 pass
 
     def sorted_turns(self) -> list[Turn]:
-        return sorted(self.turns, key=lambda t: t.index)
+        """The turns in request order, as the wire's Turns (their token lists made now)."""
+        made: dict[int, list[int]] = {}  # each prompt's list extends the one it shares its start with
+        return [t.to_turn(made) for t in sorted(self.turns, key=lambda t: t.index)]
 
     def capture_level(self) -> CaptureLevel:
         """The lowest level reached over the policy turns ("none" if there were none)."""

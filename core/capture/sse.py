@@ -11,15 +11,19 @@ class SSEDecoder:
         self._data: list[str] = []
 
     def feed(self, chunk: bytes) -> list[str]:
-        self._buf += chunk
+        buf = self._buf + chunk if self._buf else chunk
+        *lines, self._buf = buf.split(b"\n")  # the last piece has no line break yet
         events: list[str] = []
-        while True:
-            nl = self._buf.find(b"\n")
-            if nl < 0:
-                break
-            line = self._buf[:nl].rstrip(b"\r")
-            self._buf = self._buf[nl + 1 :]
-            self._line(line.decode("utf-8", errors="replace"), events)
+        for line in lines:  # the common lines inline: a recorded stream has two per chunk
+            if line.startswith(b"data:"):
+                value = line[6:] if line.startswith(b"data: ") else line[5:]
+                self._data.append(value.rstrip(b"\r").decode("utf-8", errors="replace"))
+            elif line == b"" or line == b"\r":
+                if self._data:
+                    events.append("\n".join(self._data))
+                    self._data = []
+            else:
+                self._line(line.rstrip(b"\r").decode("utf-8", errors="replace"), events)
         return events
 
     def flush(self) -> list[str]:

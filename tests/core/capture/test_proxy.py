@@ -140,7 +140,7 @@ async def test_unreachable_upstream_gives_502_and_marks_session(proxy_env):
     r = await client.post("/chat/completions", json=_body(False), headers={"authorization": f"Bearer {session.key}"})
     assert r.status_code == 502 and "unreachable" in r.json()["error"]["message"]
     assert session.upstream_failed and session.turns[0].upstream_status is None
-    assert UPSTREAM_KEY not in session.log_tail() + json.dumps([t.model_dump() for t in session.turns])
+    assert UPSTREAM_KEY not in session.log_tail() + json.dumps([t.model_dump() for t in session.sorted_turns()])
 
 
 async def test_auxiliary_calls_are_tagged_and_not_counted(proxy_env):
@@ -202,7 +202,7 @@ LONG_KEY = "sk-proj-Q7xv9LmN2pRt8ZkW4yHc6JdB3sFg5TaE"
 
 def _nowhere(session, *texts):
     """Everything the harness and the result can see, as one string."""
-    return "\n".join([*texts, session.log_tail(), json.dumps([t.model_dump(mode="json") for t in session.turns])])
+    return "\n".join([*texts, session.log_tail(), json.dumps([t.model_dump(mode="json") for t in session.sorted_turns()])])
 
 
 @pytest.mark.parametrize("stream", [True, False])
