@@ -479,13 +479,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _serve_on_ray(args: argparse.Namespace) -> int:
     from harness_env.server.main import check_exposure
+    from harness_env.server.ray_settings import ReplicaSettings, Scale, replica_problem
 
-    try:
-        from harness_env.server.ray_serve import ReplicaSettings, Scale, serve_on_ray
-    except ModuleNotFoundError as e:
-        if (e.name or "").split(".")[0] != "ray":
-            raise
-        _bad_input("--ray needs Ray Serve: install the ray extra (pip install 'harness-env[ray]'; ./dev test installs it)")
     problem = check_exposure(args.host, args.token, args.allow_unauthenticated)
     if problem:
         _bad_input(problem)
@@ -497,6 +492,14 @@ def _serve_on_ray(args: argparse.Namespace) -> int:
     settings = ReplicaSettings(public_url=(args.public_url or f"http://127.0.0.1:{args.port}").rstrip("/"), token_required=bool(args.token),
                                max_concurrent=args.max_concurrent, max_queue=args.max_queue,
                                retention_max_age=args.retention_max_age, retention_max_size=args.retention_max_size)
+    if args.ray_address is None and (problem := replica_problem(settings, dict(os.environ), args.token)):
+        _bad_input(problem)  # a local cluster's nodes have this environment: said before Ray starts
+    try:
+        from harness_env.server.ray_serve import serve_on_ray
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] != "ray":
+            raise
+        _bad_input("--ray needs Ray Serve: install the ray extra (pip install 'harness-env[ray]'; ./dev test installs it)")
     return serve_on_ray(host=args.host, port=args.port, address=args.ray_address, scale=scale, settings=settings, token=args.token)
 
 

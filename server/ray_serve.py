@@ -17,107 +17,42 @@ Kubernetes runs the same application through KubeRay: `build` is the RayService'
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import sys
 import threading
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ray import serve
 from ray.serve.config import HTTPOptions
 
 from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, send_reply
-from harness_env.core.capture.serve import serve_on_loopback
+from harness_env.core.capture.serve import remove_stale_sockets, serve_on_loopback
 from harness_env.core.procs import make_undumpable
 from harness_env.server.app import CAPTURE_PREFIX, create_app
 from harness_env.server.jobs import STOP_WAIT_S
 from harness_env.server.jobs_upkeep import Retention
 from harness_env.server.placement import ray_placement
-from harness_env.server.store import STORE_URL_VAR
+from harness_env.server.ray_settings import (
+    TOKEN_VAR,
+    BadRayArgs,
+    ReplicaSettings,
+    Scale,
+    capture_address,
+    replica_problem,
+    settings_from_args,
+)
 
 APP_NAME = "harness-env"
 DEPLOYMENT = "HarnessEnv"
-TOKEN_VAR = "HARNESS_ENV_TOKEN"
-# The address at which sandboxes off this node (Harbor's remote providers) reach it; unset, the
-# capture proxy listens on loopback only. Set per node (on Kubernetes: the pod IP).
-NODE_HOST_VAR = "HARNESS_ENV_NODE_HOST"
 REPLICA_CPUS = 1.0  # what Ray reserves per replica: with one CPU per node, one replica per node
 # Ray Serve's own cap on a replica's requests in flight: far above what its slots admit
 # (server/slots.py answers 429 past those), since event streams and status reads count too.
 MAX_ONGOING_REQUESTS = 1000
 REPLICA_HEADER = b"x-harness-env-replica"
-
-
-class BadRayArgs(ValueError):
-    """A Ray setting that cannot work: the message says which and what to do."""
-
-
-class ReplicaSettings(BaseModel):
-    """What every replica is built with (no secret: these are deployment arguments). Also the
-    `args` of the RayService's serveConfigV2, which are checked against it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    public_url: str = Field("http://127.0.0.1:8100", description="the application's address, where users and pages reach it "
-                            "(Ray Serve's proxy, or the ingress in front of it)")
-    token_required: bool = Field(False, description=f"refuse to start a replica whose node has no ${TOKEN_VAR}")
-    max_concurrent: int | None = Field(None, ge=1, description="rollouts one replica runs at once (default: 2 x its CPUs)")
-    max_queue: int | None = Field(None, ge=0, description="rollouts that may wait in one replica beyond those")
-    retention_max_age: str | None = Field(None, description="as --retention-max-age")
-    retention_max_size: str | None = Field(None, description="as --retention-max-size")
-
-
-@dataclass(frozen=True)
-class Scale:
-    """How many replicas: a fixed count, or autoscaling between two bounds on ongoing requests."""
-
-    replicas: int | None = None
-    min_replicas: int | None = None
-    max_replicas: int | None = None
-
-    def problem(self) -> str | None:
-        bounds = (self.min_replicas, self.max_replicas)
-        if self.replicas is not None and any(b is not None for b in bounds):
-            return "--replicas is a fixed count: give it, or --min-replicas with --max-replicas (autoscaling), not both"
-        if (self.min_replicas is None) != (self.max_replicas is None):
-            return "autoscaling needs both --min-replicas and --max-replicas"
-        if self.replicas is not None and self.replicas < 1:
-            return "--replicas must be at least 1"
-        if self.min_replicas is not None and self.max_replicas is not None:
-            if self.min_replicas < 0 or self.max_replicas < 1 or self.min_replicas > self.max_replicas:
-                return "--min-replicas must be at least 0 and at most --max-replicas, which must be at least 1"
-        return None
-
-    def options(self, max_concurrent: int | None) -> dict[str, Any]:
-        """Ray Serve deployment options. Autoscaling aims at one replica's running slots per
-        replica: a called rollout (POST /rollout, MCP run_rollout) is an ongoing request for as
-        long as it runs."""
-        if self.min_replicas is None or self.max_replicas is None:
-            return {"num_replicas": self.replicas or 1}
-        return {"autoscaling_config": {"min_replicas": self.min_replicas, "max_replicas": self.max_replicas,
-                                       "target_ongoing_requests": max_concurrent or 2}}
-
-
-def replica_problem(settings: ReplicaSettings, env: dict[str, str]) -> str | None:
-    """Why a replica cannot serve with this node's environment, or None."""
-    url = env.get(STORE_URL_VAR, "")
-    if not url.startswith(("postgresql://", "postgresql+psycopg://")):
-        return (f"Ray replicas share one job store: set {STORE_URL_VAR}=postgresql://USER:PASSWORD@HOST/DB in the environment of "
-                "every Ray node (a SQLite store is one server's)")
-    if settings.token_required and not env.get(TOKEN_VAR):
-        return f"the application requires a token but this Ray node has no ${TOKEN_VAR}: set it in every node's environment"
-    return None
-
-
-def capture_address(env: dict[str, str]) -> tuple[str, str]:
-    """(address the replica's capture listener binds, host sandboxes use to reach it): loopback,
-    unless the node names the address off-node sandboxes reach it at."""
-    node_host = env.get(NODE_HOST_VAR, "").strip()
-    return ("0.0.0.0", node_host) if node_host else ("127.0.0.1", "127.0.0.1")
 
 
 class CaptureOnly:
@@ -165,9 +100,11 @@ class HarnessEnvReplica:
 
     async def __serve_build_asgi_app__(self) -> Any:
         env = dict(os.environ)
-        problem = replica_problem(self.settings, env)
+        problem = replica_problem(self.settings, env, env.get(TOKEN_VAR))
         if problem:
             raise BadRayArgs(problem)
+        # A replica killed on this node (SIGKILL, out of memory) could not remove its capture socket.
+        await asyncio.to_thread(remove_stale_sockets)
         bind, reach = capture_address(env)
         capture = CaptureOnly()
         port = urlsplit(await self._exit.enter_async_context(serve_on_loopback(capture, bind))).port
@@ -201,12 +138,7 @@ def build(args: dict[str, Any]) -> Any:
     """The RayService's application builder (serveConfigV2 `import_path:
     harness_env.server.ray_serve:build`, its `args` a ReplicaSettings); the replica counts are the
     serveConfigV2 deployment's own (num_replicas or autoscaling_config)."""
-    try:
-        settings = ReplicaSettings.model_validate(args or {})
-    except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'args'}: {err['msg']}" for err in e.errors())
-        raise BadRayArgs(f"harness-env's serveConfigV2 args: {problems} (fields: {', '.join(ReplicaSettings.model_fields)})") from None
-    return application(settings, Scale(replicas=1))
+    return application(settings_from_args(args), Scale(replicas=1))
 
 
 def _wait_for_stop() -> None:
@@ -226,14 +158,12 @@ def serve_on_ray(*, host: str, port: int, address: str | None, scale: Scale, set
 
     from harness_env.server.main import where_to_go
 
-    problem = scale.problem()
-    if problem is None and address is None:
-        if token:
-            os.environ[TOKEN_VAR] = token  # the local nodes inherit this process's environment
-        problem = replica_problem(settings, dict(os.environ))
+    problem = scale.problem() or (replica_problem(settings, dict(os.environ), token) if address is None else None)
     if problem:
         print(f"harness-env: error: {problem}", file=sys.stderr)
         return 2
+    if address is None and token:
+        os.environ[TOKEN_VAR] = token  # the local nodes inherit this process's environment
     if address is None:
         # Small and quiet: no dashboard; the object store holds nothing of ours (requests are small).
         ray.init(address="local", include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False)

@@ -86,6 +86,12 @@ def ray_app(tmp_path_factory, postgres_server) -> Iterator[RayApp]:
         started = time.monotonic()
         server = ServerProcess(sandboxes, "--ray", "--ray-address", cluster.address, "--replicas", "2",
                                env={"HARNESS_ENV_STORE_URL": store_url}, start_timeout_s=120, stop_timeout_s=60)
+        # Up when Ray Serve's proxy routes to both replicas (it learns of each a moment after it runs).
+        answered: set[str] = set()
+        while len(answered) < 2 and time.monotonic() < started + 120:
+            answered.add(httpx.get(server.url + "/health", timeout=10).headers[HEADER])
+            time.sleep(0.1)
+        assert len(answered) == 2, f"only replica(s) {answered} answer"
         print(f"two replicas up in {time.monotonic() - started:.1f}s", file=sys.stderr)
         yield RayApp(server, cluster, store_url, sandboxes)
     finally:
