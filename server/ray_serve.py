@@ -166,7 +166,9 @@ def serve_on_ray(*, host: str, port: int, address: str | None, scale: Scale, set
         os.environ[TOKEN_VAR] = token  # the local nodes inherit this process's environment
     if address is None:
         # Small and quiet: no dashboard; the object store holds nothing of ours (requests are small).
-        ray.init(address="local", include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False)
+        # On loopback: a one-machine cluster has no business on the host's network address.
+        ray.init(address="local", include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False,
+                 _node_ip_address="127.0.0.1")
     else:
         ray.init(address=address, log_to_driver=False)
     try:

@@ -33,6 +33,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 HEADER = REPLICA_HEADER.decode()
 # A rollout that takes a couple of seconds, so concurrent ones overlap and spread over replicas.
 BRIEF = [{"bash": "sleep 2; echo hello > hello.txt"}, {"text": "done"}]
+# One that outlasts a replica's death and its replacement's start on the other replica.
+SURVIVES = [{"bash": "sleep 20; echo hello > hello.txt"}, {"text": "done"}]
 
 
 @dataclass
@@ -187,18 +189,30 @@ def test_a_killed_replica_s_rollouts_end_interrupted_and_ray_serve_replaces_it(r
     submitted = httpx.post(url + "/rollouts", json=args(policy_server, "ray-kill", SLOW))
     assert submitted.status_code == 202
     rid, victim = submitted.json()["rollout_id"], submitted.headers[HEADER]
-    assert agent_started(wait_for(ray_app.server, rid, agent_started))
-    sandbox = [p for p in ray_app.sandboxes.iterdir()]
-    assert len(sandbox) == 1 and marked_pids(sandbox[0].name)  # its `sleep 50` runs
+    # And one running on the other replica, which must go on: only the dead replica's rollouts end.
+    on_victim, survivor = [rid], None
+    for i in range(12):
+        job = httpx.post(url + "/rollouts", json=args(policy_server, f"ray-survive-{i}", SURVIVES))
+        if job.headers[HEADER] == victim:
+            on_victim.append(job.json()["rollout_id"])
+        else:
+            survivor = job.json()["rollout_id"]
+            break
+    assert survivor is not None, "every job went to one replica"
+    for job_id in (*on_victim, survivor):
+        assert agent_started(wait_for(ray_app.server, job_id, agent_started))
+    sandboxes = {p.name for p in ray_app.sandboxes.iterdir()}
+    assert len(sandboxes) == len(on_victim) + 1 and all(marked_pids(name) for name in sandboxes)
     os.kill(_replica_pid(ray_app.store_url, rid), 9)  # the replica's worker process dies, as in a crash
 
-    job = wait_for(ray_app.server, rid, lambda j: j["status"] != "running", timeout=60)
-    assert job["status"] == "interrupted" and job["reward"] is None and job["error_kind"] == "internal", job
-    result = httpx.get(f"{url}/rollouts/{rid}", params={"detail": "full"}).json()["result"]
-    assert result["reward"] is None and "stopped before it ended" in result["error"]
-    # Its sandbox is removed by a replica on the same host, its processes killed.
-    assert result["sandbox_notes"] == ["clean-up after the server died: sandbox directory removed"]
-    assert not sandbox[0].exists() and marked_pids(sandbox[0].name) == []
+    for job_id in on_victim:
+        job = wait_for(ray_app.server, job_id, lambda j: j["status"] != "running", timeout=60)
+        assert job["status"] == "interrupted" and job["reward"] is None and job["error_kind"] == "internal", job
+        result = httpx.get(f"{url}/rollouts/{job_id}", params={"detail": "full"}).json()["result"]
+        assert result["reward"] is None and "stopped before it ended" in result["error"]
+        # Its sandbox is removed by a replica on the same host, its processes killed.
+        assert result["sandbox_notes"] == ["clean-up after the server died: sandbox directory removed"]
+    assert len(list(ray_app.sandboxes.iterdir())) == 1  # the survivor's, still running
 
     # Ray Serve starts a new replica in its place: two replicas serve again, one of them new.
     deadline, replicas = time.monotonic() + 90, set()
@@ -212,7 +226,12 @@ def test_a_killed_replica_s_rollouts_end_interrupted_and_ray_serve_replaces_it(r
         if len({r["served_by"]["replica"] for r, _ in out}) == 2 and victim not in replicas:
             break
         time.sleep(2)
-    assert len(replicas - {victim}) >= 2 and victim not in replicas, replicas
+    assert len(replicas) >= 2 and victim not in replicas, replicas
+    # The other replica's rollout was never taken for dead, not even by the new replica starting.
+    kept = wait_for(ray_app.server, survivor, lambda j: j["status"] != "running", timeout=60)
+    assert kept["status"] == "finished" and kept["reward"] == 1.0, kept
+    assert all(not (ray_app.sandboxes / name).exists() for name in sandboxes)
+    assert [pid for name in sandboxes for pid in marked_pids(name)] == []
 
 
 def test_bad_ray_settings_get_one_clear_error(tmp_path) -> None:
