@@ -141,13 +141,14 @@ def build(args: dict[str, Any]) -> Any:
     return application(settings_from_args(args), Scale(replicas=1))
 
 
-def _wait_for_stop() -> None:
-    """Block until SIGINT or SIGTERM."""
+def stop_on_signal() -> threading.Event:
+    """An event set by SIGINT or SIGTERM. Installed right after ray.init, which puts its own
+    handlers there (a SIGTERM would otherwise abort the process and leave a local cluster's
+    processes running)."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(1.0):
-        pass
+    return stop
 
 
 def serve_on_ray(*, host: str, port: int, address: str | None, scale: Scale, settings: ReplicaSettings, token: str | None) -> int:
@@ -171,13 +172,15 @@ def serve_on_ray(*, host: str, port: int, address: str | None, scale: Scale, set
                  _node_ip_address="127.0.0.1")
     else:
         ray.init(address=address, log_to_driver=False)
+    stop = stop_on_signal()
     try:
         # One proxy, on the head node: the port is this command's (a cluster that runs Serve
         # already keeps its own proxies).
         serve.start(proxy_location="HeadOnly", http_options=HTTPOptions(host=host, port=port))
         serve.run(application(settings, scale), name=APP_NAME, route_prefix="/", blocking=False)
         print(where_to_go(host, port, settings.public_url), file=sys.stderr, flush=True)
-        _wait_for_stop()
+        while not stop.wait(1.0):  # a stop asked for while deploying is seen here too
+            pass
     except BadRayArgs as e:
         print(f"harness-env: error: {e}", file=sys.stderr)
         return 2

@@ -115,7 +115,7 @@ def ray_app(tmp_path_factory, postgres_server) -> Iterator[RayApp]:
             remove_sandbox(str(sandboxes / name))
         shutil.rmtree(temp_dir, ignore_errors=True)
         assert left == [], f"Ray processes left behind: {left}"
-        assert "Traceback" not in log, log[-4000:]
+        assert "Traceback" not in log and (server is None or server.proc.returncode == 0), log[-4000:]
         assert os.listdir(sandboxes) == []
         assert [p.name for p in replica_tmp.rglob("*")] == ["ray"], "a replica left temporary files behind"
 
@@ -232,6 +232,32 @@ def test_a_killed_replica_s_rollouts_end_interrupted_and_ray_serve_replaces_it(r
     assert kept["status"] == "finished" and kept["reward"] == 1.0, kept
     assert all(not (ray_app.sandboxes / name).exists() for name in sandboxes)
     assert [pid for name in sandboxes for pid in marked_pids(name)] == []
+
+
+def test_serve_ray_alone_starts_a_local_cluster_and_stops_it(tmp_path_factory, policy_server, postgres_server) -> None:
+    """Without --ray-address: a local Ray cluster, started and stopped by the command itself."""
+    root = tmp_path_factory.mktemp("local")
+    sandboxes = root / "sandboxes"
+    sandboxes.mkdir()
+    ray_tmp = tempfile.mkdtemp(prefix="rl-", dir="/tmp")  # short: Ray's sockets are under it
+    server = None
+    try:
+        server = ServerProcess(sandboxes, "--ray", env={"HARNESS_ENV_STORE_URL": postgres_server.new_database(), "RAY_TMPDIR": ray_tmp},
+                               start_timeout_s=120, stop_timeout_s=60)
+        r = httpx.post(server.url + "/rollout", json=args(policy_server, "ray-local", BRIEF), timeout=120)
+        assert r.json()["reward"] == 1.0 and r.json()["served_by"]["replica"] == r.headers[HEADER], r.json().get("error")
+    finally:
+        log = server.stop() if server is not None else ""
+        deadline = time.monotonic() + 30
+        while ray_processes(ray_tmp) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = ray_processes(ray_tmp)
+        for line in left:  # only when the command failed to stop them: ended, then reported
+            psutil.Process(int(line.split()[0])).kill()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert server.proc.returncode == 0 and "Traceback" not in log, log[-4000:]
+    assert left == [], f"the local Ray cluster was left running: {left}"
+    assert os.listdir(sandboxes) == []
 
 
 def test_bad_ray_settings_get_one_clear_error(tmp_path) -> None:
