@@ -25,7 +25,8 @@ from ray.cluster_utils import Cluster
 
 from harness_env.core.sandbox.processes import marked_pids
 from harness_env.server.jobs_upkeep import remove_sandbox
-from harness_env.server.ray_serve import REPLICA_HEADER, BadRayArgs, build
+from harness_env.server.ray_serve import REPLICA_HEADER, BadRayArgs, CaptureOnly, build
+from harness_env.server.ray_settings import capture_address
 from tests.server.test_jobs import SLOW, agent_started, args, wait_for
 from tests.server_process import ServerProcess
 
@@ -282,3 +283,27 @@ def test_bad_ray_settings_get_one_clear_error(tmp_path) -> None:
         build({"max_concurrent": 0})
     with pytest.raises(BadRayArgs, match="replicas: Extra inputs are not permitted"):
         build({"replicas": 2})  # replica counts belong to serveConfigV2's deployment, not the args
+
+
+async def test_a_replica_s_capture_listener_serves_the_capture_routes_only() -> None:
+    """The loopback listener a replica's harnesses call: /capture reaches the app, nothing else of
+    its API does (a sandbox must not reach /rollouts or /web through it)."""
+    seen: list[str] = []
+
+    async def app(scope, receive, send) -> None:
+        seen.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    listener = CaptureOnly()
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=listener), base_url="http://replica") as client:
+        assert (await client.get("/capture/v1/models")).status_code == 404  # not built yet
+        listener.app = app
+        assert (await client.get("/capture/v1/models")).text == "ok"
+        for path in ("/rollouts", "/web", "/health", "/capturex/v1/models", "/"):
+            answer = await client.get(path)
+            assert answer.status_code == 404 and "only the capture proxy" in answer.json()["error"]["message"], path
+    assert seen == ["/capture/v1/models"]
+    # Loopback unless the node names the address off-node sandboxes reach it at.
+    assert capture_address({}) == ("127.0.0.1", "127.0.0.1")
+    assert capture_address({"HARNESS_ENV_NODE_HOST": "node-7.cluster.local"}) == ("0.0.0.0", "node-7.cluster.local")
