@@ -33,7 +33,7 @@ from tests.server_process import ServerProcess
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 HEADER = REPLICA_HEADER.decode()
 # A rollout that takes a couple of seconds, so concurrent ones overlap and spread over replicas.
-BRIEF = [{"bash": "sleep 2; echo hello > hello.txt"}, {"text": "done"}]
+BRIEF = [{"bash": "sleep 2; env > env.txt; echo hello > hello.txt"}, {"text": "done"}]
 # One that outlasts a replica's death and its replacement's start on the other replica.
 SURVIVES = [{"bash": "sleep 20; echo hello > hello.txt"}, {"text": "done"}]
 
@@ -140,6 +140,11 @@ def test_two_replicas_on_two_nodes_share_the_load_and_the_store(ray_app, policy_
         t.join()
     results = [r for r, _ in out]
     assert [r["reward"] for r in results] == [1.0] * 4, [r.get("error") for r in results]
+    # The node's secrets stay in the replica: the sandbox's environment has neither the store nor Ray's.
+    for r in results:
+        names = {line.split("=", 1)[0] for line in r["files"]["env.txt"].splitlines() if "=" in line}
+        assert "hello" in r["files"]["hello.txt"] and not {"HARNESS_ENV_STORE_URL", "HARNESS_ENV_TOKEN"} & names
+        assert ray_app.store_url not in r["files"]["env.txt"] and not [n for n in names if n.startswith("RAY_")], sorted(names)
     # Captured through each replica's own proxy: the engine's token ids, every turn.
     assert all(r["proxy_turns"] and r["proxy_turns"][0]["completion_token_ids"] for r in results)
     served = [r["served_by"] for r in results]
