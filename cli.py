@@ -226,6 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--retention-max-size", default=None,
                      help="keep stored results under this total, the oldest removed first, e.g. 10GB, 500MB, 0 for no limit "
                           "(env HARNESS_ENV_RETENTION_MAX_SIZE; default: 10GB)")
+    ray = srv.add_argument_group("Ray", "serve the same app as a Ray Serve application: replicas, each with its own engine, capture "
+                                 "proxy and sandboxes, sharing a PostgreSQL store ($HARNESS_ENV_STORE_URL); needs the ray extra")
+    ray.add_argument("--ray", action="store_true", help="deploy on Ray Serve (a local Ray cluster unless --ray-address)")
+    ray.add_argument("--ray-address", default=None, metavar="ADDR",
+                     help="a running Ray cluster: host:port of its head's GCS (RAY_ADDRESS is not read; default: start a local cluster)")
+    ray.add_argument("--replicas", type=int, default=None, metavar="N", help="a fixed number of replicas (default: 1)")
+    ray.add_argument("--min-replicas", type=int, default=None, metavar="A", help="autoscaling on ongoing requests: at least A replicas (default: none, a fixed count)")
+    ray.add_argument("--max-replicas", type=int, default=None, metavar="B", help="autoscaling: at most B replicas (default: none, a fixed count)")
     srv.set_defaults(handler=_cmd_serve)
     sub.add_parser("svg-dataset", add_help=False,
                    help="build svg_icon task records from icon parquet shards or a CSV of briefs (--help for its options)")
@@ -461,9 +469,40 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         retention = Retention.from_env(args.retention_max_age, args.retention_max_size)
     except ValueError as e:
         _bad_input(str(e))
+    ray_flags = [f for f in ("ray_address", "replicas", "min_replicas", "max_replicas") if getattr(args, f) is not None]
+    if args.ray:
+        return _serve_on_ray(args)
+    if ray_flags:
+        _bad_input(f"--{ray_flags[0].replace('_', '-')} is a Ray setting: add --ray")
     return serve(host=args.host, port=args.port, public_url=args.public_url, token=args.token,
                  max_concurrent=args.max_concurrent, max_queue=args.max_queue, allow_unauthenticated=args.allow_unauthenticated,
                  data_dir=args.data_dir, retention=retention)
+
+
+def _serve_on_ray(args: argparse.Namespace) -> int:
+    from harness_env.server.main import check_exposure
+    from harness_env.server.ray_settings import ReplicaSettings, Scale, replica_problem
+
+    problem = check_exposure(args.host, args.token, args.allow_unauthenticated)
+    if problem:
+        _bad_input(problem)
+    scale = Scale(args.replicas, args.min_replicas, args.max_replicas)
+    if (problem := scale.problem()) is not None:
+        _bad_input(problem)
+    if args.data_dir is not None:
+        _bad_input("--data-dir is a single server's SQLite store: Ray replicas share HARNESS_ENV_STORE_URL=postgresql://...")
+    settings = ReplicaSettings(public_url=(args.public_url or f"http://127.0.0.1:{args.port}").rstrip("/"), token_required=bool(args.token),
+                               max_concurrent=args.max_concurrent, max_queue=args.max_queue,
+                               retention_max_age=args.retention_max_age, retention_max_size=args.retention_max_size)
+    if args.ray_address is None and (problem := replica_problem(settings, dict(os.environ), args.token)):
+        _bad_input(problem)  # a local cluster's nodes have this environment: said before Ray starts
+    try:
+        from harness_env.server.ray_serve import serve_on_ray
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] != "ray":
+            raise
+        _bad_input("--ray needs Ray Serve: install the ray extra (pip install 'harness-env[ray]'; ./dev test installs it)")
+    return serve_on_ray(host=args.host, port=args.port, address=args.ray_address, scale=scale, settings=settings, token=args.token)
 
 
 def main(argv: list[str] | None = None) -> int:

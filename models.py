@@ -64,6 +64,7 @@ from harness_env.models_results import (
     Phase,
     PhaseEvent,
     RolloutResult,
+    ServedBy,
     TopLogprob,
     TrainingRow,
     Turn,
@@ -89,7 +90,7 @@ __all__ = [
     "MAX_FILES", "MAX_INSTRUCTION_CHARS", "MAX_MAPPING_CHARS", "MAX_NAME_BYTES", "MAX_NESTING", "MAX_PATH_CHARS",
     "MAX_TOTAL_FILE_CHARS", "NAMED_TASK_INSTRUCTION", "NO_MODEL_ENDPOINT", "OPTION_GROUPS", "SURROGATE", "CaptureLevel", "CheckedText", "CommandResult", "DatasetTaskInfo", "Endpoint",
     "ErrorKind", "GraphSummary", "HarnessInfo", "HarnessOptions", "HarnessRunInfo", "Mode", "Phase", "PhaseEvent",
-    "RolloutArgs", "RolloutOptions", "RolloutRequest", "RolloutResult", "Task", "TopLogprob", "TrainingRow", "Turn",
+    "RolloutArgs", "RolloutOptions", "RolloutRequest", "RolloutResult", "ServedBy", "Task", "TopLogprob", "TrainingRow", "Turn",
     "TurnPurpose", "bounded_mapping", "check_http_url", "check_text", "harness_options_model", "harness_options_models", "option", "option_group",
 ]
 __all__ += ["MAX_SUMMARY_BYTES", "Detail", "RolloutSummary", "SummaryFile", "SummaryPhase", "summarize"]

@@ -126,6 +126,16 @@ class HarnessRunInfo(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+class ServedBy(BaseModel):
+    """Which server ran a rollout: with replicas (Ray Serve, or several servers sharing a store),
+    where to look for its logs, and whether the load spread."""
+
+    host: str = Field(description="the host name of the machine (or pod) that ran it")
+    instance: str = Field(description="the id of the server process in the job store")
+    replica: str | None = Field(None, description="the Ray Serve replica id, when it ran in one")
+    node: str | None = Field(None, description="the Ray node id, when it ran on a Ray cluster")
+
+
 class RolloutResult(BaseModel):
     # pi_env-compatible fields
     task_id: str | None = None
@@ -173,6 +183,8 @@ class RolloutResult(BaseModel):
     harbor: SerializeAsAny[HarnessRunInfo] | None = None
     # The agent's ATIF trajectory (trajectory.json), when the harness's agent wrote one.
     agent_trajectory: dict[str, Any] | None = None
+    # The server (replica, node) that ran it; None when it ran in-process, without a server.
+    served_by: ServedBy | None = None
 
     def training_rows(self) -> list[TrainingRow]:
         """One row per branch of the turn graph; auxiliary and failed turns are left out. Rows of a

@@ -40,8 +40,10 @@ from harness_env.models import (
     RolloutPage,
     RolloutResult,
     RolloutSummary,
+    ServedBy,
     summarize,
 )
+from harness_env.server.placement import ray_placement
 from harness_env.server.service import RolloutService
 from harness_env.server.slots import ServerBusy
 from harness_env.server.store import DataDirLock, DuplicateKey, Store, StoreWriter
@@ -107,6 +109,7 @@ class JobManager:
         self.store_url = store_url
         self.instance = uuid.uuid4().hex
         self.host = socket.gethostname()
+        self.served_by = ServedBy(host=self.host, instance=self.instance, **ray_placement())
         self.local: dict[str, Job] = {}
         self.notifier = Notifier()
         self.store: Store | None = None
@@ -249,6 +252,7 @@ class JobManager:
             logger.exception("rollout %s failed outside the engine", job.id)
             result = run.result if run is not None else self._unstarted(job)
             result.error, result.error_kind, result.reward = f"internal error ({type(e).__name__})", "internal", None
+        result.served_by = self.served_by
         status: JobStatus = "finished" if result.error is None else "failed"
         if job.interrupting:
             status, result.error, result.error_kind, result.reward = "interrupted", INTERRUPTED, "internal", None

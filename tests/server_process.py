@@ -18,7 +18,9 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, sandbox_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, sandbox_dir: Path, *args: str, env: dict[str, str] | None = None, start_timeout_s: float = 30,
+                 stop_timeout_s: float = 15) -> None:
+        self.stop_timeout_s = stop_timeout_s
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.sandbox_dir = sandbox_dir
@@ -37,7 +39,7 @@ class ServerProcess:
             [sys.executable, "-m", "harness_env.cli", "serve", "--port", str(self.port), *args],
             env=full_env, stdout=self._log, stderr=subprocess.STDOUT, text=True,
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited: {self.log_path.read_text()}")
@@ -46,7 +48,11 @@ class ServerProcess:
                     return
             except httpx.HTTPError:
                 time.sleep(0.1)
-        raise RuntimeError("server did not come up")
+        self.proc.kill()  # nothing outlives a server that did not start
+        self.proc.wait()
+        self._log.close()
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        raise RuntimeError(f"server did not come up in {start_timeout_s:.0f}s: {self.log_path.read_text()[-3000:]}")
 
     def assert_no_rollout_left(self, timeout_s: float = 15) -> None:
         """Within `timeout_s`: no rollout running, no rollout directory, no process of one."""
@@ -68,7 +74,7 @@ class ServerProcess:
             return self.log_path.read_text()
         self.proc.terminate()
         try:
-            self.proc.wait(timeout=15)
+            self.proc.wait(timeout=self.stop_timeout_s)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()

@@ -282,3 +282,43 @@ def test_every_package_of_the_source_tree_goes_into_the_wheel():
     found = {".".join(("harness_env", *p.parent.parts)) for p in package_files() if p.suffix == ".py"}
     assert "harness_env.envs.harbor" in found
     assert found - listed == set(), f"add these to [tool.setuptools] packages in pyproject.toml: {sorted(found - listed)}"
+
+
+def test_the_rayservice_manifest_runs_the_app_as_harness_env_serve_ray_builds_it():
+    """deploy/rayservice.yaml (KubeRay) cannot be applied here (no Kubernetes): its YAML, and the
+    Serve config inside it, are parsed and checked against the code: the import path is the
+    application builder, its args are ReplicaSettings, the deployment is the one ray_serve names,
+    Ray's version is the pinned one, and the secrets come from a Secret, never a literal."""
+    import importlib
+    from importlib.metadata import version as dist_version
+
+    import yaml
+
+    from harness_env.server import ray_serve
+    from harness_env.server.ray_settings import settings_from_args
+
+    docs = list(yaml.safe_load_all((ROOT / "deploy" / "rayservice.yaml").read_text()))
+    assert len(docs) == 1
+    service = docs[0]
+    assert (service["apiVersion"], service["kind"]) == ("ray.io/v1", "RayService")
+    serve_config = yaml.safe_load(service["spec"]["serveConfigV2"])
+    [app] = serve_config["applications"]
+    module, _, name = app["import_path"].partition(":")
+    assert getattr(importlib.import_module(module), name) is ray_serve.build
+    settings = settings_from_args(app["args"])
+    assert settings.token_required
+    [deployment] = app["deployments"]
+    assert deployment["name"] == ray_serve.DEPLOYMENT
+    auto = deployment["autoscaling_config"]
+    assert 1 <= auto["min_replicas"] <= auto["max_replicas"]
+    cluster = service["spec"]["rayClusterConfig"]
+    assert cluster["rayVersion"] == dist_version("ray")
+    pin = next(d for d in PYPROJECT["project"]["optional-dependencies"]["ray"] if d.startswith("ray[serve]"))
+    assert pin.split("==")[1].rstrip(".*") in cluster["rayVersion"]
+    pods = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
+    for pod in pods:
+        [container] = pod["template"]["spec"]["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        for secret in ("HARNESS_ENV_STORE_URL", "HARNESS_ENV_TOKEN"):
+            assert "value" not in env[secret] and env[secret]["valueFrom"]["secretKeyRef"]["name"] == "harness-env"
+        assert serve_config["http_options"]["port"] in {p["containerPort"] for p in container["ports"]}

@@ -24,6 +24,7 @@ import uvicorn
 
 # sun_path holds 108 bytes on Linux, with the terminating NUL
 MAX_UNIX_PATH_BYTES = 107
+SOCKET_PREFIX = "harness-env-capture-"  # then the pid of the process serving it
 
 
 class _EmbeddedConfig(uvicorn.Config):
@@ -102,7 +103,29 @@ def _remove_stale_socket(path: Path) -> None:
 def capture_socket_path() -> str:
     """A fresh path for the proxy's Unix socket in the temporary directory (short: sun_path holds
     107 bytes); serve_on_unix removes it at exit."""
-    return os.path.join(tempfile.gettempdir(), f"harness-env-capture-{os.getpid()}-{os.urandom(4).hex()}.sock")
+    return os.path.join(tempfile.gettempdir(), f"{SOCKET_PREFIX}{os.getpid()}-{os.urandom(4).hex()}.sock")
+
+
+def remove_stale_sockets(directory: str | None = None) -> list[str]:
+    """Remove the capture sockets (capture_socket_path) that processes which no longer exist left
+    in `directory` (default: the temporary directory): a server killed with SIGKILL cannot remove
+    its own. A live process's socket, or another user's, is left alone. Returns what was removed."""
+    removed = []
+    for entry in os.scandir(directory or tempfile.gettempdir()):
+        pid = entry.name.removeprefix(SOCKET_PREFIX).split("-", 1)[0]
+        if not (entry.name.startswith(SOCKET_PREFIX) and entry.name.endswith(".sock") and pid.isdigit()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or pid reused): not ours to judge
+        except PermissionError:
+            continue
+        except ProcessLookupError:
+            pass
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            os.unlink(entry.path)
+            removed.append(entry.path)
+    return removed
 
 
 @asynccontextmanager

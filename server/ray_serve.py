@@ -1,0 +1,197 @@
+"""`harness-env serve --ray`: the same app as a Ray Serve application, its replicas on a Ray cluster.
+
+Each replica is a whole server: its own engine, capture proxy and sandboxes, on its node. The
+harnesses a replica starts reach that replica's capture proxy on the node's loopback, through a
+listener of its own that serves /capture only: capture sessions live in the replica that opened
+them, so capture traffic never goes through Ray Serve's proxy and never crosses nodes. Ray Serve
+routes everything else (rollouts, jobs, MCP, /web) to the replicas and scales them on ongoing
+requests. The replicas share the PostgreSQL job store: a status, event stream or cancel sent to any
+replica reaches the rollout wherever it runs (server/jobs.py), and the rollouts of a replica that
+died are marked `interrupted` by the others (server/jobs_upkeep.py).
+
+Secrets (the token, the store URL with its password, endpoint keys) are read by each replica from
+its node's environment, never passed as deployment arguments (Ray keeps those in its control store).
+Kubernetes runs the same application through KubeRay: `build` is the RayService's import path
+(deploy/rayservice.yaml, docs/deploy.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import threading
+from typing import Any
+from urllib.parse import urlsplit
+
+from ray import serve
+from ray.serve.config import HTTPOptions
+
+from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, send_reply
+from harness_env.core.capture.serve import remove_stale_sockets, serve_on_loopback
+from harness_env.core.procs import make_undumpable
+from harness_env.server.app import CAPTURE_PREFIX, create_app
+from harness_env.server.jobs import STOP_WAIT_S
+from harness_env.server.jobs_upkeep import Retention
+from harness_env.server.placement import ray_placement
+from harness_env.server.ray_settings import (
+    TOKEN_VAR,
+    BadRayArgs,
+    ReplicaSettings,
+    Scale,
+    capture_address,
+    replica_problem,
+    settings_from_args,
+)
+
+APP_NAME = "harness-env"
+DEPLOYMENT = "HarnessEnv"
+REPLICA_CPUS = 1.0  # what Ray reserves per replica: with one CPU per node, one replica per node
+# Ray Serve's own cap on a replica's requests in flight: far above what its slots admit
+# (server/slots.py answers 429 past those), since event streams and status reads count too.
+MAX_ONGOING_REQUESTS = 1000
+REPLICA_HEADER = b"x-harness-env-replica"
+
+
+class CaptureOnly:
+    """The replica's capture listener: the app's /capture routes, nothing of its API (the app is
+    set once built, after the listener's port is known)."""
+
+    def __init__(self) -> None:
+        self.app: Any = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # no websocket or lifespan here: the app's lifespan is Ray Serve's to run
+        if self.app is None or not scope.get("path", "").startswith(CAPTURE_PREFIX + "/"):
+            await send_reply(send, error_reply(404, f"only the capture proxy ({CAPTURE_PREFIX}/v1) is served here", "not_found"))
+            return
+        await self.app(scope, receive, send)
+
+
+def naming_replica(app: Any, replica: str) -> Any:
+    """`app`, its every HTTP answer naming the replica that gave it (REPLICA_HEADER): which
+    replica answered a status or a cancel, where to look for its logs."""
+    name = (REPLICA_HEADER, replica.encode())
+
+    async def named(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+
+        async def send_named(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), name]}
+            await send(message)
+
+        await app(scope, receive, send_named)
+
+    return named
+
+
+class HarnessEnvReplica:
+    """One replica: builds the app (server/app.py) in the replica, after its capture listener."""
+
+    async def __init__(self, settings: ReplicaSettings) -> None:
+        self.settings = settings
+        self._exit = contextlib.AsyncExitStack()
+
+    async def __serve_build_asgi_app__(self) -> Any:
+        env = dict(os.environ)
+        problem = replica_problem(self.settings, env, env.get(TOKEN_VAR))
+        if problem:
+            raise BadRayArgs(problem)
+        # A replica killed on this node (SIGKILL, out of memory) could not remove its capture socket.
+        await asyncio.to_thread(remove_stale_sockets)
+        bind, reach = capture_address(env)
+        capture = CaptureOnly()
+        port = urlsplit(await self._exit.enter_async_context(serve_on_loopback(capture, bind))).port
+        s = self.settings
+        app = create_app(public_url=s.public_url, capture_url=f"http://{reach}:{port}", token=env.get(TOKEN_VAR) or None,
+                         max_concurrent=s.max_concurrent, max_queue=s.max_queue,
+                         retention=Retention.from_env(s.retention_max_age, s.retention_max_size))
+        capture.app = app
+        make_undumpable()  # as `harness-env serve`: the token and keys out of reach of the plain sandbox's uid
+        return naming_replica(app, ray_placement().get("replica", ""))
+
+    async def __del__(self) -> None:
+        # Runs after the app's lifespan ended (its jobs interrupted and cleaned up, the proxy
+        # still serving them meanwhile): then the capture listener goes.
+        await self._exit.aclose()
+
+
+def application(settings: ReplicaSettings, scale: Scale, replica_cpus: float = REPLICA_CPUS) -> Any:
+    """The Ray Serve application: `scale` replicas of HarnessEnvReplica."""
+    problem = scale.problem()
+    if problem:
+        raise BadRayArgs(problem)
+    deployment = serve.deployment(
+        name=DEPLOYMENT, ray_actor_options={"num_cpus": replica_cpus}, max_ongoing_requests=MAX_ONGOING_REQUESTS,
+        graceful_shutdown_timeout_s=STOP_WAIT_S + 10,  # a stopping replica's jobs end `interrupted`, cleaned up
+        **scale.options(settings.max_concurrent))(serve.ingress()(HarnessEnvReplica))
+    return deployment.bind(settings)
+
+
+def build(args: dict[str, Any]) -> Any:
+    """The RayService's application builder (serveConfigV2 `import_path:
+    harness_env.server.ray_serve:build`, its `args` a ReplicaSettings); the replica counts are the
+    serveConfigV2 deployment's own (num_replicas or autoscaling_config)."""
+    return application(settings_from_args(args), Scale(replicas=1))
+
+
+def stop_on_signal() -> threading.Event:
+    """An event set by SIGINT or SIGTERM. Installed right after ray.init, which puts its own
+    handlers there (a SIGTERM would otherwise abort the process and leave a local cluster's
+    processes running)."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def serve_on_ray(*, host: str, port: int, address: str | None, scale: Scale, settings: ReplicaSettings, token: str | None) -> int:
+    """Deploy the application on the Ray cluster at `address` (None: start a local one), Ray
+    Serve's HTTP proxy on host:port (the head node), until SIGINT/SIGTERM; then remove it (and stop
+    the local cluster). Returns the exit code."""
+    import ray
+
+    from harness_env.server.main import where_to_go
+
+    problem = scale.problem() or (replica_problem(settings, dict(os.environ), token) if address is None else None)
+    if problem:
+        print(f"harness-env: error: {problem}", file=sys.stderr)
+        return 2
+    if address is None and token:
+        os.environ[TOKEN_VAR] = token  # the local nodes inherit this process's environment
+    if address is None:
+        # Small and quiet: no dashboard; the object store holds nothing of ours (requests are small).
+        # On loopback: a one-machine cluster has no business on the host's network address.
+        ray.init(address="local", include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False,
+                 _node_ip_address="127.0.0.1")
+    else:
+        ray.init(address=address, log_to_driver=False)
+    stop = stop_on_signal()
+    try:
+        # One proxy, on the head node: the port is this command's (a cluster that runs Serve
+        # already keeps its own proxies).
+        serve.start(proxy_location="HeadOnly", http_options=HTTPOptions(host=host, port=port))
+        serve.run(application(settings, scale), name=APP_NAME, route_prefix="/", blocking=False)
+        print(where_to_go(host, port, settings.public_url), file=sys.stderr, flush=True)
+        while not stop.wait(1.0):  # a stop asked for while deploying is seen here too
+            pass
+    except BadRayArgs as e:
+        print(f"harness-env: error: {e}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:  # Ray Serve gave up deploying: a replica could not start (its reason first)
+        print(f"harness-env: error: the application did not start on Ray: {str(e).strip()[:2000]}", file=sys.stderr)
+        return 1
+    finally:
+        with contextlib.suppress(Exception):  # stopping anyway: what failed is in Ray's own logs
+            if address is None:
+                serve.shutdown()
+            else:
+                serve.delete(APP_NAME)  # other applications on that cluster go on
+        ray.shutdown()
+    return 0
