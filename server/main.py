@@ -69,6 +69,7 @@ def serve(
     token: str | None = None,
     max_concurrent: int | None = None,
     max_queue: int | None = None,
+    max_starting: int | None = None,
     allow_unauthenticated: bool = False,
     data_dir: str | None = None,
     retention: Retention | None = None,
@@ -87,7 +88,7 @@ def serve(
     # (Harbor's remote sandbox providers need one they can reach).
     capture_url = public_url or f"http://127.0.0.1:{port}"
     app = create_app(public_url=url, capture_url=capture_url, token=token, max_concurrent=max_concurrent, max_queue=max_queue,
-                     data_dir=data_dir, retention=retention)
+                     max_starting=max_starting, data_dir=data_dir, retention=retention)
     # X-Forwarded-For names the client (for the failed-authentication limit) only when the operator
     # names the proxies that set it (uvicorn's FORWARDED_ALLOW_IPS); uvicorn alone trusts loopback,
     # where any local process could claim to be any address.
