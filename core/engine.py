@@ -476,7 +476,8 @@ class RolloutRun:
             if session is not None:
                 await self.capture.proxy.close_session(session)
                 res.proxy_turns = session.sorted_turns()
-                res.graph = summarise_rows(link_turns(res.proxy_turns), res.training_rows())
+                # Linking turns walks every token id (thousands per turn): off the event loop.
+                res.graph = await asyncio.to_thread(lambda: summarise_rows(link_turns(res.proxy_turns), res.training_rows()))
                 res.proxy_log_tail = _tail(session.log_tail())
                 res.capture_level = session.capture_level()
                 res.rollout_type, res.rollout_type_reason = rollout_type(self.probe, res)

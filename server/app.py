@@ -172,15 +172,18 @@ def create_app(
     add_docs_routes(app, app.title)
 
     @app.post("/rollout", response_model=RolloutResult)
-    async def rollout(args: RolloutArgs, request: Request) -> RolloutResult:
+    async def rollout(args: RolloutArgs, request: Request) -> Response:
         """Run one rollout; the result always comes back (failures are in `error`)."""
         resolved = await asyncio.to_thread(service.resolve, args)  # a Harbor dataset is read from disk
         task = asyncio.create_task(service.run(resolved))
         watcher = asyncio.create_task(_cancel_on_disconnect(request, task))
         try:
-            return await task
+            result = await task
         finally:
             watcher.cancel()
+        # A result with its captured turns weighs megabytes: serialised once, off the event loop
+        # (FastAPI's response_model path would validate and encode it again on the loop).
+        return Response(await asyncio.to_thread(result.model_dump_json), media_type="application/json")
 
     add_job_routes(app, jobs)  # POST/GET /rollouts, GET /rollouts/{id}[/events], DELETE /rollouts/{id}
 

@@ -266,7 +266,8 @@ class JobManager:
             except Exception:
                 logger.exception("could not count the end of rollout %s", job.id)
         try:
-            await writer.call(job.id, store.finish, job.id, status, result, summarize(result).model_dump_json(), time.time())
+            summary = await asyncio.to_thread(lambda: summarize(result).model_dump_json())  # walks every turn: off the loop
+            await writer.call(job.id, store.finish, job.id, status, result, summary, time.time())
         except Exception:
             logger.exception("could not store the result of rollout %s", job.id)
         finally:
