@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 # Seconds: fine below 50 ms, where a healthy loop stays, coarse above.
 LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1,
-               0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
+               0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 INTERVAL_S = 0.05
 WINDOW = 1200  # samples: the last minute at the default interval
 

@@ -166,7 +166,8 @@ class McpToolServer:
                 with contextlib.suppress(ValueError, anyio.ClosedResourceError, anyio.BrokenResourceError):
                     await ctx.report_progress(step, total, message)
 
-            return tool_result(await tools.run_tool(args, progress), args.detail)
+            result = await tools.run_tool(args, progress)
+            return await asyncio.to_thread(tool_result, result, args.detail)  # a full result weighs megabytes: off the loop
 
         self.mcp.add_tool(run_rollout, name="run_rollout", description=run_rollout_description())
         tool = self.mcp._tool_manager.get_tool("run_rollout")
@@ -195,7 +196,8 @@ class McpToolServer:
             return await self.rpc_tools[name](arguments)
         if name == "run_rollout":
             args = rollout_args(arguments)
-            return rpc_result(*answer_data(await self.run_tool(args), args.detail))
+            result = await self.run_tool(args)
+            return rpc_result(*await asyncio.to_thread(answer_data, result, args.detail))
         data: Any
         if name == "list_harnesses":
             data = [h.model_dump(mode="json") for h in self.service.list_harnesses()]
