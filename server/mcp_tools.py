@@ -67,7 +67,7 @@ from harness_env.server.service import RolloutService
 
 MAX_RPC_BYTES = 32 * 1024 * 1024
 TOOL_NAMES = ("run_rollout", "list_harnesses", "list_tasks", "catalog")
-PROGRESS_PHASES = ("endpoint", "sandbox", "setup", "agent", "verify", "collect")
+PROGRESS_PHASES = ("endpoint", "start_wait", "sandbox", "setup", "agent", "verify", "collect")  # start_wait: behind --max-starting
 RUN_ROLLOUT_SUMMARY = (
     "Run one rollout of a coding-agent harness on a task; returns its summary (reward, error, reward notes, phases, the "
     f"agent's final text, counts of model calls, tokens and tool calls, files changed; at most {MAX_SUMMARY_BYTES // 1024} KB), "
