@@ -169,6 +169,7 @@ async def run_level(server: ServerProcess, policy_url: str, harness: str, n: int
         arrivals = (await client.get(policy_url + "/_arrivals")).json()
     after = lag_buckets(after_text)
     kinds: Counter[str] = Counter()
+    examples: dict[str, str] = {}  # one error message per kind, to say what broke
     overhead, first_call, extra = [], [], []
     result_bytes = []
     for tag, (sent, got, res) in zip(tags, outs):
@@ -176,7 +177,9 @@ async def run_level(server: ServerProcess, policy_url: str, harness: str, n: int
             kinds[res] += 1
             continue
         if res.get("error") or res.get("reward") != 1.0:
-            kinds[res.get("error_kind") or "reward_not_1"] += 1
+            kind = res.get("error_kind") or "reward_not_1"
+            kinds[kind] += 1
+            examples.setdefault(kind, (res.get("error") or str(res.get("reward_notes")))[:400])
             continue
         kinds["ok"] += 1
         overhead.append(got - sent - ideal_s)
@@ -200,7 +203,7 @@ async def run_level(server: ServerProcess, policy_url: str, harness: str, n: int
         "lag_p50_ms": 1000 * bucket_quantile(before, after, 0.5), "lag_p99_ms": 1000 * bucket_quantile(before, after, 0.99),
         "proxy_extra_p50_ms": 1000 * pct(extra, 0.5), "proxy_extra_p99_ms": 1000 * pct(extra, 0.99),
         "result_kb": statistics.mean(result_bytes) / 1024 if result_bytes else float("nan"),
-        "load": (load0, load1),
+        "load": (load0, load1), "examples": examples,
     }
 
 
@@ -248,6 +251,8 @@ async def main() -> int:
                     r = await run_level(server, policy_url, harness, n, a)
                     rows.append(r)
                     print(row(r), flush=True)
+                    for kind, message in r["examples"].items():
+                        print(f"    {harness} N={n} {kind}: {message}", file=sys.stderr, flush=True)
         finally:
             server.stop()
             shutil.rmtree(sandbox_dir, ignore_errors=True)

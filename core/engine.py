@@ -98,7 +98,12 @@ def _tail(text: str, n: int = LOG_TAIL_CHARS) -> str:
     return text[-n:]
 
 
-async def check_endpoint_reachable(base_url: str, timeout: float = 5.0) -> None:
+# Nothing listening is refused at once; a timeout only ends a connect that hangs. 5 s was too
+# short under a start-up storm (a loaded machine): 12 of 64 Pi rollouts arriving at once failed.
+CONNECT_TIMEOUT_S = 30.0
+
+
+async def check_endpoint_reachable(base_url: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     """Fail fast (before any harness starts) when nothing listens at the endpoint."""
     parts = urlsplit(base_url)
     host = parts.hostname or ""
