@@ -4,15 +4,15 @@ asyncio's create_subprocess_exec forks on the event loop and then waits there un
 run its preexec function (rlimits, joining the rollout's cgroup) and exec'd: tens of milliseconds
 per command in a server of a few hundred MB, during which no other rollout's I/O moves. With
 hundreds of rollouts each running a command per tool call, that was most of the loop's lag. Here
-the fork and exec happen in a worker thread; the pipes and the exit are then watched by the loop
-(the exit through a pidfd: no thread waits on it).
+the fork and exec happen in a worker thread; the pipes are then read by the loop, and a
+thread per command waits for its exit.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
+import threading
 from collections.abc import Callable
 
 from harness_env.core.procs import kill_process_group
@@ -27,19 +27,24 @@ class SpawnedProcess:
         self.stdout, self.stderr = stdout, stderr
         loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int] = loop.create_future()
-        self._pidfd = os.pidfd_open(popen.pid)
-        loop.add_reader(self._pidfd, self._on_exit)
+        # A thread blocked in waitpid (no GIL held) per command, as asyncio's ThreadedChildWatcher
+        # does: a pidfd watched by the loop lost its wake-up when uvloop met a reused fd number.
+        threading.Thread(target=self._wait, args=(loop,), name=f"wait-{popen.pid}", daemon=True).start()
 
-    def _on_exit(self) -> None:
-        asyncio.get_running_loop().remove_reader(self._pidfd)
-        os.close(self._pidfd)
-        code = self.popen.wait()  # it has exited: this only reaps it
+    def _wait(self, loop: asyncio.AbstractEventLoop) -> None:
+        code = self.popen.wait()
+        try:
+            loop.call_soon_threadsafe(self._set, code)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    def _set(self, code: int) -> None:
         if not self._exited.done():
             self._exited.set_result(code)
 
     @property
     def returncode(self) -> int | None:
-        return self.popen.returncode
+        return self._exited.result() if self._exited.done() else None
 
     async def wait(self) -> int:
         return await asyncio.shield(self._exited)
