@@ -11,6 +11,7 @@ thread per command waits for its exit.
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import threading
 from collections.abc import Callable
@@ -50,10 +51,39 @@ class SpawnedProcess:
         return await asyncio.shield(self._exited)
 
 
-async def _reader(pipe) -> asyncio.StreamReader:
+class _PipeEnd:
+    """The read end of a command's pipe, as the loop's pipe transport holds it. uvloop (libuv)
+    closes the descriptor itself and then calls close() on this object as well: on a file object
+    that is a second close of a number another thread (starting a command) may have been given
+    meanwhile, closing that thread's pipe. So close() closes the descriptor only on loops that
+    close through it (asyncio's own)."""
+
+    def __init__(self, fd: int, loop_closes: bool) -> None:
+        self._fd, self._loop_closes, self._closed = fd, loop_closes, False
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if not self._loop_closes:
+                os.close(self._fd)
+
+
+async def _reader(popen: subprocess.Popen, name: str) -> asyncio.StreamReader:
     loop = asyncio.get_running_loop()
+    pipe = getattr(popen, name)
+    fd = os.dup(pipe.fileno())  # ours alone: Popen's file object is closed at once, and forgotten
+    pipe.close()
+    setattr(popen, name, None)
     reader = asyncio.StreamReader(loop=loop)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)
+    end = _PipeEnd(fd, loop_closes=type(loop).__module__.startswith("uvloop"))
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), end)
+    except BaseException:
+        end.close()
+        raise
     return reader
 
 
@@ -73,5 +103,10 @@ async def spawn(argv: list[str], *, env: dict[str, str], cwd: str, preexec: Call
         kill_process_group(popen.pid)
         await asyncio.to_thread(popen.communicate)  # reap it, close its pipes
         raise
-    assert popen.stdout is not None and popen.stderr is not None
-    return SpawnedProcess(popen, await _reader(popen.stdout), await _reader(popen.stderr))
+    try:
+        out, err = await _reader(popen, "stdout"), await _reader(popen, "stderr")
+    except BaseException:
+        kill_process_group(popen.pid)
+        threading.Thread(target=popen.wait, daemon=True).start()  # reaped, not left a zombie
+        raise
+    return SpawnedProcess(popen, out, err)
