@@ -13,10 +13,14 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from harness_env.core.procs import kill_process_group
+
+
+# Each running command holds one (idle ones are reused); as many as commands can run at once.
+WAITERS = ThreadPoolExecutor(max_workers=4096, thread_name_prefix="command-wait")
 
 
 class SpawnedProcess:
@@ -28,9 +32,10 @@ class SpawnedProcess:
         self.stdout, self.stderr = stdout, stderr
         loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int] = loop.create_future()
-        # A thread blocked in waitpid (no GIL held) per command, as asyncio's ThreadedChildWatcher
-        # does: a pidfd watched by the loop lost its wake-up when uvloop met a reused fd number.
-        threading.Thread(target=self._wait, args=(loop,), name=f"wait-{popen.pid}", daemon=True).start()
+        # A thread blocked in waitpid (no GIL held) per running command, as asyncio's
+        # ThreadedChildWatcher does, but pooled: starting a thread waits for it to run, on the
+        # loop. (A pidfd watched by the loop lost its wake-up when uvloop met a reused fd number.)
+        WAITERS.submit(self._wait, loop)
 
     def _wait(self, loop: asyncio.AbstractEventLoop) -> None:
         code = self.popen.wait()
@@ -107,6 +112,6 @@ async def spawn(argv: list[str], *, env: dict[str, str], cwd: str, preexec: Call
         out, err = await _reader(popen, "stdout"), await _reader(popen, "stderr")
     except BaseException:
         kill_process_group(popen.pid)
-        threading.Thread(target=popen.wait, daemon=True).start()  # reaped, not left a zombie
+        WAITERS.submit(popen.wait)  # reaped, not left a zombie
         raise
     return SpawnedProcess(popen, out, err)
