@@ -11,6 +11,7 @@ thread per command waits for its exit.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
 from collections.abc import Callable
@@ -19,6 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from harness_env.core.procs import kill_process_group
 
 
+# Commands start here, not in the loop's default executor: there the starts of hundreds of running
+# rollouts' tool calls queued ahead of new rollouts' sandbox creation.
+SPAWNERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="command-start")
 # Each running command holds one (idle ones are reused); as many as commands can run at once.
 WAITERS = ThreadPoolExecutor(max_workers=4096, thread_name_prefix="command-wait")
 
@@ -95,9 +99,9 @@ async def _reader(popen: subprocess.Popen, name: str) -> asyncio.StreamReader:
 async def spawn(argv: list[str], *, env: dict[str, str], cwd: str, preexec: Callable[[], None]) -> SpawnedProcess:
     """Start `argv` in a new session with stdin from /dev/null and stdout/stderr piped. Raises
     OSError as Popen does. Cancelled while it starts, the command is killed, not left behind."""
-    start = asyncio.ensure_future(asyncio.to_thread(
-        subprocess.Popen, argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=env, cwd=cwd, start_new_session=True, preexec_fn=preexec))
+    start_command = functools.partial(subprocess.Popen, argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      env=env, cwd=cwd, start_new_session=True, preexec_fn=preexec)
+    start = asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(SPAWNERS, start_command))
     try:
         popen = await asyncio.shield(start)
     except asyncio.CancelledError:
