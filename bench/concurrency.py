@@ -10,7 +10,8 @@ N rollouts are sent to POST /rollout in the same instant. Per N it prints: rollo
 failed (by error kind), throughput against the ideal N / (T x D), the overhead of a rollout beyond
 T x D (p50/p99), the time from arrival to the agent's first model call (p50/p99), the server's
 peak RSS and CPU, RSS and CPU per rollout including its harness processes, the server's event-loop
-lag (p50/p99, from /metrics) and what a model call took at the proxy beyond D (p50/p99), and the
+lag (p50/p99, from /metrics; beside it an idle server's p99 over the same time, the share of the
+machine's own load) and what a model call took at the proxy beyond D (p50/p99), and the
 load average (other users of the machine show there).
 """
 
@@ -144,12 +145,13 @@ async def one(client: httpx.AsyncClient, url: str, body: dict) -> tuple[float, f
         return sent, time.time(), type(e).__name__
 
 
-async def run_level(server: ServerProcess, policy_url: str, harness: str, n: int, a: argparse.Namespace) -> dict:
+async def run_level(server: ServerProcess, idle: ServerProcess, policy_url: str, harness: str, n: int, a: argparse.Namespace) -> dict:
     ideal_s = a.calls * a.delay
     proc = psutil.Process(server.proc.pid)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(timeout=httpx.Timeout(None), limits=limits) as client:
         before = lag_buckets((await client.get(server.url + "/metrics")).text)
+        idle_before = lag_buckets((await client.get(idle.url + "/metrics")).text)
         bodies = []
         tags = []
         for _ in range(n):
@@ -166,6 +168,7 @@ async def run_level(server: ServerProcess, policy_url: str, harness: str, n: int
         cpu1 = cpu_seconds(proc)
         load1 = os.getloadavg()[0]
         after_text = (await client.get(server.url + "/metrics")).text
+        idle_after = lag_buckets((await client.get(idle.url + "/metrics")).text)
         arrivals = (await client.get(policy_url + "/_arrivals")).json()
     after = lag_buckets(after_text)
     kinds: Counter[str] = Counter()
@@ -201,6 +204,8 @@ async def run_level(server: ServerProcess, policy_url: str, harness: str, n: int
         # sandbox's own init) only as last sampled: the larger of the two is the nearer.
         "cpu_per_rollout_s": (cpu1[0] - cpu0[0] + max(cpu1[1] - cpu1[0] - cpu0[1] + cpu0[0], sum(sampler.child_cpu.values()))) / n,
         "lag_p50_ms": 1000 * bucket_quantile(before, after, 0.5), "lag_p99_ms": 1000 * bucket_quantile(before, after, 0.99),
+        # The same measure in a server with nothing to do, over the same time: the machine's share.
+        "idle_lag_p99_ms": 1000 * bucket_quantile(idle_before, idle_after, 0.99),
         "proxy_extra_p50_ms": 1000 * pct(extra, 0.5), "proxy_extra_p99_ms": 1000 * pct(extra, 0.99),
         "result_kb": statistics.mean(result_bytes) / 1024 if result_bytes else float("nan"),
         "load": (load0, load1), "examples": examples,
@@ -208,7 +213,7 @@ async def run_level(server: ServerProcess, policy_url: str, harness: str, n: int
 
 
 HEADER = ("| harness | N | ok | failed | rollouts/min (ideal) | overhead p50/p99 s | first call p50/p99 s | server RSS MB | server CPU s "
-          "| per rollout: RSS MB, CPU s | loop lag p50/p99 ms | proxy +ms p50/p99 | load 1m |")
+          "| per rollout: RSS MB, CPU s | loop lag p50/p99 ms (idle server p99) | proxy +ms p50/p99 | load 1m |")
 
 
 def row(r: dict) -> str:
@@ -216,7 +221,7 @@ def row(r: dict) -> str:
     return (f"| {r['harness']} | {r['n']} | {r['ok']} | {failed} | {r['per_min']:.0f} ({r['ideal_per_min']:.0f}) "
             f"| {r['overhead_p50']:.1f} / {r['overhead_p99']:.1f} | {r['first_call_p50']:.1f} / {r['first_call_p99']:.1f} "
             f"| {r['server_rss_mb']:.0f} | {r['server_cpu_s']:.0f} | {r['tree_rss_per_mb']:.1f}, {r['cpu_per_rollout_s']:.2f} "
-            f"| {r['lag_p50_ms']:.1f} / {r['lag_p99_ms']:.1f} | {r['proxy_extra_p50_ms']:.0f} / {r['proxy_extra_p99_ms']:.0f} "
+            f"| {r['lag_p50_ms']:.1f} / {r['lag_p99_ms']:.1f} ({r.get('idle_lag_p99_ms', float('nan')):.1f}) | {r['proxy_extra_p50_ms']:.0f} / {r['proxy_extra_p99_ms']:.0f} "
             f"| {r['load'][0]:.1f} -> {r['load'][1]:.1f} |")
 
 
@@ -241,21 +246,25 @@ async def main() -> int:
     with scripted_policy(script(a.calls), delay_s=a.delay) as policy_url:
         sandbox_dir = Path(tempfile.mkdtemp(prefix="bench-concurrency-"))
         server = ServerProcess(sandbox_dir, "--max-concurrent", str(top), "--max-queue", str(top * 4), *a.serve_args)
+        idle_dir = Path(tempfile.mkdtemp(prefix="bench-concurrency-idle-"))
+        idle = ServerProcess(idle_dir)  # runs nothing: its loop lag is what the machine alone costs
         try:
             print(HEADER, flush=True)
             print("|" + "---|" * (HEADER.count("|") - 1), flush=True)
             for harness, levels in plan:
                 if levels:  # warm-up: the endpoint probe, the page cache, Node's compile cache
-                    await run_level(server, policy_url, harness, 1, a)
+                    await run_level(server, idle, policy_url, harness, 1, a)
                 for n in levels:
-                    r = await run_level(server, policy_url, harness, n, a)
+                    r = await run_level(server, idle, policy_url, harness, n, a)
                     rows.append(r)
                     print(row(r), flush=True)
                     for kind, message in r["examples"].items():
                         print(f"    {harness} N={n} {kind}: {message}", file=sys.stderr, flush=True)
         finally:
             server.stop()
+            idle.stop()
             shutil.rmtree(sandbox_dir, ignore_errors=True)
+            shutil.rmtree(idle_dir, ignore_errors=True)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0
