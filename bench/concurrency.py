@@ -244,10 +244,12 @@ async def main() -> int:
           flush=True)
     rows = []
     with scripted_policy(script(a.calls), delay_s=a.delay) as policy_url:
-        sandbox_dir = Path(tempfile.mkdtemp(prefix="bench-concurrency-"))
-        server = ServerProcess(sandbox_dir, "--max-concurrent", str(top), "--max-queue", str(top * 4), *a.serve_args)
-        idle_dir = Path(tempfile.mkdtemp(prefix="bench-concurrency-idle-"))
-        idle = ServerProcess(idle_dir)  # runs nothing: its loop lag is what the machine alone costs
+        # One directory for everything the two servers keep (sandboxes, logs, job stores), removed after.
+        work = Path(tempfile.mkdtemp(prefix="bench-concurrency-"))
+        (work / "busy").mkdir()
+        (work / "idle").mkdir()
+        server = ServerProcess(work / "busy", "--max-concurrent", str(top), "--max-queue", str(top * 4), *a.serve_args)
+        idle = ServerProcess(work / "idle")  # runs nothing: its loop lag is what the machine alone costs
         try:
             print(HEADER, flush=True)
             print("|" + "---|" * (HEADER.count("|") - 1), flush=True)
@@ -263,8 +265,7 @@ async def main() -> int:
         finally:
             server.stop()
             idle.stop()
-            shutil.rmtree(sandbox_dir, ignore_errors=True)
-            shutil.rmtree(idle_dir, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0
