@@ -452,6 +452,11 @@ def _cmd_install(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from harness_env.server.main import serve
 
+    if args.max_starting is None and os.environ.get("MAX_STARTING_ROLLOUTS"):
+        value = os.environ["MAX_STARTING_ROLLOUTS"]
+        if not value.strip().isdigit() or int(value) < 1:
+            _bad_input(f"MAX_STARTING_ROLLOUTS must be a whole number of at least 1, not {value[:40]!r}")
+        args.max_starting = int(value)
     for name, least in (("max_concurrent", 1), ("max_queue", 0), ("max_starting", 1)):
         value = getattr(args, name)
         if value is not None and value < least:

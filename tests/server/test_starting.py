@@ -87,12 +87,16 @@ def test_places_go_in_arrival_order_and_a_cancelled_waiter_passes_its_place_on()
     assert asyncio.run(scenario()) == ["a", "c", "d"]
 
 
-@pytest.mark.parametrize("value, message", [("0", "--max-starting must be at least 1, not 0"),
-                                            ("-3", "--max-starting must be at least 1, not -3"),
-                                            ("two", "argument --max-starting: invalid int value: 'two'")])
-def test_bad_max_starting_is_refused_with_one_clear_error(value: str, message: str, tmp_path) -> None:
-    r = subprocess.run([sys.executable, "-m", "harness_env.cli", "serve", "--port", "1", "--max-starting", value],
-                       capture_output=True, text=True, timeout=60, env={"HARNESS_ENV_DATA_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"})
+@pytest.mark.parametrize("flag, env, message", [
+    (["--max-starting", "0"], {}, "--max-starting must be at least 1, not 0"),
+    (["--max-starting", "-3"], {}, "--max-starting must be at least 1, not -3"),
+    (["--max-starting", "two"], {}, "argument --max-starting: invalid int value: 'two'"),
+    ([], {"MAX_STARTING_ROLLOUTS": "0"}, "MAX_STARTING_ROLLOUTS must be a whole number of at least 1, not '0'"),
+    ([], {"MAX_STARTING_ROLLOUTS": "many"}, "MAX_STARTING_ROLLOUTS must be a whole number of at least 1, not 'many'"),
+])
+def test_bad_max_starting_is_refused_with_one_clear_error(flag: list[str], env: dict, message: str, tmp_path) -> None:
+    r = subprocess.run([sys.executable, "-m", "harness_env.cli", "serve", "--port", "1", *flag], capture_output=True, text=True,
+                       timeout=60, env={"HARNESS_ENV_DATA_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", **env})
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert r.stdout == ""
 
