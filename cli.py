@@ -214,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--max-concurrent", type=int, default=None,
                      help="rollouts run at once (env MAX_CONCURRENT_ROLLOUTS; default: 2 x the CPUs this process may use)")
     srv.add_argument("--max-queue", type=int, default=None, help="rollouts that may wait beyond those (default: 4 x max-concurrent)")
+    srv.add_argument("--max-starting", type=int, default=None,
+                     help="of the running rollouts, how many may be starting at once (sandbox, setup, harness launch until its first "
+                          "model call); the rest wait in arrival order (env MAX_STARTING_ROLLOUTS; default: the CPUs this process may use)")
     srv.add_argument("--allow-unauthenticated", action="store_true",
                      default=os.environ.get("HARNESS_ENV_ALLOW_UNAUTHENTICATED") == "1",
                      help="serve a non-loopback address without a token (env HARNESS_ENV_ALLOW_UNAUTHENTICATED=1)")
@@ -459,10 +462,15 @@ def _cmd_install(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from harness_env.server.main import serve
 
-    for name in ("max_concurrent", "max_queue"):
+    if args.max_starting is None and os.environ.get("MAX_STARTING_ROLLOUTS"):
+        value = os.environ["MAX_STARTING_ROLLOUTS"]
+        if not value.strip().isdigit() or int(value) < 1:
+            _bad_input(f"MAX_STARTING_ROLLOUTS must be a whole number of at least 1, not {value[:40]!r}")
+        args.max_starting = int(value)
+    for name, least in (("max_concurrent", 1), ("max_queue", 0), ("max_starting", 1)):
         value = getattr(args, name)
-        if value is not None and value < (1 if name == "max_concurrent" else 0):
-            _bad_input(f"--{name.replace('_', '-')} must be at least {1 if name == 'max_concurrent' else 0}")
+        if value is not None and value < least:
+            _bad_input(f"--{name.replace('_', '-')} must be at least {least}, not {value}")
     from harness_env.server.jobs_upkeep import Retention
 
     try:
@@ -475,7 +483,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if ray_flags:
         _bad_input(f"--{ray_flags[0].replace('_', '-')} is a Ray setting: add --ray")
     return serve(host=args.host, port=args.port, public_url=args.public_url, token=args.token,
-                 max_concurrent=args.max_concurrent, max_queue=args.max_queue, allow_unauthenticated=args.allow_unauthenticated,
+                 max_concurrent=args.max_concurrent, max_queue=args.max_queue, max_starting=args.max_starting,
+                 allow_unauthenticated=args.allow_unauthenticated,
                  data_dir=args.data_dir, retention=retention)
 
 

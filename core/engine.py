@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from harness_env.core.capture.graph import link_turns, summarise_rows
@@ -35,6 +36,26 @@ EventSink = Callable[[PhaseEvent], None]
 logger = logging.getLogger("harness_env.engine")
 LOG_TAIL_CHARS = 4000
 COMMAND_OUTPUT_CHARS = 8000
+# A launched agent counts as up at its first model call, or this long after its launch (one that
+# thinks long before calling, or never calls, must not hold a start-up place for its whole run).
+START_HOLD_S = 10.0
+START_POLL_S = 0.02
+
+
+class StartGate(Protocol):
+    """Bounds how many rollouts start at once (e.g. server/slots.py StartingSlots). `acquire`
+    waits for a place in arrival order and returns how many waited ahead; `release` gives it back."""
+
+    async def acquire(self) -> int: ...
+
+    def release(self) -> None: ...
+
+
+def calls_started(session: Any) -> int:
+    """Model calls the capture session has seen arrive (answered or not): the agent is up once
+    there is one. CaptureSession numbers turns as requests arrive; that count is the earliest
+    sign, a turn record only comes when the answer has ended."""
+    return int(getattr(session, "_turns_started", 0))
 
 
 @dataclass(frozen=True)
@@ -52,10 +73,12 @@ async def execute(
     *,
     sandbox_factory: SandboxFactory,
     on_event: EventSink | None = None,
+    start_gate: StartGate | None = None,
 ) -> RolloutResult:
     """Run one prepared rollout (core/pipeline.py) in sandboxes from `sandbox_factory` (e.g.
-    the local one of core/sandbox/factory.py). Always returns a result."""
-    return await RolloutRun(prepared, capture, sandbox_factory, on_event).execute()
+    the local one of core/sandbox/factory.py). Always returns a result. `start_gate`: bounds the
+    rollouts starting at once (see RolloutRun.wait_to_start)."""
+    return await RolloutRun(prepared, capture, sandbox_factory, on_event, start_gate).execute()
 
 
 def rollout_type(probe: ProbeResult | None, res: RolloutResult) -> tuple[str, str]:
@@ -75,7 +98,12 @@ def _tail(text: str, n: int = LOG_TAIL_CHARS) -> str:
     return text[-n:]
 
 
-async def check_endpoint_reachable(base_url: str, timeout: float = 5.0) -> None:
+# Nothing listening is refused at once; a timeout only ends a connect that hangs. 5 s was too
+# short under a start-up storm (a loaded machine): 12 of 64 Pi rollouts arriving at once failed.
+CONNECT_TIMEOUT_S = 30.0
+
+
+async def check_endpoint_reachable(base_url: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     """Fail fast (before any harness starts) when nothing listens at the endpoint."""
     parts = urlsplit(base_url)
     host = parts.hostname or ""
@@ -205,7 +233,8 @@ class _TimedPhase:
 class RolloutRun:
     """One rollout while it runs: its request, harness, capture session, sandbox and result."""
 
-    def __init__(self, prepared: PreparedRollout, capture: CaptureAccess, factory: SandboxFactory, on_event: EventSink | None) -> None:
+    def __init__(self, prepared: PreparedRollout, capture: CaptureAccess, factory: SandboxFactory, on_event: EventSink | None,
+                 start_gate: StartGate | None = None) -> None:
         self.request, self.harness, self.grader = prepared.request, prepared.harness, prepared.grader
         self.capture = capture
         self.factory = factory
@@ -217,6 +246,9 @@ class RolloutRun:
         self.probe: ProbeResult | None = None
         self.session = None
         self.sandbox: Sandbox | None = None
+        self.start_gate = start_gate
+        self._holds_start = False
+        self._start_watch: asyncio.Task | None = None
 
     # -- events and failures ----------------------------------------------------------------
     def emit(self, phase: str, status: str, detail: str = "") -> None:
@@ -241,6 +273,7 @@ class RolloutRun:
         try:
             await self.check_endpoint()
             self.open_capture()
+            await self.wait_to_start()
             if isinstance(self.harness, OwnsEnvironment):
                 await self.run_trial()
             else:
@@ -260,8 +293,43 @@ class RolloutRun:
             # Clean-up runs in a task of its own: a caller's cancellation may be level-triggered
             # (anyio, as in the MCP SDK: every later await in this task raises again), and the
             # sandbox must be closed all the same.
+            self.release_start()
             await asyncio.shield(asyncio.ensure_future(self.collect_and_close()))
         return self.result
+
+    # -- bounded start-up ---------------------------------------------------------------------
+    async def wait_to_start(self) -> None:
+        """Take a start-up place (the phase `start_wait` shows how long that took). It is held
+        through sandbox creation, setup and the harness's launch, until the agent is up: its
+        first model call arrives at the proxy, START_HOLD_S after the launch, or the agent ends,
+        whichever comes first. That is the CPU-heavy stretch (Node start-up, bwrap, installs);
+        once the agent is calling the model it mostly waits."""
+        if self.start_gate is None:
+            return
+        with self.phase("start_wait") as ph:
+            ahead = await self.start_gate.acquire()
+            self._holds_start = True
+            ph.detail = f"{ahead} rollouts were waiting to start ahead of this one" if ahead else "started at once"
+
+    def agent_launched(self) -> None:
+        """The harness is being launched: give the start-up place back once the agent is up."""
+        if self._holds_start and self._start_watch is None:
+            self._start_watch = asyncio.ensure_future(self._release_when_up())
+
+    async def _release_when_up(self) -> None:
+        deadline = time.monotonic() + START_HOLD_S
+        while calls_started(self.session) == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(START_POLL_S)
+        self.release_start()
+
+    def release_start(self) -> None:
+        """Give the start-up place back (once; idempotent)."""
+        if self._start_watch is not None and self._start_watch is not asyncio.current_task():
+            self._start_watch.cancel()
+        if self._holds_start:
+            self._holds_start = False
+            assert self.start_gate is not None
+            self.start_gate.release()
 
     async def check_endpoint(self) -> None:
         request = self.request
@@ -330,8 +398,10 @@ class RolloutRun:
         assert sandbox is not None and session is not None
         with self.phase("agent") as ph:
             ctx = self.launch_context(sandbox.workspace, sandbox.home)
+            self.agent_launched()
             # Stopped when model calls keep failing: no point waiting.
             r, outcome = await self.harness.run_agent(ctx, sandbox, session.endpoint_down)
+            self.release_start()  # ended before it was up (no model call): its place is free now
             res.agent_exit_code = r.exit_code
             res.agent_tool_calls = outcome.tool_calls
             res.agent_final_text = outcome.final_text
@@ -376,10 +446,12 @@ class RolloutRun:
                 stop.set()
 
         relay_task = asyncio.ensure_future(relay())
+        self.agent_launched()  # the trial makes its sandbox and starts its agent itself
         try:
             end = await self.harness.run_trial(self.launch_context(), stop, self.emit, res)
         finally:
             relay_task.cancel()
+            self.release_start()
         end.agent.stopped = end.agent.stopped or stop.is_set()
         res.agent_log_tail = _tail(res.agent_log_tail)
         res.agent_tool_calls, res.agent_final_text = end.outcome.tool_calls, end.outcome.final_text
@@ -409,7 +481,8 @@ class RolloutRun:
             if session is not None:
                 await self.capture.proxy.close_session(session)
                 res.proxy_turns = session.sorted_turns()
-                res.graph = summarise_rows(link_turns(res.proxy_turns), res.training_rows())
+                # Linking turns walks every token id (thousands per turn): off the event loop.
+                res.graph = await asyncio.to_thread(lambda: summarise_rows(link_turns(res.proxy_turns), res.training_rows()))
                 res.proxy_log_tail = _tail(session.log_tail())
                 res.capture_level = session.capture_level()
                 res.rollout_type, res.rollout_type_reason = rollout_type(self.probe, res)

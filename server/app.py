@@ -58,6 +58,12 @@ def default_max_concurrent() -> int:
     return int(os.environ.get("MAX_CONCURRENT_ROLLOUTS") or max(2, available_cpus() * 2))
 
 
+def default_max_starting() -> int:
+    """MAX_STARTING_ROLLOUTS, else the CPUs this process may use: a harness's start-up is mostly
+    CPU (Node's is about a CPU-second), so one per CPU keeps them busy without slowing each other."""
+    return int(os.environ.get("MAX_STARTING_ROLLOUTS") or available_cpus())
+
+
 async def _cancel_on_disconnect(request: Request, task: asyncio.Task) -> None:
     """A client that goes away cancels its rollout (whose clean-up then runs)."""
     while not task.done():
@@ -74,6 +80,7 @@ def create_app(
     token: str | None = None,
     max_concurrent: int | None = None,
     max_queue: int | None = None,
+    max_starting: int | None = None,
     use_bwrap: bool | None = None,
     data_dir: str | os.PathLike | None = None,
     retention: Retention | None = None,
@@ -87,7 +94,7 @@ def create_app(
         register_secret(secret)
     proxy = CaptureProxy()
     concurrent = max_concurrent or default_max_concurrent()
-    slots = RolloutSlots(concurrent, max_queue if max_queue is not None else concurrent * 4)
+    slots = RolloutSlots(concurrent, max_queue if max_queue is not None else concurrent * 4, max_starting or default_max_starting())
     # Where sandboxes reach the capture proxy: the public URL unless told (a Space's public address
     # is its front door, which would turn away the sandboxes' per-rollout keys of a private Space).
     capture_base = (capture_url or public_url).rstrip("/") + CAPTURE_PREFIX + "/v1"
@@ -114,9 +121,11 @@ def create_app(
             await jobs.start()
             await recover(jobs)  # what a dead server left running: interrupted, its sandboxes removed
             keeper = asyncio.create_task(upkeep(jobs, retention))
+            metrics.loop_lag.start()
             try:
                 yield
             finally:
+                await metrics.loop_lag.stop()
                 keeper.cancel()
                 await jobs.stop()  # running jobs are interrupted and cleaned up while the proxy still serves
                 service.capture_socket = None
@@ -163,15 +172,18 @@ def create_app(
     add_docs_routes(app, app.title)
 
     @app.post("/rollout", response_model=RolloutResult)
-    async def rollout(args: RolloutArgs, request: Request) -> RolloutResult:
+    async def rollout(args: RolloutArgs, request: Request) -> Response:
         """Run one rollout; the result always comes back (failures are in `error`)."""
         resolved = await asyncio.to_thread(service.resolve, args)  # a Harbor dataset is read from disk
         task = asyncio.create_task(service.run(resolved))
         watcher = asyncio.create_task(_cancel_on_disconnect(request, task))
         try:
-            return await task
+            result = await task
         finally:
             watcher.cancel()
+        # A result with its captured turns weighs megabytes: serialised once, off the event loop
+        # (FastAPI's response_model path would validate and encode it again on the loop).
+        return Response(await asyncio.to_thread(result.model_dump_json), media_type="application/json")
 
     add_job_routes(app, jobs)  # POST/GET /rollouts, GET /rollouts/{id}[/events], DELETE /rollouts/{id}
 

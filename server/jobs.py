@@ -30,6 +30,7 @@ from harness_env.core.sandbox.factory import LocalSandboxFactory
 from harness_env.models import (
     ENDED_STATUSES,
     MAX_WAIT_S,
+    Phase,
     Detail,
     JobEnd,
     JobStatus,
@@ -239,11 +240,16 @@ class JobManager:
         run: RolloutRun | None = None
         cancelled = False
         try:
+            queued_wall, queued = time.time(), time.monotonic()
             async with self.slots.slot(admitted=True):
                 writer.post(job.id, store.mark_running, job.id, time.time())
                 capture = CaptureAccess(self.service.proxy, self.service.proxy_base_url, self.service.capture_socket)
-                run = RolloutRun(job.prepared, capture, self._factory(job), lambda ev: self._on_event(job, ev))
+                run = RolloutRun(job.prepared, capture, self._factory(job), lambda ev: self._on_event(job, ev),
+                                 start_gate=self.slots.starting)
                 run.rollout_id = run.result.rollout_id = job.id  # one id: the job's is the result's
+                # The wait for a running place (--max-concurrent), before the engine's own phases.
+                run.result.phases.append(Phase(name="queue", started=queued_wall, duration_s=round(time.monotonic() - queued, 4),
+                                               detail=f"waited for one of {self.slots.max_concurrent} running places"))
                 result = await run.execute()
         except asyncio.CancelledError:  # DELETE, the caller gone, or the server stopping
             cancelled = True
@@ -264,7 +270,8 @@ class JobManager:
             except Exception:
                 logger.exception("could not count the end of rollout %s", job.id)
         try:
-            await writer.call(job.id, store.finish, job.id, status, result, summarize(result).model_dump_json(), time.time())
+            summary = await asyncio.to_thread(lambda: summarize(result).model_dump_json())  # walks every turn: off the loop
+            await writer.call(job.id, store.finish, job.id, status, result, summary, time.time())
         except Exception:
             logger.exception("could not store the result of rollout %s", job.id)
         finally:

@@ -35,11 +35,11 @@ IdempotencyKey = Annotated[str | None, Header(min_length=1, max_length=MAX_IDEMP
 NOT_FOUND = "no rollout with this id (never submitted here, or removed by retention)"
 
 
-def _found(job: RolloutJob | None) -> Response:
+async def _found(job: RolloutJob | None) -> Response:
     if job is None:
         raise HTTPException(404, NOT_FOUND)
-    # Serialized once here: a whole result can weigh megabytes.
-    return Response(job.model_dump_json(), media_type="application/json")
+    # Serialized once here, off the event loop: a whole result can weigh megabytes.
+    return Response(await asyncio.to_thread(job.model_dump_json), media_type="application/json")
 
 
 async def sse(events: AsyncIterator[tuple[int, str] | JobEnd | None]) -> AsyncIterator[bytes]:
@@ -91,7 +91,7 @@ def add_job_routes(app: FastAPI, jobs: JobManager) -> None:
                           wait: float = Query(0.0, ge=0.0, le=MAX_WAIT_S, description="wait up to this many seconds for it to end")) -> Response:
         """The rollout's status, phases so far and, once it ended, its summary (and with
         detail=full its whole result)."""
-        return _found(await jobs.get(rollout_id, detail, wait))
+        return await _found(await jobs.get(rollout_id, detail, wait))
 
     @app.get("/rollouts/{rollout_id}/events", tags=["Jobs"], response_class=StreamingResponse,
              responses={200: {"content": {"text/event-stream": {}}, "description": "phase events, then `end`"}})
@@ -107,4 +107,4 @@ def add_job_routes(app: FastAPI, jobs: JobManager) -> None:
     async def cancel_rollout(rollout_id: RolloutId) -> Response:
         """Cancel the rollout (its processes and files are cleaned up as for any cancel); an
         ended one is left as it is. Answers its state after."""
-        return _found(await jobs.cancel(rollout_id))
+        return await _found(await jobs.cancel(rollout_id))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import resource
 import sys
 from pathlib import Path
 
@@ -13,6 +14,9 @@ from harness_env.core.procs import make_undumpable
 from harness_env.server.app import create_app
 from harness_env.server.jobs_upkeep import Retention
 from harness_env.server.store import STORE_URL_VAR, data_dir_problem, default_data_dir
+
+
+OPEN_FILES_WANTED = 16384  # about 20 descriptors per rollout, for several hundred at once
 
 
 def is_loopback(host: str) -> bool:
@@ -55,6 +59,23 @@ def where_to_go(host: str, port: int, public_url: str | None) -> str:
     ])
 
 
+def raise_open_files_limit() -> str | None:
+    """Raise this process's soft limit on open files to its hard limit: every rollout holds
+    sockets (the harness's calls, the proxy's upstream calls) and its commands' pipes, and a
+    soft limit of 1024 (a common default) refuses new ones at a few hundred rollouts. Returns a
+    note when the hard limit itself is low."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    elif hard == resource.RLIM_INFINITY and soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, OPEN_FILES_WANTED), hard))
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft != resource.RLIM_INFINITY and soft < OPEN_FILES_WANTED:
+        return (f"open files are limited to {soft} (ulimit -n); a few hundred concurrent rollouts need more: "
+                f"raise the hard limit to at least {OPEN_FILES_WANTED}")
+    return None
+
+
 def _version() -> str:
     from harness_env.cli import version
 
@@ -69,6 +90,7 @@ def serve(
     token: str | None = None,
     max_concurrent: int | None = None,
     max_queue: int | None = None,
+    max_starting: int | None = None,
     allow_unauthenticated: bool = False,
     data_dir: str | None = None,
     retention: Retention | None = None,
@@ -87,11 +109,14 @@ def serve(
     # (Harbor's remote sandbox providers need one they can reach).
     capture_url = public_url or f"http://127.0.0.1:{port}"
     app = create_app(public_url=url, capture_url=capture_url, token=token, max_concurrent=max_concurrent, max_queue=max_queue,
-                     data_dir=data_dir, retention=retention)
+                     max_starting=max_starting, data_dir=data_dir, retention=retention)
     # X-Forwarded-For names the client (for the failed-authentication limit) only when the operator
     # names the proxies that set it (uvicorn's FORWARDED_ALLOW_IPS); uvicorn alone trusts loopback,
     # where any local process could claim to be any address.
     trust_proxy = bool(os.environ.get("FORWARDED_ALLOW_IPS"))
+    note = raise_open_files_limit()
+    if note:
+        print(f"harness-env: warning: {note}", file=sys.stderr)
     make_undumpable()  # the token and keys in this process stay out of reach of its own uid (the plain sandbox's)
     print(where_to_go(host, port, public_url or (url if os.environ.get("SPACE_HOST") else None)), file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level=os.environ.get("HARNESS_ENV_LOG_LEVEL", "info"), timeout_graceful_shutdown=10,

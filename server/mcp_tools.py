@@ -67,7 +67,7 @@ from harness_env.server.service import RolloutService
 
 MAX_RPC_BYTES = 32 * 1024 * 1024
 TOOL_NAMES = ("run_rollout", "list_harnesses", "list_tasks", "catalog")
-PROGRESS_PHASES = ("endpoint", "sandbox", "setup", "agent", "verify", "collect")
+PROGRESS_PHASES = ("endpoint", "start_wait", "sandbox", "setup", "agent", "verify", "collect")  # start_wait: behind --max-starting
 RUN_ROLLOUT_SUMMARY = (
     "Run one rollout of a coding-agent harness on a task; returns its summary (reward, error, reward notes, phases, the "
     f"agent's final text, counts of model calls, tokens and tool calls, files changed; at most {MAX_SUMMARY_BYTES // 1024} KB), "
@@ -166,7 +166,8 @@ class McpToolServer:
                 with contextlib.suppress(ValueError, anyio.ClosedResourceError, anyio.BrokenResourceError):
                     await ctx.report_progress(step, total, message)
 
-            return tool_result(await tools.run_tool(args, progress), args.detail)
+            result = await tools.run_tool(args, progress)
+            return await asyncio.to_thread(tool_result, result, args.detail)  # a full result weighs megabytes: off the loop
 
         self.mcp.add_tool(run_rollout, name="run_rollout", description=run_rollout_description())
         tool = self.mcp._tool_manager.get_tool("run_rollout")
@@ -195,7 +196,8 @@ class McpToolServer:
             return await self.rpc_tools[name](arguments)
         if name == "run_rollout":
             args = rollout_args(arguments)
-            return rpc_result(*answer_data(await self.run_tool(args), args.detail))
+            result = await self.run_tool(args)
+            return rpc_result(*await asyncio.to_thread(answer_data, result, args.detail))
         data: Any
         if name == "list_harnesses":
             data = [h.model_dump(mode="json") for h in self.service.list_harnesses()]

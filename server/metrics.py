@@ -29,6 +29,7 @@ from sqlalchemy import func, select
 
 from harness_env.core.capture.redact import Redactor, registered_secrets, registry_version
 from harness_env.models import RolloutResult
+from harness_env.server.loop_lag import LoopLagMonitor
 from harness_env.server.store.schema import rollouts
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class ServerMetrics:
         self.completion_tokens = Counter("harness_env_model_completion_tokens", "Completion token ids those model calls returned",
                                          ["purpose"], registry=registry)
         registry.register(_Levels(slots, jobs))
+        self.loop_lag = LoopLagMonitor(registry)  # sampling while the app runs (its lifespan)
 
     def rollout_ended(self, job_id: str, status: str, result: RolloutResult) -> None:
         """Count a rollout that ended and write its log line (JobManager.on_end)."""
@@ -98,7 +100,10 @@ class _Levels(Collector):
         for name, doc, value in (("running", "Rollouts running in this server", s.running),
                                  ("queued", "Rollouts admitted and waiting for a slot in this server (the queue depth)", s.queued),
                                  ("max_concurrent", "Rollouts this server runs at once (--max-concurrent)", s.max_concurrent),
-                                 ("max_queue", "Rollouts this server lets wait (--max-queue)", s.max_queue)):
+                                 ("max_queue", "Rollouts this server lets wait (--max-queue)", s.max_queue),
+                                 ("starting", "Rollouts in their start-up (sandbox, setup, harness launch) in this server", s.starting.active),
+                                 ("waiting_to_start", "Rollouts waiting for a start-up place (--max-starting)", s.starting.waiting),
+                                 ("max_starting", "Rollouts this server starts at once (--max-starting)", s.starting.limit)):
             yield GaugeMetricFamily(f"harness_env_rollouts_{name}", doc, value=value)
         store = self.jobs.store
         if store is None:

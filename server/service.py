@@ -46,7 +46,8 @@ class RolloutService:
         """Raises ServerBusy when the queue is full; otherwise always returns a result."""
         async with self.slots.slot():
             capture = CaptureAccess(self.proxy, self.proxy_base_url, self.capture_socket)
-            return await execute(prepared, capture, sandbox_factory=LocalSandboxFactory(self.use_bwrap), on_event=on_event)
+            return await execute(prepared, capture, sandbox_factory=LocalSandboxFactory(self.use_bwrap), on_event=on_event,
+                                 start_gate=self.slots.starting)
 
     @staticmethod
     def list_harnesses() -> list[HarnessInfo]:

@@ -17,6 +17,7 @@ from harness_env.core.procs import is_running, kill_process, kill_process_group,
 from harness_env.core.sandbox.base import ExecResult, TailBuffer, pump
 from harness_env.core.sandbox.cgroups import RolloutCgroup
 from harness_env.core.sandbox.envvars import MARKER_VAR
+from harness_env.core.sandbox.spawn import SpawnedProcess, spawn
 
 
 def marked_pids(sandbox_id: str) -> list[int]:
@@ -35,7 +36,7 @@ class RolloutProcesses:
     def __init__(self, sandbox_id: str, cgroup: RolloutCgroup | None) -> None:
         self.sandbox_id = sandbox_id
         self.cgroup = cgroup
-        self._running: set[asyncio.subprocess.Process] = set()
+        self._running: set[SpawnedProcess] = set()
 
     async def run(
         self,
@@ -53,16 +54,7 @@ class RolloutProcesses:
         whole process group and the output read so far is kept."""
         started = time.monotonic()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-                preexec_fn=preexec,
-            )
+            proc = await spawn(argv, env=env, cwd=cwd, preexec=preexec)  # forks off the event loop
         except OSError as e:
             raise SandboxError(f"could not start a command in sandbox {self.sandbox_id}: {e}") from e
         self._running.add(proc)

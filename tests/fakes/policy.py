@@ -19,13 +19,20 @@ tool with that exact argument string; {"text": T} answers and ends;
 message quotes the presented key, as hosted APIs do on a 401); {"malformed": True} streams a broken
 chunk; {"raw": BODY} answers BODY as is (a str: one JSON body, with "status" if given; a list: SSE
 chunks sent "gap_s" seconds apart), "{key}" in it replaced by the presented key.
+
+`delay_s` paces every answer (a busy inference server: each call takes that long, however many
+arrive at once). A conversation whose first user message holds `[tag:NAME]` has the arrival time
+of each of its calls recorded in `arrivals` (GET /v1/_arrivals), so a benchmark can tell when each
+rollout's agent made its first model call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +44,7 @@ from starlette.routing import Route
 
 from tests.fakes.loopback import LoopbackServer
 
+TAG = re.compile(r"\[tag:([\w-]{1,64})\]")
 SHELL_TOOL_NAMES = ("bash", "shell", "run_shell_command", "exec", "execute", "exec_command", "shell_command")  # any case: Claude Code's is `Bash`
 
 
@@ -65,8 +73,15 @@ def completion_pieces(text: str, tool_calls: list[dict[str, Any]]) -> list[str]:
     return pieces(text) + [p for c in tool_calls for p in pieces(str((c.get("function") or {}).get("arguments", "")))]
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _piece_id(piece: str) -> int:
+    return fake_token_ids(piece)[0]
+
+
 def piece_ids(parts: list[str]) -> list[int]:
-    return [fake_token_ids(p)[0] for p in parts if p]
+    # Cached per piece: a benchmark's 20 KB prompts arriving together must not queue behind
+    # thousands of hashes each (that would be the fake's latency, not the server's).
+    return [_piece_id(p) for p in parts if p]
 
 
 def render_prompt(body: dict[str, Any]) -> list[int]:
@@ -123,13 +138,25 @@ class FakePolicy:
     default_step: dict[str, Any] = field(default_factory=lambda: {"text": "done"})
     processed_logprobs: bool = True  # logprobs after temperature, as vLLM with --logprobs-mode processed_logprobs
     base_url: str = ""
+    delay_s: float = 0.0  # every answer waits this long first
+    arrivals: dict[str, list[float]] = field(default_factory=dict)  # [tag:NAME] -> arrival times of its calls
 
     def tool_requests(self) -> list[dict[str, Any]]:
         """The requests an agent made with its tools (not capture probes, not titles)."""
         return [r for r in self.requests if r.get("tools")]
 
     def app(self) -> Starlette:
-        return Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"]), Route("/v1/models", self._models)])
+        return Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"]), Route("/v1/models", self._models),
+                                 Route("/v1/_arrivals", self._arrivals)])
+
+    async def _arrivals(self, request: Request) -> Response:
+        return JSONResponse(self.arrivals)
+
+    def _note_arrival(self, body: dict[str, Any]) -> None:
+        first_user = next((m for m in body.get("messages", []) if m.get("role") == "user"), None)
+        found = TAG.search(_text_of(first_user.get("content"))) if first_user else None
+        if found:
+            self.arrivals.setdefault(found.group(1), []).append(time.time())
 
     async def _models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": m, "object": "model"} for m in self.scripts]})
@@ -143,6 +170,9 @@ class FakePolicy:
 
     async def _chat(self, request: Request) -> Response:
         body = await request.json()
+        self._note_arrival(body)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
         self.requests.append(body)
         self.headers.append(dict(request.headers))
         if self.reject_unknown_fields:

@@ -1,5 +1,10 @@
 """`harness-env serve` as a user starts it: where it says to go, and what changes on a Hugging Face Space."""
 
+import json
+import resource
+import subprocess
+import sys
+
 import httpx
 import pytest
 
@@ -37,3 +42,15 @@ def test_a_server_on_a_space_serves_its_public_origin_and_runs_rollouts_over_loo
     assert len(result.proxy_turns) == 2
     printed = server.log_path.read_text()  # printed at start
     assert "web UI     https://me-harness-env.hf.space/web" in printed
+
+
+def test_serve_raises_the_open_files_limit_to_the_hard_one() -> None:
+    """A soft limit of 256 would refuse sockets and pipes at about a dozen rollouts."""
+    code = ("import resource, json; soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE); "
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)); "
+            "from harness_env.server.main import raise_open_files_limit; note = raise_open_files_limit(); "
+            "print(json.dumps([note, resource.getrlimit(resource.RLIMIT_NOFILE)[0], hard]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    note, soft, hard = json.loads(out)
+    assert soft == hard or (hard == resource.RLIM_INFINITY and soft >= 16384)
+    assert (note is None) == (soft >= 16384)

@@ -175,7 +175,7 @@ def test_a_40_turn_rollout_summary_is_at_most_16_kb_over_mcp(mcp_answers):
     assert summary["prompt_tokens"] > 0 and summary["completion_tokens"] > 0 and summary["rollout_type"] == "train"
     assert summary["agent_final_text"] == "FINAL-ANSWER: steps.txt holds 39 lines." and len(summary["rollout_id"]) == 12
     assert [f["path"] for f in summary["files"]] == ["steps.txt"] and summary["files"][0]["bytes"] == len("".join(f"step {i}\n" for i in range(39)))
-    assert [p["name"] for p in summary["phases"]][:2] == ["endpoint", "sandbox"]
+    assert [p["name"] for p in summary["phases"]][:4] == ["queue", "endpoint", "start_wait", "sandbox"]
     assert max(_sizes(summary)) <= MAX_SUMMARY_BYTES
     assert len(out.model_dump_json(by_alias=True)) <= MAX_SUMMARY_BYTES + 2000  # the whole answer, text and all
     text = out.content[0].text

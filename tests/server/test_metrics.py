@@ -117,7 +117,10 @@ def test_each_app_counts_alone_and_the_line_quotes_and_masks() -> None:
     from harness_env.models import RolloutResult
     from harness_env.server.metrics import ServerMetrics, rollout_line
 
-    slots = SimpleNamespace(running=1, queued=2, max_concurrent=4, max_queue=16)
+    from harness_env.server.slots import RolloutSlots
+
+    slots = RolloutSlots(4, 16, 3)
+    slots.running, slots.queued = 1, 2
     first, second = (ServerMetrics(slots, SimpleNamespace(store=None)) for _ in range(2))  # type: ignore[arg-type]
     first.rollout_ended("r1", "cancelled", RolloutResult(harness="pi", error="cancelled", error_kind="internal", wall_s=1.5))
     one, two = (text_string_to_metric_families(m.render(None)[0].decode()) for m in (first, second))
@@ -125,6 +128,7 @@ def test_each_app_counts_alone_and_the_line_quotes_and_masks() -> None:
     two = {s.name: s for f in two for s in f.samples}
     assert one["harness_env_rollouts_total"].labels == {"status": "cancelled", "error_kind": "internal", "harness": "pi"}
     assert "harness_env_rollouts_total" not in two and two["harness_env_rollouts_queued"].value == 2
+    assert two["harness_env_rollouts_max_starting"].value == 3 and two["harness_env_rollouts_starting"].value == 0
     secret = "sk-metrics-unit-secret-42"
     register_secret(secret)
     try:
