@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from harness_env.core.capture.graph import link_turns, summarise_rows
@@ -49,13 +49,6 @@ class StartGate(Protocol):
     async def acquire(self) -> int: ...
 
     def release(self) -> None: ...
-
-
-def calls_started(session: Any) -> int:
-    """Model calls the capture session has seen arrive (answered or not): the agent is up once
-    there is one. CaptureSession numbers turns as requests arrive; that count is the earliest
-    sign, a turn record only comes when the answer has ended."""
-    return int(getattr(session, "_turns_started", 0))
 
 
 @dataclass(frozen=True)
@@ -318,7 +311,7 @@ class RolloutRun:
 
     async def _release_when_up(self) -> None:
         deadline = time.monotonic() + START_HOLD_S
-        while calls_started(self.session) == 0 and time.monotonic() < deadline:
+        while (self.session is None or self.session.calls_started == 0) and time.monotonic() < deadline:
             await asyncio.sleep(START_POLL_S)
         self.release_start()
 
@@ -480,8 +473,9 @@ class RolloutRun:
                     res.sandbox_notes.append(f"collecting files failed: {e}")
             if session is not None:
                 await self.capture.proxy.close_session(session)
-                res.proxy_turns = session.sorted_turns()
-                # Linking turns walks every token id (thousands per turn): off the event loop.
+                # Making the wire lists from packed turns and linking them walks every token id
+                # (thousands per turn): off the event loop.
+                res.proxy_turns = await asyncio.to_thread(session.sorted_turns)
                 res.graph = await asyncio.to_thread(lambda: summarise_rows(link_turns(res.proxy_turns), res.training_rows()))
                 res.proxy_log_tail = _tail(session.log_tail())
                 res.capture_level = session.capture_level()

@@ -108,6 +108,11 @@ class CaptureSession:
         self._turns_started += 1
         return i
 
+    @property
+    def calls_started(self) -> int:
+        """Model calls that have arrived (answered or not): the earliest sign the agent is up."""
+        return self._turns_started
+
     def admit_policy_request(self) -> bool:
         """Count a policy call against the turn limit; False once the limit is reached."""
         limit = self.policy.max_turns
