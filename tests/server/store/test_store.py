@@ -137,7 +137,7 @@ def test_retention_removes_the_oldest_ended_first_and_never_an_active_job(store:
     assert store.get("running") and store.events_after("running", -1) and store.get("e0") is None and store.load_result("e0") is None
     assert store.events_after("e0", -1) == []
     # By size: the oldest ended until the rest fits.
-    each = store.get("e4")["stored_bytes"]
+    each = store.get("e1")["stored_bytes"]  # the oldest left: removing it alone makes the rest fit
     assert store.to_remove(older_than=None, max_bytes=store.total_bytes() - each) == ["e1"]
     assert store.to_remove(older_than=None, max_bytes=0) == ["e1", "e2", "e3", "e4"]
     store.remove(store.to_remove(older_than=None, max_bytes=0))
