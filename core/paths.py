@@ -7,10 +7,14 @@ from pathlib import Path
 
 from harness_env.core.errors import InvalidRequestError
 
+NAME_MAX = 255  # Linux's limits: bytes in one name,
+PATH_MAX = 4096  # and in a whole path
+
 
 def _as_path(path: str, what: str, *, expand_home: bool) -> Path:
     """`path` as a Path, or one InvalidRequestError for what the OS cannot name: a NUL byte, a lone
-    surrogate, or `~user` for a user this machine does not have."""
+    surrogate, a name or path over Linux's length limits, or `~user` for a user this machine does
+    not have."""
     if "\x00" in path:
         raise InvalidRequestError(f"{what} {path!r} contains a NUL byte; name a directory path")
     try:
@@ -18,6 +22,10 @@ def _as_path(path: str, what: str, *, expand_home: bool) -> Path:
     except UnicodeEncodeError:
         raise InvalidRequestError(f"{what} {path!r} is not valid UTF-8; name a directory path") from None
     p = Path(path)
+    # Checking a longer name would raise ENAMETOOLONG from the first stat, not a clear error.
+    if len(os.fsencode(path)) > PATH_MAX or any(len(os.fsencode(part)) > NAME_MAX for part in p.parts):
+        raise InvalidRequestError(f"{what} {path[:80]!r}... is too long: at most {NAME_MAX} bytes a name and "
+                                  f"{PATH_MAX} in all; name a directory path")
     if not expand_home:
         return p
     try:

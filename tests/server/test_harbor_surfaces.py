@@ -174,6 +174,7 @@ def test_http_route_and_sync_client_list_tasks(harbor_server):
     ("~nouser/suite", "does not exist"),  # a remote ~ is a literal name under the root, never the server's home
     ("~", "does not exist"),
     ("su\x00ite", "NUL byte"),
+    ("0" * 27 + "\x80" * 300, "too long"),  # found by the fuzzer: ENAMETOOLONG was a 500
 ])
 def test_dataset_names_the_os_cannot_resolve_are_one_clear_error(harbor_server, dataset, said):
     r = httpx.get(harbor_server.url + "/harbor/tasks", params={"dataset": dataset}, timeout=30)
