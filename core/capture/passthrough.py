@@ -16,7 +16,6 @@ upstream gives neither, so a `transparent_proxy` rollout would train on nothing 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from harness_env.core.capture.dialects.base import Dialect
 from harness_env.core.capture.session import CaptureSession
 from harness_env.core.capture.sse import SSEDecoder
 from harness_env.core.errors import InvalidRequestError
-from harness_env.models import RolloutRequest, Turn
+from harness_env.models import RolloutRequest
 from harness_env.models_base import WireApi
 
 if TYPE_CHECKING:
@@ -272,34 +271,18 @@ async def pass_through(proxy: CaptureProxy, dialect: Dialect, session: CaptureSe
     except InvalidRequestError:
         messages, tools, purpose = [], [], "policy"
         stream = bool(body.get("stream")) or "stream" in route_path(scope).lower()
-    if session.redactor.found_in(raw):
-        messages, tools = session.redactor.redact_value(messages), session.redactor.redact_value(tools)
-    if purpose == "policy" and not session.admit_policy_request():
-        limit = session.policy.max_turns
-        session.log(f"turn limit of {limit} reached: answered 429")
-        session.upstream_result(ok=False, infra=False)
-        return dialect.error(429, f"harness-env: the turn limit of {limit} model calls for this rollout is reached", "turn_limit")
-    turn = Turn(index=session.next_index(), purpose=purpose, stream=stream, request_messages=messages, request_tools=tools)
+    turn = proxy._open_turn(dialect, session, raw, purpose, stream, messages, tools)
+    if isinstance(turn, Reply):
+        return turn
     endpoint = session.endpoint
     path, raw = with_model(dialect, route_path(scope), raw, body, endpoint.model)
     url = upstream_url(endpoint.base_url, path, scope.get("query_string", b""))
     headers = upstream_headers(dialect.name, scope, endpoint.api_key.get_secret_value())
     started = time.monotonic()
     # No redirects: the key header would follow them to wherever they point.
-    call = asyncio.ensure_future(proxy._http().post(url, data=raw, headers=headers, allow_redirects=False))
-    session.add_upstream_call(call)
-    try:
-        resp = await call
-    except asyncio.CancelledError:
-        return proxy._unanswered(dialect, session, turn, started, None, "aborted: the rollout ended", 499)
-    except TimeoutError as e:
-        session.upstream_result(ok=False)
-        return proxy._unanswered(dialect, session, turn, started, None, f"upstream timeout: {type(e).__name__}", 504)
-    except aiohttp.ClientError as e:
-        session.upstream_result(ok=False)
-        return proxy._unanswered(dialect, session, turn, started, None, f"upstream unreachable: {type(e).__name__}: {e}", 502)
-    finally:
-        session.discard_upstream_call(call)
+    resp = await proxy._post_upstream(dialect, session, turn, started, url, raw, headers, allow_redirects=False)
+    if isinstance(resp, Reply):
+        return resp
     content_type = session.redact(resp.headers.get("content-type", "application/json"))
     if resp.status >= 400:  # the upstream's own error, in its own shape: relayed as is, secrets masked
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
 
 import aiohttp
 from harness_env.core.capture import fastjson
@@ -166,22 +167,45 @@ class CaptureProxy:
             request = dialect.read_request(body, scope)
         except InvalidRequestError as e:
             return dialect.error(400, session.redact(str(e)), "invalid_request")
-        messages, tools = request.messages, request.tools
+        turn = self._open_turn(dialect, session, raw, request.purpose, request.stream, request.messages, request.tools)
+        if isinstance(turn, Reply):
+            return turn
+        return await self._call_engine(dialect, session, request, turn)
+
+    @staticmethod
+    def _open_turn(
+        dialect: Dialect, session: CaptureSession, raw: bytes, purpose: str, stream: bool, messages: list[Any], tools: list[Any]
+    ) -> Turn | Reply:
+        """The turn of a model call about to go upstream, or the 429 once the turn limit is reached."""
         if session.redactor.found_in(raw):  # the harness was shown a secret: never record it
             messages, tools = session.redactor.redact_value(messages), session.redactor.redact_value(tools)
-        if request.purpose == "policy" and not session.admit_policy_request():
+        if purpose == "policy" and not session.admit_policy_request():
             limit = session.policy.max_turns
             session.log(f"turn limit of {limit} reached: answered 429")
             session.upstream_result(ok=False, infra=False)
             return dialect.error(429, f"harness-env: the turn limit of {limit} model calls for this rollout is reached", "turn_limit")
-        turn = Turn(
-            index=session.next_index(),
-            purpose=request.purpose,
-            stream=request.stream,
-            request_messages=messages,
-            request_tools=tools,
-        )
-        return await self._call_engine(dialect, session, request, turn)
+        return Turn(index=session.next_index(), purpose=purpose, stream=stream, request_messages=messages, request_tools=tools)
+
+    async def _post_upstream(
+        self, dialect: Dialect, session: CaptureSession, turn: Turn, started: float, url: str, data: bytes, headers: dict[str, str],
+        **options: Any,
+    ) -> aiohttp.ClientResponse | Reply:
+        """POST to the upstream as a call the session can abort; a failure to get an answer is the
+        dialect's reply (499 aborted, 504 timeout, 502 unreachable), recorded on the turn."""
+        call = asyncio.ensure_future(self._http().post(url, data=data, headers=headers, **options))
+        session.add_upstream_call(call)
+        try:
+            return await call
+        except asyncio.CancelledError:
+            return self._unanswered(dialect, session, turn, started, None, "aborted: the rollout ended", 499)
+        except TimeoutError as e:
+            session.upstream_result(ok=False)
+            return self._unanswered(dialect, session, turn, started, None, f"upstream timeout: {type(e).__name__}", 504)
+        except aiohttp.ClientError as e:
+            session.upstream_result(ok=False)
+            return self._unanswered(dialect, session, turn, started, None, f"upstream unreachable: {type(e).__name__}: {e}", 502)
+        finally:
+            session.discard_upstream_call(call)
 
     # -- the engine call ----------------------------------------------------------------------
     async def _call_engine(self, dialect: Dialect, session: CaptureSession, request: ChatRequest, turn: Turn) -> Reply:
@@ -203,20 +227,9 @@ class CaptureProxy:
             session.dropped_fields |= quirks.dropped
             if quirks.use_max_completion_tokens:
                 session.dropped_fields.add("max_tokens")
-            call = asyncio.ensure_future(self._http().post(url, data=fastjson.dumps(upstream_body), headers=headers))
-            session.add_upstream_call(call)
-            try:
-                resp = await call
-            except asyncio.CancelledError:
-                return self._unanswered(dialect, session, turn, started, None, "aborted: the rollout ended", 499)
-            except TimeoutError as e:
-                session.upstream_result(ok=False)
-                return self._unanswered(dialect, session, turn, started, None, f"upstream timeout: {type(e).__name__}", 504)
-            except aiohttp.ClientError as e:
-                session.upstream_result(ok=False)
-                return self._unanswered(dialect, session, turn, started, None, f"upstream unreachable: {type(e).__name__}: {e}", 502)
-            finally:
-                session.discard_upstream_call(call)
+            resp = await self._post_upstream(dialect, session, turn, started, url, fastjson.dumps(upstream_body), headers)
+            if isinstance(resp, Reply):
+                return resp
             if resp.status >= 400:
                 # Read whole (error bodies are small and not streamed), so a key echoed in it is
                 # masked wherever it falls.
