@@ -13,7 +13,7 @@ in Google's shape. A request without tools gets "Fake title". It answers only
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.fakes.loopback import LoopbackServer
+from tests.fakes.native_upstream import ScriptedUpstream
 from tests.fakes.policy import SHELL_TOOL_NAMES, pieces, shell_arguments
 
 
@@ -31,18 +32,9 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 @dataclass
-class FakeGeminiUpstream:
-    key: str
-    scripts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    headers: list[dict[str, str]] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)
-
+class FakeGeminiUpstream(ScriptedUpstream):
     def app(self) -> Starlette:
         return Starlette(routes=[Route("/v1beta/models/{call:path}", self._call, methods=["POST"])])
-
-    def tool_requests(self) -> list[dict[str, Any]]:
-        return [r for r in self.requests if r.get("tools")]
 
     @staticmethod
     def _declarations(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -51,15 +43,10 @@ class FakeGeminiUpstream:
     def _step(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
         if not self._declarations(body):
             return {"text": "Fake title"}
-        script = self.scripts.get(model, [])
-        n = sum(1 for c in body.get("contents", []) if c.get("role") == "model")
-        return script[n] if n < len(script) else {"text": "done"}
+        return self._scripted(model, sum(1 for c in body.get("contents", []) if c.get("role") == "model"))
 
     async def _call(self, request: Request) -> Response:
-        body = await request.json()
-        self.requests.append(body)
-        self.headers.append(dict(request.headers))
-        self.paths.append(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
+        body = await self._record(request)
         if request.headers.get("x-goog-api-key") != self.key:
             return _error(401, "API key not valid. Please pass a valid API key.")
         model, _, method = request.path_params["call"].rpartition(":")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import Route
 
 from tests.fakes.loopback import LoopbackServer
+from tests.fakes.native_upstream import ScriptedUpstream
 from tests.fakes.policy import SHELL_TOOL_NAMES, pieces, shell_arguments
 
 
@@ -33,34 +34,20 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 @dataclass
-class FakeMessagesUpstream:
-    key: str
-    scripts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    headers: list[dict[str, str]] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)
-
+class FakeMessagesUpstream(ScriptedUpstream):
     def app(self) -> Starlette:
         return Starlette(routes=[
             Route("/v1/messages", self._messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", self._count, methods=["POST"]),
         ])
 
-    def tool_requests(self) -> list[dict[str, Any]]:
-        return [r for r in self.requests if r.get("tools")]
-
     def _step(self, body: dict[str, Any]) -> dict[str, Any]:
         if not body.get("tools"):
             return {"text": "Fake title"}
-        script = self.scripts.get(body.get("model", ""), [])
-        n = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
-        return script[n] if n < len(script) else {"text": "done"}
+        return self._scripted(body.get("model", ""), sum(1 for m in body.get("messages", []) if m.get("role") == "assistant"))
 
     async def _authorised(self, request: Request) -> tuple[dict[str, Any] | None, Response | None]:
-        body = await request.json()
-        self.requests.append(body)
-        self.headers.append(dict(request.headers))
-        self.paths.append(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
+        body = await self._record(request)
         if request.headers.get("x-api-key") != self.key:
             return None, _error(401, f"invalid x-api-key: {request.headers.get('x-api-key')}")
         return body, None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -22,36 +22,23 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.fakes.loopback import LoopbackServer
+from tests.fakes.native_upstream import ScriptedUpstream
 from tests.fakes.policy import SHELL_TOOL_NAMES, pieces, shell_arguments
 
 
 @dataclass
-class FakeResponsesUpstream:
-    key: str
-    scripts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    headers: list[dict[str, str]] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)
-
+class FakeResponsesUpstream(ScriptedUpstream):
     def app(self) -> Starlette:
         return Starlette(routes=[Route("/v1/responses", self._responses, methods=["POST"])])
-
-    def tool_requests(self) -> list[dict[str, Any]]:
-        return [r for r in self.requests if r.get("tools")]
 
     def _step(self, body: dict[str, Any]) -> dict[str, Any]:
         if not body.get("tools"):
             return {"text": "Fake title"}
-        script = self.scripts.get(body.get("model", ""), [])
         items = body.get("input") if isinstance(body.get("input"), list) else []
-        n = sum(1 for item in items if isinstance(item, dict) and item.get("type") == "function_call")
-        return script[n] if n < len(script) else {"text": "done"}
+        return self._scripted(body.get("model", ""), sum(1 for item in items if isinstance(item, dict) and item.get("type") == "function_call"))
 
     async def _responses(self, request: Request) -> Response:
-        body = await request.json()
-        self.requests.append(body)
-        self.headers.append(dict(request.headers))
-        self.paths.append(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
+        body = await self._record(request)
         if request.headers.get("authorization") != f"Bearer {self.key}":
             return JSONResponse({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}},
                                 status_code=401)
