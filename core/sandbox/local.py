@@ -41,7 +41,7 @@ from harness_env.core.sandbox.host import (  # noqa: F401  (bwrap_available, san
     sandboxes_root,
     unmount,
 )
-from harness_env.core.sandbox.limits import Limits, child_setup
+from harness_env.core.sandbox.limits import Limits, child_rlimits, entry_argv
 from harness_env.core.sandbox.processes import RolloutProcesses
 from harness_env.core.sandbox.processes import marked_pids as _marked_pids  # noqa: F401  (tests import it from here)
 
@@ -84,6 +84,7 @@ class LocalSandbox:
         self._verifying = False  # set by clear_reward_file: the verifier dir is writable from then on
         self._run_as = run_as
         self._cgroup = cgroup
+        self._rlimits = child_rlimits(limits)
         self._tmpfs = tmpfs
         self._capture_socket = capture_socket
         self.backend = "bwrap" if bwrap else "plain"
@@ -177,10 +178,9 @@ class LocalSandbox:
         full_env.update(env or {})
         full_env[MARKER_VAR] = self.sandbox_id  # callers cannot drop the marker
         return await self._processes.run(
-            self._argv(cmd, cwd, open_network),
+            entry_argv(self._rlimits, self._cgroup.procs_files if self._cgroup is not None else [], self._argv(cmd, cwd, open_network)),
             env=full_env,
             cwd=cwd,
-            preexec=child_setup(self.limits, self._cgroup),
             timeout=timeout,
             max_output=max_output,
             on_stdout_line=on_stdout_line,

@@ -44,7 +44,6 @@ class RolloutProcesses:
         *,
         env: dict[str, str],
         cwd: str,
-        preexec: Callable[[], None],
         timeout: float,
         max_output: int,
         on_stdout_line: Callable[[str], None] | None = None,
@@ -54,7 +53,7 @@ class RolloutProcesses:
         whole process group and the output read so far is kept."""
         started = time.monotonic()
         try:
-            proc = await spawn(argv, env=env, cwd=cwd, preexec=preexec)  # forks off the event loop
+            proc = await spawn(argv, env=env, cwd=cwd)  # starts off the event loop
         except OSError as e:
             raise SandboxError(f"could not start a command in sandbox {self.sandbox_id}: {e}") from e
         self._running.add(proc)

@@ -1,11 +1,11 @@
 """Starting a sandbox command without holding the event loop.
 
-asyncio's create_subprocess_exec forks on the event loop and then waits there until the child has
-run its preexec function (rlimits, joining the rollout's cgroup) and exec'd: tens of milliseconds
-per command in a server of a few hundred MB, during which no other rollout's I/O moves. With
-hundreds of rollouts each running a command per tool call, that was most of the loop's lag. Here
-the fork and exec happen in a worker thread; the pipes are then read by the loop, and a
-thread per command waits for its exit.
+asyncio's create_subprocess_exec starts the child on the event loop and waits there until it has
+exec'd. Here the start happens in a worker thread, without a preexec function (the rollout's
+cgroup and rlimits are set by the command's entry shell, core/sandbox/limits.py) so that Popen
+vforks: a fork with a preexec function holds the GIL while it copies the page tables of a server
+of a few hundred MB, about 30 ms per command during which no other rollout's I/O moves. The pipes
+are then read by the loop, and a thread per command waits for its exit.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import asyncio
 import functools
 import os
 import subprocess
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from harness_env.core.procs import kill_process_group
@@ -96,11 +95,11 @@ async def _reader(popen: subprocess.Popen, name: str) -> asyncio.StreamReader:
     return reader
 
 
-async def spawn(argv: list[str], *, env: dict[str, str], cwd: str, preexec: Callable[[], None]) -> SpawnedProcess:
+async def spawn(argv: list[str], *, env: dict[str, str], cwd: str) -> SpawnedProcess:
     """Start `argv` in a new session with stdin from /dev/null and stdout/stderr piped. Raises
     OSError as Popen does. Cancelled while it starts, the command is killed, not left behind."""
     start_command = functools.partial(subprocess.Popen, argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      env=env, cwd=cwd, start_new_session=True, preexec_fn=preexec)
+                                      env=env, cwd=cwd, start_new_session=True)
     start = asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(SPAWNERS, start_command))
     try:
         popen = await asyncio.shield(start)

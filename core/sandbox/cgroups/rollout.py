@@ -1,7 +1,7 @@
 """One rollout's cgroup(s): limits, membership, usage, killing everything in it, and removal.
 
-Processes join with `join_in_child` in a preexec_fn, so the harness is limited from its first
-instruction and everything it forks inherits the cgroup; `kill_all` empties it even against a
+Commands join through their entry shell before they exec (core/sandbox/limits.py), so the
+harness is limited from its first instruction and everything it forks inherits the cgroup; `kill_all` empties it even against a
 fork bomb (cgroup.kill, or freezing while signalling).
 """
 
@@ -41,8 +41,8 @@ class RolloutCgroup:
         self.limits = limits
         self._dirs = dirs  # controller -> this rollout's dir in its hierarchy
         self.dirs = list(dict.fromkeys(dirs.values()))
-        # Encoded up front: join_in_child runs between fork and exec and must not allocate much.
-        self._procs_files = tuple(os.fsencode(d / "cgroup.procs") for d in self.dirs)
+        # What a command's entry shell writes its pid to, before it execs (core/sandbox/limits.py).
+        self.procs_files = [str(d / "cgroup.procs") for d in self.dirs]
         self.notes: list[str] = []  # what kill_all/remove could not do
         self._removed = False
         self._final_usage: CgroupUsage | None = None  # read just before removal, for the result
@@ -100,16 +100,6 @@ class RolloutCgroup:
                 write_value(pids / "pids.max", max_value(lim.pids))
             if cpu is not None and lim.cpu_cores is not None:
                 write_value(cpu / "cpu.max", cpu_max_value(lim.cpu_cores))
-
-    def join_in_child(self) -> None:
-        """Move the calling process into the cgroup(s). For a preexec_fn (after fork, before exec):
-        only os.open/write/close on paths prepared in advance; an error aborts the exec."""
-        for path in self._procs_files:
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")  # "0": the writing process itself
-            finally:
-                os.close(fd)
 
     def pids(self) -> list[int]:
         """Every process in the cgroup(s)."""

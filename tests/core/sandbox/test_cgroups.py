@@ -37,8 +37,14 @@ from harness_env.core.sandbox.cgroups import (
     parse_v2_own_path,
     sweep_stale,
 )
+from harness_env.core.sandbox.limits import entry_argv
 
 NO_LIMITS = ResourceLimits(None, None, None)
+
+
+def joined(cg: RolloutCgroup, argv: list[str]) -> list[str]:
+    """`argv` started as a sandbox command is: through the entry shell that joins the cgroup."""
+    return entry_argv([], cg.procs_files, argv)
 
 
 # -- pure helpers (no root needed) -----------------------------------------------------------------
@@ -160,8 +166,7 @@ def test_memory_limit_oom_kills_and_is_reported(make):
     cg = make(ResourceLimits(100 * MiB, None, None))
     # bytes * n touches every page, so the whole 300 MB is really charged
     proc = subprocess.run(
-        [sys.executable, "-c", "b = b'x' * (300 << 20); print('allocated')"],
-        preexec_fn=cg.join_in_child,
+        joined(cg, [sys.executable, "-c", "b = b'x' * (300 << 20); print('allocated')"]),
         capture_output=True,
         text=True,
         timeout=60,
@@ -180,8 +185,7 @@ def test_pids_limit_stops_a_spawning_loop(make):
     cg = make(ResourceLimits(None, 50, None))
     # dash gives up on the first failed fork; bash would retry for 15 s first, to the same end.
     proc = subprocess.Popen(
-        ["sh", "-c", "for i in $(seq 200); do sleep 300 & done; wait"],
-        preexec_fn=cg.join_in_child,
+        joined(cg, ["sh", "-c", "for i in $(seq 200); do sleep 300 & done; wait"]),
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -202,8 +206,7 @@ def test_kill_all_stops_a_fork_bomb(make):
     cg = make(ResourceLimits(256 * MiB, 50, None))
     # bash retries failed forks, so the bomb stays at the limit, forking whenever a slot frees
     proc = subprocess.Popen(
-        ["bash", "-c", "b() { b & b & wait; }; b"],
-        preexec_fn=cg.join_in_child,
+        joined(cg, ["bash", "-c", "b() { b & b & wait; }; b"]),
         start_new_session=True,
         stderr=subprocess.DEVNULL,
     )
@@ -222,8 +225,7 @@ def test_kill_all_kills_a_setsid_double_forked_daemon(make):
     # the launcher's child starts a new session and forks the daemon, then both exit: the daemon is
     # reparented, in no process group or session of ours
     subprocess.run(
-        ["sh", "-c", "setsid sh -c 'sleep 300 & exit'; exit"],
-        preexec_fn=cg.join_in_child,
+        joined(cg, ["sh", "-c", "setsid sh -c 'sleep 300 & exit'; exit"]),
         start_new_session=True,
         timeout=10,
         check=True,
@@ -240,10 +242,10 @@ def test_kill_all_kills_a_setsid_double_forked_daemon(make):
     assert cg.pids() == [] and _wait_for(lambda: _dead(daemon), 5)
 
 
-def test_remove_kills_and_leaves_no_directory(make):
+def test_remove_kills_and_leaves_no_directory(make, tmp_path):
     cg = make(ResourceLimits(64 * MiB, 20, None))
-    proc = subprocess.Popen(["sleep", "300"], preexec_fn=cg.join_in_child)
-    assert cg.pids() == [proc.pid]
+    proc = subprocess.Popen(joined(cg, ["sleep", "300"]))
+    assert _wait_for(lambda: cg.pids() == [proc.pid], 5)  # the entry shell joins, then execs
     owner_dirs = {d.parent for d in cg.dirs}
     cg.remove()
     assert proc.wait(timeout=5) == -9
@@ -251,9 +253,10 @@ def test_remove_kills_and_leaves_no_directory(make):
     assert not any(d.exists() for d in owner_dirs)  # the server's own directory goes with its last rollout
     cg.remove()  # idempotent
     assert cg.notes == []
-    # joining a removed cgroup fails the spawn instead of running the command unlimited
-    with pytest.raises(subprocess.SubprocessError):
-        subprocess.run(["true"], preexec_fn=cg.join_in_child)
+    # joining a removed cgroup fails the command instead of running it unlimited
+    refused = subprocess.run(joined(cg, ["touch", str(tmp_path / "ran")]), capture_output=True, text=True)
+    assert refused.returncode == 126 and "could not join the rollout's cgroup" in refused.stderr
+    assert not (tmp_path / "ran").exists()
 
 
 def test_create_refuses_bad_and_duplicate_names(make):
@@ -287,8 +290,7 @@ def test_limit_files_are_written(make):
 def test_cpu_quota_throttles(make):
     cg = make(ResourceLimits(None, None, 0.1))
     subprocess.run(
-        [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 0.5: pass"],
-        preexec_fn=cg.join_in_child,
+        joined(cg, [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 0.5: pass"]),
         timeout=30,
         check=True,
     )
@@ -300,9 +302,10 @@ SERVER_THAT_DIES = textwrap.dedent(
     """
     import os, subprocess, sys
     from harness_env.core.sandbox.cgroups import ResourceLimits, RolloutCgroup
+    from harness_env.core.sandbox.limits import entry_argv
     cg = RolloutCgroup.create(sys.argv[1], ResourceLimits(64 << 20, 20, None))
     daemon = "setsid sh -c 'sleep 300 </dev/null >/dev/null 2>&1 & exit'"
-    subprocess.run(["sh", "-c", daemon], preexec_fn=cg.join_in_child, check=True)
+    subprocess.run(entry_argv([], cg.procs_files, ["sh", "-c", daemon]), check=True)
     print(" ".join(str(d) for d in cg.dirs), flush=True)
     os._exit(0)  # crash: no remove()
     """
@@ -343,8 +346,7 @@ def test_v2_membership_and_kill_paths(make, monkeypatch):
         cg = RolloutCgroup.create_in(layout, f"rollout-t{uuid.uuid4().hex[:12]}", NO_LIMITS)
         try:
             proc = subprocess.Popen(
-                ["sh", "-c", "setsid sh -c 'sleep 300 & sleep 300 & exit'; exec sleep 300"],
-                preexec_fn=cg.join_in_child,
+                joined(cg, ["sh", "-c", "setsid sh -c 'sleep 300 & sleep 300 & exit'; exec sleep 300"]),
             )
             assert _wait_for(lambda cg=cg: [_cmdline(p)[:5] for p in cg.pids()] == [b"sleep"] * 3, 5)
             assert cg.kill_all() == 3 and cg.pids() == []
