@@ -65,12 +65,13 @@ def default_max_starting() -> int:
 
 
 async def _cancel_on_disconnect(request: Request, task: asyncio.Task) -> None:
-    """A client that goes away cancels its rollout (whose clean-up then runs)."""
+    """A client that goes away cancels its rollout (whose clean-up then runs). The body has been
+    read, so the server's next message for this request is its disconnect: awaited, not polled (a
+    poll every quarter second per rollout was a tenth of the event loop's work at 256 rollouts)."""
     while not task.done():
-        if await request.is_disconnected():
+        if (await request.receive())["type"] == "http.disconnect":
             task.cancel()
             return
-        await asyncio.sleep(0.25)
 
 
 def create_app(

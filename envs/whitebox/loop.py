@@ -22,6 +22,7 @@ from typing import Any
 import certifi
 import httpx
 
+from harness_env.core.capture import fastjson
 from harness_env.core.harness import AgentOutcome
 from harness_env.core.sandbox.base import ExecResult, TailBuffer
 from harness_env.envs.whitebox.tools import SYSTEM_PROMPT, TOOL_SPECS, ToolBox
@@ -86,13 +87,15 @@ async def call_policy(http: httpx.AsyncClient, url: str, key: str, body: dict[st
     last = ""
     for delay in (*RETRY_DELAYS_S, None):
         try:
-            r = await http.post(url, json=body, headers={"Authorization": f"Bearer {key}"})
+            # orjson both ways: an answer carries its thousands of token ids and logprobs, which
+            # the stdlib's decoder took milliseconds of the server's event loop to read.
+            r = await http.post(url, content=fastjson.dumps(body), headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
         except httpx.TransportError as e:
             last, status = f"{type(e).__name__}: {e}", None
         else:
             if r.status_code == 200:
                 try:
-                    data = r.json()
+                    data = fastjson.loads(r.content)
                     return data["choices"][0]
                 except (ValueError, KeyError, IndexError, TypeError):
                     raise PolicyCallFailed(f"the endpoint's answer has no choices[0]: {r.text[:300]}", infra=True) from None
