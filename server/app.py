@@ -26,7 +26,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
-from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, header, send_reply
+from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, header, route_path, send_reply
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.redact import register_secret
 from harness_env.core.capture.serve import capture_socket_path, serve_on_unix
@@ -216,7 +216,25 @@ def create_app(
     web = WebUI(app, service, token, limiter)  # the Gradio UI at /web, loaded on first use
     redact_server_logs()
     origins = [origin_of(public_url), *(origin_of(o.strip()) for o in os.environ.get(ALLOWED_ORIGINS_VAR, "").split(",") if o.strip())]
-    return TokenAuth(limit_body(web.wrap(app)), token, own_origins=origins, limiter=limiter)
+    return capture_first(proxy.app, TokenAuth(limit_body(web.wrap(app)), token, own_origins=origins, limiter=limiter))
+
+
+def capture_first(proxy_app, app):
+    """`app`, with /capture/... sent straight to the capture proxy: it authenticates harnesses by
+    their capture key and bounds its own bodies (the API's token, origin and body checks exempt it
+    anyway), and a model call should not pay the API's middleware and FastAPI's stack every turn."""
+    prefix = CAPTURE_PREFIX + "/"
+
+    async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            below = route_path(scope)
+            if below.startswith(prefix):
+                root = scope.get("root_path", "") + CAPTURE_PREFIX
+                await proxy_app({**scope, "root_path": root, "path": root + below[len(CAPTURE_PREFIX):]}, receive, send)
+                return
+        await app(scope, receive, send)
+
+    return dispatch
 
 
 def validation_problem(err: dict) -> dict:

@@ -13,6 +13,7 @@ exposed as gauges for a person reading /metrics.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -26,6 +27,16 @@ LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.
                0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 INTERVAL_S = 0.05
 WINDOW = 1200  # samples: the last minute at the default interval
+
+
+def freeze_long_lived() -> None:
+    """Leave every object alive now (modules, classes, the app and its routes: over 100,000 once
+    the server is built, several times that with the web UI) out of the cyclic garbage collector's
+    scans from now on. A full collection walked them all on the event loop: 40 ms on an idle
+    machine, up to 400 ms with hundreds of rollouts running. Called once the server is built and
+    again once the web UI is loaded; garbage is collected first, so nothing dead is kept."""
+    gc.collect()
+    gc.freeze()
 
 
 def quantile(sorted_values: list[float], q: float) -> float:

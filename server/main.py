@@ -13,6 +13,7 @@ import uvicorn
 from harness_env.core.procs import make_undumpable
 from harness_env.server.app import create_app
 from harness_env.server.jobs_upkeep import Retention
+from harness_env.server.loop_lag import freeze_long_lived
 from harness_env.server.store import STORE_URL_VAR, data_dir_problem, default_data_dir
 
 
@@ -118,6 +119,7 @@ def serve(
     if note:
         print(f"harness-env: warning: {note}", file=sys.stderr)
     make_undumpable()  # the token and keys in this process stay out of reach of its own uid (the plain sandbox's)
+    freeze_long_lived()
     print(where_to_go(host, port, public_url or (url if os.environ.get("SPACE_HOST") else None)), file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level=os.environ.get("HARNESS_ENV_LOG_LEVEL", "info"), timeout_graceful_shutdown=10,
                 proxy_headers=trust_proxy)

@@ -35,6 +35,7 @@ from harness_env.core.procs import make_undumpable
 from harness_env.server.app import CAPTURE_PREFIX, create_app
 from harness_env.server.jobs import STOP_WAIT_S
 from harness_env.server.jobs_upkeep import Retention
+from harness_env.server.loop_lag import freeze_long_lived
 from harness_env.server.placement import ray_placement
 from harness_env.server.ray_settings import (
     TOKEN_VAR,
@@ -114,6 +115,7 @@ class HarnessEnvReplica:
                          retention=Retention.from_env(s.retention_max_age, s.retention_max_size))
         capture.app = app
         make_undumpable()  # as `harness-env serve`: the token and keys out of reach of the plain sandbox's uid
+        freeze_long_lived()
         return naming_replica(app, ray_placement().get("replica", ""))
 
     async def __del__(self) -> None:

@@ -11,10 +11,9 @@ are then read by the loop, and a thread per command waits for its exit.
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from harness_env.core.procs import kill_process_group
 
@@ -29,31 +28,15 @@ WAITERS = ThreadPoolExecutor(max_workers=4096, thread_name_prefix="command-wait"
 class SpawnedProcess:
     """What RolloutProcesses needs of a running command: pid, pipes as StreamReaders, wait()."""
 
-    def __init__(self, popen: subprocess.Popen, stdout: asyncio.StreamReader, stderr: asyncio.StreamReader) -> None:
+    def __init__(self, popen: subprocess.Popen, exited: Future[int], stdout: asyncio.StreamReader, stderr: asyncio.StreamReader) -> None:
         self.popen = popen
         self.pid = popen.pid
         self.stdout, self.stderr = stdout, stderr
-        loop = asyncio.get_running_loop()
-        self._exited: asyncio.Future[int] = loop.create_future()
-        # A thread blocked in waitpid (no GIL held) per running command, as asyncio's
-        # ThreadedChildWatcher does, but pooled: starting a thread waits for it to run, on the
-        # loop. (A pidfd watched by the loop lost its wake-up when uvloop met a reused fd number.)
-        WAITERS.submit(self._wait, loop)
-
-    def _wait(self, loop: asyncio.AbstractEventLoop) -> None:
-        code = self.popen.wait()
-        try:
-            loop.call_soon_threadsafe(self._set, code)
-        except RuntimeError:  # the loop is closed: nobody waits any more
-            pass
-
-    def _set(self, code: int) -> None:
-        if not self._exited.done():
-            self._exited.set_result(code)
+        self._exited = asyncio.wrap_future(exited)
 
     @property
     def returncode(self) -> int | None:
-        return self._exited.result() if self._exited.done() else None
+        return self._exited.result() if self._exited.done() and not self._exited.cancelled() else None
 
     async def wait(self) -> int:
         return await asyncio.shield(self._exited)
@@ -95,26 +78,41 @@ async def _reader(popen: subprocess.Popen, name: str) -> asyncio.StreamReader:
     return reader
 
 
+def _start(argv: list[str], env: dict[str, str], cwd: str) -> tuple[subprocess.Popen, Future[int]]:
+    """In a SPAWNERS thread: start the command, and a WAITERS thread blocked in waitpid (no GIL
+    held) until it exits, as asyncio's ThreadedChildWatcher does but pooled. Handed to the pool
+    here, not on the loop: a pool that grows starts a thread and waits for it to run. (A pidfd
+    watched by the loop lost its wake-up when uvloop met a reused fd number.)"""
+    popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=env, cwd=cwd, start_new_session=True)
+    return popen, WAITERS.submit(popen.wait)
+
+
 async def spawn(argv: list[str], *, env: dict[str, str], cwd: str) -> SpawnedProcess:
     """Start `argv` in a new session with stdin from /dev/null and stdout/stderr piped. Raises
     OSError as Popen does. Cancelled while it starts, the command is killed, not left behind."""
-    start_command = functools.partial(subprocess.Popen, argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      env=env, cwd=cwd, start_new_session=True)
-    start = asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(SPAWNERS, start_command))
+    start = asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(SPAWNERS, _start, argv, env, cwd))
     try:
-        popen = await asyncio.shield(start)
+        popen, exited = await asyncio.shield(start)
     except asyncio.CancelledError:
         try:
-            popen = await start
+            popen, exited = await start
         except OSError:
             raise asyncio.CancelledError from None
         kill_process_group(popen.pid)
-        await asyncio.to_thread(popen.communicate)  # reap it, close its pipes
+        await asyncio.to_thread(_drain, popen)  # reaped (by its waiter), its pipes closed
         raise
     try:
         out, err = await _reader(popen, "stdout"), await _reader(popen, "stderr")
     except BaseException:
-        kill_process_group(popen.pid)
-        WAITERS.submit(popen.wait)  # reaped, not left a zombie
+        kill_process_group(popen.pid)  # reaped by its waiter, not left a zombie
         raise
-    return SpawnedProcess(popen, out, err)
+    return SpawnedProcess(popen, exited, out, err)
+
+
+def _drain(popen: subprocess.Popen) -> None:
+    for pipe in (popen.stdout, popen.stderr):
+        if pipe is not None:
+            pipe.read()
+            pipe.close()
+    popen.wait()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import json
 import ssl
 import time
@@ -21,6 +22,10 @@ from typing import Any
 
 import certifi
 import httpx
+
+# httpx imports its transport (httpcore, h11, h2) when the first client is made: here, at the
+# server's start, rather than on its event loop when the first white-box rollout runs (0.2 s).
+importlib.import_module("httpcore")
 
 from harness_env.core.capture import fastjson
 from harness_env.core.harness import AgentOutcome

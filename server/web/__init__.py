@@ -26,6 +26,7 @@ from fastapi import FastAPI
 
 from harness_env.core.capture.asgi import Receive, Reply, Scope, Send, error_reply, send_reply
 from harness_env.server.auth import WEB_LOGIN_PATH, WEB_PREFIX, AuthFailureLimiter, is_web_path
+from harness_env.server.loop_lag import freeze_long_lived
 from harness_env.server.service import RolloutService
 from harness_env.server.web.login import add_login_routes
 
@@ -132,6 +133,7 @@ class WebUI:
             page.blocks.run_startup_events()
             await page.blocks.run_extra_startup_events()
             self.page = page
+            freeze_long_lived()  # Gradio's objects stay: out of the garbage collector's scans
 
     async def aclose(self) -> None:
         if self._mounting is not None and not self._mounting.done():
