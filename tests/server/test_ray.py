@@ -32,6 +32,7 @@ from tests.server_process import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 HEADER = REPLICA_HEADER.decode()
+TOKEN = "ray-token-never-shown"
 # A rollout that takes a couple of seconds, so concurrent ones overlap and spread over replicas.
 BRIEF = [{"bash": "sleep 2; env > env.txt; echo hello > hello.txt"}, {"text": "done"}]
 # One that outlasts a replica's death and its replacement's start on the other replica.
@@ -241,17 +242,21 @@ def test_a_killed_replica_s_rollouts_end_interrupted_and_ray_serve_replaces_it(r
 
 
 def test_serve_ray_alone_starts_a_local_cluster_and_stops_it(tmp_path_factory, policy_server, postgres_server) -> None:
-    """Without --ray-address: a local Ray cluster, started and stopped by the command itself."""
+    """Without --ray-address: a local Ray cluster, started and stopped by the command itself; with
+    a token, which every replica asks for and which reaches neither a sandbox nor a result."""
     root = tmp_path_factory.mktemp("local")
     sandboxes = root / "sandboxes"
     sandboxes.mkdir()
     ray_tmp = tempfile.mkdtemp(prefix="rl-", dir="/tmp")  # short: Ray's sockets are under it
     server = None
     try:
-        server = ServerProcess(sandboxes, "--ray", env={"HARNESS_ENV_STORE_URL": postgres_server.new_database(), "RAY_TMPDIR": ray_tmp},
-                               start_timeout_s=120, stop_timeout_s=60)
-        r = httpx.post(server.url + "/rollout", json=args(policy_server, "ray-local", BRIEF), timeout=120)
+        server = ServerProcess(sandboxes, "--ray", "--token", TOKEN, start_timeout_s=120, stop_timeout_s=60,
+                               env={"HARNESS_ENV_STORE_URL": postgres_server.new_database(), "RAY_TMPDIR": ray_tmp})
+        body = args(policy_server, "ray-local", BRIEF)
+        assert httpx.post(server.url + "/rollout", json=body, timeout=120).status_code == 401
+        r = httpx.post(server.url + "/rollout", json=body, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
         assert r.json()["reward"] == 1.0 and r.json()["served_by"]["replica"] == r.headers[HEADER], r.json().get("error")
+        assert "hello" in r.json()["files"]["hello.txt"] and TOKEN not in r.text  # env.txt: the sandbox's environment
     finally:
         log = server.stop() if server is not None else ""
         deadline = time.monotonic() + 30
