@@ -20,6 +20,7 @@ import pytest
 from harness_env.core.errors import SandboxError
 from harness_env.core.procs import stat_starttime
 from harness_env.core.sandbox.cgroups import layout as cgroup_layout
+from harness_env.core.sandbox.cgroups.layout import SANDBOXES_CPU_WEIGHT
 from harness_env.core.sandbox.cgroups import (
     CgroupUsage,
     MiB,
@@ -355,3 +356,13 @@ def test_v2_membership_and_kill_paths(make, monkeypatch):
             cg.remove()
         assert cg.notes == [] and not any(d.exists() for d in cg.dirs)
         assert not (layout.dirs[0] / cgroup_layout.owner_name()).exists()
+
+
+def test_every_sandbox_together_weighs_an_eighth_of_a_process_on_the_cpu(make):
+    """Under CPU contention the server comes first: the shared parent of all rollout cgroups has
+    an eighth of an ordinary process's CPU weight (its sandboxes still get every idle cycle)."""
+    make()
+    layout, _ = cgroup_layout.detect()
+    assert layout is not None and "cpu" in layout.parents, "no cpu cgroup controller here: mount it (cgroup v1) or delegate it (v2)"
+    name, value = SANDBOXES_CPU_WEIGHT[layout.version]
+    assert (layout.parents["cpu"] / name).read_text().strip() == value
