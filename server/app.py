@@ -35,7 +35,7 @@ from harness_env.core.sandbox.cgroups import sweep_stale
 from harness_env.core.sandbox.local import bwrap_available
 from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
 from harness_env.server.auth import AuthFailureLimiter, TokenAuth, origin_of, redact_server_logs
-from harness_env.server.cpus import available_cpus
+from harness_env.core.cpus import available_cpus
 from harness_env.server.docs_page import add_docs_routes
 from harness_env.server.jobs import JobManager, JobService
 from harness_env.server.jobs_routes import add_job_routes

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from harness_env.core.cpus import available_cpus
 from harness_env.core.errors import HarnessEnvError
 from harness_env.core.limits import ProcessLimiter
 from harness_env.core.procs import kill_process_group
@@ -166,9 +167,9 @@ def _rgb(colour: str) -> tuple[int, int, int]:
 
 def render_concurrency() -> int:
     """Browsers this process runs at once for grading (HARNESS_ENV_RENDER_CONCURRENCY, default the
-    number of cores): hundreds of rollouts finishing together must not start hundreds of Chromiums."""
+    CPUs this process may use): hundreds of rollouts finishing together must not start hundreds of Chromiums."""
     value = os.environ.get("HARNESS_ENV_RENDER_CONCURRENCY", "")
-    return int(value) if value.isdigit() and int(value) > 0 else max(1, os.cpu_count() or 1)
+    return int(value) if value.isdigit() and int(value) > 0 else available_cpus()
 
 
 async def _render_chromium(svg_text: str, width: int, height: int, background: str, timeout_s: float) -> tuple[bytes, str | None]:

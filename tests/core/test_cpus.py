@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from harness_env.server import app as app_module
-from harness_env.server import cpus
-from harness_env.server.cpus import cgroup_cpu_limit, usable_cpus, v1_quota_cpus, v2_quota_cpus
+from harness_env.core import cpus
+from harness_env.families.svg_icon.render import render_concurrency
+from harness_env.core.cpus import cgroup_cpu_limit, usable_cpus, v1_quota_cpus, v2_quota_cpus
 
 
 def _write(path: Path, text: str) -> None:
@@ -91,6 +92,8 @@ def test_default_concurrency_follows_the_usable_cpus(monkeypatch) -> None:
     monkeypatch.setattr(cpus, "affinity_cpus", lambda: 64)  # a big host ...
     monkeypatch.setattr(cpus, "cgroup_cpu_limit", lambda text, root=cpus.CGROUP_ROOT: 1.5)  # ... a 1.5-CPU container
     assert app_module.default_max_concurrent() == 4
+    monkeypatch.delenv("HARNESS_ENV_RENDER_CONCURRENCY", raising=False)
+    assert render_concurrency() == 2  # Chromiums grading icons at once: the usable CPUs too
     monkeypatch.setenv("MAX_CONCURRENT_ROLLOUTS", "7")
     assert app_module.default_max_concurrent() == 7
 
