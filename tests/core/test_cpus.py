@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness_env.server import app as app_module
 from harness_env.core import cpus
-from harness_env.families.svg_icon.render import render_concurrency
 from harness_env.core.cpus import cgroup_cpu_limit, usable_cpus, v1_quota_cpus, v2_quota_cpus
+from harness_env.families.svg_icon.render import render_concurrency
+from harness_env.server import app as app_module
 
 
 def _write(path: Path, text: str) -> None:
