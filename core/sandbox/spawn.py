@@ -100,7 +100,7 @@ async def spawn(argv: list[str], *, env: dict[str, str], cwd: str) -> SpawnedPro
         except OSError:
             raise asyncio.CancelledError from None
         kill_process_group(popen.pid)
-        await asyncio.to_thread(_drain, popen)  # reaped (by its waiter), its pipes closed
+        await asyncio.to_thread(popen.communicate)  # its pipes read and closed (its waiter reaps it)
         raise
     try:
         out, err = await _reader(popen, "stdout"), await _reader(popen, "stderr")
@@ -109,10 +109,3 @@ async def spawn(argv: list[str], *, env: dict[str, str], cwd: str) -> SpawnedPro
         raise
     return SpawnedProcess(popen, exited, out, err)
 
-
-def _drain(popen: subprocess.Popen) -> None:
-    for pipe in (popen.stdout, popen.stderr):
-        if pipe is not None:
-            pipe.read()
-            pipe.close()
-    popen.wait()
