@@ -1,4 +1,5 @@
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 
@@ -119,3 +120,25 @@ async def test_cancellation_kills_the_command():
         await task
     await sb.close()
     assert marked_pids(sb.sandbox_id) == [] and not Path(sb.root).exists()
+
+
+@pytest.mark.parametrize("use_bwrap", BACKENDS)
+async def test_commands_cancelled_as_they_start_leave_no_process(use_bwrap):
+    """A rollout cancelled while its command is being started (in the starting thread, or just
+    after) kills that command: nothing of it outlives the cancellation, even before close()."""
+    _need_bwrap(use_bwrap)
+    sb = create_local_sandbox(use_bwrap=use_bwrap)
+    try:
+        for delay in (0, 0, 0.001, 0.005, 0.02, 0.05):
+            task = asyncio.create_task(sb.exec("sleep 300", timeout=600))
+            await asyncio.sleep(delay)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for _ in range(100):
+            if not marked_pids(sb.sandbox_id):
+                break
+            await asyncio.sleep(0.05)
+        assert marked_pids(sb.sandbox_id) == []
+    finally:
+        await sb.close()
