@@ -210,8 +210,7 @@ def create_app(
     async def catalog() -> list[dict]:
         return service.catalog()
 
-    app.mount(CAPTURE_PREFIX, proxy.app)
-    mcp.mount(app)
+    mcp.mount(app)  # /capture is not mounted here: capture_first sends it to the proxy first
     limiter = AuthFailureLimiter()  # shared by the bearer/cookie/socket checks and the login form
     web = WebUI(app, service, token, limiter)  # the Gradio UI at /web, loaded on first use
     redact_server_logs()
@@ -251,12 +250,12 @@ def _too_large(limit: int):
 
 
 def limit_body(app, limit: int = MAX_BODY_BYTES):
-    """Refuse request bodies over `limit` bytes, on every route but /capture (the proxy bounds its
-    own): a declared content-length at once, a chunked body as soon as it passes the limit. Then
+    """Refuse request bodies over `limit` bytes (/capture never gets here: capture_first hands it to
+    the proxy, which bounds its own): a declared content-length at once, a chunked body as soon as it passes the limit. Then
     the client gets 413, the app sees a disconnect, and nothing it answers after is sent."""
 
     async def limited(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path", "").startswith(CAPTURE_PREFIX):
+        if scope["type"] != "http":
             await app(scope, receive, send)
             return
         declared = header(scope, b"content-length") or ""

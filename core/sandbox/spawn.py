@@ -108,4 +108,3 @@ async def spawn(argv: list[str], *, env: dict[str, str], cwd: str) -> SpawnedPro
         kill_process_group(popen.pid)  # reaped by its waiter, not left a zombie
         raise
     return SpawnedProcess(popen, exited, out, err)
-

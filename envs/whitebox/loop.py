@@ -23,14 +23,14 @@ from typing import Any
 import certifi
 import httpx
 
-# httpx imports its transport (httpcore, h11, h2) when the first client is made: here, at the
-# server's start, rather than on its event loop when the first white-box rollout runs (0.2 s).
-importlib.import_module("httpcore")
-
 from harness_env.core.capture import fastjson
 from harness_env.core.harness import AgentOutcome
 from harness_env.core.sandbox.base import ExecResult, TailBuffer
 from harness_env.envs.whitebox.tools import SYSTEM_PROMPT, TOOL_SPECS, ToolBox
+
+# httpx imports its transport (httpcore, h11, h2) when the first client is made: here, at the
+# server's start, rather than on its event loop when the first white-box rollout runs (0.2 s).
+importlib.import_module("httpcore")
 
 # Kept from an answer's message when it is sent back: templates render reasoning too.
 ASSISTANT_KEYS = ("role", "content", "tool_calls", "reasoning_content", "reasoning")

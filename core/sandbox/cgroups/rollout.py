@@ -1,8 +1,8 @@
 """One rollout's cgroup(s): limits, membership, usage, killing everything in it, and removal.
 
 Commands join through their entry shell before they exec (core/sandbox/limits.py), so the
-harness is limited from its first instruction and everything it forks inherits the cgroup; `kill_all` empties it even against a
-fork bomb (cgroup.kill, or freezing while signalling).
+harness is limited from its first instruction and everything it forks inherits the cgroup;
+`kill_all` empties it even against a fork bomb (cgroup.kill, or freezing while signalling).
 """
 
 from __future__ import annotations
