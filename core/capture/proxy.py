@@ -36,7 +36,7 @@ from harness_env.core.capture.dialects import (
 )
 from harness_env.core.capture.probe import PROBE_TEMPERATURES, PROBE_TIMEOUT_S, PROBE_TOP_LOGPROBS, ProbeResult, classify, probe_body
 from harness_env.core.capture.redact import StreamRedactor
-from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, learn_from_rejection, rewrite_request
+from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, learn_from_rejection, may_name_an_added_field, rewrite_request
 from harness_env.core.capture.session import CaptureSession, new_session_key
 from harness_env.core.errors import InvalidRequestError
 from harness_env.models import Endpoint, Turn
@@ -54,8 +54,9 @@ class CaptureProxy:
     ) -> None:
         self._routes = RouteTable(registered_dialects() if dialects is None else dialects)
         self._sessions: dict[str, CaptureSession] = {}
-        self._quirks: dict[str, EndpointQuirks] = {}
+        self._quirks: dict[tuple[str, str], EndpointQuirks] = {}  # (base_url, model) -> what it rejects
         self._probes: dict[tuple[str, str], asyncio.Future[ProbeResult]] = {}
+        self._field_probes: dict[tuple[Any, ...], asyncio.Future[bool | None]] = {}
         self._client: aiohttp.ClientSession | None = None
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
         self.app = self  # the proxy is its own ASGI app (an async __call__, detected as ASGI 3)
@@ -208,25 +209,63 @@ class CaptureProxy:
             session.discard_upstream_call(call)
 
     # -- the engine call ----------------------------------------------------------------------
-    async def _call_engine(self, dialect: Dialect, session: CaptureSession, request: ChatRequest, turn: Turn) -> Reply:
-        endpoint = session.endpoint
-        quirks = self._quirks.setdefault(endpoint.base_url, EndpointQuirks())
+    def _endpoint_quirks(self, endpoint: Endpoint) -> EndpointQuirks:
+        return self._quirks.setdefault((endpoint.base_url, endpoint.model), EndpointQuirks())
+
+    def _headers(self, endpoint: Endpoint, stream: bool) -> dict[str, str]:
         headers = {
             "content-type": "application/json",
-            "accept": "text/event-stream" if request.stream else "application/json",
+            "accept": "text/event-stream" if stream else "application/json",
             "accept-encoding": "identity",  # bytes are relayed as they come: no compression to undo
         }
         key = endpoint.api_key.get_secret_value()
         if key:
             headers["authorization"] = f"Bearer {key}"
+        return headers
+
+    async def _probe_fields(self, endpoint: Endpoint, policy: CapturePolicy) -> None:
+        """Find out, with a request of the proxy's own (no agent shaped it), which of the fields
+        `policy` adds the endpoint rejects; once per endpoint and set of added fields, shared by
+        concurrent sessions. A probe that got no clear answer is not remembered."""
+        key = (endpoint.base_url, endpoint.model, *policy.added_fields_key)
+        task = self._field_probes.get(key)
+        if task is None:
+            task = self._field_probes[key] = asyncio.ensure_future(self._learn_fields(endpoint, policy))
+        if await asyncio.shield(task) is None:
+            self._field_probes.pop(key, None)
+
+    async def _learn_fields(self, endpoint: Endpoint, policy: CapturePolicy) -> bool | None:
+        """Send the probe's one-token request with the fields `policy` adds, dropping each field the
+        endpoint rejects, until it is accepted. True: something was learned; None: no answer."""
+        quirks, learned = self._endpoint_quirks(endpoint), False
+        probe_policy = CapturePolicy(capture=policy.capture, top_logprobs=policy.top_logprobs, disable_thinking=policy.disable_thinking)
+        timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
+        for _attempt in range(MAX_FIELD_RETRIES + 1):
+            body, added, _ = rewrite_request(probe_body(PROBE_TEMPERATURES[0]), probe_policy, quirks, endpoint.model)
+            try:
+                async with self._http().post(endpoint.base_url + "/chat/completions", data=fastjson.dumps(body),
+                                             headers=self._headers(endpoint, False), timeout=timeout) as resp:
+                    status, content = resp.status, await resp.read()
+            except (aiohttp.ClientError, TimeoutError):
+                return None
+            if status < 400:
+                return learned
+            if learn_from_rejection(status, content, added, quirks) is None:
+                return learned if status < 500 else None  # refused for another reason: nothing more to learn
+            learned = True
+        return learned
+
+    async def _call_engine(self, dialect: Dialect, session: CaptureSession, request: ChatRequest, turn: Turn) -> Reply:
+        endpoint = session.endpoint
+        quirks = self._endpoint_quirks(endpoint)
+        headers = self._headers(endpoint, request.stream)
         started = time.monotonic()
         url = endpoint.base_url + "/chat/completions"
         engine_body = dialect.engine_body(request)
         for _attempt in range(MAX_FIELD_RETRIES + 1):
-            upstream_body, added = rewrite_request(engine_body, session.policy, quirks, endpoint.model)
-            session.dropped_fields |= quirks.dropped
-            if quirks.use_max_completion_tokens:
-                session.dropped_fields.add("max_tokens")
+            known = quirks.snapshot()
+            upstream_body, added, dropped = rewrite_request(engine_body, session.policy, quirks, endpoint.model)
+            session.dropped_fields |= dropped
             resp = await self._post_upstream(dialect, session, turn, started, url, fastjson.dumps(upstream_body), headers)
             if isinstance(resp, Reply):
                 return resp
@@ -239,10 +278,14 @@ class CaptureProxy:
                     content = b""
                 finally:
                     resp.release()
-                changed = learn_from_rejection(resp.status, content, added, quirks)
-                if changed:
-                    session.log(f"turn {turn.index}: upstream rejected {changed!r}; retrying without it")
-                    continue
+                # The agent shaped this request, and an error may quote it: only the proxy's own
+                # probe says whether the endpoint rejects a field we added. Retried only when that
+                # changed what is sent.
+                if may_name_an_added_field(resp.status, content, added, quirks):
+                    await self._probe_fields(endpoint, session.policy)
+                    if quirks.snapshot() != known:
+                        session.log(f"turn {turn.index}: the endpoint rejects fields the proxy adds ({', '.join(sorted(quirks.dropped)) or 'max_tokens'}); retrying without them")
+                        continue
                 session.upstream_result(ok=False, infra=resp.status >= 500)
                 content = session.redactor.redact_bytes(content)
                 error = content[:2000].decode("utf-8", errors="replace")

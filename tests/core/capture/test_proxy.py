@@ -105,6 +105,18 @@ async def test_policy_caps_and_thinking(proxy_env):
     assert policy.requests[0]["chat_template_kwargs"] == {"enable_thinking": False}
 
 
+async def test_engine_parameters_off_the_allow_list_are_dropped_and_reported(proxy_env):
+    proxy, policy, upstream, client = proxy_env
+    session = proxy.open_session(_endpoint(upstream), CapturePolicy(max_tokens_cap=64))
+    hostile = {"n": 64, "best_of": 64, "max_tokens": 10**7, "min_tokens": 10**6, "ignore_eos": True, "prompt_logprobs": 5,
+               "logit_bias": {"7": 100}}
+    r = await client.post("/chat/completions", json=_body(False, **hostile), headers={"authorization": f"Bearer {session.key}"})
+    assert r.status_code == 200
+    [sent] = policy.requests
+    assert not set(hostile) - {"max_tokens"} & set(sent) and sent["max_tokens"] == 64
+    assert session.dropped_fields == set(hostile) - {"max_tokens"}
+
+
 async def test_hosted_api_rejecting_fields_is_not_broken(proxy_env):
     proxy, policy, upstream, client = proxy_env
     policy.reject_unknown_fields = True
@@ -121,6 +133,43 @@ async def test_hosted_api_rejecting_fields_is_not_broken(proxy_env):
     s2 = proxy.open_session(_endpoint(upstream), CapturePolicy(disable_thinking=True))
     r = await client.post("/chat/completions", json=_body(False, max_tokens=100), headers={"authorization": f"Bearer {s2.key}"})
     assert r.status_code == 200 and len(policy.requests) == n + 1
+
+
+# -- what the proxy learns of an endpoint comes from its own probe only (issue 25 item 3) --------
+# vLLM's validation errors quote the input: an agent can make any field's name appear in a 400.
+HOSTILE_400 = json.dumps({
+    "object": "error", "type": "BadRequestError", "param": "logprobs", "code": 400,
+    "message": "[{'type': 'float_parsing', 'loc': ('body', 'temperature'), 'msg': 'Input should be a valid number', "
+               "'input': 'logprobs top_logprobs return_token_ids chat_template_kwargs max_tokens max_completion_tokens'}]",
+})
+CAPTURE_FIELDS = {"logprobs": True, "top_logprobs": 2, "return_token_ids": True, "chat_template_kwargs": {"enable_thinking": False}}
+
+
+def _continued(stream):
+    """A request with one assistant message in it: the fake answers it with its script's step 1."""
+    history = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "again"}]
+    return _body(stream, messages=history, temperature="logprobs", max_tokens=100)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_agents_rejected_request_changes_no_sessions_capture(proxy_env, stream):
+    proxy, policy, upstream, client = proxy_env
+    policy.scripts["m"] = [{"bash": "echo hi"}, {"raw": HOSTILE_400, "status": 400}]
+    hostile = proxy.open_session(_endpoint(upstream), CapturePolicy(top_logprobs=2, disable_thinking=True))
+    other = proxy.open_session(_endpoint(upstream), CapturePolicy(top_logprobs=2, disable_thinking=True))
+    for _ in range(3):
+        r = await client.post("/chat/completions", json=_continued(stream), headers={"authorization": f"Bearer {hostile.key}"})
+        assert r.status_code == 400 and "float_parsing" in r.text  # the agent gets its own error, as the engine sent it
+    for session in (other, hostile):  # another rollout, and the same one's next call
+        n = len(policy.requests)
+        r = await client.post("/chat/completions", json=_body(stream, max_tokens=100), headers={"authorization": f"Bearer {session.key}"})
+        assert r.status_code == 200 and len(policy.requests) == n + 1  # asked once, with everything
+        assert policy.requests[-1].items() >= CAPTURE_FIELDS.items() and policy.requests[-1]["max_tokens"] == 100
+        assert session.turns[-1].capture_level == "tokens" and session.turns[-1].completion_token_ids
+        assert not session.dropped_fields & {"logprobs", "top_logprobs", "return_token_ids", "chat_template_kwargs", "max_tokens"}
+    # What the rejections cost the endpoint: one probe request of the proxy's own, not one per rejection.
+    probes = [b for b in policy.requests if not b.get("tools")]
+    assert len(probes) == 1 and probes[0]["messages"] != _continued(stream)["messages"]
 
 
 async def test_upstream_errors_are_passed_through_and_recorded(proxy_env):
