@@ -35,7 +35,7 @@ from harness_env.core.capture.dialects import (
     registered_dialects,
 )
 from harness_env.core.capture.probe import PROBE_TEMPERATURES, PROBE_TIMEOUT_S, PROBE_TOP_LOGPROBS, ProbeResult, classify, probe_body
-from harness_env.core.capture.redact import StreamRedactor
+from harness_env.core.capture.redact import Redactor, StreamRedactor
 from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, learn_from_rejection, may_name_an_added_field, rewrite_request
 from harness_env.core.capture.session import CaptureSession, new_session_key
 from harness_env.core.errors import InvalidRequestError
@@ -43,6 +43,15 @@ from harness_env.models import Endpoint, Turn
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MAX_FIELD_RETRIES = 4
+MASK_IN_THREAD_BYTES = 256 * 1024  # a body this long is masked off the event loop
+
+
+async def masked(redactor: Redactor, content: bytes) -> bytes:
+    """`content` with its secrets masked; a long body off the event loop (one dense with escapes
+    costs about 0.2 s per MB to decode and scan)."""
+    if len(content) < MASK_IN_THREAD_BYTES:
+        return redactor.redact_bytes(content)
+    return await asyncio.to_thread(redactor.redact_bytes, content)
 
 
 class CaptureProxy:
@@ -287,7 +296,7 @@ class CaptureProxy:
                         session.log(f"turn {turn.index}: the endpoint rejects fields the proxy adds ({', '.join(sorted(quirks.dropped)) or 'max_tokens'}); retrying without them")
                         continue
                 session.upstream_result(ok=False, infra=resp.status >= 500)
-                content = session.redactor.redact_bytes(content)
+                content = await masked(session.redactor, content)
                 error = content[:2000].decode("utf-8", errors="replace")
                 self._record_failure(session, turn, started, resp.status, error, f"upstream answered {resp.status}")
                 return dialect.upstream_error(resp.status, content, self._content_type(session, resp))
@@ -309,7 +318,7 @@ class CaptureProxy:
         finally:
             resp.release()
         session.upstream_result(ok=True)  # only once the answer was read: a failed read is a failure
-        content = session.answer_redactor.redact_bytes(content)
+        content = await masked(session.answer_redactor, content)
         answer, content_type = dialect.answer(request, content, self._content_type(session, resp), draft)
         latency = time.monotonic() - started
 

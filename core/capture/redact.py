@@ -4,8 +4,11 @@ An upstream that rejects a key often echoes it ("Incorrect API key provided: sk-
 redaction the real key would reach the agent's tool output, the result's error, the log tails and
 the recorded request messages of later turns. The Redactor removes each secret's full value and any
 prefix or suffix of it at least half as long (a truncated echo such as "sk-proj-AbCd7x..."; a
-masked form that keeps a few characters at the ends is left alone), in its raw and JSON-escaped
-spellings.
+masked form that keeps a few characters at the ends is left alone), in every spelling a reader may
+decode back to it: raw, JSON-escaped (any character as `\\uXXXX` in either case, `\\/`, short
+escapes, mixed with plain characters, escaped again inside a nested JSON string), percent-encoded,
+and base64 at any alignment (whole only). A harness that decodes an error body must find only the
+mask.
 
 Secrets come from the session (the endpoint's upstream key) and from a process-wide registry where
 other components add theirs (judge keys, the server token): `register_secret(value)`.
@@ -13,7 +16,11 @@ other components add theirs (judge keys, the server token): `register_secret(val
 
 from __future__ import annotations
 
+import base64
+import bisect
+import itertools
 import json
+import re
 import threading
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
@@ -23,6 +30,8 @@ from pydantic import SecretStr
 MASK = "[redacted]"
 MIN_SECRET_CHARS = 8  # shorter values are too likely to occur in ordinary text to be masked
 MAX_STREAM_CARRY = 64 * 1024  # a streamed line longer than this is cut without waiting for its end
+MAX_BACKSLASHES = 8  # an escape inside JSON nested this deep in JSON strings is still recognised
+MIN_BASE64_SECRET_CHARS = 12  # a shorter secret's base64 core is too short to be told from other text
 
 _lock = threading.Lock()
 _registered: dict[str, int] = {}  # secret -> registration count (two owners may register one value)
@@ -65,12 +74,99 @@ def registered_secrets() -> frozenset[str]:
         return frozenset(_registered)
 
 
-def _spellings(secret: str) -> set[str]:
-    """The forms a secret takes in text: as is, and inside a JSON string (with or without "\\/").
-    A secret of several lines (a PEM key) is also masked line by line, so no form spans a line
-    break (what StreamRedactor relies on)."""
+def _lines(secret: str) -> list[str]:
+    """A secret of several lines (a PEM key) is masked line by line, so no form spans a line break
+    (what StreamRedactor relies on)."""
+    return [line for line in secret.splitlines() if line]
+
+
+def _spellings(secret: str, encoded: bool = True) -> set[str]:
+    """The fixed forms a secret takes in text: as is, inside a JSON string (with or without "\\/"),
+    and (`encoded`) its base64 (standard and URL alphabets) at each of the three alignments it can
+    have inside a longer encoded text: the encoded characters that depend on the secret's bytes only."""
+    forms = set(_lines(secret))
     escaped = json.dumps(secret)[1:-1]
-    return {*secret.splitlines(), escaped, escaped.replace("/", "\\/")}
+    forms |= {escaped, escaped.replace("/", "\\/")}
+    raw = secret.encode()
+    if encoded and len(secret) >= MIN_BASE64_SECRET_CHARS:
+        for k in range(3):
+            encoded = base64.b64encode(b"\0" * k + raw).decode()
+            core = encoded[4 if k else 0 : len(encoded) - (4 if (k + len(raw)) % 3 else 0)]
+            forms |= {core, core.replace("+", "-").replace("/", "_")}
+    return forms
+
+
+# How a JSON string writes a character besides itself: `\\uXXXX` (hex in either case), a short
+# escape; a URL writes `%XX`. A run of backslashes is one escape too (escaped again inside a JSON
+# string in JSON), so nested forms decode at once.
+_SHORT_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
+_UNESCAPE = {v: k for k, v in _SHORT_ESCAPES.items()}
+
+
+def _escape_regexes(chars: set[str]) -> tuple[tuple[tuple[str, ...], str], ...]:
+    """Escapes that can stand for a character of a secret, as (plain marks one of them must
+    contain, regex): any `\\u` escape and the short escapes of the secrets' own characters only
+    (an ordinary `\\n` is no escape then), and any `%XX`."""
+    short = "".join(sorted(_SHORT_ESCAPES[c] for c in chars & set(_SHORT_ESCAPES)))
+    backslashed = r"\\\\{0,%d}(?:u([0-9a-fA-F]{4})%s)" % (MAX_BACKSLASHES - 1, f"|([{re.escape(short)}])" if short else "")
+    return (("\\u", *("\\" + c for c in short)), backslashed), (("%",), r"%([0-9a-fA-F]{2})")
+
+
+class _Decoded(Generic[T]):
+    """`text` with the escapes `pattern` finds decoded (the view a reader gets back), and the way
+    back from the view's offsets to the text's: one regex pass, a little per escape."""
+
+    def __init__(self, text: T, pattern: re.Pattern[T]) -> None:
+        at: list[int] = []  # per escape: where it starts in the text,
+        end: list[int] = []  # where it ends,
+        size: list[int] = []  # and how long what it stands for is
+
+        known: dict[T, T] = {}
+
+        def decode(m: re.Match[T]) -> T:
+            escape = m.group()
+            char = known.get(escape)
+            if char is None:
+                char = known[escape] = _decode(m, text)
+            start, stop = m.span()
+            at.append(start)
+            end.append(stop)
+            size.append(len(char))
+            return char
+
+        self.view: T = pattern.sub(decode, text)
+        # saved[i]: how much shorter the view is than the text before escape i
+        self._saved = list(itertools.accumulate((e - a - n for a, e, n in zip(at, end, size)), initial=0))
+        self._view_at = [a - self._saved[i] for i, a in enumerate(at)]
+        self._at, self._end, self._size = at, end, size
+
+    def _escape_at(self, offset: int) -> int:
+        """The last escape starting at or before the view's `offset` (-1: none)."""
+        return bisect.bisect_right(self._view_at, offset) - 1
+
+    def text_span(self, start: int, end: int) -> tuple[int, int]:
+        """The text's span of the view's [start, end): whole escapes at both ends."""
+        i, j = self._escape_at(start), self._escape_at(end - 1)
+        if i >= 0 and start < self._view_at[i] + self._size[i]:
+            first = self._at[i]
+        else:
+            first = start + self._saved[i + 1]
+        if j >= 0 and end - 1 < self._view_at[j] + self._size[j]:
+            last = self._end[j]
+        else:
+            last = end + self._saved[j + 1]
+        return first, last
+
+
+def _decode(m: re.Match[T], text: T) -> T:
+    """The character an escape stands for (in bytes: its UTF-8 bytes, or the byte of a `%XX`)."""
+    code, short = m.group(1), m.group(2) if m.re.groups > 1 else None
+    percent = m.group(0)[:1] in ("%", b"%")
+    if isinstance(text, str):
+        return chr(int(code, 16)) if code is not None else _UNESCAPE[short]  # type: ignore[index,return-value]
+    if code is not None:
+        return bytes([int(code, 16)]) if percent else chr(int(code, 16)).encode("utf-8", "surrogatepass")  # type: ignore[return-value]
+    return _UNESCAPE[short.decode()].encode()  # type: ignore[union-attr,return-value]
 
 
 class _Needle(Generic[T]):
@@ -107,22 +203,51 @@ class _Needle(Generic[T]):
 class Redactor:
     """Masks a fixed set of secrets in str, bytes and JSON-like values. `partial=False` masks only
     whole secrets: for the policy's own answers, whose text a prefix match would corrupt (the model
-    never saw the key, so only an error body can echo part of it)."""
+    never saw the key, so only an error body can echo part of it). It leaves base64 out too: every
+    streamed chunk is scanned, and only an echo (an error body) writes a key's base64."""
 
     def __init__(self, secrets: Iterable[str], partial: bool = True) -> None:
-        forms = {f for s in secrets if s and len(s) >= MIN_SECRET_CHARS for f in _spellings(s) if len(f) >= MIN_SECRET_CHARS}
+        kept = [s for s in secrets if s and len(s) >= MIN_SECRET_CHARS]
+        forms = {f for s in kept for f in _spellings(s, encoded=partial) if len(f) >= MIN_SECRET_CHARS}
         self._str = [_Needle(f, partial) for f in sorted(forms)]
         self._bytes = [_Needle(f.encode(), partial) for f in sorted(forms)]
-        self.longest = max((len(n.value) for n in self._bytes), default=0)
+        escapes = _escape_regexes({c for s in kept for c in s})
+        self._escapes_str = tuple((marks, re.compile(e)) for marks, e in escapes)
+        self._escapes_bytes = tuple((tuple(m.encode() for m in marks), re.compile(e.encode())) for marks, e in escapes)
+        # An escaped secret is longer than its plain form: up to a run of backslashes, "u" and 4
+        # hex digits per character.
+        self.longest = max((len(n.value) for n in self._bytes), default=0) * (MAX_BACKSLASHES + 5)
 
     def __bool__(self) -> bool:
         return bool(self._str)
 
-    def _apply(self, text: T, needles: list[_Needle[T]], mask: T) -> T:
+    @staticmethod
+    def _spans(text: T, needles: list[_Needle[T]]) -> list[tuple[int, int]]:
         spans: list[tuple[int, int]] = []
         for n in needles:  # per streamed chunk: no generator or sort when nothing is found
             if n.head in text or n.tail in text:
                 spans += n.spans(text)
+        return spans
+
+    def _all_spans(self, text: T, needles: list[_Needle[T]], escapes: tuple[tuple[T, re.Pattern[T]], ...]) -> list[tuple[int, int]]:
+        """Where the secrets are in `text`: as written, and as a reader decodes it (each kind of
+        escape decoded in turn, looked for by a plain search first)."""
+        spans = self._spans(text, needles)
+        views: list[_Decoded[T]] = []
+        view = text
+        for marks, pattern in escapes:
+            if any(mark in view for mark in marks):
+                views.append(_Decoded(view, pattern))
+                view = views[-1].view
+        if views:
+            for span in self._spans(view, needles):
+                for decoded in reversed(views):
+                    span = decoded.text_span(*span)
+                spans.append(span)
+        return spans
+
+    def _apply(self, text: T, needles: list[_Needle[T]], escapes: tuple[tuple[T, re.Pattern[T]], ...], mask: T) -> T:
+        spans = self._all_spans(text, needles, escapes)
         if not spans:
             return text
         spans.sort()
@@ -139,13 +264,13 @@ class Redactor:
         return mask[:0].join(out)
 
     def redact(self, text: str) -> str:
-        return self._apply(text, self._str, MASK) if self._str and text else text
+        return self._apply(text, self._str, self._escapes_str, MASK) if self._str and text else text
 
     def redact_bytes(self, data: bytes) -> bytes:
-        return self._apply(data, self._bytes, MASK.encode()) if self._bytes and data else data
+        return self._apply(data, self._bytes, self._escapes_bytes, MASK.encode()) if self._bytes and data else data
 
     def found_in(self, data: bytes) -> bool:
-        return bool(self._bytes) and any(n.spans(data) for n in self._bytes)
+        return bool(self._bytes) and bool(self._all_spans(data, self._bytes, self._escapes_bytes))
 
     def redact_value(self, value: Any) -> Any:
         """A copy of a JSON-like value (dicts, lists, strings) with every string redacted."""

@@ -267,6 +267,21 @@ async def test_key_echoed_in_a_401_never_reaches_the_harness_or_the_record(proxy
     assert LONG_KEY[:20] not in _nowhere(session, r.text, str(r.headers))
 
 
+@pytest.mark.parametrize("stream", [True, False])
+async def test_key_written_as_json_escapes_in_an_error_is_masked_as_the_harness_decodes_it(proxy_env, stream):
+    proxy, policy, upstream, client = proxy_env
+    escaped = "".join(f"\\u{ord(c):04X}" if i % 2 else f"\\u{ord(c):04x}" for i, c in enumerate(LONG_KEY))
+    policy.scripts["m"] = [{"raw": '{"error": {"message": "Incorrect API key provided: ' + escaped + '", "code": "invalid_api_key"}}', "status": 401}]
+    session = proxy.open_session(_endpoint(upstream, LONG_KEY), CapturePolicy())
+    r = await client.post("/chat/completions", json=_body(stream), headers={"authorization": f"Bearer {session.key}"})
+    assert r.status_code == 401
+    message = json.loads(r.content)["error"]["message"]  # what a harness shows the agent
+    assert message == "Incorrect API key provided: [redacted]"
+    assert json.loads(json.dumps(session.turns[0].upstream_error)) == session.turns[0].upstream_error
+    assert LONG_KEY[:12] not in json.loads(session.turns[0].upstream_error)["error"]["message"]
+    assert LONG_KEY[:12] not in _nowhere(session, message)
+
+
 async def test_key_in_a_streamed_answer_split_across_chunks_is_masked(proxy_env):
     proxy, policy, upstream, client = proxy_env
     head = 'data: {"choices": [{"index": 0, "delta": {"content": "see {key}'

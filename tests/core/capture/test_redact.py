@@ -122,3 +122,78 @@ def test_a_secret_of_several_lines_is_masked_line_by_line_in_streams():
 def test_stream_lines_ended_by_a_lone_cr_are_not_held_back():
     s = StreamRedactor(Redactor([KEY]))
     assert s.feed(f"data: {KEY}\r\rdata: x".encode()) == f"data: {MASK}\r\r".encode()
+
+
+# -- every spelling a reader decodes back to the secret (issue 25: \uXXXX escapes) ---------------
+def _u(c, upper=False):
+    code = f"\\u{ord(c):04x}"
+    return code.upper().replace("\\U", "\\u") if upper else code
+
+
+def _decoded_forms(secret):
+    """The secret written so that a JSON reader (or a URL / base64 decoder) gets it back."""
+    every = "".join(_u(c) for c in secret)
+    return {
+        "every char \\u, lower hex": every,
+        "every char \\u, upper hex": "".join(_u(c, upper=True) for c in secret),
+        "mixed plain and escaped": "".join(_u(c) if i % 3 == 0 else c for i, c in enumerate(secret)),
+        "mixed hex case": "".join(_u(c, upper=i % 2 == 0) for i, c in enumerate(secret)),
+        "slash escaped": secret.replace("/", "\\/"),
+        "half of it escaped (a truncated echo)": "".join(_u(c) for c in secret[: len(secret) // 2 + 2]) + "...",
+    }
+
+
+SLASHED = "sk-ant/Q7xv9LmN2pRt8/ZkW4yHc6JdB3sFg5TaE"
+
+
+@pytest.mark.parametrize("secret", [KEY, SLASHED])
+@pytest.mark.parametrize("partial", [True, False])
+def test_json_escapes_of_any_character_are_masked_as_a_reader_decodes_them(secret, partial):
+    r = Redactor([secret], partial=partial)
+    for name, form in _decoded_forms(secret).items():
+        if name.startswith("half") and not partial:
+            continue  # the answers' redactor masks whole secrets only
+        body = ('{"error": {"message": "Incorrect API key provided: ' + form + '", "type": "invalid_request_error"}}').encode()
+        decoded = json.loads(r.redact_bytes(body))["error"]["message"]
+        assert secret[:12] not in decoded and secret[-12:] not in decoded and MASK in decoded, name
+        assert secret[:12] not in json.loads(r.redact(body.decode()))["error"]["message"], name
+        assert r.found_in(body), name
+
+
+def test_escapes_nested_in_a_json_string_inside_json_are_masked():
+    inner = '{"detail": "' + "".join(_u(c) for c in KEY) + '"}'  # a JSON text, itself in a JSON string below
+    body = json.dumps({"error": {"message": inner}}).encode()
+    assert "\\\\u" in body.decode()
+    out = Redactor([KEY]).redact_bytes(body)
+    assert KEY[:12] not in json.loads(json.loads(out)["error"]["message"])["detail"]
+
+
+def test_percent_and_base64_encodings_are_masked():
+    import base64
+    from urllib.parse import quote, unquote
+
+    r = Redactor([KEY])
+    every = "".join(f"%{b:02X}" for b in KEY.encode())
+    assert KEY[:12] not in unquote(r.redact(f"https://x/?k={every}")) and KEY[:12] not in unquote(r.redact(quote(KEY, safe="")))
+    for prefix in ("", "u:", "us:"):  # each alignment of the secret inside the encoded text
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            encoded = encode((prefix + KEY + "!").encode()).decode()
+            out = r.redact("Basic " + encoded)
+            assert MASK in out and encoded[8:-8] not in out and len(out) < len(encoded) // 2, (prefix, out)
+
+
+def test_text_without_the_secret_is_untouched_by_the_escape_scan():
+    r = Redactor([KEY])
+    text = '{"content": "caf\\u00e9 100% \\/ done \\u0073\\u006b"}'  # escapes, but of other text
+    assert r.redact(text) == text and r.redact_bytes(text.encode()) == text.encode()
+
+
+def test_stream_split_inside_escapes_never_lets_the_key_through():
+    r = Redactor([KEY])
+    escaped = "".join(_u(c) for c in KEY)
+    data = f'data: {{"delta": "a {escaped} b"}}\n\ndata: [DONE]\n\n'.encode()
+    for i in range(0, len(data) + 1, 3):
+        s = StreamRedactor(r)
+        out = s.feed(data[:i]) + s.feed(data[i:]) + s.flush()
+        event = json.loads(out.split(b"\n\n")[0][6:])
+        assert KEY[:12] not in event["delta"] and MASK in event["delta"], i
