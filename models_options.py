@@ -165,6 +165,14 @@ class RolloutOptions(CheckedText):
         description="the harness's own options (an object; only for a harness that has options: see its options model)",
         json_schema_extra={"group": "harness"})
     max_turns: int | None = option(None, "the most model calls the agent may make; none: no limit", group="limits", ge=1, le=10_000)
+    # Calls without tools (titles, summaries, token counts) are not turns; these two bound them and
+    # what the capture proxy holds for the rollout (core/capture/session.py). Past either, the
+    # proxy refuses the call with a 429 naming the option, and the rollout is graded as it stands.
+    max_auxiliary_calls: int = option(1000, "the most model calls without tools (titles, summaries, token counts) the agent may "
+                                      "make; past it the capture proxy refuses them", group="limits", ge=0, le=100_000)
+    max_recorded_mb: int = option(256, "MiB of model calls (messages, answers, token ids and logprobs) the capture proxy may "
+                                  "record for the rollout; past it the proxy refuses the agent's model calls", group="limits",
+                                  ge=1, le=65_536)
     agent_timeout_s: float = option(600.0, "seconds the agent may run before it is stopped", group="limits",
                                     gt=0, le=86_400, allow_inf_nan=False)
     setup_timeout_s: float = option(300.0, "seconds each setup command may run", group="limits", gt=0, le=86_400, allow_inf_nan=False)

@@ -165,7 +165,8 @@ class RolloutResult(BaseModel):
     reward_notes: list[str] = Field(default_factory=list)
     sandbox_backend: str = ""
     sandbox_notes: list[str] = Field(default_factory=list)
-    # Resource limits the rollout ran into (memory, processes, disk), in words; empty when none.
+    # Limits the rollout ran into, in words: resources (memory, processes, disk) and the capture
+    # proxy's budgets (max_auxiliary_calls, max_recorded_mb); empty when none.
     limits_hit: list[str] = Field(default_factory=list)
     dropped_fields: list[str] = Field(default_factory=list)
     turn_limit_hit: bool = False

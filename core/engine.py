@@ -24,6 +24,7 @@ from harness_env.core.capture.graph import link_turns, summarise_rows
 from harness_env.core.capture.probe import ProbeResult
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import CapturePolicy
+from harness_env.core.capture.session import MIB
 from harness_env.core.errors import EndpointError, HarnessEnvError
 from harness_env.core.harness import AgentEnd, AgentOutcome, LaunchContext, OwnsEnvironment
 from harness_env.core.pipeline import PreparedRollout
@@ -172,11 +173,11 @@ def _stopped_failure(session) -> tuple[str, str]:
 
 def classify_agent_end(end: AgentEnd, session, timeout_s: float) -> tuple[str, str] | None:
     """The rollout's (error_kind, message) from how the agent's run ended, or None when it ended
-    normally; one rule for every harness. Using up max_turns is a normal end (the workspace is
+    normally; one rule for every harness. Using up max_turns or a budget is a normal end (the workspace is
     graded as it stands); a failed run while the endpoint was failing is the endpoint's fault."""
     if end.timed_out:
         return "agent_timeout", end.timeout_message or f"the agent did not finish within agent_timeout_s={timeout_s}; its processes were killed"
-    if (session.turn_limit_hit or end.turn_limit_hit) and end.failure is None:
+    if (session.limit_reached or end.turn_limit_hit) and end.failure is None:
         return None
     if end.stopped:
         return _stopped_failure(session)
@@ -353,6 +354,8 @@ class RolloutRun:
             disable_thinking=request.disable_thinking,
             max_turns=request.max_turns,
             temperature=request.temperature,
+            max_auxiliary_calls=request.max_auxiliary_calls,
+            max_recorded_bytes=request.max_recorded_mb * MIB,
         )
         self.session = self.capture.proxy.open_session(request.endpoint, policy, on_turn=lambda t: self.emit("agent", "info", _turn_line(t)))
 
@@ -435,7 +438,7 @@ class RolloutRun:
 
         async def relay() -> None:
             await session.endpoint_down.wait()
-            if not session.turn_limit_hit:
+            if not session.limit_reached:
                 stop.set()
 
         relay_task = asyncio.ensure_future(relay())
@@ -481,8 +484,9 @@ class RolloutRun:
                 res.capture_level = session.capture_level()
                 res.rollout_type, res.rollout_type_reason = rollout_type(self.probe, res)
                 res.dropped_fields = sorted(session.dropped_fields)
+                res.limits_hit = list(session.limits_hit)
             if sandbox is not None:
-                res.limits_hit = await asyncio.to_thread(sandbox.limits_hit)
+                res.limits_hit += await asyncio.to_thread(sandbox.limits_hit)
                 problem = await sandbox.close()
                 if problem:
                     res.sandbox_notes.append(f"clean-up: {problem}")

@@ -186,15 +186,24 @@ class CaptureProxy:
     def _open_turn(
         dialect: Dialect, session: CaptureSession, raw: bytes, purpose: str, stream: bool, messages: list[Any], tools: list[Any]
     ) -> Turn | Reply:
-        """The turn of a model call about to go upstream, or the 429 once the turn limit is reached."""
+        """The turn of a model call about to go upstream, or a 429 once a limit of the rollout is
+        reached (the turn limit, or a budget: auxiliary calls, recorded bytes)."""
         if session.redactor.found_in(raw):  # the harness was shown a secret: never record it
             messages, tools = session.redactor.redact_value(messages), session.redactor.redact_value(tools)
+        refused = session.over_budget(purpose, len(raw))
+        if refused is not None:  # refused before anything is recorded or sent
+            code, message = refused
+            session.log(f"{message}: answered 429")
+            session.upstream_result(ok=False, infra=False)
+            return dialect.error(429, f"harness-env: {message}", code)
         if purpose == "policy" and not session.admit_policy_request():
             limit = session.policy.max_turns
             session.log(f"turn limit of {limit} reached: answered 429")
             session.upstream_result(ok=False, infra=False)
             return dialect.error(429, f"harness-env: the turn limit of {limit} model calls for this rollout is reached", "turn_limit")
-        return Turn(index=session.next_index(), purpose=purpose, stream=stream, request_messages=messages, request_tools=tools)
+        turn = Turn(index=session.next_index(), purpose=purpose, stream=stream, request_messages=messages, request_tools=tools)
+        session.hold(turn.index, purpose, len(raw))
+        return turn
 
     async def _post_upstream(
         self, dialect: Dialect, session: CaptureSession, turn: Turn, started: float, url: str, data: bytes, headers: dict[str, str],

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness_env.core.capture import fastjson
 from harness_env.core.capture.redact import Redactor, registered_secrets, registry_version
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.capture.tokens import PromptIds, pack_ids, pack_logps
@@ -24,6 +25,9 @@ from harness_env.models import CaptureLevel, Endpoint, Turn
 CAPTURE_LEVEL_ORDER: dict[CaptureLevel, int] = {"none": 0, "text": 1, "logprobs": 2, "tokens": 3}
 MAX_CONSECUTIVE_FAILURES = 3
 PROMPTS_TRIED = 8  # earlier prompts a new one is checked against for a shared start (latest first)
+MIB = 1024 * 1024
+# What a recorded turn holds beyond its texts, per item (about what each takes as JSON).
+BYTES_PER_COMPLETION_ID, BYTES_PER_LOGPROB, BYTES_PER_TOP_LOGPROB = 8, 12, 40
 
 __all__ = ["CAPTURE_LEVEL_ORDER", "CapturePolicy", "CaptureSession", "CapturedTurn", "new_session_key"]
 
@@ -63,15 +67,40 @@ class CapturedTurn:
         })
 
 
-def share_prefix(earlier: list[Any], new: list[Any]) -> list[Any]:
-    """`new` with its leading items that equal `earlier`'s replaced by `earlier`'s objects: a
-    harness resends its whole history every call, and the copies are then freed."""
+def shared_count(earlier: list[Any], new: list[Any]) -> int:
+    """How many leading items of `new` equal `earlier`'s."""
     n = 0
     for a, b in zip(earlier, new):
         if a is not b and a != b:
             break
         n += 1
+    return n
+
+
+def share_prefix(earlier: list[Any], new: list[Any], n: int | None = None) -> list[Any]:
+    """`new` with its leading items that equal `earlier`'s (`n` of them, if counted already)
+    replaced by `earlier`'s objects: a harness resends its whole history every call, and the
+    copies are then freed."""
+    n = shared_count(earlier, new) if n is None else n
     return earlier[:n] + new[n:] if n else new
+
+
+def json_bytes(value: Any) -> int:
+    try:
+        return len(fastjson.dumps(value))
+    except (TypeError, ValueError, OverflowError):  # not JSON (cannot come from a request): counted by its text
+        return len(str(value))
+
+
+def answer_bytes(turn: Turn) -> int:
+    """About what a turn's answer adds to the record, as JSON."""
+    top = sum(len(position) for position in turn.top_logprobs)
+    return (
+        len(turn.completion_token_ids) * BYTES_PER_COMPLETION_ID + len(turn.per_token_logps) * BYTES_PER_LOGPROB
+        + top * BYTES_PER_TOP_LOGPROB + sum(len(t) + 3 for t in turn.completion_tokens)
+        + len(turn.completion_text) + len(turn.reasoning_text) + len(turn.upstream_error or "")
+        + (json_bytes(turn.tool_calls) if turn.tool_calls else 0) + (json_bytes(turn.usage) if turn.usage else 0)
+    )
 
 
 def new_session_key() -> str:
@@ -87,6 +116,8 @@ class CaptureSession:
     turns: list[CapturedTurn] = field(default_factory=list)  # in completion order
     dropped_fields: set[str] = field(default_factory=set)
     turn_limit_hit: bool = False
+    limits_hit: list[str] = field(default_factory=list)  # the rollout budgets the proxy enforced, in words (once each)
+    recorded_bytes: int = 0  # what the recorded turns hold (shared prompt starts and history counted once)
     upstream_failed: bool = False  # unreachable, timed out or 5xx: the endpoint's fault, not the policy's
     consecutive_failures: int = 0
     last_failure_infra: bool = False
@@ -95,6 +126,8 @@ class CaptureSession:
     started: float = field(default_factory=time.monotonic)
     _turns_started: int = 0
     _policy_calls_admitted: int = 0
+    _auxiliary_calls_admitted: int = 0
+    _held_for_calls: dict[int, int] = field(default_factory=dict)  # turn index -> its request's bytes, until recorded
     _log_lines: deque[str] = field(default_factory=lambda: deque(maxlen=400))
     _upstream_calls: set[asyncio.Future[Any]] = field(default_factory=set)  # waiting for the upstream's answer
     _relayed_answers: set[Any] = field(default_factory=set)  # upstream responses being streamed to the harness
@@ -121,6 +154,45 @@ class CaptureSession:
             return False
         self._policy_calls_admitted += 1
         return True
+
+    @property
+    def limit_reached(self) -> bool:
+        """A limit of the rollout refused a model call (the turn limit or a budget): an end the
+        agent brought about, graded as the workspace stands."""
+        return self.turn_limit_hit or bool(self.limits_hit)
+
+    def over_budget(self, purpose: str, request_bytes: int) -> tuple[str, str] | None:
+        """(code, message) when a model call of `purpose` and size would pass a budget of the
+        rollout (auxiliary calls, recorded bytes), else None; the message names the option."""
+        policy = self.policy
+        if purpose != "policy" and policy.max_auxiliary_calls is not None and self._auxiliary_calls_admitted >= policy.max_auxiliary_calls:
+            return self._budget_hit(
+                "auxiliary_call_limit",
+                f"the limit of {policy.max_auxiliary_calls} model calls without tools (titles, summaries, token counts) for this "
+                "rollout is reached; the rollout option max_auxiliary_calls raises it",
+            )
+        budget = policy.max_recorded_bytes
+        held = self.recorded_bytes + sum(self._held_for_calls.values())
+        if budget is not None and held + request_bytes > budget:
+            return self._budget_hit(
+                "recorded_bytes_limit",
+                f"this rollout's budget of {budget / MIB:g} MiB of recorded model calls is used up ({held / MIB:.1f} MiB recorded "
+                f"or in flight, this request {request_bytes / MIB:.1f} MiB); the rollout option max_recorded_mb raises it",
+            )
+        return None
+
+    def _budget_hit(self, code: str, message: str) -> tuple[str, str]:
+        first = message.split(";")[0].split(" (")[0]
+        if not any(hit.startswith(first[:40]) for hit in self.limits_hit):
+            self.limits_hit.append(first)
+        return code, message
+
+    def hold(self, index: int, purpose: str, request_bytes: int) -> None:
+        """Count an admitted call against the budgets: its request's bytes are held for it until
+        the turn is recorded (calls in flight cannot pass the budget together)."""
+        if purpose != "policy":
+            self._auxiliary_calls_admitted += 1
+        self._held_for_calls[index] = request_bytes
 
     # -- what close() aborts: the session's calls in flight -----------------------------------
     def add_upstream_call(self, call: asyncio.Future[Any]) -> None:
@@ -189,14 +261,21 @@ class CaptureSession:
         """Keep `turn` packed (its token lists are taken out of it) with its prompt's ids as
         canonical text (core/capture/tokens.py)."""
         prompt = None
+        held = answer_bytes(turn)
         if prompt_ids_text:
-            earlier = (t.prompt for t in reversed(self.turns[-PROMPTS_TRIED:]) if t.prompt is not None)
+            earlier = [t.prompt for t in reversed(self.turns[-PROMPTS_TRIED:]) if t.prompt is not None]
             prompt = PromptIds.extending(prompt_ids_text, earlier)
+            held += 0 if any(prompt is e for e in earlier) else len(prompt.pieces[-1])  # its new end only
+        shared, tools_shared = 0, False
         if self.turns:
             last = self.turns[-1].turn
-            turn.request_messages = share_prefix(last.request_messages, turn.request_messages)
+            shared = shared_count(last.request_messages, turn.request_messages)
+            turn.request_messages = share_prefix(last.request_messages, turn.request_messages, shared)
             if turn.request_tools == last.request_tools:
-                turn.request_tools = last.request_tools
+                turn.request_tools, tools_shared = last.request_tools, True
+        held += json_bytes(turn.request_messages[shared:]) + (0 if tools_shared else json_bytes(turn.request_tools))
+        self._held_for_calls.pop(turn.index, None)
+        self.recorded_bytes += held
         captured = CapturedTurn(turn, prompt, pack_ids(turn.completion_token_ids), pack_logps(turn.per_token_logps))
         turn.completion_token_ids, turn.per_token_logps = [], []
         self.turns.append(captured)

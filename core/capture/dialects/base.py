@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from harness_env.core.capture.session import CaptureSession
 
 
+# The error codes of a rollout's own limits (turn limit, budgets): a client must not retry them.
+ROLLOUT_LIMIT_CODES = frozenset({"turn_limit", "auxiliary_call_limit", "recorded_bytes_limit"})
+
+
 @dataclass(slots=True)
 class ChatRequest:
     """A harness's request in the engine's terms, whatever dialect it came in."""

@@ -34,7 +34,7 @@ from urllib.parse import parse_qs
 
 from harness_env.core.capture import fastjson
 from harness_env.core.capture.asgi import Reply, Scope, header, json_reply, route_path
-from harness_env.core.capture.dialects.base import ChatRequest, Route, bearer_or_api_key
+from harness_env.core.capture.dialects.base import ROLLOUT_LIMIT_CODES, ChatRequest, Route, bearer_or_api_key
 from harness_env.core.capture.dialects.chunks import (
     CALL,
     REASONING,
@@ -421,7 +421,7 @@ class Gemini:
 
     def error(self, status: int, message: str, code: str) -> Reply:
         body = _error_body(status, message)
-        if code == "turn_limit":  # Google's clients retry a 429 unless the retry is said to be far off
+        if code in ROLLOUT_LIMIT_CODES:  # Google's clients retry a 429 unless the retry is said to be far off
             body["error"]["details"] = [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{TURN_LIMIT_RETRY_S}s"}]
         return json_reply(status, body)
 

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness_env.core.capture import fastjson
 from harness_env.core.capture.asgi import Reply, Scope, json_reply, route_path
-from harness_env.core.capture.dialects.base import ChatRequest, Route, bearer_or_api_key
+from harness_env.core.capture.dialects.base import ROLLOUT_LIMIT_CODES, ChatRequest, Route, bearer_or_api_key
 from harness_env.core.capture.dialects.chunks import (
     CALL,
     REASONING,
@@ -421,7 +421,7 @@ class Messages:
 
     def error(self, status: int, message: str, code: str) -> Reply:
         reply = json_reply(status, {"type": "error", "error": {"type": _error_type(status), "message": message}})
-        if code == "turn_limit":  # Anthropic's clients retry a 429 unless told not to
+        if code in ROLLOUT_LIMIT_CODES:  # Anthropic's clients retry a 429 unless told not to
             reply.headers.append((b"x-should-retry", b"false"))
         return reply
 

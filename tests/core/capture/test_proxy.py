@@ -202,6 +202,67 @@ async def test_auxiliary_calls_are_tagged_and_not_counted(proxy_env):
     assert [t.purpose for t in session.turns] == ["auxiliary", "policy"]
 
 
+# -- budgets: calls without tools and recorded bytes (issue 25 item 6) ----------------------------
+async def test_auxiliary_calls_past_their_limit_are_refused_with_the_option_named(proxy_env):
+    proxy, policy, upstream, client = proxy_env
+    session = proxy.open_session(_endpoint(upstream), CapturePolicy(max_turns=1, max_auxiliary_calls=2))
+    h = {"authorization": f"Bearer {session.key}"}
+    title = {"messages": [{"role": "user", "content": "title?"}]}
+    assert [(await client.post("/chat/completions", json=title, headers=h)).status_code for _ in range(2)] == [200, 200]
+    r = await client.post("/chat/completions", json=title, headers=h)
+    assert r.status_code == 429 and r.json()["error"]["code"] == "auxiliary_call_limit"
+    assert "max_auxiliary_calls" in r.json()["error"]["message"] and len(policy.requests) == 2 and len(session.turns) == 2
+    assert (await client.post("/chat/completions", json=_body(False), headers=h)).status_code == 200  # policy calls go on
+    assert session.limit_reached and not session.turn_limit_hit and "max_auxiliary_calls" in session.log_tail()
+    assert len(session.limits_hit) == 1 and "2 model calls without tools" in session.limits_hit[0]
+
+
+@pytest.mark.parametrize("tools", [True, False])
+async def test_recorded_bytes_past_the_budget_are_refused_and_nothing_more_is_held(proxy_env, tools):
+    """Distinct 1 MB histories (what 8 MB calls did at scale): each is recorded whole (the
+    messages, and the prompt's ids, which here take more), until the budget."""
+    proxy, policy, upstream, client = proxy_env
+    session = proxy.open_session(_endpoint(upstream), CapturePolicy(max_recorded_bytes=6 * 1024 * 1024))
+    h = {"authorization": f"Bearer {session.key}"}
+    statuses = []
+    for i in range(5):
+        big = {"messages": [{"role": "user", "content": f"{i} " + "x" * 1_000_000}], **({"tools": TOOLS} if tools else {})}
+        r = await client.post("/chat/completions", json=big, headers=h)
+        statuses.append(r.status_code)
+    assert statuses == [200, 200, 429, 429, 429] and len(policy.requests) == 2 and len(session.turns) == 2
+    assert r.json()["error"]["code"] == "recorded_bytes_limit" and "max_recorded_mb" in r.json()["error"]["message"]
+    assert 5 * 1024 * 1024 < session.recorded_bytes <= 6 * 1024 * 1024  # 1 MB of messages and ~1.8 MB of prompt ids a call
+    assert session.limit_reached and session.limits_hit == ["this rollout's budget of 6 MiB of recorded model calls is used up"]
+    r = await client.post("/chat/completions", json=_body(False), headers=h)  # a small call still fits
+    assert r.status_code == 200
+
+
+async def test_a_long_honest_history_is_counted_once(proxy_env):
+    """A harness resends its whole history each call: only what is new counts against the budget."""
+    proxy, policy, upstream, client = proxy_env
+    policy.scripts["m"] = [{"bash": f"echo {i}"} for i in range(30)]
+    session = proxy.open_session(_endpoint(upstream), CapturePolicy(max_recorded_bytes=1024 * 1024))
+    h = {"authorization": f"Bearer {session.key}"}
+    messages = [{"role": "user", "content": "go " + "y" * 100_000}]  # 100 KB sent again every call: 3 MB in all
+    for _ in range(30):
+        r = await client.post("/chat/completions", json=_body(False, messages=messages), headers=h)
+        assert r.status_code == 200, r.text
+        message = r.json()["choices"][0]["message"]
+        messages = [*messages, message, {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": "ok"}]
+    assert 100_000 < session.recorded_bytes < 400_000 and not session.limits_hit
+
+
+@pytest.mark.parametrize("path", ["/messages", "/v1beta/models/m:generateContent"])
+async def test_budget_refusals_tell_each_dialects_client_not_to_retry(proxy_env, path):
+    proxy, policy, upstream, client = proxy_env
+    session = proxy.open_session(_endpoint(upstream), CapturePolicy(max_recorded_bytes=10))
+    body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}], "contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    url = str(client.base_url).rstrip("/").removesuffix("/v1") + ("/v1" + path if path == "/messages" else path)
+    r = await client.post(url, json=body, headers={"x-api-key": session.key, "x-goog-api-key": session.key})
+    assert r.status_code == 429 and "max_recorded_mb" in r.text and policy.requests == []
+    assert r.headers.get("x-should-retry") == "false" or "RetryInfo" in r.text
+
+
 async def test_closed_session_key_is_rejected(proxy_env):
     proxy, policy, upstream, client = proxy_env
     session = proxy.open_session(_endpoint(upstream), CapturePolicy())
@@ -338,3 +399,18 @@ async def test_key_echoed_in_a_401_is_nowhere_in_a_rollout_result():
         res = await run_rollout(req)
     assert "Incorrect API key provided: [redacted]." in res.error and "[redacted]" in res.agent_log_tail
     assert LONG_KEY[:20] not in res.model_dump_json() and LONG_KEY[-20:] not in res.model_dump_json()
+
+
+async def test_a_rollout_past_its_recorded_bytes_budget_is_graded_and_says_so():
+    """Through the engine: the refused call ends the agent's run, verify still grades the
+    workspace (an end the agent caused, not the endpoint's), and the result names the budget."""
+    script = [{"bash": "touch a; head -c 900000 /dev/zero | tr '\\0' x"}, {"bash": "echo more"}, {"text": "never asked"}]
+    with FakePolicyServer(FakePolicy(scripts={"m": script})) as upstream:
+        req = RolloutRequest(task=Task(instruction="x", verify=["test -f a"]), harness="whitebox", max_recorded_mb=1,
+                             harness_config={"max_tool_output_bytes": 1_000_000},
+                             endpoint=Endpoint(base_url=upstream.base_url, model="m"))
+        res = await run_rollout(req)
+    assert res.reward == 1.0 and res.error is None and res.error_kind is None
+    assert res.limits_hit == ["this rollout's budget of 1 MiB of recorded model calls is used up"]
+    assert "max_recorded_mb raises it" in res.proxy_log_tail and "max_recorded_mb" in res.agent_log_tail
+    assert [t.upstream_status for t in res.proxy_turns] == [200, 200]  # the refused calls were not recorded
