@@ -283,7 +283,7 @@ class CaptureProxy:
         for _attempt in range(MAX_FIELD_RETRIES + 1):
             known = quirks.snapshot()
             upstream_body, added, dropped = rewrite_request(engine_body, session.policy, quirks, endpoint.model)
-            session.dropped_fields |= dropped
+            session.note_dropped(dropped)
             resp = await self._post_upstream(dialect, session, turn, started, url, fastjson.dumps(upstream_body), headers)
             if isinstance(resp, Reply):
                 return resp

@@ -31,6 +31,7 @@ MASK = "[redacted]"
 MIN_SECRET_CHARS = 8  # shorter values are too likely to occur in ordinary text to be masked
 MAX_STREAM_CARRY = 64 * 1024  # a streamed line longer than this is cut without waiting for its end
 MAX_BACKSLASHES = 8  # an escape inside JSON nested this deep in JSON strings is still recognised
+MAX_DECODING_PASSES = 4  # escapes written with escapes (a URL-encoded JSON escape, ...) are decoded this deep
 MIN_BASE64_SECRET_CHARS = 12  # a shorter secret's base64 core is too short to be told from other text
 
 _lock = threading.Lock()
@@ -235,10 +236,14 @@ class Redactor:
         spans = self._spans(text, needles)
         views: list[_Decoded[T]] = []
         view = text
-        for marks, pattern in escapes:
-            if any(mark in view for mark in marks):
-                views.append(_Decoded(view, pattern))
-                view = views[-1].view
+        for _ in range(MAX_DECODING_PASSES):  # again while escapes are left: `%5Cu0073`, `\\u005cu0073`
+            found = False
+            for marks, pattern in escapes:
+                if any(mark in view for mark in marks):
+                    views.append(_Decoded(view, pattern))
+                    found, view = True, views[-1].view
+            if not found:
+                break
         if views:
             for span in self._spans(view, needles):
                 for decoded in reversed(views):

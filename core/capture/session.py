@@ -26,6 +26,7 @@ CAPTURE_LEVEL_ORDER: dict[CaptureLevel, int] = {"none": 0, "text": 1, "logprobs"
 MAX_CONSECUTIVE_FAILURES = 3
 PROMPTS_TRIED = 8  # earlier prompts a new one is checked against for a shared start (latest first)
 MIB = 1024 * 1024
+MAX_DROPPED_FIELDS = 64  # names kept in dropped_fields: a request may carry any number of made-up fields
 # What a recorded turn holds beyond its texts, per item (about what each takes as JSON).
 BYTES_PER_COMPLETION_ID, BYTES_PER_LOGPROB, BYTES_PER_TOP_LOGPROB = 8, 12, 40
 
@@ -154,6 +155,13 @@ class CaptureSession:
             return False
         self._policy_calls_admitted += 1
         return True
+
+    def note_dropped(self, names: set[str]) -> None:
+        """Remember request fields the engine was not sent (at most MAX_DROPPED_FIELDS names)."""
+        for name in sorted(names - self.dropped_fields):
+            if len(self.dropped_fields) >= MAX_DROPPED_FIELDS:
+                return
+            self.dropped_fields.add(name)
 
     @property
     def limit_reached(self) -> bool:

@@ -115,6 +115,10 @@ async def test_engine_parameters_off_the_allow_list_are_dropped_and_reported(pro
     [sent] = policy.requests
     assert not set(hostile) - {"max_tokens"} & set(sent) and sent["max_tokens"] == 64
     assert session.dropped_fields == set(hostile) - {"max_tokens"}
+    many = {f"made_up_{i:05d}_" + "x" * 200: 1 for i in range(5000)}  # made-up fields: the record stays small
+    r = await client.post("/chat/completions", json=_body(False, **many), headers={"authorization": f"Bearer {session.key}"})
+    assert r.status_code == 200 and "made_up_00000_" not in json.dumps(policy.requests[-1])
+    assert len(session.dropped_fields) == 64 and max(len(f) for f in session.dropped_fields) <= 64
 
 
 async def test_hosted_api_rejecting_fields_is_not_broken(proxy_env):

@@ -168,6 +168,17 @@ def test_escapes_nested_in_a_json_string_inside_json_are_masked():
     assert KEY[:12] not in json.loads(json.loads(out)["error"]["message"])["detail"]
 
 
+@pytest.mark.parametrize("spell", [
+    lambda c: f"\\u005cu{ord(c):04x}",  # the backslash itself escaped: a reader that decodes twice
+    lambda c: f"%5Cu{ord(c):04x}",  # a JSON escape, URL-encoded
+    lambda c: f"%25{ord(c):02x}",  # percent-encoded twice
+])
+def test_escapes_written_with_escapes_are_masked(spell):
+    text = "key: " + "".join(spell(c) for c in KEY) + " end"
+    out = Redactor([KEY]).redact(text)
+    assert out == f"key: {MASK} end", out
+
+
 def test_percent_and_base64_encodings_are_masked():
     import base64
     from urllib.parse import quote, unquote
