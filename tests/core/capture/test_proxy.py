@@ -105,6 +105,46 @@ async def test_policy_caps_and_thinking(proxy_env):
     assert policy.requests[0]["chat_template_kwargs"] == {"enable_thinking": False}
 
 
+PARAMS = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+# Per dialect: (path below the proxy's root, the key's header, a body with `history` as its turns
+# before the last user message).
+DIALECT_CALLS = {
+    "responses": ("/v1/responses", "authorization", lambda history: {
+        "model": "m", "tools": [{"type": "function", "name": "bash", "parameters": PARAMS}],
+        "input": [*({"type": "message", "role": r, "content": t if r == "user" else [{"type": "output_text", "text": t}]} for r, t in history),
+                  {"type": "message", "role": "user", "content": "again"}]}),
+    "messages": ("/v1/messages", "x-api-key", lambda history: {
+        "model": "m", "max_tokens": 100, "tools": [{"name": "bash", "input_schema": PARAMS}],
+        "messages": [*({"role": r, "content": t} for r, t in history), {"role": "user", "content": "again"}]}),
+    "gemini": ("/v1beta/models/m:generateContent", "x-goog-api-key", lambda history: {
+        "tools": [{"functionDeclarations": [{"name": "bash", "parametersJsonSchema": PARAMS}]}],
+        "contents": [*({"role": "model" if r == "assistant" else r, "parts": [{"text": t}]} for r, t in history),
+                     {"role": "user", "parts": [{"text": "again"}]}]}),
+}
+
+
+@pytest.mark.parametrize("dialect", sorted(DIALECT_CALLS))
+async def test_an_agents_rejected_request_changes_no_sessions_capture_in_any_dialect(proxy_env, dialect):
+    proxy, policy, upstream, client = proxy_env
+    policy.scripts["m"] = [{"bash": "echo hi"}, {"raw": HOSTILE_400, "status": 400}]
+    path, header, body = DIALECT_CALLS[dialect]
+    url = str(client.base_url).rstrip("/").removesuffix("/v1") + path
+
+    def key(session):
+        return {header: f"Bearer {session.key}" if header == "authorization" else session.key}
+
+    hostile = proxy.open_session(_endpoint(upstream), CapturePolicy(top_logprobs=2, disable_thinking=True))
+    other = proxy.open_session(_endpoint(upstream), CapturePolicy(top_logprobs=2, disable_thinking=True))
+    for _ in range(2):
+        r = await client.post(url, json=body([("user", "go"), ("assistant", "ok")]), headers=key(hostile))
+        assert r.status_code == 400 and "float_parsing" in r.text
+    for session in (other, hostile):
+        r = await client.post(url, json=body([]), headers=key(session))
+        assert r.status_code == 200, r.text
+        assert policy.requests[-1].items() >= CAPTURE_FIELDS.items()
+        assert session.turns[-1].capture_level == "tokens"
+
+
 async def test_engine_parameters_off_the_allow_list_are_dropped_and_reported(proxy_env):
     proxy, policy, upstream, client = proxy_env
     session = proxy.open_session(_endpoint(upstream), CapturePolicy(max_tokens_cap=64))
