@@ -6,18 +6,26 @@ or text only. Logprob kind: a trainer needs the *processed* logprobs the sampler
 At the first position the distribution does not depend on what was sampled, so the gap between
 the best and the k-th best top logprob scales by 1/T when logprobs are processed and stays put
 when they are raw. A rollout is labelled `train` only with token ids and processed logprobs.
+
+The probe's request is also how the proxy learns which fields it adds an endpoint rejects
+(`probe_rejected_fields`): no agent shaped it, so a 400 to it is about the endpoint, never about
+text an agent put in a request (which a validation error may quote).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness_env.models import CaptureLevel, Turn
+import aiohttp
+from harness_env.core.capture import fastjson
+from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, learn_from_rejection, rewrite_request
+from harness_env.models import CaptureLevel, Endpoint, Turn
 
 PROBE_TEMPERATURES = (1.0, 0.5)
 PROBE_TOP_LOGPROBS = 5
 PROBE_TIMEOUT_S = 60.0
 PROBE_MESSAGES = [{"role": "user", "content": "Name one colour."}]
+MAX_FIELD_PROBES = 5  # one request per field it may drop (ADDED_FIELDS, the max_tokens rename), and the accepted one
 
 
 @dataclass(frozen=True)
@@ -64,3 +72,27 @@ def classify(hot: Turn, cold: Turn, hot_t: float = PROBE_TEMPERATURES[0], cold_t
         kind, processed = f"of unknown kind (top-logprob gap ratio {ratio:.2f}, expected {expected:.2f} or 1)", None
     ids = "token ids and logprobs" if level == "tokens" else "logprobs but no token ids"
     return ProbeResult(level, processed, f"the endpoint returns {ids}; its logprobs are {kind}")
+
+
+async def probe_rejected_fields(
+    http: aiohttp.ClientSession, endpoint: Endpoint, headers: dict[str, str], policy: CapturePolicy, quirks: EndpointQuirks
+) -> bool | None:
+    """Send the probe's one-token request with the fields `policy` adds, learning into `quirks`
+    each field the endpoint rejects (core/capture/rewrite.py), until it is accepted. True:
+    something was learned; False: nothing to learn; None: no clear answer (not to be remembered)."""
+    probe_policy = CapturePolicy(capture=policy.capture, top_logprobs=policy.top_logprobs, disable_thinking=policy.disable_thinking)
+    timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
+    learned = False
+    for _attempt in range(MAX_FIELD_PROBES):
+        body, added, _ = rewrite_request(probe_body(PROBE_TEMPERATURES[0]), probe_policy, quirks, endpoint.model)
+        try:
+            async with http.post(endpoint.base_url + "/chat/completions", data=fastjson.dumps(body), headers=headers, timeout=timeout) as resp:
+                status, content = resp.status, await resp.read()
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+        if status < 400:
+            return learned
+        if learn_from_rejection(status, content, added, quirks) is None:
+            return learned if status < 500 else None  # refused for another reason: nothing more to learn from it
+        learned = True
+    return learned

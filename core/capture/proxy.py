@@ -34,9 +34,17 @@ from harness_env.core.capture.dialects import (
     StreamTranslation,
     registered_dialects,
 )
-from harness_env.core.capture.probe import PROBE_TEMPERATURES, PROBE_TIMEOUT_S, PROBE_TOP_LOGPROBS, ProbeResult, classify, probe_body
+from harness_env.core.capture.probe import (
+    PROBE_TEMPERATURES,
+    PROBE_TIMEOUT_S,
+    PROBE_TOP_LOGPROBS,
+    ProbeResult,
+    classify,
+    probe_body,
+    probe_rejected_fields,
+)
 from harness_env.core.capture.redact import Redactor, StreamRedactor
-from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, learn_from_rejection, may_name_an_added_field, rewrite_request
+from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, may_name_an_added_field, rewrite_request
 from harness_env.core.capture.session import CaptureSession, new_session_key
 from harness_env.core.errors import InvalidRequestError
 from harness_env.models import Endpoint, Turn
@@ -248,30 +256,10 @@ class CaptureProxy:
         key = (endpoint.base_url, endpoint.model, *policy.added_fields_key)
         task = self._field_probes.get(key)
         if task is None:
-            task = self._field_probes[key] = asyncio.ensure_future(self._learn_fields(endpoint, policy))
+            task = self._field_probes[key] = asyncio.ensure_future(
+                probe_rejected_fields(self._http(), endpoint, self._headers(endpoint, False), policy, self._endpoint_quirks(endpoint)))
         if await asyncio.shield(task) is None:
             self._field_probes.pop(key, None)
-
-    async def _learn_fields(self, endpoint: Endpoint, policy: CapturePolicy) -> bool | None:
-        """Send the probe's one-token request with the fields `policy` adds, dropping each field the
-        endpoint rejects, until it is accepted. True: something was learned; None: no answer."""
-        quirks, learned = self._endpoint_quirks(endpoint), False
-        probe_policy = CapturePolicy(capture=policy.capture, top_logprobs=policy.top_logprobs, disable_thinking=policy.disable_thinking)
-        timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
-        for _attempt in range(MAX_FIELD_RETRIES + 1):
-            body, added, _ = rewrite_request(probe_body(PROBE_TEMPERATURES[0]), probe_policy, quirks, endpoint.model)
-            try:
-                async with self._http().post(endpoint.base_url + "/chat/completions", data=fastjson.dumps(body),
-                                             headers=self._headers(endpoint, False), timeout=timeout) as resp:
-                    status, content = resp.status, await resp.read()
-            except (aiohttp.ClientError, TimeoutError):
-                return None
-            if status < 400:
-                return learned
-            if learn_from_rejection(status, content, added, quirks) is None:
-                return learned if status < 500 else None  # refused for another reason: nothing more to learn
-            learned = True
-        return learned
 
     async def _call_engine(self, dialect: Dialect, session: CaptureSession, request: ChatRequest, turn: Turn) -> Reply:
         endpoint = session.endpoint

@@ -1,11 +1,13 @@
 """End to end, one suite for every harness: the real CLI (or the white-box loop), in the real
 sandbox, through the capture proxy, against the scripted fake policy."""
 
+import json
 import os
 
 import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout, run_rollout_sync
+from harness_env.rollout import loopback_proxy
 from harness_env.core.errors import ToolMissingError
 from harness_env.core.sandbox.local import _marked_pids
 from harness_env.core.harness import PinnedCliHarness
@@ -183,3 +185,30 @@ async def test_tool_efficiency_reward_uses_the_harness_verified_count(policy_ser
     req = make_request([{"bash": "echo hello > hello.txt"}, {"text": "ok"}], verify=["test -f hello.txt"], reward_mode="tool_efficiency")
     res = await run_rollout(req)
     assert res.agent_tool_calls == 1 and res.reward == pytest.approx(1.09375)
+
+
+# vLLM's validation errors quote the input: an agent can make any field's name appear in a 400.
+HOSTILE_400 = json.dumps({
+    "object": "error", "type": "BadRequestError", "param": "logprobs", "code": 400,
+    "message": "[{'type': 'float_parsing', 'loc': ('body', 'temperature'), 'msg': 'Input should be a valid number', "
+               "'input': 'logprobs top_logprobs return_token_ids chat_template_kwargs'}]",
+})
+
+
+async def test_one_rollouts_rejected_call_changes_no_rollouts_capture(policy_server, make_request, harness):
+    """Issue 25 (critical 3): a 400 quoting the capture fields, answered to one rollout's call,
+    leaves the next rollout on the same proxy and endpoint captured at token level."""
+    policy = policy_server.policy
+    honest = make_request([{"bash": "echo hello > hello.txt"}, {"text": "Created it."}], verify=["grep -qx hello hello.txt"], top_logprobs=2)
+    policy.scripts["hostile"] = [{"bash": "echo logprobs"}, {"raw": HOSTILE_400, "status": 400}]
+    hostile = honest.model_copy(update={"task": honest.task.model_copy(update={"instruction": "[tag:hostile] " + honest.task.instruction})})
+    async with loopback_proxy():  # one proxy for both, as in a server
+        first = await run_rollout(hostile)
+        n = len(policy.sent)
+        second = await run_rollout(honest)
+    turns = [(t.purpose, t.upstream_status, (t.upstream_error or "")[:60], str(t.request_messages)[:300]) for t in first.proxy_turns]
+    assert any(t.upstream_status == 400 and "float_parsing" in (t.upstream_error or "") for t in first.proxy_turns), (turns, first.error)
+    assert second.error is None and second.reward == 1.0 and second.capture_level == "tokens", (second.error, second.proxy_log_tail[-1500:], second.agent_log_tail[-1500:])
+    assert not {"logprobs", "top_logprobs", "return_token_ids"} & set(second.dropped_fields)
+    asked = [s.request for s in policy.sent[n:] if s.request.get("tools")]
+    assert asked and all(r.get("logprobs") and r.get("top_logprobs") == 2 and r.get("return_token_ids") for r in asked)

@@ -20,6 +20,9 @@ message quotes the presented key, as hosted APIs do on a 401); {"malformed": Tru
 chunk; {"raw": BODY} answers BODY as is (a str: one JSON body, with "status" if given; a list: SSE
 chunks sent "gap_s" seconds apart), "{key}" in it replaced by the presented key.
 
+A conversation whose user messages hold `[tag:NAME]`, NAME one of the scripts, follows that script
+whatever its model (two rollouts on one model, scripted apart).
+
 `delay_s` paces every answer (a busy inference server: each call takes that long, however many
 arrive at once). A conversation whose first user message holds `[tag:NAME]` has the arrival time
 of each of its calls recorded in `arrivals` (GET /v1/_arrivals), so a benchmark can tell when each
@@ -161,10 +164,18 @@ class FakePolicy:
     async def _models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": m, "object": "model"} for m in self.scripts]})
 
+    def _tagged_script(self, body: dict[str, Any]) -> str | None:
+        """The script a user message names with `[tag:NAME]` (one of `scripts`), if any."""
+        for m in body.get("messages", []):
+            found = TAG.search(_text_of(m.get("content"))) if m.get("role") == "user" else None
+            if found and found.group(1) in self.scripts:
+                return found.group(1)
+        return None
+
     def _step(self, body: dict[str, Any]) -> dict[str, Any]:
         if not body.get("tools"):
             return {"text": "Fake title"}  # auxiliary calls (titles, summaries)
-        script = self.scripts.get(body.get("model", ""), [])
+        script = self.scripts.get(self._tagged_script(body) or body.get("model", ""), [])
         n = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
         return script[n] if n < len(script) else self.default_step
 

@@ -68,3 +68,25 @@ async def test_rollouts_are_labelled_train_only_with_tokens_and_processed_logpro
                              endpoint=Endpoint(base_url=upstream.base_url, model="m"))
         res = await run_rollout(req)
     assert res.reward == 1.0 and res.rollout_type == rollout_type and why in res.rollout_type_reason
+
+
+async def test_what_an_endpoint_rejects_is_learned_from_the_proxys_own_probe_once():
+    """The fields the proxy adds that an endpoint rejects are found with the probe's own request
+    (no agent shaped it), once per endpoint, model and set of added fields (issue 25)."""
+    from harness_env.core.capture.probe import PROBE_MESSAGES
+    from harness_env.core.capture.rewrite import CapturePolicy
+
+    fake = FakePolicy(reject_unknown_fields=True, require_max_completion_tokens=True)
+    with FakePolicyServer(fake) as upstream:
+        proxy = CaptureProxy()
+        endpoint = Endpoint(base_url=upstream.base_url, model="m")
+        policy = CapturePolicy(top_logprobs=2, disable_thinking=True)
+        await proxy._probe_fields(endpoint, policy)
+        quirks = proxy._endpoint_quirks(endpoint)
+        assert quirks.dropped == {"return_token_ids", "chat_template_kwargs"} and quirks.use_max_completion_tokens
+        n = len(fake.requests)
+        await proxy._probe_fields(endpoint, policy)
+        assert len(fake.requests) == n == 4 and all(r["messages"] == PROBE_MESSAGES for r in fake.requests)
+        other = proxy._endpoint_quirks(Endpoint(base_url=upstream.base_url, model="other"))
+        assert other.dropped == set() and not other.use_max_completion_tokens  # per model
+        await proxy.aclose()
