@@ -32,6 +32,7 @@ from harness_env.core.sandbox.base import ExecResult
 from harness_env.core.sandbox.bwrap import BwrapSpec, bwrap_argv, capture_url
 from harness_env.core.sandbox.cgroups import RolloutCgroup
 from harness_env.core.sandbox.envvars import MARKER_VAR, REWARD_FILE_VAR, sandbox_env, verify_overrides
+from harness_env.core.sandbox.gitguard import neutralise_git
 from harness_env.core.sandbox.host import (  # noqa: F401  (bwrap_available, sandboxes_root: imported from here)
     bwrap_available,
     etc_secrets,
@@ -259,12 +260,15 @@ class LocalSandbox:
     def clear_reward_file(self) -> None:
         """Start the verify phase: kill every process the agent left, replace whatever is at the
         verifier path (a link, a FIFO, a planted tree) with a fresh directory of the server's,
-        and give verify commands a fresh home. Blocking: call it off the event loop."""
+        reduce the agent's git configs to keys that start no program, and give verify commands a
+        fresh home. Blocking: call it off the event loop."""
         self._processes.kill_all()
         for path in (self.verifier_dir, self.verify_home):
             problem = safefs.remove_tree(path)
             if problem:
                 raise SandboxError(f"could not reset {path} before verify: {problem}")
+        # Git in verify must not start a program the agent named in a repository's config.
+        self.notes.extend(neutralise_git(self.root, AGENT_DIRS).notes())
         made = [self.verifier_dir, self.verify_home, *(os.path.join(self.verify_home, d) for d in ("tmp", "xdg", *XDG_DIRS))]
         for path in made:
             os.mkdir(path, 0o755)
