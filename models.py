@@ -54,6 +54,7 @@ from harness_env.models_options import (
     option_group,
 )
 from harness_env.models_results import (
+    AGENT_CAUSED_KINDS,
     CaptureLevel,
     CommandResult,
     DatasetTaskInfo,
@@ -89,7 +90,7 @@ __all__ = [
     "DEFAULT_HARNESS", "HARNESS_OPTIONS", "LEGACY_OPTION_KEYS", "MAX_COMMAND_CHARS", "MAX_COMMANDS", "MAX_FILE_CHARS",
     "MAX_FILES", "MAX_INSTRUCTION_CHARS", "MAX_MAPPING_CHARS", "MAX_NAME_BYTES", "MAX_NESTING", "MAX_PATH_CHARS",
     "MAX_TOTAL_FILE_CHARS", "NAMED_TASK_INSTRUCTION", "NO_MODEL_ENDPOINT", "OPTION_GROUPS", "SURROGATE", "CaptureLevel", "CheckedText", "CommandResult", "DatasetTaskInfo", "Endpoint",
-    "ErrorKind", "GraphSummary", "HarnessInfo", "HarnessOptions", "HarnessRunInfo", "Mode", "Phase", "PhaseEvent",
+    "AGENT_CAUSED_KINDS", "ErrorKind", "GraphSummary", "HarnessInfo", "HarnessOptions", "HarnessRunInfo", "Mode", "Phase", "PhaseEvent",
     "RolloutArgs", "RolloutOptions", "RolloutRequest", "RolloutResult", "ServedBy", "Task", "TopLogprob", "TrainingRow", "Turn",
     "TurnPurpose", "bounded_mapping", "check_http_url", "check_text", "harness_options_model", "harness_options_models", "option", "option_group",
 ]
