@@ -44,9 +44,11 @@ async def test_git_in_verify_does_not_run_what_the_agent_planted(policy_server, 
 
 
 async def test_sleeping_past_the_timeout_is_graded(policy_server, make_request, harness):  # noqa: F811
-    script = [{"bash": "echo hello > hello.txt; sleep 900"}, {"text": "done"}]
+    # Slept again at every step: a harness whose shell tool has its own timeout (Codex's) is still
+    # held past agent_timeout_s.
+    script = [{"bash": "echo hello > hello.txt; sleep 900"}, *[{"bash": "sleep 900"}] * 40, {"text": "done"}]
     # Long enough for the slowest CLI to start on a busy machine and make its first call.
-    timeout = 45 if harness in CLI_HARNESSES else 8
+    timeout = 60 if harness in CLI_HARNESSES else 8
     res = await run_rollout(make_request(script, verify=["test -f hello.txt", "false"], agent_timeout_s=timeout))
     assert res.error_kind == "agent_timeout", (res.error_kind, res.error)
     assert any(t.purpose == "policy" and t.upstream_status == 200 for t in res.proxy_turns), [(t.purpose, t.upstream_status) for t in res.proxy_turns]
@@ -60,6 +62,7 @@ async def test_sleeping_past_the_timeout_is_graded(policy_server, make_request, 
 async def test_killing_its_own_harness_is_graded(policy_server, make_request, harness):  # noqa: F811
     script = [{"bash": f"echo hello > hello.txt; {KILL_HARNESS}"}, {"text": "done"}]
     res = await run_rollout(make_request(script, verify=["test -f hello.txt", "false"], agent_timeout_s=60))
-    assert res.error_kind == "agent_error", (res.error_kind, res.error, res.agent_log_tail[-500:])
+    # The CLI dies (agent_error), or a part of it that survives waits for the dead one (agent_timeout).
+    assert res.error_kind in ("agent_error", "agent_timeout"), (res.error_kind, res.error, res.agent_log_tail[-500:])
     assert (res.reward, res.reward_source) == (0.5, "verify_ratio")
     _no_process_left(res)
