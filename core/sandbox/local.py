@@ -10,7 +10,11 @@ started runs while its work is graded. Everything read back from the directory g
 safefs: no link is followed, no FIFO opened blocking, nothing read unbounded.
 
 Without bubblewrap ("plain") commands run as the server's user with no OS-level isolation: that
-mode is not safe for an untrusted policy, and each result says so.
+mode is not safe for an untrusted policy, and each result says so. Each command is still the init
+of a PID namespace of its own (host.pid_namespace_argv), so nothing it started outlives it.
+
+Every rollout directory has a lease beside it (lease.py), so what a killed owner left is swept at
+the next start (sweep.py); close() detaches every mount below the directory before removing it.
 
 This module decides; its neighbours know: host.py what the machine offers (bubblewrap, a uid to
 run as, tmpfs mounts), bwrap.py the command line, limits.py and cgroups/ the resource limits,
