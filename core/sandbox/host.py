@@ -145,7 +145,7 @@ def unmount_tree(path: Path) -> str | None:
 _PIDNS_INIT = ["/bin/sh", "-c", '"$@" & wait $!', "harness-env-init"]
 _PIDNS_CANDIDATES = (
     ["unshare", "--pid", "--fork", "--kill-child"],  # root
-    ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child"],  # where user namespaces are allowed
+    ["unshare", "--user", "--map-current-user", "--pid", "--fork", "--kill-child"],  # not root: where user namespaces are allowed (same uid inside)
 )
 
 

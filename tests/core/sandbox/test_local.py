@@ -153,6 +153,9 @@ ESCAPE = (
     "setsid env -i /bin/sh -c 'for f in /sys/fs/cgroup/*/cgroup.procs /sys/fs/cgroup/cgroup.procs; do echo $$ > \"$f\" 2>/dev/null; done;"
     " {{ cat /proc/self/cgroup; env; }} > \"$1\"; while :; do echo 1 > \"$0\" 2>/dev/null; sleep 0.05; done' {reward} {evidence} {token}"
     " </dev/null >/dev/null 2>&1 &\n"
+    # and one that asks to be born in the host's PID namespace (an ancestor's: refused)
+    "nsenter --target {host_pid} --pid -- setsid env -i /bin/sh -c 'while :; do echo 1 > \"$0\" 2>/dev/null; sleep 0.05; done'"
+    " {reward} {token} </dev/null >/dev/null 2>&1 &\n"
     "for i in $(seq 100); do [ -s {evidence} ] && break; sleep 0.05; done"
 )
 
@@ -186,7 +189,7 @@ async def test_a_survivor_that_leaves_its_cgroup_marker_and_session_dies_with_it
     token = f"escapee-{os.urandom(4).hex()}"
     evidence = f"{sb.workspace}/evidence.txt"
     try:
-        r = await sb.exec(ESCAPE.format(reward=sb.reward_file, evidence=evidence, token=token), timeout=30)
+        r = await sb.exec(ESCAPE.format(reward=sb.reward_file, evidence=evidence, token=token, host_pid=os.getpid()), timeout=30)
         assert r.exit_code == 0, r.stderr
         seen = sb.read_file("evidence.txt")
         assert seen, "the escapee never ran"
