@@ -114,8 +114,9 @@ def _unescape_mount_path(field: str) -> str:
 
 
 def mounts_at_or_below(path: Path) -> list[str]:
-    """Mount points at `path` or below it (as /proc/self/mounts names them), deepest first."""
-    top = os.path.normpath(str(path))
+    """Mount points at `path` or below it, deepest first. /proc/self/mounts names real paths, so
+    the parent is resolved, never `path` itself: a link there must not lead to another tree."""
+    top = os.path.join(os.path.realpath(os.path.dirname(os.path.normpath(str(path)))), os.path.basename(os.path.normpath(str(path))))
     try:
         with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as f:
             lines = f.read().splitlines()

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from harness_env.core.procs import process_starttime
 
 LEASE_SUFFIX = ".lease"
-ROLLOUT_NAME_RE = re.compile(r"rollout-[0-9a-f]{12}")  # what create_local_sandbox names a rollout
+ROLLOUT_NAME_RE = re.compile(r"(rollout|harbor)-[0-9a-f]{12}")  # a local rollout's directory, a Harbor trial's
 DEFAULT_LEASE_S = 7 * 24 * 3600.0  # only judged for an owner in another PID namespace
 MAX_LEASE_BYTES = 4096
 
