@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness_env.core.errors import SandboxError
+from harness_env.core.sandbox.host import mounts_at_or_below
 from harness_env.core.sandbox.local import bwrap_available, create_local_sandbox
 from harness_env.core.procs import is_running
 from harness_env.core.sandbox.processes import marked_pids
@@ -203,3 +204,16 @@ async def test_a_survivor_that_leaves_its_cgroup_marker_and_session_dies_with_it
     finally:
         await sb.close()
     assert _running_with(token) == []
+
+
+async def test_a_sandbox_dir_reached_through_a_link_is_unmounted_and_removed(tmp_path, monkeypatch):
+    """/proc/self/mounts names real paths: the rollout's tmpfs is found (and detached) through the
+    sandbox directory's real path when HARNESS_ENV_SANDBOX_DIR goes through a link (/tmp often does)."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    monkeypatch.setenv("HARNESS_ENV_SANDBOX_DIR", str(tmp_path / "link"))
+    sb = create_local_sandbox(use_bwrap=False)
+    assert (await sb.exec("echo hi > hi.txt", timeout=10)).exit_code == 0
+    assert await sb.close() is None
+    assert os.listdir(real) == [] and mounts_at_or_below(real) == []
