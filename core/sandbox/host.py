@@ -158,7 +158,7 @@ def pid_namespace_argv() -> list[str] | None:
         return None
     for prefix in _PIDNS_CANDIDATES:
         try:
-            proc = subprocess.run([*prefix, *_PIDNS_INIT, "true"], capture_output=True, timeout=10)
+            proc = subprocess.run([*prefix, *_PIDNS_INIT, "true"], capture_output=True, timeout=10, check=False)
         except (OSError, subprocess.TimeoutExpired):
             continue
         if proc.returncode == 0:
