@@ -514,6 +514,15 @@ def _serve_on_ray(args: argparse.Namespace) -> int:
     return serve_on_ray(host=args.host, port=args.port, address=args.ray_address, scale=scale, settings=settings, token=args.token)
 
 
+def _sweep_leftovers(quiet: bool) -> None:
+    """What killed runs and servers left (rollout directories and mounts, cgroups, capture sockets)."""
+    from harness_env.core.sandbox.sweep import sweep_at_start
+
+    for note in sweep_at_start():
+        if not quiet:
+            print(f"harness-env: {note}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["svg-dataset"]:  # its own parser, options and errors
@@ -521,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return dataset.main(argv[1:])
     args = build_parser().parse_args(argv)
+    if args.command in ("run", "eval", "serve"):
+        _sweep_leftovers(quiet=getattr(args, "quiet", False))
     try:
         return args.handler(args)
     except BrokenPipeError:  # our reader went away (`| head`): not an error, and no traceback
