@@ -112,24 +112,35 @@ def bounded_mapping(value: dict[str, Any], name: str) -> dict[str, Any]:
 SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+# Fields whose object values are file contents, which are written as bytes and may hold NUL.
+CONTENT_FIELDS = frozenset({"files"})
+
+
 def check_text(value: Any, name: str) -> Any:
     """Raw input of field `name`: every string valid Unicode (a lone surrogate cannot be encoded
-    into a file, an argv or a header) and lists/objects at most MAX_NESTING levels deep (deeper ones
-    exhaust the recursion of whatever copies or serialises them later). Iterative: any depth is safe."""
-    stack: list[tuple[Any, str, int]] = [(value, name, 0)]
+    into a file, an argv or a header) and free of NUL bytes (none can pass in an argv, an
+    environment variable, a path or a header: a command, an id or an option with one would fail
+    only once the rollout is under way), except the contents of files; lists/objects at most
+    MAX_NESTING levels deep (deeper ones exhaust the recursion of whatever copies or serialises them
+    later). Iterative: any depth is safe."""
+    stack: list[tuple[Any, str, int, bool]] = [(value, name, 0, False)]
     while stack:
-        v, where, depth = stack.pop()
+        v, where, depth, content = stack.pop()
         if isinstance(v, str):
             if not v.isascii() and (m := SURROGATE.search(v)):
                 raise ValueError(f"{where} contains a lone surrogate (U+{ord(m.group()):04X} at character {m.start()}); send valid Unicode text")
+            if not content and "\x00" in v:
+                raise ValueError(f"{where} contains a NUL byte (at character {v.index(chr(0))}); remove it: no command line, "
+                                 "environment variable, path or name can hold one")
         elif isinstance(v, (dict, list, tuple)):
             if depth >= MAX_NESTING:
                 raise ValueError(f"{name} is nested more than {MAX_NESTING} levels deep; flatten it")
+            contents = depth == 0 and isinstance(v, dict) and name in CONTENT_FIELDS
             for k, item in (v.items() if isinstance(v, dict) else enumerate(v)):
                 key = f"{where}[{k[:40]!r}]" if isinstance(k, str) else f"{where}[{k!r}]"
                 if isinstance(k, str):
-                    stack.append((k, f"a key of {where}", depth + 1))
-                stack.append((item, key, depth + 1))
+                    stack.append((k, f"a key of {where}", depth + 1, False))
+                stack.append((item, key, depth + 1, contents))
     return value
 
 
