@@ -9,23 +9,21 @@ login form at /web/login sets after checking the token once (server/web/login.py
 an HMAC derived from the token, not the token, and is scoped to /web: it opens the UI and nothing
 else.
 
-Three more guards live here, because they are about who is asking:
+Two more guards live here, because they are about who is asking:
 - requests a browser sends from another origin (a page on another port or site) are refused, so
   no page but the server's own can read /web or start a rollout with the user's cookie;
 - failed authentications are counted per client address (AuthFailureLimiter): past a few a
   minute, that address may try one new credential every few seconds (429 in between), so a token
-  cannot be guessed at speed, while the right token still gets in from there;
-- tokens in query strings (`/ws?token=`) are redacted from uvicorn's logs.
+  cannot be guessed at speed, while the right token still gets in from there.
+Tokens and keys are masked from every log line by server/log_secrets.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import logging
 import math
 import os
-import re
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
@@ -282,33 +280,3 @@ class TokenAuth:
             await send({"type": "websocket.close", "code": 4000 + reply.status})  # 4401, 4403, 4429
             return
         await send_reply(send, reply)
-
-
-# -- logs ------------------------------------------------------------------------------------
-_SECRET_PARAM = re.compile(r"([?&](?:[^=&\s\"]*(?:token|key|secret|password)[^=&\s\"]*)=)[^&\s\"]*", re.IGNORECASE)
-
-
-def redact_query_secrets(text: str) -> str:
-    """'/ws?token=abc&x=1' -> '/ws?token=[redacted]&x=1' (any parameter named like a token or key)."""
-    return _SECRET_PARAM.sub(r"\1[redacted]", text)
-
-
-class RedactQuerySecrets(logging.Filter):
-    """uvicorn logs each request's path with its query string; the arguments are redacted in place
-    (uvicorn's access formatter unpacks them, so their number and types stay)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.msg, str):
-            record.msg = redact_query_secrets(record.msg)
-        if isinstance(record.args, tuple):
-            record.args = tuple(redact_query_secrets(a) if isinstance(a, str) else a for a in record.args)
-        return True
-
-
-def redact_server_logs() -> None:
-    """Install the filter on the loggers uvicorn writes request lines to (once per process); a
-    logger's filters survive uvicorn's logging configuration, which only replaces handlers."""
-    for name in ("uvicorn.access", "uvicorn.error"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, RedactQuerySecrets) for f in logger.filters):
-            logger.addFilter(RedactQuerySecrets())
