@@ -36,6 +36,7 @@ from harness_env.core.sandbox.local import bwrap_available
 from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
 from harness_env.server.auth import AuthFailureLimiter, TokenAuth, origin_of
 from harness_env.core.cpus import available_cpus
+from harness_env.server.catalog import url_credentials
 from harness_env.server.docs_page import add_docs_routes
 from harness_env.server.jobs import JobManager, JobService
 from harness_env.server.jobs_routes import add_job_routes
@@ -92,7 +93,8 @@ def create_app(
     much is kept (default: from the environment)."""
     # Masked by the capture proxy in everything it passes back or records: the token, and every
     # credential-looking variable of the server (catalog and judge keys, provider tokens).
-    for secret in (token, *(v for k, v in os.environ.items() if SECRET_NAME.search(k)), store_password()):
+    env = dict(os.environ)
+    for secret in (token, *(v for k, v in env.items() if SECRET_NAME.search(k)), store_password(), *url_credentials(env)):
         register_secret(secret)
     mask_secrets_in_logs()  # the same secrets, and capture keys, in any encoding, in every log line (server/log_secrets.py)
     proxy = CaptureProxy()

@@ -18,7 +18,7 @@ from pydantic import SecretStr, ValidationError
 from harness_env.core.capture.redact import register_secret
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env.models import (NAMED_TASK_INSTRUCTION, NO_MODEL_ENDPOINT, Endpoint, RolloutArgs, RolloutOptions, RolloutRequest, Task,
-                                check_http_url, url_without_credentials)
+                                check_http_url, url_authority, url_without_credentials)
 
 
 @dataclass(frozen=True)
@@ -175,6 +175,17 @@ def to_request(args: RolloutArgs, env: dict[str, str] | None = None) -> RolloutR
         return RolloutRequest(task=task, endpoint=endpoint, disable_thinking=disable_thinking, **options)
     except ValidationError as e:
         raise InvalidRequestError(describe_validation_error(e)) from None
+
+
+def url_credentials(env: dict[str, str]) -> list[str]:
+    """The user info of the server's catalog URLs that hold one (refused when used), and its
+    password: secrets to mask wherever they could still show (logs, the proxy's records)."""
+    found = []
+    for entry in CATALOG.values():
+        userinfo = url_authority(env.get(entry.url_var) or "").rpartition("@")[0]
+        if userinfo:
+            found += [userinfo, userinfo.partition(":")[2]]
+    return [secret for secret in found if secret]
 
 
 def describe(env: dict[str, str] | None = None) -> list[dict]:

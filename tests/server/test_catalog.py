@@ -126,3 +126,11 @@ def test_a_catalog_url_with_credentials_is_refused_and_never_listed_with_them():
 def test_an_unparsable_catalog_url_is_a_problem_in_the_listing_not_a_crash():
     listed = {e["name"]: e for e in describe({"VLLM_URL": "http://[::1", "VLLM_MODEL": "m"})}
     assert listed["vllm"]["configured"] is False and "not a valid URL" in listed["vllm"]["problem"]
+
+
+def test_the_credentials_of_a_catalog_url_are_known_as_secrets_to_mask():
+    from harness_env.server.catalog import url_credentials
+
+    env = {"VLLM_URL": "http://bob:hunter2-pw@gpu:8000/v1", "OPENAI_BASE_URL": "https://tok-only-user@api.example/v1",
+           "HF_ROUTER_BASE_URL": "https://router.example/v1"}
+    assert sorted(url_credentials(env)) == ["bob:hunter2-pw", "hunter2-pw", "tok-only-user"]

@@ -211,6 +211,13 @@ BAD_INPUTS = [
     ("files", json.dumps({"files": {"d/" + "n" * 300: "x"}})),
     ("harness_config", json.dumps({"harness": "opencode", "harness_config": _nested(900)})),
     ("model", '{"model": "m\\ud800"}'),
+    # issue 25: NUL bytes fail at validation, not at verify time; a URL with credentials is refused unquoted
+    ("verify", '{"verify": ["test -f a\\u0000b"]}'),
+    ("setup", '{"setup": ["echo \\u0000"]}'),
+    ("task_id", '{"task_id": "t\\u0000"}'),
+    ("files", '{"files": {"a\\u0000.txt": "x"}}'),
+    ("base_url", '{"base_url": "http://bob:hunter2-pw@127.0.0.1:9/v1"}'),
+    ("base_url", '{"base_url": "http://127.0.0.1:9/v1?api_key=hunter2-pw"}'),
 ]
 
 
@@ -227,6 +234,7 @@ def test_bad_input_is_one_clear_422_naming_the_field(open_server, policy_server,
     assert r.status_code == 422, r.text[:1000]
     assert field in r.text, r.text[:1000]
     _no_leak(r.text, open_server)
+    assert "hunter2" not in r.text
     rpc = b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "run_rollout", "arguments": ' + body + b"}}"
     r = httpx.post(open_server.url + "/mcp", content=rpc, headers={"content-type": "application/json", "accept": "*/*"}, timeout=60)
     assert r.status_code == 200 and field in r.json()["error"]["message"], r.text[:1000]
@@ -240,6 +248,9 @@ def test_bad_input_is_one_clear_422_naming_the_field(open_server, policy_server,
     assert field in said, said
     _no_leak(r.text, open_server)
     assert policy_server.policy.requests == []  # refused before anything ran
+    jobs = httpx.post(open_server.url + "/rollouts", content=body, headers={"content-type": "application/json"}, timeout=60)
+    assert jobs.status_code == 422 and field in jobs.text, jobs.text[:1000]  # a job is refused too: nothing stored
+    assert "hunter2" not in r.text + jobs.text and "hunter2" not in httpx.get(open_server.url + "/rollouts", timeout=30).text
     assert "Traceback" not in _log(open_server)
     open_server.assert_no_rollout_left()
 

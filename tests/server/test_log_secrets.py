@@ -9,6 +9,7 @@ import socket
 import time
 from urllib.parse import quote, unquote_plus
 
+import httpx
 import pytest
 
 from harness_env.core.capture.redact import register_secret, unregister_secret
@@ -19,6 +20,7 @@ from tests.server_process import ServerProcess
 TOKEN = "tok-Lg5Qz8Rk2Wm7Xp"
 KEY = "sk-catalog-log-3f9a7c1e"
 CAPTURE = "hecap-" + "Zq9" * 10 + "xy"
+URL_PASSWORD = "url-pass-8d2k4"
 
 
 def every_byte_escaped(secret: str, fmt: str = "%{:02x}") -> str:
@@ -138,9 +140,11 @@ def _raw_request(server: ServerProcess, target: str, headers: str = "") -> int:
 @pytest.mark.e2e
 def test_a_real_servers_log_holds_no_secret_in_any_position_or_encoding(tmp_path_factory):
     server = ServerProcess(tmp_path_factory.mktemp("logs"), "--token", TOKEN,
-                           env={"HARNESS_ENV_LOG_LEVEL": "info", "OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})
+                           env={"HARNESS_ENV_LOG_LEVEL": "info", "OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+                                "VLLM_URL": f"http://bob:{URL_PASSWORD}@127.0.0.1:9/v1", "VLLM_MODEL": "m"})
     bearer = f"Authorization: Bearer {TOKEN}\r\n"
     try:
+        _catalog_shows_no_url_credentials(server)
         for secret in (TOKEN, KEY, CAPTURE):
             for form in spellings_sent(secret).values():
                 safe = quote(form, safe="%")  # what a request line may carry
@@ -154,5 +158,21 @@ def test_a_real_servers_log_holds_no_secret_in_any_position_or_encoding(tmp_path
     finally:
         log = server.stop()
     assert '"GET /nope/[redacted] HTTP/1.1" 401' in log and "/harnesses?q=[redacted]&page=2" in log, log[-3000:]
-    for secret in (TOKEN, KEY, CAPTURE):
+    for secret in (TOKEN, KEY, CAPTURE, URL_PASSWORD):
         assert not leaks(log, secret), (secret, leaks(log, secret))
+
+
+def _catalog_shows_no_url_credentials(server: ServerProcess) -> None:
+    """The server's VLLM_URL holds a password: the catalog (HTTP and the MCP tool) lists the entry
+    without it, as unusable and why; a rollout naming it is one 422 saying where the key goes."""
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    listed = httpx.get(server.url + "/catalog", headers=auth, timeout=30)
+    rpc = httpx.post(server.url + "/mcp", headers={**auth, "accept": "*/*"}, timeout=60,
+                     json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "catalog", "arguments": {}}})
+    run = httpx.post(server.url + "/rollout", headers=auth, timeout=60, json={"instruction": "x", "endpoint": "vllm", "harness": "whitebox"})
+    for answer in (listed, rpc, run):
+        assert URL_PASSWORD not in answer.text and "bob" not in answer.text, answer.text[:2000]
+    vllm = next(e for e in listed.json() if e["name"] == "vllm")
+    assert vllm["base_url"] == "http://127.0.0.1:9/v1" and not vllm["configured"] and "VLLM_API_KEY" in vllm["problem"]
+    assert "VLLM_API_KEY" in rpc.text
+    assert run.status_code == 422 and "VLLM_URL" in run.text and "VLLM_API_KEY" in run.text, run.text
