@@ -146,10 +146,19 @@ def _masked_arg(value: Any, masker: LogMasker) -> Any:
     return masked if masked != text else value
 
 
+ARGS_KEPT = frozenset({"uvicorn.access"})  # loggers whose formatter unpacks the arguments
+
+
 def mask_record(record: logging.LogRecord) -> None:
-    """Mask `record` in place: its message, its arguments (their number and types kept where they
-    hold no secret: uvicorn's access formatter unpacks them), its exception and its stack."""
+    """Mask `record` in place: its message as formatted (a secret split over two arguments is still
+    one), its exception and its stack. A record of ARGS_KEPT keeps its arguments, each masked
+    (their number and types kept where they hold no secret: uvicorn's access formatter unpacks them)."""
     masker = current_masker()
+    if record.name not in ARGS_KEPT:
+        try:
+            record.msg, record.args = masker.mask(record.getMessage()), ()
+        except (TypeError, ValueError, KeyError):  # arguments that do not fit the message: masked one by one
+            pass
     record.msg = _masked_arg(record.msg, masker)
     if isinstance(record.args, tuple):
         record.args = tuple(_masked_arg(a, masker) for a in record.args)

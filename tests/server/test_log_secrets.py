@@ -108,6 +108,19 @@ def test_a_record_keeps_its_shape_and_loses_its_secrets():
         unregister_secret(TOKEN)
 
 
+def test_a_secret_split_over_two_arguments_is_masked_as_one():
+    register_secret(TOKEN)
+    try:
+        record = logging.LogRecord("harness_env.x", logging.INFO, "", 0, "key=%s%s (%d)", (TOKEN[:5], TOKEN[5:], 3), None)
+        mask_record(record)
+        assert record.getMessage() == "key=[redacted] (3)"
+        odd = logging.LogRecord("harness_env.x", logging.INFO, "", 0, "two %s %s", (TOKEN,), None)  # a bad call: masked anyway
+        mask_record(odd)
+        assert TOKEN not in str(odd.msg) + str(odd.args)
+    finally:
+        unregister_secret(TOKEN)
+
+
 def test_every_logger_of_the_process_is_masked_once_installed(caplog):
     mask_secrets_in_logs()
     mask_secrets_in_logs()  # once per process, however often the app is made
