@@ -37,6 +37,8 @@ from harness_env.models_base import (
     bounded_mapping,
     check_http_url,
     check_text,
+    url_authority,
+    url_without_credentials,
 )
 from harness_env.models_options import (
     DEFAULT_HARNESS,
@@ -93,6 +95,7 @@ __all__ = [
     "AGENT_CAUSED_KINDS", "ErrorKind", "GraphSummary", "HarnessInfo", "HarnessOptions", "HarnessRunInfo", "Mode", "Phase", "PhaseEvent",
     "RolloutArgs", "RolloutOptions", "RolloutRequest", "RolloutResult", "ServedBy", "Task", "TopLogprob", "TrainingRow", "Turn",
     "TurnPurpose", "bounded_mapping", "check_http_url", "check_text", "harness_options_model", "harness_options_models", "option", "option_group",
+    "url_authority", "url_without_credentials",
 ]
 __all__ += ["MAX_SUMMARY_BYTES", "Detail", "RolloutSummary", "SummaryFile", "SummaryPhase", "summarize"]
 __all__ += ["ACTIVE_STATUSES", "ENDED_STATUSES", "MAX_IDEMPOTENCY_KEY_CHARS", "MAX_LIST_LIMIT", "MAX_WAIT_S", "JobEnd", "JobStatus",

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from harness_env.core.capture.redact import register_secret
 from harness_env.core.errors import InvalidRequestError
 from harness_env.core.limits import ProcessLimiter
+from harness_env.models import check_http_url
 from harness_env.families.svg_icon.judge_format import (
     DEFAULT_RUBRIC,
     DimensionScore,
@@ -106,6 +107,8 @@ class JudgeConfig(BaseModel):
     @classmethod
     def _url(cls, v: str) -> str:
         v = v.strip().rstrip("/")
+        if v:
+            check_http_url(v, ENV_BASE_URL, ENV_API_KEY)  # no credentials: the URL is shown in errors and notes
         if v and not re.match(r"^https?://[^\s/]+", v):
             raise ValueError("must be an http(s) URL such as http://127.0.0.1:8000/v1")
         return v
