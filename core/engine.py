@@ -472,7 +472,9 @@ class RolloutRun:
         await asyncio.to_thread(sandbox.clear_reward_file)  # nothing the agent started runs on
         graded = await self.grader.grade(sandbox, request)
         res.grading = graded.evidence
-        if graded.error:
+        if graded.error and graded.agent_caused:
+            self.note_end("judge", graded.error)  # e.g. a picture that talks the judge out of scoring: graded
+        elif graded.error:
             self.fail("judge", graded.error)  # the judge itself failed (unreachable, say): no reward
         return graded.reward, graded.source, graded.notes
 
