@@ -12,12 +12,14 @@ refuses them (a harness's request: answered 400).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
 
 MAX_DEPTH = 1024  # orjson's own limit; the stdlib fallback is held to the same
 REPLACEMENT = "\ufffd"
+LONE_SURROGATE = re.compile("[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]")
 
 
 class JSONDepthError(ValueError):
@@ -76,6 +78,11 @@ def check_depth(data: bytes | str, limit: int = MAX_DEPTH) -> None:
             depth -= 1
 
 
+def valid_unicode(value: Any) -> Any:
+    """`value` (JSON data) with every lone surrogate in its strings and keys made U+FFFD."""
+    return _without_surrogates(value, strict=False)
+
+
 def _without_surrogates(value: Any, strict: bool) -> Any:
     try:
         text = json.dumps(value, ensure_ascii=False)
@@ -87,9 +94,9 @@ def _without_surrogates(value: Any, strict: bool) -> Any:
             raise LoneSurrogateError(f"a string holds a lone UTF-16 surrogate ({bad!a}), which is not valid Unicode") from None
     except ValueError:  # NaN/Infinity written back by dumps are fine; anything else is left as parsed
         return value
-    # Round trip through UTF-16 with surrogatepass: a paired surrogate becomes its character again,
-    # a lone one U+FFFD; dumps/loads of the same text keep every other value as it was.
-    fixed = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    # Lone ones become U+FFFD; then a round trip through UTF-16 joins a pair written as two code
+    # points into its character. dumps/loads of the same text keep every other value as it was.
+    fixed = LONE_SURROGATE.sub(REPLACEMENT, text).encode("utf-16", "surrogatepass").decode("utf-16")
     return json.loads(fixed)
 
 
