@@ -3,7 +3,8 @@
 The harness is driven by the policy, so every request body is hostile. Three steps, each raising
 InvalidRequestError (answered 400 in the dialect's own error shape) with what was wrong:
 1. `parse_body`: JSON, an object, nested at most fastjson.MAX_DEPTH deep (checked before any
-   recursion), no lone surrogate anywhere (it could not be serialised into the rollout's result).
+   recursion) and at most MAX_RECORDED_DEPTH (what a turn's record can hold), no lone surrogate
+   anywhere: what could not be serialised into the rollout's result is refused here.
 2. `read_request`: the dialect's top-level fields have the types it reads (DIALECT_FIELDS), and a
    shape its reader did not expect deeper down (a string where it iterates blocks, ...) is a 400
    naming the reader's complaint, not a crash.
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from harness_env.core.capture import fastjson
 from harness_env.core.errors import InvalidRequestError, safe_text
 
@@ -22,6 +25,8 @@ if TYPE_CHECKING:
     from harness_env.core.capture.asgi import Scope
     from harness_env.core.capture.dialects import ChatRequest, Dialect
 
+RECORD_DEPTH = 16  # a request's messages sit 5 levels down in a stored result: room to spare
+MAX_RECORDED_DEPTH = 255 - RECORD_DEPTH  # orjson's and pydantic's serialisers stop at 255
 Types = tuple[type, ...]
 OBJECT: Types = (dict,)
 LIST: Types = (list,)
@@ -68,7 +73,23 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         raise InvalidRequestError(f"request body is not JSON: {safe_text(str(e), 200)}") from None
     if not isinstance(body, dict):
         raise InvalidRequestError(f"request body must be a JSON object, not {_kind(body)}")
+    check_recordable(body)
     return body
+
+
+def check_recordable(body: dict[str, Any]) -> None:
+    """The body's messages and tools go into the turn record, RECORD_DEPTH levels down in a stored
+    result, whose encoders stop at 255 levels: a body that could not be stored is refused now
+    (orjson's own walk, at C speed, wrapped as deep as the record will be)."""
+    wrapped: Any = body
+    for _ in range(RECORD_DEPTH):
+        wrapped = [wrapped]
+    try:
+        orjson.dumps(wrapped)
+    except orjson.JSONEncodeError as e:
+        raise InvalidRequestError(
+            f"request body is nested deeper than the {MAX_RECORDED_DEPTH} levels a turn's record can hold ({safe_text(str(e), 100)}); flatten it"
+        ) from None
 
 
 def check_fields(body: dict[str, Any], fields: dict[str, Types], where: str) -> None:

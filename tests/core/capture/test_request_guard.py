@@ -110,6 +110,8 @@ async def test_deep_nesting_and_non_objects_are_400s(proxy_client, route):
         (json.dumps(good)[:-1] + ', "x": ' + deep + "}", "nested deeper than"),
         ('{"x": ' + "[" * 3000 + '"\\udfff"' + "]" * 3000 + "}", "nested deeper than"),  # past orjson, at the stdlib's fallback
         (deep, "nested deeper than"),
+        # under the parser's bound, over what a stored result can hold: it would fail the job's store write
+        (json.dumps({**good, "metadata": json.loads("[" * 300 + "]" * 300)}), "levels a turn's record can hold"),
         ("[1]", "must be a JSON object"),
         ("{", "not JSON"),
         (b"\xff\xfe", "not JSON"),
