@@ -3,8 +3,10 @@
 
 Whatever is parsed here can end up in a RolloutResult, which must always serialise: so nothing
 parsed here holds a lone UTF-16 surrogate (a `\\udfff` escape is valid JSON text but no valid
-Unicode, and every encoder of the result refuses it) and nothing is nested deeper than
-MAX_DEPTH (the stdlib's parser recurses, so depth is checked before it runs). `loads` replaces
+Unicode, and every encoder of the result refuses it) and nesting is bounded: orjson stops at
+MAX_DEPTH; the stdlib's fallback parser counts its recursion against the interpreter's limit
+(about 1000) and its RecursionError is a JSONDepthError here. Every step is C code, so a hostile
+64 MB body costs a parse, not a Python loop over its bytes. `loads` replaces
 lone surrogates with U+FFFD (an engine's answer: the data is kept, made valid); `loads_strict`
 refuses them (a harness's request: answered 400).
 """
@@ -45,37 +47,16 @@ def _loads(data: bytes | str, *, strict: bool) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as e:
-        if "depth limit" in str(e):
+        reason = str(e)
+        if "depth limit" in reason:
             raise JSONDepthError(f"nested deeper than {MAX_DEPTH} levels") from None
-    check_depth(data)
+        if strict and "surrogate in string" in reason:  # at once: no second parse of a body that is refused anyway
+            raise LoneSurrogateError(f"a string holds a lone UTF-16 surrogate ({reason})") from None
     try:
         value = json.loads(data)  # raises the stdlib's JSONDecodeError (a ValueError) if truly invalid
-    except RecursionError:  # pragma: no cover - check_depth bounds it first
+    except RecursionError:  # its C parser counts its depth against the interpreter's limit
         raise JSONDepthError(f"nested deeper than {MAX_DEPTH} levels") from None
     return _without_surrogates(value, strict)
-
-
-def check_depth(data: bytes | str, limit: int = MAX_DEPTH) -> None:
-    """Raise JSONDepthError if `data` opens more than `limit` arrays/objects at once (brackets in
-    strings do not count). Linear and without recursion, so hostile nesting costs only a scan."""
-    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
-    depth, in_string, escaped = 0, False, False
-    for byte in raw:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:  # quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):  # [ {
-            depth += 1
-            if depth > limit:
-                raise JSONDepthError(f"nested deeper than {limit} levels")
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
 
 
 def valid_unicode(value: Any) -> Any:

@@ -88,6 +88,7 @@ async def test_a_lone_surrogate_anywhere_is_a_400_naming_it(proxy_client, route)
     bodies = [
         _with(good, ("model",), "\udfff"),
         {**good, "metadata": {"\ud800": 1}},  # in a key
+        {**good, "seed": float("nan"), "metadata": "\udfff"},  # after what orjson refuses: found by the stdlib's fallback
         *(_with(good, at, "\udfff") for at in _paths(good) if isinstance(at[-1], str)),
     ]
     if "tools" in good:
@@ -108,7 +109,7 @@ async def test_deep_nesting_and_non_objects_are_400s(proxy_client, route):
     deep = "[" * 100_000 + "]" * 100_000
     for raw, says in [
         (json.dumps(good)[:-1] + ', "x": ' + deep + "}", "nested deeper than"),
-        ('{"x": ' + "[" * 3000 + '"\\udfff"' + "]" * 3000 + "}", "nested deeper than"),  # past orjson, at the stdlib's fallback
+        ('{"a": NaN, "x": ' + "[" * 3000 + "]" * 3000 + "}", "nested deeper than"),  # orjson refuses NaN: the stdlib's fallback
         (deep, "nested deeper than"),
         # under the parser's bound, over what a stored result can hold: it would fail the job's store write
         (json.dumps({**good, "metadata": json.loads("[" * 300 + "]" * 300)}), "levels a turn's record can hold"),
@@ -165,3 +166,5 @@ def test_lenient_parsing_keeps_data_and_makes_it_valid():
     parsed = fastjson.loads(b'{"text": "a\\udfffb", "\\ud800": ["\\ud83d\\ude00", 1e400]}')
     assert parsed == {"text": "a\ufffdb", "\ufffd": ["\U0001f600", float("inf")]}
     json.dumps(parsed, ensure_ascii=False).encode()
+    with pytest.raises(fastjson.JSONDepthError):  # a surrogate makes orjson give up early: the fallback is bounded too
+        fastjson.loads('["\\udfff", ' + "[" * 100_000 + "]" * 100_000 + "]")
