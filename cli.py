@@ -383,6 +383,7 @@ def catalog_endpoint(args: argparse.Namespace, api_key: str, agent_calls_model: 
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness_env.core.errors import InvalidRequestError, ToolMissingError
     from harness_env.core.procs import make_undumpable
+    from harness_env.core.serialisable import made_serialisable
     from harness_env.models import PhaseEvent
 
     make_undumpable()  # the upstream key in this process stays out of reach of a plain sandbox's agent (same uid)
@@ -397,6 +398,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result = _run_until_stopped(request, progress, use_bwrap)
     except (InvalidRequestError, ToolMissingError) as e:  # e.g. a Harbor task that is not one, no Harbor extra
         _bad_input(str(e))
+    result = made_serialisable(result)  # a result that cannot be written is repaired, or failed with why: never a traceback
     if args.compact:
         from harness_env.storage import pack
 

@@ -262,7 +262,9 @@ class LocalSandbox:
             text = found.data[:cap].decode("utf-8", errors="replace")
             if len(found.data) > cap:
                 text += "\n[... truncated ...]"
-            out[found.rel] = text
+            # A name that is not UTF-8 (os.scandir gives its bytes as lone surrogates) keeps its
+            # bytes as \xNN escapes: a result's keys must serialise.
+            out[os.fsencode(found.rel).decode("utf-8", "backslashreplace")] = text
             total += len(found.data)
         return out
 
