@@ -29,6 +29,10 @@ from harness_env.server.auth import WEB_LOGIN_PATH, WEB_PREFIX, AuthFailureLimit
 from harness_env.server.loop_lag import freeze_long_lived
 from harness_env.server.service import RolloutService
 from harness_env.server.web.login import add_login_routes
+from harness_env.server.web.result_file import MAX_RESULT_FILE_BYTES
+
+UPLOAD_PATH = WEB_PREFIX + "/gradio_api/upload"  # Gradio's upload route, where the page sends a result file
+UPLOAD_SLACK_BYTES = 1024 * 1024  # the multipart framing around the file
 
 
 _own_gradio_cache: str | None = None  # the GRADIO_TEMP_DIR this process made (Gradio reads it once)
@@ -79,6 +83,12 @@ class WebUI:
         self._mounting: asyncio.Task[None] | None = None  # the load a page request started
         add_login_routes(app, token, limiter)
 
+    @staticmethod
+    def body_limits() -> dict[str, int]:
+        """Request bodies the page takes beyond the server's own limit, by exact path: a result file
+        of up to MAX_RESULT_FILE_BYTES (Gradio's max_file_size checks each file as it arrives)."""
+        return {UPLOAD_PATH: MAX_RESULT_FILE_BYTES + UPLOAD_SLACK_BYTES}
+
     def wrap(self, inner):
         """An ASGI app that mounts the page before the first /web request reaches `inner`."""
 
@@ -119,7 +129,6 @@ class WebUI:
             import gradio as gr
 
             from harness_env.server.web.page import CSS, build_page
-            from harness_env.server.web.rollouts import MAX_RESULT_FILE_BYTES
 
             page = build_page(self.service)
             # run_history off: Gradio would otherwise keep every run's inputs (the API key among
