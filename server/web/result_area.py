@@ -18,6 +18,12 @@ MAX_JSON_VIEW_CHARS = 300_000  # the JSON tab; the download always has everythin
 MAX_REFERENCE_BYTES = 8 * 1024 * 1024  # as the svg_icon family allows
 
 
+def text_markdown(elem_id: str, value: str = "") -> gr.Markdown:
+    """A Markdown component that shows data (render_text.md_text makes the data in it inert): no
+    LaTeX, which would typeset $$...$$ from what the agent wrote."""
+    return gr.Markdown(value, elem_id=elem_id, latex_delimiters=[])
+
+
 def harness_view(name: str):
     """A harness's own result tab, when render has one: render.<name>_html(the result's field
     named after the harness, the agent's trajectory)."""
@@ -49,7 +55,7 @@ class ResultArea:
         p = prefix
         with gr.Row():
             self.reward = gr.HTML(render.reward_html(None), elem_id=f"{p}reward")
-            self.summary = gr.Markdown("", elem_id=f"{p}summary")
+            self.summary = text_markdown(f"{p}summary")
         with gr.Tabs() as self.tabs:
             with gr.Tab("verify", id="verify"):
                 self.verify_html = gr.HTML("", elem_id=f"{p}verify-results")
@@ -65,10 +71,13 @@ class ResultArea:
             with gr.Tab("files", id="files"):
                 self.files_html = gr.HTML("", elem_id=f"{p}files-out")
             with gr.Tab("conversation", id="conversation"):
-                self.chat = gr.Chatbot(value=[], label="the agent's turns", height=520, elem_id=f"{p}conversation", feedback_options=None)
+                # No Markdown, no LaTeX: render_turns gives each message as escaped HTML, so what the
+                # model or a tool wrote shows as text (Markdown would turn ![](url) into an image).
+                self.chat = gr.Chatbot(value=[], label="the agent's turns", height=520, elem_id=f"{p}conversation", feedback_options=None,
+                                       render_markdown=False, latex_delimiters=[], sanitize_html=True, allow_tags=False)
             with gr.Tab("logprobs", id="logprobs"):
                 self.logprob_plot = gr.HTML("", elem_id=f"{p}logprob-plot")
-                self.logprob_md = gr.Markdown("", elem_id=f"{p}logprob-summary")
+                self.logprob_md = text_markdown(f"{p}logprob-summary")
                 gr.Markdown("#### Tokens of each model call")
                 self.token_view = gr.HTML("", elem_id=f"{p}token-view")
             with gr.Tab("JSON", id="json"):
