@@ -19,6 +19,7 @@ PLOT_W, PLOT_H, PLOT_PAD = 760, 260, 40
 TURN_COLOURS = ("#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2")
 LABEL_GAP = 48  # plot units between two turn labels ("turn 100" is about 40 wide at font size 10)
 MAX_TOKEN_VIEW = 8_000  # tokens shown in the token view (about 200 bytes of HTML each); the JSON download has all
+MAX_CHAT_MESSAGES = 5_000  # messages in the conversation pane (a Chatbot message costs the page far more than its text)
 MAX_PLOT_POINTS = 10_000  # circles in the logprob plot (about 150 bytes of SVG each); more are thinned evenly
 
 
@@ -89,6 +90,8 @@ def conversation(result: RolloutResult) -> list[dict[str, Any]]:
             prev = []
         for msg in req[len(prev):]:
             messages += _message_to_chat(msg)
+            if len(messages) > MAX_CHAT_MESSAGES:
+                break
         nxt = turns[i + 1].request_messages if i + 1 < len(turns) else None
         if nxt is None or nxt[: len(req)] != req:
             messages += _message_to_chat(_answer_message(turn))
@@ -96,6 +99,13 @@ def conversation(result: RolloutResult) -> list[dict[str, Any]]:
             messages.append({"role": "assistant", "content": _code(turn.upstream_error),
                              "metadata": _meta(f"model call {turn.index} failed ({turn.upstream_status})")})
         prev = req
+        if len(messages) > MAX_CHAT_MESSAGES:
+            break
+    if len(messages) > MAX_CHAT_MESSAGES:
+        messages = messages[:MAX_CHAT_MESSAGES]
+        messages.append({"role": "assistant", "content": _text(f"the conversation goes on: the first {MAX_CHAT_MESSAGES} messages "
+                                                               "are shown here, the JSON download has every model call"),
+                         "metadata": _meta("cut here")})
     return messages
 
 
@@ -109,7 +119,7 @@ def _answer_message(turn: Turn) -> dict[str, Any]:
 
 
 # -- logprobs -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per token of the rollout
 class TokenPoint:
     turn: int  # the turn's index
     position: int  # position within the rollout's completion tokens (0-based)

@@ -30,6 +30,9 @@ MAX_RESULT_FILE_BYTES = 64 * 1024 * 1024  # a result file opened from disk (Grad
 MAX_EXPANDED_BYTES = MAX_RESULT_FILE_BYTES
 MAX_EXPANDED_MESSAGES = 1_000_000  # request messages of all turns, expanded (bounds the walk's own memory)
 MAX_DEPTH = 100  # nesting of a document (real results nest about 10 deep; the renderers recurse)
+# Objects and lists in a file: parsed, "{}" is 64 bytes of Python for 3 of JSON. A dense real result
+# (a top-logprobs entry per alternative) has one per 30-odd bytes.
+MAX_CONTAINERS = MAX_RESULT_FILE_BYTES // 32
 MAX_FILE_RESULTS = 1_000  # results read from one JSONL file
 REQUIRED_KEYS = frozenset({"rollout_id", "harness", "reward"})  # what every stored result has
 TOO_BIG_HINT = "open it in Python instead (harness_env.storage.load reads a compact file)"
@@ -64,6 +67,10 @@ def parse_result_file(path: str) -> list[RolloutResult]:
         raise ValueError("the file is not UTF-8 text (a RolloutResult JSON or JSONL file is)") from None
     if not text.strip():
         raise ValueError("the file is empty")
+    # Counted before parsing (brackets inside strings count too: an upper bound, at C speed).
+    containers = text.count("{") + text.count("[")
+    if containers > MAX_CONTAINERS:
+        raise ValueError(f"the file holds {containers:,} JSON objects and lists; at most {MAX_CONTAINERS:,} are opened here; {TOO_BIG_HINT}")
     budget = Budget()
     try:
         doc = _json(text, "the file ")
@@ -105,7 +112,7 @@ def _depth_over(doc: Any, limit: int) -> bool:
         if isinstance(value, (dict, list)):
             if depth > limit:
                 return True
-            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value) if isinstance(v, (dict, list)))
     return False
 
 

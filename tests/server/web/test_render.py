@@ -319,3 +319,12 @@ def test_a_long_rollouts_plot_is_thinned_not_unbounded():
     points = [render.TokenPoint(k // 1000, k, "t", -0.5) for k in range(100_000)]
     svg = render.logprob_svg(points)
     assert 9_000 <= svg.count('class="he-token"') <= 10_000 and "every 10th of 100000 tokens shown" in svg
+
+
+def test_a_conversation_of_millions_of_tiny_messages_is_cut_with_a_note():
+    """A file of 4 million {"role": "user"} (64 MB) made 4 million Chatbot messages."""
+    from harness_env.server.web.render_turns import MAX_CHAT_MESSAGES
+
+    turn = _turn(0, [{"role": "user", "content": "m"}] * 50_000, text="ok")
+    msgs = render.conversation(_result(proxy_turns=[turn]))
+    assert len(msgs) == MAX_CHAT_MESSAGES + 1 and "the first 5000 messages are shown" in msgs[-1]["content"]

@@ -114,3 +114,14 @@ def test_a_file_over_the_size_limit_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setattr(result_file, "MAX_RESULT_FILE_BYTES", 100)
     with pytest.raises(ValueError, match="at most 100 are opened here; open it in Python instead"):
         parse_result_file(write(tmp_path, {**HEAD, "task_id": "x" * 200}))
+
+
+def test_a_file_of_tiny_objects_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
+    """ "{}" is 3 bytes of JSON and 64 of Python: 64 MB of them parsed to 1.4 GB."""
+    monkeypatch.setattr(result_file, "MAX_CONTAINERS", 1_000)
+    parsed = []
+    monkeypatch.setattr(result_file.json, "loads", lambda text: parsed.append(text))
+    doc = json.dumps({**HEAD, "grading": {"x": [{}] * 2_000}})
+    with pytest.raises(ValueError, match="holds 2,003 JSON objects and lists; at most 1,000 are opened here"):
+        parse_result_file(write(tmp_path, doc))
+    assert parsed == []
