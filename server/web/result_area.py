@@ -5,6 +5,7 @@ one, so a stored rollout or a result file looks like a fresh run."""
 from __future__ import annotations
 
 import base64
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,28 @@ from harness_env.server.web import render
 
 MAX_JSON_VIEW_CHARS = 300_000  # the JSON tab; the download always has everything
 MAX_REFERENCE_BYTES = 8 * 1024 * 1024  # as the svg_icon family allows
+MAX_DOWNLOADS = 32  # result JSONs kept for the download buttons
+
+
+def safe_name(key: str) -> str:
+    """A download's file name part: `key` is a rollout id or the page's own, but a file's
+    sandbox_id is whatever the file says ("../x")."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", key)[:64].lstrip(".") or "result"
+
+
+def prune_downloads(directory: Path, keep: int = MAX_DOWNLOADS) -> None:
+    """Keep the newest `keep` result JSONs: each view writes one (a file opened again and again
+    must not fill the disk). Gradio serves its own copy, so the page's button keeps working."""
+    files = sorted(directory.glob("rollout-*.json"), key=_mtime, reverse=True)
+    for old in files[keep:]:
+        old.unlink(missing_ok=True)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # removed meanwhile by another view's prune
+        return 0.0
 
 
 def text_markdown(elem_id: str, value: str = "") -> gr.Markdown:
@@ -99,8 +122,9 @@ class ResultArea:
         own = [name for name in self.harness_html if getattr(result, name, None) is not None]  # the harness's own tab opens
         points = render.logprob_points(result.proxy_turns)
         text = render.result_json(result)
-        path = Path(self.downloads) / f"rollout-{key or result.sandbox_id or 'result'}.json"
+        path = Path(self.downloads) / f"rollout-{safe_name(key or result.sandbox_id or 'result')}.json"
         path.write_text(text)
+        prune_downloads(Path(self.downloads))
         return [
             render.reward_html(result),
             render.summary_markdown(result),

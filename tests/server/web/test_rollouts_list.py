@@ -105,3 +105,21 @@ async def test_files_and_stored_rollouts_are_read_and_rendered_off_the_event_loo
 
 async def _no_events():
     return [], -1
+
+
+def test_download_files_stay_in_their_directory_and_do_not_pile_up(tmp_path):
+    """Each view writes the result's JSON for its download button: a file opened again and again
+    must not fill the disk, and a file's sandbox_id ("../x") names no path."""
+    import gradio as gr
+
+    from harness_env.server.web.result_area import MAX_DOWNLOADS, ResultArea
+
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    with gr.Blocks():
+        area = ResultArea(str(downloads), [])
+    for n in range(MAX_DOWNLOADS + 8):
+        area.view(RolloutResult(rollout_id=f"r{n}", harness="pi", reward=1.0), key=f"file-{n}")
+    area.view(RolloutResult(rollout_id="x", harness="pi", reward=1.0, sandbox_id="../../escaped"))
+    assert len(list(downloads.iterdir())) == MAX_DOWNLOADS
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["downloads"]
