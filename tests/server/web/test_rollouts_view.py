@@ -244,6 +244,8 @@ def test_result_files_up_to_the_limit_open_and_every_bad_one_says_why(chromium, 
     compact.write_text(json.dumps(amplifying(), separators=(",", ":")))
     shape = tmp_path / "shape.json"
     shape.write_text('{"rollout_id": "r", "harness": "pi", "reward": "lots"}')
+    over = tmp_path / "over.json"
+    over.write_bytes(b" " * (64 * MB + 1))
     web = WebDriver(chromium, server_url := web_server[0].url)
     try:
         web.open()
@@ -253,7 +255,9 @@ def test_result_files_up_to_the_limit_open_and_every_bad_one_says_why(chromium, 
         ro_reward(web, "1.0")
         for path, said in [(deep, "could not open deep.json: the file is nested more than 100 levels deep"),
                            (compact, "could not open amp.json: the file is too big to show here: expanded from its compact form"),
-                           (shape, "could not open shape.json: the file is not a RolloutResult: reward")]:
+                           (shape, "could not open shape.json: the file is not a RolloutResult: reward"),
+                           (over, "could not open over.json: the file has 67,108,865 bytes; at most 67,108,864 are opened here; "
+                                  "open it in Python instead")]:
             _open_file(web, path)
             _title_says(web, said)
             assert web.page.locator("#ro-reward .he-reward").get_attribute("data-reward") == ""
