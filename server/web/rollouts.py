@@ -67,7 +67,9 @@ class RolloutsView:
             self.file = gr.File(label="open a result file (RolloutResult JSON, compact JSON, or JSONL of them)",
                                 file_types=[".json", ".jsonl"], type="filepath", elem_id="ro-file")
             self.file_pick = gr.Dropdown(label="result in the file", choices=[], visible=False, elem_id="ro-file-pick")
-        self.file_results = gr.State([])  # the file's results, as JSON
+        # The open file: its path in Gradio's upload cache and how many results it holds, not the
+        # results (a session's state outlives its tab by an hour; a pick reads the file again).
+        self.file_results = gr.State(None)
         gr.Markdown("### Rollout")
         self.title = text_markdown("ro-title", NOT_OPEN)
         self.status = text_markdown("ro-status")
@@ -217,13 +219,18 @@ class RolloutsView:
         except (OSError, ValueError) as e:
             return [[], gr.update(choices=[], value=None, visible=False), *self._file_page(None, f"**could not open {name}:** {md_cell(str(e))}")]
         choices = [(f"{n}: {r.task_id or '-'} · {r.harness} · reward {format_reward(r.reward)}", str(n - 1)) for n, r in enumerate(results, 1)]
-        # The results themselves, not a JSON copy: the page's state holds one file's worth once.
-        return [results, gr.update(choices=choices, value="0", visible=len(results) > 1),
+        return [{"path": path, "count": len(results)}, gr.update(choices=choices, value="0", visible=len(results) > 1),
                 *self._file_page(results[0], f"**{name}**, result 1 of {len(results)}")]
 
-    def on_pick(self, results: list[RolloutResult], pick: str | None) -> list[Any]:
-        """Another result of the file (a sync handler: Gradio runs it in its thread pool)."""
-        if not results or pick is None or not pick.isdigit() or not 0 <= int(pick) < len(results):
+    def on_pick(self, opened: dict[str, Any] | None, pick: str | None) -> list[Any]:
+        """Another result of the file, read again (a sync handler: Gradio runs it in its thread pool)."""
+        if not opened or pick is None or not pick.isdigit() or not 0 <= int(pick) < opened["count"]:
+            return [gr.update()] * len(self.page_outputs)
+        try:
+            results = parse_result_file(opened["path"])
+        except (OSError, ValueError) as e:
+            return self._file_page(None, f"**could not read the file again:** {md_cell(str(e))}")
+        if int(pick) >= len(results):
             return [gr.update()] * len(self.page_outputs)
         return self._file_page(results[int(pick)], f"result {int(pick) + 1} of {len(results)} in the file")
 

@@ -96,7 +96,7 @@ async def test_files_and_stored_rollouts_are_read_and_rendered_off_the_event_loo
     save(result, path)
 
     opened = await view.on_file(str(path))
-    assert opened[0] == [result] and "one.json" in html.unescape(opened[2])
+    assert opened[0] == {"path": str(path), "count": 1} and "one.json" in html.unescape(opened[2])
     shown = await view.open("r1")
     assert "r1" in html.unescape(shown[0])
     assert [w for w, _ in where] == ["parse", "view", "view"]
