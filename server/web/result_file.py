@@ -77,7 +77,7 @@ def parse_result_file(path: str) -> list[RolloutResult]:
     except json.JSONDecodeError:
         pass  # JSONL, perhaps
     else:
-        return [_result(doc, len(text.encode()), "the file ", budget)]
+        return [_result(doc, size, "the file ", budget)]
     lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if len(lines) > MAX_FILE_RESULTS:
         raise ValueError(f"the file has {len(lines):,} lines; at most {MAX_FILE_RESULTS:,} results are opened here")
