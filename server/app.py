@@ -218,7 +218,7 @@ def create_app(
     limiter = AuthFailureLimiter()  # shared by the bearer/cookie/socket checks and the login form
     web = WebUI(app, service, token, limiter)  # the Gradio UI at /web, loaded on first use
     origins = [origin_of(public_url), *(origin_of(o.strip()) for o in os.environ.get(ALLOWED_ORIGINS_VAR, "").split(",") if o.strip())]
-    return capture_first(proxy.app, TokenAuth(limit_body(web.wrap(app)), token, own_origins=origins, limiter=limiter))
+    return capture_first(proxy.app, TokenAuth(limit_body(web.wrap(app), larger=web.body_limits()), token, own_origins=origins, limiter=limiter))
 
 
 def capture_first(proxy_app, app):
@@ -252,15 +252,21 @@ def _too_large(limit: int):
     return reply
 
 
-def limit_body(app, limit: int = MAX_BODY_BYTES):
+def limit_body(app, limit: int = MAX_BODY_BYTES, larger: dict[str, int] | None = None):
     """Refuse request bodies over `limit` bytes (/capture never gets here: capture_first hands it to
     the proxy, which bounds its own): a declared content-length at once, a chunked body as soon as it passes the limit. Then
-    the client gets 413, the app sees a disconnect, and nothing it answers after is sent."""
+    the client gets 413, the app sees a disconnect, and nothing it answers after is sent. `larger`: the
+    exact paths that take more, with their own limit (the web UI's file upload)."""
+    larger = larger or {}
 
     async def limited(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
+        limit_here = larger.get(scope.get("path", ""), limit)
+        await bounded(scope, receive, send, limit_here)
+
+    async def bounded(scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         declared = header(scope, b"content-length") or ""
         if declared.isdigit() and int(declared) > limit:
             await send_reply(send, _too_large(limit))
