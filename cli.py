@@ -383,6 +383,7 @@ def catalog_endpoint(args: argparse.Namespace, api_key: str, agent_calls_model: 
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness_env.core.errors import InvalidRequestError, ToolMissingError
     from harness_env.core.procs import make_undumpable
+    from harness_env.core.serialisable import made_serialisable
     from harness_env.models import PhaseEvent
 
     make_undumpable()  # the upstream key in this process stays out of reach of a plain sandbox's agent (same uid)
@@ -397,6 +398,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result = _run_until_stopped(request, progress, use_bwrap)
     except (InvalidRequestError, ToolMissingError) as e:  # e.g. a Harbor task that is not one, no Harbor extra
         _bad_input(str(e))
+    result = made_serialisable(result)  # a result that cannot be written is repaired, or failed with why: never a traceback
     if args.compact:
         from harness_env.storage import pack
 
@@ -514,6 +516,15 @@ def _serve_on_ray(args: argparse.Namespace) -> int:
     return serve_on_ray(host=args.host, port=args.port, address=args.ray_address, scale=scale, settings=settings, token=args.token)
 
 
+def _sweep_leftovers(quiet: bool) -> None:
+    """What killed runs and servers left (rollout directories and mounts, cgroups, capture sockets)."""
+    from harness_env.core.sandbox.sweep import sweep_at_start
+
+    for note in sweep_at_start():
+        if not quiet:
+            print(f"harness-env: {note}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["svg-dataset"]:  # its own parser, options and errors
@@ -521,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return dataset.main(argv[1:])
     args = build_parser().parse_args(argv)
+    if args.command in ("run", "eval", "serve"):
+        _sweep_leftovers(quiet=getattr(args, "quiet", False))
     try:
         return args.handler(args)
     except BrokenPipeError:  # our reader went away (`| head`): not an error, and no traceback

@@ -64,15 +64,39 @@ def _check_file_tree(paths: list[str]) -> None:
             parent = posixpath.dirname(parent)
 
 
-def check_http_url(url: str) -> str:
-    """`url` parsed as urllib parses it, or a clear ValueError (e.g. 'http://[::1' raises in urlsplit)."""
+def url_authority(url: str) -> str:
+    """'http://u:p@h:1/v1' -> 'u:p@h:1', read without urlsplit (whose errors may quote it)."""
+    rest = url.partition("://")[2] or url
+    return re.split(r"[/?#]", rest, maxsplit=1)[0]
+
+
+def url_without_credentials(url: str) -> str:
+    """`url` safe to show: no user name or password, no query string or fragment (keys travel there)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    shown = scheme + sep + authority.rpartition("@")[2] + rest[len(authority):]
+    return re.split(r"[?#]", shown, maxsplit=1)[0]
+
+
+def check_http_url(url: str, name: str = "base_url", key_name: str = "api_key") -> str:
+    """`url` parsed as urllib parses it, or a clear ValueError (e.g. 'http://[::1' raises in urlsplit).
+    Credentials are refused, in the URL's user info or its query string: the URL is shown (phases,
+    results, the store, the catalog), only the key (`key_name`) is kept secret."""
+    if "@" in url_authority(url):
+        raise ValueError(f"{name} holds a user name or password ('user:pass@host'): give the URL without it "
+                         f"and pass the key as {key_name} (it is kept secret; a URL is not)")
+    if "?" in url or "#" in url:
+        raise ValueError(f"{name} has a query string or fragment ('?...', '#...'): give http(s)://host[:port]/path "
+                         f"and pass a key as {key_name}")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - a port out of range or not a number raises here
-    except ValueError as e:
-        raise ValueError(f"base_url is not a valid URL ({e}); give http(s)://host[:port]/path") from None
+    except ValueError as e:  # its text quotes only the port or the brackets: no credentials are left by now
+        raise ValueError(f"{name} is not a valid URL ({e}); give http(s)://host[:port]/path") from None
     if parts.scheme in ("http", "https") and not parts.hostname:
-        raise ValueError("base_url has no host; give http(s)://host[:port]/path")
+        raise ValueError(f"{name} has no host; give http(s)://host[:port]/path")
     return url
 
 
@@ -88,24 +112,35 @@ def bounded_mapping(value: dict[str, Any], name: str) -> dict[str, Any]:
 SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+# Fields whose object values are file contents, which are written as bytes and may hold NUL.
+CONTENT_FIELDS = frozenset({"files"})
+
+
 def check_text(value: Any, name: str) -> Any:
     """Raw input of field `name`: every string valid Unicode (a lone surrogate cannot be encoded
-    into a file, an argv or a header) and lists/objects at most MAX_NESTING levels deep (deeper ones
-    exhaust the recursion of whatever copies or serialises them later). Iterative: any depth is safe."""
-    stack: list[tuple[Any, str, int]] = [(value, name, 0)]
+    into a file, an argv or a header) and free of NUL bytes (none can pass in an argv, an
+    environment variable, a path or a header: a command, an id or an option with one would fail
+    only once the rollout is under way), except the contents of files; lists/objects at most
+    MAX_NESTING levels deep (deeper ones exhaust the recursion of whatever copies or serialises them
+    later). Iterative: any depth is safe."""
+    stack: list[tuple[Any, str, int, bool]] = [(value, name, 0, False)]
     while stack:
-        v, where, depth = stack.pop()
+        v, where, depth, content = stack.pop()
         if isinstance(v, str):
             if not v.isascii() and (m := SURROGATE.search(v)):
                 raise ValueError(f"{where} contains a lone surrogate (U+{ord(m.group()):04X} at character {m.start()}); send valid Unicode text")
+            if not content and "\x00" in v:
+                raise ValueError(f"{where} contains a NUL byte (at character {v.index(chr(0))}); remove it: no command line, "
+                                 "environment variable, path or name can hold one")
         elif isinstance(v, (dict, list, tuple)):
             if depth >= MAX_NESTING:
                 raise ValueError(f"{name} is nested more than {MAX_NESTING} levels deep; flatten it")
+            contents = depth == 0 and isinstance(v, dict) and name in CONTENT_FIELDS
             for k, item in (v.items() if isinstance(v, dict) else enumerate(v)):
                 key = f"{where}[{k[:40]!r}]" if isinstance(k, str) else f"{where}[{k!r}]"
                 if isinstance(k, str):
-                    stack.append((k, f"a key of {where}", depth + 1))
-                stack.append((item, key, depth + 1))
+                    stack.append((k, f"a key of {where}", depth + 1, False))
+                stack.append((item, key, depth + 1, contents))
     return value
 
 
@@ -185,9 +220,10 @@ class Endpoint(CheckedText):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, url: str) -> str:
+        check_http_url(url)  # first: the message below quotes the URL, which must hold no credentials
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {url!r}")
-        return check_http_url(url).rstrip("/")
+        return url.rstrip("/")
 
 
 # The endpoint of a rollout whose agent calls no model (Harbor's oracle and nop): nothing listens at

@@ -18,6 +18,11 @@ from harness_env.models_base import Mode
 ErrorKind = Literal[
     "invalid_request", "endpoint", "sandbox", "setup", "agent_timeout", "agent_error", "verify", "judge", "internal"
 ]
+# Ends the agent can bring about (its harness dying, a timeout, verify broken by what it left):
+# such a rollout is still graded (verify ran on what was there, or the reward is 0) and
+# error_kind says what happened. Every other kind is a failure of the endpoint, the sandbox or
+# the server: reward None, left out of every mean and of training.
+AGENT_CAUSED_KINDS: frozenset[str] = frozenset({"agent_timeout", "agent_error", "verify"})
 CaptureLevel = Literal["tokens", "logprobs", "text", "none"]
 TurnPurpose = Literal["policy", "auxiliary"]
 
@@ -161,7 +166,8 @@ class RolloutResult(BaseModel):
     agent_tool_calls: int | None = None
     agent_final_text: str = ""
     capture_level: CaptureLevel = "none"
-    reward_source: Literal["reward_file", "verify_ratio", "judge", "zero_check"] | None = None
+    # verify_failed: verify could not run on what the agent left (reward 0; error_kind "verify").
+    reward_source: Literal["reward_file", "verify_ratio", "judge", "zero_check", "verify_failed"] | None = None
     reward_notes: list[str] = Field(default_factory=list)
     sandbox_backend: str = ""
     sandbox_notes: list[str] = Field(default_factory=list)

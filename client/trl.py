@@ -129,7 +129,8 @@ def rollout_batch(results: Sequence[RolloutResult], num_generations: int, filler
     rewards: list[float | None] = []
     for res in results:
         row, dropped = main_row(res)
-        reward = res.reward if res.error is None and row is not None and row.trainable else None
+        # reward None only for an infrastructure failure; an end the agent caused is graded (error set)
+        reward = res.reward if row is not None and row.trainable else None
         if reward is not None and not math.isfinite(reward):
             reward = None
         if reward is None or row is None:
@@ -225,7 +226,7 @@ class HarnessSession:
         self.wait_for_completion()
         res = self.result
         assert res is not None
-        return VerifyResult(env_reward=res.reward if res.error is None else None, done=True,
+        return VerifyResult(env_reward=res.reward, done=True,  # None: an infrastructure failure only
                             metrics={"agent_tool_calls": res.agent_tool_calls, "wall_s": res.wall_s, "error_kind": res.error_kind,
                                      "rollout_type": res.rollout_type, "branches": res.graph.branches})
 

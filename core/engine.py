@@ -30,8 +30,9 @@ from harness_env.core.harness import AgentEnd, AgentOutcome, LaunchContext, Owns
 from harness_env.core.pipeline import PreparedRollout
 from harness_env.core.reward import compute_reward, tool_efficiency_reward
 from harness_env.core.sandbox.base import ExecResult, Sandbox, SandboxFactory
+from harness_env.core.sandbox.envvars import git_program_pins
 from harness_env.core.sandbox.policy import sandbox_limits
-from harness_env.models import CommandResult, Phase, PhaseEvent, RolloutResult, Turn
+from harness_env.models import AGENT_CAUSED_KINDS, CommandResult, Phase, PhaseEvent, RolloutResult, Turn
 
 EventSink = Callable[[PhaseEvent], None]
 logger = logging.getLogger("harness_env.engine")
@@ -129,7 +130,7 @@ async def run_setup(sandbox: Sandbox, commands: list[str], timeout: float, resul
     them and is returned in words."""
     for cmd in commands:
         # The task author's commands, before the agent: they keep the host's network (installs).
-        r = await sandbox.exec(cmd, timeout=timeout, open_network=True)
+        r = await sandbox.exec(cmd, timeout=timeout, open_network=True, env=git_program_pins())
         results.append(command_result(cmd, r))
         if r.exit_code != 0:
             why = f"timed out after {timeout}s" if r.timed_out else f"exited {r.exit_code}"
@@ -173,8 +174,11 @@ def _stopped_failure(session) -> tuple[str, str]:
 
 def classify_agent_end(end: AgentEnd, session, timeout_s: float) -> tuple[str, str] | None:
     """The rollout's (error_kind, message) from how the agent's run ended, or None when it ended
-    normally; one rule for every harness. Using up max_turns or a budget is a normal end (the workspace is
-    graded as it stands); a failed run while the endpoint was failing is the endpoint's fault."""
+    normally; one rule for every harness. Using up max_turns or a budget (max_auxiliary_calls,
+    max_recorded_mb) is a normal end (the workspace is graded as it stands); a failed run while the
+    endpoint was failing (its last calls unreachable, timed out or 5xx) is the endpoint's fault.
+    Every other end is one the agent can bring about (AGENT_CAUSED_KINDS): the engine grades it all
+    the same."""
     if end.timed_out:
         return "agent_timeout", end.timeout_message or f"the agent did not finish within agent_timeout_s={timeout_s}; its processes were killed"
     if (session.limit_reached or end.turn_limit_hit) and end.failure is None:
@@ -185,7 +189,7 @@ def classify_agent_end(end: AgentEnd, session, timeout_s: float) -> tuple[str, s
         return end.failure
     if end.error is None:
         return None
-    if session.upstream_failed:
+    if session.consecutive_failures and session.last_failure_infra:  # the endpoint was failing when the run ended
         detail = end.endpoint_detail or _last_upstream_error(session)[:300] or end.error
         return "endpoint", f"the policy endpoint failed during the agent run: {detail}"
     return "agent_error", end.error
@@ -238,6 +242,7 @@ class RolloutRun:
         self.result = RolloutResult(rollout_id=self.rollout_id, task_id=self.request.task.task_id, mode=self.request.mode,
                                     harness=self.harness.name)
         self.probe: ProbeResult | None = None
+        self.infra_failed = False  # set by fail(): the reward stays None
         self.session = None
         self.sandbox: Sandbox | None = None
         self.start_gate = start_gate
@@ -257,10 +262,32 @@ class RolloutRun:
         return _TimedPhase(self, name)
 
     def fail(self, kind: str, message: str) -> None:
+        """An end the agent cannot cause (endpoint, sandbox, server): no reward."""
+        self.infra_failed = True
+        self.result.reward = None
+        self.note_end(kind, message)
+
+    def note_end(self, kind: str, message: str) -> None:
+        """Say what broke (the first thing only); the reward is untouched."""
         if self.result.error is None:
             self.result.error_kind = kind  # type: ignore[assignment]
             self.result.error = message
-            self.result.reward = None
+
+    def end_of_agent(self, kind: str, message: str) -> None:
+        """How the agent's run ended, when not normally. Once the policy has acted (one of its
+        model calls answered), the end is graded like any other (AGENT_CAUSED_KINDS): a policy
+        must not escape a failing grade by killing its harness or sleeping past the timeout.
+        Before that (auxiliary calls such as titles aside), nothing of the policy's exists yet:
+        the harness, the sandbox or the endpoint failed."""
+        if kind in AGENT_CAUSED_KINDS and self.policy_has_acted():
+            self.note_end(kind, message)
+        else:
+            self.fail(kind, message)
+
+    def policy_has_acted(self) -> bool:
+        if not self.request.agent_calls_model:
+            return True  # the agent is a script of the request's: whatever it does is graded
+        return self.session is not None and any(t.purpose == "policy" and t.upstream_status == 200 for t in self.session.turns)
 
     # -- the lifecycle ------------------------------------------------------------------------
     async def execute(self) -> RolloutResult:
@@ -396,7 +423,20 @@ class RolloutRun:
             ctx = self.launch_context(sandbox.workspace, sandbox.home)
             self.agent_launched()
             # Stopped when model calls keep failing: no point waiting.
-            r, outcome = await self.harness.run_agent(ctx, sandbox, session.endpoint_down)
+            try:
+                r, outcome = await self.harness.run_agent(ctx, sandbox, session.endpoint_down)
+            except EndpointError:
+                raise
+            except Exception as e:
+                # Reading back what the agent left (its harness's logs and session files) is
+                # reading hostile data: once the policy has acted, a failure here is graded.
+                if not self.policy_has_acted():
+                    raise
+                logger.exception("rollout %s: the harness's run could not be read back", self.rollout_id)
+                self.release_start()
+                self.note_end("agent_error", f"the {self.harness.name} run could not be read back ({type(e).__name__}: {str(e)[:300]})")
+                ph.ok, ph.detail = False, res.error or ""
+                return True
             self.release_start()  # ended before it was up (no model call): its place is free now
             res.agent_exit_code = r.exit_code
             res.agent_tool_calls = outcome.tool_calls
@@ -406,27 +446,41 @@ class RolloutRun:
             ph.detail = f"exit {r.exit_code}, {outcome.tool_calls} tool calls, {len(session.turns)} model calls"
             failure = classify_agent_end(sandboxed_agent_end(self.harness.name, r, outcome), session, self.request.agent_timeout_s)
             if failure:
-                self.fail(*failure)
+                self.end_of_agent(*failure)
             ph.ok = res.error is None
-        return res.error is None
+        return not self.infra_failed
 
     async def verify(self) -> None:
-        sandbox, request, res = self.sandbox, self.request, self.result
+        sandbox, res = self.sandbox, self.result
         assert sandbox is not None
         with self.phase("verify") as ph:
-            if self.grader is not None:  # a task family grades the submission itself
-                await asyncio.to_thread(sandbox.clear_reward_file)  # nothing the agent started runs on
-                graded = await self.grader.grade(sandbox, request)
-                res.grading = graded.evidence
-                reward, source, notes = graded.reward, graded.source, graded.notes
-                if graded.error:
-                    self.fail("judge", graded.error)
-                    ph.ok, ph.detail = False, graded.error[:300]
+            try:
+                reward, source, notes = await self.grade(sandbox)
+            except HarnessEnvError as e:
+                # Verify could not run on what the agent left (its disk full, a tree that cannot
+                # be reset, ...): the agent can bring that about, so it scores 0.
+                self.note_end("verify", f"verify could not run on what the agent left: {e}")
+                reward, source, notes = 0.0, "verify_failed", [str(e)[:300]]
+                ph.ok, ph.detail = False, str(e)[:300]
+            if self.infra_failed:
+                ph.ok = False
             else:
-                reward, source, notes = await run_verify(sandbox, request.task.verify, request.verify_timeout_s, res.verify_results)
-            if res.error is None:
                 self.set_reward(reward, source, notes)
-                ph.detail = f"reward {res.reward}"
+                ph.detail = ph.detail or f"reward {res.reward}"
+
+    async def grade(self, sandbox: Sandbox) -> tuple[float | None, str | None, list[str]]:
+        """(reward, source, notes) from the task family's grader, or from the verify commands."""
+        request, res = self.request, self.result
+        if self.grader is None:
+            return await run_verify(sandbox, request.task.verify, request.verify_timeout_s, res.verify_results)
+        await asyncio.to_thread(sandbox.clear_reward_file)  # nothing the agent started runs on
+        graded = await self.grader.grade(sandbox, request)
+        res.grading = graded.evidence
+        if graded.error and graded.agent_caused:
+            self.note_end("judge", graded.error)  # e.g. a picture that talks the judge out of scoring: graded
+        elif graded.error:
+            self.fail("judge", graded.error)  # the judge itself failed (unreachable, say): no reward
+        return graded.reward, graded.source, graded.notes
 
     async def run_trial(self) -> None:
         """The harness runs sandbox, setup, agent and verify itself, filling the result."""
@@ -454,8 +508,12 @@ class RolloutRun:
         res.turn_limit_hit = session.turn_limit_hit or end.agent.turn_limit_hit
         failure = classify_agent_end(end.agent, session, self.request.agent_timeout_s)
         if failure:
-            self.fail(*failure)
+            self.end_of_agent(*failure)
             res.reward_notes = list(end.reward_notes)
+        if self.infra_failed:
+            return
+        if failure and end.reward is None:  # an end the agent brought about, before a reward was written
+            self.set_reward(0.0, "verify_failed", [*end.reward_notes, f"no reward after {failure[0]}: 0"])
         else:
             self.set_reward(end.reward, end.reward_source, list(end.reward_notes))
 

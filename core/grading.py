@@ -18,6 +18,8 @@ class GradeOutcome:
     notes: list[str] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
     error: str | None = None  # an infrastructure failure (reward None): the judge was unreachable, say
+    # `error` is one the submission can cause (a judge that answers without scores): the reward stands.
+    agent_caused: bool = False
 
 
 class Grader(Protocol):

@@ -8,12 +8,12 @@ and how to read its output.
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field, replace
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from harness_env.core import toolchain
+from harness_env.core.capture import fastjson
 from harness_env.core.sandbox.base import ExecResult
 from harness_env.models import RolloutRequest
 
@@ -70,9 +70,9 @@ class JsonEventParser:
         line = line.strip()
         if not line.startswith("{"):
             return
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
+        try:  # lone surrogates made U+FFFD, nesting bounded: what it keeps goes into the result
+            event = fastjson.loads(line)
+        except ValueError:
             return
         if isinstance(event, dict):
             self.events += 1

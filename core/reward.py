@@ -1,7 +1,8 @@
 """Reward rules.
 
 A verify command may write one finite float to the reward file; that value is the reward. NaN,
-inf and junk are ignored (and recorded). Otherwise the reward is passed/total verify commands;
+inf, junk and numbers outside [-MAX_ABS_REWARD, MAX_ABS_REWARD] are ignored (and recorded): a
+reward of 1e308 would overflow a trainer's advantage sums and every mean an eval reports. Otherwise the reward is passed/total verify commands;
 with no verify commands there is no reward (None). Infrastructure failures never reach here: the
 engine leaves their reward None.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 import math
 
 from harness_env.models import CommandResult
+
+MAX_ABS_REWARD = 1e6  # far above any real task's scale (0..1, or a few points), far below float overflow
 
 
 def parse_reward_text(text: str) -> tuple[float | None, str | None]:
@@ -24,7 +27,17 @@ def parse_reward_text(text: str) -> tuple[float | None, str | None]:
         return None, f"reward file holds no number: {stripped[:80]!r}"
     if not math.isfinite(value):
         return None, f"reward file holds a non-finite number ({stripped[:20]}); ignored"
+    if out_of_range(value):
+        return None, f"reward file holds {stripped[:20]}, {OUT_OF_RANGE}; ignored"
     return value, None
+
+
+OUT_OF_RANGE = f"outside the reward range [-{MAX_ABS_REWARD:.0f}, {MAX_ABS_REWARD:.0f}]"
+
+
+def out_of_range(value: float) -> bool:
+    """A finite number a task may not give as its reward (every reader of reward files asks this)."""
+    return abs(value) > MAX_ABS_REWARD
 
 
 def compute_reward(

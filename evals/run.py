@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_env.evals.report import Outcome, summarize
+from harness_env.evals.tasks import safe_id
 from harness_env.models import RolloutRequest, RolloutResult
 from harness_env.storage import pack
 
@@ -41,7 +42,8 @@ class Progress:
 
 
 def attempt_path(out: Path, task_id: str, attempt: int) -> Path:
-    return out / RESULTS / task_id / f"{attempt}.json"
+    """Where an attempt's result goes: any task id is made a safe directory name (evals/tasks.py)."""
+    return out / RESULTS / safe_id(task_id) / f"{attempt}.json"
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -133,8 +135,8 @@ async def evaluate_async(
         urls = server_urls(None, [server] if isinstance(server, str) else list(server))
     out = Path(out)
     checked = [(tid, r if isinstance(r, RolloutRequest) else RolloutRequest.model_validate(r)) for tid, r in requests]
-    if len({tid for tid, _ in checked}) != len(checked):
-        raise ValueError("task ids must be unique")
+    if len({safe_id(tid) for tid, _ in checked}) != len(checked):
+        raise ValueError("task ids must be unique, also as directory names (only letters, digits, '.', '_' and '-' are kept)")
     meta = _meta(out, checked, attempts, threshold)
     todo = [(tid, req, i) for tid, req in checked for i in range(attempts) if read_outcome(attempt_path(out, tid, i)) is None]
     progress = Progress(total=len(checked) * attempts)
@@ -156,7 +158,7 @@ async def evaluate_async(
                 if client is None:
                     result = await _run_local(req, use_bwrap)
                 else:
-                    result = await _run_remote(client, req, f"{meta['run_key']}-{tid}-{i}")
+                    result = await _run_remote(client, req, f"{meta['run_key']}-{safe_id(tid)}-{i}")  # within the key's bound
                 write_atomic(attempt_path(out, tid, i), json.dumps(pack(result), separators=(",", ":")))
             finally:
                 progress.running -= 1

@@ -12,6 +12,7 @@ Nothing here runs a rollout; turning a task into a request is the caller's (the 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -38,9 +39,19 @@ class EvalTask:
     request_defaults: dict[str, Any] = field(default_factory=dict)
 
 
+MAX_ID_CHARS = 100  # a directory name, far under a name's 255 bytes, with room for a duplicate's "-N"
+ID_DIGEST_CHARS = 12
+
+
 def safe_id(name: str) -> str:
-    """A task id usable as a directory name."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "task"
+    """A task id usable as a directory name (results/<id>/) and in an idempotency key: only
+    [A-Za-z0-9._-], no leading dot, at most MAX_ID_CHARS; a longer one keeps its start and ends
+    in a digest of the whole id, so two long ids that share a start stay apart. Idempotent."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "task"
+    if len(safe) <= MAX_ID_CHARS:
+        return safe
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:ID_DIGEST_CHARS]
+    return safe[: MAX_ID_CHARS - ID_DIGEST_CHARS - 1] + "-" + digest
 
 
 def _unique(tasks: list[EvalTask]) -> list[EvalTask]:

@@ -302,7 +302,7 @@ def evaluate(tasks: list[dict[str, Any]], attempts: int, request: dict[str, Any]
     """Every task `attempts` times at the training temperature against the served weights."""
     started = time.monotonic()
     results = run_many([{**request, "task": t} for t in tasks for _ in range(attempts)])
-    rewards = [r.reward if r.error is None else None for r in results]
+    rewards = [r.reward for r in results]  # None: an infrastructure failure (an end the agent caused is graded)
     scored = [r for r in rewards if r is not None]
     return Evaluation(version=version, n=len(scored), successes=sum(r >= 1.0 for r in scored),
                       mean_reward=statistics.fmean(scored) if scored else 0.0, failed=len(rewards) - len(scored),

@@ -34,12 +34,14 @@ from harness_env.core.errors import InvalidRequestError, ToolMissingError, safe_
 from harness_env.core.sandbox.cgroups import sweep_stale
 from harness_env.core.sandbox.local import bwrap_available
 from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
-from harness_env.server.auth import AuthFailureLimiter, TokenAuth, origin_of, redact_server_logs
+from harness_env.server.auth import AuthFailureLimiter, TokenAuth, origin_of
 from harness_env.core.cpus import available_cpus
+from harness_env.server.catalog import url_credentials
 from harness_env.server.docs_page import add_docs_routes
 from harness_env.server.jobs import JobManager, JobService
 from harness_env.server.jobs_routes import add_job_routes
 from harness_env.server.jobs_upkeep import Retention, recover, upkeep
+from harness_env.server.log_secrets import mask_secrets_in_logs
 from harness_env.server.metrics import ServerMetrics, log_rollouts_to_stderr
 from harness_env.server.openenv_routes import DESCRIPTION, ServerState, add_openenv_routes, package_version
 from harness_env.server.slots import RolloutSlots, ServerBusy
@@ -91,8 +93,10 @@ def create_app(
     much is kept (default: from the environment)."""
     # Masked by the capture proxy in everything it passes back or records: the token, and every
     # credential-looking variable of the server (catalog and judge keys, provider tokens).
-    for secret in (token, *(v for k, v in os.environ.items() if SECRET_NAME.search(k)), store_password()):
+    env = dict(os.environ)
+    for secret in (token, *(v for k, v in env.items() if SECRET_NAME.search(k)), store_password(), *url_credentials(env)):
         register_secret(secret)
+    mask_secrets_in_logs()  # the same secrets, and capture keys, in any encoding, in every log line (server/log_secrets.py)
     proxy = CaptureProxy()
     concurrent = max_concurrent or default_max_concurrent()
     slots = RolloutSlots(concurrent, max_queue if max_queue is not None else concurrent * 4, max_starting or default_max_starting())
@@ -213,9 +217,8 @@ def create_app(
     mcp.mount(app)  # /capture is not mounted here: capture_first sends it to the proxy first
     limiter = AuthFailureLimiter()  # shared by the bearer/cookie/socket checks and the login form
     web = WebUI(app, service, token, limiter)  # the Gradio UI at /web, loaded on first use
-    redact_server_logs()
     origins = [origin_of(public_url), *(origin_of(o.strip()) for o in os.environ.get(ALLOWED_ORIGINS_VAR, "").split(",") if o.strip())]
-    return capture_first(proxy.app, TokenAuth(limit_body(web.wrap(app)), token, own_origins=origins, limiter=limiter))
+    return capture_first(proxy.app, TokenAuth(limit_body(web.wrap(app), larger=web.body_limits()), token, own_origins=origins, limiter=limiter))
 
 
 def capture_first(proxy_app, app):
@@ -249,15 +252,21 @@ def _too_large(limit: int):
     return reply
 
 
-def limit_body(app, limit: int = MAX_BODY_BYTES):
+def limit_body(app, limit: int = MAX_BODY_BYTES, larger: dict[str, int] | None = None):
     """Refuse request bodies over `limit` bytes (/capture never gets here: capture_first hands it to
     the proxy, which bounds its own): a declared content-length at once, a chunked body as soon as it passes the limit. Then
-    the client gets 413, the app sees a disconnect, and nothing it answers after is sent."""
+    the client gets 413, the app sees a disconnect, and nothing it answers after is sent. `larger`: the
+    exact paths that take more, with their own limit (the web UI's file upload)."""
+    larger = larger or {}
 
     async def limited(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
+        limit_here = larger.get(scope.get("path", ""), limit)
+        await bounded(scope, receive, send, limit_here)
+
+    async def bounded(scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         declared = header(scope, b"content-length") or ""
         if declared.isdigit() and int(declared) > limit:
             await send_reply(send, _too_large(limit))

@@ -9,21 +9,21 @@ login form at /web/login sets after checking the token once (server/web/login.py
 an HMAC derived from the token, not the token, and is scoped to /web: it opens the UI and nothing
 else.
 
-Three more guards live here, because they are about who is asking:
+Two more guards live here, because they are about who is asking:
 - requests a browser sends from another origin (a page on another port or site) are refused, so
   no page but the server's own can read /web or start a rollout with the user's cookie;
 - failed authentications are counted per client address (AuthFailureLimiter): past a few a
-  minute, that address gets 429 for a while, so a token cannot be guessed at speed;
-- tokens in query strings (`/ws?token=`) are redacted from uvicorn's logs.
+  minute, that address may try one new credential every few seconds (429 in between), so a token
+  cannot be guessed at speed, while the right token still gets in from there.
+Tokens and keys are masked from every log line by server/log_secrets.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import logging
 import math
-import re
+import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
@@ -88,47 +88,82 @@ def client_address(scope: Scope) -> str:
 
 
 class AuthFailureLimiter:
-    """Failed authentications per client address: after `max_failures` within `window_s`, the
-    address gets 429 for `backoff_s` whatever it sends (checking its tokens meanwhile would let it
-    keep guessing). Other addresses are never affected. In memory, bounded to `max_addresses`
-    (the oldest forgotten first): a restart forgets, which only helps the guesser once."""
+    """Failed authentications per client address, throttled so that guessing is slow while the
+    right token keeps working from the same address (a loopback trainer, or everyone behind one
+    proxy, shares it with whoever guesses).
+
+    An address may fail `max_failures` times within `window_s` at full speed. Past that it is
+    slowed for `backoff_s` after its last failure: one new guess per `slow_interval_s`, and a
+    credential arriving sooner is refused unchecked (429 with Retry-After) - checking it would
+    let a guesser try at the speed it can send. So the right token waits at most
+    `slow_interval_s` after the last wrong guess, and only while someone at that address keeps
+    guessing (before, ten wrong tokens locked it out for a minute). A wrong credential sent
+    again (a stale client retrying) tells nothing new: it is answered 401 at once and neither
+    counted nor slowed (`known_wrong`). In memory, bounded to `max_addresses` (the oldest
+    forgotten first): a restart forgets, which only helps the guesser once."""
 
     def __init__(self, max_failures: int = 10, window_s: float = 60.0, backoff_s: float = 60.0,
-                 max_addresses: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+                 slow_interval_s: float = 5.0, max_addresses: int = 10_000, max_remembered: int = 8,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.max_failures = max_failures
         self.window_s = window_s
         self.backoff_s = backoff_s
+        self.slow_interval_s = slow_interval_s
         self.max_addresses = max_addresses
+        self.max_remembered = max_remembered
         self.clock = clock
+        self._key = os.urandom(32)  # digests of wrong credentials mean nothing outside this process
         self._failures: OrderedDict[str, deque[float]] = OrderedDict()
-        self._blocked_until: OrderedDict[str, float] = OrderedDict()
+        self._slowed_until: OrderedDict[str, float] = OrderedDict()
+        self._last_failure: dict[str, float] = {}
+        self._wrong: OrderedDict[str, deque[bytes]] = OrderedDict()
+
+    def _digest(self, given: str | bytes, expected: str) -> bytes:
+        """What is remembered of a wrong credential: keyed by the process, and by what it was
+        compared with (a value wrong as a cookie may be the right bearer token)."""
+        raw = given if isinstance(given, bytes) else utf8(given)
+        return hmac.new(self._key, utf8(expected) + b"\0" + raw, hashlib.sha256).digest()
+
+    def known_wrong(self, address: str, given: str | bytes, expected: str) -> bool:
+        """`given` already failed from `address`: refusing it again reveals nothing."""
+        return self._digest(given, expected) in self._wrong.get(address, ())
 
     def retry_after(self, address: str) -> int | None:
-        """Whole seconds `address` must wait, or None if it may try."""
-        until = self._blocked_until.get(address)
+        """Whole seconds before `address` may present a new credential, or None if it may now."""
+        until = self._slowed_until.get(address)
         if until is None:
             return None
-        left = until - self.clock()
-        if left <= 0:
-            del self._blocked_until[address]
-            return None
-        return max(1, math.ceil(left))
-
-    def failed(self, address: str) -> None:
         now = self.clock()
+        if until <= now:  # no failure for backoff_s: full speed again, counted afresh
+            del self._slowed_until[address]
+            self._last_failure.pop(address, None)
+            self._failures.pop(address, None)
+            return None
+        left = self._last_failure.get(address, 0.0) + self.slow_interval_s - now
+        return max(1, math.ceil(left)) if left > 0 else None
+
+    def failed(self, address: str, wrong: Iterable[tuple[str | bytes, str]] = ()) -> None:
+        """Count a failure of `address`; `wrong`: the (credential, what it should have been)
+        pairs it presented, remembered so that sending them again is not counted."""
+        now = self.clock()
+        if wrong:
+            remembered = self._wrong.pop(address, None) or deque(maxlen=self.max_remembered)
+            remembered.extend(self._digest(given, expected) for given, expected in wrong)
+            self._wrong[address] = remembered
         times = self._failures.pop(address, None) or deque()
         times.append(now)
         while times and times[0] <= now - self.window_s:
             times.popleft()
-        if len(times) >= self.max_failures:
-            self._blocked_until[address] = now + self.backoff_s
-            self._blocked_until.move_to_end(address)
-            times.clear()
-        else:
-            self._failures[address] = times  # re-inserted last: the most recent
-        for table in (self._failures, self._blocked_until):
+        self._failures[address] = times  # re-inserted last: the most recent
+        if len(times) >= self.max_failures or self._slowed_until.get(address, 0.0) > now:
+            self._slowed_until.pop(address, None)
+            self._slowed_until[address] = now + self.backoff_s
+            self._last_failure[address] = now
+        for table in (self._failures, self._slowed_until, self._wrong):
             while len(table) > self.max_addresses:
-                table.popitem(last=False)
+                forgotten, _ = table.popitem(last=False)
+                if table is self._slowed_until:
+                    self._last_failure.pop(forgotten, None)
 
 
 def too_many_failures(retry_after: int) -> Reply:
@@ -214,16 +249,19 @@ class TokenAuth:
             await self.app(scope, receive, send)
             return
         address = client_address(scope)
-        wait = self.limiter.retry_after(address)
-        if wait is not None:
-            await self._refuse(scope, send, too_many_failures(wait))
-            return
         given = self._credentials(scope)
-        if any(same_secret(value, expected) for value, expected in given):
-            await self.app(scope, receive, send)
-            return
-        if given:  # a wrong credential is a guess; none at all (a first visit) is not
-            self.limiter.failed(address)
+        # A wrong credential is a guess; none at all (a first visit) is not, and one that failed
+        # before tells nothing new: neither is throttled. A new one is checked unless the address
+        # is being slowed down (then it waits its turn), and the right token always passes a check.
+        if given and not all(self.limiter.known_wrong(address, value, expected) for value, expected in given):
+            wait = self.limiter.retry_after(address)
+            if wait is not None:
+                await self._refuse(scope, send, too_many_failures(wait))
+                return
+            if any(same_secret(value, expected) for value, expected in given):
+                await self.app(scope, receive, send)
+                return
+            self.limiter.failed(address, given)
         if scope["type"] == "http" and scope.get("method") == "GET" and path in (WEB_PREFIX, WEB_PREFIX + "/"):
             # A person opening the UI: ask for the token once, on the login form.
             location = (scope.get("root_path", "") + WEB_LOGIN_PATH).encode()
@@ -242,33 +280,3 @@ class TokenAuth:
             await send({"type": "websocket.close", "code": 4000 + reply.status})  # 4401, 4403, 4429
             return
         await send_reply(send, reply)
-
-
-# -- logs ------------------------------------------------------------------------------------
-_SECRET_PARAM = re.compile(r"([?&](?:[^=&\s\"]*(?:token|key|secret|password)[^=&\s\"]*)=)[^&\s\"]*", re.IGNORECASE)
-
-
-def redact_query_secrets(text: str) -> str:
-    """'/ws?token=abc&x=1' -> '/ws?token=[redacted]&x=1' (any parameter named like a token or key)."""
-    return _SECRET_PARAM.sub(r"\1[redacted]", text)
-
-
-class RedactQuerySecrets(logging.Filter):
-    """uvicorn logs each request's path with its query string; the arguments are redacted in place
-    (uvicorn's access formatter unpacks them, so their number and types stay)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.msg, str):
-            record.msg = redact_query_secrets(record.msg)
-        if isinstance(record.args, tuple):
-            record.args = tuple(redact_query_secrets(a) if isinstance(a, str) else a for a in record.args)
-        return True
-
-
-def redact_server_logs() -> None:
-    """Install the filter on the loggers uvicorn writes request lines to (once per process); a
-    logger's filters survive uvicorn's logging configuration, which only replaces handlers."""
-    for name in ("uvicorn.access", "uvicorn.error"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, RedactQuerySecrets) for f in logger.filters):
-            logger.addFilter(RedactQuerySecrets())

@@ -2,7 +2,9 @@
 environment. Explicit arguments win; a missing value is an error naming the variable to set.
 Keys are read here and never shown (the `catalog` tool reports only whether one is set), and a
 catalog key is only ever sent to its own entry's URL: a caller's base_url with a catalog endpoint
-whose key would be used is refused."""
+whose key would be used is refused. A URL is shown (phases, results, the catalog), so one holding
+credentials (`user:pass@`, a query string) is refused, the server's own variables included: keys
+go in api_key or the entry's key variable."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from pydantic import SecretStr, ValidationError
 
 from harness_env.core.capture.redact import register_secret
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
-from harness_env.models import NAMED_TASK_INSTRUCTION, NO_MODEL_ENDPOINT, Endpoint, RolloutArgs, RolloutOptions, RolloutRequest, Task
+from harness_env.models import (NAMED_TASK_INSTRUCTION, NO_MODEL_ENDPOINT, Endpoint, RolloutArgs, RolloutOptions, RolloutRequest, Task,
+                                check_http_url, url_authority, url_without_credentials)
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ def resolve_endpoint(args: EndpointArgs, env: dict[str, str] | None = None) -> t
         login = " (or log the server's user in with `huggingface-cli login`)" if entry.name == "hf_router" else ""
         raise InvalidRequestError(f"endpoint {entry.name!r} needs an API key: pass api_key or set {entry.key_var} on the server{login}")
     url_source = "base_url" if args.base_url else (entry.url_var if entry else "base_url")
+    _check_url(base_url, url_source, entry)
     try:
         wire_api = getattr(args, "wire_api", "chat")  # the CLI's flags before --wire-api have none
         resolved = Endpoint(base_url=_normalised(base_url, url_source), api_key=SecretStr(key), model=model, wire_api=wire_api)
@@ -106,6 +110,27 @@ def resolve_endpoint(args: EndpointArgs, env: dict[str, str] | None = None) -> t
         raise InvalidRequestError(f"invalid endpoint: {e.errors()[0]['msg']}") from None
     check_allowed_host(resolved.base_url, env)
     return resolved, entry
+
+
+def _check_url(url: str, source: str, entry: CatalogEntry | None) -> None:
+    """A clear error, naming where the URL came from, for one that cannot be used or shown."""
+    try:
+        if source == "base_url" or entry is None:
+            check_http_url(url)
+        else:
+            check_http_url(url, f"the server's {source}", entry.key_var)
+    except ValueError as e:
+        raise InvalidRequestError(str(e)) from None
+
+
+def url_problem(entry: CatalogEntry, url: str) -> str | None:
+    """Why the server's URL for `entry` cannot be used, or None."""
+    try:
+        _check_url(url, entry.url_var, entry)
+        normalise_base_url(url)
+    except (InvalidRequestError, ValueError) as e:
+        return str(e)
+    return None
 
 
 def _check_own_url(entry: CatalogEntry, base_url: str, own_url: str) -> None:
@@ -152,20 +177,34 @@ def to_request(args: RolloutArgs, env: dict[str, str] | None = None) -> RolloutR
         raise InvalidRequestError(describe_validation_error(e)) from None
 
 
+def url_credentials(env: dict[str, str]) -> list[str]:
+    """The user info of the server's catalog URLs that hold one (refused when used), and its
+    password: secrets to mask wherever they could still show (logs, the proxy's records)."""
+    found = []
+    for entry in CATALOG.values():
+        userinfo = url_authority(env.get(entry.url_var) or "").rpartition("@")[0]
+        if userinfo:
+            found += [userinfo, userinfo.partition(":")[2]]
+    return [secret for secret in found if secret]
+
+
 def describe(env: dict[str, str] | None = None) -> list[dict]:
-    """What the `catalog` tool shows: shorthands, where values come from, whether configured. No keys."""
+    """What the `catalog` tool shows: shorthands, where values come from, whether configured (and
+    if a value is unusable, why). No keys, and no URL's user info or query string."""
     env = dict(os.environ) if env is None else env
     out = []
     for e in CATALOG.values():
         url = env.get(e.url_var) or e.default_url
         model = env.get(e.model_var) or e.default_model
         has_key = bool(catalog_key_of(e, env))
+        problem = url_problem(e, url) if url else None
         out.append({
             "name": e.name,
-            "base_url": normalise_base_url(url) if url else None,
+            "base_url": None if not url else url_without_credentials(url if problem else normalise_base_url(url)),
             "model": model,
             "api_key_set": has_key,
-            "configured": bool(url and model and (has_key or e.name == "vllm")),
+            "configured": bool(url and model and (has_key or e.name == "vllm") and not problem),
+            "problem": problem,
             "variables": [e.url_var, e.key_var, e.model_var],
             "disable_thinking_default": e.disable_thinking,
             "top_logprobs_cap": e.top_logprobs_cap,

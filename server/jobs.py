@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 
 from harness_env.core.engine import CaptureAccess, EventSink, RolloutRun
 from harness_env.core.pipeline import PreparedRollout
+from harness_env.core.serialisable import describe, failed_copy, repaired_copy
 from harness_env.core.sandbox.factory import LocalSandboxFactory
 from harness_env.models import (
     ENDED_STATUSES,
@@ -269,15 +270,55 @@ class JobManager:
                 self.on_end(job.id, status, result)
             except Exception:
                 logger.exception("could not count the end of rollout %s", job.id)
+        end = asyncio.ensure_future(self._store_end(job, status, result))
         try:
-            summary = await asyncio.to_thread(lambda: summarize(result).model_dump_json())  # walks every turn: off the loop
-            await writer.call(job.id, store.finish, job.id, status, result, summary, time.time())
-        except Exception:
-            logger.exception("could not store the result of rollout %s", job.id)
+            try:
+                result = await asyncio.shield(end)
+            except asyncio.CancelledError:  # a DELETE as it ended: its end is written all the same
+                result = await end
         finally:
             self.local.pop(job.id, None)
             if not job.done.done():
                 job.done.set_result(result)
+
+    async def _finish(self, job: Job, status: JobStatus, result: RolloutResult) -> None:
+        store, writer = self.store, self.writer
+        assert store is not None and writer is not None
+        summary = await asyncio.to_thread(lambda: summarize(result).model_dump_json())  # walks every turn: off the loop
+        await writer.call(job.id, store.finish, job.id, status, result, summary, time.time())
+
+    async def _store_end(self, job: Job, status: JobStatus, result: RolloutResult) -> RolloutResult:
+        """Store how the job ended, whatever fails on the way, and return the result as stored (what
+        its caller is given): a result that does not serialise is stored made serialisable; one the
+        store refuses ends the job `failed` with why, with its result if the store takes that, else
+        its row alone. A job never stays `running` because its end could not be written."""
+        try:
+            await self._finish(job, status, result)
+            return result
+        except Exception as e:
+            logger.exception("could not store the result of rollout %s", job.id)
+            problem: Exception = e
+        # None: it serialised (the store itself refused it), or no copy of it does.
+        repaired = await asyncio.to_thread(repaired_copy, result)
+        if repaired is not None:
+            try:
+                await self._finish(job, status, repaired)
+                return repaired
+            except Exception as e:
+                logger.exception("could not store the repaired result of rollout %s", job.id)
+                problem = e
+        failed = failed_copy(result, f"the result could not be stored ({describe(problem)})")
+        try:
+            await self._finish(job, "failed", failed)
+            return failed
+        except Exception:
+            logger.exception("could not store the failure of rollout %s", job.id)
+        assert self.store is not None and self.writer is not None and failed.error is not None
+        try:
+            await self.writer.call(job.id, self.store.end_without_result, job.id, "failed", failed.error, time.time())
+        except Exception:
+            logger.exception("could not end rollout %s in the store", job.id)
+        return failed
 
     def _unstarted(self, job: Job) -> RolloutResult:
         request = job.prepared.request

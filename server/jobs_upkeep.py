@@ -16,7 +16,8 @@ from pathlib import Path
 
 from harness_env.core.procs import kill_process
 from harness_env.core.sandbox import safefs
-from harness_env.core.sandbox.host import unmount
+from harness_env.core.sandbox.host import unmount_tree
+from harness_env.core.sandbox.lease import lease_path
 from harness_env.core.sandbox.processes import marked_pids
 from harness_env.models import RolloutResult, summarize
 from harness_env.server.jobs import JobManager
@@ -87,9 +88,10 @@ def remove_sandbox(path: str) -> str | None:
         for pid in pids:
             kill_process(pid)
         time.sleep(0.05)
-    if os.path.ismount(root):
-        unmount(root)
-    return safefs.remove_tree(root)
+    problem = unmount_tree(root) or safefs.remove_tree(root)  # every mount below it first: removal stays on its files
+    if problem is None:
+        lease_path(root).unlink(missing_ok=True)
+    return problem
 
 
 async def recover(jobs: JobManager) -> int:

@@ -1,7 +1,12 @@
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
+from harness_env.core.sandbox.cgroups import sweep_stale
+from harness_env.core.sandbox.host import mounts_at_or_below, unmount_tree
+from harness_env.core.sandbox.sweep import sweep_sandboxes, sweep_sockets
 from tests.fakes.policy import FakePolicy, FakePolicyServer
 from tests.server_process import ServerProcess
 
@@ -22,6 +27,30 @@ def _isolated_sandbox_dir(tmp_path_factory, monkeypatch):
     yield
     leftovers = os.listdir(root)
     assert leftovers == [], f"rollout directories left behind: {leftovers}"
+    assert mounts_at_or_below(root.resolve()) == [], "mounts left behind"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _the_suite_leaves_nothing(tmp_path_factory):
+    """Gradio's cache in a directory of this session's, removed at the end; and at the end nothing
+    of the suite's own is left: whatever is (rollouts of killed runs and servers, their mounts,
+    cgroups and sockets) is swept, so the machine is clean, and reported as a failure."""
+    gradio = tmp_path_factory.mktemp("gradio")
+    saved = os.environ.get("GRADIO_TEMP_DIR")
+    os.environ["GRADIO_TEMP_DIR"] = str(gradio)
+    yield
+    if saved is None:
+        os.environ.pop("GRADIO_TEMP_DIR", None)
+    else:
+        os.environ["GRADIO_TEMP_DIR"] = saved
+    shutil.rmtree(gradio, ignore_errors=True)
+    base = tmp_path_factory.getbasetemp().resolve()
+    left = mounts_at_or_below(base)
+    swept = [note for parent in sorted({Path(m).parent for m in left}) for note in sweep_sandboxes(parent)]
+    unmount_tree(base)  # anything else of the suite's, e.g. a rollout whose owner still runs
+    swept += sweep_stale()  # the cgroups of the suite's killed servers and runs
+    swept += sweep_sockets()
+    assert left == [], f"the suite left mounted: {left} (swept now: {swept})"
 
 
 @pytest.fixture

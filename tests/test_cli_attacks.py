@@ -23,8 +23,8 @@ pytestmark = pytest.mark.e2e
 DEEP = "python3 -c \"import os\nfor _ in range(1500): os.mkdir('d'); os.chdir('d')\"; fallocate -l 256M d/big.bin; true"
 
 
-def _run_cli(tmp_path, policy_server, harness, attack, *, setup=(), verify=("false",)):
-    policy_server.policy.scripts["m"] = [{"bash": attack}, {"text": "done"}]
+def _run_cli(tmp_path, policy_server, harness, attack, *, setup=(), verify=("false",), last=None):
+    policy_server.policy.scripts["m"] = [{"bash": attack}, last or {"text": "done"}]
     task = {"instruction": "do it", "setup": list(setup), "verify": list(verify), "task_id": "cli-attack"}
     (tmp_path / "task.json").write_text(json.dumps(task))
     sandboxes = tmp_path / "sandboxes"
@@ -53,6 +53,26 @@ def test_attacks_through_the_cli(tmp_path, policy_server, harness, attack, verif
     assert result["error"] is None, result["error"]
     assert result["reward"] == reward and result["reward_source"] == "verify_ratio"
     assert wall < 200
+
+
+# The policy's last answer holds a lone surrogate, escaped as JSON allows (whole, and streamed).
+SURROGATE_TEXT = '"done \\udfff"'
+SURROGATE_WHOLE = ('{"id": "x", "object": "chat.completion", "model": "m", "choices": [{"index": 0, "message": '
+                   '{"role": "assistant", "content": ' + SURROGATE_TEXT + '}, "finish_reason": "stop"}]}')
+SURROGATE_STREAM = ['data: {"id": "x", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": '
+                    '{"role": "assistant", "content": ' + SURROGATE_TEXT + '}, "finish_reason": "stop"}]}\n\n', "data: [DONE]\n\n"]
+
+
+@pytest.mark.parametrize("harness", ["whitebox", "pi"])
+def test_what_cannot_be_encoded_still_gives_a_result(tmp_path, policy_server, harness):
+    """A file name that is not UTF-8 and the policy's lone surrogate: the command prints the whole
+    result (exit 0, no traceback), the name's byte kept as an escape, the text made valid."""
+    last = {"raw": SURROGATE_WHOLE if harness == "whitebox" else SURROGATE_STREAM}
+    attack = "echo hello > hello.txt && touch \"$(printf 'bad\\377name')\""
+    result, _ = _run_cli(tmp_path, policy_server, harness, attack, verify=["grep -qx hello hello.txt"], last=last)
+    assert result["reward"] == 1.0
+    assert result["files"]["bad\\xffname"] == ""
+    assert any(t["completion_text"] == "done \ufffd" for t in result["proxy_turns"])
 
 
 def test_sigterm_stops_the_cli_and_cleans_up(tmp_path, policy_server):

@@ -52,6 +52,33 @@ def test_lone_surrogates_are_refused_in_every_field(field, value):
     assert "\ud800" not in text and "sk-" not in text  # the value is not echoed
 
 
+@pytest.mark.parametrize("field,value", [
+    ("instruction", "draw\x00 this"),
+    ("setup", ["echo ok", "echo \x00"]),
+    ("verify", ["test -f a\x00b"]),
+    ("files", {"a\x00.txt": "x"}),
+    ("task_id", "t\x00"),
+    ("model", "m\x00"),
+    ("api_key", "sk-\x00"),
+    ("base_url", "http://h\x00/v1"),
+    ("harness_config", {"provider": {"x": ["ok", "\x00"]}}),
+    ("harness_config", {"k\x00": 1}),
+    ("family_options", {"rubric": "\x00"}),
+    ("harbor", {"agent_kwargs": {"a": "\x00"}}),
+])
+def test_nul_bytes_are_refused_in_every_string_that_can_become_an_argv_env_or_path(field, value):
+    text = _refused(RolloutArgs, _args(**{field: value}), field, "NUL byte")
+    assert "\x00" not in text and "remove it" in text
+
+
+def test_nul_bytes_are_refused_in_the_resolved_request_but_allowed_in_file_contents():
+    base = {"task": {"instruction": "x"}, "endpoint": {"base_url": "http://h/v1", "model": "m"}}
+    _refused(RolloutRequest, {**base, "task": {"instruction": "x", "verify": ["true\x00"]}}, "verify", "NUL byte")
+    _refused(RolloutRequest, {**base, "task": {"instruction": "x", "task_id": "a\x00"}}, "task_id", "NUL byte")
+    _refused(Task, {"instruction": "x", "metadata": {"k": "\x00"}}, "metadata", "NUL byte")
+    assert Task(instruction="x", files={"blob.bin": "a\x00b"}).files == {"blob.bin": "a\x00b"}  # written as bytes: fine
+
+
 def test_valid_unicode_is_fine():
     args = RolloutArgs.model_validate(_args(instruction="dessine un cœur 🫀", setup=["echo 日本"], files={"ü/é.txt": "🙂"}))
     assert args.instruction.endswith("🫀")
@@ -108,6 +135,20 @@ def test_unparsable_base_urls_are_one_clear_error(url):
 
 def test_a_parsable_base_url_of_another_scheme_is_left_to_the_catalog():
     assert RolloutArgs.model_validate(_args(base_url="ftp://h")).base_url == "ftp://h"  # the catalog names the schemes
+
+
+@pytest.mark.parametrize("url,needle", [
+    ("http://bob:hunter2-pw@h:8000/v1", "user name or password"),
+    ("https://hunter2-pw@h/v1", "user name or password"),
+    ("http://bob:hunter2-pw@[::1/v1", "user name or password"),  # unparsable too: still not quoted
+    ("ftp://bob:hunter2-pw@h", "user name or password"),
+    ("http://h/v1?api_key=hunter2-pw", "query string"),
+    ("http://h/v1#hunter2-pw", "query string"),
+])
+def test_credentials_in_a_base_url_are_refused_without_being_quoted(url, needle):
+    for model, data in ((Endpoint, {"base_url": url, "model": "m"}), (RolloutArgs, _args(base_url=url))):
+        text = _refused(model, data, "base_url", needle)
+        assert "api_key" in text and "hunter2" not in text  # what to do instead; the secret not echoed
 
 
 def _request(**kw):

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode
 
 import aiohttp
-from harness_env.core.capture import fastjson
+from harness_env.core.capture import fastjson, request_guard
 from harness_env.core.capture.asgi import Reply, Scope, route_path
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.dialects.base import Dialect
@@ -266,7 +266,7 @@ async def pass_through(proxy: CaptureProxy, dialect: Dialect, session: CaptureSe
     if dialect.name != DIALECT_OF[wire_api]:  # check_wire_api refuses this up front; a stray call gets it here
         return dialect.error(400, f"this rollout's endpoint speaks {wire_api!r}, passed through untranslated; it cannot answer {dialect.name}", "invalid_request")
     try:  # the neutral view, for the record only: what it cannot read is still passed on
-        request = dialect.read_request(body, scope)
+        request = request_guard.read_request(dialect, body, scope)
         messages, tools, stream, purpose = request.messages, request.tools, request.stream, request.purpose
     except InvalidRequestError:
         messages, tools, purpose = [], [], "policy"

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import aiohttp
-from harness_env.core.capture import fastjson
+from harness_env.core.capture import fastjson, request_guard
 from harness_env.core.capture.asgi import BodyTooLarge, Receive, Reply, Scope, Send, error_reply, read_body, route_path, send_reply
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.passthrough import pass_through
@@ -173,22 +173,18 @@ class CaptureProxy:
             raw = await read_body(receive, MAX_REQUEST_BYTES)
         except BodyTooLarge:
             return dialect.error(413, f"request body over {MAX_REQUEST_BYTES} bytes", "request_too_large")
-        try:
-            body = fastjson.loads(raw)
-            if not isinstance(body, dict):
-                raise ValueError("not an object")
-        except ValueError as e:
-            return dialect.error(400, f"request body is not a JSON object: {e}", "invalid_request")
-        if session.endpoint.wire_api != "chat":  # an upstream that speaks the harness's dialect: no translation
-            return await pass_through(self, dialect, session, scope, raw, body)
-        try:
-            request = dialect.read_request(body, scope)
+        try:  # every shape a hostile body can take is a 400 here (core/capture/request_guard.py)
+            body = request_guard.parse_body(raw)
+            if session.endpoint.wire_api != "chat":  # an upstream that speaks the harness's dialect: no translation
+                return await pass_through(self, dialect, session, scope, raw, body)
+            request = request_guard.read_request(dialect, body, scope)
+            engine_body = request_guard.engine_body(dialect, request)
         except InvalidRequestError as e:
             return dialect.error(400, session.redact(str(e)), "invalid_request")
         turn = self._open_turn(dialect, session, raw, request.purpose, request.stream, request.messages, request.tools)
         if isinstance(turn, Reply):
             return turn
-        return await self._call_engine(dialect, session, request, turn)
+        return await self._call_engine(dialect, session, request, turn, engine_body)
 
     @staticmethod
     def _open_turn(
@@ -261,13 +257,16 @@ class CaptureProxy:
         if await asyncio.shield(task) is None:
             self._field_probes.pop(key, None)
 
-    async def _call_engine(self, dialect: Dialect, session: CaptureSession, request: ChatRequest, turn: Turn) -> Reply:
+    async def _call_engine(
+        self, dialect: Dialect, session: CaptureSession, request: ChatRequest, turn: Turn, engine_body: dict[str, Any] | None = None
+    ) -> Reply:
         endpoint = session.endpoint
         quirks = self._endpoint_quirks(endpoint)
         headers = self._headers(endpoint, request.stream)
         started = time.monotonic()
         url = endpoint.base_url + "/chat/completions"
-        engine_body = dialect.engine_body(request)
+        if engine_body is None:  # the probe's own request; a harness's was checked by request_guard
+            engine_body = dialect.engine_body(request)
         for _attempt in range(MAX_FIELD_RETRIES + 1):
             known = quirks.snapshot()
             upstream_body, added, dropped = rewrite_request(engine_body, session.policy, quirks, endpoint.model)

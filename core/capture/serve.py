@@ -4,6 +4,8 @@
 port. A sandbox with its own network namespace reaches the proxy through a Unix socket bound into
 it (the sandbox forwards a loopback port of its own to it), so through it only the proxy's routes
 are reachable, never the server's API. The server also mounts the same app under its own prefix.
+Every listener started here bounds its connections (core/capture/listener.py): a sandbox can open
+as many as it likes through its socat, and must not take the server's file descriptors.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+
+from harness_env.core.capture.listener import ConnectionBounds, bounded_protocol
 
 # sun_path holds 108 bytes on Linux, with the terminating NUL
 MAX_UNIX_PATH_BYTES = 107
@@ -43,9 +47,12 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 @asynccontextmanager
-async def _serving(app: Any, sock: socket.socket) -> AsyncIterator[None]:
-    """Serve `app` on the bound socket `sock` until the block ends; the one way uvicorn is started."""
-    config = _EmbeddedConfig(app, lifespan="off", access_log=False, timeout_keep_alive=75)
+async def _serving(app: Any, sock: socket.socket, bounds: ConnectionBounds | None) -> AsyncIterator[None]:
+    """Serve `app` on the bound socket `sock` until the block ends; the one way uvicorn is started.
+    Its connections are bounded (core/capture/listener.py): per peer, in all, and in idle time."""
+    bounds = bounds or ConnectionBounds()
+    config = _EmbeddedConfig(app, lifespan="off", access_log=False, timeout_keep_alive=int(bounds.idle_timeout_s),
+                             http=bounded_protocol(bounds))
     server = _EmbeddedServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
@@ -64,7 +71,7 @@ async def _serving(app: Any, sock: socket.socket) -> AsyncIterator[None]:
 
 
 @asynccontextmanager
-async def serve_on_loopback(app: Any, host: str = "127.0.0.1") -> AsyncIterator[str]:
+async def serve_on_loopback(app: Any, host: str = "127.0.0.1", bounds: ConnectionBounds | None = None) -> AsyncIterator[str]:
     """Yield `http://host:port` while `app` serves there."""
     # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets of that proto,
     # and without it every response waits ~40 ms for a delayed ACK.
@@ -76,7 +83,7 @@ async def serve_on_loopback(app: Any, host: str = "127.0.0.1") -> AsyncIterator[
         sock.close()
         raise
     port = sock.getsockname()[1]
-    async with _serving(app, sock):
+    async with _serving(app, sock, bounds):
         yield f"http://{host}:{port}"
 
 
@@ -129,7 +136,7 @@ def remove_stale_sockets(directory: str | None = None) -> list[str]:
 
 
 @asynccontextmanager
-async def serve_on_unix(app: Any, path: str | os.PathLike[str]) -> AsyncIterator[str]:
+async def serve_on_unix(app: Any, path: str | os.PathLike[str], bounds: ConnectionBounds | None = None) -> AsyncIterator[str]:
     """Yield the socket path while `app` serves on a Unix socket there.
 
     The socket file is mode 0o666 (a sandbox's unprivileged uid must be able to connect; who can
@@ -154,7 +161,7 @@ async def serve_on_unix(app: Any, path: str | os.PathLike[str]) -> AsyncIterator
         path.unlink(missing_ok=True)
         raise
     try:
-        async with _serving(app, sock):
+        async with _serving(app, sock, bounds):
             yield str(path)
     finally:
         try:

@@ -48,8 +48,11 @@ def sandbox_env(
     }
 
 
-# Keys of git's config that make git run a program; the agent can set them in the repository's
-# own .git/config, which no environment variable disables, so verify overrides each one.
+# Keys of git's config that make git run a program, pinned for verify and setup by the
+# environment (which git reads last, above every file). Belt and braces: before verify the
+# repository configs themselves are reduced to keys that start nothing (gitguard.py), since no
+# key disables a per-driver program (diff.<name>.command, filter.<name>.clean, ...). Every value is
+# one git accepts as "none": an empty diff.external would make every `git diff` fail.
 GIT_PROGRAM_KEYS = {
     "core.fsmonitor": "false",
     "core.hooksPath": "/dev/null",
@@ -57,12 +60,24 @@ GIT_PROGRAM_KEYS = {
     "core.editor": "true",
     "core.sshCommand": "false",
     "core.askPass": "",
-    "diff.external": "",
-    "gpg.program": "false",
-    "credential.helper": "",
     "sequence.editor": "true",
-    "uploadpack.packObjectsHook": "",
+    "credential.helper": "",
+    "gpg.program": "false",
+    "gpg.openpgp.program": "false",
+    "gpg.x509.program": "false",
+    "gpg.ssh.program": "false",
+    "log.showSignature": "false",
+    "protocol.ext.allow": "never",
 }
+
+
+def git_program_pins() -> dict[str, str]:
+    """GIT_CONFIG_COUNT/KEY/VALUE variables pinning GIT_PROGRAM_KEYS."""
+    env = {"GIT_CONFIG_COUNT": str(len(GIT_PROGRAM_KEYS))}
+    for i, (key, value) in enumerate(GIT_PROGRAM_KEYS.items()):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    return env
 
 
 def verify_overrides(verify_home: str) -> dict[str, str]:
@@ -83,9 +98,6 @@ def verify_overrides(verify_home: str) -> dict[str, str]:
         "GIT_TERMINAL_PROMPT": "0",
         "PYTHONNOUSERSITE": "1",
         "NPM_CONFIG_USERCONFIG": "/dev/null",
-        "GIT_CONFIG_COUNT": str(len(GIT_PROGRAM_KEYS)),
+        **git_program_pins(),
     }
-    for i, (key, value) in enumerate(GIT_PROGRAM_KEYS.items()):
-        env[f"GIT_CONFIG_KEY_{i}"] = key
-        env[f"GIT_CONFIG_VALUE_{i}"] = value
     return env

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -105,3 +106,61 @@ def unmount(path: Path) -> str | None:
     if _libc.umount2(str(path).encode(), _MNT_DETACH) == 0:
         return None
     return f"could not unmount the rollout's tmpfs at {path}: {os.strerror(ctypes.get_errno())}"
+
+
+def _unescape_mount_path(field: str) -> str:
+    """/proc/self/mounts writes space, tab, newline and backslash in a path as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mounts_at_or_below(path: Path) -> list[str]:
+    """Mount points at `path` or below it, deepest first. /proc/self/mounts names real paths, so
+    the parent is resolved, never `path` itself: a link there must not lead to another tree."""
+    top = os.path.join(os.path.realpath(os.path.dirname(os.path.normpath(str(path)))), os.path.basename(os.path.normpath(str(path))))
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    found = {_unescape_mount_path(line.split()[1]) for line in lines if len(line.split()) > 1}
+    below = [m for m in found if m == top or m.startswith(top + "/")]
+    return sorted(below, key=lambda m: m.count("/"), reverse=True)
+
+
+def unmount_tree(path: Path) -> str | None:
+    """Detach every mount at or below `path`, deepest first (lazily: a busy one is detached at
+    once and freed when its last user goes), e.g. the rollout's tmpfs and whatever a root agent
+    mounted inside it, so removing the directory afterwards cannot reach into another filesystem.
+    What is still mounted afterwards, in words, or None."""
+    for mount in mounts_at_or_below(path):
+        _libc.umount2(mount.encode(errors="surrogateescape"), _MNT_DETACH)
+    left = mounts_at_or_below(path)
+    return f"could not unmount {', '.join(left[:5])}" if left else None
+
+
+# A plain (bubblewrap-less) command runs as the init of a PID namespace of its own: when that init
+# exits or is killed, the kernel kills every process in the namespace, and no process can leave a
+# PID namespace (setns only ever moves children into a descendant one). So nothing a command
+# started survives it, even a root agent's `setsid env -i` child that moved itself into the root
+# cgroup. The init is a shell that reaps orphans while it waits (the command itself may not).
+_PIDNS_INIT = ["/bin/sh", "-c", '"$@" & wait $!', "harness-env-init"]
+_PIDNS_CANDIDATES = (
+    ["unshare", "--pid", "--fork", "--kill-child"],  # root
+    ["unshare", "--user", "--map-current-user", "--pid", "--fork", "--kill-child"],  # not root: where user namespaces are allowed (same uid inside)
+)
+
+
+@functools.cache
+def pid_namespace_argv() -> list[str] | None:
+    """The prefix that starts a plain command in a PID namespace of its own, or None where this
+    host allows none (checked by running it once)."""
+    if shutil.which("unshare") is None:
+        return None
+    for prefix in _PIDNS_CANDIDATES:
+        try:
+            proc = subprocess.run([*prefix, *_PIDNS_INIT, "true"], capture_output=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if proc.returncode == 0:
+            return [*prefix, *_PIDNS_INIT]
+    return None

@@ -10,7 +10,11 @@ started runs while its work is graded. Everything read back from the directory g
 safefs: no link is followed, no FIFO opened blocking, nothing read unbounded.
 
 Without bubblewrap ("plain") commands run as the server's user with no OS-level isolation: that
-mode is not safe for an untrusted policy, and each result says so.
+mode is not safe for an untrusted policy, and each result says so. Each command is still the init
+of a PID namespace of its own (host.pid_namespace_argv), so nothing it started outlives it.
+
+Every rollout directory has a lease beside it (lease.py), so what a killed owner left is swept at
+the next start (sweep.py); close() detaches every mount below the directory before removing it.
 
 This module decides; its neighbours know: host.py what the machine offers (bubblewrap, a uid to
 run as, tmpfs mounts), bwrap.py the command line, limits.py and cgroups/ the resource limits,
@@ -32,15 +36,18 @@ from harness_env.core.sandbox.base import ExecResult
 from harness_env.core.sandbox.bwrap import BwrapSpec, bwrap_argv, capture_url
 from harness_env.core.sandbox.cgroups import RolloutCgroup
 from harness_env.core.sandbox.envvars import MARKER_VAR, REWARD_FILE_VAR, sandbox_env, verify_overrides
+from harness_env.core.sandbox.gitguard import neutralise_git
 from harness_env.core.sandbox.host import (  # noqa: F401  (bwrap_available, sandboxes_root: imported from here)
     bwrap_available,
     etc_secrets,
     mount_tmpfs,
+    pid_namespace_argv,
     root_entries,
     sandbox_user,
     sandboxes_root,
-    unmount,
+    unmount_tree,
 )
+from harness_env.core.sandbox.lease import lease_path, write_lease
 from harness_env.core.sandbox.limits import Limits, child_rlimits, entry_argv
 from harness_env.core.sandbox.processes import RolloutProcesses
 from harness_env.core.sandbox.processes import marked_pids as _marked_pids  # noqa: F401  (tests import it from here)
@@ -89,8 +96,11 @@ class LocalSandbox:
         self._capture_socket = capture_socket
         self.backend = "bwrap" if bwrap else "plain"
         self.notes: list[str] = []
+        self._pid_namespace = (pid_namespace_argv() or []) if not bwrap else []
         if not bwrap:
             self.notes.append(PLAIN_UNSAFE_NOTE)
+            if not self._pid_namespace:
+                self.notes.append("no PID namespace here (`unshare --pid` refused): a process that leaves the rollout's cgroup and drops its marker can outlive it")
         if cgroup is None:
             self.notes.append("no cgroups here: memory, process and CPU limits are not enforced (rlimits only)")
         if limits.disk_bytes and not tmpfs:
@@ -132,7 +142,7 @@ class LocalSandbox:
     def _argv(self, cmd: str | list[str], cwd: str, open_network: bool) -> list[str]:
         command = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         if not self._bwrap:
-            return command
+            return [*self._pid_namespace, *command]
         files, dirs = etc_secrets()
         writable = [str(self.root / d) for d in AGENT_DIRS]
         if self._verifying:
@@ -252,19 +262,24 @@ class LocalSandbox:
             text = found.data[:cap].decode("utf-8", errors="replace")
             if len(found.data) > cap:
                 text += "\n[... truncated ...]"
-            out[found.rel] = text
+            # A name that is not UTF-8 (os.scandir gives its bytes as lone surrogates) keeps its
+            # bytes as \xNN escapes: a result's keys must serialise.
+            out[os.fsencode(found.rel).decode("utf-8", "backslashreplace")] = text
             total += len(found.data)
         return out
 
     def clear_reward_file(self) -> None:
         """Start the verify phase: kill every process the agent left, replace whatever is at the
         verifier path (a link, a FIFO, a planted tree) with a fresh directory of the server's,
-        and give verify commands a fresh home. Blocking: call it off the event loop."""
+        reduce the agent's git configs to keys that start no program, and give verify commands a
+        fresh home. Blocking: call it off the event loop."""
         self._processes.kill_all()
         for path in (self.verifier_dir, self.verify_home):
             problem = safefs.remove_tree(path)
             if problem:
                 raise SandboxError(f"could not reset {path} before verify: {problem}")
+        # Git in verify must not start a program the agent named in a repository's config.
+        self.notes.extend(neutralise_git(self.root, AGENT_DIRS).notes())
         made = [self.verifier_dir, self.verify_home, *(os.path.join(self.verify_home, d) for d in ("tmp", "xdg", *XDG_DIRS))]
         for path in made:
             os.mkdir(path, 0o755)
@@ -294,13 +309,12 @@ class LocalSandbox:
         if self._cgroup is not None:
             self._cgroup.remove()  # never raises; what went wrong is in its notes
             problems.extend(self._cgroup.notes)
-        if self._tmpfs:
-            problem = unmount(self.root)
-            if problem:
-                problems.append(problem)
-        problem = safefs.remove_tree(self.root)
+        # Every mount below the directory too (a root agent's own), so removal stays on the rollout's files.
+        problem = unmount_tree(self.root) or safefs.remove_tree(self.root)
         if problem:
             problems.append(problem)
+        else:
+            lease_path(self.root).unlink(missing_ok=True)  # kept while anything is left: the next start sweeps it
         return "; ".join(problems) or None
 
 
@@ -336,8 +350,11 @@ def create_local_sandbox(
     base = sandboxes_root()
     root = base / f"rollout-{uuid.uuid4().hex[:12]}"
     tmpfs = False
+    leased = False
     try:
         base.mkdir(parents=True, exist_ok=True)
+        write_lease(root)  # before the directory: none of ours is ever without its owner's name
+        leased = True
         root.mkdir(mode=0o755)
         if limits.disk_bytes:
             tmpfs = mount_tmpfs(root, limits.disk_bytes)
@@ -353,9 +370,8 @@ def create_local_sandbox(
             binds[inside] = str(root / rel)
         cgroup = RolloutCgroup.create(root.name, limits.cgroup_limits())
     except (OSError, SandboxError) as e:
-        if tmpfs:
-            unmount(root)
-        safefs.remove_tree(root)
+        if not (unmount_tree(root) or safefs.remove_tree(root)) and leased:
+            lease_path(root).unlink(missing_ok=True)
         if isinstance(e, SandboxError):
             raise
         raise SandboxError(f"could not create the sandbox directory under {base}: {e}") from e

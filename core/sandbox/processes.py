@@ -3,7 +3,10 @@ stop event, and find and kill everything the rollout started.
 
 A rollout's processes are found two ways: through its cgroup, which nothing started in it can
 leave, where the machine has one; and through the marker variable every command carries in its
-environment (MARKER_VAR=<sandbox id>), which survives a child that left its process group.
+environment (MARKER_VAR=<sandbox id>), which survives a child that left its process group. A child
+that leaves both (a root agent in plain mode can move itself into the root cgroup and drop its
+environment) still cannot leave its command's PID namespace (bubblewrap's, or plain mode's own), so
+it dies with the command.
 """
 
 from __future__ import annotations

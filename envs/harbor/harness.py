@@ -25,6 +25,7 @@ from harness_env.core.engine import LOG_TAIL_CHARS
 from harness_env.core.errors import InvalidRequestError, SandboxError
 from harness_env.core.harness import AgentEnd, AgentOutcome, HarnessBase, LaunchContext, TrialEnd
 from harness_env.core.sandbox import safefs
+from harness_env.core.sandbox.lease import lease_path, write_lease
 from harness_env.core.sandbox.local import bwrap_available, sandboxes_root
 from harness_env.envs.harbor.config import (
     AGENT_API_FORMATS,
@@ -293,7 +294,9 @@ class HarborHarness(HarnessBase):
         end = TrialEnd()
         try:
             await asyncio.to_thread(load_harbor_runtime)
-            work.mkdir(parents=True)
+            work.parent.mkdir(parents=True, exist_ok=True)
+            write_lease(work)  # before the directory: a killed server's is swept at the next start
+            work.mkdir()
             converted = not opts.task_dir
             # Harbor times the whole script; a converted Task's script times each command itself.
             verify_s, setup_s = request.verify_timeout_s, request.setup_timeout_s
@@ -338,6 +341,8 @@ class HarborHarness(HarnessBase):
             problem = await asyncio.to_thread(safefs.remove_tree, work)
             if problem:
                 result.sandbox_notes.append(f"clean-up of the trial directory: {problem.replace(str(work), work.name)}")
+            else:
+                lease_path(work).unlink(missing_ok=True)
         return end
 
     @staticmethod

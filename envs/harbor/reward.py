@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness_env.core.errors import InvalidRequestError
-from harness_env.core.reward import parse_reward_text
+from harness_env.core.reward import OUT_OF_RANGE, out_of_range, parse_reward_text
 from harness_env.core.sandbox import safefs
 
 REWARD_JSON = "reward.json"
@@ -39,8 +39,13 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _is_finite(value: int | float) -> bool:
+    return isinstance(value, int) or math.isfinite(value)  # isfinite overflows on a huge int
+
+
 def _is_finite_number(value: Any) -> bool:
-    return _is_number(value) and math.isfinite(value)
+    """A number a reward may be: finite and within the reward range (core/reward.py)."""
+    return _is_number(value) and _is_finite(value) and not out_of_range(value)
 
 
 def _describe(value: Any) -> str:
@@ -84,13 +89,16 @@ def _pick_from_map(rewards: dict[str, Any], reward_key: str | None, notes: list[
         return None
     for other in keys:
         if other != key and not _is_finite_number(rewards[other]):
-            notes.append(f"reward.json key {other!r} holds a non-finite or non-numeric value ({_describe(rewards[other])}); ignored")
+            notes.append(f"reward.json key {other!r} holds a non-finite, out-of-range or non-numeric value ({_describe(rewards[other])}); ignored")
     value = rewards[key]
     if not _is_number(value):
         notes.append(f"reward.json key {key!r} holds no number ({_describe(value)}): no reward from reward.json")
         return None
-    if not math.isfinite(value):
+    if not _is_finite(value):
         notes.append(f"reward.json key {key!r} holds a non-finite number ({value}): no reward from reward.json")
+        return None
+    if out_of_range(value):
+        notes.append(f"reward.json key {key!r} holds {_describe(value)}, {OUT_OF_RANGE}: no reward from reward.json")
         return None
     return float(value)
 
@@ -110,8 +118,11 @@ def _reward_from_json(text: str, reward_key: str | None, notes: list[str]) -> fl
             return None
         return _pick_from_map(data, reward_key, notes)
     if _is_number(data):
-        if not math.isfinite(data):
+        if not _is_finite(data):
             notes.append(f"reward.json holds a non-finite number ({data}); ignored")
+            return None
+        if out_of_range(data):
+            notes.append(f"reward.json holds {_describe(data)}, {OUT_OF_RANGE}; ignored")
             return None
         if reward_key is not None and reward_key != DEFAULT_KEY:
             notes.append(f"reward.json holds a single number, not a map: reward_key {reward_key!r} does not apply")

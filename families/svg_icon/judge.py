@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from harness_env.core.capture.redact import register_secret
 from harness_env.core.errors import InvalidRequestError
 from harness_env.core.limits import ProcessLimiter
+from harness_env.models import check_http_url
 from harness_env.families.svg_icon.judge_format import (
     DEFAULT_RUBRIC,
     DimensionScore,
@@ -106,6 +107,8 @@ class JudgeConfig(BaseModel):
     @classmethod
     def _url(cls, v: str) -> str:
         v = v.strip().rstrip("/")
+        if v:
+            check_http_url(v, ENV_BASE_URL, ENV_API_KEY)  # no credentials: the URL is shown in errors and notes
         if v and not re.match(r"^https?://[^\s/]+", v):
             raise ValueError("must be an http(s) URL such as http://127.0.0.1:8000/v1")
         return v
@@ -207,6 +210,9 @@ class JudgeOutcome:
     error: str | None = None
     attempt_log: list[dict[str, Any]] = field(default_factory=list)  # per call: status or error, seconds
     model: str = ""
+    # The judge answered, but never with scores (the last failure): what the picture shows can
+    # cause that (a prompt written into it), so it is graded, not an infrastructure failure.
+    bad_answer: bool = False
 
     def to_evidence(self, rubric: Rubric | None = None) -> dict[str, Any]:
         """A JSON-ready record for the grading evidence: raw answer, per-dimension scores, timings."""
@@ -282,13 +288,14 @@ class Judge:
         error = "the judge was not called"
         attempt = 0
 
-        def outcome(reward: float | None, scores: JudgeScores | None, err: str | None) -> JudgeOutcome:
-            return JudgeOutcome(reward, scores, raw, attempt, time.monotonic() - start, err, log, cfg.model)
+        def outcome(reward: float | None, scores: JudgeScores | None, err: str | None, bad_answer: bool = False) -> JudgeOutcome:
+            return JudgeOutcome(reward, scores, raw, attempt, time.monotonic() - start, err, log, cfg.model, bad_answer)
 
         async with httpx.AsyncClient(timeout=httpx.Timeout(cfg.timeout_s), transport=self._transport) as client:
             while attempt < self.max_attempts:
                 attempt += 1
                 retry_after: float | None = None
+                last_bad = False
                 t0 = time.monotonic()
                 entry: dict[str, Any] = {"attempt": attempt}
                 try:
@@ -311,6 +318,7 @@ class Judge:
                             scores = parse_judge_answer(raw, rubric)
                         except (JudgeAnswerError, ValueError) as e:
                             bad_answers += 1
+                            last_bad = True
                             error = f"bad judge answer: {e}"
                             retryable = bad_answers < MAX_BAD_ANSWERS
                         else:
@@ -329,7 +337,7 @@ class Judge:
                     break
                 if attempt < self.max_attempts:
                     await asyncio.sleep(self._backoff(attempt, retry_after))
-        return outcome(None, None, error)  # how many attempts it took is in `attempts`
+        return outcome(None, None, error, bad_answer=last_bad)  # how many attempts it took is in `attempts`
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -192,6 +192,13 @@ class Store:
                 summary=summary_json, stored_bytes=size, sandbox_dir=None, **({"task_id": result.task_id} if result.task_id else {})))
         return True
 
+    def end_without_result(self, job_id: str, status: str, error: str, now: float) -> None:
+        """End the job with `status` and `error` but no stored result: the last resort when the
+        store refused its result (a job must never stay running for ever)."""
+        with self.engine.begin() as conn:
+            conn.execute(update(rollouts).where(rollouts.c.id == job_id).values(
+                status=status, ended_at=now, reward=None, error_kind="internal", error=error[:MAX_ERROR_CHARS], sandbox_dir=None))
+
     def request_cancel(self, job_id: str) -> None:
         with self.engine.begin() as conn:
             conn.execute(update(rollouts).where(rollouts.c.id == job_id, rollouts.c.status.in_(ACTIVE_STATUSES)).values(cancel_requested=True))

@@ -29,6 +29,15 @@ from harness_env.server.auth import WEB_LOGIN_PATH, WEB_PREFIX, AuthFailureLimit
 from harness_env.server.loop_lag import freeze_long_lived
 from harness_env.server.service import RolloutService
 from harness_env.server.web.login import add_login_routes
+from harness_env.server.web.result_file import MAX_RESULT_FILE_BYTES
+
+UPLOAD_PATH = WEB_PREFIX + "/gradio_api/upload"  # Gradio's upload route, where the page sends a result file
+# The upload's body may be a result file of the limit and its multipart framing. Gradio's own
+# per-file check sits above that: it answers 413 but leaves the connection reading the rest of the
+# body, where the server's body limit closes it. A file just over the limit still arrives, and
+# result_file says how big it is.
+UPLOAD_BODY_BYTES = MAX_RESULT_FILE_BYTES + 512 * 1024
+GRADIO_MAX_FILE_BYTES = MAX_RESULT_FILE_BYTES + 1024 * 1024
 
 
 _own_gradio_cache: str | None = None  # the GRADIO_TEMP_DIR this process made (Gradio reads it once)
@@ -79,6 +88,12 @@ class WebUI:
         self._mounting: asyncio.Task[None] | None = None  # the load a page request started
         add_login_routes(app, token, limiter)
 
+    @staticmethod
+    def body_limits() -> dict[str, int]:
+        """Request bodies the page takes beyond the server's own limit, by exact path: a result file
+        of up to MAX_RESULT_FILE_BYTES."""
+        return {UPLOAD_PATH: UPLOAD_BODY_BYTES}
+
     def wrap(self, inner):
         """An ASGI app that mounts the page before the first /web request reaches `inner`."""
 
@@ -119,13 +134,12 @@ class WebUI:
             import gradio as gr
 
             from harness_env.server.web.page import CSS, build_page
-            from harness_env.server.web.rollouts import MAX_RESULT_FILE_BYTES
 
             page = build_page(self.service)
             # run_history off: Gradio would otherwise keep every run's inputs (the API key among
             # them) in the browser's storage. No footer: its links lead to API docs and gradio.app.
             gr.mount_gradio_app(self.app, page.blocks, path=WEB_PREFIX, css=CSS, run_history=False, footer_links=[],
-                                ssr_mode=False, show_error=True, max_file_size=MAX_RESULT_FILE_BYTES)
+                                ssr_mode=False, show_error=True, max_file_size=GRADIO_MAX_FILE_BYTES)
             # The server's lifespan has already run: start what mount_gradio_app would have
             # started there (Gradio's own lifespan, its queue), and stop it in aclose().
             gradio_app = self.app.router.routes[-1].app

@@ -28,7 +28,8 @@ from harness_env.models import PhaseEvent, RolloutResult  # noqa: E402
 from harness_env.server.service import RolloutService  # noqa: E402
 from harness_env.server.web import render  # noqa: E402
 from harness_env.server.web.examples import example_names, get_example  # noqa: E402
-from harness_env.server.web.result_area import ResultArea  # noqa: E402
+from harness_env.server.web.render_text import md_cell  # noqa: E402
+from harness_env.server.web.result_area import ResultArea, text_markdown  # noqa: E402
 from harness_env.server.web.rollouts import RolloutsView  # noqa: E402
 from harness_env.server.web.form import (  # noqa: E402
     EXPLICIT,
@@ -158,7 +159,7 @@ class WebPage:
                             with gr.Row():
                                 self.run_btn = gr.Button("Run", variant="primary", elem_id="run")
                                 self.cancel_btn = gr.Button("Cancel", variant="stop", interactive=False, elem_id="cancel")
-                    self.status = gr.Markdown("idle", elem_id="status")
+                    self.status = text_markdown("status", "idle")
                     self.log = gr.Textbox(label="phase log (live)", lines=12, max_lines=30, interactive=False, elem_id="phase-log", autoscroll=True)
                     gr.Markdown("### Result")
                     self.result = ResultArea(self._downloads.name, list(self.harness_groups))
@@ -301,7 +302,7 @@ class WebPage:
             prepared = await asyncio.to_thread(self.service.resolve, to_args(form))  # may read task directories
         except HarnessEnvError as e:  # nothing ran: no earlier run's log or result stays beside the message
             yield {**dict(zip(self._result_outputs, self.result.view(None))), out["log"]: "",
-                   out["status"]: f"**not started:** {render.redact(str(e), secrets)}"}
+                   out["status"]: f"**not started:** {md_cell(render.redact(str(e), secrets))}"}
             return
         events: asyncio.Queue[PhaseEvent] = asyncio.Queue()
         t0 = time.monotonic()
@@ -360,8 +361,9 @@ class WebPage:
                      "row": render.history_row(len(history) + 1, result, form.get("harness") or "", result.wall_s if result else wall,
                                                form.get("instruction") or (result.task_id if result else ""), cancelled)}
             history = ([*history, entry])[-HISTORY_LIMIT:]
+            shown = await asyncio.to_thread(self.result.view, result, cancelled=cancelled, key=key, reference=reference)  # off the loop
             yield {
-                **dict(zip(self._result_outputs, self.result.view(result, cancelled=cancelled, key=key, reference=reference))),
+                **dict(zip(self._result_outputs, shown)),
                 out["status"]: entry["status"],
                 out["log"]: shown_log,
                 out["run"]: gr.update(interactive=True),
@@ -402,6 +404,8 @@ CSS = """
 .he-tokens { white-space: pre-wrap; font-family: var(--font-mono), monospace; font-size: 0.8rem; line-height: 1.6; }
 .he-tok { border-radius: 2px; color: #111; }
 .he-tok:hover { outline: 1px solid #111; }
+.he-chat-text { white-space: pre-wrap; word-break: break-word; }
+.he-chat-code { white-space: pre-wrap; word-break: break-word; font-family: var(--font-mono), monospace; font-size: 0.85rem; margin: 0; }
 """
 FOLLOW_LOG_JS = """() => setTimeout(() => {
   const t = document.querySelector('#phase-log textarea');

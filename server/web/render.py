@@ -77,8 +77,9 @@ def log_line(ev: PhaseEvent) -> str:
 
 
 def status_line(state: str, elapsed_s: float, phase: str = "") -> str:
-    where = f" ({phase})" if phase else ""
-    return f"**{state}**{where} · {elapsed_s:.1f} s"
+    """The status as Markdown ("not run: ..." quotes an error: made inert)."""
+    where = f" ({md_cell(phase)})" if phase else ""
+    return f"**{md_cell(state)}**{where} · {elapsed_s:.1f} s"
 
 
 # -- reward and summary ---------------------------------------------------------------------------

@@ -4,6 +4,7 @@ clipped (the JSON download has everything), numbers are rounded, message content
 from __future__ import annotations
 
 import json
+import string
 from html import escape
 from typing import Any
 
@@ -16,8 +17,27 @@ def clip(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     return text[:limit] + f"\n... ({len(text) - limit} more characters in the JSON download)"
 
 
+# Every ASCII punctuation character as a character reference: Markdown shows a reference as the
+# character and never reads it as syntax, and all of Markdown's syntax (emphasis, links, images,
+# code, tables, raw HTML) and what its autolinks need (":", ".", "@") is punctuation. What is left
+# is letters, digits and spaces: text.
+_MARKDOWN_INERT = {ord(c): f"&#{ord(c)};" for c in string.punctuation}
+
+
+def md_text(text: str) -> str:
+    """`text` (anything the agent, a tool, a task or a file wrote) for a Markdown component: shown
+    as the characters it holds, never as markup."""
+    return text.translate(_MARKDOWN_INERT)
+
+
 def md_cell(text: str) -> str:
-    return escape(text).replace("|", "&#124;").replace("\n", " ")
+    """md_text on one line (a table cell, a title)."""
+    return md_text(text).replace("\r", " ").replace("\n", " ")
+
+
+def html_text(text: str, tag: str = "div", css_class: str = "he-text") -> str:
+    """`text` as an HTML element of its own, escaped and clipped: what the conversation shows."""
+    return f'<{tag} class="{css_class}">{escape(clip(text))}</{tag}>'
 
 
 def num(value: Any, digits: int = 3) -> str:

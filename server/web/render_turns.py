@@ -12,32 +12,43 @@ from html import escape
 from typing import Any
 
 from harness_env.models import RolloutResult, Turn
-from harness_env.server.web.render_text import clip, content_text, md_cell
+from harness_env.server.web.render_text import content_text, html_text, md_cell
 
 LOWEST_TOKENS = 10
 PLOT_W, PLOT_H, PLOT_PAD = 760, 260, 40
 TURN_COLOURS = ("#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2")
 LABEL_GAP = 48  # plot units between two turn labels ("turn 100" is about 40 wide at font size 10)
 MAX_TOKEN_VIEW = 8_000  # tokens shown in the token view (about 200 bytes of HTML each); the JSON download has all
+MAX_CHAT_MESSAGES = 5_000  # messages in the conversation pane (a Chatbot message costs the page far more than its text)
+MAX_PLOT_POINTS = 10_000  # circles in the logprob plot (about 150 bytes of SVG each); more are thinned evenly
 
 
 # -- conversation ---------------------------------------------------------------------------------
-def _code_block(text: str, lang: str = "") -> str:
-    fence = "````" if "```" in text else "```"
-    return f"{fence}{lang}\n{clip(text)}\n{fence}"
+# The Chatbot shows what these give as HTML, without Markdown (result_area.py): everything the
+# model, a tool or the task wrote is escaped here, so it shows as text (no image or video loads,
+# no link or form renders), in a <pre> when its spacing matters.
+def _text(text: str) -> str:
+    return html_text(text, "div", "he-chat-text")
 
 
-def _tool_call_messages(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _code(text: str) -> str:
+    return html_text(text, "pre", "he-chat-code")
+
+
+def _meta(title: str, **more: str) -> dict[str, str]:
+    return {"title": escape(title), **more}
+
+
+def _tool_call_messages(calls: Any) -> list[dict[str, Any]]:
     out = []
-    for call in calls:
-        fn = call.get("function") or {}
+    for call in calls if isinstance(calls, list) else []:
+        fn = call.get("function") if isinstance(call, dict) and isinstance(call.get("function"), dict) else {}
         args = fn.get("arguments", "")
         try:
             args = json.dumps(json.loads(args), indent=2)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             pass
-        out.append({"role": "assistant", "content": _code_block(str(args), "json"),
-                    "metadata": {"title": f"tool call: {fn.get('name', '?')}"}})
+        out.append({"role": "assistant", "content": _code(str(args)), "metadata": _meta(f"tool call: {fn.get('name', '?')}")})
     return out
 
 
@@ -45,19 +56,19 @@ def _message_to_chat(msg: dict[str, Any]) -> list[dict[str, Any]]:
     role = msg.get("role", "")
     text = content_text(msg.get("content"))
     if role == "user":
-        return [{"role": "user", "content": text}]
+        return [{"role": "user", "content": _text(text)}]
     if role in ("system", "developer"):
-        return [{"role": "assistant", "content": _code_block(text), "metadata": {"title": f"{role} prompt", "status": "done"}}]
+        return [{"role": "assistant", "content": _code(text), "metadata": _meta(f"{role} prompt", status="done")}]
     if role == "tool":
-        name = msg.get("name") or msg.get("tool_call_id") or ""
-        return [{"role": "assistant", "content": _code_block(text), "metadata": {"title": f"tool result {name}".strip()}}]
+        name = str(msg.get("name") or msg.get("tool_call_id") or "")
+        return [{"role": "assistant", "content": _code(text), "metadata": _meta(f"tool result {name}".strip())}]
     out: list[dict[str, Any]] = []
     reasoning = msg.get("reasoning_content") or msg.get("reasoning")
     if reasoning:
-        out.append({"role": "assistant", "content": str(reasoning), "metadata": {"title": "reasoning", "status": "done"}})
+        out.append({"role": "assistant", "content": _text(str(reasoning)), "metadata": _meta("reasoning", status="done")})
     if text:
-        out.append({"role": "assistant", "content": text})
-    out += _tool_call_messages(msg.get("tool_calls") or [])
+        out.append({"role": "assistant", "content": _text(text)})
+    out += _tool_call_messages(msg.get("tool_calls"))
     return out
 
 
@@ -75,17 +86,26 @@ def conversation(result: RolloutResult) -> list[dict[str, Any]]:
     for i, turn in enumerate(turns):
         req = turn.request_messages
         if prev and req[: len(prev)] != prev:
-            messages.append({"role": "assistant", "content": f"model call {turn.index} starts a new branch", "metadata": {"title": "new branch"}})
+            messages.append({"role": "assistant", "content": _text(f"model call {turn.index} starts a new branch"), "metadata": _meta("new branch")})
             prev = []
         for msg in req[len(prev):]:
             messages += _message_to_chat(msg)
+            if len(messages) > MAX_CHAT_MESSAGES:
+                break
         nxt = turns[i + 1].request_messages if i + 1 < len(turns) else None
         if nxt is None or nxt[: len(req)] != req:
             messages += _message_to_chat(_answer_message(turn))
         if turn.upstream_error:
-            messages.append({"role": "assistant", "content": _code_block(turn.upstream_error),
-                             "metadata": {"title": f"model call {turn.index} failed ({turn.upstream_status})"}})
+            messages.append({"role": "assistant", "content": _code(turn.upstream_error),
+                             "metadata": _meta(f"model call {turn.index} failed ({turn.upstream_status})")})
         prev = req
+        if len(messages) > MAX_CHAT_MESSAGES:
+            break
+    if len(messages) > MAX_CHAT_MESSAGES:
+        messages = messages[:MAX_CHAT_MESSAGES]
+        messages.append({"role": "assistant", "content": _text(f"the conversation goes on: the first {MAX_CHAT_MESSAGES} messages "
+                                                               "are shown here, the JSON download has every model call"),
+                         "metadata": _meta("cut here")})
     return messages
 
 
@@ -99,7 +119,7 @@ def _answer_message(turn: Turn) -> dict[str, Any]:
 
 
 # -- logprobs -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per token of the rollout
 class TokenPoint:
     turn: int  # the turn's index
     position: int  # position within the rollout's completion tokens (0-based)
@@ -149,7 +169,11 @@ def logprob_svg(points: list[TokenPoint]) -> str:
              f'<text x="{w / 2:.0f}" y="{h - 4}" font-size="10" text-anchor="middle">completion token position (all turns)</text>']
     turn_order = {t: i for i, t in enumerate(dict.fromkeys(p.turn for p in points))}
     prev_turn, label_x = None, -math.inf
-    for p in points:
+    stride = math.ceil(n / MAX_PLOT_POINTS)  # a long rollout's plot stays a plot, not 100 MB of SVG
+    if stride > 1:
+        parts.append(f'<text class="he-thinned" x="{w - pad}" y="{h - 4}" font-size="10" text-anchor="end">'
+                     f"every {stride}th of {n} tokens shown</text>")
+    for p in points[::stride]:
         if p.turn != prev_turn:  # a dashed line where each turn starts; a label where it has room
             parts.append(f'<line x1="{x(p.position):.1f}" y1="{pad / 2}" x2="{x(p.position):.1f}" y2="{h - pad}" stroke="#ccc" stroke-dasharray="3,3"/>')
             if x(p.position) - label_x >= LABEL_GAP:

@@ -5,6 +5,7 @@ one, so a stored rollout or a result file looks like a fresh run."""
 from __future__ import annotations
 
 import base64
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,34 @@ from harness_env.server.web import render
 
 MAX_JSON_VIEW_CHARS = 300_000  # the JSON tab; the download always has everything
 MAX_REFERENCE_BYTES = 8 * 1024 * 1024  # as the svg_icon family allows
+MAX_DOWNLOADS = 32  # result JSONs kept for the download buttons
+
+
+def safe_name(key: str) -> str:
+    """A download's file name part: `key` is a rollout id or the page's own, but a file's
+    sandbox_id is whatever the file says ("../x")."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", key)[:64].lstrip(".") or "result"
+
+
+def prune_downloads(directory: Path, keep: int = MAX_DOWNLOADS) -> None:
+    """Keep the newest `keep` result JSONs: each view writes one (a file opened again and again
+    must not fill the disk). Gradio serves its own copy, so the page's button keeps working."""
+    files = sorted(directory.glob("rollout-*.json"), key=_mtime, reverse=True)
+    for old in files[keep:]:
+        old.unlink(missing_ok=True)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # removed meanwhile by another view's prune
+        return 0.0
+
+
+def text_markdown(elem_id: str, value: str = "") -> gr.Markdown:
+    """A Markdown component that shows data (render_text.md_text makes the data in it inert): no
+    LaTeX, which would typeset $$...$$ from what the agent wrote."""
+    return gr.Markdown(value, elem_id=elem_id, latex_delimiters=[])
 
 
 def harness_view(name: str):
@@ -49,7 +78,7 @@ class ResultArea:
         p = prefix
         with gr.Row():
             self.reward = gr.HTML(render.reward_html(None), elem_id=f"{p}reward")
-            self.summary = gr.Markdown("", elem_id=f"{p}summary")
+            self.summary = text_markdown(f"{p}summary")
         with gr.Tabs() as self.tabs:
             with gr.Tab("verify", id="verify"):
                 self.verify_html = gr.HTML("", elem_id=f"{p}verify-results")
@@ -65,10 +94,13 @@ class ResultArea:
             with gr.Tab("files", id="files"):
                 self.files_html = gr.HTML("", elem_id=f"{p}files-out")
             with gr.Tab("conversation", id="conversation"):
-                self.chat = gr.Chatbot(value=[], label="the agent's turns", height=520, elem_id=f"{p}conversation", feedback_options=None)
+                # No Markdown, no LaTeX: render_turns gives each message as escaped HTML, so what the
+                # model or a tool wrote shows as text (Markdown would turn ![](url) into an image).
+                self.chat = gr.Chatbot(value=[], label="the agent's turns", height=520, elem_id=f"{p}conversation", feedback_options=None,
+                                       render_markdown=False, latex_delimiters=[], sanitize_html=True, allow_tags=False)
             with gr.Tab("logprobs", id="logprobs"):
                 self.logprob_plot = gr.HTML("", elem_id=f"{p}logprob-plot")
-                self.logprob_md = gr.Markdown("", elem_id=f"{p}logprob-summary")
+                self.logprob_md = text_markdown(f"{p}logprob-summary")
                 gr.Markdown("#### Tokens of each model call")
                 self.token_view = gr.HTML("", elem_id=f"{p}token-view")
             with gr.Tab("JSON", id="json"):
@@ -90,8 +122,9 @@ class ResultArea:
         own = [name for name in self.harness_html if getattr(result, name, None) is not None]  # the harness's own tab opens
         points = render.logprob_points(result.proxy_turns)
         text = render.result_json(result)
-        path = Path(self.downloads) / f"rollout-{key or result.sandbox_id or 'result'}.json"
+        path = Path(self.downloads) / f"rollout-{safe_name(key or result.sandbox_id or 'result')}.json"
         path.write_text(text)
+        prune_downloads(Path(self.downloads))
         return [
             render.reward_html(result),
             render.summary_markdown(result),

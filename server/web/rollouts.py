@@ -10,31 +10,27 @@ every FOLLOW_S): the store is the one place every replica's jobs are, and a poll
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 import zlib
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
-from pydantic import ValidationError
 
 from harness_env.models import ENDED_STATUSES, PhaseEvent, RolloutJob, RolloutResult
 from harness_env.server.store.codec import decompress
 from harness_env.server.web import render
 from harness_env.server.web.render_text import format_reward, md_cell
-from harness_env.server.web.result_area import ResultArea
-from harness_env.storage import unpack
+from harness_env.server.web.result_area import ResultArea, text_markdown
+from harness_env.server.web.result_file import MAX_RESULT_FILE_BYTES, parse_result_file
+
+__all__ = ["MAX_RESULT_FILE_BYTES", "RolloutsView", "parse_result_file"]
 
 STATUSES = ["queued", "running", "finished", "failed", "cancelled", "interrupted"]
 HEADERS = ["created", "rollout", "status", "harness", "task", "reward", "wall time (s)", "error kind"]
 LIST_LIMIT = 100  # rows a page of the list shows; "older" pages on
 FOLLOW_S = 1.0  # how often a running rollout's page reads the store
 MAX_LOG_EVENTS = 5_000  # events shown in a rollout's phase log
-MAX_RESULT_FILE_BYTES = 64 * 1024 * 1024  # a result file opened from disk
-MAX_FILE_RESULTS = 1_000  # results read from one JSONL file
-REQUIRED_KEYS = frozenset({"rollout_id", "harness", "reward"})  # what every stored result has
 # The address bar follows the rollout shown, so it can be copied and shared as it is.
 ADDRESS_JS = """() => setTimeout(() => {
   const a = document.querySelector('#ro-share');
@@ -47,54 +43,6 @@ def list_rows(items: list[Any]) -> list[list[Any]]:
     """RolloutListItems -> the table's rows."""
     return [[time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(i.created_at)), i.rollout_id, i.status, i.harness, i.task_id or "-",
              format_reward(i.reward), "-" if i.wall_s is None else round(i.wall_s, 2), i.error_kind or "-"] for i in items]
-
-
-def parse_result_file(path: str) -> list[RolloutResult]:
-    """The results in a file: one RolloutResult JSON (whole, or the compact form of
-    harness_env.storage), or JSONL of them. Raises ValueError with one line that says what is wrong."""
-    size = os.path.getsize(path)
-    if size > MAX_RESULT_FILE_BYTES:
-        raise ValueError(f"the file has {size:,} bytes; at most {MAX_RESULT_FILE_BYTES:,} are opened here")
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ValueError("the file is not UTF-8 text (a RolloutResult JSON or JSONL file is)") from None
-    if not text.strip():
-        raise ValueError("the file is empty")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
-        doc = None
-    if doc is not None:
-        return [_result(doc, "")]
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-    if len(lines) > MAX_FILE_RESULTS:
-        raise ValueError(f"the file has {len(lines):,} lines; at most {MAX_FILE_RESULTS:,} results are opened here")
-    out = []
-    for n, line in lines:
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"line {n} is not JSON ({e.msg} at column {e.colno}): neither a JSON nor a JSONL file") from None
-        out.append(_result(doc, f"line {n} "))
-    return out
-
-
-def _result(doc: Any, where: str) -> RolloutResult:
-    """One document of a file: a RolloutResult, whole or compact (storage.unpack reads both)."""
-    if not isinstance(doc, dict) or not REQUIRED_KEYS <= doc.keys():
-        raise ValueError(f"{where}is not a RolloutResult (a JSON object with {', '.join(sorted(REQUIRED_KEYS))}, ...)")
-    try:
-        return unpack(doc)
-    except (ValidationError, AttributeError, KeyError, TypeError) as e:
-        raise ValueError(f"{where}is not a RolloutResult: {_first_error(e)}") from None
-
-
-def _first_error(e: Exception) -> str:
-    if isinstance(e, ValidationError):
-        err = e.errors()[0]
-        return f"{'.'.join(map(str, err['loc'])) or 'the document'}: {err['msg']} ({e.error_count()} problem(s))"
-    return f"{type(e).__name__}: {e}"
 
 
 class RolloutsView:
@@ -110,7 +58,7 @@ class RolloutsView:
             self.task_filter = gr.Textbox(label="task id", placeholder="(any)", elem_id="ro-filter-task")
             self.refresh = gr.Button("refresh", size="sm", elem_id="ro-refresh")
         with gr.Row():
-            self.list_note = gr.Markdown("", elem_id="ro-list-note")
+            self.list_note = text_markdown("ro-list-note")
             self.older = gr.Button("older", size="sm", visible=False, elem_id="ro-older")
         self.cursor = gr.State(None)  # the next page's cursor (the store's `before`)
         self.table = gr.Dataframe(headers=HEADERS, value=[], interactive=False, elem_id="ro-list")
@@ -119,10 +67,12 @@ class RolloutsView:
             self.file = gr.File(label="open a result file (RolloutResult JSON, compact JSON, or JSONL of them)",
                                 file_types=[".json", ".jsonl"], type="filepath", elem_id="ro-file")
             self.file_pick = gr.Dropdown(label="result in the file", choices=[], visible=False, elem_id="ro-file-pick")
-        self.file_results = gr.State([])  # the file's results, as JSON
+        # The open file: its path in Gradio's upload cache and how many results it holds, not the
+        # results (a session's state outlives its tab by an hour; a pick reads the file again).
+        self.file_results = gr.State(None)
         gr.Markdown("### Rollout")
-        self.title = gr.Markdown(NOT_OPEN, elem_id="ro-title")
-        self.status = gr.Markdown("", elem_id="ro-status")
+        self.title = text_markdown("ro-title", NOT_OPEN)
+        self.status = text_markdown("ro-status")
         self.log = gr.Textbox(label="phase log", lines=10, max_lines=30, interactive=False, elem_id="ro-log", autoscroll=True)
         self.result = ResultArea(downloads, harness_names, prefix="ro-")
         self.followed = gr.State(None)  # {"id", "after", "log"}: the rollout the page shows while it runs
@@ -198,7 +148,7 @@ class RolloutsView:
         job = await self.jobs.get(rollout_id) if self.jobs is not None and len(rollout_id) <= 32 else None
         if job is None:
             out.update(zip(self.result.outputs, self.result.view(None)))
-            out.update({self.title: f"**no rollout `{md_cell(rollout_id)}`** here (never run here, or removed by retention)",
+            out.update({self.title: f"**no rollout <code>{md_cell(rollout_id)}</code>** here (never run here, or removed by retention)",
                         self.status: "", self.log: "", self.followed: None, self.timer: gr.Timer(active=False)})
             return list(out.values())
         lines, after = await self._events(job.rollout_id, -1)
@@ -208,8 +158,8 @@ class RolloutsView:
 
     def _title(self, job: RolloutJob) -> str:
         link = f"?rollout={job.rollout_id}"
-        return (f"**rollout `{job.rollout_id}`** · task `{md_cell(job.task_id or '-')}` · {md_cell(job.harness)} · "
-                f"model `{md_cell(job.model or '-')}` · <a id=\"ro-share\" href=\"{link}\">link to this rollout</a>")
+        return (f"**rollout <code>{md_cell(job.rollout_id)}</code>** · task <code>{md_cell(job.task_id or '-')}</code> · {md_cell(job.harness)} · "
+                f"model <code>{md_cell(job.model or '-')}</code> · <a id=\"ro-share\" href=\"{link}\">link to this rollout</a>")
 
     async def _shown(self, job: RolloutJob, followed: dict[str, Any]) -> dict[Any, Any]:
         """Status and result of `job`: the whole result once it ended (the timer stops), else the
@@ -219,8 +169,10 @@ class RolloutsView:
             full = await self.jobs.get(job.rollout_id, "full")
             result = full.result if full is not None else None
             reference = await asyncio.to_thread(self._reference, job.rollout_id) if result is not None and result.grading else None
-            out.update(zip(self.result.outputs, self.result.view(result, cancelled=job.status == "cancelled", key=job.rollout_id,
-                                                                 reference=reference)))
+            # Rendered off the event loop: a long rollout's JSON and conversation take a while.
+            shown = await asyncio.to_thread(self.result.view, result, cancelled=job.status == "cancelled", key=job.rollout_id,
+                                            reference=reference)
+            out.update(zip(self.result.outputs, shown))
             out.update({self.followed: None, self.timer: gr.Timer(active=False)})
         else:
             out.update(zip(self.result.outputs, self.result.view(None)))
@@ -254,21 +206,33 @@ class RolloutsView:
 
     # -- result files --------------------------------------------------------------------------
     async def on_file(self, path: str | None) -> list[Any]:
+        """A result file opened from disk. Reading, checking and rendering it all happen off the
+        event loop: a file is as large as the limit allows, and /health must not wait for it."""
         if not path:
             return [gr.update(), gr.update(), *[gr.update()] * len(self.page_outputs)]
+        return await asyncio.to_thread(self._open_file, path)
+
+    def _open_file(self, path: str) -> list[Any]:
         name = md_cell(os.path.basename(path))
         try:
-            results = await asyncio.to_thread(parse_result_file, path)
+            results = parse_result_file(path)
         except (OSError, ValueError) as e:
             return [[], gr.update(choices=[], value=None, visible=False), *self._file_page(None, f"**could not open {name}:** {md_cell(str(e))}")]
         choices = [(f"{n}: {r.task_id or '-'} · {r.harness} · reward {format_reward(r.reward)}", str(n - 1)) for n, r in enumerate(results, 1)]
-        return [[r.model_dump(mode="json") for r in results], gr.update(choices=choices, value="0", visible=len(results) > 1),
+        return [{"path": path, "count": len(results)}, gr.update(choices=choices, value="0", visible=len(results) > 1),
                 *self._file_page(results[0], f"**{name}**, result 1 of {len(results)}")]
 
-    def on_pick(self, results: list[dict[str, Any]], pick: str | None) -> list[Any]:
-        if not results or pick is None or not 0 <= int(pick) < len(results):
+    def on_pick(self, opened: dict[str, Any] | None, pick: str | None) -> list[Any]:
+        """Another result of the file, read again (a sync handler: Gradio runs it in its thread pool)."""
+        if not opened or pick is None or not pick.isdigit() or not 0 <= int(pick) < opened["count"]:
             return [gr.update()] * len(self.page_outputs)
-        return self._file_page(RolloutResult.model_validate(results[int(pick)]), f"result {int(pick) + 1} of {len(results)} in the file")
+        try:
+            results = parse_result_file(opened["path"])
+        except (OSError, ValueError) as e:
+            return self._file_page(None, f"**could not read the file again:** {md_cell(str(e))}")
+        if int(pick) >= len(results):
+            return [gr.update()] * len(self.page_outputs)
+        return self._file_page(results[int(pick)], f"result {int(pick) + 1} of {len(results)} in the file")
 
     def _file_page(self, result: RolloutResult | None, title: str) -> list[Any]:
         """A result from a file: no log (a file has no events), its phases as the status."""

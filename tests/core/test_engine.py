@@ -13,3 +13,58 @@ async def test_an_endpoint_without_the_chat_route_ends_the_rollout_before_the_ag
     res = await run_rollout(req)
     assert res.error_kind == "endpoint" and "404" in res.error and res.reward is None
     assert [p.name for p in res.phases] == ["endpoint", "collect"]  # no sandbox, no agent
+
+
+# Issue 25, critical 2: ends the agent can bring about are graded, never left out as "infrastructure".
+DONE_SCRIPT = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
+
+
+def _whitebox_request(policy_server, script, verify=("test -f hello.txt", "false")):
+    policy_server.policy.scripts["m"] = script
+    return RolloutRequest(task=Task(instruction="make hello.txt", verify=list(verify)), harness="whitebox",
+                          endpoint=Endpoint(base_url=policy_server.base_url, model="m"), agent_timeout_s=30)
+
+
+async def test_verify_that_cannot_run_on_what_the_agent_left_scores_0(policy_server):
+    from harness_env.core.errors import SandboxError
+    from tests.fakes.sandbox import DirSandbox, DirSandboxFactory
+
+    class FullDisk(DirSandbox):
+        def clear_reward_file(self) -> None:
+            raise SandboxError("could not reset the verifier directory: No space left on device")
+
+    class Factory(DirSandboxFactory):
+        def __call__(self, **kw):
+            box = super().__call__(**kw)
+            box.__class__ = FullDisk
+            return box
+
+    res = await run_rollout(_whitebox_request(policy_server, DONE_SCRIPT), sandbox_factory=Factory())
+    assert (res.error_kind, res.reward, res.reward_source) == ("verify", 0.0, "verify_failed"), (res.error_kind, res.error)
+    assert "No space left" in res.error
+
+
+async def test_a_harness_whose_run_cannot_be_read_back_is_graded_once_the_policy_acted(policy_server, monkeypatch):
+    from harness_env.envs.whitebox.harness import WhiteboxHarness
+
+    real = WhiteboxHarness.run_agent
+
+    async def unreadable(self, ctx, sandbox, stop):
+        await real(self, ctx, sandbox, stop)
+        raise ValueError("session log is not JSON")  # what a planted log would do to a reader
+
+    monkeypatch.setattr(WhiteboxHarness, "run_agent", unreadable)
+    res = await run_rollout(_whitebox_request(policy_server, DONE_SCRIPT))
+    assert (res.error_kind, res.reward, res.reward_source) == ("agent_error", 0.5, "verify_ratio"), (res.error_kind, res.error)
+    assert "could not be read back" in res.error
+
+
+async def test_a_failure_before_the_policy_acted_is_not_graded(policy_server):
+    """The endpoint rejects the harness's first request (nothing of the policy's exists yet)."""
+    res = await run_rollout(_whitebox_request(policy_server, [{"status": 400}] * 4))
+    assert res.error_kind == "agent_error" and res.reward is None and res.verify_results == []
+
+
+async def test_the_endpoint_rejecting_a_later_call_is_graded(policy_server):
+    res = await run_rollout(_whitebox_request(policy_server, [{"bash": "echo hello > hello.txt"}, *[{"status": 400}] * 4]))
+    assert (res.error_kind, res.reward) == ("agent_error", 0.5), (res.error_kind, res.error, res.reward)

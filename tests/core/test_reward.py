@@ -42,3 +42,16 @@ def test_tool_efficiency_reward(correct, calls, want):
 def test_unverified_tool_count_gets_no_bonus_and_says_so():
     value, note = tool_efficiency_reward(1.0, None)
     assert value == 1.0 and "not verified" in note
+
+
+@pytest.mark.parametrize("text", ["1e308", "-1e308", "1000000.5", "-2e6", "1" + "0" * 300])
+def test_a_reward_outside_the_documented_range_is_ignored_with_a_note(text):
+    value, note = parse_reward_text(text)
+    assert value is None and "outside the reward range" in note
+    reward, source, notes = compute_reward([_r(0), _r(1)], text)
+    assert (reward, source) == (0.5, "verify_ratio") and "outside the reward range" in notes[0]
+
+
+@pytest.mark.parametrize("text,value", [("1e6", 1e6), ("-1000000", -1e6), ("42.5", 42.5)])
+def test_a_reward_at_the_range_edges_counts(text, value):
+    assert parse_reward_text(text) == (value, None)

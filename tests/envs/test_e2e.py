@@ -139,7 +139,8 @@ async def test_failing_endpoint_is_an_endpoint_error_with_no_reward(policy_serve
 
 
 async def test_policy_request_rejected_by_the_endpoint_is_an_agent_error(policy_server, make_request):
-    res = await run_rollout(make_request([{"status": 400}], verify=["true"], agent_timeout_s=60))
+    # Every call rejected: nothing of the policy's exists, so there is nothing to grade yet.
+    res = await run_rollout(make_request([{"status": 400}] * 10, verify=["true"], agent_timeout_s=60))
     assert res.error_kind == "agent_error" and res.reward is None and "400" in res.error
 
 

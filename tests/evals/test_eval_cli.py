@@ -199,6 +199,32 @@ def test_eval_bad_server_url_is_one_line(tmp_path, policy):
     assert p.returncode == 2 and len(stderr.strip().splitlines()) == 1 and "ftp://nowhere" in stderr, stderr
 
 
+def test_eval_of_task_ids_the_file_system_cannot_name_runs_and_exports(tmp_path, policy):
+    """A 256-character id (the model allows it) crashed eval with 'File name too long'; ids with
+    separators or dots must not escape results/ either."""
+    long_id, other = "t" * 256, "../../" + "é" * 200
+    tasks = _write_jsonl(tmp_path / "tasks.jsonl", [_task(long_id, ["true"]), _task(other, ["true"])])
+    p = _eval(policy, tasks, tmp_path / "run", "-n", "2")
+    stdout, stderr = p.communicate(timeout=240)
+    assert p.returncode == 0 and "Traceback" not in stderr, stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert [t["scored"] for t in summary["tasks"].values()] == [2, 2] and summary["overall"]["mean_reward"] == 1.0
+    dirs = sorted(d.name for d in (tmp_path / "run" / "results").iterdir())
+    assert len(dirs) == 2 and all(len(d) <= 100 and "/" not in d for d in dirs), dirs
+    assert sorted(p.parent.name for p in (tmp_path / "run" / "results").glob("*/*.json")) == sorted(dirs * 2)
+    assert {p.name for p in tmp_path.iterdir()} == {"tasks.jsonl", "run"}  # nothing written outside the run
+    e = subprocess.run([*CLI, "export", str(tmp_path / "run"), "--format", "jsonl", "--to", str(tmp_path / "ds")],
+                       capture_output=True, text=True, timeout=120)
+    assert e.returncode == 0, e.stderr
+    rows = [json.loads(line) for line in (tmp_path / "ds" / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["task_id"] for r in rows) == sorted(dirs * 2)
+    # The same ids, run again: every attempt is found and none is rerun.
+    started = sum(policy.policy.started.values())
+    again = _eval(policy, tasks, tmp_path / "run", "-n", "2")
+    _, stderr = again.communicate(timeout=240)
+    assert again.returncode == 0 and sum(policy.policy.started.values()) == started == 4, stderr
+
+
 def test_eval_bad_input_is_one_line(tmp_path, policy):
     p = _eval(policy, tmp_path / "missing.jsonl", tmp_path / "run")
     _, stderr = p.communicate(timeout=60)

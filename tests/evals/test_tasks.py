@@ -71,3 +71,21 @@ def test_what_is_no_tasks_says_so(tmp_path):
     (tmp_path / "t.jsonl").write_text('{"instruction": "x"}\nnot json\n')
     with pytest.raises(InvalidRequestError, match="line 2 is not valid JSON"):
         load_tasks(tmp_path / "t.jsonl")
+
+
+@pytest.mark.parametrize("name", ["t" * 256, "é" * 300, "a/" * 200, "../" * 100 + "x", "." * 300, "x" * 10_000])
+def test_any_task_id_becomes_a_bounded_directory_name(name):
+    from harness_env.evals.tasks import MAX_ID_CHARS, safe_id
+
+    safe = safe_id(name)
+    assert 0 < len(safe) <= MAX_ID_CHARS and "/" not in safe and not safe.startswith(".") and safe_id(safe) == safe
+
+
+def test_long_task_ids_that_share_a_start_stay_apart(tmp_path):
+    from harness_env.evals.tasks import safe_id
+
+    assert safe_id("t" * 256) != safe_id("t" * 255 + "u") and safe_id("t" * 256).startswith("t" * 80)
+    (tmp_path / "a.json").write_text(json.dumps({"instruction": "A", "task_id": "t" * 256}))
+    (tmp_path / "b.json").write_text(json.dumps({"instruction": "B", "task_id": "t" * 255 + "u"}))
+    ids = [t.task_id for t in load_tasks(tmp_path)]
+    assert len(set(ids)) == 2 and all(len(i) <= 100 for i in ids)

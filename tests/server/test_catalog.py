@@ -107,3 +107,30 @@ def test_hf_router_falls_back_to_the_token_huggingface_hub_stores(tmp_path, monk
     assert describe(env)[[e["name"] for e in describe(env)].index("hf_router")]["api_key_set"] is True
     with pytest.raises(InvalidRequestError, match="HF_ROUTER_API_KEY"):  # the stored token goes to the router only
         to_request(_args(endpoint="hf_router", base_url="http://127.0.0.1:9/v1"), env)
+
+
+def test_a_catalog_url_with_credentials_is_refused_and_never_listed_with_them():
+    env = {"VLLM_URL": "http://bob:hunter2-pw@gpu:8000/v1", "VLLM_MODEL": "m",
+           "OPENAI_BASE_URL": "https://api.example/v1?key=hunter2-pw", "OPENAI_API_KEY": "k" * 12}
+    listed = {e["name"]: e for e in describe(env)}
+    assert listed["vllm"]["base_url"] == "http://gpu:8000/v1" and listed["openai"]["base_url"] == "https://api.example/v1"
+    for name, key_var in (("vllm", "VLLM_API_KEY"), ("openai", "OPENAI_API_KEY")):
+        assert listed[name]["configured"] is False and key_var in listed[name]["problem"]
+        with pytest.raises(InvalidRequestError, match=key_var) as e:
+            resolve_endpoint(_args(endpoint=name), env)
+        assert "hunter2" not in str(e.value)
+    assert "hunter2" not in repr(listed)
+    assert listed["hf_router"]["problem"] is None
+
+
+def test_an_unparsable_catalog_url_is_a_problem_in_the_listing_not_a_crash():
+    listed = {e["name"]: e for e in describe({"VLLM_URL": "http://[::1", "VLLM_MODEL": "m"})}
+    assert listed["vllm"]["configured"] is False and "not a valid URL" in listed["vllm"]["problem"]
+
+
+def test_the_credentials_of_a_catalog_url_are_known_as_secrets_to_mask():
+    from harness_env.server.catalog import url_credentials
+
+    env = {"VLLM_URL": "http://bob:hunter2-pw@gpu:8000/v1", "OPENAI_BASE_URL": "https://tok-only-user@api.example/v1",
+           "HF_ROUTER_BASE_URL": "https://router.example/v1"}
+    assert sorted(url_credentials(env)) == ["bob:hunter2-pw", "hunter2-pw", "tok-only-user"]

@@ -211,6 +211,13 @@ BAD_INPUTS = [
     ("files", json.dumps({"files": {"d/" + "n" * 300: "x"}})),
     ("harness_config", json.dumps({"harness": "opencode", "harness_config": _nested(900)})),
     ("model", '{"model": "m\\ud800"}'),
+    # issue 25: NUL bytes fail at validation, not at verify time; a URL with credentials is refused unquoted
+    ("verify", '{"verify": ["test -f a\\u0000b"]}'),
+    ("setup", '{"setup": ["echo \\u0000"]}'),
+    ("task_id", '{"task_id": "t\\u0000"}'),
+    ("files", '{"files": {"a\\u0000.txt": "x"}}'),
+    ("base_url", '{"base_url": "http://bob:hunter2-pw@127.0.0.1:9/v1"}'),
+    ("base_url", '{"base_url": "http://127.0.0.1:9/v1?api_key=hunter2-pw"}'),
 ]
 
 
@@ -227,6 +234,7 @@ def test_bad_input_is_one_clear_422_naming_the_field(open_server, policy_server,
     assert r.status_code == 422, r.text[:1000]
     assert field in r.text, r.text[:1000]
     _no_leak(r.text, open_server)
+    assert "hunter2" not in r.text
     rpc = b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "run_rollout", "arguments": ' + body + b"}}"
     r = httpx.post(open_server.url + "/mcp", content=rpc, headers={"content-type": "application/json", "accept": "*/*"}, timeout=60)
     assert r.status_code == 200 and field in r.json()["error"]["message"], r.text[:1000]
@@ -240,6 +248,9 @@ def test_bad_input_is_one_clear_422_naming_the_field(open_server, policy_server,
     assert field in said, said
     _no_leak(r.text, open_server)
     assert policy_server.policy.requests == []  # refused before anything ran
+    jobs = httpx.post(open_server.url + "/rollouts", content=body, headers={"content-type": "application/json"}, timeout=60)
+    assert jobs.status_code == 422 and field in jobs.text, jobs.text[:1000]  # a job is refused too: nothing stored
+    assert "hunter2" not in r.text + jobs.text and "hunter2" not in httpx.get(open_server.url + "/rollouts", timeout=30).text
     assert "Traceback" not in _log(open_server)
     open_server.assert_no_rollout_left()
 
@@ -349,20 +360,27 @@ def test_a_chunked_300_mb_upload_to_the_web_ui_is_cut_off_too(token_server):
     assert _rss_mb(token_server) - before < 100
 
 
-# -- 20: failed authentication is rate-limited per address ---------------------------------------------
+# -- 20: failed authentication is rate-limited per address, and the right token still gets in -----
 def test_guessing_the_token_is_stopped_per_address(token_server):
     with _from("127.0.0.51") as guesser, _from("127.0.0.52") as other:
         statuses = [guesser.get(token_server.url + "/harnesses", headers={"authorization": f"Bearer guess-{i}"}).status_code
                     for i in range(50)]
         assert statuses[:10] == [401] * 10 and set(statuses[10:]) == {429}, statuses
         r = guesser.get(token_server.url + "/harnesses", headers={"authorization": "Bearer guess-x"})
-        assert r.status_code == 429 and 1 <= int(r.headers["retry-after"]) <= 60
-        # A blocked address gets no answer to its guesses, right or wrong ...
-        assert guesser.get(token_server.url + "/harnesses", headers={"authorization": f"Bearer {TOKEN}"}).status_code == 429
-        # ... and another address is not affected.
+        assert r.status_code == 429 and 1 <= int(r.headers["retry-after"]) <= 5
+        # Another address is not affected ...
         assert other.get(token_server.url + "/harnesses", headers={"authorization": f"Bearer {TOKEN}"}).status_code == 200
-    assert _ws_handshake(token_server, b"/ws?token=" + TOKEN.encode(), source="127.0.0.51") == 403
-    assert _ws_handshake(token_server, b"/ws?token=" + TOKEN.encode(), source="127.0.0.52") == 101
+        assert _ws_handshake(token_server, b"/ws?token=" + TOKEN.encode(), source="127.0.0.52") == 101
+        # ... and from the guessing address the right token gets in once its turn comes (before: a
+        # minute of 429 for everyone there), while a new guess is again one per interval.
+        right = guesser.get(token_server.url + "/harnesses", headers={"authorization": f"Bearer {TOKEN}"})
+        if right.status_code == 429:
+            time.sleep(int(right.headers["retry-after"]))
+            right = guesser.get(token_server.url + "/harnesses", headers={"authorization": f"Bearer {TOKEN}"})
+        assert right.status_code == 200
+        assert _ws_handshake(token_server, b"/ws?token=" + TOKEN.encode(), source="127.0.0.51") == 101
+        assert guesser.get(token_server.url + "/harnesses", headers={"authorization": "Bearer guess-y"}).status_code == 401
+        assert guesser.get(token_server.url + "/harnesses", headers={"authorization": "Bearer guess-z"}).status_code == 429
 
 
 def test_guessing_at_the_login_form_and_the_socket_is_stopped_too(token_server):
@@ -370,9 +388,14 @@ def test_guessing_at_the_login_form_and_the_socket_is_stopped_too(token_server):
         statuses = [c.post(token_server.url + "/web/login", data={"token": f"guess-{i}"}).status_code for i in range(12)]
         assert statuses[:10] == [401] * 10 and statuses[10:] == [429, 429], statuses
     assert {_ws_handshake(token_server, f"/ws?token=guess-{i}".encode(), source="127.0.0.62") for i in range(10)} == {403}
-    # Blocked now: the right token is refused from there, not from elsewhere.
-    assert _ws_handshake(token_server, b"/ws?token=" + TOKEN.encode(), source="127.0.0.62") == 403
+    # Slowed now: a new guess from there is refused unchecked; the right token gets in after one interval.
+    assert _ws_handshake(token_server, b"/ws?token=guess-new", source="127.0.0.62") == 403
     assert _ws_handshake(token_server, b"/ws?token=" + TOKEN.encode(), source="127.0.0.64") == 101
+    time.sleep(5)
+    assert _ws_handshake(token_server, b"/ws?token=" + TOKEN.encode(), source="127.0.0.62") == 101
+    with _from("127.0.0.61") as c:  # the login form's guesser too
+        ok = c.post(token_server.url + "/web/login", data={"token": TOKEN}, follow_redirects=False)
+        assert ok.status_code == 303 and WEB_COOKIE in ok.headers["set-cookie"]
     with _from("127.0.0.63") as c:
         ok = c.post(token_server.url + "/web/login", data={"token": TOKEN}, follow_redirects=False)
         assert ok.status_code == 303 and WEB_COOKIE in ok.headers["set-cookie"]

@@ -40,11 +40,11 @@ def test_kill_9_with_jobs_running_then_restart(tmp_path_factory, policy_server) 
         queued = httpx.post(first.url + "/rollouts", json=args(policy_server, "dur-queued", SLOW)).json()["rollout_id"]
         for rid in slow:
             assert wait_for(first, rid, agent_started)["status"] == "running"
-        left = [d.name for d in sandboxes.iterdir()]
+        left = [d.name for d in sandboxes.iterdir() if not d.name.endswith(".lease")]
         assert len(left) == 2 and all(marked_pids(name) for name in left)  # the two running rollouts' directories, their `sleep` in them
     finally:
         _kill(first)
-    assert len(list(sandboxes.iterdir())) == 2  # what the dead server left
+    assert sorted(p.name for p in sandboxes.iterdir()) == sorted([*left, *(f"{n}.lease" for n in left)])  # what the dead server left
 
     second = None
     try:
@@ -68,7 +68,8 @@ def test_kill_9_with_jobs_running_then_restart(tmp_path_factory, policy_server) 
         if second is not None:
             second.stop()
         for left in sandboxes.iterdir():  # only when the test failed: no mount or process outlives it
-            remove_sandbox(str(left))
+            if not left.name.endswith(".lease"):
+                remove_sandbox(str(left))
     with sqlite3.connect(data / "rollouts.db") as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 

@@ -424,7 +424,7 @@ class ResponseBuilder(ChunkBuilder):
 def _custom_input(arguments: str) -> str:
     """A freeform tool's input from the engine's arguments (`{"input": "..."}`, else the raw text)."""
     try:
-        parsed = json.loads(arguments)
+        parsed = fastjson.loads(arguments)
     except ValueError:
         return arguments
     if isinstance(parsed, dict) and isinstance(parsed.get("input"), str):

@@ -192,7 +192,7 @@ CAPTURE_FIELDS = {"logprobs": True, "top_logprobs": 2, "return_token_ids": True,
 def _continued(stream):
     """A request with one assistant message in it: the fake answers it with its script's step 1."""
     history = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "again"}]
-    return _body(stream, messages=history, temperature="logprobs", max_tokens=100)
+    return _body(stream, messages=history, max_tokens=100)
 
 
 @pytest.mark.parametrize("stream", [True, False])

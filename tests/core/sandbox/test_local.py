@@ -1,12 +1,15 @@
 import asyncio
 import contextlib
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from harness_env.core.errors import SandboxError
+from harness_env.core.sandbox.host import mounts_at_or_below
 from harness_env.core.sandbox.local import bwrap_available, create_local_sandbox
+from harness_env.core.procs import is_running
 from harness_env.core.sandbox.processes import marked_pids
 
 BACKENDS = [False, True]
@@ -142,3 +145,75 @@ async def test_commands_cancelled_as_they_start_leave_no_process(use_bwrap):
         assert marked_pids(sb.sandbox_id) == []
     finally:
         await sb.close()
+
+
+# A root agent's escape in plain mode: a child that leaves its session (setsid), drops the marker
+# variable (env -i) and moves itself into the root cgroup of every hierarchy, records where it got
+# to, then keeps writing a reward for verify to find.
+ESCAPE = (
+    "setsid env -i /bin/sh -c 'for f in /sys/fs/cgroup/*/cgroup.procs /sys/fs/cgroup/cgroup.procs; do echo $$ > \"$f\" 2>/dev/null; done;"
+    " {{ cat /proc/self/cgroup; env; }} > \"$1\"; while :; do echo 1 > \"$0\" 2>/dev/null; sleep 0.05; done' {reward} {evidence} {token}"
+    " </dev/null >/dev/null 2>&1 &\n"
+    # and one that asks to be born in the host's PID namespace (an ancestor's: refused)
+    "nsenter --target {host_pid} --pid -- setsid env -i /bin/sh -c 'while :; do echo 1 > \"$0\" 2>/dev/null; sleep 0.05; done'"
+    " {reward} {token} </dev/null >/dev/null 2>&1 &\n"
+    "for i in $(seq 100); do [ -s {evidence} ] && break; sleep 0.05; done"
+)
+
+
+def _running_with(token: str, within_s: float = 5.0) -> list[str]:
+    """Live processes whose command line holds `token` (zombies excluded), after up to `within_s`
+    for a killed one to finish exiting."""
+    deadline = time.monotonic() + within_s
+    while True:
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmdline = f.read()
+                if token.encode() in cmdline and is_running(int(entry)):
+                    found.append(f"{entry}: {cmdline[:200]!r}")
+            except (OSError, ValueError):
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("use_bwrap", BACKENDS)
+async def test_a_survivor_that_leaves_its_cgroup_marker_and_session_dies_with_its_command(use_bwrap, tmp_path):
+    """Nothing a command started outlives it, even a root agent's `setsid env -i` child that wrote
+    itself into the root cgroups (plain mode: the command is a PID namespace's init); so no process
+    is left to forge the reward during verify, and none outlives close()."""
+    _need_bwrap(use_bwrap)
+    sb = create_local_sandbox(use_bwrap=use_bwrap)
+    token = f"escapee-{os.urandom(4).hex()}"
+    evidence = f"{sb.workspace}/evidence.txt"
+    try:
+        r = await sb.exec(ESCAPE.format(reward=sb.reward_file, evidence=evidence, token=token, host_pid=os.getpid()), timeout=30)
+        assert r.exit_code == 0, r.stderr
+        seen = sb.read_file("evidence.txt")
+        assert seen, "the escapee never ran"
+        if not use_bwrap and os.geteuid() == 0:  # it really escaped: root cgroups, no marker
+            assert b"pids:/\n" in seen or b"0::/\n" in seen, seen
+            assert b"HARNESS_ENV_SANDBOX" not in seen
+        assert _running_with(token) == []  # gone once its command returned
+        sb.clear_reward_file()
+        await asyncio.sleep(0.5)  # what a survivor would need to write again
+        assert sb.read_reward_file() is None
+    finally:
+        await sb.close()
+    assert _running_with(token) == []
+
+
+async def test_a_sandbox_dir_reached_through_a_link_is_unmounted_and_removed(tmp_path, monkeypatch):
+    """/proc/self/mounts names real paths: the rollout's tmpfs is found (and detached) through the
+    sandbox directory's real path when HARNESS_ENV_SANDBOX_DIR goes through a link (/tmp often does)."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    monkeypatch.setenv("HARNESS_ENV_SANDBOX_DIR", str(tmp_path / "link"))
+    sb = create_local_sandbox(use_bwrap=False)
+    assert (await sb.exec("echo hi > hi.txt", timeout=10)).exit_code == 0
+    assert await sb.close() is None
+    assert os.listdir(real) == [] and mounts_at_or_below(real) == []

@@ -152,3 +152,23 @@ def test_a_reward_json_link_falls_back_to_a_real_reward_txt(tmp_path):
     reward, source, notes = read_verifier_reward(tmp_path, None)
     assert (reward, source) == (0.25, "reward_txt") and "symbolic link" in notes[0]
     assert reward_map(tmp_path) is None
+
+
+@pytest.mark.parametrize("payload", ["1e308", "-1e7", '{"reward": 1e308}', '{"reward": ' + "1" + "0" * 400 + "}", "1" + "0" * 400])
+def test_a_reward_json_outside_the_reward_range_is_ignored_with_a_note(tmp_path, payload):
+    _write(tmp_path, "reward.json", payload)
+    _write(tmp_path, "reward.txt", "0.25")  # the next source still counts
+    reward, source, notes = read_verifier_reward(tmp_path, None)
+    assert (reward, source) == (0.25, "reward_txt")
+    assert "outside the reward range" in notes[0]
+
+
+def test_reward_txt_outside_the_reward_range_is_ignored(tmp_path):
+    _write(tmp_path, "reward.txt", "1e308")
+    reward, source, notes = read_verifier_reward(tmp_path, None)
+    assert (reward, source) == (None, None) and "outside the reward range" in notes[0]
+
+
+def test_reward_map_drops_out_of_range_numbers(tmp_path):
+    _write(tmp_path, "reward.json", '{"reward": 1, "huge": 1e308, "big_int": ' + "9" * 400 + "}")
+    assert reward_map(tmp_path) == {"reward": 1.0}

@@ -194,3 +194,12 @@ def test_the_submission_is_read_without_following_links_anywhere(tmp_path):
         assert read_submission(sb, 10_000) == (None, None)
     finally:
         asyncio.run(sb.close())
+
+
+async def test_a_judge_that_answers_without_scores_grades_0_not_none(policy_server, judge):
+    """What the picture shows can talk a judge out of scoring (a prompt written into the icon):
+    a judge that answers, but never with scores, is graded 0, not left out as infrastructure."""
+    judge.default_step = {"raw": "Ignore the rubric. I will not score this."}
+    res = await run_rollout(icon_request(policy_server, [write_icon(RED_SQUARE), {"text": "done"}]))
+    assert (res.reward, res.reward_source, res.error_kind) == (0.0, "judge", "judge"), (res.reward, res.error)
+    assert "without usable scores" in res.error

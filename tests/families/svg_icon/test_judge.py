@@ -415,3 +415,10 @@ async def test_cancelled_waiters_do_not_leak_slots():
         assert (await first).reward is not None
         out = await asyncio.wait_for(judge.score("x", CANDIDATE, None, {}), 5)
     assert out.reward is not None
+
+
+@pytest.mark.parametrize("url", ["http://bob:hunter2-pw@h:1/v1", "http://h:1/v1?key=hunter2-pw"])
+def test_a_judge_url_with_credentials_is_refused_naming_the_key_variable(url):
+    with pytest.raises(JudgeConfigError, match="HARNESS_ENV_JUDGE_API_KEY") as e:
+        JudgeConfig.from_env({"HARNESS_ENV_JUDGE_BASE_URL": url, "HARNESS_ENV_JUDGE_MODEL": "vlm"})
+    assert "hunter2" not in str(e.value)

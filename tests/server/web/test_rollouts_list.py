@@ -3,6 +3,7 @@ list with the job store's cursor."""
 
 from __future__ import annotations
 
+import html
 import json
 
 import pytest
@@ -62,3 +63,63 @@ async def test_the_list_pages_on_with_the_stores_cursor(tmp_path):
     rows, ids, note, cursor, older = await view.on_list(["finished"], " pi ", "", cursor)
     assert ids == [f"{i:012x}" for i in range(LIST_LIMIT, LIST_LIMIT + 3)] and cursor is None and older["visible"] is False
     assert [a["before"] for a in jobs.asked] == [None, 77] and jobs.asked[0]["harness"] == "pi" and jobs.asked[0]["statuses"] == ["finished"]
+
+
+async def test_files_and_stored_rollouts_are_read_and_rendered_off_the_event_loop(tmp_path, monkeypatch):
+    """A result can be as large as the file limit: reading and rendering it on the event loop
+    stalled /health for seconds. Every heavy step runs in a worker thread."""
+    import threading
+
+    import gradio as gr
+
+    from harness_env.models import RolloutJob
+    from harness_env.server.web import rollouts
+
+    result = RolloutResult(rollout_id="r1", task_id="t", harness="pi", reward=1.0)
+    job = RolloutJob(rollout_id="r1", status="finished", created_at=1.0, harness="pi", result=result)
+
+    class Jobs:
+        store = None
+
+        async def get(self, rollout_id, detail="summary"):
+            return job
+
+    with gr.Blocks():
+        view = rollouts.RolloutsView(Jobs(), str(tmp_path), [])
+    loop_thread = threading.get_ident()
+    where: list[tuple[str, int]] = []
+    parse, render_view = rollouts.parse_result_file, view.result.view
+    monkeypatch.setattr(rollouts, "parse_result_file", lambda path: where.append(("parse", threading.get_ident())) or parse(path))
+    monkeypatch.setattr(view.result, "view", lambda *a, **k: where.append(("view", threading.get_ident())) or render_view(*a, **k))
+    monkeypatch.setattr(view, "_events", lambda rollout_id, after: _no_events())
+    path = tmp_path / "one.json"
+    save(result, path)
+
+    opened = await view.on_file(str(path))
+    assert opened[0] == {"path": str(path), "count": 1} and "one.json" in html.unescape(opened[2])
+    shown = await view.open("r1")
+    assert "r1" in html.unescape(shown[0])
+    assert [w for w, _ in where] == ["parse", "view", "view"]
+    assert all(thread != loop_thread for _, thread in where), where
+
+
+async def _no_events():
+    return [], -1
+
+
+def test_download_files_stay_in_their_directory_and_do_not_pile_up(tmp_path):
+    """Each view writes the result's JSON for its download button: a file opened again and again
+    must not fill the disk, and a file's sandbox_id ("../x") names no path."""
+    import gradio as gr
+
+    from harness_env.server.web.result_area import MAX_DOWNLOADS, ResultArea
+
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    with gr.Blocks():
+        area = ResultArea(str(downloads), [])
+    for n in range(MAX_DOWNLOADS + 8):
+        area.view(RolloutResult(rollout_id=f"r{n}", harness="pi", reward=1.0), key=f"file-{n}")
+    area.view(RolloutResult(rollout_id="x", harness="pi", reward=1.0, sandbox_id="../../escaped"))
+    assert len(list(downloads.iterdir())) == MAX_DOWNLOADS
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["downloads"]

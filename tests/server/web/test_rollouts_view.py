@@ -4,6 +4,7 @@ followed live, and result files opened from disk."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
@@ -203,3 +204,109 @@ def test_open_result_files_from_disk(chromium, web_server, tmp_path):
         assert web.page.locator("#ro-reward .he-reward").get_attribute("data-reward") == ""
     finally:
         web.close()
+
+
+MB = 1024 * 1024
+
+
+def test_the_upload_route_takes_a_result_file_up_to_the_documented_limit_and_no_more(web_server):
+    """The server's 32 MB body limit refused a 40 MB result file before Gradio's 64 MB one applied;
+    the upload route has the web UI's limit, every other route keeps the server's."""
+    server, _ = web_server
+    body = b"x" * (40 * MB)
+    r = httpx.post(server.url + "/web/gradio_api/upload", files={"files": ("big.json", body, "application/json")}, timeout=120)
+    assert r.status_code == 200, r.text[:300]
+    assert httpx.post(server.url + "/rollout", content=body, headers={"content-type": "application/json"}, timeout=60).status_code == 413
+    over = httpx.post(server.url + "/web/gradio_api/upload", files={"files": ("big.json", b"x" * (65 * MB), "application/json")},
+                      timeout=120)
+    assert over.status_code == 413
+
+
+def _open_file(web: WebDriver, path) -> None:
+    clear = web.page.locator("#ro-file button[aria-label*='lear']")
+    if clear.count():
+        clear.first.click()
+    web.page.locator("#ro-file input[type=file]").set_input_files(str(path))
+
+
+def _title_says(web: WebDriver, text: str, timeout_ms: int = 60_000) -> None:
+    web.page.wait_for_function("(t) => document.querySelector('#ro-title').innerText.includes(t)", arg=text, timeout=timeout_ms)
+
+
+def test_result_files_up_to_the_limit_open_and_every_bad_one_says_why(chromium, web_server, tmp_path):
+    from tests.server.web.test_result_file import amplifying
+
+    big = tmp_path / "big.json"
+    big.write_text(RolloutResult(rollout_id="big", harness="pi", reward=1.0, files={"big.txt": "x" * (40 * MB)}).model_dump_json())
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    compact = tmp_path / "amp.json"
+    compact.write_text(json.dumps(amplifying(), separators=(",", ":")))
+    shape = tmp_path / "shape.json"
+    shape.write_text('{"rollout_id": "r", "harness": "pi", "reward": "lots"}')
+    over = tmp_path / "over.json"
+    over.write_bytes(b" " * (64 * MB + 1))
+    web = WebDriver(chromium, server_url := web_server[0].url)
+    try:
+        web.open()
+        open_rollouts(web)
+        _open_file(web, big)
+        _title_says(web, "big.json, result 1 of 1", 120_000)
+        ro_reward(web, "1.0")
+        for path, said in [(deep, "could not open deep.json: the file is nested more than 100 levels deep"),
+                           (compact, "could not open amp.json: the file is too big to show here: expanded from its compact form"),
+                           (shape, "could not open shape.json: the file is not a RolloutResult: reward"),
+                           (over, "could not open over.json: the file has 67,108,865 bytes; at most 67,108,864 are opened here; "
+                                  "open it in Python instead")]:
+            _open_file(web, path)
+            _title_says(web, said)
+            assert web.page.locator("#ro-reward .he-reward").get_attribute("data-reward") == ""
+        assert httpx.get(server_url + "/health").json()["status"] == "healthy"
+    finally:
+        web.close()
+
+
+# Elements the agent's text must never become, in any pane (the grading tab's own data: PNGs aside).
+MARKUP_FROM_TEXT = """() => {
+  const found = [];
+  for (const el of document.querySelectorAll('img, video, audio, iframe, form, input[name=token], a[href], source, object, embed')) {
+    const src = el.getAttribute('src') || el.getAttribute('href') || el.getAttribute('action') || el.getAttribute('data') || '';
+    if (src.includes('203.0.113.9') || el.matches('form, input[name=token]') || el.closest('#ro-conversation, #ro-summary, #ro-title, #ro-list'))
+      found.push(el.outerHTML.slice(0, 120));
+  }
+  return found;
+}"""
+
+
+def test_the_agents_text_shows_as_text_in_every_pane(chromium, web_server, tmp_path):
+    """A rollout whose model, tools, files, verify output and task id are all markup (images, video,
+    a fake token form, links, Markdown images, autolinks, LaTeX): a person viewing it sees the
+    text, and the page asks nothing of the outside."""
+    from tests.server.web.test_render import EVIL, HOSTILE, _hostile_result
+
+    server, policy_server = web_server
+    rid = submit(server, policy_server, "ro-hostile", PASS, f"<img src=http://{EVIL}/t.png>![t](http://{EVIL}/t2.png)")
+    wait_ended(server, rid)
+    hostile = tmp_path / "hostile.json"
+    hostile.write_text(_hostile_result().model_dump_json())
+    web = WebDriver(chromium, server.url)
+    try:
+        web.open()
+        open_rollouts(web)
+        web.page.wait_for_function("(id) => document.querySelector('#ro-list').innerText.includes(id)", arg=rid, timeout=30_000)
+        assert f"<img src=http://{EVIL}/t.png>" in web.page.inner_text("#ro-list")  # the task id, as text
+        _open_file(web, hostile)
+        _title_says(web, "hostile.json, result 1 of 1")
+        for tab in ("conversation", "verify", "files", "logprobs", "JSON"):
+            web.page.get_by_role("tab", name=tab).click()
+            web.page.wait_for_timeout(300)
+        web.page.get_by_role("tab", name="conversation").click()
+        shown = web.page.inner_text("#ro-conversation")
+        assert "Re-enter your token" in shown and f"![x](http://{EVIL}/m.png)" in shown and f'<img src="http://{EVIL}/i.png">' in shown
+        assert f"$$\\href{{http://{EVIL}}}{{x}}$$" in shown  # not typeset
+        assert HOSTILE.splitlines()[0][:200] in web.page.inner_text("#ro-summary")
+        assert web.page.evaluate(MARKUP_FROM_TEXT) == []
+        assert web.foreign_requests == [], "the page asked an outside host for something the agent wrote"
+    finally:
+        web.close()
+    server.assert_no_rollout_left()

@@ -1,0 +1,120 @@
+"""Leases: who owns a rollout directory, so a process that starts later can tell a dead owner's
+leftovers from the live rollouts of another server or run sharing the sandbox directory.
+
+A lease is a small file beside the rollout directory (`<sandbox dir>/rollout-<id>.lease`), written
+before the directory is made and removed after it is gone, so no directory of ours is ever without
+one. It names the owner for good: its pid AND that process's start time (/proc/<pid>/stat field
+22), so a pid reused by another process is not mistaken for the owner; the boot and the PID
+namespace it was judged in; and a deadline. A lease is stale when its owner is known dead: another
+boot, or the same PID namespace and no process with that pid and start time. Where the owner's PID
+namespace is another one (its pid means nothing here), only the deadline can say, so it is long.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from harness_env.core.procs import process_starttime
+
+LEASE_SUFFIX = ".lease"
+ROLLOUT_NAME_RE = re.compile(r"(rollout|harbor)-[0-9a-f]{12}")  # a local rollout's directory, a Harbor trial's
+DEFAULT_LEASE_S = 7 * 24 * 3600.0  # only judged for an owner in another PID namespace
+MAX_LEASE_BYTES = 4096
+
+
+class Lease(BaseModel):
+    """The owner of one rollout directory, as its lease file holds it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pid: int
+    start: str  # the owner's start time in clock ticks since boot
+    boot: str  # /proc/sys/kernel/random/boot_id when it was written
+    pidns: str  # the owner's PID namespace (/proc/self/ns/pid)
+    deadline: float  # time.time() after which the lease is stale whoever the owner is
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def own_lease(duration_s: float = DEFAULT_LEASE_S) -> Lease:
+    """A lease naming this process as the owner."""
+    pid = os.getpid()
+    return Lease(pid=pid, start=process_starttime(pid) or "", boot=_boot_id(), pidns=_pid_namespace(), deadline=time.time() + duration_s)
+
+
+def lease_path(rollout_dir: Path) -> Path:
+    return rollout_dir.with_name(rollout_dir.name + LEASE_SUFFIX)
+
+
+def write_lease(rollout_dir: Path, lease: Lease | None = None) -> Path:
+    """Write the lease of `rollout_dir` (which need not exist yet): a new file, never through a
+    link, in one write. Raises OSError (FileExistsError when one is there)."""
+    path = lease_path(rollout_dir)
+    data = (lease or own_lease()).model_dump_json().encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    return path
+
+
+def read_lease(path: Path) -> Lease | None:
+    """The lease at `path`, or None when it is missing, not a regular file or not a lease."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, MAX_LEASE_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_LEASE_BYTES:
+        return None
+    try:
+        return Lease.model_validate(json.loads(data))
+    except (ValueError, ValidationError):
+        return None
+
+
+def owner_alive(lease: Lease) -> bool | None:
+    """True or False where this process can tell; None when the owner ran in another PID
+    namespace of this boot (its pid names another process here, or none)."""
+    if lease.boot != _boot_id():
+        return False
+    if lease.pidns != _pid_namespace():
+        return None
+    return bool(lease.start) and process_starttime(lease.pid) == lease.start
+
+
+def is_stale(lease: Lease, now: float | None = None) -> bool:
+    """Whether what the lease covers may be swept: its owner is dead, or (owner not visible from
+    here) its deadline passed. A live owner's lease is never stale, however old."""
+    alive = owner_alive(lease)
+    if alive is None:
+        return (now if now is not None else time.time()) > lease.deadline
+    return not alive

@@ -1,0 +1,150 @@
+"""The start-up sweep: what a dead owner left in the sandbox directory is killed, unmounted and
+removed; a live owner's rollouts, and anything outside the sandbox directory, are never touched."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from harness_env.core.procs import process_starttime
+from harness_env.core.sandbox.host import mount_tmpfs, mounts_at_or_below, sandboxes_root
+from harness_env.core.sandbox.lease import Lease, lease_path, own_lease, read_lease, write_lease
+from harness_env.core.sandbox.local import create_local_sandbox
+from harness_env.core.sandbox.sweep import SOCKET_PREFIX, sweep_sandboxes, sweep_sockets
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI and ./dev test run as root)")
+
+
+def _owner_that_exits() -> subprocess.Popen:
+    return subprocess.Popen(["sleep", "60"])
+
+
+def _lease_of(proc: subprocess.Popen, **changes) -> Lease:
+    return own_lease().model_copy(update={"pid": proc.pid, "start": process_starttime(proc.pid), **changes})
+
+
+def _leftover(root: Path, lease: Lease, *, mount: bool) -> Path:
+    """A rollout directory as a killed owner leaves it: its lease, its tmpfs, a workspace."""
+    rollout = root / f"rollout-{os.urandom(6).hex()}"
+    write_lease(rollout, lease)
+    rollout.mkdir()
+    if mount:
+        assert mount_tmpfs(rollout, 16 * 1024**2)
+    (rollout / "workspace").mkdir()
+    (rollout / "workspace" / "work.txt").write_text("x")
+    return rollout
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait()
+
+
+@needs_root
+def test_a_dead_owners_rollout_is_unmounted_and_removed_and_a_live_owners_kept():
+    root = sandboxes_root()
+    root.mkdir(parents=True, exist_ok=True)
+    live, dead = _owner_that_exits(), _owner_that_exits()
+    try:
+        kept = _leftover(root, _lease_of(live), mount=True)
+        gone = _leftover(root, _lease_of(dead), mount=True)
+        _kill(dead)
+        notes = sweep_sandboxes()
+        assert len(notes) == 1 and gone.name in notes[0] and "dead owner" in notes[0]
+        assert not gone.exists() and not lease_path(gone).exists() and mounts_at_or_below(gone.resolve()) == []
+        assert (kept / "workspace" / "work.txt").read_text() == "x" and read_lease(lease_path(kept)) is not None
+        assert sweep_sandboxes() == []  # nothing more: the live owner's stays
+    finally:
+        _kill(live)
+    assert len(sweep_sandboxes()) == 1 and os.listdir(root) == []
+
+
+def test_a_reused_pid_is_not_the_owner_and_another_namespace_waits_for_the_deadline():
+    root = sandboxes_root()
+    root.mkdir(parents=True, exist_ok=True)
+    me = os.getpid()
+    reused = _leftover(root, own_lease().model_copy(update={"start": "1"}), mount=False)  # this pid, another process's start
+    elsewhere = _leftover(root, own_lease().model_copy(update={"pidns": "pid:[1]", "pid": me, "start": "1"}), mount=False)
+    expired = _leftover(root, own_lease().model_copy(update={"pidns": "pid:[1]", "deadline": time.time() - 1}), mount=False)
+    other_boot = _leftover(root, own_lease().model_copy(update={"boot": "another-boot"}), mount=False)
+    mine = _leftover(root, own_lease(), mount=False)
+    swept = " ".join(sweep_sandboxes())
+    assert reused.name in swept and expired.name in swept and other_boot.name in swept
+    assert elsewhere.exists() and mine.exists()  # another namespace before its deadline; this process's own
+    for rollout in (elsewhere, mine):
+        lease_path(rollout).unlink()
+        subprocess.run(["rm", "-rf", str(rollout)], check=True)
+
+
+@needs_root
+def test_the_sweep_never_reaches_outside_the_sandbox_directory(tmp_path):
+    """A link in place of the rollout directory is removed, not followed; a filesystem a root agent
+    bound into its workspace is detached before anything is removed, so none of its files goes."""
+    root = sandboxes_root()
+    root.mkdir(parents=True, exist_ok=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep")
+    dead = _owner_that_exits()
+    lease = _lease_of(dead)
+    linked = root / f"rollout-{os.urandom(6).hex()}"
+    write_lease(linked, lease)
+    linked.symlink_to(outside)
+    bound = _leftover(root, lease, mount=True)
+    (bound / "workspace" / "host").mkdir()
+    subprocess.run(["mount", "--bind", str(outside), str(bound / "workspace" / "host")], check=True)
+    (bound / "workspace" / "host" / "sub").mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(bound / "workspace" / "host" / "sub")], check=True)
+    _kill(dead)
+    notes = sweep_sandboxes()
+    assert len(notes) == 2, notes
+    assert (outside / "precious.txt").read_text() == "keep"
+    assert os.listdir(root) == [] and mounts_at_or_below(outside.resolve()) == [] and mounts_at_or_below(root.resolve()) == []
+
+
+async def test_a_dead_owners_processes_are_killed():
+    """A rollout whose owner died with its commands still running: the sweep kills them first."""
+    sb = create_local_sandbox()
+    try:
+        task = asyncio.create_task(sb.exec("sleep 300", timeout=300))
+        for _ in range(100):
+            if sb.alive_pids():
+                break
+            await asyncio.sleep(0.05)
+        assert sb.alive_pids()
+        dead = _owner_that_exits()
+        _kill(dead)
+        lease_path(sb.root).unlink()
+        write_lease(sb.root, _lease_of(dead).model_copy(update={"pid": dead.pid, "start": "1"}))
+        notes = sweep_sandboxes()
+        assert len(notes) == 1 and "process(es) killed" in notes[0] and "(0 process" not in notes[0], notes
+        assert not sb.root.exists()
+        result = await task
+        assert result.exit_code != 0
+    finally:
+        await sb.close()
+
+
+def test_dead_owners_capture_sockets_are_removed_and_live_ones_kept(tmp_path):
+    def bind(pid: int) -> Path:
+        path = tmp_path / f"{SOCKET_PREFIX}{pid}-{os.urandom(4).hex()}.sock"
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(path))
+        s.close()
+        return path
+
+    dead = _owner_that_exits()
+    _kill(dead)
+    gone = bind(dead.pid)
+    mine = bind(os.getpid())
+    reused = bind(os.getpid())
+    os.utime(reused, (time.time() - 10 * 365 * 86400,) * 2)  # made long before this process started
+    (tmp_path / f"{SOCKET_PREFIX}{dead.pid}-not-a-socket.sock").write_text("")
+    assert sorted(sweep_sockets(str(tmp_path))) == sorted([str(gone), str(reused)])
+    assert mine.exists() and (tmp_path / f"{SOCKET_PREFIX}{dead.pid}-not-a-socket.sock").exists()

@@ -1,0 +1,69 @@
+"""Issue 25's criticals for every harness that runs in our sandbox: the real CLI (or the white-box
+loop) runs the attack the scripted policy asks for, through the capture proxy, in bubblewrap.
+
+- Git in verify starts no program the agent planted (a diff driver, textconv, a signature program).
+- The agent cannot opt out of grading: killing its own harness or sleeping past the timeout ends
+  the rollout graded (verify runs on what is there), with error_kind saying what happened.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness_env import run_rollout
+from tests.envs.test_e2e import CLI_HARNESSES, _no_process_left, harness, make_request  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.e2e
+
+REPO = "git init -q . && git config user.email a@b && git config user.name a && echo one > f.txt && git add f.txt && git commit -qm first"
+# Planted by the agent: every way of making verify's git run its program that git offers, a
+# program that forges the reward.
+GIT_PLANT = (
+    "printf '#!/bin/sh\\necho 1.0 > \"$HARNESS_ENV_REWARD_FILE\"\\ncat\\n' > $HOME/evil.sh && chmod +x $HOME/evil.sh && "
+    "echo '* diff=evil filter=evil' > .gitattributes && git config diff.evil.command $HOME/evil.sh && "
+    "git config diff.evil.textconv $HOME/evil.sh && git config filter.evil.clean $HOME/evil.sh && "
+    "git config gpg.ssh.program $HOME/evil.sh && git config log.showSignature true && git config core.pager $HOME/evil.sh && "
+    "echo hello > hello.txt"
+)
+# Honest verify: the agent did not touch f.txt as asked (the first command fails), and ordinary git
+# commands that must work.
+GIT_VERIFY = ["git diff HEAD -- f.txt | grep -q '^+two'", "git log -p -1 | grep -q first", "git blame f.txt", "test -f hello.txt"]
+# Kills every process of its own sandbox above this shell: the harness's CLI dies mid-run. (No
+# command substitution: Gemini CLI refuses to run a command with one.)
+KILL_HARNESS = (
+    "p=$PPID; while [ \"$p\" -gt 1 ] && grep -qa HARNESS_ENV_SANDBOX_ID= /proc/$p/environ; "
+    "do read -r _ _ _ n _ < /proc/$p/stat; kill -9 $p; p=$n; done"
+)
+
+
+async def test_git_in_verify_does_not_run_what_the_agent_planted(policy_server, make_request):
+    script = [{"bash": GIT_PLANT}, {"text": "done"}]
+    res = await run_rollout(make_request(script, setup=[REPO], verify=GIT_VERIFY))
+    assert res.error is None, res.error
+    assert (res.reward, res.reward_source) == (0.75, "verify_ratio"), [(r.cmd, r.exit_code, r.stderr[-200:]) for r in res.verify_results]
+    _no_process_left(res)
+
+
+async def test_sleeping_past_the_timeout_is_graded(policy_server, make_request, harness):  # noqa: F811
+    # Slept again at every step: a harness whose shell tool has its own timeout (Codex's) is still
+    # held past agent_timeout_s.
+    script = [{"bash": "echo hello > hello.txt; sleep 900"}, *[{"bash": "sleep 900"}] * 40, {"text": "done"}]
+    # Long enough for the slowest CLI to start on a busy machine and make its first call.
+    timeout = 60 if harness in CLI_HARNESSES else 8
+    res = await run_rollout(make_request(script, verify=["test -f hello.txt", "false"], agent_timeout_s=timeout))
+    assert res.error_kind == "agent_timeout", (res.error_kind, res.error)
+    assert any(t.purpose == "policy" and t.upstream_status == 200 for t in res.proxy_turns), [(t.purpose, t.upstream_status) for t in res.proxy_turns]
+    assert (res.reward, res.reward_source) == (0.5, "verify_ratio")  # graded as it stands, not left out
+    assert [r.exit_code for r in res.verify_results] == [0, 1]
+    _no_process_left(res)
+
+
+# The white-box loop runs in the server: it has no harness process of the agent's to kill.
+@pytest.mark.parametrize("harness", sorted(CLI_HARNESSES), indirect=True)
+async def test_killing_its_own_harness_is_graded(policy_server, make_request, harness):  # noqa: F811
+    script = [{"bash": f"echo hello > hello.txt; {KILL_HARNESS}"}, {"text": "done"}]
+    res = await run_rollout(make_request(script, verify=["test -f hello.txt", "false"], agent_timeout_s=60))
+    # The CLI dies (agent_error), or a part of it that survives waits for the dead one (agent_timeout).
+    assert res.error_kind in ("agent_error", "agent_timeout"), (res.error_kind, res.error, res.agent_log_tail[-500:])
+    assert (res.reward, res.reward_source) == (0.5, "verify_ratio")
+    _no_process_left(res)
