@@ -27,6 +27,7 @@ from harness_env.core.capture import fastjson, request_guard
 from harness_env.core.capture.asgi import Reply, Scope, route_path
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.dialects.base import Dialect
+from harness_env.core.capture.redact import masked
 from harness_env.core.capture.session import CaptureSession
 from harness_env.core.capture.sse import SSEDecoder
 from harness_env.core.errors import InvalidRequestError
@@ -292,7 +293,7 @@ async def pass_through(proxy: CaptureProxy, dialect: Dialect, session: CaptureSe
         finally:
             resp.release()
         session.upstream_result(ok=False, infra=resp.status >= 500)
-        content = session.redactor.redact_bytes(content)
+        content = await masked(session.redactor, content)
         error = content[:2000].decode("utf-8", errors="replace")
         proxy._record_failure(session, turn, started, resp.status, error, f"upstream answered {resp.status}")
         return Reply(resp.status, content, content_type)
@@ -310,7 +311,7 @@ async def pass_through(proxy: CaptureProxy, dialect: Dialect, session: CaptureSe
     finally:
         resp.release()
     session.upstream_result(ok=True)
-    content = session.answer_redactor.redact_bytes(content)
+    content = await masked(session.answer_redactor, content)
     NativeReader(dialect.name, draft).whole(content)
     proxy._record_answer(session, turn, draft, started, None)
     return Reply(resp.status, content, content_type)

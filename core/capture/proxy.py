@@ -43,7 +43,7 @@ from harness_env.core.capture.probe import (
     probe_body,
     probe_rejected_fields,
 )
-from harness_env.core.capture.redact import Redactor, StreamRedactor
+from harness_env.core.capture.redact import StreamRedactor, masked
 from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, may_name_an_added_field, rewrite_request
 from harness_env.core.capture.session import CaptureSession, new_session_key
 from harness_env.core.errors import InvalidRequestError
@@ -51,15 +51,6 @@ from harness_env.models import Endpoint, Turn
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MAX_FIELD_RETRIES = 4
-MASK_IN_THREAD_BYTES = 256 * 1024  # a body this long is masked off the event loop
-
-
-async def masked(redactor: Redactor, content: bytes) -> bytes:
-    """`content` with its secrets masked; a long body off the event loop (one dense with escapes
-    costs about 0.2 s per MB to decode and scan)."""
-    if len(content) < MASK_IN_THREAD_BYTES:
-        return redactor.redact_bytes(content)
-    return await asyncio.to_thread(redactor.redact_bytes, content)
 
 
 class CaptureProxy:

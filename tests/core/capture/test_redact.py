@@ -208,3 +208,12 @@ def test_stream_split_inside_escapes_never_lets_the_key_through():
         out = s.feed(data[:i]) + s.feed(data[i:]) + s.flush()
         event = json.loads(out.split(b"\n\n")[0][6:])
         assert KEY[:12] not in event["delta"] and MASK in event["delta"], i
+
+
+async def test_a_long_body_is_masked_off_the_event_loop_all_the_same():
+    from harness_env.core.capture.redact import MASK_IN_THREAD_BYTES, masked
+
+    escaped = "".join(_u(c) for c in KEY)
+    body = json.dumps({"error": {"message": "x" * MASK_IN_THREAD_BYTES, "echo": "%s"}}).replace("%s", escaped).encode()
+    out = await masked(Redactor([KEY]), body)
+    assert json.loads(out)["error"]["echo"] == MASK
