@@ -284,6 +284,17 @@ class RolloutRun:
         else:
             self.fail(kind, message)
 
+    async def confirm_endpoint_failure(self, failure: tuple[str, str] | None) -> tuple[str, str] | None:
+        """An `endpoint` end stands only when the endpoint itself fails: if its last failure was
+        an answer (a 5xx, not a call that got none) and it answers the proxy's own call now, what
+        the agent's calls carried caused it, and the end is the agent's (graded)."""
+        if failure is None or failure[0] != "endpoint" or self.session is None or not self.policy_has_acted():
+            return failure
+        last = next((t for t in reversed(self.session.turns) if t.upstream_status != 200), None)
+        if last is None or last.upstream_status is None or not await self.capture.proxy.endpoint_answers(self.request.endpoint):
+            return failure
+        return "agent_error", f"the endpoint answered the agent's calls with {last.upstream_status} but answers the proxy's own call: {failure[1]}"
+
     def policy_has_acted(self) -> bool:
         if not self.request.agent_calls_model:
             return True  # the agent is a script of the request's: whatever it does is graded
@@ -445,6 +456,7 @@ class RolloutRun:
             res.turn_limit_hit = session.turn_limit_hit or outcome.turn_limit_hit
             ph.detail = f"exit {r.exit_code}, {outcome.tool_calls} tool calls, {len(session.turns)} model calls"
             failure = classify_agent_end(sandboxed_agent_end(self.harness.name, r, outcome), session, self.request.agent_timeout_s)
+            failure = await self.confirm_endpoint_failure(failure)
             if failure:
                 self.end_of_agent(*failure)
             ph.ok = res.error is None
@@ -506,7 +518,7 @@ class RolloutRun:
         res.agent_log_tail = _tail(res.agent_log_tail)
         res.agent_tool_calls, res.agent_final_text = end.outcome.tool_calls, end.outcome.final_text
         res.turn_limit_hit = session.turn_limit_hit or end.agent.turn_limit_hit
-        failure = classify_agent_end(end.agent, session, self.request.agent_timeout_s)
+        failure = await self.confirm_endpoint_failure(classify_agent_end(end.agent, session, self.request.agent_timeout_s))
         if failure:
             self.end_of_agent(*failure)
             res.reward_notes = list(end.reward_notes)

@@ -110,6 +110,21 @@ class CaptureProxy:
             turns.extend(session.sorted_turns())  # the recorded call, with its token lists
         return classify(*turns)
 
+    async def endpoint_answers(self, endpoint: Endpoint) -> bool:
+        """Whether `endpoint` answers the proxy's own one-token call now (never cached). A 5xx the
+        agent's calls got while this succeeds came from what those calls carried, not from an
+        endpoint that is down."""
+        session = CaptureSession(key="probe", endpoint=endpoint, policy=CapturePolicy(capture=False))
+        request = CHAT_COMPLETIONS.read_request(probe_body(0.0), {})
+        try:
+            reply = await asyncio.wait_for(self._call_engine(CHAT_COMPLETIONS, session, request, Turn(index=0, purpose="auxiliary")),
+                                           PROBE_TIMEOUT_S)
+        except TimeoutError:
+            return False
+        if reply.after is not None and reply.stream is None:
+            reply.after()
+        return any(t.upstream_status == 200 for t in session.turns)
+
     @property
     def active_sessions(self) -> int:
         return len(self._sessions)

@@ -71,7 +71,8 @@ class GitGuardReport:
             shown = ", ".join(sorted(self.dropped_keys)[:8])
             out.append(f"verify saw {len(self.rewritten)} git config(s) without keys that start programs ({shown})")
         if self.truncated:
-            out.append(f"the agent's directories hold over {MAX_ENTRIES} entries: git configs past them were not checked")
+            out.append(f"the agent's directories hold over {MAX_ENTRIES} entries, too many to check for git configs: "
+                       "verify's git sees no repository (GIT_DIR=/dev/null)")
         return out
 
 

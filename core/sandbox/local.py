@@ -88,6 +88,7 @@ class LocalSandbox:
         self._root_entries = root_entries() if bwrap else []
         self._processes = RolloutProcesses(self.sandbox_id, cgroup)
         self._closed = False
+        self._git_unchecked = False  # set at verify when the agent's tree was too large to check for git configs
         self._verifying = False  # set by clear_reward_file: the verifier dir is writable from then on
         self._run_as = run_as
         self._cgroup = cgroup
@@ -137,7 +138,10 @@ class LocalSandbox:
         """Extra variables only verify commands get: where to write the reward, and a fresh HOME,
         XDG and TMPDIR with git, Python and npm told to ignore user config, so nothing the agent
         planted in its home (.gitconfig, .pth files, .npmrc) runs during verify."""
-        return {REWARD_FILE_VAR: self.reward_file, **verify_overrides(self.verify_home)}
+        env = {REWARD_FILE_VAR: self.reward_file, **verify_overrides(self.verify_home)}
+        if self._git_unchecked:
+            env["GIT_DIR"] = "/dev/null"  # configs the walk never reached: no repository at all, rather than theirs
+        return env
 
     def _argv(self, cmd: str | list[str], cwd: str, open_network: bool) -> list[str]:
         command = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
@@ -279,7 +283,9 @@ class LocalSandbox:
             if problem:
                 raise SandboxError(f"could not reset {path} before verify: {problem}")
         # Git in verify must not start a program the agent named in a repository's config.
-        self.notes.extend(neutralise_git(self.root, AGENT_DIRS).notes())
+        git = neutralise_git(self.root, AGENT_DIRS)
+        self._git_unchecked = git.truncated
+        self.notes.extend(git.notes())
         made = [self.verifier_dir, self.verify_home, *(os.path.join(self.verify_home, d) for d in ("tmp", "xdg", *XDG_DIRS))]
         for path in made:
             os.mkdir(path, 0o755)

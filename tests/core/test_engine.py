@@ -68,3 +68,17 @@ async def test_a_failure_before_the_policy_acted_is_not_graded(policy_server):
 async def test_the_endpoint_rejecting_a_later_call_is_graded(policy_server):
     res = await run_rollout(_whitebox_request(policy_server, [{"bash": "echo hello > hello.txt"}, *[{"status": 400}] * 4]))
     assert (res.error_kind, res.reward) == ("agent_error", 0.5), (res.error_kind, res.error, res.reward)
+
+
+async def test_a_5xx_the_agents_calls_get_from_an_endpoint_that_answers_the_proxy_is_graded(policy_server):
+    """The agent's calls carried something the endpoint answers with 500 (a grammar that crashes
+    it, say) while the endpoint answers the proxy's own call: not an endpoint failure."""
+    res = await run_rollout(_whitebox_request(policy_server, [{"bash": "echo hello > hello.txt"}, *[{"status": 500}] * 6]))
+    assert (res.error_kind, res.reward) == ("agent_error", 0.5), (res.error_kind, res.error)
+    assert "answers the proxy's own call" in res.error
+
+
+async def test_an_endpoint_that_fails_the_proxys_own_call_too_is_an_endpoint_failure(policy_server):
+    res = await run_rollout(_whitebox_request(policy_server, [{"bash": "echo hello > hello.txt"}, {"status": 500, "down": True}]))
+    assert (res.error_kind, res.reward) == ("endpoint", None), (res.error_kind, res.error)
+    assert any(t.purpose == "policy" and t.upstream_status == 200 for t in res.proxy_turns)  # the policy had acted

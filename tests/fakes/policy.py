@@ -15,7 +15,8 @@ as with a real model.
 
 Steps: {"bash": CMD} calls the harness's shell tool; {"call": NAME, "arguments": STR} calls any
 tool with that exact argument string; {"text": T} answers and ends;
-{"hang": S} sleeps S seconds first; {"status": N} answers an HTTP error (with "echo_auth": True its
+{"hang": S} sleeps S seconds first; {"status": N} answers an HTTP error ("down": True: every later
+call too, the proxy's own included; with "echo_auth": True its
 message quotes the presented key, as hosted APIs do on a 401); {"malformed": True} streams a broken
 chunk; {"raw": BODY} answers BODY as is (a str: one JSON body, with "status" if given; a list: SSE
 chunks sent "gap_s" seconds apart), "{key}" in it replaced by the presented key.
@@ -143,6 +144,7 @@ class FakePolicy:
     base_url: str = ""
     delay_s: float = 0.0  # every answer waits this long first
     arrivals: dict[str, list[float]] = field(default_factory=dict)  # [tag:NAME] -> arrival times of its calls
+    down_status: int | None = None  # set by a step {"status": N, "down": True}: every later call answers N
 
     def tool_requests(self) -> list[dict[str, Any]]:
         """The requests an agent made with its tools (not capture probes, not titles)."""
@@ -198,7 +200,9 @@ class FakePolicy:
                 {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.", "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}},
                 status_code=400,
             )
-        step = self._step(body)
+        step = {"status": self.down_status} if self.down_status else self._step(body)
+        if step.get("down"):  # the endpoint fails from this call on, whatever is asked (probes too)
+            self.down_status = step["status"]
         if "hang" in step:
             await asyncio.sleep(step["hang"])
         key = request.headers.get("authorization", "").removeprefix("Bearer ")

@@ -153,3 +153,15 @@ def test_rendered_config_reads_back_as_the_same_entries(tmp_path):
     path.write_text(render_config(entries))
     assert read_entries(path) == entries
     assert parse_listing(b"a.b\nc\0d.e\0") == [("a.b", "c"), ("d.e", None)]
+
+
+async def test_a_tree_too_large_to_check_leaves_verify_no_repository(monkeypatch):
+    """Entries past the walk's bound hide nothing: verify's git then sees no repository at all."""
+    from harness_env.core.sandbox import gitguard
+
+    monkeypatch.setattr(gitguard, "MAX_ENTRIES", 200)
+    plant = f"mkdir $HOME/many && cd $HOME/many && touch $(seq 300) && cd - >/dev/null && {PLANTS['diff_command']}"
+    sb, results, reward, pwned = await _plant_then_verify(True, plant, ["git diff HEAD", "git log --oneline"])
+    assert reward is None and pwned is None
+    assert all(r.exit_code != 0 and "not a git repository" in r.stderr for r in results), [r.stderr for r in results]
+    assert any("too many to check" in n for n in sb.notes), sb.notes
