@@ -468,9 +468,12 @@ class RolloutRun:
         with self.phase("verify") as ph:
             try:
                 reward, source, notes = await self.grade(sandbox)
-            except HarnessEnvError as e:
+            except Exception as e:
                 # Verify could not run on what the agent left (its disk full, a tree that cannot
-                # be reset, ...): the agent can bring that about, so it scores 0.
+                # be reset, a workspace it removed, ...): the agent can bring that about, so it
+                # scores 0. (Everything verify touches went through the agent's hands.)
+                if not isinstance(e, HarnessEnvError):
+                    logger.exception("rollout %s: verify failed on what the agent left", self.rollout_id)
                 self.note_end("verify", f"verify could not run on what the agent left: {e}")
                 reward, source, notes = 0.0, "verify_failed", [str(e)[:300]]
                 ph.ok, ph.detail = False, str(e)[:300]
