@@ -95,6 +95,9 @@ def verify_overrides(verify_home: str) -> dict[str, str]:
         "XDG_STATE_HOME": f"{verify_home}/xdg/state",
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_CONFIG_GLOBAL": "/dev/null",
+        # Repository discovery stops below the rollout directory (a .git of its own, which plain
+        # mode's agent could make, is never found from the workspace).
+        "GIT_CEILING_DIRECTORIES": verify_home.rsplit("/", 1)[0],
         "GIT_TERMINAL_PROMPT": "0",
         "PYTHONNOUSERSITE": "1",
         "NPM_CONFIG_USERCONFIG": "/dev/null",

@@ -37,7 +37,9 @@ ALLOWED_KEYS: dict[str, frozenset[str]] = {
         "commentchar", "whitespace", "protecthfs", "protectntfs", "longpaths", "splitindex", "untrackedcache",
         "compression", "loosecompression", "bigfilethreshold", "excludesfile",
     }),
-    "extensions": frozenset({"*"}),  # an unknown extension makes git refuse the repository: harmless
+    # An unknown extension makes git refuse the repository: harmless. partialClone is not kept: a
+    # missing object would start a fetch from a remote the agent named.
+    "extensions": frozenset({"objectformat", "worktreeconfig", "preciousobjects", "noop", "refstorage"}),
     "user": frozenset({"name", "email"}),
     "author": frozenset({"name", "email"}),
     "committer": frozenset({"name", "email"}),
@@ -55,24 +57,32 @@ ALLOWED_KEYS: dict[str, frozenset[str]] = {
 SUBMODULE_UPDATE_VALUES = frozenset({"checkout", "rebase", "merge", "none"})
 CONFIG_NAMES = ("config", "config.worktree")
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # larger: replaced by an empty config (git's defaults)
-MAX_ENTRIES = 1_000_000  # directory entries looked at in all; past it the walk stops (and says so)
+MAX_ENTRIES = 1_000_000  # directory entries looked at in all; past it the walk stops (fails closed)
+MAX_CONFIGS = 256  # configs read (a git subprocess each); past it the walk stops (fails closed)
 GIT_TIMEOUT_S = 20
+
+
+class ConfigUnreadable(Exception):
+    """git could not be run on a config (timeout, no git): its entries are unknown."""
 
 
 @dataclass
 class GitGuardReport:
     rewritten: list[str] = field(default_factory=list)  # configs that lost keys, relative to the rollout
     dropped_keys: set[str] = field(default_factory=set)
-    truncated: bool = False  # the walk stopped at MAX_ENTRIES
+    configs_read: int = 0
+    # Why some part of the agent's tree went unchecked (too many entries or configs, a directory
+    # that cannot be listed, a config that cannot be replaced): verify's git then sees no
+    # repository at all, rather than one that was not checked.
+    unchecked: str | None = None
 
     def notes(self) -> list[str]:
         out = []
         if self.rewritten:
             shown = ", ".join(sorted(self.dropped_keys)[:8])
             out.append(f"verify saw {len(self.rewritten)} git config(s) without keys that start programs ({shown})")
-        if self.truncated:
-            out.append(f"the agent's directories hold over {MAX_ENTRIES} entries, too many to check for git configs: "
-                       "verify's git sees no repository (GIT_DIR=/dev/null)")
+        if self.unchecked:
+            out.append(f"the agent's git configs could not all be checked ({self.unchecked}): verify's git sees no repository (GIT_DIR=/dev/null)")
         return out
 
 
@@ -136,14 +146,15 @@ def _git_env() -> dict[str, str]:
 
 def read_entries(path: Path) -> list[tuple[str, str | None]] | None:
     """The entries git reads from the config file `path` (a regular file), or None when git
-    cannot parse it."""
+    cannot parse it (then git refuses the repository too). Raises ConfigUnreadable when git could
+    not be run on it."""
     try:
         proc = subprocess.run(
             ["git", "config", "--file", str(path), "--list", "--null", "--no-includes"],
             capture_output=True, env=_git_env(), timeout=GIT_TIMEOUT_S, stdin=subprocess.DEVNULL,
         )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ConfigUnreadable(f"{path.name}: {type(e).__name__}") from e
     return parse_listing(proc.stdout) if proc.returncode == 0 else None
 
 
@@ -165,17 +176,21 @@ def neutralise_config(gitdir: Path, name: str, report: GitGuardReport, rel: str)
     entries: list[tuple[str, str | None]] | None
     if stat.S_ISDIR(st.st_mode):
         return  # git cannot read a directory as config: it refuses the repository
-    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONFIG_BYTES:
-        entries = []
-    else:
-        entries = read_entries(path)
-        if entries is None:
-            return  # unparseable: git refuses the repository, nothing runs
+    report.configs_read += 1
+    forced = not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONFIG_BYTES
+    entries: list[tuple[str, str | None]] = []
+    if not forced:
+        try:
+            read = read_entries(path)
+        except ConfigUnreadable:
+            forced = True  # unknown entries: replaced by an empty config (git's defaults)
+        else:
+            if read is None:
+                return  # unparseable: git refuses the repository, nothing runs
+            entries = read
     kept = [(k, v) for k, v in entries if allowed(k, v)]
-    if stat.S_ISREG(st.st_mode) and len(kept) == len(entries):
+    if not forced and len(kept) == len(entries):
         return
-    report.dropped_keys |= {k for k, v in entries if not allowed(k, v)} or {f"<{name} that is not a regular file>"}
-    report.rewritten.append(rel)
     tmp = gitdir / f".{name}.harness-env-tmp"
     try:
         os.unlink(tmp)
@@ -188,11 +203,31 @@ def neutralise_config(gitdir: Path, name: str, report: GitGuardReport, rel: str)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    report.dropped_keys |= {k for k, v in entries if not allowed(k, v)} or {f"<{name} git could not read>"}
+    report.rewritten.append(rel)
+
+
+def _list_dir(here: Path) -> list[os.DirEntry[str]] | None:
+    """The entries of `here`, made listable first if the agent took the right away (its files
+    are the server's, or the server is root); None when it is gone."""
+    for attempt in range(2):
+        try:
+            with os.scandir(here) as it:
+                return list(it)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except PermissionError:
+            if attempt:
+                raise
+            os.chmod(here, stat.S_IMODE(os.lstat(here).st_mode) | stat.S_IRWXU)
+    return None  # pragma: no cover - the loop returns or raises
 
 
 def neutralise_git(root: str | Path, dirs: tuple[str, ...] | list[str]) -> GitGuardReport:
     """Every git directory under root/<d> for d in `dirs` (no link followed) has its config and
-    config.worktree reduced to ALLOWED_KEYS. Blocking: call it off the event loop."""
+    config.worktree reduced to ALLOWED_KEYS. Whatever stops the walk (too many entries or
+    configs, a directory or config it cannot handle) is in `unchecked`: the caller must then keep
+    git from using any repository. Blocking: call it off the event loop."""
     root = Path(root)
     report = GitGuardReport()
     seen = 0
@@ -200,19 +235,29 @@ def neutralise_git(root: str | Path, dirs: tuple[str, ...] | list[str]) -> GitGu
     while todo:  # breadth first: the repositories verify is likeliest to use come first
         here = todo.popleft()
         try:
-            with os.scandir(here) as it:
-                entries = list(it)
-        except OSError:
+            entries = _list_dir(here)
+        except OSError as e:
+            report.unchecked = f"{here.relative_to(root)} cannot be listed: {e.strerror}"
+            return report
+        if entries is None:
             continue
         seen += len(entries)
         if seen > MAX_ENTRIES:
-            report.truncated = True
+            report.unchecked = f"over {MAX_ENTRIES} entries"
             return report
         names = {e.name for e in entries}
         if looks_like_git_dir(names):
             for name in CONFIG_NAMES:
-                if name in names:
+                if name not in names:
+                    continue
+                if report.configs_read >= MAX_CONFIGS:
+                    report.unchecked = f"over {MAX_CONFIGS} git configs"
+                    return report
+                try:
                     neutralise_config(here, name, report, str(here.relative_to(root) / name))
+                except OSError as e:
+                    report.unchecked = f"{here.relative_to(root) / name} cannot be replaced: {e.strerror}"
+                    return report
         for e in entries:
             try:
                 if e.is_dir(follow_symlinks=False):

@@ -284,7 +284,7 @@ class LocalSandbox:
                 raise SandboxError(f"could not reset {path} before verify: {problem}")
         # Git in verify must not start a program the agent named in a repository's config.
         git = neutralise_git(self.root, AGENT_DIRS)
-        self._git_unchecked = git.truncated
+        self._git_unchecked = git.unchecked is not None
         self.notes.extend(git.notes())
         made = [self.verifier_dir, self.verify_home, *(os.path.join(self.verify_home, d) for d in ("tmp", "xdg", *XDG_DIRS))]
         for path in made:

@@ -164,4 +164,75 @@ async def test_a_tree_too_large_to_check_leaves_verify_no_repository(monkeypatch
     sb, results, reward, pwned = await _plant_then_verify(True, plant, ["git diff HEAD", "git log --oneline"])
     assert reward is None and pwned is None
     assert all(r.exit_code != 0 and "not a git repository" in r.stderr.lower() for r in results), [r.stderr for r in results]
-    assert any("too many to check" in n for n in sb.notes), sb.notes
+    assert any("could not all be checked (over 200 entries)" in n for n in sb.notes), sb.notes
+
+
+def _guard_as(uid: int, root) -> list:
+    """neutralise_git run by a server of uid `uid` (one that owns the agent's files, no root): in
+    a forked child that gives up root, so this process keeps its own."""
+    import json
+    import os
+
+    from harness_env.core.sandbox.gitguard import neutralise_git
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            r = neutralise_git(root, ["workspace"])
+            os.write(write, json.dumps([r.rewritten, r.unchecked]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(out)
+
+
+def _agent_repo(tmp_path, uid: int):
+    import subprocess
+
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    subprocess.run(["git", "-C", str(ws), "config", "diff.evil.command", "/bin/evil"], check=True)
+    subprocess.run(["chown", "-R", f"{uid}:{uid}", str(tmp_path)], check=True)
+    tmp_path.chmod(0o755)
+    return ws
+
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def open_tmp():
+    """A directory anyone may traverse (pytest's own are root's alone)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    base = Path(tempfile.mkdtemp(prefix="gitguard-"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_git_dir_the_agent_made_unlistable_is_checked_all_the_same(open_tmp):
+    """A server that is not root owns the agent's files: `chmod 0311 .git` (git can still open
+    .git/config by name) must not hide the config from the walk."""
+    ws = _agent_repo(open_tmp, NOBODY)
+    (ws / ".git").chmod(0o311)
+    rewritten, unchecked = _guard_as(NOBODY, open_tmp)
+    assert rewritten == ["workspace/.git/config"] and unchecked is None
+    assert "evil" not in (ws / ".git" / "config").read_text()
+
+
+def test_a_config_that_cannot_be_replaced_fails_closed(open_tmp):
+    ws = _agent_repo(open_tmp, NOBODY)
+    import os
+    os.chown(ws / ".git", 0, 0)  # the server cannot write beside the config
+    rewritten, unchecked = _guard_as(NOBODY, open_tmp)
+    assert rewritten == [] and "cannot be replaced" in unchecked
