@@ -20,24 +20,24 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from harness_env.core.agent_end import classify_agent_end, sandboxed_agent_end
 from harness_env.core.capture.graph import link_turns, summarise_rows
 from harness_env.core.capture.probe import ProbeResult
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.capture.session import MIB
 from harness_env.core.errors import EndpointError, HarnessEnvError
-from harness_env.core.harness import AgentEnd, AgentOutcome, LaunchContext, OwnsEnvironment
+from harness_env.core.harness import LaunchContext, OwnsEnvironment
 from harness_env.core.pipeline import PreparedRollout
-from harness_env.core.reward import compute_reward, tool_efficiency_reward
-from harness_env.core.sandbox.base import ExecResult, Sandbox, SandboxFactory
-from harness_env.core.sandbox.envvars import git_program_pins
+from harness_env.core.reward import tool_efficiency_reward
+from harness_env.core.sandbox.base import Sandbox, SandboxFactory
 from harness_env.core.sandbox.policy import sandbox_limits
-from harness_env.models import AGENT_CAUSED_KINDS, CommandResult, Phase, PhaseEvent, RolloutResult, Turn
+from harness_env.core.task_commands import run_setup, run_verify
+from harness_env.models import AGENT_CAUSED_KINDS, Phase, PhaseEvent, RolloutResult, Turn
 
 EventSink = Callable[[PhaseEvent], None]
 logger = logging.getLogger("harness_env.engine")
 LOG_TAIL_CHARS = 4000
-COMMAND_OUTPUT_CHARS = 8000
 # A launched agent counts as up at its first model call, or this long after its launch (one that
 # thinks long before calling, or never calls, must not hold a start-up place for its whole run).
 START_HOLD_S = 10.0
@@ -114,43 +114,6 @@ async def check_endpoint_reachable(base_url: str, timeout: float = CONNECT_TIMEO
         pass
 
 
-def command_result(cmd: str, res: ExecResult) -> CommandResult:
-    return CommandResult(
-        cmd=cmd,
-        exit_code=res.exit_code,
-        stdout=_tail(res.stdout, COMMAND_OUTPUT_CHARS),
-        stderr=_tail(res.stderr, COMMAND_OUTPUT_CHARS),
-        duration_s=round(res.duration_s, 4),
-        timed_out=res.timed_out,
-    )
-
-
-async def run_setup(sandbox: Sandbox, commands: list[str], timeout: float, results: list[CommandResult]) -> str | None:
-    """Run the task's setup commands in order, appending to `results`; the first failure stops
-    them and is returned in words."""
-    for cmd in commands:
-        # The task author's commands, before the agent: they keep the host's network (installs).
-        r = await sandbox.exec(cmd, timeout=timeout, open_network=True, env=git_program_pins())
-        results.append(command_result(cmd, r))
-        if r.exit_code != 0:
-            why = f"timed out after {timeout}s" if r.timed_out else f"exited {r.exit_code}"
-            return f"setup command {cmd!r} {why}: {_tail(r.stderr or r.stdout, 500)}"
-    return None
-
-
-async def run_verify(
-    sandbox: Sandbox, commands: list[str], timeout: float, results: list[CommandResult]
-) -> tuple[float | None, str | None, list[str]]:
-    """Run the verify commands (appending to `results`) and compute (reward, source, notes). Every
-    process the agent left is killed and the verifier directory made anew first, so the agent
-    cannot forge the reward."""
-    await asyncio.to_thread(sandbox.clear_reward_file)
-    for cmd in commands:
-        r = await sandbox.exec(cmd, timeout=timeout, env=sandbox.verify_env())
-        results.append(command_result(cmd, r))
-    return compute_reward(results, await asyncio.to_thread(sandbox.read_reward_file))
-
-
 def _turn_line(turn: Turn) -> str:
     if turn.upstream_error and turn.upstream_status != 200:
         return f"model call {turn.index}: failed ({turn.upstream_status}): {turn.upstream_error[:160]}"
@@ -158,52 +121,6 @@ def _turn_line(turn: Turn) -> str:
         f"model call {turn.index} ({turn.purpose}): {len(turn.completion_token_ids) or len(turn.per_token_logps)} tokens, "
         f"{len(turn.tool_calls)} tool calls, {turn.latency_s:.2f}s"
     )
-
-
-def _last_upstream_error(session) -> str:
-    return next((t.upstream_error for t in reversed(session.turns) if t.upstream_error), "") or ""
-
-
-def _stopped_failure(session) -> tuple[str, str]:
-    """Why the agent was stopped early by the capture session (its model calls kept failing)."""
-    last_error = _last_upstream_error(session)[:300]
-    if session.last_failure_infra:
-        return "endpoint", f"the policy endpoint failed {session.consecutive_failures} times in a row; the agent was stopped: {last_error}"
-    return "agent_error", f"the endpoint rejected the agent's model call {session.consecutive_failures} times in a row; the agent was stopped: {last_error}"
-
-
-def classify_agent_end(end: AgentEnd, session, timeout_s: float) -> tuple[str, str] | None:
-    """The rollout's (error_kind, message) from how the agent's run ended, or None when it ended
-    normally; one rule for every harness. Using up max_turns or a budget (max_auxiliary_calls,
-    max_recorded_mb) is a normal end (the workspace is graded as it stands); a failed run while the
-    endpoint was failing (its last calls unreachable, timed out or 5xx) is the endpoint's fault.
-    Every other end is one the agent can bring about (AGENT_CAUSED_KINDS): the engine grades it all
-    the same."""
-    if end.timed_out:
-        return "agent_timeout", end.timeout_message or f"the agent did not finish within agent_timeout_s={timeout_s}; its processes were killed"
-    if (session.limit_reached or end.turn_limit_hit) and end.failure is None:
-        return None
-    if end.stopped:
-        return _stopped_failure(session)
-    if end.failure is not None:
-        return end.failure
-    if end.error is None:
-        return None
-    if session.consecutive_failures and session.last_failure_infra:  # the endpoint was failing when the run ended
-        detail = end.endpoint_detail or _last_upstream_error(session)[:300] or end.error
-        return "endpoint", f"the policy endpoint failed during the agent run: {detail}"
-    return "agent_error", end.error
-
-
-def sandboxed_agent_end(harness: str, r: ExecResult, outcome: AgentOutcome) -> AgentEnd:
-    """The facts of a harness's run in one of our sandboxes (a CLI, or the white-box loop)."""
-    error = None
-    if r.exit_code not in (0, None):
-        error = f"{harness} exited {r.exit_code}: {_tail(r.stderr or r.stdout, 500)}"
-    elif outcome.error:
-        error = f"{harness} reported a failed model call: {outcome.error}"
-    return AgentEnd(exit_code=r.exit_code, timed_out=r.timed_out, stopped=r.stopped, turn_limit_hit=outcome.turn_limit_hit,
-                    error=error, endpoint_detail=outcome.error or _tail(r.stderr, 300))
 
 
 class _TimedPhase:
@@ -285,15 +202,17 @@ class RolloutRun:
             self.fail(kind, message)
 
     async def confirm_endpoint_failure(self, failure: tuple[str, str] | None) -> tuple[str, str] | None:
-        """An `endpoint` end stands only when the endpoint itself fails: if its last failure was
-        an answer (a 5xx, not a call that got none) and it answers the proxy's own call now, what
-        the agent's calls carried caused it, and the end is the agent's (graded)."""
+        """An `endpoint` end stands only when the endpoint fails the proxy's own call too. The
+        agent shapes its calls (a body a front proxy resets, a grammar that crashes the engine,
+        a generation that outlasts the read timeout): if the endpoint answers the proxy's own
+        one-token call now, what those calls carried caused the failures, and the end is the
+        agent's (graded). The proxy stops an agent at its third failure in a row, so an endpoint
+        that is really down is still down when it is asked."""
         if failure is None or failure[0] != "endpoint" or self.session is None or not self.policy_has_acted():
             return failure
-        last = next((t for t in reversed(self.session.turns) if t.upstream_status != 200), None)
-        if last is None or last.upstream_status is None or not await self.capture.proxy.endpoint_answers(self.request.endpoint):
+        if not await self.capture.proxy.endpoint_answers(self.request.endpoint):
             return failure
-        return "agent_error", f"the endpoint answered the agent's calls with {last.upstream_status} but answers the proxy's own call: {failure[1]}"
+        return "agent_error", f"the endpoint answers the proxy's own call, so the agent's calls caused their failures: {failure[1]}"
 
     def policy_has_acted(self) -> bool:
         if not self.request.agent_calls_model:

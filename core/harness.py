@@ -125,7 +125,7 @@ class Harness(Protocol):
 
 @dataclass
 class AgentEnd:
-    """How the agent's run ended, as facts; core/engine.py's classify_agent_end turns them into
+    """How the agent's run ended, as facts; core/agent_end.py's classify_agent_end turns them into
     the rollout's error (or none), the same way for every harness."""
 
     exit_code: int | None = None  # None: killed, or the harness reports no exit code
