@@ -17,8 +17,10 @@ from harness_env.models_results import ErrorKind, PhaseEvent, RolloutResult
 from harness_env.models_summary import RolloutSummary
 
 JobStatus = Literal["queued", "running", "finished", "failed", "cancelled", "interrupted"]
-# finished: ran to its end with no error (whatever the reward); failed: ended with an error (the
-# result's error and error_kind say which); cancelled: DELETE, or its caller went away;
+# finished: ran to its end and was graded, or had nothing to grade (whatever the reward; `error`
+# may say how the agent's run ended: a timeout, a harness that died); failed: ended with an error
+# and no reward (the endpoint, the sandbox or the server failed; error and error_kind say which);
+# cancelled: DELETE, or its caller went away;
 # interrupted: the server stopped or died while it was queued or running (reward None).
 ACTIVE_STATUSES: tuple[JobStatus, ...] = ("queued", "running")
 ENDED_STATUSES: tuple[JobStatus, ...] = ("finished", "failed", "cancelled", "interrupted")

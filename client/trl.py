@@ -129,12 +129,12 @@ def rollout_batch(results: Sequence[RolloutResult], num_generations: int, filler
     rewards: list[float | None] = []
     for res in results:
         row, dropped = main_row(res)
-        # reward None only for an infrastructure failure; an end the agent caused is graded (error set)
-        reward = res.reward if row is not None and row.trainable else None
-        if reward is not None and not math.isfinite(reward):
-            reward = None
-        if reward is None or row is None:
-            # Unscored: one filler token TRL can batch, masked out of the loss.
+        # None only for an infrastructure failure: an end the agent caused is graded (error set),
+        # and a rollout whose tokens cannot be trained still counts in its group's baseline (a
+        # policy must not turn a failing grade neutral by spoiling its own row).
+        reward = res.reward if res.reward is not None and math.isfinite(res.reward) else None
+        if reward is None or row is None or not row.trainable:
+            # No row to train: one filler token TRL can batch, masked out of the loss.
             out["prompt_ids"].append([filler_token_id])
             out["completion_ids"].append([filler_token_id])
             out["logprobs"].append([0.0])

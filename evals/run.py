@@ -163,7 +163,7 @@ async def evaluate_async(
             finally:
                 progress.running -= 1
             progress.done += 1
-            progress.failed += result.error is not None
+            progress.failed += result.error is not None and result.reward is None  # infrastructure: no reward
             report(progress)
 
     try:

@@ -260,7 +260,8 @@ class JobManager:
             result = run.result if run is not None else self._unstarted(job)
             result.error, result.error_kind, result.reward = f"internal error ({type(e).__name__})", "internal", None
         result.served_by = self.served_by
-        status: JobStatus = "finished" if result.error is None else "failed"
+        # An end the agent brought about is graded: the job finished, its error says how.
+        status: JobStatus = "failed" if result.error is not None and result.reward is None else "finished"
         if job.interrupting:
             status, result.error, result.error_kind, result.reward = "interrupted", INTERRUPTED, "internal", None
         elif cancelled:

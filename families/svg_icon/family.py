@@ -151,7 +151,7 @@ class SvgIconGrader:
         evidence["judge"] = outcome.to_evidence(rubric)
         evidence["timings"]["judge_s"] = round(outcome.seconds, 3)
         if outcome.reward is None and outcome.bad_answer:
-            why = f"the judge answered {outcome.attempts} time(s) without usable scores: {outcome.error}"
+            why = f"the judge answered {outcome.attempts} time(s) without usable scores (what the picture shows can cause that): {outcome.error}"
             return GradeOutcome(0.0, "judge", [f"{why}: 0"], evidence, error=why, agent_caused=True)
         if outcome.reward is None:
             return GradeOutcome(None, None, evidence=evidence, error=f"the judge failed after {outcome.attempts} attempt(s): {outcome.error}")

@@ -9,8 +9,10 @@ Why it looks like this:
   (`HARNESS_ENV_JUDGE_*`), its key lives only in this process (in the Authorization header of the
   request, never in a body, a sandbox, a repr or an error text).
 - A judge that cannot answer is an infrastructure failure: `Judge.score` returns `reward=None` with
-  `error`, never 0 (a 0 would teach the policy that a good icon is bad). It never raises for judge
-  failures; it raises only for configuration or programming errors.
+  `error`, never 0 (a 0 would teach the policy that a good icon is bad). One that answers without
+  scores, or refuses what it was shown (400/422), has `bad_answer` set: the picture can cause
+  that, so the family grades it 0. It never raises for judge failures; it raises only for
+  configuration or programming errors.
 - Retries are bounded: at most `max_attempts` calls, exponential backoff with jitter between them,
   on 429/502/503/504, timeouts and connection errors. Other HTTP errors (400, 401, 404, ...) are not
   retried: asking again would get the same answer.
@@ -75,6 +77,9 @@ __all__ = [  # the format's names too: callers import the judge's whole API from
 RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
 MAX_RAW_ANSWER_CHARS = 20_000  # what is kept as grading evidence
 MAX_BAD_ANSWERS = 2  # a bad answer is retried once
+# Answers that refuse the request's content rather than the caller (auth, route, rate): the
+# rendered picture is the only part of it the agent shapes.
+SUBMISSION_REFUSED_STATUS = frozenset({400, 422})
 
 ENV_BASE_URL = "HARNESS_ENV_JUDGE_BASE_URL"
 ENV_MODEL = "HARNESS_ENV_JUDGE_MODEL"
@@ -210,8 +215,9 @@ class JudgeOutcome:
     error: str | None = None
     attempt_log: list[dict[str, Any]] = field(default_factory=list)  # per call: status or error, seconds
     model: str = ""
-    # The judge answered, but never with scores (the last failure): what the picture shows can
-    # cause that (a prompt written into it), so it is graded, not an infrastructure failure.
+    # The judge answered, but never with scores, or refused what it was shown (400/422) on the
+    # last call: what the picture shows can cause either (a prompt written into it, a content
+    # filter), so it is graded, not an infrastructure failure.
     bad_answer: bool = False
 
     def to_evidence(self, rubric: Rubric | None = None) -> dict[str, Any]:
@@ -327,6 +333,7 @@ class Judge:
                             return outcome(scores.reward, scores, None)
                     else:
                         error = f"the judge answered HTTP {resp.status_code}: {bounded(resp.text.strip(), 300)}"
+                        last_bad = resp.status_code in SUBMISSION_REFUSED_STATUS
                         retryable = resp.status_code in RETRYABLE_STATUS
                         retry_after = _retry_after(resp.headers.get("retry-after"))
                 error = self._scrub(error)

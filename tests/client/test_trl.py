@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from harness_env.client.trl import HarnessRolloutFunc, HarnessSessionFactory, harness_reward, rollout_batch
-from harness_env.models import RolloutArgs, RolloutResult
+from harness_env.models import RolloutArgs, RolloutResult, Turn
 from harness_env.rollout import run_many_sync
 
 pytestmark = pytest.mark.e2e
@@ -44,10 +44,23 @@ def test_failed_rollouts_are_unscored_and_groups_marked():
     ok = RolloutResult(reward=1.0)
     failed = RolloutResult(error="endpoint down", error_kind="endpoint")
     out = rollout_batch([failed, failed, ok, RolloutResult(reward=1.0)], 2, filler_token_id=7)
-    assert out["harness_reward"] == [None, None, None, None]  # no trainable row: never scored
+    # Infrastructure failures are unscored; rollouts without a row to train still count in their
+    # group's baseline (a filler row, masked out of the loss).
+    assert out["harness_reward"] == [None, None, 1.0, 1.0]
     assert out["completion_ids"][0] == [7] and out["env_mask"][0] == [0]
-    assert out["group_status"] == ["all_failed"] * 2 + ["all_failed"] * 2
+    assert out["completion_ids"][2] == [7] and out["env_mask"][2] == [0]
+    assert out["group_status"] == ["all_failed"] * 2 + ["all_tied"] * 2
     assert out["harness_error"][0] == "endpoint down"
+
+
+def test_an_agent_caused_end_and_an_untrainable_row_still_vote_in_the_group():
+    """A timed-out agent (graded 0) and a rollout whose tokens cannot be trained keep their
+    rewards for the group's baseline: neither may turn a failing grade into a neutral one."""
+    timed_out = RolloutResult(reward=0.0, error="the agent did not finish", error_kind="agent_timeout")
+    untrainable = RolloutResult(reward=0.0, proxy_turns=[Turn(index=0, branch=0, completion_text="x")])
+    out = rollout_batch([timed_out, untrainable, RolloutResult(reward=1.0)], 3)
+    assert out["harness_reward"] == [0.0, 0.0, 1.0] and out["group_status"] == ["ok"] * 3
+    assert out["env_mask"][1] == [0] and "no token ids" in out["harness_error"][1]
 
 
 def test_loop_owning_session_matches_openenv_and_trl_protocols(request_for, policy_server):

@@ -203,3 +203,9 @@ async def test_a_judge_that_answers_without_scores_grades_0_not_none(policy_serv
     res = await run_rollout(icon_request(policy_server, [write_icon(RED_SQUARE), {"text": "done"}]))
     assert (res.reward, res.reward_source, res.error_kind) == (0.0, "judge", "judge"), (res.reward, res.error)
     assert "without usable scores" in res.error
+
+
+async def test_a_judge_that_refuses_the_picture_grades_0_not_none(policy_server, judge):
+    judge.default_step = {"status": 400}  # e.g. a content filter on what the icon shows
+    res = await run_rollout(icon_request(policy_server, [write_icon(RED_SQUARE), {"text": "done"}]))
+    assert (res.reward, res.error_kind) == (0.0, "judge"), (res.reward, res.error)
