@@ -479,6 +479,8 @@ class RolloutRun:
                 res.limits_hit = list(session.limits_hit)
             if sandbox is not None:
                 res.limits_hit += await asyncio.to_thread(sandbox.limits_hit)
+                # What the sandbox noted since it was made (at verify: the git configs it reduced).
+                res.sandbox_notes += [n for n in sandbox.notes if n not in res.sandbox_notes]
                 problem = await sandbox.close()
                 if problem:
                     res.sandbox_notes.append(f"clean-up: {problem}")

@@ -41,6 +41,7 @@ async def test_git_in_verify_does_not_run_what_the_agent_planted(policy_server, 
     res = await run_rollout(make_request(script, setup=[REPO], verify=GIT_VERIFY))
     assert res.error is None, res.error
     assert (res.reward, res.reward_source) == (0.75, "verify_ratio"), [(r.cmd, r.exit_code, r.stderr[-200:]) for r in res.verify_results]
+    assert any("diff.evil.command" in n for n in res.sandbox_notes), res.sandbox_notes  # the result says what was dropped
     _no_process_left(res)
 
 
