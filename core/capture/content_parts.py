@@ -27,6 +27,7 @@ REMOTE_KEYS = frozenset({
     "url", "uri", "image_url", "audio_url", "video_url", "file_url", "fileUri", "file_uri", "file_id", "fileId",
     "server_url", "mcp_servers",
 })
+STORED_KEYS = frozenset({"file_id", "fileId"})  # any value names a file of the upstream's account
 # Not searched: what a tool call carried or a function returned (a `fetch(url)` call in the history
 # is the harness's own tool, run in the sandbox), and JSON schemas (a property may be named `url`).
 OPAQUE_KEYS = frozenset({
@@ -97,7 +98,7 @@ def checked_messages(messages: list[Any], where: str = "", hint: str = "") -> li
 
 def remote_reference(value: Any, path: str = "") -> str | None:
     """Where in a native body a remote resource is named (a REMOTE_KEYS key holding a string that is
-    not inline data, or a list or object under `mcp_servers`), or None. Iterative: bodies are deep."""
+    not inline data, a stored file's id, or a list or object under `mcp_servers`), or None. Iterative: bodies are deep."""
     stack: list[tuple[Any, str]] = [(value, path)]
     while stack:
         node, at = stack.pop()
@@ -106,7 +107,7 @@ def remote_reference(value: Any, path: str = "") -> str | None:
                 if key in OPAQUE_KEYS or key == "input" and node.get("type") in CALL_BLOCKS:
                     continue
                 here = f"{at}.{key}" if at else str(key)
-                if key in REMOTE_KEYS and (isinstance(item, str) and not is_inline(item) or key == "mcp_servers" and item):
+                if key in REMOTE_KEYS and (isinstance(item, str) and (key in STORED_KEYS or not is_inline(item)) or key == "mcp_servers" and item):
                     return here[:200]
                 if isinstance(item, (dict, list)):
                     stack.append((item, here))
