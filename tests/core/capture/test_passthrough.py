@@ -200,7 +200,7 @@ async def test_a_call_in_another_dialect_is_refused_and_an_unreachable_upstream_
     gone = proxy.open_session(_native("http://127.0.0.1:9/v1"), CapturePolicy(capture=False))
     r = await client.post("/v1/messages", json=_body(False), headers={"x-api-key": gone.key})
     assert r.status_code == 502 and r.json()["type"] == "error" and "unreachable" in r.text
-    assert gone.upstream_failed and gone.sorted_turns()[0].upstream_status is None
+    assert gone.last_failure_infra and gone.sorted_turns()[0].upstream_status is None
 
 
 # -- declared once -----------------------------------------------------------------------------------
