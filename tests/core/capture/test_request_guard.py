@@ -231,3 +231,16 @@ async def test_inline_media_reaches_the_engine_as_sent(proxy_client, route):
     assert r.status_code == 200, r.text
     [sent] = [m for m in policy.requests[-1]["messages"] if m["role"] == "user"]
     assert sent["content"] == [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}]
+
+
+async def test_a_content_part_reaches_the_engine_with_its_own_fields_only(proxy_client):
+    """A text part that also carries a media field (which an engine may read by key) goes on as
+    text alone; an inline image keeps only its url and detail."""
+    client, policy, _ = proxy_client
+    path, good = ROUTES["chat"]
+    parts = [{"type": "text", "text": "see", "image_url": {"url": "https://x.example/"}, "video_url": "https://x.example/v"},
+             {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}", "detail": "low", "uuid": "u"}, "audio_url": "https://x.example/"}]
+    r = await client.post(path, content=json.dumps({**good, "messages": [{"role": "user", "content": parts}]}))
+    assert r.status_code == 200, r.text
+    assert policy.requests[-1]["messages"][0]["content"] == [
+        {"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}", "detail": "low"}}]
