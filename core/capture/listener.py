@@ -6,9 +6,12 @@ once took the server to its file-descriptor limit, and /health failed. So, on th
 - one peer holds at most `per_peer` connections at once; beyond that a connection gets a 503
   saying so and is closed. A Unix socket's peer is told by the kernel (SO_PEERCRED), never by
   what it sends: the rollout whose cgroup the connecting process is in, else its pid namespace
-  (each bubblewrap sandbox has its own), else its uid;
+  (each bubblewrap sandbox has its own), else its uid. The pid-namespace fallback is not the
+  agent's to hold fixed (`unshare -Urpf` makes a new one per connection): without a rollout cgroup
+  it is the total that protects the server;
 - all peers together hold at most `total` (a quarter of the open-file limit by default), so the
-  server keeps descriptors for its own API, the store and upstream calls;
+  server keeps descriptors for its own API, the store and upstream calls; every listener of a
+  process shares one ConnectionBounds (`process_bounds`), so the quarter is the process's;
 - a connection must complete its first request's head within `header_timeout_s` of connecting,
   and one between requests (idle, or part way through the next head) is closed after
   `idle_timeout_s`. A request being served is not cut short here (the upstream's read timeout
@@ -18,6 +21,7 @@ once took the server to its file-descriptor limit, and /health failed. So, on th
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import re
 import resource
@@ -70,6 +74,13 @@ class ConnectionBounds:
         self.held[peer] -= 1
         if self.held[peer] <= 0:
             del self.held[peer]
+
+
+@functools.cache
+def process_bounds() -> ConnectionBounds:
+    """The one ConnectionBounds of this process's listeners (loopback and Unix alike): the total
+    bounds them together, so two listeners of one process never hold twice its share of descriptors."""
+    return ConnectionBounds()
 
 
 def peer_of(transport: asyncio.BaseTransport) -> str | None:

@@ -1,6 +1,7 @@
 """Pass-through: an upstream that speaks the harness's own wire API (an endpoint whose `wire_api`
 is not "chat", e.g. a hosted Anthropic endpoint used for evaluation) gets the harness's request as
-the harness sent it, with no translation, in `black_box` mode only.
+the harness sent it, with no translation, in `black_box` mode only, bounded first as the engine's
+body is (core/capture/native_guard.py: the max-tokens cap, one answer, nothing to fetch).
 
 Only the key changes hands (and the model's name, if the harness knows it by another): the harness
 presents its capture key, and the upstream is sent the real one in its dialect's own header. The
@@ -16,6 +17,7 @@ upstream gives neither, so a `transparent_proxy` rollout would train on nothing 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode
 
 import aiohttp
-from harness_env.core.capture import fastjson, request_guard
+from harness_env.core.capture import fastjson, native_guard, request_guard
 from harness_env.core.capture.asgi import Reply, Scope, route_path
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.dialects.base import Dialect
@@ -266,6 +268,10 @@ async def pass_through(proxy: CaptureProxy, dialect: Dialect, session: CaptureSe
     wire_api = session.endpoint.wire_api
     if dialect.name != DIALECT_OF[wire_api]:  # check_wire_api refuses this up front; a stray call gets it here
         return dialect.error(400, f"this rollout's endpoint speaks {wire_api!r}, passed through untranslated; it cannot answer {dialect.name}", "invalid_request")
+    try:  # bounded as the engine's body is (core/capture/native_guard.py): off the loop, a body may be large
+        sent = await asyncio.to_thread(native_guard.bounded_body, dialect.name, route_path(scope), body, session.policy.max_tokens_cap)
+    except InvalidRequestError as e:
+        return dialect.error(400, session.redact(str(e)), "invalid_request")
     try:  # the neutral view, for the record only: what it cannot read is still passed on
         request = request_guard.read_request(dialect, body, scope)
         messages, tools, stream, purpose = request.messages, request.tools, request.stream, request.purpose
@@ -276,7 +282,9 @@ async def pass_through(proxy: CaptureProxy, dialect: Dialect, session: CaptureSe
     if isinstance(turn, Reply):
         return turn
     endpoint = session.endpoint
-    path, raw = with_model(dialect, route_path(scope), raw, body, endpoint.model)
+    if sent != body:
+        raw = fastjson.dumps(sent)
+    path, raw = with_model(dialect, route_path(scope), raw, sent, endpoint.model)
     url = upstream_url(endpoint.base_url, path, scope.get("query_string", b""))
     headers = upstream_headers(dialect.name, scope, endpoint.api_key.get_secret_value())
     started = time.monotonic()

@@ -9,7 +9,9 @@ InvalidRequestError (answered 400 in the dialect's own error shape) with what wa
    shape its reader did not expect deeper down (a string where it iterates blocks, ...) is a 400
    naming the reader's complaint, not a crash.
 3. `engine_body`: the chat-completions body every dialect is translated to has the types the
-   proxy's own rewriting reads (ENGINE_FIELDS), whatever the dialect.
+   proxy's own rewriting reads (ENGINE_FIELD_TYPES), whatever the dialect, and its messages'
+   content parts are text or inline media only (core/capture/content_parts.py): nothing in it
+   makes the engine fetch a URL.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from harness_env.core.capture import fastjson
+from harness_env.core.capture import content_parts, fastjson
 from harness_env.core.errors import InvalidRequestError, safe_text
 
 if TYPE_CHECKING:
@@ -50,13 +52,22 @@ DIALECT_FIELDS: dict[str, dict[str, Types]] = {
 }
 # Fields without which a dialect's request is no model call.
 REQUIRED: dict[str, tuple[str, ...]] = {"chat_completions": ("messages",), "messages": ("messages",)}
-# What the proxy reads or rewrites in the engine's chat-completions body (core/capture/rewrite.py).
-ENGINE_FIELDS: dict[str, Types] = {
+# The types of what the proxy itself reads or rewrites in the engine's chat-completions body, before
+# rewrite.ENGINE_FIELDS (the allow-list of what the engine gets, each field's check) and the fields
+# the rollout adds (rewrite.ADDED_FIELDS): every name here is one of theirs.
+ENGINE_FIELD_TYPES: dict[str, Types] = {
     "messages": LIST, "tools": LIST, "stream": BOOL, "stream_options": OBJECT, "max_tokens": INT,
     "max_completion_tokens": INT, "logprobs": BOOL, "top_logprobs": INT, "return_token_ids": BOOL,
     "chat_template_kwargs": OBJECT, "temperature": NUMBER, "n": INT,
 }
 TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", bool: "true or false", int: "an integer", float: "a number"}
+# How each dialect sends media inline, for the refusal of a remote one.
+INLINE_HINTS = {
+    "chat_completions": " (an image_url whose url is data:<mime>;base64,...)",
+    "responses": " (an input_image whose image_url is data:<mime>;base64,...)",
+    "messages": " (an image block with a base64 source)",
+    "gemini": " (inlineData, not fileData)",
+}
 # What a reader raises when a value deeper down has a shape it did not expect.
 SHAPE_ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError)
 
@@ -131,7 +142,9 @@ def engine_body(dialect: Dialect, request: ChatRequest) -> dict[str, Any]:
     except SHAPE_ERRORS as e:
         raise InvalidRequestError(f"request body has a value of an unexpected shape ({_complaint(e)}); see the {dialect.name} API") from None
     where = "" if dialect.name == "chat_completions" else "as translated to chat completions, "
-    check_fields(body, ENGINE_FIELDS, where)
+    check_fields(body, ENGINE_FIELD_TYPES, where)
+    if isinstance(body.get("messages"), list):
+        body = {**body, "messages": content_parts.checked_messages(body["messages"], where, INLINE_HINTS.get(dialect.name, ""))}
     return body
 
 

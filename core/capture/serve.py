@@ -24,7 +24,7 @@ from typing import Any
 
 import uvicorn
 
-from harness_env.core.capture.listener import ConnectionBounds, bounded_protocol
+from harness_env.core.capture.listener import ConnectionBounds, bounded_protocol, process_bounds
 
 # sun_path holds 108 bytes on Linux, with the terminating NUL
 MAX_UNIX_PATH_BYTES = 107
@@ -50,7 +50,7 @@ class _EmbeddedServer(uvicorn.Server):
 async def _serving(app: Any, sock: socket.socket, bounds: ConnectionBounds | None) -> AsyncIterator[None]:
     """Serve `app` on the bound socket `sock` until the block ends; the one way uvicorn is started.
     Its connections are bounded (core/capture/listener.py): per peer, in all, and in idle time."""
-    bounds = bounds or ConnectionBounds()
+    bounds = bounds or process_bounds()  # one per process: every listener's connections count in one total
     config = _EmbeddedConfig(app, lifespan="off", access_log=False, timeout_keep_alive=int(bounds.idle_timeout_s),
                              http=bounded_protocol(bounds))
     server = _EmbeddedServer(config)

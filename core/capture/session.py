@@ -119,9 +119,8 @@ class CaptureSession:
     turn_limit_hit: bool = False
     limits_hit: list[str] = field(default_factory=list)  # the rollout budgets the proxy enforced, in words (once each)
     recorded_bytes: int = 0  # what the recorded turns hold (shared prompt starts and history counted once)
-    upstream_failed: bool = False  # unreachable, timed out or 5xx: the endpoint's fault, not the policy's
     consecutive_failures: int = 0
-    last_failure_infra: bool = False
+    last_failure_infra: bool = False  # the last failed call was the endpoint's fault (unreachable, timed out, 5xx), not the policy's
     endpoint_down: asyncio.Event = field(default_factory=asyncio.Event)  # set after too many failures in a row
     closed: bool = False
     started: float = field(default_factory=time.monotonic)
@@ -232,7 +231,6 @@ class CaptureSession:
             self.consecutive_failures = 0
             return
         self.last_failure_infra = infra
-        self.upstream_failed |= infra
         self.consecutive_failures += 1
         if self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
             self.endpoint_down.set()

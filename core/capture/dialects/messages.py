@@ -99,7 +99,7 @@ def _image(block: dict[str, Any], where: str) -> dict[str, Any]:
     elif source.get("type") == "url" and isinstance(source.get("url"), str):
         url = source["url"]
     else:
-        raise InvalidRequestError(f"{where}: an image's source must be base64 data or a url (file ids need the Files API, which this proxy does not serve)")
+        raise InvalidRequestError(f"{where}: an image's source must be base64 data (a url is refused: the engine is never made to fetch anything; file ids need the Files API, which this proxy does not serve)")
     return {"type": "image_url", "image_url": {"url": url}}
 
 

@@ -97,3 +97,23 @@ async def test_idle_and_half_sent_connections_are_closed_after_their_bound(liste
     line, writer = await _status(path)  # and the listener still answers
     assert line.startswith(b"HTTP/1.1 200")
     writer.close()
+
+
+async def test_the_listeners_of_one_process_share_one_total(tmp_path, monkeypatch):
+    """rollout.py serves the proxy on loopback and on a Unix socket at once: each with a total of
+    its own, together they would hold twice the process's share of descriptors."""
+    from harness_env.core.capture.listener import process_bounds
+    from harness_env.core.capture.serve import serve_on_loopback
+
+    proxy = CaptureProxy()
+    shared = process_bounds()
+    async with serve_on_loopback(proxy.app) as url, serve_on_unix(proxy.app, tmp_path / "capture.sock") as path:
+        monkeypatch.setattr(shared, "total", sum(shared.held.values()) + 1)
+        host, port = url.removeprefix("http://").split(":")
+        over_tcp = await asyncio.open_connection(host, int(port))
+        over_tcp[1].write(PROBE)
+        assert (await asyncio.wait_for(over_tcp[0].readline(), 30)).startswith(b"HTTP/1.1 200")
+        answer = await _refusal(path)  # the other listener: the process's total is reached
+        assert answer.startswith(b"HTTP/1.1 503") and b"connections already" in answer
+        over_tcp[1].close()
+    await proxy.aclose()

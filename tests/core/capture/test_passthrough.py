@@ -11,13 +11,15 @@ from harness_env import Endpoint, RolloutRequest, Task
 from harness_env.core.capture.passthrough import NativeReader, NativeStream, check_wire_api, upstream_headers, upstream_url, with_model
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.proxy import CaptureProxy
-from harness_env.core.capture.rewrite import CapturePolicy
+from harness_env.core.capture.rewrite import MAX_TOKENS_CEILING, CapturePolicy
 from harness_env.core.capture.serve import serve_on_loopback
 from harness_env.core.capture.sse import SSEDecoder
 from harness_env.core.errors import InvalidRequestError
 from harness_env.core.pipeline import prepare
 from harness_env.envs import HARNESSES  # the harness registry prepare() looks names up in
+from tests.fakes.gemini_upstream import FakeGeminiServer, FakeGeminiUpstream
 from tests.fakes.messages_upstream import FakeMessagesServer, FakeMessagesUpstream
+from tests.fakes.responses_upstream import FakeResponsesServer, FakeResponsesUpstream
 
 KEY = "sk-ant-native-4b3c2a1"
 BASH = {"name": "Bash", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
@@ -198,7 +200,7 @@ async def test_a_call_in_another_dialect_is_refused_and_an_unreachable_upstream_
     gone = proxy.open_session(_native("http://127.0.0.1:9/v1"), CapturePolicy(capture=False))
     r = await client.post("/v1/messages", json=_body(False), headers={"x-api-key": gone.key})
     assert r.status_code == 502 and r.json()["type"] == "error" and "unreachable" in r.text
-    assert gone.upstream_failed and gone.sorted_turns()[0].upstream_status is None
+    assert gone.last_failure_infra and gone.sorted_turns()[0].upstream_status is None
 
 
 # -- declared once -----------------------------------------------------------------------------------
@@ -271,3 +273,110 @@ def test_an_eval_sent_to_a_server_keeps_the_wire_api():
 
     request = _request("claude-code", "messages")
     assert RolloutArgs(**to_args(request)).wire_api == "messages"
+
+
+# -- what pass-through bounds: the answer's length, one answer, nothing to fetch --------------------
+# dialect -> (fake upstream, its server, the route, a good body, where its max-tokens field is)
+NATIVE = {
+    "messages": (FakeMessagesUpstream, FakeMessagesServer, "/v1/messages",
+                 {"model": "claude-x", "max_tokens": 512, "messages": [{"role": "user", "content": "go"}]}, ("max_tokens",)),
+    "responses": (FakeResponsesUpstream, FakeResponsesServer, "/v1/responses",
+                  {"model": "claude-x", "max_output_tokens": 512, "input": [{"role": "user", "content": "go"}]}, ("max_output_tokens",)),
+    "gemini": (FakeGeminiUpstream, FakeGeminiServer, "/v1beta/models/claude-x:generateContent",
+               {"contents": [{"role": "user", "parts": [{"text": "go"}]}], "generationConfig": {"maxOutputTokens": 512, "candidateCount": 4}},
+               ("generationConfig", "maxOutputTokens")),
+}
+AUTH = {"messages": "x-api-key", "responses": "authorization", "gemini": "x-goog-api-key"}
+# dialect -> bodies naming something the upstream would fetch, or a file of the operator's account
+REMOTE_NATIVE = {
+    "messages": [
+        {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://x.example/a.png"}}]}]},
+        {"messages": [{"role": "user", "content": [{"type": "document", "source": {"type": "url", "url": "http://10.0.0.1/"}}]}]},
+        {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "file_01"}}]}]},
+        {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+            {"type": "image", "source": {"type": "url", "url": "https://x.example/b"}}]}]}]},
+        {"mcp_servers": [{"type": "url", "url": "https://x.example/mcp", "name": "m"}]},
+    ],
+    "responses": [
+        {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x.example/a.png"}]}]},
+        {"input": [{"role": "user", "content": [{"type": "input_file", "file_url": "https://x.example/a.pdf"}]}]},
+        {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-abc"}]}]},
+        {"tools": [{"type": "mcp", "server_label": "x", "server_url": "https://x.example/mcp"}]},
+    ],
+    "gemini": [
+        {"contents": [{"role": "user", "parts": [{"fileData": {"mimeType": "image/png", "fileUri": "gs://bucket/o"}}]}]},
+        {"contents": [{"role": "user", "parts": [{"fileData": {"mimeType": "image/png", "fileUri": "https://x.example/o"}}]}]},
+    ],
+}
+
+
+def _at(body: dict, path: tuple) -> object:
+    for key in path:
+        body = body[key]
+    return body
+
+
+@pytest.fixture(params=list(NATIVE))
+async def any_native(request):
+    dialect = request.param
+    make, server_of, *_ = NATIVE[dialect]
+    upstream = make(key=KEY)
+    with server_of(upstream) as server:
+        proxy = CaptureProxy()
+        async with serve_on_loopback(proxy.app) as url:
+            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                yield dialect, proxy, upstream, server, client
+        await proxy.aclose()
+
+
+def _open(proxy: CaptureProxy, dialect: str, server, cap: int | None) -> tuple:
+    session = proxy.open_session(_native(server.base_url, dialect),
+                                 CapturePolicy(capture=False, max_tokens_cap=cap))
+    value = f"Bearer {session.key}" if dialect == "responses" else session.key
+    return session, {AUTH[dialect]: value}
+
+
+async def test_pass_through_caps_the_answer_length_and_asks_for_one_answer(any_native):
+    dialect, proxy, upstream, server, client = any_native
+    _, _, route, good, field_at = NATIVE[dialect]
+    _, headers = _open(proxy, dialect, server, cap=100)
+    r = await client.post(route, json=good, headers=headers)
+    assert r.status_code == 200, r.text
+    no_field = json.loads(json.dumps(good))
+    del _at(no_field, field_at[:-1])[field_at[-1]]
+    assert (await client.post(route, json=no_field, headers=headers)).status_code == 200
+    _, headers = _open(proxy, dialect, server, cap=None)
+    huge = json.loads(json.dumps(good))
+    _at(huge, field_at[:-1])[field_at[-1]] = 2**40
+    assert (await client.post(route, json=huge, headers=headers)).status_code == 200
+    assert [_at(b, field_at) for b in upstream.requests] == [100, 100, MAX_TOKENS_CEILING]
+    if dialect == "gemini":
+        assert [b["generationConfig"]["candidateCount"] for b in upstream.requests] == [1, 1, 1]
+    for bad in ["512", True, 0, -1, 1.5]:
+        body = json.loads(json.dumps(good))
+        _at(body, field_at[:-1])[field_at[-1]] = bad
+        r = await client.post(route, json=body, headers=headers)
+        assert r.status_code == 400 and "must be a positive integer" in r.text, (bad, r.text)
+    assert len(upstream.requests) == 3
+
+
+async def test_pass_through_refuses_a_body_naming_anything_to_fetch(any_native):
+    dialect, proxy, upstream, server, client = any_native
+    _, _, route, good, _ = NATIVE[dialect]
+    session, headers = _open(proxy, dialect, server, cap=None)
+    for extra in REMOTE_NATIVE[dialect]:
+        r = await client.post(route, json={**good, **extra}, headers=headers)
+        assert r.status_code == 400 and "inline" in r.text and "x.example" not in r.text, (extra, r.text)
+    assert upstream.requests == [] and session.sorted_turns() == []
+    # a call in the history whose arguments hold a URL is the harness's own tool, not a fetch
+    history = {"messages": {"messages": [{"role": "user", "content": "go"}, {"role": "assistant", "content": [
+                   {"type": "tool_use", "id": "t", "name": "WebFetch", "input": {"url": "https://x.example/"}}]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "page"}]}]},
+               "responses": {"input": [{"role": "user", "content": "go"}, {"type": "function_call", "call_id": "c", "name": "fetch",
+                                                                              "arguments": '{"url": "https://x.example/"}'},
+                                       {"type": "function_call_output", "call_id": "c", "output": "page"}]},
+               "gemini": {"contents": [{"role": "user", "parts": [{"text": "go"}]},
+                                       {"role": "model", "parts": [{"functionCall": {"name": "fetch", "args": {"url": "https://x.example/"}}}]},
+                                       {"role": "user", "parts": [{"functionResponse": {"name": "fetch", "response": {"url": "https://x.example/"}}}]}]}}
+    r = await client.post(route, json={**good, **history[dialect]}, headers=headers)
+    assert r.status_code == 200, r.text

@@ -232,7 +232,7 @@ async def test_unreachable_upstream_gives_502_and_marks_session(proxy_env):
     session = proxy.open_session(dead, CapturePolicy())
     r = await client.post("/chat/completions", json=_body(False), headers={"authorization": f"Bearer {session.key}"})
     assert r.status_code == 502 and "unreachable" in r.json()["error"]["message"]
-    assert session.upstream_failed and session.turns[0].upstream_status is None
+    assert session.last_failure_infra and session.turns[0].upstream_status is None
     assert UPSTREAM_KEY not in session.log_tail() + json.dumps([t.model_dump() for t in session.sorted_turns()])
 
 

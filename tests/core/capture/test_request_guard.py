@@ -168,3 +168,79 @@ def test_lenient_parsing_keeps_data_and_makes_it_valid():
     json.dumps(parsed, ensure_ascii=False).encode()
     with pytest.raises(fastjson.JSONDepthError):  # a surrogate makes orjson give up early: the fallback is bounded too
         fastjson.loads('["\\udfff", ' + "[" * 100_000 + "]" * 100_000 + "]")
+
+
+# -- content the engine would fetch ------------------------------------------------------------------
+PNG = "iVBORw0KGgo="  # base64: what an inline image carries
+REMOTE = ["https://attacker.example/x?d=secret", "http://169.254.169.254/latest/", "file:///etc/passwd", "gs://b/o", "ftp://h/f"]
+
+
+def _remote_parts(route: str, url: str) -> list[dict[str, Any]]:
+    """One user message per way the route's dialect can name `url` as content."""
+    if route == "chat":
+        return [{"role": "user", "content": [part]} for part in [
+            {"type": "image_url", "image_url": {"url": url}}, {"type": "image_url", "image_url": url},
+            {"type": "video_url", "video_url": {"url": url}}, {"type": "audio_url", "audio_url": {"url": url}},
+            {"type": "input_audio", "input_audio": {"data": url, "format": "wav"}},
+            {"type": "file", "file": {"file_data": url}}, {"type": "file", "file": {"file_id": "file-abc"}},
+            {"type": "input_image", "image_url": url}, {"type": "image_embeds", "image_embeds": url},
+        ]] + [{"role": "tool", "tool_call_id": "c", "content": [{"type": "image_url", "image_url": {"url": url}}]}]
+    if route == "responses":
+        return [{"role": "user", "content": [{"type": "input_image", "image_url": url}]}]
+    if route in ("messages", "count_tokens"):
+        image = {"type": "image", "source": {"type": "url", "url": url}}
+        return [{"role": "user", "content": [image]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [image]}]}]
+    return [{"role": "user", "parts": [{"fileData": {"mimeType": "image/png", "fileUri": url}}]}]
+
+
+def _with_messages(route: str, good: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
+    key = {"chat": "messages", "responses": "input", "messages": "messages", "count_tokens": "messages"}.get(route, "contents")
+    return {**good, key: messages}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+async def test_content_naming_a_remote_url_is_a_400_and_never_reaches_the_engine(proxy_client, route):
+    """vLLM (and any hosted API) fetches a media URL it is given: the agent could make the engine
+    fetch anything, out of a sandbox whose network is cut. Every way a dialect names one is refused."""
+    client, policy, session = proxy_client
+    path, good = ROUTES[route]
+    for url in REMOTE:
+        for message in _remote_parts(route, url):
+            r = await client.post(path, content=json.dumps(_with_messages(route, good, [message])))
+            assert r.status_code == 400, (message, r.text)
+            text = _message(route, r)
+            assert "inline" in text and url not in text, text
+    assert policy.requests == [] and session.turns == []
+    await _still_answers(client, route)
+
+
+INLINE_IMAGES: dict[str, dict[str, Any]] = {
+    "chat": {"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}]},
+    "responses": {"role": "user", "content": [{"type": "input_text", "text": "see"}, {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}"}]},
+    "messages": {"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]},
+    "gemini": {"role": "user", "parts": [{"text": "see"}, {"inlineData": {"mimeType": "image/png", "data": PNG}}]},
+}
+
+
+@pytest.mark.parametrize("route", INLINE_IMAGES)
+async def test_inline_media_reaches_the_engine_as_sent(proxy_client, route):
+    client, policy, _ = proxy_client
+    path, good = ROUTES[route]
+    r = await client.post(path, content=json.dumps(_with_messages(route, good, [INLINE_IMAGES[route]])))
+    assert r.status_code == 200, r.text
+    [sent] = [m for m in policy.requests[-1]["messages"] if m["role"] == "user"]
+    assert sent["content"] == [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}]
+
+
+async def test_a_content_part_reaches_the_engine_with_its_own_fields_only(proxy_client):
+    """A text part that also carries a media field (which an engine may read by key) goes on as
+    text alone; an inline image keeps only its url and detail."""
+    client, policy, _ = proxy_client
+    path, good = ROUTES["chat"]
+    parts = [{"type": "text", "text": "see", "image_url": {"url": "https://x.example/"}, "video_url": "https://x.example/v"},
+             {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}", "detail": "low", "uuid": "u"}, "audio_url": "https://x.example/"}]
+    r = await client.post(path, content=json.dumps({**good, "messages": [{"role": "user", "content": parts}]}))
+    assert r.status_code == 200, r.text
+    assert policy.requests[-1]["messages"][0]["content"] == [
+        {"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}", "detail": "low"}}]

@@ -131,3 +131,12 @@ def test_a_rejection_quoting_our_fields_is_only_a_reason_to_probe():
     quoted = json.dumps({"object": "error", "message": "Input should be a valid number, 'input': 'logprobs'", "param": "logprobs"}).encode()
     assert may_name_an_added_field(400, quoted, added, q)
     assert q.dropped == set() and not q.use_max_completion_tokens  # nothing learned from it
+
+
+def test_the_engine_fields_are_named_in_one_place():
+    """request_guard checks the types of fields the engine may get or the rollout adds: a name
+    there that the allow-list does not know would be a check of nothing."""
+    from harness_env.core.capture import request_guard, rewrite
+
+    assert set(request_guard.ENGINE_FIELD_TYPES) <= set(rewrite.ENGINE_FIELDS) | set(rewrite.ADDED_FIELDS)
+    assert not hasattr(request_guard, "ENGINE_FIELDS")  # one name, one meaning
