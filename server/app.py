@@ -16,9 +16,9 @@ is PostgreSQL.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import re
+import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -123,8 +123,9 @@ def create_app(
         # What killed servers and runs left: cgroups, rollout directories and their mounts,
         # capture sockets. Here, not in the CLI, so every start sweeps: `serve`, OpenEnv's
         # `harness_env.server.app:app`, each Ray replica (Ray Serve runs this lifespan).
+        # Printed as `run` prints them: a library's root handler can swallow a logger's warning.
         for note in await asyncio.to_thread(sweep_at_start):
-            logging.getLogger("harness_env").warning("%s", note)
+            print(f"harness-env: {note}", file=sys.stderr, flush=True)
         async with serve_on_unix(proxy.app, capture_socket_path()) as socket_path, mcp.lifespan():
             service.capture_socket = socket_path
             await jobs.start()
