@@ -517,7 +517,8 @@ def _serve_on_ray(args: argparse.Namespace) -> int:
 
 
 def _sweep_leftovers(quiet: bool) -> None:
-    """What killed runs and servers left (rollout directories and mounts, cgroups, capture sockets)."""
+    """What killed runs and servers left (rollout directories and mounts, cgroups, capture sockets).
+    `serve` does not: the app's lifespan sweeps, wherever the app is started (server/app.py)."""
     from harness_env.core.sandbox.sweep import sweep_at_start
 
     for note in sweep_at_start():
@@ -532,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return dataset.main(argv[1:])
     args = build_parser().parse_args(argv)
-    if args.command in ("run", "eval", "serve"):
+    if args.command in ("run", "eval"):
         _sweep_leftovers(quiet=getattr(args, "quiet", False))
     try:
         return args.handler(args)

@@ -16,9 +16,9 @@ is PostgreSQL.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import re
+import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -29,10 +29,11 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, header, route_path, send_reply
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.redact import register_secret
-from harness_env.core.capture.serve import capture_socket_path, serve_on_unix
+from harness_env.core.capture.serve import serve_on_unix
+from harness_env.core.capture.sockets import capture_socket_path
 from harness_env.core.errors import InvalidRequestError, ToolMissingError, safe_text
-from harness_env.core.sandbox.cgroups import sweep_stale
 from harness_env.core.sandbox.local import bwrap_available
+from harness_env.core.sandbox.sweep import sweep_at_start
 from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
 from harness_env.server.auth import AuthFailureLimiter, TokenAuth, origin_of
 from harness_env.core.cpus import available_cpus
@@ -119,8 +120,12 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        for note in await asyncio.to_thread(sweep_stale):  # cgroups of a server that died
-            logging.getLogger("harness_env").warning("%s", note)
+        # What killed servers and runs left: cgroups, rollout directories and their mounts,
+        # capture sockets. Here, not in the CLI, so every start sweeps: `serve`, OpenEnv's
+        # `harness_env.server.app:app`, each Ray replica (Ray Serve runs this lifespan).
+        # Printed as `run` prints them: a library's root handler can swallow a logger's warning.
+        for note in await asyncio.to_thread(sweep_at_start):
+            print(f"harness-env: {note}", file=sys.stderr, flush=True)
         async with serve_on_unix(proxy.app, capture_socket_path()) as socket_path, mcp.lifespan():
             service.capture_socket = socket_path
             await jobs.start()

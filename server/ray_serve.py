@@ -17,7 +17,6 @@ Kubernetes runs the same application through KubeRay: `build` is the RayService'
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -30,7 +29,7 @@ from ray import serve
 from ray.serve.config import HTTPOptions
 
 from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, send_reply
-from harness_env.core.capture.serve import remove_stale_sockets, serve_on_loopback
+from harness_env.core.capture.serve import serve_on_loopback
 from harness_env.core.procs import make_undumpable
 from harness_env.server.app import CAPTURE_PREFIX, create_app
 from harness_env.server.jobs import STOP_WAIT_S
@@ -104,8 +103,8 @@ class HarnessEnvReplica:
         problem = replica_problem(self.settings, env, env.get(TOKEN_VAR))
         if problem:
             raise BadRayArgs(problem)
-        # A replica killed on this node (SIGKILL, out of memory) could not remove its capture socket.
-        await asyncio.to_thread(remove_stale_sockets)
+        # What a replica killed on this node (SIGKILL, out of memory) left (rollouts, mounts,
+        # cgroups, its capture socket) is swept by the app's lifespan, which Ray Serve runs.
         bind, reach = capture_address(env)
         capture = CaptureOnly()
         port = urlsplit(await self._exit.enter_async_context(serve_on_loopback(capture, bind))).port

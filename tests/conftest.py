@@ -1,12 +1,10 @@
 import os
 import shutil
-from pathlib import Path
 
 import pytest
 
-from harness_env.core.sandbox.cgroups import sweep_stale
-from harness_env.core.sandbox.host import mounts_at_or_below, unmount_tree
-from harness_env.core.sandbox.sweep import sweep_sandboxes, sweep_sockets
+from harness_env.core.sandbox.host import mounts_at_or_below, sandboxes_root
+from tests.leftovers import Before
 from tests.fakes.policy import FakePolicy, FakePolicyServer
 from tests.server_process import ServerProcess
 
@@ -34,7 +32,9 @@ def _isolated_sandbox_dir(tmp_path_factory, monkeypatch):
 def _the_suite_leaves_nothing(tmp_path_factory):
     """Gradio's cache in a directory of this session's, removed at the end; and at the end nothing
     of the suite's own is left: whatever is (rollouts of killed runs and servers, their mounts,
-    cgroups and sockets) is swept, so the machine is clean, and reported as a failure."""
+    cgroups and sockets) is swept, so the machine is clean, and reported as a failure. Looked for
+    under pytest's temporary base AND in the default sandbox directory (tests/leftovers.py)."""
+    before = Before.take(tmp_path_factory.getbasetemp(), sandboxes_root())  # before any test sets HARNESS_ENV_SANDBOX_DIR
     gradio = tmp_path_factory.mktemp("gradio")
     saved = os.environ.get("GRADIO_TEMP_DIR")
     os.environ["GRADIO_TEMP_DIR"] = str(gradio)
@@ -44,13 +44,10 @@ def _the_suite_leaves_nothing(tmp_path_factory):
     else:
         os.environ["GRADIO_TEMP_DIR"] = saved
     shutil.rmtree(gradio, ignore_errors=True)
-    base = tmp_path_factory.getbasetemp().resolve()
-    left = mounts_at_or_below(base)
-    swept = [note for parent in sorted({Path(m).parent for m in left}) for note in sweep_sandboxes(parent)]
-    unmount_tree(base)  # anything else of the suite's, e.g. a rollout whose owner still runs
-    swept += sweep_stale()  # the cgroups of the suite's killed servers and runs
-    swept += sweep_sockets()
+    left, in_default = before.left_mounted(), before.left_in_default_root()
+    swept = before.sweep(left)
     assert left == [], f"the suite left mounted: {left} (swept now: {swept})"
+    assert in_default == [], f"the suite left in the default sandbox directory {before.default_root}: {in_default} (swept now: {swept})"
 
 
 @pytest.fixture

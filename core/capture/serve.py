@@ -16,7 +16,6 @@ import errno
 import os
 import socket
 import stat
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,10 +24,11 @@ from typing import Any
 import uvicorn
 
 from harness_env.core.capture.listener import ConnectionBounds, bounded_protocol, process_bounds
+from harness_env.core.capture.sockets import listening
+from harness_env.core.sandbox.lease import lease_path, write_lease
 
 # sun_path holds 108 bytes on Linux, with the terminating NUL
 MAX_UNIX_PATH_BYTES = 107
-SOCKET_PREFIX = "harness-env-capture-"  # then the pid of the process serving it
 
 
 class _EmbeddedConfig(uvicorn.Config):
@@ -88,51 +88,18 @@ async def serve_on_loopback(app: Any, host: str = "127.0.0.1", bounds: Connectio
 
 
 def _remove_stale_socket(path: Path) -> None:
-    """A socket file left by a process that died is removed; anything else at `path` (a live
-    socket, a file, a link) is never replaced."""
+    """A socket file (and its lease) left at `path` by a process that died is removed; anything
+    else at `path` (a live socket, a file, a link) is never replaced."""
     try:
         st = path.lstat()
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(st.st_mode):
         raise FileExistsError(errno.EEXIST, "not a socket; refusing to replace it", str(path))
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(str(path))
-    except ConnectionRefusedError:
-        path.unlink(missing_ok=True)  # nobody listens: stale
-        return
-    finally:
-        probe.close()
-    raise FileExistsError(errno.EADDRINUSE, "a server already listens on this socket", str(path))
-
-
-def capture_socket_path() -> str:
-    """A fresh path for the proxy's Unix socket in the temporary directory (short: sun_path holds
-    107 bytes); serve_on_unix removes it at exit."""
-    return os.path.join(tempfile.gettempdir(), f"{SOCKET_PREFIX}{os.getpid()}-{os.urandom(4).hex()}.sock")
-
-
-def remove_stale_sockets(directory: str | None = None) -> list[str]:
-    """Remove the capture sockets (capture_socket_path) that processes which no longer exist left
-    in `directory` (default: the temporary directory): a server killed with SIGKILL cannot remove
-    its own. A live process's socket, or another user's, is left alone. Returns what was removed."""
-    removed = []
-    for entry in os.scandir(directory or tempfile.gettempdir()):
-        pid = entry.name.removeprefix(SOCKET_PREFIX).split("-", 1)[0]
-        if not (entry.name.startswith(SOCKET_PREFIX) and entry.name.endswith(".sock") and pid.isdigit()):
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # alive (or pid reused): not ours to judge
-        except PermissionError:
-            continue
-        except ProcessLookupError:
-            pass
-        with contextlib.suppress(FileNotFoundError, PermissionError):
-            os.unlink(entry.path)
-            removed.append(entry.path)
-    return removed
+    if listening(path):
+        raise FileExistsError(errno.EADDRINUSE, "a server already listens on this socket", str(path))
+    path.unlink(missing_ok=True)
+    lease_path(path).unlink(missing_ok=True)
 
 
 @asynccontextmanager
@@ -141,12 +108,25 @@ async def serve_on_unix(app: Any, path: str | os.PathLike[str], bounds: Connecti
 
     The socket file is mode 0o666 (a sandbox's unprivileged uid must be able to connect; who can
     reach it is decided by where it is bound, i.e. the directory's permissions and the sandbox's
-    mounts) and is removed at exit. The directory must exist.
+    mounts) and is removed at exit. A lease beside it (`<path>.lease`, written before the bind,
+    removed after the socket) names this process as its owner, so a later start's sweep
+    (core/capture/sockets.py) never takes a live socket. The directory must exist.
     """
     path = Path(path)
     if len(os.fsencode(path)) > MAX_UNIX_PATH_BYTES:
         raise ValueError(f"Unix socket path over {MAX_UNIX_PATH_BYTES} bytes: {path}; use a shorter directory")
     _remove_stale_socket(path)
+    write_lease(path)
+    try:
+        async with _bound_unix(path) as sock, _serving(app, sock, bounds):
+            yield str(path)
+    finally:
+        lease_path(path).unlink(missing_ok=True)
+
+
+@asynccontextmanager
+async def _bound_unix(path: Path) -> AsyncIterator[socket.socket]:
+    """A Unix socket bound at `path`, mode 0o666; its file removed at exit if still ours."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.bind(str(path))
@@ -161,9 +141,9 @@ async def serve_on_unix(app: Any, path: str | os.PathLike[str], bounds: Connecti
         path.unlink(missing_ok=True)
         raise
     try:
-        async with _serving(app, sock, bounds):
-            yield str(path)
+        yield sock
     finally:
+        sock.close()
         try:
             st = path.lstat()
             if (st.st_dev, st.st_ino) == (bound.st_dev, bound.st_ino):  # still ours, not a replacement

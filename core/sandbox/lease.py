@@ -7,7 +7,10 @@ one. It names the owner for good: its pid AND that process's start time (/proc/<
 22), so a pid reused by another process is not mistaken for the owner; the boot and the PID
 namespace it was judged in; and a deadline. A lease is stale when its owner is known dead: another
 boot, or the same PID namespace and no process with that pid and start time. Where the owner's PID
-namespace is another one (its pid means nothing here), only the deadline can say, so it is long.
+namespace is another one (its pid means nothing here), or a fact is missing, only the deadline can
+say, so it is long. Never swept on doubt: a lease is read tolerantly (fields another harness-env
+version adds are ignored: a rolling upgrade, Ray replicas or `run` and `serve` of two versions share
+the directory), and one that cannot be read at all is judged by its age against DEFAULT_LEASE_S.
 """
 
 from __future__ import annotations
@@ -25,14 +28,16 @@ from harness_env.core.procs import process_starttime
 
 LEASE_SUFFIX = ".lease"
 ROLLOUT_NAME_RE = re.compile(r"(rollout|harbor)-[0-9a-f]{12}")  # a local rollout's directory, a Harbor trial's
-DEFAULT_LEASE_S = 7 * 24 * 3600.0  # only judged for an owner in another PID namespace
+DEFAULT_LEASE_S = 7 * 24 * 3600.0  # only judged for an owner in another PID namespace, or an unreadable lease
 MAX_LEASE_BYTES = 4096
 
 
 class Lease(BaseModel):
     """The owner of one rollout directory, as its lease file holds it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # extra="ignore": a lease written by another version of harness-env, with fields this one does
+    # not know, still names its owner; refusing it would sweep a live owner's rollout.
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     pid: int
     start: str  # the owner's start time in clock ticks since boot
@@ -102,13 +107,17 @@ def read_lease(path: Path) -> Lease | None:
 
 
 def owner_alive(lease: Lease) -> bool | None:
-    """True or False where this process can tell; None when the owner ran in another PID
-    namespace of this boot (its pid names another process here, or none)."""
-    if lease.boot != _boot_id():
-        return False
-    if lease.pidns != _pid_namespace():
+    """True or False where this process can tell; None when it cannot: the owner ran in another
+    PID namespace of this boot (its pid names another process here, or none), or the lease or this
+    process lacks the boot, the namespace or the start time to judge by."""
+    boot, pidns = _boot_id(), _pid_namespace()
+    if not (lease.boot and boot):
         return None
-    return bool(lease.start) and process_starttime(lease.pid) == lease.start
+    if lease.boot != boot:
+        return False
+    if not (lease.pidns and pidns and lease.start) or lease.pidns != pidns:
+        return None
+    return process_starttime(lease.pid) == lease.start
 
 
 def is_stale(lease: Lease, now: float | None = None) -> bool:
@@ -118,3 +127,10 @@ def is_stale(lease: Lease, now: float | None = None) -> bool:
     if alive is None:
         return (now if now is not None else time.time()) > lease.deadline
     return not alive
+
+
+def unreadable_is_stale(mtime: float, now: float | None = None) -> bool:
+    """Whether what a lease file that cannot be read or parsed covers may be swept: only once the
+    file is older than any lease it can hold (DEFAULT_LEASE_S), as an expired lease would be. A
+    lease being written, or one of a version this one cannot read, is a live owner's meanwhile."""
+    return (now if now is not None else time.time()) - mtime > DEFAULT_LEASE_S

@@ -4,8 +4,8 @@ removed; a live owner's rollouts, and anything outside the sandbox directory, ar
 from __future__ import annotations
 
 import asyncio
+import json
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -14,11 +14,17 @@ import pytest
 
 from harness_env.core.procs import process_starttime
 from harness_env.core.sandbox.host import mount_tmpfs, mounts_at_or_below, sandboxes_root
-from harness_env.core.sandbox.lease import Lease, lease_path, own_lease, read_lease, write_lease
+from harness_env.core.sandbox.lease import DEFAULT_LEASE_S, Lease, lease_path, own_lease, read_lease, write_lease
 from harness_env.core.sandbox.local import create_local_sandbox
-from harness_env.core.sandbox.sweep import SOCKET_PREFIX, sweep_sandboxes, sweep_sockets
+from harness_env.core.sandbox.sweep import sweep_sandboxes
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI and ./dev test run as root)")
+
+@pytest.fixture
+def as_root() -> None:
+    """These tests mount a tmpfs, as a rollout's sandbox does: that needs root. Not a skip: a
+    missing capability is a failure that says what is needed."""
+    if os.geteuid() != 0:
+        pytest.fail("mounting a tmpfs needs root: run the suite as root (CI and ./dev test do)")
 
 
 def _owner_that_exits() -> subprocess.Popen:
@@ -46,8 +52,7 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-@needs_root
-def test_a_dead_owners_rollout_is_unmounted_and_removed_and_a_live_owners_kept():
+def test_a_dead_owners_rollout_is_unmounted_and_removed_and_a_live_owners_kept(as_root):
     root = sandboxes_root()
     root.mkdir(parents=True, exist_ok=True)
     live, dead = _owner_that_exits(), _owner_that_exits()
@@ -82,8 +87,7 @@ def test_a_reused_pid_is_not_the_owner_and_another_namespace_waits_for_the_deadl
         subprocess.run(["rm", "-rf", str(rollout)], check=True)
 
 
-@needs_root
-def test_the_sweep_never_reaches_outside_the_sandbox_directory(tmp_path):
+def test_the_sweep_never_reaches_outside_the_sandbox_directory(as_root, tmp_path):
     """A link in place of the rollout directory is removed, not followed; a filesystem a root agent
     bound into its workspace is detached before anything is removed, so none of its files goes."""
     root = sandboxes_root()
@@ -131,20 +135,58 @@ async def test_a_dead_owners_processes_are_killed():
         await sb.close()
 
 
-def test_dead_owners_capture_sockets_are_removed_and_live_ones_kept(tmp_path):
-    def bind(pid: int) -> Path:
-        path = tmp_path / f"{SOCKET_PREFIX}{pid}-{os.urandom(4).hex()}.sock"
-        s = socket.socket(socket.AF_UNIX)
-        s.bind(str(path))
-        s.close()
-        return path
+def _age(path: Path, seconds: float) -> None:
+    os.utime(path, (time.time() - seconds,) * 2, follow_symlinks=False)
 
-    dead = _owner_that_exits()
-    _kill(dead)
-    gone = bind(dead.pid)
-    mine = bind(os.getpid())
-    reused = bind(os.getpid())
-    os.utime(reused, (time.time() - 10 * 365 * 86400,) * 2)  # made long before this process started
-    (tmp_path / f"{SOCKET_PREFIX}{dead.pid}-not-a-socket.sock").write_text("")
-    assert sorted(sweep_sockets(str(tmp_path))) == sorted([str(gone), str(reused)])
-    assert mine.exists() and (tmp_path / f"{SOCKET_PREFIX}{dead.pid}-not-a-socket.sock").exists()
+
+def _remove(rollout: Path) -> None:
+    lease_path(rollout).unlink()
+    subprocess.run(["rm", "-rf", str(rollout)], check=True)
+
+
+def test_a_lease_of_another_version_is_read_and_its_live_owners_rollout_kept():
+    """A rolling upgrade, Ray replicas or `run` and `serve` of two versions share the directory: a
+    lease with fields this version does not know still names its live owner, however old."""
+    root = sandboxes_root()
+    root.mkdir(parents=True, exist_ok=True)
+    rollout = root / f"rollout-{os.urandom(6).hex()}"
+    lease_path(rollout).write_text(json.dumps({**own_lease().model_dump(), "cgroup": "/x", "version": 9}))
+    rollout.mkdir()
+    _age(lease_path(rollout), 3600)  # a rollout that started an hour ago
+    assert read_lease(lease_path(rollout)) is not None
+    assert sweep_sandboxes() == [] and rollout.exists()
+    _remove(rollout)
+
+
+def test_an_unreadable_lease_is_kept_until_older_than_any_lease():
+    """A lease this version cannot parse (a field changed type, or cut short) says nothing of its
+    owner: its rollout is left alone until the file is older than DEFAULT_LEASE_S."""
+    root = sandboxes_root()
+    root.mkdir(parents=True, exist_ok=True)
+    changed = root / f"rollout-{os.urandom(6).hex()}"
+    lease_path(changed).write_text(json.dumps({**own_lease().model_dump(), "start": {"ticks": 5}}))
+    junk, ancient = root / f"rollout-{os.urandom(6).hex()}", root / f"rollout-{os.urandom(6).hex()}"
+    for rollout in (junk, ancient):
+        lease_path(rollout).write_text("{")
+    for rollout in (changed, junk, ancient):
+        rollout.mkdir()
+        _age(lease_path(rollout), 3600)
+    _age(lease_path(ancient), DEFAULT_LEASE_S + 3600)
+    swept = sweep_sandboxes()
+    assert len(swept) == 1 and ancient.name in swept[0] and not ancient.exists(), swept
+    assert changed.exists() and junk.exists()
+    for rollout in (changed, junk):
+        _remove(rollout)
+
+
+def test_a_lease_lacking_what_to_judge_by_waits_for_its_deadline():
+    """An owner whose start time, boot or namespace could not be read is not taken for dead."""
+    root = sandboxes_root()
+    root.mkdir(parents=True, exist_ok=True)
+    kept = [_leftover(root, own_lease().model_copy(update={field: ""}), mount=False) for field in ("start", "boot", "pidns")]
+    expired = _leftover(root, own_lease().model_copy(update={"start": "", "deadline": time.time() - 1}), mount=False)
+    swept = sweep_sandboxes()
+    assert len(swept) == 1 and expired.name in swept[0], swept
+    assert all(rollout.exists() for rollout in kept)
+    for rollout in kept:
+        _remove(rollout)
