@@ -11,6 +11,19 @@ from pathlib import Path
 import httpx
 
 
+def raw_status(port: int, request: bytes, *, timeout: float = 30, source: str = "127.0.0.1") -> int:
+    """Send `request` exactly as written (no client normalises it) and read the status code."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0)) as s:
+        s.sendall(request)
+        head = b""
+        while b"\r\n" not in head:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+    return int(head.split(b" ", 2)[1])
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -17,7 +17,7 @@ from websockets.sync.client import connect as ws_connect
 
 from harness_env.server.auth import WEB_COOKIE, web_session_value
 from tests.fakes.loopback import LoopbackServer
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, raw_status
 
 pytestmark = pytest.mark.e2e
 
@@ -99,17 +99,9 @@ def _from(address: str) -> httpx.Client:
 
 def _ws_handshake(server: ServerProcess, target: bytes, source: str = "127.0.0.1", extra: bytes = b"") -> int:
     """The HTTP status a WebSocket upgrade of `target` gets (101 when accepted)."""
-    with socket.create_connection(("127.0.0.1", server.port), timeout=15, source_address=(source, 0)) as s:
-        s.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1:" + str(server.port).encode() + b"\r\n"
-                  b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                  b"Sec-WebSocket-Version: 13\r\n" + extra + b"\r\n")
-        head = b""
-        while b"\r\n" not in head:
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            head += chunk
-    return int(head.split(b" ", 2)[1])
+    return raw_status(server.port, b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1:" + str(server.port).encode() + b"\r\n"
+                      b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                      b"Sec-WebSocket-Version: 13\r\n" + extra + b"\r\n", timeout=15, source=source)
 
 
 def _rss_mb(server: ServerProcess) -> int:

@@ -5,7 +5,6 @@ that is sent the token (and a catalog key, and capture keys) in paths, queries a
 import base64
 import logging
 import re
-import socket
 import time
 from urllib.parse import quote, unquote_plus
 
@@ -15,7 +14,7 @@ import pytest
 from harness_env.core.capture.redact import register_secret, unregister_secret
 from harness_env.core.capture.session import new_session_key
 from harness_env.server.log_secrets import CAPTURE_KEY, LogMasker, mask_record, mask_secrets_in_logs
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, raw_status
 
 TOKEN = "tok-Lg5Qz8Rk2Wm7Xp"
 KEY = "sk-catalog-log-3f9a7c1e"
@@ -139,15 +138,7 @@ def test_every_logger_of_the_process_is_masked_once_installed(caplog):
 # -- a real server's log ------------------------------------------------------------------------------
 def _raw_request(server: ServerProcess, target: str, headers: str = "") -> int:
     """Send `target` exactly as written (no client normalises it); the status code."""
-    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
-        s.sendall(f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{headers}\r\n".encode())
-        head = b""
-        while b"\r\n" not in head:
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            head += chunk
-    return int(head.split(b" ", 2)[1])
+    return raw_status(server.port, f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{headers}\r\n".encode())
 
 
 @pytest.mark.e2e
