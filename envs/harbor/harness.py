@@ -358,7 +358,9 @@ class HarborHarness(HarnessBase):
             failure = None
             out.notes.append("the task has no verify commands: no reward")
         if failure is None and out.reward_error:
-            failure = ("verify", out.reward_error)
+            # The verifier wrote rewards, but the request's reward_key picks none of them: the
+            # request's to fix (not graded as the agent's: the agent does not choose the key).
+            failure = ("invalid_request", out.reward_error)
         agent = AgentEnd(exit_code=0 if agent_ran else None)
         if failure is not None and failure[0] == "agent_timeout":
             agent.timed_out, agent.timeout_message, agent.exit_code = True, failure[1], None

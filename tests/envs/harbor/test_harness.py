@@ -267,12 +267,13 @@ async def test_reward_json_map_and_reward_key(policy_server, tmp_path):
     assert keyed.error is None and keyed.reward == 0.25
 
     missing = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle", "reward_key": "f1"}))
-    assert missing.reward is None and missing.error_kind == "verify"
+    # The request's reward_key picks none of the verifier's rewards: the request's to fix, no reward.
+    assert missing.reward is None and missing.error_kind == "invalid_request"
     assert "f1" in missing.error and "accuracy" in missing.error and "reward" in missing.error
 
     ambiguous_dir = _reward_json_task(tmp_path, {"a": 1, "b": 0}, "ambiguous")
     ambiguous = await run_rollout(harbor_request(policy_server, {"task_dir": str(ambiguous_dir), "agent": "oracle"}))
-    assert ambiguous.reward is None and ambiguous.error_kind == "verify"
+    assert ambiguous.reward is None and ambiguous.error_kind == "invalid_request"
     assert "['a', 'b']" in ambiguous.error and "reward_key" in ambiguous.error
 
 

@@ -67,7 +67,7 @@ async def test_submit_ends_the_loop_with_the_answer(policy_server, make_request)
 
 async def test_the_deadline_stops_a_long_command_and_leaves_nothing(policy_server, make_request):
     res = await run_rollout(make_request([{"bash": "sleep 300 & sleep 300"}], agent_timeout_s=3))
-    assert res.error_kind == "agent_timeout" and res.reward is None
+    assert res.error_kind == "agent_timeout" and res.reward == 0.0 and res.reward_source == "verify_ratio"  # graded, not left out
     assert 2.5 < res.wall_s < 20
     assert "deadline" in res.agent_log_tail
 
