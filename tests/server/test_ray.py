@@ -36,7 +36,8 @@ TOKEN = "ray-token-never-shown"
 # A rollout that takes a couple of seconds, so concurrent ones overlap and spread over replicas.
 BRIEF = [{"bash": "sleep 2; env > env.txt; echo hello > hello.txt"}, {"text": "done"}]
 # One that outlasts a replica's death and its replacement's start on the other replica.
-SURVIVES = [{"bash": "sleep 20; echo hello > hello.txt"}, {"text": "done"}]
+# Long enough to outlast submitting and waiting for every job on a busy machine (20 s did not).
+SURVIVES = [{"bash": "sleep 45; echo hello > hello.txt"}, {"text": "done"}]
 
 
 @dataclass
