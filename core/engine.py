@@ -363,11 +363,11 @@ class RolloutRun:
                 if not self.policy_has_acted():
                     raise
                 logger.exception("rollout %s: the harness's run could not be read back", self.rollout_id)
-                self.release_start()
                 self.note_end("agent_error", f"the {self.harness.name} run could not be read back ({type(e).__name__}: {str(e)[:300]})")
                 ph.ok, ph.detail = False, res.error or ""
                 return True
-            self.release_start()  # ended before it was up (no model call): its place is free now
+            finally:
+                self.release_start()  # ended before it was up (no model call): its place is free now
             res.agent_exit_code = r.exit_code
             res.agent_tool_calls = outcome.tool_calls
             res.agent_final_text = outcome.final_text

@@ -173,7 +173,6 @@ def neutralise_config(gitdir: Path, name: str, report: GitGuardReport, rel: str)
         st = os.lstat(path)
     except OSError:
         return
-    entries: list[tuple[str, str | None]] | None
     if stat.S_ISDIR(st.st_mode):
         return  # git cannot read a directory as config: it refuses the repository
     report.configs_read += 1
@@ -188,8 +187,14 @@ def neutralise_config(gitdir: Path, name: str, report: GitGuardReport, rel: str)
             if read is None:
                 return  # unparseable: git refuses the repository, nothing runs
             entries = read
-    kept = [(k, v) for k, v in entries if allowed(k, v)]
-    if not forced and len(kept) == len(entries):
+    kept: list[tuple[str, str | None]] = []
+    dropped: set[str] = set()
+    for key, value in entries:  # one pass: a hostile config may hold a few hundred thousand entries
+        if allowed(key, value):
+            kept.append((key, value))
+        else:
+            dropped.add(key)
+    if not forced and not dropped:
         return
     tmp = gitdir / f".{name}.harness-env-tmp"
     try:
@@ -203,24 +208,23 @@ def neutralise_config(gitdir: Path, name: str, report: GitGuardReport, rel: str)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    report.dropped_keys |= {k for k, v in entries if not allowed(k, v)} or {f"<{name} git could not read>"}
+    report.dropped_keys |= dropped or {f"<{name} git could not read>"}
     report.rewritten.append(rel)
 
 
 def _list_dir(here: Path) -> list[os.DirEntry[str]] | None:
     """The entries of `here`, made listable first if the agent took the right away (its files
     are the server's, or the server is root); None when it is gone."""
-    for attempt in range(2):
+    try:
         try:
             with os.scandir(here) as it:
                 return list(it)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
         except PermissionError:
-            if attempt:
-                raise
             os.chmod(here, stat.S_IMODE(os.lstat(here).st_mode) | stat.S_IRWXU)
-    return None  # pragma: no cover - the loop returns or raises
+            with os.scandir(here) as it:
+                return list(it)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def neutralise_git(root: str | Path, dirs: tuple[str, ...] | list[str]) -> GitGuardReport:
