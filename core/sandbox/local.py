@@ -88,7 +88,7 @@ class LocalSandbox:
         self._root_entries = root_entries() if bwrap else []
         self._processes = RolloutProcesses(self.sandbox_id, cgroup)
         self._closed = False
-        self._git_unchecked = False  # set at verify when the agent's tree was too large to check for git configs
+        self._git_unchecked = False  # set at verify when some of the agent's git configs could not be checked
         self._verifying = False  # set by clear_reward_file: the verifier dir is writable from then on
         self._run_as = run_as
         self._cgroup = cgroup
