@@ -144,9 +144,13 @@ def unmount_tree(path: Path) -> str | None:
 # started survives it, even a root agent's `setsid env -i` child that moved itself into the root
 # cgroup. The init is a shell that reaps orphans while it waits (the command itself may not).
 _PIDNS_INIT = ["/bin/sh", "-c", '"$@" & wait $!', "harness-env-init"]
+# --mount-proc: the namespace gets a /proc of its own. Under the host's /proc, procps finds no
+# process of its own pid there (getpid() counts inside the namespace) and `ps` dies with "fatal
+# library error, lookup self" whenever that pid is free on the host; and the host's processes
+# stayed in view.
 _PIDNS_CANDIDATES = (
-    ["unshare", "--pid", "--fork", "--kill-child"],  # root
-    ["unshare", "--user", "--map-current-user", "--pid", "--fork", "--kill-child"],  # not root: where user namespaces are allowed (same uid inside)
+    ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"],  # root
+    ["unshare", "--user", "--map-current-user", "--pid", "--fork", "--kill-child", "--mount-proc"],  # not root: where user namespaces are allowed (same uid inside)
 )
 
 

@@ -206,6 +206,24 @@ async def test_a_survivor_that_leaves_its_cgroup_marker_and_session_dies_with_it
     assert _running_with(token) == []
 
 
+@pytest.mark.parametrize("use_bwrap", BACKENDS)
+async def test_a_command_sees_the_processes_of_its_own_namespace_and_ps_works(use_bwrap):
+    """The namespace has a /proc of its own: its pid 1 is the rollout's init, not the host's, and
+    procps finds itself (under the host's /proc `ps` died with "lookup self" whenever the pid it
+    has inside the namespace was free on the host)."""
+    _need_bwrap(use_bwrap)
+    sb = create_local_sandbox(use_bwrap=use_bwrap)
+    try:
+        r = await sb.exec("ps -eo pid,args && tr '\\0' ' ' < /proc/1/cmdline", timeout=30)
+        assert r.exit_code == 0, r.stderr
+        pids = {line.split()[0] for line in r.stdout.splitlines()[1:-1]}
+        assert str(os.getpid()) not in pids  # the server is out of view
+        if not use_bwrap:
+            assert "harness-env-init" in r.stdout.splitlines()[-1], r.stdout
+    finally:
+        await sb.close()
+
+
 async def test_a_sandbox_dir_reached_through_a_link_is_unmounted_and_removed(tmp_path, monkeypatch):
     """/proc/self/mounts names real paths: the rollout's tmpfs is found (and detached) through the
     sandbox directory's real path when HARNESS_ENV_SANDBOX_DIR goes through a link (/tmp often does)."""
