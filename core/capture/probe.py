@@ -44,22 +44,27 @@ def probe_body(temperature: float) -> dict:
     return {"messages": PROBE_MESSAGES, "max_tokens": 1, "temperature": temperature, "stream": False}
 
 
-def _gap(turn: Turn) -> float | None:
+def _gap(turn: Turn, k: int) -> float | None:
+    """Best minus k-th best at the first position. vLLM lists the *sampled* token first, as an
+    extra (k+1-th) entry when it is not among the k best; that entry is not ranked, so only the k
+    best are read (the last entry would measure the sampled token, which differs call to call)."""
     if not turn.top_logprobs or len(turn.top_logprobs[0]) < 2:
         return None
-    first = sorted((t.logprob for t in turn.top_logprobs[0]), reverse=True)
-    return first[0] - first[-1]
+    ranked = sorted((t.logprob for t in turn.top_logprobs[0]), reverse=True)[:k]
+    return ranked[0] - ranked[-1]
 
 
-def classify(hot: Turn, cold: Turn, hot_t: float = PROBE_TEMPERATURES[0], cold_t: float = PROBE_TEMPERATURES[1]) -> ProbeResult:
-    """Read the two probe answers (at temperatures hot_t > cold_t)."""
+def classify(
+    hot: Turn, cold: Turn, hot_t: float = PROBE_TEMPERATURES[0], cold_t: float = PROBE_TEMPERATURES[1], k: int = PROBE_TOP_LOGPROBS
+) -> ProbeResult:
+    """Read the two probe answers (at temperatures hot_t > cold_t, each asked for k top logprobs)."""
     for t in (hot, cold):
         if not t.answered:
             return ProbeResult("none", None, f"the probe call failed ({t.upstream_status}): {(t.upstream_error or '')[:200]}", t.upstream_status)
     level = hot.capture_level
     if level == "text":
         return ProbeResult(level, None, "the endpoint returns text only: no token ids, no logprobs")
-    g_hot, g_cold = _gap(hot), _gap(cold)
+    g_hot, g_cold = _gap(hot, k), _gap(cold, k)
     if g_hot is None or g_cold is None or g_hot <= 1e-6:
         return ProbeResult(level, None, "the endpoint returns no usable top logprobs, so raw and processed logprobs cannot be told apart")
     ratio = g_cold / g_hot

@@ -25,6 +25,22 @@ def test_gaps_that_do_not_move_are_raw_logprobs():
     assert not r.trainable and r.processed_logprobs is False and "--logprobs-mode processed_logprobs" in r.detail
 
 
+def _vllm_turn(gap_scale, sampled_logprob):
+    """As vLLM answers: the sampled token first, an extra entry when it is not among the 5 best."""
+    turn = _turn(gap_scale)
+    sampled = TopLogprob(token="sampled", logprob=sampled_logprob)
+    turn.top_logprobs = [[sampled, *turn.top_logprobs[0]]]
+    return turn
+
+
+@pytest.mark.parametrize("processed", [True, False])
+def test_the_sampled_entry_vllm_adds_outside_the_k_best_is_not_read_as_the_k_th_best(processed):
+    """Issue 26 (1): each call samples a different token below the 5 best; only the ranked 5 count."""
+    hot, cold = _vllm_turn(1.0, -9.0), _vllm_turn(2.0 if processed else 1.0, -20.0)
+    r = classify(hot, cold)
+    assert r.processed_logprobs is processed, r.detail
+
+
 def test_text_only_and_failed_probes():
     assert classify(_turn(1, "text"), _turn(1, "text")).capture_level == "text"
     failed = classify(_turn(1, status=500), _turn(2))
