@@ -17,6 +17,7 @@ given, and the server validates them.
 from __future__ import annotations
 
 import math
+import re
 import sys
 from typing import Annotated, Any, ClassVar, Literal, Self
 
@@ -185,6 +186,13 @@ class RolloutOptions(CheckedText):
     temperature: float | None = option(None, "sampling temperature forced on every policy call, whatever the harness asks "
                                        "(train at the same one); none: the harness's own", group="capture",
                                        ge=0, le=10, allow_inf_nan=False)
+    # A small model (a test's, a curriculum's first steps) seldom writes a tool call by itself; vLLM's
+    # structured outputs make it. The answer's logprobs are then those of the constrained sampler.
+    structured_regex: str | None = option(None, "a regular expression the policy's answers must match (vLLM's structured "
+                                          "outputs), e.g. a tool call in the model's format; none: free answers",
+                                          group="capture", min_length=1, max_length=8192)
+    structured_calls: int | None = option(None, "how many of the first policy calls `structured_regex` constrains; none: every one",
+                                          group="capture", ge=0, le=100_000)
     reward_mode: Literal["correctness", "tool_efficiency"] = option(
         "correctness", "correctness: the verify reward; tool_efficiency: correctness * (1 + 0.1 * 15 / (15 + tool calls))", group="reward")
     task_family: str | None = option(None, "a task family (e.g. svg_icon) that prepares what the agent gets from the instruction "
@@ -209,6 +217,17 @@ class RolloutOptions(CheckedText):
     @classmethod
     def _config_bounded(cls, cfg: dict[str, Any]) -> dict[str, Any]:
         return bounded_mapping(cfg, "harness_config / family_options")
+
+    @field_validator("structured_regex")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_text(v, "structured_regex")
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"structured_regex is not a regular expression: {e}") from None
+        return v
 
     @field_validator("agent_timeout_s", "setup_timeout_s", "verify_timeout_s")
     @classmethod

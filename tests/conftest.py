@@ -7,11 +7,20 @@ from harness_env.core.sandbox.host import mounts_at_or_below, sandboxes_root
 from tests.leftovers import Before
 from tests.fakes.policy import FakePolicy, FakePolicyServer
 from tests.server_process import ServerProcess
+from tests.vllm_engine import VllmServer
 
 
 @pytest.fixture
 def policy_server():
     with FakePolicyServer(FakePolicy()) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def vllm_server():
+    """One real vLLM for the whole suite (float32, processed logprobs), started by the first test
+    that asks for it. Not installed is a failure that says how to install it, never a skip."""
+    with VllmServer() as srv:
         yield srv
 
 

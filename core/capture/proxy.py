@@ -275,7 +275,7 @@ class CaptureProxy:
             engine_body = dialect.engine_body(request)
         for _attempt in range(MAX_FIELD_RETRIES + 1):
             known = quirks.snapshot()
-            upstream_body, added, dropped = rewrite_request(engine_body, session.policy, quirks, endpoint.model)
+            upstream_body, added, dropped = rewrite_request(engine_body, session.policy, quirks, endpoint.model, constrained=session.constrains(turn.purpose))
             session.note_dropped(dropped)
             resp = await self._post_upstream(dialect, session, turn, started, url, fastjson.dumps(upstream_body), headers)
             if isinstance(resp, Reply):

@@ -48,6 +48,8 @@ class CapturePolicy:
     temperature: float | None = None
     max_auxiliary_calls: int | None = None  # model calls without tools (titles, summaries, ...)
     max_recorded_bytes: int | None = None  # what the session may hold of requests and answers
+    structured_regex: str | None = None  # vLLM structured outputs on policy calls
+    structured_calls: int | None = None  # on the first this many (None: all)
 
     @property
     def added_fields_key(self) -> tuple[bool, int, bool]:
@@ -166,8 +168,11 @@ def allowed_fields(body: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
 
 
 # -- the rollout's policy -------------------------------------------------------------------------
-def rewrite_request(body: dict[str, Any], policy: CapturePolicy, quirks: EndpointQuirks, model: str) -> Rewrite:
-    """The upstream body: the allowed fields of `body`, then the policy's own."""
+def rewrite_request(
+    body: dict[str, Any], policy: CapturePolicy, quirks: EndpointQuirks, model: str, *, constrained: bool = False
+) -> Rewrite:
+    """The upstream body: the allowed fields of `body`, then the policy's own (`constrained`: this
+    call's answer must match the policy's structured_regex)."""
     out, dropped = allowed_fields(body)
     added: set[str] = set()
     out["model"] = model
@@ -184,6 +189,8 @@ def rewrite_request(body: dict[str, Any], policy: CapturePolicy, quirks: Endpoin
     if policy.disable_thinking:
         out["chat_template_kwargs"] = {"enable_thinking": False}
         added.add("chat_template_kwargs")
+    if constrained and policy.structured_regex is not None:
+        out["structured_outputs"] = {"regex": policy.structured_regex}
     _cap_max_tokens(out, policy.max_tokens_cap)
     if quirks.use_max_completion_tokens and "max_tokens" in out:
         value = out.pop("max_tokens")

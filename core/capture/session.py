@@ -155,6 +155,14 @@ class CaptureSession:
         self._policy_calls_admitted += 1
         return True
 
+    def constrains(self, purpose: str) -> bool:
+        """Whether this call's answer must match the rollout's structured_regex: a policy call
+        among the first `structured_calls` (admit_policy_request has counted it)."""
+        p = self.policy
+        if p.structured_regex is None or purpose != "policy":
+            return False
+        return p.structured_calls is None or self._policy_calls_admitted <= p.structured_calls
+
     def note_dropped(self, names: set[str]) -> None:
         """Remember request fields the engine was not sent (at most MAX_DROPPED_FIELDS names)."""
         for name in sorted(names - self.dropped_fields):
