@@ -19,7 +19,13 @@ def policy_server():
 @pytest.fixture(scope="session")
 def vllm_server():
     """One real vLLM for the whole suite (float32, processed logprobs), started by the first test
-    that asks for it. Not installed is a failure that says how to install it, never a skip."""
+    that asks for it. Not installed is a failure that says how to install it, never a skip.
+    HARNESS_ENV_TEST_VLLM_PORT names one already serving on loopback (`python -m tests.vllm_engine
+    serve`), for a developer running a few tests at a time."""
+    port = os.environ.get("HARNESS_ENV_TEST_VLLM_PORT")
+    if port:
+        yield VllmServer(port=int(port))
+        return
     with VllmServer() as srv:
         yield srv
 

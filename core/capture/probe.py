@@ -45,12 +45,18 @@ def probe_body(temperature: float) -> dict:
 
 
 def _gap(turn: Turn, k: int) -> float | None:
-    """Best minus k-th best at the first position. vLLM lists the *sampled* token first, as an
-    extra (k+1-th) entry when it is not among the k best; that entry is not ranked, so only the k
-    best are read (the last entry would measure the sampled token, which differs call to call)."""
-    if not turn.top_logprobs or len(turn.top_logprobs[0]) < 2:
+    """Best minus (k-1)-th best at the first position. vLLM lists the *sampled* token first: when
+    it is not among the k best it takes the k-th entry's place, so the list is the sampled token
+    and the k-1 best. Only ranks 1..k-1 are there in every case, and the sampled entry is read only
+    where it ranks (it is dropped when it is the lowest: there it may stand outside the ranking)."""
+    if not turn.top_logprobs or not turn.per_token_logps:
         return None
-    ranked = sorted((t.logprob for t in turn.top_logprobs[0]), reverse=True)[:k]
+    ranked = sorted((t.logprob for t in turn.top_logprobs[0]), reverse=True)
+    if ranked and ranked[-1] == turn.per_token_logps[0]:
+        ranked.pop()
+    ranked = ranked[: k - 1]
+    if len(ranked) < 2:
+        return None
     return ranked[0] - ranked[-1]
 
 

@@ -26,16 +26,18 @@ def test_gaps_that_do_not_move_are_raw_logprobs():
 
 
 def _vllm_turn(gap_scale, sampled_logprob):
-    """As vLLM answers: the sampled token first, an extra entry when it is not among the 5 best."""
+    """As vLLM answers: the sampled token first; when it is not among the 5 best, it takes the 5th's
+    place (the list is the sampled token and the 4 best)."""
     turn = _turn(gap_scale)
     sampled = TopLogprob(token="sampled", logprob=sampled_logprob)
-    turn.top_logprobs = [[sampled, *turn.top_logprobs[0]]]
+    turn.top_logprobs = [[sampled, *turn.top_logprobs[0][:4]]]
+    turn.per_token_logps = [sampled_logprob]
     return turn
 
 
 @pytest.mark.parametrize("processed", [True, False])
 def test_the_sampled_entry_vllm_adds_outside_the_k_best_is_not_read_as_the_k_th_best(processed):
-    """Issue 26 (1): each call samples a different token below the 5 best; only the ranked 5 count."""
+    """Issue 26 (1): each call samples a different token below the 5 best; only ranked entries count."""
     hot, cold = _vllm_turn(1.0, -9.0), _vllm_turn(2.0 if processed else 1.0, -20.0)
     r = classify(hot, cold)
     assert r.processed_logprobs is processed, r.detail

@@ -1,0 +1,133 @@
+"""The token contract against a real engine: every harness, through its real CLI and the capture
+proxy, against a real vLLM (CPU, SmolLM2-135M-Instruct, float32, processed logprobs), with a
+recording tap between the proxy and vLLM so each captured turn is checked against what the engine
+really received and returned.
+
+The tiny model never writes a tool call by itself: the rollout's `structured_regex` makes its first
+two answers a tool call in the model's own (Hermes) format; the third is free text.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness_env import Endpoint, RolloutRequest, Task, run_rollout
+from harness_env.core.errors import ToolMissingError
+from harness_env.envs import HARNESSES as REGISTERED, get_harness
+from tests.fakes.loopback import LoopbackServer
+from tests.fakes.tap import Tap
+
+pytestmark = pytest.mark.e2e
+
+HARNESSES = [name for name, cls in REGISTERED.items() if not hasattr(cls, "run_trial")]
+# Each harness's shell tool, and the JSON its arguments take for one command (written as the
+# engine's template renders arguments back: `json.dumps` spacing).
+SHELL = {
+    "pi": ("bash", '"command": "{cmd}"'),
+    "whitebox": ("bash", '"command": "{cmd}"'),
+    "opencode": ("bash", '"command": "{cmd}", "description": "list"'),
+    "codex": ("exec_command", '"cmd": "{cmd}"'),
+    "claude-code": ("Bash", '"command": "{cmd}"'),
+    "gemini-cli": ("run_shell_command", '"command": "{cmd}"'),
+}
+COMMANDS = ("ls", "pwd", "echo hi")
+# Branches per rollout of three model calls, as measured: 1 wherever what the harness sends back
+# reaches the engine byte-exact and the engine's template renders the history as it was sampled.
+EXPECTED_BRANCHES = {"pi": 1, "whitebox": 1, "opencode": 1, "codex": 1, "claude-code": 1, "gemini-cli": 1}
+LOGPROB_TOLERANCE = 1e-4  # float32 engine vs float32 teacher forcing
+TEACHER_FORCING_MAX_PROMPT = 6144  # longer prompts cost too long to recompute here (the harnesses' own system prompts)
+
+
+def _literal(text: str) -> str:
+    """`text` as a regex of itself (only the metacharacters escaped: the engine's regex dialect
+    is not Python's, and `re.escape` escapes spaces and newlines too)."""
+    return "".join("\\" + c if c in "{}[]().|*+?^$\\" else c for c in text)
+
+
+def tool_call_regex(harness: str) -> str:
+    """One call of the harness's shell tool, in the Hermes format the engine's parser reads, with
+    one of COMMANDS."""
+    name, args = SHELL[harness]
+    before, after = args.split('"{cmd}"')
+    head = '<tool_call>\n{"name": "' + name + '", "arguments": {' + before + '"'
+    tail = '"' + after + '}}\n</tool_call>'
+    return _literal(head) + "(" + "|".join(_literal(c) for c in COMMANDS) + ")" + _literal(tail)
+
+
+@pytest.fixture(params=HARNESSES)
+def harness(request):
+    try:
+        get_harness(request.param).check_installed()
+    except ToolMissingError as e:
+        pytest.fail(f"{e} (./dev test installs it)")
+    return request.param
+
+
+@pytest.fixture
+def tap(vllm_server):
+    recorder = Tap(vllm_server.root_url)
+    with LoopbackServer(recorder) as srv:
+        recorder.base_url = srv.base_url
+        yield recorder
+
+
+def _tokenize(vllm_server, body: dict) -> list[int]:
+    req = {"model": vllm_server.model, "messages": body["messages"], "add_generation_prompt": True}
+    if body.get("tools"):
+        req["tools"] = body["tools"]
+    if body.get("chat_template_kwargs"):
+        req["chat_template_kwargs"] = body["chat_template_kwargs"]
+    return vllm_server.post("/tokenize", req)["tokens"]
+
+
+async def test_every_captured_turn_is_what_the_real_engine_saw_and_sampled(vllm_server, tap, harness):
+    req = RolloutRequest(
+        task=Task(instruction="List the files in this directory, then say what you found.", task_id="contract", verify=["true"]),
+        endpoint=Endpoint(base_url=tap.base_url, api_key="", model=vllm_server.model),
+        harness=harness, top_logprobs=2, temperature=1.0, max_turns=3, max_tokens_cap=48,
+        structured_regex=tool_call_regex(harness), structured_calls=2, agent_timeout_s=900,
+    )
+    res = await run_rollout(req)
+    assert res.error is None, (res.error, res.agent_log_tail[-2000:] if hasattr(res, "agent_log_tail") else "")
+    assert res.capture_level == "tokens" and res.rollout_type == "train", res.probe_detail if hasattr(res, "probe_detail") else res
+    turns = [t for t in res.proxy_turns if t.purpose == "policy"]
+    calls = tap.chat_calls()
+    assert len(turns) == len(calls) >= 2, (len(turns), len(calls))
+    for turn, call in zip(turns, calls):
+        sent, answer = call.body, call.answer_choice()
+        assert turn.stream == call.streamed
+        # The prompt: vLLM's own tokenisation of the request it received.
+        assert turn.prompt_token_ids == _tokenize(vllm_server, sent), f"turn {turn.index}: prompt ids"
+        # The completion: the ids and logprobs vLLM returned, whole or streamed.
+        assert turn.completion_token_ids == answer["token_ids"] and turn.completion_token_ids
+        assert turn.per_token_logps == answer["logprobs"]
+    # What the harness sent back reaches the engine byte-exact: each tool call's arguments as
+    # vLLM wrote them, in the next request's history.
+    for before, after in zip(calls, calls[1:]):
+        written = before.answer_choice()["tool_calls"]
+        if not written:
+            continue
+        echoed = [(c["function"]["name"], c["function"]["arguments"]) for m in after.body["messages"] if m.get("role") == "assistant"
+                  for c in m.get("tool_calls") or []]
+        for call in written:
+            assert call in echoed, f"{call} came back as {echoed}"
+    assert res.graph.branches == EXPECTED_BRANCHES[harness], f"{harness}: {res.graph.branches} branches for {len(turns)} calls"
+
+
+async def test_captured_logprobs_equal_teacher_forced_ones(vllm_server, tap):
+    """Free text (no constraint: the constrained sampler's logprobs are not the model's), recomputed
+    by teacher forcing on the same float32 weights."""
+    from tests.fakes.real_model import teacher_forced_logprobs
+
+    req = RolloutRequest(
+        task=Task(instruction="Say hello in one short sentence.", task_id="tf", verify=["true"]),
+        endpoint=Endpoint(base_url=tap.base_url, api_key="", model=vllm_server.model),
+        harness="whitebox", top_logprobs=2, temperature=0.7, max_turns=1, max_tokens_cap=32,
+    )
+    res = await run_rollout(req)
+    assert res.error is None, res.error
+    turn = next(t for t in res.proxy_turns if t.purpose == "policy")
+    assert len(turn.prompt_token_ids) <= TEACHER_FORCING_MAX_PROMPT
+    forced = teacher_forced_logprobs(turn.prompt_token_ids, turn.completion_token_ids, temperature=0.7)
+    gap = max(abs(a - b) for a, b in zip(turn.per_token_logps, forced))
+    assert len(forced) == len(turn.per_token_logps) and gap < LOGPROB_TOLERANCE, gap

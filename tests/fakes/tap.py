@@ -1,0 +1,95 @@
+"""A recording pass-through in front of a real engine: every request body the capture proxy sent
+and every answer the engine gave, byte for byte, so a test can check the captured turns against
+what the engine really received and returned. Not a fake: it changes nothing (a streamed answer is
+relayed once the engine has finished it, which costs latency, never bytes)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+
+@dataclass
+class Exchange:
+    path: str
+    request: bytes
+    status: int
+    answer: bytes
+    content_type: str
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return json.loads(self.request)
+
+    @property
+    def streamed(self) -> bool:
+        return self.content_type.startswith("text/event-stream")
+
+    def answer_choice(self) -> dict[str, Any]:
+        """The answer's one choice as a whole message: token ids, logprobs, text, tool calls (a
+        stream's chunks put together in order)."""
+        if not self.streamed:
+            choice = json.loads(self.answer)["choices"][0]
+            return {
+                "token_ids": choice.get("token_ids") or [],
+                "prompt_token_ids": json.loads(self.answer).get("prompt_token_ids") or [],
+                "logprobs": [c["logprob"] for c in (choice.get("logprobs") or {}).get("content") or []],
+                "content": choice["message"].get("content"),
+                "tool_calls": [(c["function"]["name"], c["function"]["arguments"]) for c in choice["message"].get("tool_calls") or []],
+            }
+        out: dict[str, Any] = {"token_ids": [], "prompt_token_ids": [], "logprobs": [], "content": None, "tool_calls": []}
+        calls: dict[int, list[str]] = {}
+        for line in self.answer.decode().splitlines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            out["prompt_token_ids"] = out["prompt_token_ids"] or chunk.get("prompt_token_ids") or []
+            for choice in chunk.get("choices") or []:
+                out["token_ids"] += choice.get("token_ids") or []
+                out["logprobs"] += [c["logprob"] for c in (choice.get("logprobs") or {}).get("content") or []]
+                delta = choice.get("delta") or {}
+                if delta.get("content"):
+                    out["content"] = (out["content"] or "") + delta["content"]
+                for call in delta.get("tool_calls") or []:
+                    entry = calls.setdefault(call.get("index", 0), ["", ""])
+                    fn = call.get("function") or {}
+                    entry[0] += fn.get("name") or ""
+                    entry[1] += fn.get("arguments") or ""
+        out["tool_calls"] = [tuple(calls[i]) for i in sorted(calls)]
+        return out
+
+
+class Tap:
+    """An ASGI app relaying to `upstream` (a root URL) and recording each exchange."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.exchanges: list[Exchange] = []
+
+    def chat_calls(self) -> list[Exchange]:
+        """The chat completions that carried tools: the harness's policy calls (the proxy's own
+        probe and auxiliary calls carry none)."""
+        return [x for x in self.exchanges if x.path.endswith("/chat/completions") and x.body.get("tools")]
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode(): v.decode() for k, v in scope["headers"] if k.decode().lower() in ("content-type", "authorization", "accept")}
+        async with aiohttp.ClientSession() as http:
+            async with http.request(scope["method"], self.upstream + scope["path"], data=body, headers=headers,
+                                    timeout=aiohttp.ClientTimeout(total=900)) as resp:
+                answer = await resp.read()
+                content_type = resp.headers.get("content-type", "application/json")
+                status = resp.status
+        self.exchanges.append(Exchange(scope["path"], body, status, answer, content_type))
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", content_type.encode())]})
+        await send({"type": "http.response.body", "body": answer})
