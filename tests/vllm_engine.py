@@ -96,12 +96,35 @@ def install(log=print) -> Path:
     return venv_python()
 
 
+LONG_CONTEXT = 32768
+ROPE_FACTOR = LONG_CONTEXT // 8192
+
+
 def model_dir() -> Path:
-    """SmolLM2-135M-Instruct as float32 safetensors with the tool-capable chat template (converted
-    once from the GGUF and cached)."""
+    """SmolLM2-135M-Instruct as float32 safetensors with the tool-capable chat template, its
+    positions stretched fourfold by linear RoPE scaling to 32,768: the harnesses' own prompts
+    (Gemini CLI's, Claude Code's) are longer than its 8,192, and past them vLLM's logprobs are NaN
+    (a 400 "Out of range float values", or `null` in a stream). The token contract needs finite
+    numbers, not sense; teacher forcing loads this same directory. Made once beside the converted
+    model (hard links, a config of its own)."""
     from examples.cpu_policy import CHAT_TEMPLATE, converted_model_dir
 
-    path = converted_model_dir()
+    src = converted_model_dir()
+    path = src.parent / f"{src.name}-rope{LONG_CONTEXT}"
+    if not (path / "config.json").exists():
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=src.parent))
+        for item in src.iterdir():
+            if item.name != "config.json":
+                os.link(item, tmp / item.name)
+        config = json.loads((src / "config.json").read_text())
+        theta = (config.get("rope_parameters") or {}).get("rope_theta", 100000.0)
+        config.update(max_position_embeddings=LONG_CONTEXT, architectures=["LlamaForCausalLM"],
+                      rope_parameters={"rope_theta": theta, "rope_type": "linear", "factor": float(ROPE_FACTOR)})
+        (tmp / "config.json").write_text(json.dumps(config))
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)  # another process made it first
     template = path / "chat_template_tools.jinja"
     if not template.exists() or template.read_text() != CHAT_TEMPLATE:
         template.write_text(CHAT_TEMPLATE)
@@ -120,7 +143,7 @@ class VllmServer:
 
     logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = "processed_logprobs"
     dtype: str = "float32"
-    max_model_len: int = 16384
+    max_model_len: int = LONG_CONTEXT
     extra_args: list[str] = field(default_factory=list)
     port: int = 0
     proc: subprocess.Popen | None = None
@@ -161,10 +184,7 @@ class VllmServer:
         self.log_path = Path(name)
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON", "UV_"))},
-            "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
-            # A model longer than its config says: the harnesses' own prompts (Claude Code's, Codex's)
-            # are longer than SmolLM2's 8,192 positions; exactness does not need sense.
-            "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1",
+            "VLLM_CPU_KVCACHE_SPACE": "2",  # GiB: one 32k-token sequence is 1.5 GiB
             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
         }

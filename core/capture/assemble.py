@@ -10,6 +10,7 @@ answer, and the proxy needs them only when the result is built.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,7 @@ class TurnDraft:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     errors: list[str] = field(default_factory=list)
+    logprobs_invalid: bool = False  # a logprob was null, NaN or infinite (vLLM past a model's positions)
     chunks: int = 0
 
     @property
@@ -179,17 +181,23 @@ class TurnDraft:
             tokens, logps = self.completion_tokens, self.per_token_logps
             for item in logprobs.get("content") or ():
                 tokens.append(str(item.get("token", "")))
-                logps.append(float(item.get("logprob", 0.0)))
+                logp = _finite(item.get("logprob"))
+                if logp is None and not self.logprobs_invalid:
+                    self.logprobs_invalid = True
+                    self.errors.append(f"the engine sent a logprob that is not a finite number ({item.get('logprob')!r}) "
+                                       f"at completion token {len(logps)}: the turn's logprobs are left out")
+                logps.append(logp if logp is not None else 0.0)
                 tops = item.get("top_logprobs")
                 if tops:
                     self.top_logprobs.append(
                         [
                             TopLogprob.model_construct(  # plain JSON values: no validation per token
                                 token=str(t.get("token", "")),
-                                logprob=float(t.get("logprob", 0.0)),
+                                logprob=lp,
                                 token_id=_token_id_from_str(str(t.get("token", ""))),
                             )
                             for t in tops
+                            if (lp := _finite(t.get("logprob"))) is not None
                         ]
                     )
         finish = choice.get("finish_reason")
@@ -220,9 +228,10 @@ class TurnDraft:
         """The Turn's fields but the prompt's ids (kept as text: `prompt_ids_text`)."""
         return {
             "completion_token_ids": self.final_completion_ids(),
-            "per_token_logps": self.per_token_logps,
+            # Never a made-up number: a turn with one logprob that is not one has none.
+            "per_token_logps": [] if self.logprobs_invalid else self.per_token_logps,
             "completion_tokens": self.completion_tokens,
-            "top_logprobs": self.top_logprobs,
+            "top_logprobs": [] if self.logprobs_invalid else self.top_logprobs,
             "completion_text": "".join(self.text_parts),
             "reasoning_text": "".join(self.reasoning_parts),
             "tool_calls": [self.tool_calls[k] for k in sorted(self.tool_calls)],
@@ -230,3 +239,11 @@ class TurnDraft:
             "usage": self.usage,
             "capture_level": self.capture_level(),
         }
+
+
+def _finite(value: Any) -> float | None:
+    """A logprob as a float, or None where it is not a finite number (null, NaN, infinite, text)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None

@@ -69,3 +69,18 @@ def test_capture_levels_never_fill_missing_data():
     lp.add_response({"choices": [{"message": {"content": "h"}, "logprobs": {"content": [{"token": "h", "logprob": -0.3}]}}]})
     assert lp.fields()["capture_level"] == "logprobs"
     assert lp.fields()["completion_token_ids"] == []
+
+
+def test_a_logprob_that_is_not_a_number_leaves_the_turns_logprobs_out_and_breaks_nothing():
+    """vLLM past a model's positions streams `"logprob": null` (NaN): the ids are kept, no number is
+    made up, the error says why (the recording once died on it and the turn was lost)."""
+    d = TurnDraft()
+    d.add_chunk_text(json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "prompt_token_ids": [1, 2]}))
+    d.add_chunk_text(_chunk(delta={"content": "a"}, token_ids=[10], logprobs={"content": [{"token": "a", "logprob": -0.5, "top_logprobs": []}]}))
+    d.add_chunk_text(_chunk(delta={"content": "b"}, token_ids=[11], logprobs={"content": [
+        {"token": "b", "logprob": None, "top_logprobs": [{"token": "b", "logprob": None}, {"token": "c", "logprob": -1.0}]}]}))
+    d.add_chunk_text(_chunk(delta={}, finish_reason="stop"))
+    f = d.fields()
+    assert f["completion_token_ids"] == [10, 11] and f["completion_text"] == "ab"
+    assert f["per_token_logps"] == [] and f["top_logprobs"] == []
+    assert len(d.errors) == 1 and "not a finite number (None) at completion token 1" in d.errors[0]
