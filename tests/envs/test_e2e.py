@@ -1,7 +1,6 @@
 """End to end, one suite for every harness: the real CLI (or the white-box loop), in the real
 sandbox, through the capture proxy, against the scripted fake policy."""
 
-import functools
 import json
 import os
 
@@ -13,6 +12,7 @@ from harness_env.core.errors import ToolMissingError
 from harness_env.core.sandbox.local import _marked_pids
 from harness_env.core.harness import PinnedCliHarness
 from harness_env.envs import HARNESSES as REGISTERED, get_harness
+from tests.fakes.policy import compact_arguments
 
 UPSTREAM_KEY = "sk-upstream-e2e-9f8e7d"
 SHELL_TOOL = {"codex": "exec_command", "claude-code": "Bash", "gemini-cli": "run_shell_command"}  # the harness's own shell tool, where it is not "bash"
@@ -105,7 +105,7 @@ async def test_a_multi_call_rollout_with_compact_arguments_is_one_branch(policy_
     do; json.dumps would space and escape them), gets them back byte for byte in every later prompt,
     whatever the harness does with them (Claude Code and Gemini CLI hold them as objects): three
     model calls are one branch, one training row, not one per call."""
-    policy_server.policy.dump_arguments = functools.partial(json.dumps, separators=(",", ":"), ensure_ascii=False)
+    policy_server.policy.dump_arguments = compact_arguments
     script = [{"bash": "echo héllo > hello.txt"}, {"bash": "cat hello.txt"}, {"text": "Wrote it."}]
     res = await run_rollout(make_request(script, verify=["grep -qx héllo hello.txt"]))
     assert res.error is None and res.reward == 1.0, (res.error, res.agent_log_tail[-1500:], res.proxy_log_tail[-3000:])

@@ -53,6 +53,11 @@ TAG = re.compile(r"\[tag:([\w-]{1,64})\]")
 SHELL_TOOL_NAMES = ("bash", "shell", "run_shell_command", "exec", "execute", "exec_command", "shell_command")  # any case: Claude Code's is `Bash`
 
 
+# Tool arguments as models often write them: no spaces, UTF-8 as is (json.dumps' default spaces
+# them and escapes non-ASCII).
+compact_arguments = functools.partial(json.dumps, separators=(",", ":"), ensure_ascii=False)
+
+
 def fake_token_ids(text: str) -> list[int]:
     """A deterministic stand-in tokenizer: one id per 4-byte piece."""
     data = text.encode()

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from harness_env.core.capture.dialects.sampled import SampledArguments, handed_object, same_json
+from tests.core.capture.dialect_streams import as_javascript_sends
 
 # What models write that json.dumps would write otherwise: compact, raw UTF-8, keys unsorted,
 # numbers as the model spelled them.
@@ -14,17 +15,12 @@ SAMPLED = ['{"command":"ls"}', '{"path":"é.txt"}', '{"path": "\\u00e9.txt"}', '
            '{\n  "command": "ls"\n}']
 
 
-def js_roundtrip(text: str):
-    """The object as a JavaScript harness sends it back: integral numbers lose their `.0`/exponent."""
-    return json.loads(text, parse_float=lambda s: int(float(s)) if float(s).is_integer() else float(s))
-
-
 @pytest.mark.parametrize("text", SAMPLED)
 def test_the_object_handed_over_comes_back_as_the_engines_text(text):
     sampled = SampledArguments()
     value = sampled.handed("call_1", text)
     assert value == json.loads(text)
-    assert sampled.text("call_1", js_roundtrip(text)) == text
+    assert sampled.text("call_1", as_javascript_sends(json.loads(text))) == text
     assert sampled.text("call_1", json.loads(text)) == text
 
 
