@@ -8,8 +8,9 @@ caps: core/capture/rewrite.py), the upstream call and its retries, secret maskin
 
 A call through the proxy, and the dialect's part in it:
 1. `routes` -> the proxy finds the dialect by method and path; `presented_key(scope)` -> the session.
-2. `read_request(body, scope, sampled)` -> a `ChatRequest`: chat messages and tools (what the turn records),
-   the stream flag, the purpose ("policy" counts against the turn limit, "auxiliary" does not).
+2. `read_request(body, scope, sampled)` -> a `ChatRequest`: chat messages and tools (what the turn
+   records), the stream flag, the purpose ("policy" counts against the turn limit, "auxiliary" does
+   not); `sampled` is the session's exact tool-call arguments.
 3. `engine_body(request)` -> the chat-completions body for the engine (the policy is applied after).
 4. The engine's answer, whole: `answer(...)` fills the turn draft from the engine's JSON and returns
    the dialect's answer. Streamed: `stream(request, draft)` makes one `StreamTranslation` per call,
@@ -31,11 +32,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness_env.core.capture.asgi import Reply, Scope, header
+from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.models import TurnPurpose
 
 if TYPE_CHECKING:
     from harness_env.core.capture.assemble import TurnDraft
-    from harness_env.core.capture.dialects.sampled import SampledArguments
     from harness_env.core.capture.session import CaptureSession
 
 
@@ -52,9 +53,9 @@ class ChatRequest:
     stream: bool
     purpose: TurnPurpose  # "policy" (counted against the turn limit) or "auxiliary" (titles, ...)
     body: dict[str, Any]  # the request as the harness sent it, in its dialect
-    # The session's exact tool-call arguments, for dialects that hand them over as objects
-    # (core/capture/dialects/sampled.py); None for those that hand over the engine's strings.
-    sampled: SampledArguments | None = None
+    # The session's exact tool-call arguments (core/capture/dialects/sampled.py), read and kept by
+    # dialects that hand them over as objects; a request read outside a session has its own.
+    sampled: SampledArguments = field(default_factory=SampledArguments)
 
 
 @dataclass(frozen=True)

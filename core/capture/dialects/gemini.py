@@ -5,15 +5,16 @@ only this API.
 Requests: `systemInstruction` becomes the first system message; a `model` content becomes one chat
 assistant message (thought parts its `reasoning_content`, text parts its content, `functionCall`
 parts its tool calls with the `args` object written as the engine wrote it when it is the object
-Gemini CLI was handed, else as `json.dumps` writes it: core/capture/dialects/sampled.py); a `user` content
-becomes user messages, each `functionResponse` part a tool message where it stands (its `response`:
-the `output` string when that is all it holds, else the object as JSON). Call ids are the engine's:
-Gemini CLI prefixes them with the tool's name (`run_shell_command__call_0`), which is taken off
-again; calls without ids get one from their name and order (an engine's call without an id is
-given one of ours, so it comes back with it). `tools[].functionDeclarations` become
-chat functions (`parametersJsonSchema`, or `parameters` in Gemini's schema with its upper-case
-types written as JSON Schema's). The translation is a pure function of the request, so a replayed
-history translates to the previous call's messages plus the new ones.
+Gemini CLI was handed, else as `json.dumps` writes it: core/capture/dialects/sampled.py); a `user`
+content becomes user messages, each `functionResponse` part a tool message where it stands (its
+`response`: the `output` string when that is all it holds, else the object as JSON). Call ids are
+the engine's: Gemini CLI prefixes them with the tool's name (`run_shell_command__call_0`), which is
+taken off again; calls without ids get one from their name and order (an engine's call without an id
+is given one of ours, so it comes back with it). `tools[].functionDeclarations` become chat
+functions (`parametersJsonSchema`, or `parameters` in Gemini's schema with its upper-case types
+written as JSON Schema's). The translation is a pure function of the request (and the session's
+sampled arguments), so a replayed history translates to the previous call's messages plus the new
+ones.
 
 Answers: each engine chunk becomes a `GenerateContentResponse` as it arrives (reasoning as
 `thought` text parts, text as text parts; a function call goes whole once its arguments are
@@ -170,10 +171,9 @@ def system_text(instruction: Any) -> str:
     return "\n".join(str(p.get("text", "")) for p in _parts(instruction, "systemInstruction") if isinstance(p.get("text"), str))
 
 
-def translate_contents(body: dict[str, Any], sampled: SampledArguments | None = None) -> list[dict[str, Any]]:
+def translate_contents(body: dict[str, Any], sampled: SampledArguments) -> list[dict[str, Any]]:
     """`systemInstruction` and `contents` -> chat messages (a pure function of them and the
     session's sampled arguments: replays translate alike)."""
-    sampled = sampled if sampled is not None else SampledArguments()
     contents = body.get("contents")
     if isinstance(contents, dict):
         contents = [contents]
@@ -268,7 +268,6 @@ class ContentBuilder(ChunkBuilder):
     def __init__(self, request: GeminiChatRequest) -> None:
         super().__init__()
         self.request = request
-        self.sampled = request.sampled if request.sampled is not None else SampledArguments()
         self.stream_type = "text/event-stream" if request.sse else "application/json"
         self.sent = 0  # chunks sent: in a JSON array, all but the first follow a comma
         self.signature_given = False
@@ -315,7 +314,7 @@ class ContentBuilder(ChunkBuilder):
         if part.kind != CALL:
             return b""
         call_id = part.data["id"]
-        call: dict[str, Any] = {"functionCall": {"name": part.data["name"], "args": self.sampled.handed(call_id, part.raw), "id": call_id}}
+        call: dict[str, Any] = {"functionCall": {"name": part.data["name"], "args": self.request.sampled.handed(call_id, part.raw), "id": call_id}}
         signature = self.signature()
         if signature:
             call["thoughtSignature"] = signature
@@ -383,7 +382,7 @@ class Gemini:
         count_only = path.endswith(":countTokens")
         if count_only and isinstance(body.get("generateContentRequest"), dict):
             body = body["generateContentRequest"]
-        sampled = sampled if sampled is not None else SampledArguments()
+        sampled = sampled if sampled is not None else SampledArguments()  # read outside a session
         messages = translate_contents(body, sampled)
         tools = translate_tools(body.get("tools"))
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))

@@ -7,7 +7,8 @@ message; each message becomes one chat message, but a user message's `tool_resul
 become a tool message (in place, so the order is kept); an assistant message's `thinking` blocks are
 its `reasoning_content`, its text blocks its content and its `tool_use` blocks its tool calls (the
 `input` object written back as the engine wrote it when it is the object Claude Code was handed,
-else as `json.dumps` writes it: core/capture/dialects/sampled.py). A `system` message inside `messages` (Claude Code sends them) stays a system message in place.
+else as `json.dumps` writes it: core/capture/dialects/sampled.py). A `system` message inside
+`messages` (Claude Code sends them) stays a system message in place.
 Tools become chat functions (`input_schema` is the parameters); `defer_loading` tools are left out
 until a `tool_reference` block loads them, as Anthropic's tool search does; `cache_control` is
 accepted everywhere and ignored. The translation is a pure function of the request (and the
@@ -189,10 +190,9 @@ def system_text(system: Any) -> str:
     return "\n".join(t for t in texts if not t.startswith(BILLING_HEADER))
 
 
-def translate_messages(body: dict[str, Any], sampled: SampledArguments | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+def translate_messages(body: dict[str, Any], sampled: SampledArguments) -> tuple[list[dict[str, Any]], list[str]]:
     """`system` and `messages` -> chat messages (a pure function of them and the session's sampled
     arguments: replays translate alike), and the names of the tools `tool_reference` blocks loaded."""
-    sampled = sampled if sampled is not None else SampledArguments()
     items = body.get("messages")
     if not isinstance(items, list):
         raise InvalidRequestError("'messages' must be a list")
@@ -272,7 +272,6 @@ class MessageBuilder(ChunkBuilder):
     def __init__(self, request: MessagesChatRequest) -> None:
         super().__init__()
         self.request = request
-        self.sampled = request.sampled if request.sampled is not None else SampledArguments()
         self.id = new_id("msg")
         self.matched_stop: str | None = None
 
@@ -335,7 +334,7 @@ class MessageBuilder(ChunkBuilder):
         elif part.kind == TEXT:
             part.data = {**part.data, "text": raw}
         else:
-            part.data = {**part.data, "input": self.sampled.handed(part.data["id"], raw)}
+            part.data = {**part.data, "input": self.request.sampled.handed(part.data["id"], raw)}
         return out + self.event("content_block_stop", index=part.index)
 
     def end_events(self) -> bytes:
@@ -375,7 +374,7 @@ class Messages:
 
     def read_request(self, body: dict[str, Any], scope: Scope, sampled: SampledArguments | None = None) -> MessagesChatRequest:
         count_only = route_path(scope) == COUNT_TOKENS_PATH
-        sampled = sampled if sampled is not None else SampledArguments()
+        sampled = sampled if sampled is not None else SampledArguments()  # read outside a session
         messages, referenced = translate_messages(body, sampled)
         tools = translate_tools(body.get("tools"), referenced)
         stops = body.get("stop_sequences")
