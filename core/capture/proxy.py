@@ -183,7 +183,7 @@ class CaptureProxy:
             body = request_guard.parse_body(raw)
             if session.endpoint.wire_api != "chat":  # an upstream that speaks the harness's dialect: no translation
                 return await pass_through(self, dialect, session, scope, raw, body)
-            request = request_guard.read_request(dialect, body, scope)
+            request = request_guard.read_request(dialect, body, scope, session.sampled_arguments)
             engine_body = request_guard.engine_body(dialect, request)
         except InvalidRequestError as e:
             return dialect.error(400, session.redact(str(e)), "invalid_request")

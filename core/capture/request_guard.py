@@ -26,6 +26,7 @@ from harness_env.core.errors import InvalidRequestError, safe_text
 if TYPE_CHECKING:
     from harness_env.core.capture.asgi import Scope
     from harness_env.core.capture.dialects import ChatRequest, Dialect
+    from harness_env.core.capture.dialects.sampled import SampledArguments
 
 RECORD_DEPTH = 16  # a request's messages sit 5 levels down in a stored result: room to spare
 MAX_RECORDED_DEPTH = 255 - RECORD_DEPTH  # orjson's and pydantic's serialisers stop at 255
@@ -120,14 +121,14 @@ def check_fields(body: dict[str, Any], fields: dict[str, Types], where: str) -> 
                     raise InvalidRequestError(f"{where}{name}[{i}] must be an object, not {_kind(item)}")
 
 
-def read_request(dialect: Dialect, body: dict[str, Any], scope: Scope) -> ChatRequest:
+def read_request(dialect: Dialect, body: dict[str, Any], scope: Scope, sampled: SampledArguments | None = None) -> ChatRequest:
     """The dialect's neutral view of a checked body; InvalidRequestError for any shape it cannot read."""
     for name in REQUIRED.get(dialect.name, ()):
         if body.get(name) is None:
             raise InvalidRequestError(f"field {name!r} is required")
     check_fields(body, DIALECT_FIELDS.get(dialect.name, {}), "")
     try:
-        request = dialect.read_request(body, scope)
+        request = dialect.read_request(body, scope, sampled)
     except SHAPE_ERRORS as e:
         raise InvalidRequestError(f"request body has a value of an unexpected shape ({_complaint(e)}); see the {dialect.name} API") from None
     if not all(isinstance(m, dict) for m in request.messages) or not all(isinstance(t, dict) for t in request.tools):

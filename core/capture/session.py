@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness_env.core.capture import fastjson
+from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.capture.redact import Redactor, registered_secrets, registry_version
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.capture.tokens import PromptIds, pack_ids, pack_logps
@@ -119,6 +120,9 @@ class CaptureSession:
     turn_limit_hit: bool = False
     limits_hit: list[str] = field(default_factory=list)  # the rollout budgets the proxy enforced, in words (once each)
     recorded_bytes: int = 0  # what the recorded turns hold (shared prompt starts and history counted once)
+    # The engine's tool-call texts its harness was handed objects of (Claude Code, Gemini CLI), to
+    # give the engine back its own bytes when the harness replays them.
+    sampled_arguments: SampledArguments = field(default_factory=SampledArguments)
     consecutive_failures: int = 0
     last_failure_infra: bool = False  # the last failed call was the endpoint's fault (unreachable, timed out, 5xx), not the policy's
     endpoint_down: asyncio.Event = field(default_factory=asyncio.Event)  # set after too many failures in a row

@@ -12,6 +12,7 @@ from harness_env.core.errors import ToolMissingError
 from harness_env.core.sandbox.local import _marked_pids
 from harness_env.core.harness import PinnedCliHarness
 from harness_env.envs import HARNESSES as REGISTERED, get_harness
+from tests.fakes.policy import compact_arguments
 
 UPSTREAM_KEY = "sk-upstream-e2e-9f8e7d"
 SHELL_TOOL = {"codex": "exec_command", "claude-code": "Bash", "gemini-cli": "run_shell_command"}  # the harness's own shell tool, where it is not "bash"
@@ -97,6 +98,24 @@ async def test_agent_doing_the_work_gets_reward_1_and_exact_tokens(policy_server
     assert any(e.phase == "agent" and e.status == "info" for e in events)
     assert events[-1].phase == "done"
     _no_process_left(res)
+
+
+async def test_a_multi_call_rollout_with_compact_arguments_is_one_branch(policy_server, make_request, harness):
+    """Issue 26 (item 2): a model that writes its tool arguments compactly, in raw UTF-8 (as models
+    do; json.dumps would space and escape them), gets them back byte for byte in every later prompt,
+    whatever the harness does with them (Claude Code and Gemini CLI hold them as objects): three
+    model calls are one branch, one training row, not one per call."""
+    policy_server.policy.dump_arguments = compact_arguments
+    script = [{"bash": "echo héllo > hello.txt"}, {"bash": "cat hello.txt"}, {"text": "Wrote it."}]
+    res = await run_rollout(make_request(script, verify=["grep -qx héllo hello.txt"]))
+    assert res.error is None and res.reward == 1.0, (res.error, res.agent_log_tail[-1500:], res.proxy_log_tail[-3000:])
+    sampled = [c["function"]["arguments"] for s in policy_server.policy.sent for c in s.tool_calls]
+    assert len(sampled) == 2 and all('":"' in a for a in sampled) and "héllo" in sampled[0], sampled
+    policy_turns = [t for t in res.proxy_turns if t.purpose == "policy"]
+    assert len(policy_turns) == 3 and [t.branch for t in policy_turns] == [0, 0, 0], [(t.index, t.branch, t.parent) for t in policy_turns]
+    assert res.graph.branches == 1 and [r.branch for r in res.training_rows()] == [0]
+    replayed = [c["function"]["arguments"] for m in policy_turns[-1].request_messages for c in m.get("tool_calls") or ()]
+    assert replayed == sampled  # byte for byte what the engine wrote
 
 
 async def test_agent_not_doing_the_work_gets_0(policy_server, make_request):

@@ -38,6 +38,7 @@ import hashlib
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,11 @@ from tests.fakes.loopback import LoopbackServer
 
 TAG = re.compile(r"\[tag:([\w-]{1,64})\]")
 SHELL_TOOL_NAMES = ("bash", "shell", "run_shell_command", "exec", "execute", "exec_command", "shell_command")  # any case: Claude Code's is `Bash`
+
+
+# Tool arguments as models often write them: no spaces, UTF-8 as is (json.dumps' default spaces
+# them and escapes non-ASCII).
+compact_arguments = functools.partial(json.dumps, separators=(",", ":"), ensure_ascii=False)
 
 
 def fake_token_ids(text: str) -> list[int]:
@@ -145,6 +151,9 @@ class FakePolicy:
     delay_s: float = 0.0  # every answer waits this long first
     arrivals: dict[str, list[float]] = field(default_factory=dict)  # [tag:NAME] -> arrival times of its calls
     down_status: int | None = None  # set by a step {"status": N, "down": True}: every later call answers N
+    # How a {"bash": CMD} step writes its tool call's arguments: json.dumps' spaced layout, escaping
+    # non-ASCII, unless a test wants another (a model writing compact JSON, raw UTF-8, ...).
+    dump_arguments: Callable[[dict[str, Any]], str] = json.dumps
 
     def tool_requests(self) -> list[dict[str, Any]]:
         """The requests an agent made with its tools (not capture probes, not titles)."""
@@ -234,7 +243,7 @@ class FakePolicy:
             tool = next((t for t in body.get("tools", []) if str(t.get("function", {}).get("name")).lower() in SHELL_TOOL_NAMES), None)
             name = tool["function"]["name"] if tool else "bash"
             args = shell_arguments((tool or {}).get("function", {}).get("parameters") or {}, step["bash"])
-            tool_calls = [{"id": f"call_{len(self.sent)}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]
+            tool_calls = [{"id": f"call_{len(self.sent)}", "type": "function", "function": {"name": name, "arguments": self.dump_arguments(args)}}]
         elif "call" in step:
             tool_calls = [{"id": f"call_{len(self.sent)}", "type": "function", "function": {"name": step["call"], "arguments": step["arguments"]}}]
         else:

@@ -8,8 +8,9 @@ caps: core/capture/rewrite.py), the upstream call and its retries, secret maskin
 
 A call through the proxy, and the dialect's part in it:
 1. `routes` -> the proxy finds the dialect by method and path; `presented_key(scope)` -> the session.
-2. `read_request(body, scope)` -> a `ChatRequest`: chat messages and tools (what the turn records),
-   the stream flag, the purpose ("policy" counts against the turn limit, "auxiliary" does not).
+2. `read_request(body, scope, sampled)` -> a `ChatRequest`: chat messages and tools (what the turn
+   records), the stream flag, the purpose ("policy" counts against the turn limit, "auxiliary" does
+   not); `sampled` is the session's exact tool-call arguments.
 3. `engine_body(request)` -> the chat-completions body for the engine (the policy is applied after).
 4. The engine's answer, whole: `answer(...)` fills the turn draft from the engine's JSON and returns
    the dialect's answer. Streamed: `stream(request, draft)` makes one `StreamTranslation` per call,
@@ -20,6 +21,8 @@ A call through the proxy, and the dialect's part in it:
 
 Translation must be deterministic: a harness that replays its history must get messages that
 extend the previous call's, so the engine's prompt ids extend too (one branch in the turn graph).
+A dialect that hands the engine's tool-call arguments over as objects gets the engine's own texts
+back for them from the session (core/capture/dialects/sampled.py).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness_env.core.capture.asgi import Reply, Scope, header
+from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.models import TurnPurpose
 
 if TYPE_CHECKING:
@@ -49,6 +53,9 @@ class ChatRequest:
     stream: bool
     purpose: TurnPurpose  # "policy" (counted against the turn limit) or "auxiliary" (titles, ...)
     body: dict[str, Any]  # the request as the harness sent it, in its dialect
+    # The session's exact tool-call arguments (core/capture/dialects/sampled.py), read and kept by
+    # dialects that hand them over as objects; a request read outside a session has its own.
+    sampled: SampledArguments = field(default_factory=SampledArguments)
 
 
 @dataclass(frozen=True)
@@ -114,8 +121,10 @@ class Dialect(Protocol):
         """The capture-session key as this dialect's clients present it."""
         ...
 
-    def read_request(self, body: dict[str, Any], scope: Scope) -> ChatRequest:
-        """The request's neutral view; raises core.errors.InvalidRequestError (answered 400)."""
+    def read_request(self, body: dict[str, Any], scope: Scope, sampled: SampledArguments | None = None) -> ChatRequest:
+        """The request's neutral view; raises core.errors.InvalidRequestError (answered 400).
+        `sampled`: the session's exact tool-call arguments, for a dialect that hands the harness
+        objects (it restores the engine's texts from them and keeps those of its answers)."""
         ...
 
     def engine_body(self, request: ChatRequest) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from harness_env.core.capture.sse import SSEDecoder
 
 if TYPE_CHECKING:
     from harness_env.core.capture.assemble import TurnDraft
+    from harness_env.core.capture.dialects.sampled import SampledArguments
     from harness_env.core.capture.session import CaptureSession
 
 MAX_RECORDED_STREAM_BYTES = 64 * 1024 * 1024
@@ -55,7 +56,8 @@ class ChatCompletions:
     def presented_key(self, scope: Scope) -> str | None:
         return bearer_or_api_key(scope)
 
-    def read_request(self, body: dict[str, Any], scope: Scope) -> ChatRequest:
+    def read_request(self, body: dict[str, Any], scope: Scope, sampled: SampledArguments | None = None) -> ChatRequest:
+        # The harness sends back the engine's argument strings themselves: nothing to restore.
         return ChatRequest(
             messages=list(body.get("messages") or []),
             tools=list(body.get("tools") or []),

@@ -13,6 +13,7 @@ decodes the engine's SSE bytes for it and assembles the turn after the client ha
 from __future__ import annotations
 
 import json
+import secrets
 from typing import TYPE_CHECKING, Any
 
 from harness_env.core.capture import fastjson
@@ -60,6 +61,11 @@ def user_turn(pieces: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if parts or not out:
         out.append({"role": "user", "content": chat_content(parts)})
     return out
+
+
+def new_id(prefix: str) -> str:
+    """An id of this proxy's own (a message, an item, a tool call the engine gave none)."""
+    return f"{prefix}_{secrets.token_hex(12)}"
 
 
 def arguments_text(value: Any) -> str:

@@ -4,14 +4,17 @@ only this API.
 
 Requests: `systemInstruction` becomes the first system message; a `model` content becomes one chat
 assistant message (thought parts its `reasoning_content`, text parts its content, `functionCall`
-parts its tool calls with the `args` object written as `json.dumps` writes it); a `user` content
-becomes user messages, each `functionResponse` part a tool message where it stands (its `response`:
-the `output` string when that is all it holds, else the object as JSON). Call ids are the engine's:
-Gemini CLI prefixes them with the tool's name (`run_shell_command__call_0`), which is taken off
-again; calls without ids get one from their name and order. `tools[].functionDeclarations` become
-chat functions (`parametersJsonSchema`, or `parameters` in Gemini's schema with its upper-case
-types written as JSON Schema's). The translation is a pure function of the request, so a replayed
-history translates to the previous call's messages plus the new ones.
+parts its tool calls with the `args` object written as the engine wrote it when it is the object
+Gemini CLI was handed, else as `json.dumps` writes it: core/capture/dialects/sampled.py); a `user`
+content becomes user messages, each `functionResponse` part a tool message where it stands (its
+`response`: the `output` string when that is all it holds, else the object as JSON). Call ids are
+the engine's: Gemini CLI prefixes them with the tool's name (`run_shell_command__call_0`), which is
+taken off again; calls without ids get one from their name and order (an engine's call without an id
+is given one of ours, so it comes back with it). `tools[].functionDeclarations` become chat
+functions (`parametersJsonSchema`, or `parameters` in Gemini's schema with its upper-case types
+written as JSON Schema's). The translation is a pure function of the request (and the session's
+sampled arguments), so a replayed history translates to the previous call's messages plus the new
+ones.
 
 Answers: each engine chunk becomes a `GenerateContentResponse` as it arrives (reasoning as
 `thought` text parts, text as text parts; a function call goes whole once its arguments are
@@ -42,17 +45,17 @@ from harness_env.core.capture.dialects.chunks import (
     ChunkBuilder,
     ChunkStream,
     Part,
-    arguments_text,
     engine_error,
     engine_error_text,
     engine_request,
-    json_object,
+    new_id,
     pass_on,
     prompt_length,
     user_turn,
     whole_answer,
 )
 from harness_env.core.capture.dialects.responses import decode_reasoning, encode_reasoning
+from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -110,8 +113,9 @@ def _user_part(part: dict[str, Any], where: str) -> dict[str, Any] | None:
     raise InvalidRequestError(f"{where}: parts of kind {', '.join(kinds) or 'empty'} are not supported by this proxy")
 
 
-def _model(parts: list[dict[str, Any]], where: str, seen: dict[str, int]) -> dict[str, Any]:
-    """A model content -> one chat assistant message, as the engine produced it."""
+def _model(parts: list[dict[str, Any]], where: str, seen: dict[str, int], sampled: SampledArguments) -> dict[str, Any]:
+    """A model content -> one chat assistant message, as the engine produced it (a call's args as
+    the engine's own text when they are the object Gemini CLI was handed)."""
     text: list[str] = []
     thoughts: list[str] = []
     signed = ""  # the reasoning one of our thought signatures carries
@@ -123,8 +127,8 @@ def _model(parts: list[dict[str, Any]], where: str, seen: dict[str, int]) -> dic
             call = part["functionCall"]
             if not isinstance(call.get("name"), str):
                 raise InvalidRequestError(f"{where}.parts[{j}]: a functionCall needs 'name'")
-            arguments = arguments_text(call.get("args"))
-            calls.append({"id": _call_id(call, seen), "type": "function", "function": {"name": call["name"], "arguments": arguments}})
+            call_id = _call_id(call, seen)
+            calls.append({"id": call_id, "type": "function", "function": {"name": call["name"], "arguments": sampled.text(call_id, call.get("args"))}})
         elif isinstance(part.get("text"), str):
             (thoughts if part.get("thought") else text).append(part["text"])
         elif set(part) - {"thoughtSignature"}:
@@ -167,8 +171,9 @@ def system_text(instruction: Any) -> str:
     return "\n".join(str(p.get("text", "")) for p in _parts(instruction, "systemInstruction") if isinstance(p.get("text"), str))
 
 
-def translate_contents(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """`systemInstruction` and `contents` -> chat messages (a pure function: replays translate alike)."""
+def translate_contents(body: dict[str, Any], sampled: SampledArguments) -> list[dict[str, Any]]:
+    """`systemInstruction` and `contents` -> chat messages (a pure function of them and the
+    session's sampled arguments: replays translate alike)."""
     contents = body.get("contents")
     if isinstance(contents, dict):
         contents = [contents]
@@ -185,7 +190,7 @@ def translate_contents(body: dict[str, Any]) -> list[dict[str, Any]]:
         parts = _parts(content, where)
         role = content.get("role") or "user"
         if role == "model":
-            out.append(_model(parts, where, calls_seen))
+            out.append(_model(parts, where, calls_seen, sampled))
         elif role in ("user", "function"):
             out.extend(_user(parts, where, responses_seen))
         else:
@@ -294,7 +299,9 @@ class ContentBuilder(ChunkBuilder):
         return {}
 
     def call_part(self, name: str, call_id: str) -> dict[str, Any]:
-        return {"name": name, "id": call_id}
+        # An id of ours when the engine gave none: Gemini CLI sends a call's id back, so its exact
+        # arguments are found again (by name and order they could be some other call's).
+        return {"name": name, "id": call_id or new_id("call")}
 
     def grew(self, part: Part, delta: str) -> bytes:
         if part.kind == REASONING:
@@ -306,9 +313,8 @@ class ContentBuilder(ChunkBuilder):
     def closed(self, part: Part) -> bytes:
         if part.kind != CALL:
             return b""
-        call: dict[str, Any] = {"functionCall": {"name": part.data["name"], "args": json_object(part.raw) or {}}}
-        if part.data["id"]:
-            call["functionCall"]["id"] = part.data["id"]
+        call_id = part.data["id"]
+        call: dict[str, Any] = {"functionCall": {"name": part.data["name"], "args": self.request.sampled.handed(call_id, part.raw), "id": call_id}}
         signature = self.signature()
         if signature:
             call["thoughtSignature"] = signature
@@ -371,12 +377,13 @@ class Gemini:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         return (query.get("key") or [None])[0] or bearer_or_api_key(scope)
 
-    def read_request(self, body: dict[str, Any], scope: Scope) -> GeminiChatRequest:
+    def read_request(self, body: dict[str, Any], scope: Scope, sampled: SampledArguments | None = None) -> GeminiChatRequest:
         path = route_path(scope)
         count_only = path.endswith(":countTokens")
         if count_only and isinstance(body.get("generateContentRequest"), dict):
             body = body["generateContentRequest"]
-        messages = translate_contents(body)
+        sampled = sampled if sampled is not None else SampledArguments()  # read outside a session
+        messages = translate_contents(body, sampled)
         tools = translate_tools(body.get("tools"))
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         return GeminiChatRequest(
@@ -385,6 +392,7 @@ class Gemini:
             stream=path.endswith(":streamGenerateContent"),
             purpose="policy" if tools and not count_only else "auxiliary",
             body=body,
+            sampled=sampled,
             count_only=count_only,
             sse=(query.get("alt") or [""])[0] == "sse",
         )

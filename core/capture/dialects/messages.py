@@ -6,12 +6,14 @@ metadata for Anthropic's billing, never shown to a model, and is left out) becom
 message; each message becomes one chat message, but a user message's `tool_result` blocks each
 become a tool message (in place, so the order is kept); an assistant message's `thinking` blocks are
 its `reasoning_content`, its text blocks its content and its `tool_use` blocks its tool calls (the
-`input` object written back as `json.dumps` writes it, which is how the engine's tool parser wrote
-it). A `system` message inside `messages` (Claude Code sends them) stays a system message in place.
+`input` object written back as the engine wrote it when it is the object Claude Code was handed,
+else as `json.dumps` writes it: core/capture/dialects/sampled.py). A `system` message inside
+`messages` (Claude Code sends them) stays a system message in place.
 Tools become chat functions (`input_schema` is the parameters); `defer_loading` tools are left out
 until a `tool_reference` block loads them, as Anthropic's tool search does; `cache_control` is
-accepted everywhere and ignored. The translation is a pure function of the request, so a replayed
-history translates to the previous call's messages plus the new ones.
+accepted everywhere and ignored. The translation is a pure function of the request (and the
+session's sampled arguments), so a replayed history translates to the previous call's messages plus
+the new ones.
 
 Answers: each engine chunk becomes Messages stream events as it arrives (`message_start`,
 `content_block_start` / `content_block_delta` (`thinking_delta`, `text_delta`, `input_json_delta`) /
@@ -32,7 +34,6 @@ Not translated (what a harness that sends them gets) is listed in docs/capture.m
 from __future__ import annotations
 
 import hashlib
-import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,17 +47,17 @@ from harness_env.core.capture.dialects.chunks import (
     ChunkBuilder,
     ChunkStream,
     Part,
-    arguments_text,
     chat_content,
     engine_error,
     engine_error_text,
     engine_request,
-    json_object,
+    new_id,
     pass_on,
     prompt_length,
     user_turn,
     whole_answer,
 )
+from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -134,8 +135,9 @@ def _part(block: dict[str, Any], where: str, referenced: list[str]) -> dict[str,
     raise InvalidRequestError(f"{where}: content blocks of type {kind!r} are not supported by this proxy")
 
 
-def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
-    """An assistant message's blocks -> one chat assistant message, as the engine produced it."""
+def _assistant(blocks: list[dict[str, Any]], where: str, sampled: SampledArguments) -> dict[str, Any]:
+    """An assistant message's blocks -> one chat assistant message, as the engine produced it (a
+    tool_use's input as the engine's own text when it is the object the harness was handed)."""
     text: list[str] = []
     reasoning: list[str] = []
     calls: list[dict[str, Any]] = []
@@ -150,7 +152,7 @@ def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
         elif kind == "tool_use":
             if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
                 raise InvalidRequestError(f"{at}: a tool_use needs 'id' and 'name'")
-            calls.append({"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments_text(block.get("input"))}})
+            calls.append({"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": sampled.text(block["id"], block.get("input"))}})
         else:
             raise InvalidRequestError(f"{at}: assistant blocks of type {kind!r} are not supported by this proxy")
     msg: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text else None}
@@ -188,9 +190,9 @@ def system_text(system: Any) -> str:
     return "\n".join(t for t in texts if not t.startswith(BILLING_HEADER))
 
 
-def translate_messages(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
-    """`system` and `messages` -> chat messages (a pure function: replays translate alike), and the
-    names of the tools `tool_reference` blocks loaded."""
+def translate_messages(body: dict[str, Any], sampled: SampledArguments) -> tuple[list[dict[str, Any]], list[str]]:
+    """`system` and `messages` -> chat messages (a pure function of them and the session's sampled
+    arguments: replays translate alike), and the names of the tools `tool_reference` blocks loaded."""
     items = body.get("messages")
     if not isinstance(items, list):
         raise InvalidRequestError("'messages' must be a list")
@@ -205,7 +207,7 @@ def translate_messages(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list
             raise InvalidRequestError(f"{where} must be an object")
         role, blocks = msg.get("role"), _blocks(msg.get("content"), where)
         if role == "assistant":
-            out.append(_assistant(blocks, where))
+            out.append(_assistant(blocks, where, sampled))
         elif role == "user":
             out.extend(_user(blocks, where, referenced))
         elif role == "system":
@@ -253,10 +255,6 @@ def _tool_choice(choice: Any) -> tuple[Any, bool | None]:
 
 
 # -- answers ----------------------------------------------------------------------------------
-def _new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(12)}"
-
-
 def messages_usage(usage: dict[str, Any] | None, prompt_ids: int = 0) -> dict[str, Any]:
     """Chat usage -> Messages usage (cached prompt tokens are Anthropic's cache reads, which
     `input_tokens` does not count)."""
@@ -274,7 +272,7 @@ class MessageBuilder(ChunkBuilder):
     def __init__(self, request: MessagesChatRequest) -> None:
         super().__init__()
         self.request = request
-        self.id = _new_id("msg")
+        self.id = new_id("msg")
         self.matched_stop: str | None = None
 
     @staticmethod
@@ -319,7 +317,7 @@ class MessageBuilder(ChunkBuilder):
         return {"type": "thinking", "thinking": "", "signature": ""} if kind == REASONING else {"type": "text", "text": ""}
 
     def call_part(self, name: str, call_id: str) -> dict[str, Any]:
-        return {"type": "tool_use", "id": call_id or _new_id("toolu"), "name": name, "input": {}}
+        return {"type": "tool_use", "id": call_id or new_id("toolu"), "name": name, "input": {}}
 
     def added(self, part: Part) -> bytes:
         return self.event("content_block_start", index=part.index, content_block=part.data)
@@ -336,7 +334,7 @@ class MessageBuilder(ChunkBuilder):
         elif part.kind == TEXT:
             part.data = {**part.data, "text": raw}
         else:
-            part.data = {**part.data, "input": json_object(raw) or {}}  # {} when the engine wrote no object
+            part.data = {**part.data, "input": self.request.sampled.handed(part.data["id"], raw)}
         return out + self.event("content_block_stop", index=part.index)
 
     def end_events(self) -> bytes:
@@ -374,9 +372,10 @@ class Messages:
     def presented_key(self, scope: Scope) -> str | None:
         return bearer_or_api_key(scope)  # x-api-key (ANTHROPIC_API_KEY) or Bearer (ANTHROPIC_AUTH_TOKEN)
 
-    def read_request(self, body: dict[str, Any], scope: Scope) -> MessagesChatRequest:
+    def read_request(self, body: dict[str, Any], scope: Scope, sampled: SampledArguments | None = None) -> MessagesChatRequest:
         count_only = route_path(scope) == COUNT_TOKENS_PATH
-        messages, referenced = translate_messages(body)
+        sampled = sampled if sampled is not None else SampledArguments()  # read outside a session
+        messages, referenced = translate_messages(body, sampled)
         tools = translate_tools(body.get("tools"), referenced)
         stops = body.get("stop_sequences")
         return MessagesChatRequest(
@@ -385,6 +384,7 @@ class Messages:
             stream=bool(body.get("stream")) and not count_only,
             purpose="policy" if tools and not count_only else "auxiliary",
             body=body,
+            sampled=sampled,
             count_only=count_only,
             stop_sequences=[s for s in stops if isinstance(s, str)] if isinstance(stops, list) else [],
         )

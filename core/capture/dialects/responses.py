@@ -29,7 +29,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import secrets
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -37,11 +36,12 @@ from typing import TYPE_CHECKING, Any
 from harness_env.core.capture import fastjson
 from harness_env.core.capture.asgi import Reply, Scope, json_reply
 from harness_env.core.capture.dialects.base import ChatRequest, Route, bearer_or_api_key
-from harness_env.core.capture.dialects.chunks import REASONING, TEXT, ChunkBuilder, ChunkStream, Part, engine_error, engine_error_text, engine_request, pass_on, whole_answer
+from harness_env.core.capture.dialects.chunks import REASONING, TEXT, ChunkBuilder, ChunkStream, Part, engine_error, engine_error_text, engine_request, new_id, pass_on, whole_answer
 from harness_env.core.errors import InvalidRequestError
 
 if TYPE_CHECKING:
     from harness_env.core.capture.assemble import TurnDraft
+    from harness_env.core.capture.dialects.sampled import SampledArguments
     from harness_env.core.capture.session import CaptureSession
 
 NAMESPACE_SEPARATOR = "__"
@@ -283,10 +283,6 @@ def _response_format(text: Any) -> dict[str, Any] | None:
 
 
 # -- answers ----------------------------------------------------------------------------------
-def _new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(12)}"
-
-
 def responses_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
     """Chat usage -> Responses usage (Codex needs input, output and total tokens)."""
     if not isinstance(usage, dict):
@@ -312,7 +308,7 @@ class ResponseBuilder(ChunkBuilder):
     def __init__(self, request: ResponsesChatRequest) -> None:
         super().__init__()
         self.request = request
-        self.id = _new_id("resp")
+        self.id = new_id("resp")
         self.created_at = int(time.time())
         self.seq = 0
 
@@ -354,17 +350,17 @@ class ResponseBuilder(ChunkBuilder):
     # -- items ------------------------------------------------------------------------------
     def new_part(self, kind: str) -> dict[str, Any]:
         if kind == REASONING:
-            return {"type": "reasoning", "id": _new_id("rs"), "summary": [], "content": []}
-        return {"type": "message", "id": _new_id("msg"), "status": "in_progress", "role": "assistant", "content": []}
+            return {"type": "reasoning", "id": new_id("rs"), "summary": [], "content": []}
+        return {"type": "message", "id": new_id("msg"), "status": "in_progress", "role": "assistant", "content": []}
 
     def call_part(self, name: str, call_id: str) -> dict[str, Any]:
         """The harness's own call item for a chat tool call (its tool's kind, name and namespace)."""
         tool = self.request.tool_names.get(name, ToolName(name))
-        call_id = call_id or _new_id("call")
+        call_id = call_id or new_id("call")
         if tool.kind == "custom":
-            item: dict[str, Any] = {"type": "custom_tool_call", "id": _new_id("ctc"), "status": "in_progress", "call_id": call_id, "name": tool.name, "input": ""}
+            item: dict[str, Any] = {"type": "custom_tool_call", "id": new_id("ctc"), "status": "in_progress", "call_id": call_id, "name": tool.name, "input": ""}
         else:
-            item = {"type": "function_call", "id": _new_id("fc"), "status": "in_progress", "call_id": call_id, "name": tool.name, "arguments": ""}
+            item = {"type": "function_call", "id": new_id("fc"), "status": "in_progress", "call_id": call_id, "name": tool.name, "arguments": ""}
         if tool.namespace:
             item["namespace"] = tool.namespace
         return item
@@ -448,7 +444,8 @@ class Responses:
     def presented_key(self, scope: Scope) -> str | None:
         return bearer_or_api_key(scope)
 
-    def read_request(self, body: dict[str, Any], scope: Scope) -> ResponsesChatRequest:
+    def read_request(self, body: dict[str, Any], scope: Scope, sampled: SampledArguments | None = None) -> ResponsesChatRequest:
+        # Function calls' arguments are the engine's strings, sent back as they were: nothing to restore.
         if body.get("previous_response_id"):
             raise InvalidRequestError(
                 "previous_response_id is not supported: this proxy stores no responses; send the whole conversation in 'input' (store: false)"

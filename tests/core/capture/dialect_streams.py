@@ -38,6 +38,12 @@ def translate(dialect, request, raw: bytes, *, split: int = 7) -> tuple[bytes, T
     return out, draft
 
 
+def as_javascript_sends(value):
+    """`value` as a JavaScript harness (Claude Code, Gemini CLI) sends it back after JSON.parse:
+    numbers without their spelling (1.0 and 1e5 are 1 and 100000)."""
+    return json.loads(json.dumps(value), parse_float=lambda s: int(float(s)) if float(s).is_integer() else float(s))
+
+
 def slow_words(*words: str, gap_s: float = 0.3) -> dict:
     """A fake-policy step streaming one word a chunk, `gap_s` apart, then the end."""
     pieces = [f'data: {{"choices": [{{"index": 0, "delta": {{"content": "{w} "}}}}]}}\n\n' for w in words]

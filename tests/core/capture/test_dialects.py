@@ -71,7 +71,7 @@ class PlainLines:
     def presented_key(self, scope: Scope):
         return header(scope, b"x-plain-key")
 
-    def read_request(self, body, scope: Scope) -> ChatRequest:
+    def read_request(self, body, scope: Scope, sampled=None) -> ChatRequest:
         if not isinstance(body.get("prompt"), str):
             raise InvalidRequestError("'prompt' must be a string")
         tools = [{"type": "function", "function": {"name": n, "parameters": SHELL_SCHEMA}} for n in body.get("tools", [])]

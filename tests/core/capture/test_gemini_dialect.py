@@ -11,9 +11,19 @@ import pytest
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.dialects.gemini import Gemini, json_schema
 from harness_env.core.capture.dialects.responses import decode_reasoning, encode_reasoning
+from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.errors import InvalidRequestError
-from tests.core.capture.dialect_streams import assert_exact_tokens_one_branch, assert_replay_extends, chunk, slow_words, sse, translate
+from tests.core.capture.dialect_streams import (
+    as_javascript_sends,
+    assert_exact_tokens_one_branch,
+    assert_replay_extends,
+    chunk,
+    slow_words,
+    sse,
+    translate,
+)
+from tests.fakes.policy import compact_arguments
 from tests.core.capture.test_proxy import _endpoint, proxy_env  # noqa: F401 - the fixture gemini_env builds on
 
 DIALECT = Gemini()
@@ -224,6 +234,46 @@ def test_a_replayed_history_translates_to_the_previous_messages_plus_the_new_one
     assert decode_reasoning({"encrypted_content": kept[1]["thoughtSignature"]}) == "plan"
 
 
+# What models write that json.dumps would write otherwise: compact, raw UTF-8, keys unsorted, numbers
+# as spelled (issue 26, item 2: each re-serialised call split the rollout into one more branch).
+SAMPLED = ['{"command":"ls"}', '{"command":"cat é.txt"}', '{"z":1,"a":[1.0,1e5],"command":"true"}']
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_call_args_gemini_cli_replays_reach_the_engine_as_it_wrote_them(stream):
+    """The engine's argument texts come back byte for byte from the args Gemini CLI was handed (as
+    JavaScript sends them back, its ids prefixed with the tool's name); a call the engine gave no
+    id goes out with one of ours and is found by it; args Gemini CLI changed are written fresh."""
+    sampled = SampledArguments()
+    path = STREAM if stream else "/v1beta/models/gemini-x:generateContent"
+    body1 = {"contents": [_user({"text": "Do it."})], "tools": [{"functionDeclarations": [SHELL]}]}
+    req1 = DIALECT.read_request(body1, {"path": path, "query_string": b"alt=sse"}, sampled)
+    calls = [{"index": i, **({"id": f"call_{i}"} if i < 2 else {}), "function": {"name": "run_shell_command", "arguments": text}}
+             for i, text in enumerate(SAMPLED)]
+    if stream:
+        parts = _history(_translate(req1, sse(chunk({"tool_calls": calls}), chunk(finish="tool_calls")))[0])
+    else:
+        whole = {"choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": calls}, "finish_reason": "tool_calls"}]}
+        parts = json.loads(DIALECT.answer(req1, json.dumps(whole).encode(), "application/json", TurnDraft())[0])["candidates"][0]["content"]["parts"]
+    assert [p["functionCall"]["args"] for p in parts] == [json.loads(t) for t in SAMPLED]
+    ids = [p["functionCall"]["id"] for p in parts]
+    assert ids[:2] == ["call_0", "call_1"] and ids[2].startswith("call_")
+    for p in parts:
+        p["functionCall"]["id"] = "run_shell_command__" + p["functionCall"]["id"]
+    responses = [{"functionResponse": {"name": "run_shell_command", "id": p["functionCall"]["id"], "response": {"output": "ok"}}} for p in parts]
+    body2 = {**body1, "contents": [*body1["contents"], {"role": "model", "parts": as_javascript_sends(parts)}, _user(*responses)]}
+
+    def replayed(request) -> list[str]:
+        return [c["function"]["arguments"] for c in request.messages[1]["tool_calls"]]
+
+    scope = {"path": path, "query_string": b"alt=sse"}
+    assert replayed(DIALECT.read_request(body2, scope, sampled)) == SAMPLED
+    assert replayed(DIALECT.read_request(body2, scope, SampledArguments())) == [
+        '{"command": "ls"}', '{"command": "cat é.txt"}', '{"z": 1, "a": [1, 100000], "command": "true"}']
+    body2["contents"][1]["parts"][2]["functionCall"]["args"]["command"] = "false"
+    assert replayed(DIALECT.read_request(body2, scope, sampled)) == [*SAMPLED[:2], '{"z": 1, "a": [1, 100000], "command": "false"}']
+
+
 def test_errors_are_in_googles_shape():
     r = DIALECT.error(401, "unknown or expired capture key", "invalid_api_key")
     assert r.status == 401 and json.loads(r.body) == {"error": {"code": 401, "message": "unknown or expired capture key", "status": "UNAUTHENTICATED"}}
@@ -246,9 +296,12 @@ async def gemini_env(proxy_env):
 BASH = {"name": "bash", "parametersJsonSchema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
 
 
+@pytest.mark.parametrize("compact", [False, True], ids=["dumps", "compact"])
 @pytest.mark.parametrize("stream", [True, False])
-async def test_a_gemini_cli_like_conversation_through_the_proxy_is_one_branch_of_exact_tokens(gemini_env, stream):
+async def test_a_gemini_cli_like_conversation_through_the_proxy_is_one_branch_of_exact_tokens(gemini_env, stream, compact):
     policy, session, client = gemini_env
+    if compact:  # arguments json.dumps would write otherwise: the engine still gets its own back
+        policy.dump_arguments = compact_arguments
     path = "/v1beta/models/gemini-x:" + ("streamGenerateContent?alt=sse" if stream else "generateContent")
     base = {"systemInstruction": {"parts": [{"text": "Be brief."}]}, "tools": [{"functionDeclarations": [BASH]}]}
     contents1 = [_user({"text": "List files."})]

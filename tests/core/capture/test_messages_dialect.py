@@ -10,9 +10,20 @@ import pytest
 
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.dialects.messages import BILLING_HEADER, Messages, thinking_signature
+from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.errors import InvalidRequestError
-from tests.core.capture.dialect_streams import assert_exact_tokens_one_branch, assert_replay_extends, chunk, named_events, slow_words, sse, translate
+from tests.core.capture.dialect_streams import (
+    as_javascript_sends,
+    assert_exact_tokens_one_branch,
+    assert_replay_extends,
+    chunk,
+    named_events,
+    slow_words,
+    sse,
+    translate,
+)
+from tests.fakes.policy import compact_arguments
 from tests.core.capture.test_proxy import _endpoint, proxy_env  # noqa: F401 - the fixture messages_env builds on
 
 DIALECT = Messages()
@@ -282,6 +293,39 @@ def test_a_replayed_history_translates_to_the_previous_messages_plus_the_new_one
     ])
 
 
+# What models write that json.dumps would write otherwise: compact, raw UTF-8, keys unsorted, numbers
+# as spelled (issue 26, item 2: each re-serialised call split the rollout into one more branch).
+SAMPLED = ['{"command":"ls"}', '{"file_path":"é.txt"}', '{"z":1,"a":[1.0,1e5],"b":true}']
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_tool_inputs_claude_code_replays_reach_the_engine_as_it_wrote_them(stream):
+    """The engine's argument texts come back byte for byte from the objects Claude Code was handed
+    (as JavaScript sends them back: 1.0 is 1); an input it changed is written fresh, and another
+    session's history is no business of this one's."""
+    sampled = SampledArguments()
+    body1 = {"model": "claude-x", "max_tokens": 100, "messages": [{"role": "user", "content": "Do it."}], "tools": [BASH, READ], "stream": stream}
+    req1 = DIALECT.read_request(body1, {"path": "/v1/messages"}, sampled)
+    calls = [{"index": i, "id": f"call_{i}", "function": {"name": "Read" if i else "Bash", "arguments": text}} for i, text in enumerate(SAMPLED)]
+    if stream:
+        content = _replayed(_translate(req1, sse(chunk({"tool_calls": calls}), chunk(finish="tool_calls")))[0])
+    else:
+        whole = {"choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": calls}, "finish_reason": "tool_calls"}]}
+        content = json.loads(DIALECT.answer(req1, json.dumps(whole).encode(), "application/json", TurnDraft())[0])["content"]
+    assert [c["input"] for c in content] == [json.loads(t) for t in SAMPLED]
+    results = [{"type": "tool_result", "tool_use_id": f"call_{i}", "content": "ok"} for i in range(len(SAMPLED))]
+    body2 = {**body1, "messages": [*body1["messages"], {"role": "assistant", "content": as_javascript_sends(content)}, {"role": "user", "content": results}]}
+
+    def replayed(request) -> list[str]:
+        return [c["function"]["arguments"] for c in request.messages[1]["tool_calls"]]
+
+    assert replayed(DIALECT.read_request(body2, {"path": "/v1/messages"}, sampled)) == SAMPLED
+    assert replayed(DIALECT.read_request(body2, {"path": "/v1/messages"}, SampledArguments())) == [
+        '{"command": "ls"}', '{"file_path": "é.txt"}', '{"z": 1, "a": [1, 100000], "b": true}']
+    body2["messages"][1]["content"][1]["input"]["file_path"] = "b.txt"
+    assert replayed(DIALECT.read_request(body2, {"path": "/v1/messages"}, sampled)) == [SAMPLED[0], '{"file_path": "b.txt"}', SAMPLED[2]]
+
+
 def test_errors_are_in_anthropics_shape():
     r = DIALECT.error(401, "unknown or expired capture key", "invalid_api_key")
     assert r.status == 401 and json.loads(r.body) == {"type": "error", "error": {"type": "authentication_error", "message": "unknown or expired capture key"}}
@@ -314,9 +358,12 @@ def _key(session):
 SHELL = {"name": "bash", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
 
 
+@pytest.mark.parametrize("compact", [False, True], ids=["dumps", "compact"])
 @pytest.mark.parametrize("stream", [True, False])
-async def test_a_claude_code_like_conversation_through_the_proxy_is_one_branch_of_exact_tokens(messages_env, stream):
+async def test_a_claude_code_like_conversation_through_the_proxy_is_one_branch_of_exact_tokens(messages_env, stream, compact):
     policy, session, client = messages_env
+    if compact:  # arguments json.dumps would write otherwise: the engine still gets its own back
+        policy.dump_arguments = compact_arguments
     base = {"model": "claude-sonnet", "max_tokens": 4096, "system": [{"type": "text", "text": "Be brief."}], "tools": [SHELL], "stream": stream}
     messages1 = [{"role": "user", "content": [{"type": "text", "text": "List files."}]}]
     r = await client.post("/v1/messages?beta=true", json={**base, "messages": messages1}, headers=_key(session))

@@ -1,0 +1,88 @@
+"""The engine's exact tool-call arguments, kept for dialects that hand them over as objects.
+
+The engine writes a tool call's arguments as a JSON string; Anthropic Messages (`input`) and Gemini
+(`args`) hand the harness an object, and the harness sends that object back in its history. Written
+again with json.dumps it is the same object in other bytes (`{"command":"ls"}` comes back as
+`{"command": "ls"}`, `1e5` as `100000.0`, `é` escaped or not), so the next prompt no longer extends
+what the engine sampled and the turn graph splits into one branch per call. So each session
+remembers, per call id, the text its harness was handed an object of, and a replayed call whose
+object is still the same JSON value gets that text back; one the harness changed is written fresh.
+
+Only texts json.dumps would not write alike are kept (a tool parser that writes json.dumps' layout,
+as vLLM's usually do, costs nothing), a bounded number and size of them per session, the least
+recently replayed dropped first: a hostile policy can make any number of calls, and a dropped text
+costs only a branch, never a wrong prompt.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from harness_env.core.capture.dialects.chunks import arguments_text, json_object
+
+MAX_CALLS = 1024  # texts kept per session
+MAX_CHARS = 4 * 1024 * 1024  # and their characters together (a longer text is never kept)
+
+
+def handed_object(text: str) -> dict[str, Any]:
+    """What a harness is handed for the engine's arguments text: its object, {} if it is none
+    (arguments cut off by the token limit, or not an object)."""
+    return json_object(text) or {}
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two parsed JSON values are the same value: numbers by value (1.0 is 1, as a
+    JavaScript harness reads it), objects whatever their keys' order, but true is not 1."""
+    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_json(v, b[k]) for k, v in a.items())
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+class SampledArguments:
+    """One session's call id -> the arguments text its harness was handed an object of."""
+
+    def __init__(self, max_calls: int = MAX_CALLS, max_chars: int = MAX_CHARS) -> None:
+        self.max_calls, self.max_chars = max_calls, max_chars
+        self._texts: OrderedDict[str, str] = OrderedDict()  # least recently handed or replayed first
+        self.chars = 0
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def handed(self, call_id: str, text: str) -> dict[str, Any]:
+        """The object to hand the harness for the engine's `text`, the text remembered under
+        `call_id` if json.dumps would write that object otherwise."""
+        value = handed_object(text)
+        if call_id and arguments_text(value) != text:
+            self._forget(call_id)
+            if len(text) <= self.max_chars:
+                self._texts[call_id] = text
+                self.chars += len(text)
+                self._bound()
+        return value
+
+    def text(self, call_id: str, value: Any) -> str:
+        """A replayed call's arguments text: what the engine wrote, if the harness sent back the
+        object it was handed; else `value` as json.dumps writes it."""
+        kept = self._texts.get(call_id) if call_id else None
+        if kept is not None and same_json(handed_object(kept), value if value is not None else {}):
+            self._texts.move_to_end(call_id)
+            return kept
+        return arguments_text(value)
+
+    def _forget(self, call_id: str) -> None:
+        old = self._texts.pop(call_id, None)
+        if old is not None:
+            self.chars -= len(old)
+
+    def _bound(self) -> None:
+        while self._texts and (len(self._texts) > self.max_calls or self.chars > self.max_chars):
+            _, old = self._texts.popitem(last=False)
+            self.chars -= len(old)
