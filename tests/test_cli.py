@@ -150,6 +150,7 @@ def test_whitebox_run_writes_training_rows(tmp_path, policy_server):
     (row,) = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert result["reward"] == 1.0 and result["harness"] == "whitebox" and result["graph"]["branches"] == 1
     assert row["reward"] == 1.0 and row["trainable"] and row["turn_indices"] == [0, 1]
+    assert row["rollout_id"] == result["rollout_id"] != result["sandbox_id"]  # joins to its result
     assert len(row["token_ids"]) == len(row["loss_mask"]) == len(row["logprobs"])
     assert sum(row["loss_mask"]) == result["graph"]["trainable_tokens"] > 0
     compact = _run(["run", "--harness", "whitebox", "--task", "task.json", "--base-url", policy_server.base_url, "--model", "m",
