@@ -294,21 +294,30 @@ def split_family_task(data: dict, task_file: str) -> tuple[dict, str | None, dic
 
 def harness_of(flags: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool | None]:
     """(harness, its options or None, use_bwrap) from the run command's flags: the first harness
-    whose options model claims the command line (its flags, a task directory it runs), else
+    whose options model claims the command line (after every one has checked it) (its flags, a task directory it runs), else
     --harness (default pi) in our sandbox with --sandbox's isolation."""
     from harness_env.models import DEFAULT_HARNESS
 
-    for name, model in harness_option_models():
+    claims = []
+    for name, model in harness_option_models():  # each asked, so each says what is wrong for it
         try:
             options = model.from_command_line(name, flags, SHARED_FLAGS)
         except ValueError as e:
             _bad_input(str(e))
         if options is not None:
-            return name, options, None
+            claims.append((name, model, options))
+    if claims:  # --sandbox is the harness's own when its options take it (Harbor's)
+        name, model, options = claims[0]
+        return name, options, None if "sandbox" in model.model_fields else _local_isolation(flags)
+    return flags.get("harness") or DEFAULT_HARNESS, None, _local_isolation(flags)
+
+
+def _local_isolation(flags: dict[str, Any]) -> bool | None:
+    """use_bwrap from --sandbox, for a harness run in our sandbox."""
     sandbox = flags.get("sandbox") or "auto"
     if sandbox not in LOCAL_ISOLATION:
         _bad_input(f"--sandbox {sandbox}: choose {', '.join(LOCAL_ISOLATION)}")
-    return flags.get("harness") or DEFAULT_HARNESS, None, LOCAL_ISOLATION[sandbox]
+    return LOCAL_ISOLATION[sandbox]
 
 
 def request_fields(flags: dict[str, Any]) -> dict[str, Any]:

@@ -200,7 +200,7 @@ class RolloutResult(BaseModel):
         for t in sorted(self.proxy_turns, key=lambda t: t.index):
             if t.branch is not None:
                 by_branch.setdefault(t.branch, []).append(t)
-        return [_branch_row(b, turns, self.reward, self.task_id, self.sandbox_id) for b, turns in sorted(by_branch.items())]
+        return [_branch_row(b, turns, self.reward, self.task_id, self.rollout_id) for b, turns in sorted(by_branch.items())]
 
     @model_validator(mode="after")
     def _finite_reward(self) -> RolloutResult:

@@ -8,6 +8,7 @@ and how to read its output.
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass, field, replace
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -39,6 +40,16 @@ class LaunchSpec:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)  # added to the sandbox environment
     files: dict[str, str] = field(default_factory=dict)  # absolute path -> content, written before launch
+    stdin: str | None = None  # what the CLI reads on stdin (else /dev/null): a message no argv handling can rewrite
+
+
+STDIN_FILE = ".cache/harness-env/stdin"  # below HOME: never in the workspace, never a task file
+
+
+def reading_stdin_from(path: str, argv: list[str]) -> list[str]:
+    """`argv` with `path` as its stdin. The file is opened, then removed before the CLI starts, so
+    the agent never finds a second copy of its task in HOME."""
+    return ["bash", "-c", 'exec 0<"$0" && rm -f -- "$0" && exec "$@"', path, *argv]
 
 
 @dataclass
@@ -200,9 +211,14 @@ class PinnedCliHarness(HarnessBase):
         spec = self.launch(ctx)
         for path, content in spec.files.items():
             sandbox.write_file(path, content)
+        argv = spec.argv
+        if spec.stdin is not None:
+            stdin_path = os.path.join(ctx.home, STDIN_FILE)
+            sandbox.write_file(stdin_path, spec.stdin)
+            argv = reading_stdin_from(stdin_path, argv)
         parser = self.parser()
         r = await sandbox.exec(
-            spec.argv,
+            argv,
             timeout=ctx.request.agent_timeout_s,
             env=spec.env,
             max_output=256 * 1024,

@@ -144,12 +144,14 @@ def test_whitebox_run_writes_training_rows(tmp_path, policy_server):
     policy_server.policy.scripts["m"] = [{"bash": "echo hi > hello.txt"}, {"text": "done"}]
     (tmp_path / "task.json").write_text(json.dumps({"instruction": "make hello.txt", "verify": ["test -f hello.txt"]}))
     p = _run(["run", "--harness", "whitebox", "--task", "task.json", "--base-url", policy_server.base_url, "--model", "m",
-              "--rows-out", "rows.jsonl", "--out", "r.json", "--quiet"], cwd=tmp_path)
+              "--rows-out", "rows.jsonl", "--out", "r.json", "--max-tokens", "77", "--quiet"], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
+    assert [r["max_tokens"] for r in policy_server.policy.tool_requests()] == [77, 77]  # the white-box option, from its flag
     result = json.loads((tmp_path / "r.json").read_text())
     (row,) = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert result["reward"] == 1.0 and result["harness"] == "whitebox" and result["graph"]["branches"] == 1
     assert row["reward"] == 1.0 and row["trainable"] and row["turn_indices"] == [0, 1]
+    assert row["rollout_id"] == result["rollout_id"] != result["sandbox_id"]  # joins to its result
     assert len(row["token_ids"]) == len(row["loss_mask"]) == len(row["logprobs"])
     assert sum(row["loss_mask"]) == result["graph"]["trainable_tokens"] > 0
     compact = _run(["run", "--harness", "whitebox", "--task", "task.json", "--base-url", policy_server.base_url, "--model", "m",

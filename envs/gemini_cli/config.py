@@ -60,6 +60,7 @@ def gemini_env(*, proxy_base_url: str, session_key: str, cli_home: str) -> dict[
 
 
 def gemini_argv(cmd: list[str], *, model: str, instruction: str) -> list[str]:
-    """Headless: the prompt as `--prompt`'s value (so one starting with "-" stays the prompt),
-    JSON events, every tool call approved (our sandbox holds it)."""
-    return [*cmd, "--prompt", instruction, "--output-format", "stream-json", "--yolo", "--skip-trust", "--model", model_in_path(model)]
+    """Headless: the prompt as `--prompt`'s value, joined to it by "=" (given as the next argument,
+    a prompt starting with "-" was read as flags and the CLI exited with its usage), JSON events,
+    every tool call approved (our sandbox holds it)."""
+    return [*cmd, f"--prompt={instruction}", "--output-format", "stream-json", "--yolo", "--skip-trust", "--model", model_in_path(model)]

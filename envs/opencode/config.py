@@ -67,6 +67,9 @@ def opencode_env(config_path: str) -> dict[str, str]:
     return {"OPENCODE_CONFIG": config_path, **OFFLINE_ENV}
 
 
-def opencode_argv(cmd: list[str], *, model: str, instruction: str) -> list[str]:
-    # A prompt starting with "-" would be read as a flag; "--" ends the options.
-    return [*cmd, "run", "--format", "json", "--pure", "--model", f"{PROVIDER}/{model}", "--", instruction]
+def opencode_argv(cmd: list[str], *, model: str) -> list[str]:
+    """The command line, with no message: the instruction goes on stdin. `opencode run` joins its
+    message arguments with spaces and wraps each one holding a space in double quotes (inner ones
+    escaped), so an argument never reaches the model as written; stdin, read whole when it is not a
+    terminal, is the message itself when no argument is given."""
+    return [*cmd, "run", "--format", "json", "--pure", "--model", f"{PROVIDER}/{model}"]

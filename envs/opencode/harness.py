@@ -17,7 +17,8 @@ class OpenCodeHarness(PinnedCliHarness):
         req = ctx.request
         config_path = os.path.join(ctx.home, ".config", "harness-env", "opencode.json")
         return LaunchSpec(
-            argv=opencode_argv(self.command(), model=req.endpoint.model, instruction=req.task.instruction),
+            argv=opencode_argv(self.command(), model=req.endpoint.model),
+            stdin=req.task.instruction,
             env=opencode_env(config_path),
             files={
                 config_path: opencode_json(

@@ -48,10 +48,16 @@ def pi_env(agent_dir: str) -> dict[str, str]:
     return {"PI_CODING_AGENT_DIR": agent_dir, **OFFLINE_ENV}
 
 
+def pi_stdin(instruction: str) -> str | None:
+    """What goes on stdin: the instruction, when as an argument it would name a file to attach
+    (Pi reads "@x" so, even after "--"); stdin is read exactly but for its ends (Pi strips them)."""
+    return instruction if instruction.startswith("@") else None
+
+
 def pi_argv(pi_cmd: list[str], *, model: str, instruction: str) -> list[str]:
-    """The command line: JSON event stream, no session file, nothing discovered from disk."""
-    # A prompt starting with "-" would be read as a flag; a leading space keeps it a prompt.
-    prompt = " " + instruction if instruction.startswith("-") else instruction
+    """The command line: JSON event stream, no session file, nothing discovered from disk. After
+    "--" a prompt starting with "-" stays the prompt, as written."""
+    prompt = [] if pi_stdin(instruction) is not None else ["--", instruction]
     return [
         *pi_cmd,
         "--print",
@@ -65,7 +71,7 @@ def pi_argv(pi_cmd: list[str], *, model: str, instruction: str) -> list[str]:
         "--no-themes",
         "--provider", PROVIDER,
         "--model", model,
-        prompt,
+        *prompt,
     ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from harness_env.core.harness import LaunchContext, LaunchSpec, PinnedCliHarness
-from harness_env.envs.pi.config import models_json, pi_argv, pi_env, settings_json
+from harness_env.envs.pi.config import models_json, pi_argv, pi_stdin, pi_env, settings_json
 from harness_env.envs.pi.events import PiEventParser
 
 
@@ -18,6 +18,7 @@ class PiHarness(PinnedCliHarness):
         req = ctx.request
         return LaunchSpec(
             argv=pi_argv(self.command(), model=req.endpoint.model, instruction=req.task.instruction),
+            stdin=pi_stdin(req.task.instruction),
             env=pi_env(agent_dir),
             files={
                 os.path.join(agent_dir, "models.json"): models_json(

@@ -26,6 +26,7 @@ import httpx
 from harness_env.core.capture import fastjson
 from harness_env.core.harness import AgentOutcome
 from harness_env.core.sandbox.base import ExecResult, TailBuffer
+from harness_env.envs.whitebox.options import DEFAULT_MAX_TOKENS
 from harness_env.envs.whitebox.tools import SYSTEM_PROMPT, TOOL_SPECS, ToolBox
 
 # httpx imports its transport (httpcore, h11, h2) when the first client is made: here, at the
@@ -50,8 +51,10 @@ def initial_messages(instruction: str) -> list[dict[str, Any]]:
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": instruction}]
 
 
-def request_body(model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"model": model, "messages": messages, "tools": TOOL_SPECS, "tool_choice": "auto", "stream": False}
+def request_body(model: str, messages: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
+    # max_tokens always: without it an endpoint samples until the context is full. (The proxy
+    # lowers it to the rollout's max_tokens_cap and renames it where the endpoint wants so.)
+    return {"model": model, "messages": messages, "tools": TOOL_SPECS, "tool_choice": "auto", "stream": False, "max_tokens": max_tokens}
 
 
 def assistant_message(message: dict[str, Any]) -> dict[str, Any]:
@@ -121,6 +124,7 @@ async def run_loop(
     model: str,
     instruction: str,
     max_turns: int | None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
     timeout_s: float,
     stop: asyncio.Event,
 ) -> tuple[ExecResult, AgentOutcome]:
@@ -132,7 +136,7 @@ async def run_loop(
     url = proxy_base_url.rstrip("/") + "/chat/completions"
     try:
         async with asyncio.timeout(timeout_s), httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10), verify=_tls()) as http:
-            await _turns(state, outcome, toolbox, http, url, session_key, model, max_turns, stop)
+            await _turns(state, outcome, toolbox, http, url, session_key, model, max_turns, max_tokens, stop)
         stopped = stop.is_set() and not state.submitted
     except TimeoutError:
         timed_out = True
@@ -151,7 +155,7 @@ async def run_loop(
 
 
 async def _turns(state: LoopState, outcome: AgentOutcome, toolbox: ToolBox, http: httpx.AsyncClient, url: str,
-                 key: str, model: str, max_turns: int | None, stop: asyncio.Event) -> None:
+                 key: str, model: str, max_turns: int | None, max_tokens: int, stop: asyncio.Event) -> None:
     while not stop.is_set():
         if max_turns is not None and state.turns >= max_turns:
             outcome.turn_limit_hit = True
@@ -159,7 +163,7 @@ async def _turns(state: LoopState, outcome: AgentOutcome, toolbox: ToolBox, http
             return
         state.turns += 1
         try:
-            choice = await call_policy(http, url, key, request_body(model, state.messages), stop)
+            choice = await call_policy(http, url, key, request_body(model, state.messages, max_tokens), stop)
         except PolicyCallFailed as e:
             outcome.error = str(e)
             state.note(f"turn {state.turns}: model call failed: {e}")

@@ -12,7 +12,7 @@ from harness_env.core.errors import ToolMissingError
 from harness_env.core.sandbox.local import _marked_pids
 from harness_env.core.harness import PinnedCliHarness
 from harness_env.envs import HARNESSES as REGISTERED, get_harness
-from tests.fakes.policy import compact_arguments
+from tests.fakes.policy import _text_of, compact_arguments
 
 UPSTREAM_KEY = "sk-upstream-e2e-9f8e7d"
 SHELL_TOOL = {"codex": "exec_command", "claude-code": "Bash", "gemini-cli": "run_shell_command"}  # the harness's own shell tool, where it is not "bash"
@@ -232,3 +232,29 @@ async def test_one_rollouts_rejected_call_changes_no_rollouts_capture(policy_ser
     assert not {"logprobs", "top_logprobs", "return_token_ids"} & set(second.dropped_fields)
     asked = [s.request for s in policy.sent[n:] if s.request.get("tools")]
     assert asked and all(r.get("logprobs") and r.get("top_logprobs") == 2 and r.get("return_token_ids") for r in asked)
+
+
+# Spaces, double and single quotes, a newline, a backslash, a shell variable, a leading "-" and
+# non-ASCII text: whatever a command line or a CLI's own argument handling could change.
+AWKWARD_INSTRUCTION = '-n Write "hello world" to a\\b.txt;\nkeep $HOME and \'single\' as they are: café, 日本語 ✓'
+
+
+def _user_texts(request):
+    return [_text_of(m.get("content")) for m in request.get("messages") or [] if m.get("role") == "user"]
+
+
+async def test_the_instruction_reaches_the_policy_as_written(policy_server, make_request, harness):
+    """Issue 26 (1): the task's instruction is in the policy's user message byte for byte: no
+    quotes, escapes or spaces added by the harness's command line (its own context may surround it)."""
+    req = make_request([{"text": "ok"}])
+    req = req.model_copy(update={"task": req.task.model_copy(update={"instruction": AWKWARD_INSTRUCTION})})
+    res = await run_rollout(req)
+    assert res.error is None, res.error
+    users = [t for r in _policy_requests(policy_server) for t in _user_texts(r)]
+    assert any(AWKWARD_INSTRUCTION in t for t in users), users
+    assert not any(AWKWARD_INSTRUCTION in content for content in res.files.values())  # no copy of it among the task's files
+    for t in users:  # nothing glued on either side of it (OpenCode quoted it; Pi prefixed a space)
+        at = t.find(AWKWARD_INSTRUCTION)
+        if at >= 0:
+            before, after = t[:at], t[at + len(AWKWARD_INSTRUCTION):]
+            assert not before.endswith(('"', " ")) and not after.startswith('"'), t

@@ -22,6 +22,15 @@ def test_a_conversation_that_only_appends_is_one_branch():
     assert row.prompt_length == 2 and row.reward == 0.5 and row.trainable
 
 
+def test_rows_carry_the_rollout_id_not_the_sandbox_id():
+    """Issue 26 (2): a row joins to its rollout (the export's tables, the result) by rollout_id."""
+    turns = [turn(0, [1, 2], [3]), turn(1, [1, 8], [5])]
+    link_turns(turns)
+    res = RolloutResult(rollout_id="r-1234", sandbox_id="rollout-abcd", task_id="t", proxy_turns=turns)
+    rows = res.training_rows()
+    assert len(rows) == 2 and {r.rollout_id for r in rows} == {"r-1234"}
+
+
 def test_rewritten_history_starts_a_new_branch_and_a_later_turn_may_continue_an_old_one():
     turns = [
         turn(0, [1, 2], [3]),

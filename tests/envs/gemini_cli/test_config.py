@@ -24,13 +24,13 @@ def test_settings_select_the_api_key_and_keep_it_offline_harness_config_last():
 
 def test_argv_is_headless_stream_json_yolo_and_the_model_fits_a_path():
     argv = gemini_argv(["node", "/t/gemini.js"], model="Qwen/Qwen3-8B", instruction="do it")
-    assert argv[:2] == ["node", "/t/gemini.js"] and argv[argv.index("--prompt") + 1] == "do it"
+    assert argv[:2] == ["node", "/t/gemini.js"] and "--prompt=do it" in argv
     assert argv[argv.index("--output-format") + 1] == "stream-json" and "--yolo" in argv and "--skip-trust" in argv
     assert argv[argv.index("--model") + 1] == "Qwen--Qwen3-8B" == model_in_path("Qwen/Qwen3-8B")
 
 
 def test_a_prompt_like_a_flag_stays_a_prompt():
-    for instr in ("--help me; rm -rf / $(echo 'x') \"q\"", "-", "mcp"):
+    for instr in ("--help me; rm -rf / $(echo 'x') \"q\"", "-", "-n two words", "mcp"):
         argv = gemini_argv(["gemini"], model="m", instruction=instr)
-        assert argv[argv.index("--prompt") + 1] == instr
+        assert f"--prompt={instr}" in argv
         assert shlex.split(shlex.join(argv)) == argv

@@ -1,7 +1,7 @@
 import json
 import shlex
 
-from harness_env.envs.pi.config import PROVIDER, models_json, pi_argv, pi_env, settings_json, shell_line
+from harness_env.envs.pi.config import PROVIDER, models_json, pi_argv, pi_env, pi_stdin, settings_json, shell_line
 
 
 def test_models_json_points_at_the_proxy_with_the_session_key():
@@ -34,5 +34,11 @@ def test_argv_is_print_json_no_session_nothing_discovered():
 def test_prompt_starting_with_dash_stays_a_prompt_and_quoting_roundtrips():
     instr = "--help me; rm -rf / $(echo 'x') \"q\""
     argv = pi_argv(["node", "cli.js"], model="m", instruction=instr)
-    assert not argv[-1].startswith("-") and argv[-1].strip() == instr
+    assert argv[-2:] == ["--", instr] and pi_stdin(instr) is None  # as written, no space added
     assert shlex.split(shell_line(argv)) == argv
+
+
+def test_prompt_naming_a_file_goes_on_stdin():
+    # Pi reads "@x" as a file to attach, even after "--".
+    argv = pi_argv(["node", "cli.js"], model="m", instruction="@notes.txt says hi")
+    assert "@notes.txt says hi" not in argv and "--" not in argv and pi_stdin("@notes.txt says hi") == "@notes.txt says hi"

@@ -79,3 +79,19 @@ async def test_tool_limits_come_from_harness_config(policy_server, make_request)
     assert "bytes cut" in tool_reply and tool_reply.endswith("100000\n[exit code 0]") and len(tool_reply) < 400
     bad = await run_rollout(make_request(script, harness_config={"tool_timeout": 1}))
     assert bad.error_kind == "invalid_request" and "tool_timeout_s" in bad.error
+
+
+async def test_every_call_carries_a_completion_cap_that_the_option_sets(policy_server, make_request):
+    """Issue 26 (3): with no max_tokens one call on a real vLLM sampled until the context was full."""
+    from harness_env.envs.whitebox.options import DEFAULT_MAX_TOKENS
+
+    script = [{"bash": "touch hello.txt"}, {"text": "ok"}]
+    res = await run_rollout(make_request(script))
+    assert res.error is None and res.reward == 1.0
+    assert [r.get("max_tokens") for r in policy_server.policy.tool_requests()] == [DEFAULT_MAX_TOKENS] * 2
+    n = len(policy_server.policy.tool_requests())
+    res = await run_rollout(make_request(script, harness_options={"max_tokens": 300}))
+    assert res.error is None and [r.get("max_tokens") for r in policy_server.policy.tool_requests()[n:]] == [300, 300]
+    n = len(policy_server.policy.tool_requests())
+    res = await run_rollout(make_request(script, harness_options={"max_tokens": 300}, max_tokens_cap=100))  # the rollout's cap still wins
+    assert res.error is None and [r.get("max_tokens") for r in policy_server.policy.tool_requests()[n:]] == [100, 100]
