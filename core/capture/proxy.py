@@ -400,6 +400,8 @@ class CaptureProxy:
             f"{len(turn.tool_calls)} tool calls, finish={turn.finish_reason}"
             + (f", error: {turn.upstream_error[:200]}" if turn.upstream_error else "")
         )
+        for call in turn.tool_calls:  # what a harness handed them as text may write back otherwise
+            session.sampled_arguments.wrote(call.get("id"), (call.get("function") or {}).get("arguments"))
         session.record(turn, draft.prompt_ids_text())
 
     @staticmethod

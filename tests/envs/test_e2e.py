@@ -100,17 +100,19 @@ async def test_agent_doing_the_work_gets_reward_1_and_exact_tokens(policy_server
     _no_process_left(res)
 
 
-async def test_a_multi_call_rollout_with_compact_arguments_is_one_branch(policy_server, make_request, harness):
+@pytest.mark.parametrize("dump", [compact_arguments, json.dumps], ids=["compact", "spaced"])
+async def test_a_multi_call_rollout_with_compact_arguments_is_one_branch(policy_server, make_request, harness, dump):
     """Issue 26 (item 2): a model that writes its tool arguments compactly, in raw UTF-8 (as models
     do; json.dumps would space and escape them), gets them back byte for byte in every later prompt,
     whatever the harness does with them (Claude Code and Gemini CLI hold them as objects): three
-    model calls are one branch, one training row, not one per call."""
-    policy_server.policy.dump_arguments = compact_arguments
+    model calls are one branch, one training row, not one per call. And the other way round: Pi and
+    OpenCode parse the engine's spaced, escaped arguments and write them back compact."""
+    policy_server.policy.dump_arguments = dump
     script = [{"bash": "echo héllo > hello.txt"}, {"bash": "cat hello.txt"}, {"text": "Wrote it."}]
     res = await run_rollout(make_request(script, verify=["grep -qx héllo hello.txt"]))
     assert res.error is None and res.reward == 1.0, (res.error, res.agent_log_tail[-1500:], res.proxy_log_tail[-3000:])
     sampled = [c["function"]["arguments"] for s in policy_server.policy.sent for c in s.tool_calls]
-    assert len(sampled) == 2 and all('":"' in a for a in sampled) and "héllo" in sampled[0], sampled
+    assert len(sampled) == 2 and all(a == dump(json.loads(a)) for a in sampled), sampled
     policy_turns = [t for t in res.proxy_turns if t.purpose == "policy"]
     assert len(policy_turns) == 3 and [t.branch for t in policy_turns] == [0, 0, 0], [(t.index, t.branch, t.parent) for t in policy_turns]
     assert res.graph.branches == 1 and [r.branch for r in res.training_rows()] == [0]

@@ -57,7 +57,10 @@ class ChatCompletions:
         return bearer_or_api_key(scope)
 
     def read_request(self, body: dict[str, Any], scope: Scope, sampled: SampledArguments | None = None) -> ChatRequest:
-        # The harness sends back the engine's argument strings themselves: nothing to restore.
+        # The harness is handed the engine's argument strings; one that parses them and writes
+        # them again (Pi) gets the engine's own text back where the value is the same.
+        if sampled is not None and isinstance(body.get("messages"), list):
+            body = {**body, "messages": sampled.restore_history(body["messages"])}
         return ChatRequest(
             messages=list(body.get("messages") or []),
             tools=list(body.get("tools") or []),

@@ -445,7 +445,6 @@ class Responses:
         return bearer_or_api_key(scope)
 
     def read_request(self, body: dict[str, Any], scope: Scope, sampled: SampledArguments | None = None) -> ResponsesChatRequest:
-        # Function calls' arguments are the engine's strings, sent back as they were: nothing to restore.
         if body.get("previous_response_id"):
             raise InvalidRequestError(
                 "previous_response_id is not supported: this proxy stores no responses; send the whole conversation in 'input' (store: false)"
@@ -455,6 +454,8 @@ class Responses:
             raise InvalidRequestError("'tools' must be a list")
         tools, names = translate_tools(raw_tools)
         messages = translate_input(body, names)
+        if sampled is not None:  # arguments the harness wrote again: the engine's own text where the value is the same
+            messages = sampled.restore_history(messages)
         return ResponsesChatRequest(
             messages=messages,
             tools=tools,

@@ -77,6 +77,48 @@ class SampledArguments:
             return kept
         return arguments_text(value)
 
+    def wrote(self, call_id: str | None, text: str) -> None:
+        """The engine's arguments text of a call its harness was handed as text (Chat Completions,
+        Responses): kept whatever its layout, since the harness may parse it and write it again
+        (Pi writes `{"command":"ls"}` back for the engine's `{"command": "ls"}`)."""
+        if call_id and isinstance(text, str) and len(text) <= self.max_chars:
+            self._forget(call_id)
+            self._texts[call_id] = text
+            self.chars += len(text)
+            self._bound()
+
+    def restored(self, call_id: str, text: str) -> str:
+        """A replayed call's arguments as the harness wrote them: the engine's own text if it is
+        the same JSON value, else the harness's text untouched."""
+        kept = self._texts.get(call_id)
+        if kept is None or kept == text:
+            return text
+        mine, theirs = json_object(kept), json_object(text)
+        if mine is None or theirs is None or not same_json(mine, theirs):
+            return text
+        self._texts.move_to_end(call_id)
+        return kept
+
+    def restore_history(self, messages: list[Any]) -> list[Any]:
+        """Chat messages with each replayed tool call's arguments `restored` (new dicts where
+        something changed; the harness's own are never modified)."""
+        out = []
+        for m in messages:
+            calls = m.get("tool_calls") if isinstance(m, dict) and m.get("role") == "assistant" else None
+            if isinstance(calls, list) and calls:
+                new = [self._restored_call(c) for c in calls]
+                if any(a is not b for a, b in zip(new, calls)):
+                    m = {**m, "tool_calls": new}
+            out.append(m)
+        return out
+
+    def _restored_call(self, call: Any) -> Any:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str) or not isinstance(call.get("id"), str):
+            return call
+        text = self.restored(call["id"], fn["arguments"])
+        return call if text is fn["arguments"] else {**call, "function": {**fn, "arguments": text}}
+
     def _forget(self, call_id: str) -> None:
         old = self._texts.pop(call_id, None)
         if old is not None:

@@ -74,3 +74,26 @@ def test_the_characters_kept_are_bounded_too():
 
 def test_handed_object_is_what_both_dialects_hand_over():
     assert handed_object('{"a":1}') == {"a": 1} and handed_object("") == {} and handed_object("null") == {}
+
+
+def test_arguments_handed_over_as_text_and_written_again_get_the_engines_text_back():
+    """Chat Completions and Responses hand the harness the engine's string; Pi parses it and
+    writes it compact. The history the engine gets has its own text wherever the value is the same,
+    and the harness's text, untouched, where it changed it or the id is unknown."""
+    sampled = SampledArguments()
+    engine = '{"command": "ls", "n": 1.0}'
+    sampled.wrote("call_1", engine)
+    history = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"command":"ls","n":1}'}},
+            {"id": "call_2", "type": "function", "function": {"name": "bash", "arguments": '{"command":"pwd"}'}}]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"command":"ls -la"}'}}]},
+    ]
+    before = json.dumps(history)
+    out = sampled.restore_history(history)
+    assert out[1]["tool_calls"][0]["function"]["arguments"] == engine
+    assert out[1]["tool_calls"][1]["function"]["arguments"] == '{"command":"pwd"}'  # never handed: the harness's own
+    assert out[2]["tool_calls"][0]["function"]["arguments"] == '{"command":"ls -la"}'  # changed: the harness's own
+    assert json.dumps(history) == before and out[0] is history[0]  # the harness's request is not modified
