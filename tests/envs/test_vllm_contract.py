@@ -69,7 +69,7 @@ def tap(vllm_server):
         yield recorder
 
 
-def _tokenize(vllm_server, body: dict) -> list[int]:
+def tokenize(vllm_server, body: dict) -> list[int]:
     req = {"model": vllm_server.model, "messages": body["messages"], "add_generation_prompt": True}
     if body.get("tools"):
         req["tools"] = body["tools"]
@@ -96,7 +96,7 @@ async def test_every_captured_turn_is_what_the_real_engine_saw_and_sampled(vllm_
         sent, answer = call.body, call.answer_choice()
         assert turn.stream == call.streamed
         # The prompt: vLLM's own tokenisation of the request it received.
-        assert turn.prompt_token_ids == _tokenize(vllm_server, sent), f"turn {turn.index}: prompt ids"
+        assert turn.prompt_token_ids == tokenize(vllm_server, sent), f"turn {turn.index}: prompt ids"
         # The completion: the ids and logprobs vLLM returned, whole or streamed.
         assert turn.completion_token_ids == answer["token_ids"] and turn.completion_token_ids
         assert turn.per_token_logps == answer["logprobs"]
@@ -112,13 +112,13 @@ async def test_every_captured_turn_is_what_the_real_engine_saw_and_sampled(vllm_
             assert call in echoed, f"{call} came back as {echoed}"
     # Each prompt extends the text sampled before it; where only the tokens differ (the engine's
     # template re-tokenises text the sampler spelled otherwise) the turn starts a branch.
-    text_splits, token_splits = _continuity(vllm_server, turns)
+    text_splits, token_splits = continuity(vllm_server, turns)
     assert text_splits == [], f"{harness}: what went back to the engine is not what it sampled: {text_splits}"
     assert res.graph.branches == 1 + len(token_splits), (res.graph, token_splits)
     print(f"\n{harness}: {len(turns)} policy calls, {res.graph.branches} branches ({len(token_splits)} re-tokenised: {token_splits})")
 
 
-def _continuity(vllm_server, turns) -> tuple[list[str], list[str]]:
+def continuity(vllm_server, turns) -> tuple[list[str], list[str]]:
     """Where a turn's prompt stops extending the turn before it (prompt + completion): in the text
     (decoded), or in the tokens only."""
     def text(ids: list[int]) -> str:
@@ -136,16 +136,28 @@ def _continuity(vllm_server, turns) -> tuple[list[str], list[str]]:
     return text_splits, token_splits
 
 
-def _teacher_forced(prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
-    """log_softmax(logits / T) of each completion token, on the weights vLLM serves (float32)."""
-    import torch
-    from transformers import AutoModelForCausalLM
+_TEACHER: list = []
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32).eval()
-    ids = torch.tensor([prompt_ids + completion_ids])
+
+def teacher_forced(prompt_ids: list[int], completion_ids: list[int], temperature: float, chunk: int = 2048) -> list[float]:
+    """log_softmax(logits / T) of each completion token, on the weights vLLM serves (float32),
+    the sequence fed in chunks through the KV cache (a harness's 20k-token prompt in one piece
+    would need gigabytes of attention scores)."""
+    import torch
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    if not _TEACHER:
+        _TEACHER.append(AutoModelForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32).eval())
+    model = _TEACHER[0]
+    ids = prompt_ids + completion_ids
+    cache, logits = DynamicCache(), []
     with torch.no_grad():
-        logits = model(ids).logits[0, len(prompt_ids) - 1 : -1].float() / temperature
-    logps = torch.log_softmax(logits, dim=-1)
+        for start in range(0, len(ids), chunk):
+            piece = torch.tensor([ids[start : start + chunk]])
+            out = model(piece, cache=cache, use_cache=True)
+            logits.append(out.logits[0])
+    scores = torch.cat(logits)[len(prompt_ids) - 1 : -1].float() / temperature
+    logps = torch.log_softmax(scores, dim=-1)
     return [logps[i, t].item() for i, t in enumerate(completion_ids)]
 
 
@@ -161,6 +173,6 @@ async def test_captured_logprobs_equal_teacher_forced_ones(vllm_server, tap):
     assert res.error is None, res.error
     turn = next(t for t in res.proxy_turns if t.purpose == "policy")
     assert len(turn.prompt_token_ids) <= TEACHER_FORCING_MAX_PROMPT
-    forced = _teacher_forced(turn.prompt_token_ids, turn.completion_token_ids, 0.7)
+    forced = teacher_forced(turn.prompt_token_ids, turn.completion_token_ids, 0.7)
     gap = max(abs(a - b) for a, b in zip(turn.per_token_logps, forced))
     assert len(forced) == len(turn.per_token_logps) and gap < LOGPROB_TOLERANCE, gap
