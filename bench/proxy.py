@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/proxy.py [--requests 400] [--concurrency 32] [--json FILE]
         [--only-realistic] [--only CASE] [--baseline-commit REV] [--bare-relay] [--profile FILE]
+        [--vllm | --vllm-port PORT] [--only-vllm] [--vllm-concurrency 8] [--vllm-rounds 4]
 
 Three processes: a minimal OpenAI-compatible upstream, the capture proxy (in transparent_proxy
 mode, so every call is rewritten, parsed and recorded), and this load generator, all on this
@@ -28,12 +29,19 @@ its rollout ended and a new one began), 16 KB prompts with their ~4,000 prompt t
 answer (first chunk when streaming), completion ids and logprobs per chunk. For each case the
 proxy's CPU time per call (from /proc, over its rounds only) is printed, next to the upstream's
 in the direct rounds, and the proxy's peak RSS at the end.
+
+The real-engine cases ("vllm:", with `--vllm`, `--vllm-port PORT` or `--only-vllm`) call a real
+vLLM (tests/vllm_engine.py; the one on PORT, or one started for the run) directly and through its
+own capture proxy, interleaved in rounds: whole and streamed, c=1 and c=8, 24 greedy tokens per
+call. The direct calls ask for what the proxy adds (logprobs, return_token_ids), so both sides
+make the engine do the same work; the engine's time dominates every figure.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -44,6 +52,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -127,14 +136,14 @@ async def main():
     keys = []
     for _ in range(int(sys.argv[3])):
         box = []
-        box.append(proxy.open_session(Endpoint(base_url=sys.argv[2], api_key="sk-bench", model="m"), CapturePolicy(top_logprobs=0),
+        box.append(proxy.open_session(Endpoint(base_url=sys.argv[2], api_key="sk-bench", model=sys.argv[4]), CapturePolicy(top_logprobs=0),
                                       on_turn=clear_after(box)))
         keys.append(box[0].key)
     print(" ".join(keys), flush=True)
     cfg = uvicorn.Config(proxy.app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error", access_log=False, lifespan="off")
     server = Server(cfg)
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, lambda: setattr(server, "should_exit", True))
-    profile = cProfile.Profile(time.process_time) if len(sys.argv) > 4 else None  # CPU time: wall time would count the upstream running while a write wakes it
+    profile = cProfile.Profile(time.process_time) if len(sys.argv) > 5 else None  # CPU time: wall time would count the upstream running while a write wakes it
     if profile is not None:  # --profile: cProfile of the whole proxy process, written when it stops
         profile.enable()
     try:
@@ -142,7 +151,7 @@ async def main():
     finally:
         if profile is not None:
             profile.disable()
-            profile.dump_stats(sys.argv[4])
+            profile.dump_stats(sys.argv[5])
         await proxy.aclose()
 
 class Server(uvicorn.Server):  # stops on SIGTERM without re-raising it, so the proxy closes and the profile is written
@@ -267,14 +276,16 @@ async def _call(client: aiohttp.ClientSession, url: str, key: str, path: str, bo
 Target = tuple[str, list[str], str, int | None]  # base URL, keys (round robin), dialect, pid whose CPU is counted
 
 
-async def _measure(targets: dict[str, Target], *, stream: bool, concurrency: int, n: int, shape: Shape, prompt_bytes: int) -> dict[str, dict[str, float]]:
+async def _measure(targets: dict[str, Target], *, stream: bool, concurrency: int, n: int, shape: Shape = (0.0, 0, 0.0, 0), prompt_bytes: int = 0,
+                   bodies: dict[str, tuple[str, bytes]] | None = None, rounds: int = 4) -> dict[str, dict[str, float]]:
     """Interleave the targets' rounds; per target: p50/p99 latency, p50 TTFT, calls/s, and the CPU
-    its process used per call during its own rounds."""
+    its process used per call during its own rounds. `bodies`: each target's path and body, if not
+    the modelled engine's `_request`."""
     out: dict[str, dict] = {}
     turn = 0
     # The load generator must not be the bottleneck: aiohttp on uvloop, as lean as a client gets here.
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency * 2)) as client:
-        bodies = {name: _request(api, stream, shape, prompt_bytes) for name, (_, _, api, _) in targets.items()}
+        bodies = bodies or {name: _request(api, stream, shape, prompt_bytes) for name, (_, _, api, _) in targets.items()}
 
         def call(name: str) -> asyncio.Future:
             nonlocal turn
@@ -284,7 +295,6 @@ async def _measure(targets: dict[str, Target], *, stream: bool, concurrency: int
 
         for name in targets:  # warm-up (connections, caches)
             await asyncio.gather(*(call(name) for _ in range(concurrency)))
-        rounds = 4
         per_round = max(concurrency, n // rounds)
         for _ in range(rounds):
             for name, (_, _, _, pid) in targets.items():
@@ -331,6 +341,71 @@ def _check(value: float, op: str, bound: float) -> bool:
     return value < bound if op == "<" else value <= bound if op == "<=" else value >= bound
 
 
+async def _start_proxy(procs: list[subprocess.Popen], tree: str, upstream: str, sessions: int, model: str, profile: list[str]) -> Target:
+    """The capture proxy (transparent_proxy, `sessions` open) in a process of its own, relaying to `upstream`."""
+    port = _free_port()
+    px = subprocess.Popen([sys.executable, "-c", PROXY, str(port), upstream, str(sessions), model, *profile],
+                          env={**os.environ, "PYTHONPATH": tree}, stdout=subprocess.PIPE, text=True)
+    procs.append(px)
+    keys = px.stdout.readline().split()  # type: ignore[union-attr]
+    await _wait_up(f"http://127.0.0.1:{port}/")
+    return (f"http://127.0.0.1:{port}/v1", keys, "chat", px.pid)
+
+
+# The real engine: short completions (it decodes 25-34 tokens/s on these 2 cores), greedy so every
+# call samples the same tokens, a prompt the model does not answer in fewer.
+VLLM_PROMPT = "Write a long story about a lighthouse keeper and the sea."
+VLLM_MAX_TOKENS = 24
+
+
+@contextlib.contextmanager
+def _vllm(port: int | None) -> Iterator[tuple[str, str]]:
+    """A real vLLM's base URL and served model: the one running on `port`, or one started here
+    (tests/vllm_engine.py) for the run."""
+    sys.path.insert(0, str(ROOT))
+    from tests.vllm_engine import SERVED_NAME, serving
+
+    if port:
+        yield f"http://127.0.0.1:{port}/v1", SERVED_NAME
+        return
+    with serving() as server:
+        yield server.base_url, server.model
+
+
+def _vllm_bodies(model: str, stream: bool) -> dict[str, tuple[str, bytes]]:
+    """The same call both ways; direct, it asks vLLM for what the proxy adds to the proxied one
+    (logprobs and return_token_ids; top_logprobs 0 is not sent)."""
+    body = {"model": model, "messages": [{"role": "user", "content": VLLM_PROMPT}], "max_tokens": VLLM_MAX_TOKENS, "temperature": 0, "stream": stream}
+    return {"direct": ("/chat/completions", json.dumps({**body, "logprobs": True, "return_token_ids": True}).encode()),
+            "proxy": ("/chat/completions", json.dumps(body).encode())}
+
+
+async def _vllm_cases(args: argparse.Namespace, procs: list[subprocess.Popen], figures: dict[str, dict]) -> None:
+    """Direct and proxied calls to a real vLLM, interleaved in rounds: whole and streamed, c=1 and
+    c=--vllm-concurrency. The engine dominates: what is left is the proxy's share of each call."""
+    with _vllm(args.vllm_port) as (base_url, model):
+        await _wait_up(base_url + "/models")
+        proxy = await _start_proxy(procs, str(ROOT.parent), base_url, 1, model, [])
+        targets: dict[str, Target] = {"direct": (base_url, ["sk-bench"], "chat", None), "proxy": proxy}
+        for conc in (1, args.vllm_concurrency):
+            for stream in (False, True):
+                n = args.vllm_rounds * (3 if conc == 1 else 2 * conc)
+                m = await _measure(targets, stream=stream, concurrency=conc, n=n, bodies=_vllm_bodies(model, stream), rounds=args.vllm_rounds)
+                _row(figures, "vllm proxy", _label("vllm: added latency, " + ("stream" if stream else "non-stream"), stream, conc), m["direct"], m["proxy"])
+        print(f"\nvllm proxy: peak RSS {_peak_rss_mb(proxy[3]):.0f} MB; {VLLM_MAX_TOKENS} tokens per call from {base_url} "
+              "(shared: other work may call this engine too)")
+
+
+def _row(figures: dict[str, dict], name: str, label: str, d: dict[str, float], p: dict[str, float]) -> None:
+    """A proxied target's figures against the direct ones of the same rounds: kept and printed."""
+    f = figures.setdefault(name, {})[label] = {
+        "direct": d, "proxy": p, "added_p50_ms": p["p50_ms"] - d["p50_ms"], "added_p99_ms": p["p99_ms"] - d["p99_ms"],
+        "ttft_ratio": p["ttft_p50_ms"] / d["ttft_p50_ms"], "throughput_ratio": p["rps"] / d["rps"],
+        "cpu_ms_per_call": p["cpu_ms_per_call"]}
+    print(f"{label:<50}{name:<16}{p['p50_ms']:>7.2f}ms{f['added_p50_ms']:>9.2f}ms{f['added_p99_ms']:>9.2f}ms"
+          f"{f['ttft_ratio']:>8.3f}{f['throughput_ratio']:>8.3f}{p['cpu_ms_per_call']:>8.2f}ms{d['cpu_ms_per_call']:>17.2f}ms")
+
+
 async def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=400, help="calls per target per case")
@@ -344,6 +419,11 @@ async def main() -> int:
     ap.add_argument("--only", help="only the cases whose title contains this (for profiling one case)")
     ap.add_argument("--bare-relay", action="store_true", help="also measure a relay that only passes bytes on (the stack's floor)")
     ap.add_argument("--profile", help="write a cProfile of each proxy process to FILE.<target> (costs time: not for figures)")
+    ap.add_argument("--vllm", action="store_true", help="also measure against a real vLLM, started for the run (tests/vllm_engine.py)")
+    ap.add_argument("--vllm-port", type=int, help="also measure against the real vLLM running on this port (implies --vllm)")
+    ap.add_argument("--only-vllm", action="store_true", help="only the real-vLLM cases (implies --vllm)")
+    ap.add_argument("--vllm-concurrency", type=int, default=8)
+    ap.add_argument("--vllm-rounds", type=int, default=4, help="rounds per real-vLLM case (3 calls per target a round at c=1, 2 x concurrency at c=N)")
     args = ap.parse_args()
     N = args.concurrency
     prompt_bytes = args.prompt_kb * 1024
@@ -358,19 +438,13 @@ async def main() -> int:
     try:
         upstream = f"http://127.0.0.1:{up_port}/v1"
         proxies: dict[str, Target] = {}
-        trees = {"proxy": str(ROOT.parent)}
-        if args.baseline_commit:
+        trees = {} if args.only_vllm else {"proxy": str(ROOT.parent)}
+        if args.baseline_commit and not args.only_vllm:
             trees[f"base {args.baseline_commit}"] = _baseline_tree(args.baseline_commit, tmp)
         for name, tree in trees.items():
-            port = _free_port()
             profile = [f"{args.profile}.{name.split()[0]}"] if args.profile else []
-            px = subprocess.Popen([sys.executable, "-c", PROXY, str(port), upstream, str(args.sessions), *profile],
-                                  env={**env, "PYTHONPATH": tree}, stdout=subprocess.PIPE, text=True)
-            procs.append(px)
-            keys = px.stdout.readline().split()  # type: ignore[union-attr]
-            await _wait_up(f"http://127.0.0.1:{port}/")
-            proxies[name] = (f"http://127.0.0.1:{port}/v1", keys, "chat", px.pid)
-        if args.bare_relay:
+            proxies[name] = await _start_proxy(procs, tree, upstream, args.sessions, "m", profile)
+        if args.bare_relay and not args.only_vllm:
             port = _free_port()
             px = subprocess.Popen([sys.executable, "-c", BARE_RELAY, str(port), upstream], env=env, stdout=subprocess.PIPE, text=True)
             procs.append(px)
@@ -408,6 +482,8 @@ async def main() -> int:
             ("real: throughput, streaming engine", True, N, real_engine, "chat", S, prompt_bytes),
             ("real: throughput, engine-like", False, N, real_engine, "chat", S, prompt_bytes),
         ]
+        if args.only_vllm:
+            cases = []
         if args.only:
             cases = [c for c in cases if args.only in _label(c[0], c[1], c[2])]
         figures: dict[str, dict] = {}
@@ -426,13 +502,7 @@ async def main() -> int:
             for name in proxies:
                 if name not in m:
                     continue
-                p = m[name]
-                f = figures.setdefault(name, {})[label] = {
-                    "direct": d, "proxy": p, "added_p50_ms": p["p50_ms"] - d["p50_ms"], "added_p99_ms": p["p99_ms"] - d["p99_ms"],
-                    "ttft_ratio": p["ttft_p50_ms"] / d["ttft_p50_ms"], "throughput_ratio": p["rps"] / d["rps"],
-                    "cpu_ms_per_call": p["cpu_ms_per_call"]}
-                print(f"{label:<50}{name:<16}{p['p50_ms']:>7.2f}ms{f['added_p50_ms']:>9.2f}ms{f['added_p99_ms']:>9.2f}ms"
-                      f"{f['ttft_ratio']:>8.3f}{f['throughput_ratio']:>8.3f}{p['cpu_ms_per_call']:>8.2f}ms{d['cpu_ms_per_call']:>17.2f}ms")
+                _row(figures, name, label, d, m[name])
         checks = [  # (summary name, case label, figure, op, bound)
             ("real_added_p50_ms_non_stream_c1", "real: added latency, non-stream, c=1", "added_p50_ms", "<", 1.0),
             ("real_added_p50_ms_stream_c1", "real: added latency, stream, c=1", "added_p50_ms", "<", 1.0),
@@ -459,6 +529,8 @@ async def main() -> int:
                     (f"{api}_ttft_ratio_c{N}", f"{api}: ttft, 50 ms prefill (stream, c={N})", "ttft_ratio", "<=", 1.05),
                     (f"{api}_throughput_ratio_stream_c{N}", f"{api}: throughput, engine-like (stream, c={N})", "throughput_ratio", ">=", 0.8),
                 ]
+        if args.vllm or args.vllm_port or args.only_vllm:
+            await _vllm_cases(args, procs, figures)
         summary: dict[str, dict[str, float]] = {}
         for name, (_, _, _, pid) in proxies.items():
             if name == "bare relay":
