@@ -5,7 +5,9 @@ import pytest
 
 from harness_env.core.sandbox.host import mounts_at_or_below, sandboxes_root
 from tests.leftovers import Before
+from tests.fakes.loopback import LoopbackServer
 from tests.fakes.policy import FakePolicy, FakePolicyServer
+from tests.fakes.tap import Tap
 from tests.server_process import ServerProcess
 from tests.vllm_engine import VllmServer
 
@@ -28,6 +30,16 @@ def vllm_server():
         return
     with VllmServer() as srv:
         yield srv
+
+
+@pytest.fixture
+def tap(vllm_server):
+    """A recording pass-through (tests/fakes/tap.py) in front of the real vLLM: point the rollout's
+    endpoint at `tap.base_url`."""
+    recorder = Tap(vllm_server.root_url)
+    with LoopbackServer(recorder) as srv:
+        recorder.base_url = srv.base_url
+        yield recorder
 
 
 @pytest.fixture(autouse=True)

@@ -3,8 +3,9 @@ proxy, against a real vLLM (CPU, SmolLM2-135M-Instruct, float32, processed logpr
 recording tap between the proxy and vLLM so each captured turn is checked against what the engine
 really received and returned.
 
-The tiny model never writes a tool call by itself: the rollout's `structured_regex` makes its first
-two answers a tool call in the model's own (Hermes) format; the third is free text.
+The tiny model never writes a tool call by itself: the rollout's `structured_regex` makes every
+answer a tool call in the model's own (Hermes) format, so the rollout ends at its turn limit; the
+logprob test has a free answer (a constrained sampler's logprobs are not the model's).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import pytest
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
 from harness_env.core.errors import ToolMissingError
 from harness_env.envs import HARNESSES as REGISTERED, get_harness
-from tests.fakes.loopback import LoopbackServer
 from tests.fakes.tap import Tap
 from tests.vllm_engine import model_dir
 
@@ -61,14 +61,6 @@ def harness(request):
     return request.param
 
 
-@pytest.fixture
-def tap(vllm_server):
-    recorder = Tap(vllm_server.root_url)
-    with LoopbackServer(recorder) as srv:
-        recorder.base_url = srv.base_url
-        yield recorder
-
-
 def tokenize(vllm_server, body: dict) -> list[int]:
     req = {"model": vllm_server.model, "messages": body["messages"], "add_generation_prompt": True}
     if body.get("tools"):
@@ -86,8 +78,15 @@ async def test_every_captured_turn_is_what_the_real_engine_saw_and_sampled(vllm_
         structured_regex=tool_call_regex(harness), agent_timeout_s=900,
     )
     res = await run_rollout(req)
+    check_contract(vllm_server, tap, res, harness)
+
+
+def check_contract(vllm_server, tap: Tap, res, label: str) -> None:
+    """The contract of one rollout whose every answer was a tool call (`tool_call_regex`): each
+    captured turn against the exchange the tap recorded, the arguments echoed byte-exact, the text
+    continuous; prints the calls and branches."""
     # Every answer is a tool call: the rollout ends at the turn limit, and is graded.
-    assert res.turn_limit_hit and res.reward == 1.0, (res.error, res.error_kind)
+    assert res.turn_limit_hit and res.reward == 1.0, (res.error, res.error_kind, res.agent_log_tail)
     assert res.capture_level == "tokens" and res.rollout_type == "train", res
     turns = [t for t in res.proxy_turns if t.purpose == "policy"]
     calls = tap.chat_calls()
@@ -113,9 +112,9 @@ async def test_every_captured_turn_is_what_the_real_engine_saw_and_sampled(vllm_
     # Each prompt extends the text sampled before it; where only the tokens differ (the engine's
     # template re-tokenises text the sampler spelled otherwise) the turn starts a branch.
     text_splits, token_splits = continuity(vllm_server, turns)
-    assert text_splits == [], f"{harness}: what went back to the engine is not what it sampled: {text_splits}"
+    assert text_splits == [], f"{label}: what went back to the engine is not what it sampled: {text_splits}"
     assert res.graph.branches == 1 + len(token_splits), (res.graph, token_splits)
-    print(f"\n{harness}: {len(turns)} policy calls, {res.graph.branches} branches ({len(token_splits)} re-tokenised: {token_splits})")
+    print(f"\n{label}: {len(turns)} policy calls, {res.graph.branches} branches ({len(token_splits)} re-tokenised: {token_splits})")
 
 
 def continuity(vllm_server, turns) -> tuple[list[str], list[str]]:
