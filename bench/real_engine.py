@@ -40,7 +40,7 @@ async def measure(server: VllmServer, harness: str) -> dict:
         req = RolloutRequest(
             task=Task(instruction="List the files in this directory, then say what you found.", task_id="bench", verify=["true"]),
             endpoint=Endpoint(base_url=srv.base_url, api_key="", model=server.model),
-            harness=harness, top_logprobs=2, temperature=TEMPERATURE, max_turns=3, max_tokens_cap=48,
+            harness=harness, top_logprobs=2, temperature=TEMPERATURE, max_turns=3, max_tokens_cap=96,
             structured_regex=tool_call_regex(harness), structured_calls=2, agent_timeout_s=1200,
         )
         res = await run_rollout(req)
@@ -62,7 +62,7 @@ async def measure(server: VllmServer, harness: str) -> dict:
         "harness": harness, "dialect": _dialect(harness), "calls": len(turns), "branches": res.graph.branches,
         "retokenised": len(token_splits), "text_splits": len(text_splits), "exact": exact, "gap": gap,
         "prompt_tokens": len(turns[0].prompt_token_ids) if turns else 0, "verdict": res.rollout_type,
-        "error_kind": res.error_kind, "seconds": time.monotonic() - started,
+        "error_kind": res.error_kind, "seconds": time.monotonic() - started, "splits": text_splits + token_splits,
     }
 
 

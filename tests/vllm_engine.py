@@ -87,8 +87,8 @@ def install(log=print) -> Path:
     log(f"vllm: installing {VLLM_PIN} into {target}")
     subprocess.run([_python311(), "-m", "venv", str(target)], check=True, cwd="/")
     py = str(venv_python())
-    quiet = ["--quiet", "--disable-pip-version-check", "--progress-bar", "off"]
-    subprocess.run([py, "-m", "pip", "install", *quiet, VLLM_PIN], check=True, cwd="/")
+    quiet = ["--quiet", "--disable-pip-version-check"]
+    subprocess.run([py, "-m", "pip", "install", *quiet, "--progress-bar", "off", VLLM_PIN], check=True, cwd="/")
     subprocess.run([py, "-m", "pip", "uninstall", *quiet, "--yes", *BROKEN_EXTRAS], check=True, cwd="/")
     subprocess.run([py, "-c", "import vllm.entrypoints.openai.api_server"], check=True, cwd="/", capture_output=True)
     _marker().write_text(VLLM_PIN + "\n")

@@ -34,7 +34,7 @@ def test_rows_from_a_group_of_rollouts_take_one_grpo_step(vllm_server, tmp_path)
         run_many=functools.partial(run_many_sync, concurrency=1),
         task_for_prompt=lambda p: {"instruction": p[-1]["content"], "verify": next(verdicts)},
         request={"harness": "whitebox", "endpoint": {"base_url": vllm_server.base_url, "model": vllm_server.model},
-                 "temperature": TEMPERATURE, "max_turns": 2, "agent_timeout_s": 600, "max_tokens_cap": 40,
+                 "temperature": TEMPERATURE, "max_turns": 2, "agent_timeout_s": 600, "max_tokens_cap": 96,
                  "structured_regex": _literal(FIRST_CALL), "structured_calls": 1},
     )
     policy = AutoModelForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32)  # the weights vLLM serves
