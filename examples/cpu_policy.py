@@ -7,6 +7,15 @@ the smallest thing that can stand in for vLLM in that loop, not a serving engine
 at a time, float32, no batching. The test suite's real-model server (tests/fakes/real_model.py)
 is this module with the test defaults.
 
+Why it is still hand-written, where a real vLLM now checks every token claim (tests/vllm_engine.py,
+tests/envs/test_vllm_contract.py): vLLM's CPU build takes new weights only from a file, in dev
+mode (`VLLM_SERVER_DEV_MODE=1`: pause, `collective_rpc reload_weights` from a safetensors
+directory, `reset_prefix_cache`, resume; 0.5-1.7 s plus about 3 s to write 538 MB), its NCCL
+weight transfer and TRL's communicator are CUDA-only, its chat answers carry no weight version
+(the exact per-answer version `join_versions` proves on-policy sampling with), and it cannot score
+tokens it did not sample (`force`). Moving the CPU training loop onto vLLM is the issue on learning
+inside a real CLI.
+
 What it computes is what vLLM sends, so the capture proxy records the same things:
 
 - `return_token_ids`: `prompt_token_ids` at top level (non-stream) or on the first chunk (stream)
