@@ -12,8 +12,9 @@ tests/envs/test_vllm_contract.py): vLLM's CPU build takes new weights only from 
 mode (`VLLM_SERVER_DEV_MODE=1`: pause, `collective_rpc reload_weights` from a safetensors
 directory, `reset_prefix_cache`, resume; 0.5-1.7 s plus about 3 s to write 538 MB), its NCCL
 weight transfer and TRL's communicator are CUDA-only, its chat answers carry no weight version
-(the exact per-answer version `join_versions` proves on-policy sampling with), and it cannot score
-tokens it did not sample (`force`). Moving the CPU training loop onto vLLM is the issue on learning
+(the exact per-answer version `join_versions` proves on-policy sampling with), and it cannot give
+a forced answer the model's own logprobs (`force`; structured outputs give the constrained
+sampler's). Moving the CPU training loop onto vLLM is the issue on learning
 inside a real CLI.
 
 What it computes is what vLLM sends, so the capture proxy records the same things:
