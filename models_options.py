@@ -186,6 +186,11 @@ class RolloutOptions(CheckedText):
     temperature: float | None = option(None, "sampling temperature forced on every policy call, whatever the harness asks "
                                        "(train at the same one); none: the harness's own", group="capture",
                                        ge=0, le=10, allow_inf_nan=False)
+    # vLLM's processed logprobs are taken after nucleus truncation and penalties: a harness that asks
+    # for them (Gemini CLI sends top_p 0.95) records logprobs a plain log_softmax(logits / T) misses.
+    plain_sampling: bool = option(False, "drop what the harness asks that reshapes the distribution tokens are drawn from "
+                                  "beyond temperature (top_p, presence and frequency penalties), so the recorded logprobs "
+                                  "are log_softmax(logits / T), what a trainer computes", group="capture")
     # A small model (a test's, a curriculum's first steps) seldom writes a tool call by itself; vLLM's
     # structured outputs make it. The answer's logprobs are then those of the constrained sampler.
     structured_regex: str | None = option(None, "a regular expression the policy's answers must match (vLLM's structured "

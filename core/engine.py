@@ -313,6 +313,7 @@ class RolloutRun:
             temperature=request.temperature,
             max_auxiliary_calls=request.max_auxiliary_calls,
             max_recorded_bytes=request.max_recorded_mb * MIB,
+            plain_sampling=request.plain_sampling,
             structured_regex=request.structured_regex,
             structured_calls=request.structured_calls,
         )

@@ -48,6 +48,7 @@ class CapturePolicy:
     temperature: float | None = None
     max_auxiliary_calls: int | None = None  # model calls without tools (titles, summaries, ...)
     max_recorded_bytes: int | None = None  # what the session may hold of requests and answers
+    plain_sampling: bool = False  # drop SAMPLING_SHAPERS: logprobs are log_softmax(logits / T)
     structured_regex: str | None = None  # vLLM structured outputs on policy calls
     structured_calls: int | None = None  # on the first this many (None: all)
 
@@ -150,6 +151,11 @@ ENGINE_FIELDS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+# What reshapes the distribution tokens are drawn from beyond temperature (vLLM's processed
+# logprobs are taken after them): dropped under the rollout's plain_sampling.
+SAMPLING_SHAPERS = ("top_p", "presence_penalty", "frequency_penalty")
+
+
 def allowed_fields(body: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
     """The fields of `body` the engine may get (checked and bounded), and the names of the rest
     (`model` is the endpoint's: neither kept nor reported)."""
@@ -174,6 +180,10 @@ def rewrite_request(
     """The upstream body: the allowed fields of `body`, then the policy's own (`constrained`: this
     call's answer must match the policy's structured_regex)."""
     out, dropped = allowed_fields(body)
+    if policy.plain_sampling:
+        for name in SAMPLING_SHAPERS:
+            if out.pop(name, None) is not None:
+                dropped.add(name)
     added: set[str] = set()
     out["model"] = model
     if policy.capture:  # the rollout's, whatever the harness asked

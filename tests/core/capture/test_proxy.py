@@ -458,3 +458,16 @@ async def test_a_rollout_past_its_recorded_bytes_budget_is_graded_and_says_so():
     assert res.limits_hit == ["this rollout's budget of 1 MiB of recorded model calls is used up"]
     assert "max_recorded_mb raises it" in res.proxy_log_tail and "max_recorded_mb" in res.agent_log_tail
     assert [t.upstream_status for t in res.proxy_turns] == [200, 200]  # the refused calls were not recorded
+
+
+async def test_structured_outputs_constrain_only_the_first_policy_calls(proxy_env):
+    """`structured_calls` counts policy calls (with tools); a call without tools is never constrained."""
+    proxy, policy, upstream, client = proxy_env
+    policy.scripts["m"] = [{"bash": "echo 1"}, {"bash": "echo 2"}, {"text": "done"}, {"text": "a title"}]
+    session = proxy.open_session(_endpoint(upstream), CapturePolicy(structured_regex="x+", structured_calls=2))
+    h = {"authorization": f"Bearer {session.key}"}
+    for body in (_body(False), _body(False), {"model": "m", "messages": [{"role": "user", "content": "title?"}]}, _body(False)):
+        r = await client.post("/chat/completions", json=body, headers=h)
+        assert r.status_code == 200, r.text
+    sent = [s.request.get("structured_outputs") for s in policy.sent]
+    assert sent == [{"regex": "x+"}, {"regex": "x+"}, None, None]

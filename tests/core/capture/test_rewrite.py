@@ -23,6 +23,24 @@ def test_transparent_mode_asks_for_exact_data():
     assert BODY.get("logprobs") is None  # the harness's body is not mutated
 
 
+@pytest.mark.parametrize("plain", [False, True])
+def test_plain_sampling_drops_what_reshapes_the_distribution_beyond_temperature(plain):
+    """Gemini CLI sends top_p 0.95: vLLM's processed logprobs are then after nucleus truncation
+    (5e-2 off teacher forcing against the real engine). Under plain_sampling they are not."""
+    body = {**BODY, "top_p": 0.95, "presence_penalty": 0.5, "frequency_penalty": 0.1, "temperature": 0.7, "seed": 3}
+    out, _, dropped = rewrite_request(body, CapturePolicy(plain_sampling=plain), EndpointQuirks(), "m")
+    shapers = {"top_p", "presence_penalty", "frequency_penalty"}
+    assert (shapers & set(out)) == (set() if plain else shapers)
+    assert (shapers <= dropped) is plain
+    assert out["temperature"] == 0.7 and out["seed"] == 3  # temperature is the trainer's to match; a seed reshapes nothing
+
+
+def test_structured_outputs_only_on_calls_the_rollout_constrains():
+    policy = CapturePolicy(structured_regex="a|b")
+    assert rewrite_request(BODY, policy, EndpointQuirks(), "m", constrained=True)[0]["structured_outputs"] == {"regex": "a|b"}
+    assert "structured_outputs" not in rewrite_request(BODY, policy, EndpointQuirks(), "m")[0]
+
+
 def test_black_box_asks_for_nothing_extra_but_applies_policy():
     out, added, _ = rewrite_request(BODY, CapturePolicy(capture=False, max_tokens_cap=100, disable_thinking=True), EndpointQuirks(), "m")
     assert "logprobs" not in out and "return_token_ids" not in out
