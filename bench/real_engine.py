@@ -33,7 +33,7 @@ from tests.vllm_engine import VllmServer  # noqa: E402
 TEMPERATURE = 1.0
 
 
-async def measure(server: VllmServer, harness: str) -> dict:
+async def measure(server: VllmServer, harness: str, plain_sampling: bool = False) -> dict:
     tap = Tap(server.root_url)
     started = time.monotonic()
     with LoopbackServer(tap) as srv:
@@ -41,7 +41,7 @@ async def measure(server: VllmServer, harness: str) -> dict:
             task=Task(instruction="List the files in this directory, then say what you found.", task_id="bench", verify=["true"]),
             endpoint=Endpoint(base_url=srv.base_url, api_key="", model=server.model),
             harness=harness, top_logprobs=2, temperature=TEMPERATURE, max_turns=3, max_tokens_cap=96,
-            structured_regex=tool_call_regex(harness), structured_calls=2, agent_timeout_s=1200,
+            structured_regex=tool_call_regex(harness), structured_calls=2, agent_timeout_s=1200, plain_sampling=plain_sampling,
         )
         res = await run_rollout(req)
     turns = [t for t in res.proxy_turns if t.purpose == "policy"]
@@ -85,12 +85,13 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vllm-port", type=int, help="a vLLM of tests/vllm_engine.py already serving on loopback")
     parser.add_argument("--harness", action="append", choices=sorted(SHELL), help="only these (default: all)")
+    parser.add_argument("--plain-sampling", action="store_true", help="the rollout option: the harness's top_p and penalties dropped")
     args = parser.parse_args()
     server = VllmServer(port=args.vllm_port) if args.vllm_port else VllmServer().start()
     try:
         rows = []
         for harness in args.harness or list(SHELL):
-            row = await measure(server, harness)
+            row = await measure(server, harness, args.plain_sampling)
             print(row, flush=True)
             rows.append(row)
         print(table(rows))
