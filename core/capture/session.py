@@ -120,8 +120,8 @@ class CaptureSession:
     turn_limit_hit: bool = False
     limits_hit: list[str] = field(default_factory=list)  # the rollout budgets the proxy enforced, in words (once each)
     recorded_bytes: int = 0  # what the recorded turns hold (shared prompt starts and history counted once)
-    # The engine's tool-call texts its harness was handed objects of (Claude Code, Gemini CLI), to
-    # give the engine back its own bytes when the harness replays them.
+    # The engine's tool-call argument texts, to give the engine back its own bytes when the harness
+    # replays a call it parsed (Claude Code, Gemini CLI hold objects; Pi writes the text again).
     sampled_arguments: SampledArguments = field(default_factory=SampledArguments)
     consecutive_failures: int = 0
     last_failure_infra: bool = False  # the last failed call was the endpoint's fault (unreachable, timed out, 5xx), not the policy's

@@ -8,10 +8,12 @@ what the engine sampled and the turn graph splits into one branch per call. So e
 remembers, per call id, the text its harness was handed an object of, and a replayed call whose
 object is still the same JSON value gets that text back; one the harness changed is written fresh.
 
-Only texts json.dumps would not write alike are kept (a tool parser that writes json.dumps' layout,
-as vLLM's usually do, costs nothing), a bounded number and size of them per session, the least
-recently replayed dropped first: a hostile policy can make any number of calls, and a dropped text
-costs only a branch, never a wrong prompt.
+Dialects that hand the harness the engine's text itself (Chat Completions, Responses) get it back
+the same way: a harness may parse it and write it again (Pi writes it compact), so the proxy keeps
+every answered call's text (`wrote`) and a replayed call of the same value gets it back
+(`restore_history`). A bounded number and size of texts is kept per session, the least recently
+replayed dropped first: a hostile policy can make any number of calls, and a dropped text costs
+only a branch, never a wrong prompt.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def same_json(a: Any, b: Any) -> bool:
 
 
 class SampledArguments:
-    """One session's call id -> the arguments text its harness was handed an object of."""
+    """One session's call id -> the engine's arguments text for that call."""
 
     def __init__(self, max_calls: int = MAX_CALLS, max_chars: int = MAX_CHARS) -> None:
         self.max_calls, self.max_chars = max_calls, max_chars
@@ -61,11 +63,7 @@ class SampledArguments:
         `call_id` if json.dumps would write that object otherwise."""
         value = handed_object(text)
         if call_id and arguments_text(value) != text:
-            self._forget(call_id)
-            if len(text) <= self.max_chars:
-                self._texts[call_id] = text
-                self.chars += len(text)
-                self._bound()
+            self._keep(call_id, text)
         return value
 
     def text(self, call_id: str, value: Any) -> str:
@@ -81,11 +79,8 @@ class SampledArguments:
         """The engine's arguments text of a call its harness was handed as text (Chat Completions,
         Responses): kept whatever its layout, since the harness may parse it and write it again
         (Pi writes `{"command":"ls"}` back for the engine's `{"command": "ls"}`)."""
-        if call_id and isinstance(text, str) and len(text) <= self.max_chars:
-            self._forget(call_id)
-            self._texts[call_id] = text
-            self.chars += len(text)
-            self._bound()
+        if call_id and isinstance(text, str):
+            self._keep(call_id, text)
 
     def restored(self, call_id: str, text: str) -> str:
         """A replayed call's arguments as the harness wrote them: the engine's own text if it is
@@ -118,6 +113,14 @@ class SampledArguments:
             return call
         text = self.restored(call["id"], fn["arguments"])
         return call if text is fn["arguments"] else {**call, "function": {**fn, "arguments": text}}
+
+    def _keep(self, call_id: str, text: str) -> None:
+        """`text` under `call_id` (a text longer than max_chars is never kept), within the bounds."""
+        self._forget(call_id)
+        if len(text) <= self.max_chars:
+            self._texts[call_id] = text
+            self.chars += len(text)
+            self._bound()
 
     def _forget(self, call_id: str) -> None:
         old = self._texts.pop(call_id, None)
