@@ -363,12 +363,12 @@ def _vllm(port: int | None) -> Iterator[tuple[str, str]]:
     """A real vLLM's base URL and served model: the one running on `port`, or one started here
     (tests/vllm_engine.py) for the run."""
     sys.path.insert(0, str(ROOT))
-    from tests.vllm_engine import SERVED_NAME, serving
+    from tests.vllm_engine import SERVED_NAME, VllmServer
 
     if port:
         yield f"http://127.0.0.1:{port}/v1", SERVED_NAME
         return
-    with serving() as server:
+    with VllmServer() as server:
         yield server.base_url, server.model
 
 

@@ -46,11 +46,10 @@ async def measure(server: VllmServer, harness: str, plain_sampling: bool = False
         res = await run_rollout(req)
     turns = [t for t in res.proxy_turns if t.purpose == "policy"]
     calls = tap.chat_calls()
+    answers = [c.answer_choice() for c in calls]
     exact = len(turns) == len(calls) and all(
-        t.prompt_token_ids == tokenize(server, c.body)
-        and t.completion_token_ids == c.answer_choice()["token_ids"]
-        and t.per_token_logps == c.answer_choice()["logprobs"]
-        for t, c in zip(turns, calls)
+        t.prompt_token_ids == tokenize(server, c.body) and (t.completion_token_ids, t.per_token_logps) == (a["token_ids"], a["logprobs"])
+        for t, c, a in zip(turns, calls, answers)
     )
     text_splits, token_splits = continuity(server, turns)
     free = [t for t in turns[2:] if t.completion_token_ids and t.per_token_logps]

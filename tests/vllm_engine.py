@@ -30,8 +30,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -239,22 +237,13 @@ class VllmServer:
         self.stop()
 
 
-@contextmanager
-def serving(**kwargs) -> Iterator[VllmServer]:
-    server = VllmServer(**kwargs)
-    try:
-        yield server.start()
-    finally:
-        server.stop()
-
-
 def main(argv: list[str]) -> int:
     if argv[:1] == ["install"]:
         install()
         model_dir()
         return 0
     if argv[:1] == ["serve"]:
-        with serving() as srv:
+        with VllmServer() as srv:
             print(f"vLLM serving {srv.model} at {srv.base_url} (Ctrl-C stops it)", flush=True)
             try:
                 signal.pause()

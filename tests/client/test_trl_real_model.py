@@ -12,7 +12,7 @@ import pytest
 
 from harness_env.client.trl import HarnessRolloutFunc, harness_reward
 from harness_env.rollout import run_many_sync
-from tests.envs.test_vllm_contract import _literal
+from tests.envs.test_vllm_contract import regex_literal
 from tests.vllm_engine import model_dir
 
 pytestmark = [pytest.mark.real_model, pytest.mark.timeout(1200)]
@@ -35,7 +35,7 @@ def test_rows_from_a_group_of_rollouts_take_one_grpo_step(vllm_server, tmp_path)
         task_for_prompt=lambda p: {"instruction": p[-1]["content"], "verify": next(verdicts)},
         request={"harness": "whitebox", "endpoint": {"base_url": vllm_server.base_url, "model": vllm_server.model},
                  "temperature": TEMPERATURE, "max_turns": 2, "agent_timeout_s": 600, "max_tokens_cap": 96,
-                 "structured_regex": _literal(FIRST_CALL), "structured_calls": 1},
+                 "structured_regex": regex_literal(FIRST_CALL), "structured_calls": 1},
     )
     policy = AutoModelForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32)  # the weights vLLM serves
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir()))

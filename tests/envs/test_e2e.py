@@ -8,10 +8,8 @@ import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout, run_rollout_sync
 from harness_env.rollout import loopback_proxy
-from harness_env.core.errors import ToolMissingError
 from harness_env.core.sandbox.local import _marked_pids
-from harness_env.core.harness import PinnedCliHarness
-from harness_env.envs import HARNESSES as REGISTERED, get_harness
+from tests.envs.harnesses import CLI_HARNESSES, HARNESSES, installed
 from tests.fakes.policy import _text_of, compact_arguments
 
 UPSTREAM_KEY = "sk-upstream-e2e-9f8e7d"
@@ -19,20 +17,11 @@ SHELL_TOOL = {"codex": "exec_command", "claude-code": "Bash", "gemini-cli": "run
 pytestmark = pytest.mark.e2e
 
 
-# Every registered harness that runs in our sandbox (a harness that owns its environment, Harbor,
-# has its own suite); those with a CLI process of their own (the white-box loop has none and does
-# not stream).
-HARNESSES = [name for name, cls in REGISTERED.items() if not hasattr(cls, "run_trial")]
-CLI_HARNESSES = {name for name in HARNESSES if issubclass(REGISTERED[name], PinnedCliHarness)}
 
 
 @pytest.fixture(params=HARNESSES)
 def harness(request):
-    try:
-        get_harness(request.param).check_installed()
-    except ToolMissingError as e:
-        pytest.fail(f"{e} (./dev test installs it)")
-    return request.param
+    return installed(request.param)
 
 
 @pytest.fixture

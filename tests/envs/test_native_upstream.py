@@ -6,8 +6,7 @@ import json
 import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
-from harness_env.core.errors import ToolMissingError
-from harness_env.envs import get_harness
+from tests.envs.harnesses import installed
 from tests.envs.test_e2e import _no_process_left
 from tests.fakes.gemini_upstream import FakeGeminiServer, FakeGeminiUpstream
 from tests.fakes.messages_upstream import FakeMessagesServer, FakeMessagesUpstream
@@ -29,11 +28,7 @@ NATIVE = {
 
 @pytest.fixture(params=sorted(NATIVE))
 def harness(request):
-    try:
-        get_harness(request.param).check_installed()
-    except ToolMissingError as e:
-        pytest.fail(f"{e} (./dev test installs it)")
-    return request.param
+    return installed(request.param)
 
 
 async def test_a_harness_against_an_upstream_that_speaks_its_api(harness):

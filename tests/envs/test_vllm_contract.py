@@ -10,17 +10,17 @@ logprob test has a free answer (a constrained sampler's logprobs are not the mod
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
-from harness_env.core.errors import ToolMissingError
-from harness_env.envs import HARNESSES as REGISTERED, get_harness
+from tests.envs.harnesses import HARNESSES, installed
 from tests.fakes.tap import Tap
 from tests.vllm_engine import model_dir
 
 pytestmark = pytest.mark.e2e
 
-HARNESSES = [name for name, cls in REGISTERED.items() if not hasattr(cls, "run_trial")]
 # Each harness's shell tool, and the JSON its arguments take for one command (written as the
 # engine's template renders arguments back: `json.dumps` spacing).
 SHELL = {
@@ -36,7 +36,7 @@ LOGPROB_TOLERANCE = 1e-4  # float32 engine vs float32 teacher forcing
 TEACHER_FORCING_MAX_PROMPT = 6144  # longer prompts cost too long to recompute here (the harnesses' own system prompts)
 
 
-def _literal(text: str) -> str:
+def regex_literal(text: str) -> str:
     """`text` as a regex of itself (only the metacharacters escaped: the engine's regex dialect
     is not Python's, and `re.escape` escapes spaces and newlines too)."""
     return "".join("\\" + c if c in "{}[]().|*+?^$\\" else c for c in text)
@@ -49,16 +49,12 @@ def tool_call_regex(harness: str) -> str:
     before, after = args.split('"{cmd}"')
     head = '<tool_call>\n{"name": "' + name + '", "arguments": {' + before + '"'
     tail = '"' + after + '}}\n</tool_call>'
-    return _literal(head) + "(" + "|".join(_literal(c) for c in COMMANDS) + ")" + _literal(tail)
+    return regex_literal(head) + "(" + "|".join(regex_literal(c) for c in COMMANDS) + ")" + regex_literal(tail)
 
 
 @pytest.fixture(params=HARNESSES)
 def harness(request):
-    try:
-        get_harness(request.param).check_installed()
-    except ToolMissingError as e:
-        pytest.fail(f"{e} (./dev test installs it)")
-    return request.param
+    return installed(request.param)
 
 
 def tokenize(vllm_server, body: dict) -> list[int]:
@@ -135,7 +131,12 @@ def continuity(vllm_server, turns) -> tuple[list[str], list[str]]:
     return text_splits, token_splits
 
 
-_TEACHER: list = []
+@functools.cache
+def _teacher():
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32).eval()
 
 
 def teacher_forced(prompt_ids: list[int], completion_ids: list[int], temperature: float, chunk: int = 2048) -> list[float]:
@@ -143,11 +144,9 @@ def teacher_forced(prompt_ids: list[int], completion_ids: list[int], temperature
     the sequence fed in chunks through the KV cache (a harness's 20k-token prompt in one piece
     would need gigabytes of attention scores)."""
     import torch
-    from transformers import AutoModelForCausalLM, DynamicCache
+    from transformers import DynamicCache
 
-    if not _TEACHER:
-        _TEACHER.append(AutoModelForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32).eval())
-    model = _TEACHER[0]
+    model = _teacher()
     ids = prompt_ids + completion_ids
     cache, logits = DynamicCache(), []
     with torch.no_grad():
