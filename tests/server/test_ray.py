@@ -136,13 +136,28 @@ def called(app: RayApp, body: dict, out: list) -> threading.Thread:
     return t
 
 
-def test_two_replicas_on_two_nodes_share_the_load_and_the_store(ray_app, policy_server) -> None:
+def spread_over_replicas(app: RayApp, policy_server, waves: int = 3) -> list:
+    """Waves of 4 overlapping rollouts until both replicas have run one (or `waves` are spent).
+
+    Ray Serve's router picks by the queue lengths it last heard, and on a busy machine a wave can
+    land whole on one replica before it hears of the first request; a second wave sees it busy."""
     out: list = []
-    threads = [called(ray_app, args(policy_server, f"ray-brief-{i}", BRIEF), out) for i in range(4)]
-    for t in threads:
-        t.join()
+    for wave in range(waves):
+        threads = []
+        for i in range(4):
+            threads.append(called(app, args(policy_server, f"ray-brief-{wave}-{i}", BRIEF), out))
+            time.sleep(0.3)  # the router hears of the one before
+        for t in threads:
+            t.join()
+        if len({replica for _, replica in out}) == 2:
+            break
+    return out
+
+
+def test_two_replicas_on_two_nodes_share_the_load_and_the_store(ray_app, policy_server) -> None:
+    out = spread_over_replicas(ray_app, policy_server)
     results = [r for r, _ in out]
-    assert [r["reward"] for r in results] == [1.0] * 4, [r.get("error") for r in results]
+    assert [r["reward"] for r in results] == [1.0] * len(results), [r.get("error") for r in results]
     # The node's secrets stay in the replica: the sandbox's environment has neither the store nor Ray's.
     for r in results:
         names = {line.split("=", 1)[0] for line in r["files"]["env.txt"].splitlines() if "=" in line}
