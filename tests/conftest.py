@@ -4,12 +4,19 @@ import shutil
 import pytest
 
 from harness_env.core.sandbox.host import mounts_at_or_below, sandboxes_root
+from tests import needs
 from tests.leftovers import Before
 from tests.fakes.loopback import LoopbackServer
 from tests.fakes.policy import FakePolicy, FakePolicyServer
 from tests.fakes.tap import Tap
 from tests.server_process import ServerProcess
 from tests.vllm_engine import VllmServer
+
+
+@pytest.fixture
+def needs_bwrap():
+    """`pytest.mark.usefixtures("needs_bwrap")`: fails, saying how to install it, without bubblewrap."""
+    needs.bwrap()
 
 
 @pytest.fixture

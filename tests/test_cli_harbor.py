@@ -7,11 +7,11 @@ import subprocess
 import pytest
 
 from harness_env import cli
-from harness_env.core.sandbox.local import bwrap_available
 from harness_env.models import Task
 from tests.test_cli import CLI, _run
+from tests import needs
 
-pytest.importorskip("harbor.models.task.task", reason="install the extra: uv sync --extra harbor")
+needs.module("harbor.models.task.task", "uv sync --extra harbor")
 from harness_env.envs.harbor.task_dir import task_to_task_dir  # noqa: E402
 
 NO_ENDPOINT = ["--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
@@ -30,7 +30,7 @@ def _dataset(root):
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(not bwrap_available(), reason="the local Harbor sandbox needs bubblewrap")
+@pytest.mark.usefixtures("needs_bwrap")
 def test_run_harbor_task_dir_dataset_and_converted_task(tmp_path, policy_server):
     _dataset(tmp_path)
     runs = {  # three CLI processes at once: each pays Harbor's first-trial import (~10 s) in parallel

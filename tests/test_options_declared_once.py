@@ -16,6 +16,7 @@ from harness_env import cli
 from harness_env.models import HARNESS_OPTIONS, LEGACY_OPTION_KEYS, RolloutOptions, harness_options_models
 from harness_env.server.mcp_tools import McpToolServer, run_rollout_schema
 from harness_env.server.web.form import harness_controls, option_controls
+from tests import needs
 
 REPO = Path(__file__).resolve().parents[1]
 OPTION_FIELDS = [name for name in RolloutOptions.model_fields if name != HARNESS_OPTIONS]
@@ -107,7 +108,7 @@ def test_every_argument_of_before_is_in_the_mcp_schema(tool_schema):
 # -- the web form ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def page():
-    pytest.importorskip("gradio")
+    needs.module("gradio", "uv sync --extra server")
     from harness_env.server.web.page import WebPage
 
     built = WebPage(service=None)  # the layout only

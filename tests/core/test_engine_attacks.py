@@ -13,9 +13,9 @@ import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
 from harness_env.core.errors import ToolMissingError
-from harness_env.core.sandbox.local import bwrap_available
 from harness_env.envs import get_harness
 from tests.envs.test_e2e import _no_process_left
+from tests import needs
 
 pytestmark = pytest.mark.e2e
 
@@ -33,8 +33,7 @@ FIFO_FORGE = (
 
 
 def _need(harness: str) -> None:
-    if bwrap_available() is None:
-        pytest.fail("bubblewrap is required (./dev test installs it: apt-get install bubblewrap)")
+    needs.bwrap()
     try:
         get_harness(harness).check_installed()
     except ToolMissingError as e:

@@ -10,16 +10,16 @@ from mcp.client.streamable_http import streamable_http_client
 from openenv.core.mcp_client import MCPToolClient
 
 from harness_env.client import AsyncHarnessEnv, HarnessEnv, HarnessEnvClientError
-from harness_env.core.sandbox.local import bwrap_available
 from harness_env.models import HarborTaskInfo, Task
 from tests.fakes.policy import FakePolicyServer
 from tests.server_process import ServerProcess
+from tests import needs
 
-pytest.importorskip("harbor.models.task.task", reason="install the extra: uv sync --extra harbor")
+needs.module("harbor.models.task.task", "uv sync --extra harbor")
 from harness_env.envs.harbor.task_dir import task_to_task_dir  # noqa: E402
 
 pytestmark = pytest.mark.e2e
-needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="the local Harbor sandbox needs bubblewrap")
+needs_bwrap = pytest.mark.usefixtures("needs_bwrap")  # the local Harbor sandbox
 TASKS_DIR_VAR = "HARNESS_ENV_HARBOR_TASKS_DIR"
 UNDER_ROOT = f"must lie under ${TASKS_DIR_VAR}"
 WORDS = {"alpha": "hello", "beta": "world", "gamma": "again"}

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from harness_env.core.sandbox.gitguard import allowed, parse_listing, render_config
-from harness_env.core.sandbox.local import bwrap_available, create_local_sandbox
+from harness_env.core.sandbox.local import create_local_sandbox
+from tests import needs
 
 BACKENDS = [False, True]
 # The agent's program: it forges the reward and leaves a mark in the workspace.
@@ -72,8 +73,8 @@ PLANTS = {
 
 
 def _need(use_bwrap: bool) -> None:
-    if use_bwrap and not bwrap_available():
-        pytest.fail("bubblewrap is not installed: apt-get install bubblewrap (./dev test installs it)")
+    if use_bwrap:
+        needs.bwrap()
 
 
 async def _plant_then_verify(use_bwrap: bool, plant: str, verify: list[str], *, setup: str = REPO):

@@ -10,7 +10,8 @@ import pytest
 
 from harness_env.core.sandbox.cgroups import cgroup_support
 from harness_env.core.sandbox.limits import Limits, child_rlimits, entry_argv
-from harness_env.core.sandbox.local import bwrap_available, create_local_sandbox
+from harness_env.core.sandbox.local import create_local_sandbox
+from tests import needs
 
 
 def limits_of(text: str) -> dict[str, str]:
@@ -34,8 +35,8 @@ def test_the_entry_shell_caps_each_limit_at_the_hard_one():
 
 @pytest.mark.parametrize("use_bwrap", [False, True])
 async def test_a_command_and_its_children_run_under_the_limits(use_bwrap):
-    if use_bwrap and not bwrap_available():
-        pytest.fail("bubblewrap is not installed: apt-get install bubblewrap (./dev test installs it)")
+    if use_bwrap:
+        needs.bwrap()
     limits = Limits(open_files=777, file_size_bytes=64 * 1024**2)
     sb = create_local_sandbox(use_bwrap=use_bwrap, limits=limits)
     try:

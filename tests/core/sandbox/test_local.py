@@ -8,16 +8,17 @@ import pytest
 
 from harness_env.core.errors import SandboxError
 from harness_env.core.sandbox.host import mounts_at_or_below
-from harness_env.core.sandbox.local import bwrap_available, create_local_sandbox
+from harness_env.core.sandbox.local import create_local_sandbox
 from harness_env.core.procs import is_running
 from harness_env.core.sandbox.processes import marked_pids
+from tests import needs
 
 BACKENDS = [False, True]
 
 
 def _need_bwrap(use_bwrap):
-    if use_bwrap and not bwrap_available():
-        pytest.fail("bubblewrap is not installed: apt-get install bubblewrap (./dev test installs it)")
+    if use_bwrap:
+        needs.bwrap()
 
 
 @pytest.mark.parametrize("use_bwrap", BACKENDS)

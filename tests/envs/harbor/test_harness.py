@@ -11,15 +11,15 @@ import pytest
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
 from harness_env.core import toolchain
 from harness_env.core.errors import InvalidRequestError
-from harness_env.core.sandbox.local import bwrap_available
 from harness_env.envs.harbor.resolve import list_tasks, prepare
 from harness_env.envs.harbor.task_dir import task_to_task_dir
 from harness_env.models import HarborOptions
+from tests import needs
 
-pytest.importorskip("harbor.trial.trial", reason="install the extra: uv sync --extra harbor")
+needs.module("harbor.trial.trial", "uv sync --extra harbor")
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(not bwrap_available(), reason="needs bubblewrap: apt-get install bubblewrap"),
+    pytest.mark.usefixtures("needs_bwrap"),
 ]
 
 UPSTREAM_KEY = "sk-upstream-harbor-5c4b3a"

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from harness_env.core.errors import SandboxError
-from harness_env.core.sandbox.local import bwrap_available
+from tests import needs
 
-pytest.importorskip("harbor.environments.base", reason="install the extra: uv sync --extra harbor")
-pytestmark = pytest.mark.skipif(not bwrap_available(), reason="needs bubblewrap: apt-get install bubblewrap")
+needs.module("harbor.environments.base", "uv sync --extra harbor")
+pytestmark = pytest.mark.usefixtures("needs_bwrap")
 
 from harness_env.envs.harbor import local_env  # noqa: E402
 from harness_env.envs.harbor.local_env import LocalHarborEnvironment  # noqa: E402

@@ -5,13 +5,13 @@ import os
 
 import pytest
 
-from harness_env.core.sandbox.local import bwrap_available
 from harness_env.envs.harbor.config import trial_config
 from harness_env.envs.harbor.task_dir import task_to_task_dir
 from harness_env.models import HarborOptions, Task
+from tests import needs
 
-pytest.importorskip("harbor.trial.trial", reason="install the extra: uv sync --extra harbor")
-pytestmark = pytest.mark.skipif(not bwrap_available(), reason="needs bubblewrap: apt-get install bubblewrap")
+needs.module("harbor.trial.trial", "uv sync --extra harbor")
+pytestmark = pytest.mark.usefixtures("needs_bwrap")
 
 from harness_env.envs.harbor.local_env import LocalHarborEnvironment  # noqa: E402
 from harness_env.envs.harbor.trial import run_harbor_trial  # noqa: E402

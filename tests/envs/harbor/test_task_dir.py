@@ -9,8 +9,9 @@ from harness_env.core.errors import InvalidRequestError
 from harness_env.envs.harbor.reward import read_verifier_reward
 from harness_env.envs.harbor.task_dir import find_task_in_dataset, load_task_dir, task_to_task_dir
 from harness_env.models import Task
+from tests import needs
 
-harbor_task = pytest.importorskip("harbor.models.task.task", reason="install the extra: uv sync --extra harbor")
+harbor_task = needs.module("harbor.models.task.task", "uv sync --extra harbor")
 
 
 def _task(**kw):

@@ -10,13 +10,12 @@ import json
 import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
-from harness_env.core.sandbox.local import bwrap_available
 from harness_env.models import HarborOptions
 from tests.envs.test_vllm_contract import check_contract, tool_call_regex
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(not bwrap_available(), reason="needs bubblewrap: apt-get install bubblewrap"),
+    pytest.mark.usefixtures("needs_bwrap"),
 ]
 
 AGENT = "pi"

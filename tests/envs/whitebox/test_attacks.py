@@ -16,17 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from harness_env.core.sandbox.local import bwrap_available, create_local_sandbox
+from harness_env.core.sandbox.local import create_local_sandbox
 from harness_env.envs.whitebox import tools
 from harness_env.envs.whitebox.tools import ToolBox, ToolLimits
+from tests import needs
 
 BACKENDS = [pytest.param(True, id="bwrap"), pytest.param(False, id="plain")]
 
 
 @pytest.fixture(params=BACKENDS)
 async def box(request):
-    if request.param and not bwrap_available():
-        pytest.fail("bubblewrap is not installed: apt-get install bubblewrap (./dev test installs it)")
+    if request.param:
+        needs.bwrap()
     sandbox = create_local_sandbox(use_bwrap=request.param, ro_paths=[])
     try:
         yield ToolBox(sandbox, ToolLimits(timeout_s=10, max_output_bytes=1024))
@@ -211,8 +212,7 @@ async def test_paths_are_resolved_by_name_inside_the_workspace(box, path, fine):
 
 async def test_grep_sees_the_links_in_the_sandboxs_own_view(host_dir):
     # grep runs inside the sandbox: under bubblewrap a link to a host directory leads nowhere.
-    if not bwrap_available():
-        pytest.fail("bubblewrap is not installed: apt-get install bubblewrap (./dev test installs it)")
+    needs.bwrap()
     sandbox = create_local_sandbox(use_bwrap=True, ro_paths=[])
     try:
         box = ToolBox(sandbox, ToolLimits(timeout_s=10))

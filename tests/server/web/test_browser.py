@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.server.web.driver import WebDriver
+from tests import needs
 
 pytestmark = pytest.mark.e2e
 WRITE = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
@@ -261,14 +262,8 @@ def test_a_long_rollout_ended_by_the_turn_limit(chromium, web_server, artifacts)
 def test_harbor_nop_runs_the_form_task_as_a_harbor_trial(chromium, web_server, artifacts):
     """harness=harbor, agent nop, the uniform task of the form: a real Harbor trial in the local
     (bubblewrap) sandbox of the server; the Harbor inputs show only for harness harbor."""
-    from harness_env.core.sandbox.local import bwrap_available
-
-    try:
-        import harbor.trial.trial  # noqa: F401
-    except ImportError:
-        pytest.fail("Harbor is not installed: uv sync --extra harbor")
-    if not bwrap_available():
-        pytest.fail("the local Harbor sandbox needs bubblewrap: apt-get install -y bubblewrap")
+    needs.module("harbor.trial.trial", "uv sync --extra harbor")
+    needs.bwrap()
     server, policy_server = web_server
     web = WebDriver(chromium, server.url)
     try:

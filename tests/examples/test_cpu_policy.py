@@ -1,27 +1,23 @@
-"""The real-model test server answers like vLLM: template-exact prompt ids, sampled ids whose
-logprobs are the model's processed logprobs (checked by teacher forcing), the same answer streamed
-or not, Hermes tool calls parsed. Streams are assembled with the capture proxy's own assembler."""
+"""The CPU training example's policy server (examples/cpu_policy.py) answers like vLLM: template-exact
+prompt ids, sampled ids whose logprobs are the model's processed logprobs (checked by teacher
+forcing), the same answer streamed or not, Hermes tool calls parsed. Streams are assembled with the
+capture proxy's own assembler. (The token contract against a real vLLM is tests/envs/test_vllm_contract.py.)"""
 
 from __future__ import annotations
 
 import json
+import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 
+from examples.cpu_policy import CHAT_TEMPLATE, MODEL_NAME, Answer, ChatCompletionsApp, ChatModel, load_smollm2, parse_tool_calls
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.sse import SSEDecoder
-from tests.fakes.real_model import (
-    CHAT_TEMPLATE,
-    MODEL_NAME,
-    RealModel,
-    RealModelServer,
-    load_real_model,
-    parse_tool_calls,
-)
+from tests.fakes.loopback import LoopbackServer
 
 pytestmark = pytest.mark.real_model
 
@@ -40,17 +36,37 @@ TOOLS = [
 TOOL_TEXT = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la"}}\n</tool_call>'
 
 
+# torch threads. 1 by default: on this 2-core machine, while other tests or harness processes
+# run, 2 OpenMP threads spin against each other and decode 3-5x slower than 1 (measured 2.4 vs
+# 11 tokens/s at load average 3.5); override with HARNESS_ENV_TEST_MODEL_THREADS.
+NUM_THREADS = int(os.environ.get("HARNESS_ENV_TEST_MODEL_THREADS") or 1)
+RealModel = ChatModel
+
+
+class RealModelServer(LoopbackServer):
+    """The example's ChatCompletionsApp on a loopback port, from a background thread."""
+
+    def __init__(self, model: ChatModel, *, max_tokens_cap: int = 64,
+                 force: Callable[[dict[str, Any]], str | None] | None = None) -> None:
+        self.policy = ChatCompletionsApp(model, MODEL_NAME, max_tokens_cap, 0, force)
+        super().__init__(self.policy.app(), join_timeout_s=30)  # a generation in progress finishes first
+
+    @property
+    def answers(self) -> list[Answer]:
+        return self.policy.answers
+
+
 @pytest.fixture(scope="module")
 def model() -> RealModel:
     started = time.monotonic()
-    m = load_real_model()
+    m = load_smollm2(threads=NUM_THREADS, prefix_cache_entries=0)  # no prefix cache: every answer computed whole
     print(f"\nmodel ready in {time.monotonic() - started:.1f}s (load {m.load_seconds:.1f}s from {m.loaded_from})")
     return m
 
 
 @pytest.fixture
 def server(model: RealModel) -> Iterator[RealModelServer]:
-    with RealModelServer(max_tokens_cap=24) as srv:
+    with RealModelServer(model, max_tokens_cap=24) as srv:
         yield srv
 
 
@@ -215,7 +231,7 @@ def test_a_tool_call_answer_and_the_next_prompt_extends_it(model: RealModel, str
     # The 135M model rarely calls tools on its own: force the answer's tokens (their logprobs are
     # still the model's) so the tool-call path is exercised every time.
     force = lambda body: TOOL_TEXT if not any(m["role"] == "tool" for m in body["messages"]) else None  # noqa: E731
-    with RealModelServer(force=force, max_tokens_cap=48) as srv:
+    with RealModelServer(model, force=force, max_tokens_cap=48) as srv:
         req = {"messages": MESSAGES, "tools": TOOLS, "temperature": 1.0, "logprobs": True, "return_token_ids": True}
         if streamed:
             chunks, draft = stream(srv, req)
