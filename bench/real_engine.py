@@ -1,6 +1,6 @@
 """The token contract against a real vLLM, per harness: the table of docs/training.md.
 
-    .venv/bin/python bench/real_engine.py [--vllm-port PORT] [--harness NAME ...] [--markdown]
+    .venv/bin/python bench/real_engine.py [--vllm-port PORT] [--harness NAME ...] [--plain-sampling]
 
 Each harness runs one rollout through its real CLI and the capture proxy against a real vLLM (CPU,
 SmolLM2-135M-Instruct, float32, processed logprobs; tests/vllm_engine.py starts one unless

@@ -4,8 +4,7 @@ The policy server of examples/train_cpu.py: the harnesses reach it through harne
 proxy, exactly as they reach vLLM on a GPU host, and the trainer loads its weights into it before
 every generation step (`ChatModel.load_weights`, what TRL's vLLM server mode does over NCCL). It is
 the smallest thing that can stand in for vLLM in that loop, not a serving engine: one generation
-at a time, float32, no batching. The test suite's real-model server (tests/fakes/real_model.py)
-is this module with the test defaults.
+at a time, float32, no batching. Its test is tests/examples/test_cpu_policy.py.
 
 Why it is still hand-written, where a real vLLM now checks every token claim (tests/vllm_engine.py,
 tests/envs/test_vllm_contract.py): vLLM's CPU build takes new weights only from a file, in dev
