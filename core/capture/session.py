@@ -27,6 +27,11 @@ CAPTURE_LEVEL_ORDER: dict[CaptureLevel, int] = {"none": 0, "text": 1, "logprobs"
 MAX_CONSECUTIVE_FAILURES = 3
 PROMPTS_TRIED = 8  # earlier prompts a new one is checked against for a shared start (latest first)
 MIB = 1024 * 1024
+# A result holds every call's whole request (history included), though the record keeps a resent
+# history once: the calls' whole requests together may take this many times the recorded budget,
+# so the result a rollout serves is bounded too (an honest history grows call by call; one resent
+# unchanged, hundreds of times, only inflates the result).
+WHOLE_PER_RECORDED = 4
 MAX_DROPPED_FIELDS = 64  # names kept in dropped_fields: a request may carry any number of made-up fields
 # What a recorded turn holds beyond its texts, per item (about what each takes as JSON).
 BYTES_PER_COMPLETION_ID, BYTES_PER_LOGPROB, BYTES_PER_TOP_LOGPROB = 8, 12, 40
@@ -132,6 +137,7 @@ class CaptureSession:
     _policy_calls_admitted: int = 0
     _auxiliary_calls_admitted: int = 0
     _held_for_calls: dict[int, int] = field(default_factory=dict)  # turn index -> its request's bytes, until recorded
+    _whole_bytes: int = 0  # every admitted call's whole request, history included: what the result expands to
     _log_lines: deque[str] = field(default_factory=lambda: deque(maxlen=400))
     _upstream_calls: set[asyncio.Future[Any]] = field(default_factory=set)  # waiting for the upstream's answer
     _relayed_answers: set[Any] = field(default_factory=set)  # upstream responses being streamed to the harness
@@ -198,6 +204,13 @@ class CaptureSession:
                 f"this rollout's budget of {budget / MIB:g} MiB of recorded model calls is used up ({held / MIB:.1f} MiB recorded "
                 f"or in flight, this request {request_bytes / MIB:.1f} MiB); the rollout option max_recorded_mb raises it",
             )
+        if budget is not None and self._whole_bytes + request_bytes > budget * WHOLE_PER_RECORDED:
+            return self._budget_hit(
+                "recorded_bytes_limit",
+                f"this rollout's budget of {budget / MIB:g} MiB of recorded model calls is used up by requests sent whole "
+                f"({self._whole_bytes / MIB:.1f} MiB, history included, against {WHOLE_PER_RECORDED}x the budget, what a result "
+                "may hold); the rollout option max_recorded_mb raises it",
+            )
         return None
 
     def _budget_hit(self, code: str, message: str) -> tuple[str, str]:
@@ -212,6 +225,7 @@ class CaptureSession:
         if purpose != "policy":
             self._auxiliary_calls_admitted += 1
         self._held_for_calls[index] = request_bytes
+        self._whole_bytes += request_bytes
 
     # -- what close() aborts: the session's calls in flight -----------------------------------
     def add_upstream_call(self, call: asyncio.Future[Any]) -> None:

@@ -296,6 +296,26 @@ async def test_a_long_honest_history_is_counted_once(proxy_env):
     assert 100_000 < session.recorded_bytes < 400_000 and not session.limits_hit
 
 
+async def test_one_history_resent_unchanged_cannot_inflate_the_result_past_the_budget(proxy_env):
+    """The record keeps a resent history once, but a result holds every call's whole request: calls
+    without tools that resend one big message again and again are refused once their whole
+    requests pass 4x the budget (the expanded result stays bounded), honest growth is not."""
+    proxy, policy, upstream, client = proxy_env
+    policy.scripts["m"] = [{"text": "ok"}] * 40
+    session = proxy.open_session(_endpoint(upstream), CapturePolicy(max_recorded_bytes=2 * 1024 * 1024))
+    h = {"authorization": f"Bearer {session.key}"}
+    messages = [{"role": "user", "content": "x" * 300_000}]  # 0.3 MB whole a call: 27 fit in 4 x 2 MiB
+    codes = []
+    for _ in range(40):
+        r = await client.post("/chat/completions", json={"model": "m", "messages": messages}, headers=h)
+        codes.append(r.status_code)
+    admitted = codes.count(200)
+    assert 20 <= admitted <= 28 and codes == [200] * admitted + [429] * (40 - admitted), (codes, r.text)
+    assert "max_recorded_mb" in r.text and "sent whole" in r.text and session.limits_hit
+    assert session.recorded_bytes < 1024 * 1024  # the record itself kept the message once
+    assert len(policy.requests) == codes.count(200)
+
+
 @pytest.mark.parametrize("path", ["/messages", "/v1beta/models/m:generateContent"])
 async def test_budget_refusals_tell_each_dialects_client_not_to_retry(proxy_env, path):
     proxy, policy, upstream, client = proxy_env
