@@ -13,6 +13,29 @@ from tests.server_process import ServerProcess
 from tests.vllm_engine import VllmServer
 
 
+# The fast tier, `pytest -m unit`: no harness CLI (e2e), no real model, no browser, no database
+# server, no server process. Derived from what a test uses, so a new test is sorted without a mark.
+HEAVY_MARKS = {"e2e", "real_model", "slow"}
+HEAVY_FIXTURES = {"vllm_server", "raw_vllm_server", "tap", "postgres_server", "chromium", "web_server", "start_server", "module_server"}
+
+
+# Under pytest-xdist (`./dev test` runs 2 workers, --dist loadgroup): a module's tests stay on one
+# worker (its module-scoped servers start once), and every test of the real vLLM on one worker (a
+# session fixture per worker would start a second 3 GiB engine).
+VLLM_FIXTURES = {"vllm_server", "raw_vllm_server", "tap"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        heavy = (HEAVY_MARKS & {m.name for m in item.iter_markers()} or HEAVY_FIXTURES & set(item.fixturenames)
+                 or (callspec is not None and callspec.params.get("store_url") == "postgresql"))
+        if not heavy:
+            item.add_marker(pytest.mark.unit)
+        group = "vllm" if VLLM_FIXTURES & set(item.fixturenames) else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture
 def needs_bwrap():
     """`pytest.mark.usefixtures("needs_bwrap")`: fails, saying how to install it, without bubblewrap."""

@@ -14,6 +14,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from harness_env.cli import build_parser
 from harness_env.core.toolchain import NODE_VERSION, PINS
 
@@ -241,6 +243,7 @@ def source_copy(dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow  # runs openenv validate in a process of its own
 def test_openenv_validate_passes(tmp_path):
     openenv = Path(sys.executable).parent / "openenv"
     # On a copy: the validator hashes the whole tree before and after, and the checkout's caches

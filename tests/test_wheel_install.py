@@ -29,6 +29,8 @@ from harness_env.client import HarnessEnv
 from tests.server_process import free_port
 from tests.test_deploy_files import package_files, source_copy
 
+pytestmark = pytest.mark.slow  # builds the wheel and installs it in a fresh venv: not in the fast tier
+
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 VERSION = PROJECT["version"]

@@ -17,6 +17,8 @@ from harness_env.client.trl import remote_runner
 from harness_env.models import JobEnd
 from tests.server_process import ServerProcess, free_port
 
+pytestmark = pytest.mark.slow  # servers in processes of their own: not in the fast tier
+
 FULL_AT_ONE = ("--max-concurrent", "1", "--max-queue", "0")
 QUICK = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
 SLOW = [{"bash": "sleep 4; echo hello > hello.txt"}, {"text": "done"}]

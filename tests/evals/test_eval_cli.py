@@ -16,6 +16,8 @@ import pytest
 
 from tests.fakes.policy import FakePolicy, FakePolicyServer
 
+pytestmark = pytest.mark.slow  # the eval CLI in processes of its own: not in the fast tier
+
 CLI = [sys.executable, "-m", "harness_env.cli"]
 WRITE = {"bash": "echo ok > out.txt"}
 STOP = {"text": "done"}

@@ -30,6 +30,8 @@ import pytest
 from harness_env.client import trl as project_trl
 from harness_env.models import RolloutResult, Turn
 
+pytestmark = pytest.mark.slow  # a trainer and its policy server: not in the fast tier
+
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_grpo.py"
 TASKS = [{"task_id": f"t{i}", "instruction": f"make file {i}", "verify": [f"test -f f{i}"]} for i in range(2)]

@@ -11,6 +11,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from harness_env.core.capture.asgi import route_path
 from harness_env.core.capture.sockets import SOCKET_PREFIX
@@ -44,6 +45,7 @@ async def test_capture_calls_go_straight_to_the_proxy_with_their_route_below_cap
                     ("api", "/capture"), ("api", "/capturex/v1"), ("api", "/rollout"), ("api", "/capture/v1/x")]
 
 
+@pytest.mark.slow  # starts the app in processes of its own
 def test_the_app_sweeps_what_a_killed_owner_left_however_it_is_started(tmp_path):
     """OpenEnv starts `harness_env.server.app:app` itself, and Ray Serve runs each replica's app's
     lifespan: the sweep is the app's, not the CLI's. A dead owner's rollout and capture socket are

@@ -11,6 +11,8 @@ import pytest
 from harness_env.client import HarnessEnv
 from harness_env.server.main import default_public_url, where_to_go
 
+pytestmark = pytest.mark.slow  # starts the server process: not in the fast tier
+
 
 def test_the_public_url_is_the_space_s_on_a_space_else_loopback():
     assert default_public_url(8100, {}) == "http://127.0.0.1:8100"

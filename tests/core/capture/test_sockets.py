@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from harness_env.core.capture import serve, sockets
 from harness_env.core.capture.proxy import CaptureProxy
@@ -18,6 +23,15 @@ from harness_env.core.capture.sockets import SOCKET_PREFIX, sweep_sockets
 from harness_env.core.procs import process_starttime
 from harness_env.core.sandbox import sweep
 from harness_env.core.sandbox.lease import Lease, lease_path, own_lease, read_lease, write_lease
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory with a short path: a Unix socket's holds 107 bytes, which pytest's own can pass
+    (under pytest-xdist each worker's directory is one level deeper)."""
+    path = Path(tempfile.mkdtemp(prefix="hs-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _dead_pid() -> int:
@@ -41,60 +55,60 @@ def _age(path: Path, seconds: float) -> None:
     os.utime(path, (time.time() - seconds,) * 2, follow_symlinks=False)
 
 
-def test_a_dead_owners_socket_and_lease_go_and_a_live_owners_stay(tmp_path):
+def test_a_dead_owners_socket_and_lease_go_and_a_live_owners_stay(short_dir):
     dead = _dead_pid()
-    gone = _bound(tmp_path, dead, own_lease().model_copy(update={"pid": dead, "start": "1"}))
-    reused = _bound(tmp_path, os.getpid(), own_lease().model_copy(update={"start": "1"}))  # this pid, another process's start
-    mine = _bound(tmp_path, os.getpid(), own_lease())  # bound, not yet listening: its owner lives
-    (tmp_path / f"{SOCKET_PREFIX}{dead}-not-a-socket.sock").write_text("")
-    assert sorted(sweep_sockets(tmp_path)) == sorted([str(gone), str(reused)])
+    gone = _bound(short_dir, dead, own_lease().model_copy(update={"pid": dead, "start": "1"}))
+    reused = _bound(short_dir, os.getpid(), own_lease().model_copy(update={"start": "1"}))  # this pid, another process's start
+    mine = _bound(short_dir, os.getpid(), own_lease())  # bound, not yet listening: its owner lives
+    (short_dir / f"{SOCKET_PREFIX}{dead}-not-a-socket.sock").write_text("")
+    assert sorted(sweep_sockets(short_dir)) == sorted([str(gone), str(reused)])
     assert not lease_path(gone).exists() and not lease_path(reused).exists()
     assert mine.exists() and read_lease(lease_path(mine)) is not None
-    assert (tmp_path / f"{SOCKET_PREFIX}{dead}-not-a-socket.sock").exists()
+    assert (short_dir / f"{SOCKET_PREFIX}{dead}-not-a-socket.sock").exists()
 
 
-def test_an_owner_in_another_pid_namespace_keeps_its_socket_until_its_deadline(tmp_path):
+def test_an_owner_in_another_pid_namespace_keeps_its_socket_until_its_deadline(short_dir):
     """Its pid means nothing here (here it names no process, or another): only the deadline can say."""
     dead = _dead_pid()
-    elsewhere = _bound(tmp_path, dead, own_lease().model_copy(update={"pid": dead, "pidns": "pid:[1]"}))
-    expired = _bound(tmp_path, dead, own_lease().model_copy(update={"pid": dead, "pidns": "pid:[1]", "deadline": time.time() - 1}))
-    assert sweep_sockets(tmp_path) == [str(expired)]
+    elsewhere = _bound(short_dir, dead, own_lease().model_copy(update={"pid": dead, "pidns": "pid:[1]"}))
+    expired = _bound(short_dir, dead, own_lease().model_copy(update={"pid": dead, "pidns": "pid:[1]", "deadline": time.time() - 1}))
+    assert sweep_sockets(short_dir) == [str(expired)]
     assert elsewhere.exists()
 
 
-async def test_a_socket_someone_listens_on_is_never_removed(tmp_path):
+async def test_a_socket_someone_listens_on_is_never_removed(short_dir):
     """Whatever its lease says (a server outlives any deadline; a lease of another boot): served is alive."""
-    path = tmp_path / f"{SOCKET_PREFIX}{_dead_pid()}-0a0b0c0d.sock"
+    path = short_dir / f"{SOCKET_PREFIX}{_dead_pid()}-0a0b0c0d.sock"
     async with serve_on_unix(CaptureProxy().app, path):
         lease = read_lease(lease_path(path))
         assert lease is not None and lease.pid == os.getpid() and lease.start == process_starttime(os.getpid())
         lease_path(path).unlink()
         write_lease(path, own_lease().model_copy(update={"boot": "another-boot", "deadline": time.time() - 1}))
-        assert await asyncio.to_thread(sweep_sockets, tmp_path) == []
+        assert await asyncio.to_thread(sweep_sockets, short_dir) == []
         assert path.exists()
     assert not path.exists() and not lease_path(path).exists()  # both removed at exit
 
 
-def test_a_lease_less_socket_goes_only_once_nobody_has_listened_for_a_while(tmp_path):
+def test_a_lease_less_socket_goes_only_once_nobody_has_listened_for_a_while(short_dir):
     """A socket of a version that wrote no lease: refused connections for over a minute are proof."""
-    fresh, old = _bound(tmp_path, os.getpid(), None), _bound(tmp_path, os.getpid(), None)
+    fresh, old = _bound(short_dir, os.getpid(), None), _bound(short_dir, os.getpid(), None)
     _age(old, 3600)
-    assert sweep_sockets(tmp_path) == [str(old)]
+    assert sweep_sockets(short_dir) == [str(old)]
     assert fresh.exists()
 
 
-def test_an_orphan_lease_of_a_dead_owner_goes(tmp_path):
+def test_an_orphan_lease_of_a_dead_owner_goes(short_dir):
     dead = _dead_pid()
-    orphan = tmp_path / f"{SOCKET_PREFIX}{dead}-0a0b0c0d.sock"
+    orphan = short_dir / f"{SOCKET_PREFIX}{dead}-0a0b0c0d.sock"
     write_lease(orphan, own_lease().model_copy(update={"pid": dead, "start": "1"}))
-    live = tmp_path / f"{SOCKET_PREFIX}{os.getpid()}-0a0b0c0d.sock"
+    live = short_dir / f"{SOCKET_PREFIX}{os.getpid()}-0a0b0c0d.sock"
     write_lease(live)  # written, the socket not bound yet
-    assert sweep_sockets(tmp_path) == []
+    assert sweep_sockets(short_dir) == []
     assert not lease_path(orphan).exists() and lease_path(live).exists()
 
 
-def test_a_missing_directory_is_nothing_to_sweep(tmp_path):
-    assert sweep_sockets(tmp_path / "gone") == []
+def test_a_missing_directory_is_nothing_to_sweep(short_dir):
+    assert sweep_sockets(short_dir / "gone") == []
 
 
 def test_there_is_one_socket_sweep_and_one_prefix():

@@ -11,7 +11,7 @@ from harness_env.models import HarborOptions, Task
 from tests import needs
 
 needs.module("harbor.trial.trial", "uv sync --extra harbor")
-pytestmark = pytest.mark.usefixtures("needs_bwrap")
+pytestmark = [pytest.mark.usefixtures("needs_bwrap"), pytest.mark.slow]  # Harbor trials: not in the fast tier
 
 from harness_env.envs.harbor.local_env import LocalHarborEnvironment  # noqa: E402
 from harness_env.envs.harbor.trial import run_harbor_trial  # noqa: E402
