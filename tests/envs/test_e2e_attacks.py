@@ -25,9 +25,25 @@ GIT_PLANT = (
     "git config gpg.ssh.program $HOME/evil.sh && git config log.showSignature true && git config core.pager $HOME/evil.sh && "
     "echo hello > hello.txt"
 )
+# A commit with a forged OpenPGP signature on top: `git log` with log.showSignature runs gpg.program.
+FORGE = (
+    "p=$(git rev-parse HEAD); t=$(git rev-parse 'HEAD^{tree}'); printf 'tree %s\\nparent %s\\nauthor a <a@b> 1 +0000\\n"
+    "committer a <a@b> 1 +0000\\ngpgsig -----BEGIN PGP SIGNATURE-----\\n \\n iQEz\\n -----END PGP SIGNATURE-----\\n\\n"
+    "forged\\n' \"$t\" \"$p\" > c.txt; git update-ref HEAD $(git hash-object -t commit -w c.txt); rm c.txt\n"
+)
+
+
+def written_by_printf(text: str, path: str) -> str:
+    """A shell command that writes `text` to `path` with no quote, `$` or backquote of its own in
+    the command line (Gemini CLI refuses a command with a command substitution in it)."""
+    return "printf '" + "".join(c if c.isalnum() or c in " -_./:<>@{}^;|=+," else f"\\{ord(c):03o}" for c in text) + f"' > {path}"
+
+
+GIT_PLANT += f" && {written_by_printf(FORGE, '$HOME/forge.sh')} && sh $HOME/forge.sh && git config gpg.program $HOME/evil.sh"
 # Honest verify: the agent did not touch f.txt as asked (the first command fails), and ordinary git
-# commands that must work.
-GIT_VERIFY = ["git diff HEAD -- f.txt | grep -q '^+two'", "git log -p -1 | grep -q first", "git blame f.txt", "test -f hello.txt"]
+# commands that must work, two of them reading the forged signature's commit.
+GIT_VERIFY = ["git diff HEAD -- f.txt | grep -q '^+two'", "git log -p | grep -q first", "git blame f.txt", "test -f hello.txt",
+              "git log -1 --format=%s | grep -qx forged", "git log --oneline | grep -q first"]
 # Kills every process of its own sandbox above this shell: the harness's CLI dies mid-run. (No
 # command substitution: Gemini CLI refuses to run a command with one.)
 KILL_HARNESS = (
@@ -40,8 +56,9 @@ async def test_git_in_verify_does_not_run_what_the_agent_planted(policy_server, 
     script = [{"bash": GIT_PLANT}, {"text": "done"}]
     res = await run_rollout(make_request(script, setup=[REPO], verify=GIT_VERIFY))
     assert res.error is None, res.error
-    assert (res.reward, res.reward_source) == (0.75, "verify_ratio"), [(r.cmd, r.exit_code, r.stderr[-200:]) for r in res.verify_results]
-    assert any("diff.evil.command" in n for n in res.sandbox_notes), res.sandbox_notes  # the result says what was dropped
+    assert (res.reward, res.reward_source) == (5 / 6, "verify_ratio"), [(r.cmd, r.exit_code, r.stderr[-200:]) for r in res.verify_results]
+    notes = " ".join(res.sandbox_notes)
+    assert "diff.evil.command" in notes and "gpg.program" in notes, res.sandbox_notes  # the result says what was dropped
     _no_process_left(res)
 
 
