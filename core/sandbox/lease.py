@@ -19,6 +19,7 @@ import json
 import os
 import re
 import stat
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from harness_env.core.procs import process_starttime
 
 LEASE_SUFFIX = ".lease"
 ROLLOUT_NAME_RE = re.compile(r"(rollout|harbor)-[0-9a-f]{12}")  # a local rollout's directory, a Harbor trial's
+TEMP_DIR_PREFIX = "harness-env-tmp-"  # a leased directory under the system's temporary directory (leased_temp_dir)
 DEFAULT_LEASE_S = 7 * 24 * 3600.0  # only judged for an owner in another PID namespace, or an unreadable lease
 MAX_LEASE_BYTES = 4096
 
@@ -134,3 +136,11 @@ def unreadable_is_stale(mtime: float, now: float | None = None) -> bool:
     file is older than any lease it can hold (DEFAULT_LEASE_S), as an expired lease would be. A
     lease being written, or one of a version this one cannot read, is a live owner's meanwhile."""
     return (now if now is not None else time.time()) - mtime > DEFAULT_LEASE_S
+
+
+def leased_temp_dir(purpose: str) -> Path:
+    """A new directory under the system's temporary directory with this process's lease beside
+    it: a start after this process was killed removes it (sweep.sweep_temp_dirs)."""
+    path = Path(tempfile.mkdtemp(prefix=f"{TEMP_DIR_PREFIX}{purpose}-"))
+    write_lease(path)
+    return path

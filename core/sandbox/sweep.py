@@ -14,6 +14,7 @@ and a directory is removed only once nothing is mounted below it.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,7 +23,14 @@ from harness_env.core.procs import kill_process
 from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.cgroups import sweep_stale
 from harness_env.core.sandbox.host import sandboxes_root, unmount_tree
-from harness_env.core.sandbox.lease import LEASE_SUFFIX, ROLLOUT_NAME_RE, is_stale, read_lease, unreadable_is_stale
+from harness_env.core.sandbox.lease import (
+    LEASE_SUFFIX,
+    ROLLOUT_NAME_RE,
+    TEMP_DIR_PREFIX,
+    is_stale,
+    read_lease,
+    unreadable_is_stale,
+)
 from harness_env.core.sandbox.processes import marked_pids
 
 
@@ -90,11 +98,45 @@ def sweep_sandboxes(root: Path | None = None) -> list[str]:
     return [sweep_rollout(root, name) for name in _stale_rollouts(root, time.time())]
 
 
+def remove_leased(path: Path) -> str | None:
+    """Remove a leased directory and then its lease; what could not be removed, or None."""
+    problem = safefs.remove_tree(path)
+    if problem is None:
+        try:
+            os.unlink(path.with_name(path.name + LEASE_SUFFIX))
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            problem = f"could not remove its lease: {e.strerror}"
+    return problem
+
+
+def sweep_temp_dirs(parent: Path | None = None) -> list[str]:
+    """Remove the leased temporary directories (lease.leased_temp_dir: e.g. the web UI's Gradio
+    cache) of dead owners in `parent` (default: the system's temporary directory). Only a real
+    directory whose lease is stale is touched. Never raises; one sentence per directory."""
+    parent = parent or Path(tempfile.gettempdir())
+    notes = []
+    try:
+        entries = [e for e in os.scandir(parent) if e.name.startswith(TEMP_DIR_PREFIX) and e.name.endswith(LEASE_SUFFIX)]
+    except OSError:
+        return []
+    for entry in entries:
+        path = parent / entry.name.removesuffix(LEASE_SUFFIX)
+        lease = read_lease(Path(entry.path))
+        if lease is None or not is_stale(lease) or not path.is_dir() or path.is_symlink():
+            continue
+        problem = remove_leased(path)
+        notes.append(f"removed {path} of a dead process" if problem is None else f"{path} of a dead process: {problem}")
+    return notes
+
+
 def sweep_at_start() -> list[str]:
     """What every `run` and `eval`, and the app's lifespan, do first: the cgroups of dead servers,
     the rollouts of dead owners in the sandbox directory, and dead owners' capture sockets
     (core/capture/sockets.py). Blocking: call it off the event loop. Never raises."""
     notes = list(sweep_stale())
     notes += sweep_sandboxes()
+    notes += sweep_temp_dirs()
     notes += [f"removed the capture socket {path} of a dead process" for path in sweep_sockets()]
     return notes

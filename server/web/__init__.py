@@ -17,14 +17,16 @@ small page that says so and reloads itself (LOADING_PAGE), not ten seconds of bl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-import shutil
-import tempfile
 from contextlib import AsyncExitStack
+from pathlib import Path
 
 from fastapi import FastAPI
 
 from harness_env.core.capture.asgi import Receive, Reply, Scope, Send, error_reply, send_reply
+from harness_env.core.sandbox.lease import leased_temp_dir, write_lease
+from harness_env.core.sandbox.sweep import remove_leased
 from harness_env.server.auth import WEB_LOGIN_PATH, WEB_PREFIX, AuthFailureLimiter, is_web_path
 from harness_env.server.loop_lag import freeze_long_lived
 from harness_env.server.service import RolloutService
@@ -61,10 +63,12 @@ def _gradio_environment() -> str | None:
     # Gradio copies every file it serves (the result JSONs offered for download) into its cache,
     # by default a shared /tmp/gradio it never empties: give it one that is removed at close.
     if "GRADIO_TEMP_DIR" not in os.environ:
-        _own_gradio_cache = tempfile.mkdtemp(prefix="harness-env-gradio-")
+        _own_gradio_cache = str(leased_temp_dir("gradio"))  # leased: a start after a kill removes it
         os.environ["GRADIO_TEMP_DIR"] = _own_gradio_cache
     elif os.environ["GRADIO_TEMP_DIR"] == _own_gradio_cache:  # a second UI in this process (tests)
         os.makedirs(_own_gradio_cache, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            write_lease(Path(_own_gradio_cache))
     return _own_gradio_cache if os.environ["GRADIO_TEMP_DIR"] == _own_gradio_cache else None
 
 
@@ -157,4 +161,4 @@ class WebUI:
             self.page.close()
         await self._stack.aclose()
         if self._gradio_cache is not None:
-            shutil.rmtree(self._gradio_cache, ignore_errors=True)
+            remove_leased(Path(self._gradio_cache))

@@ -190,3 +190,28 @@ def test_a_lease_lacking_what_to_judge_by_waits_for_its_deadline():
     assert all(rollout.exists() for rollout in kept)
     for rollout in kept:
         _remove(rollout)
+
+
+def test_a_dead_owners_leased_temp_dir_is_removed_and_a_live_owners_stays(tmp_path):
+    """A leased temporary directory (the web UI's Gradio cache) outlives a killed server; the next
+    start removes it. A live owner's stays, and so does anything that is not a leased directory."""
+    from harness_env.core.sandbox.lease import TEMP_DIR_PREFIX
+    from harness_env.core.sandbox.sweep import sweep_temp_dirs
+
+    owner = _owner_that_exits()
+    dead = tmp_path / f"{TEMP_DIR_PREFIX}gradio-dead"
+    (dead / "sub").mkdir(parents=True)
+    (dead / "sub" / "served.json").write_text("{}")
+    write_lease(dead, _lease_of(owner))
+    owner.kill()
+    owner.wait()
+    live = tmp_path / f"{TEMP_DIR_PREFIX}gradio-live"
+    live.mkdir()
+    write_lease(live)
+    not_a_dir = tmp_path / f"{TEMP_DIR_PREFIX}sock"
+    not_a_dir.write_text("")
+    write_lease(not_a_dir, _lease_of(owner))
+    assert sweep_temp_dirs(tmp_path) == [f"removed {dead} of a dead process"]
+    assert not dead.exists() and not lease_path(dead).exists()
+    assert live.is_dir() and lease_path(live).exists() and not_a_dir.exists()
+
