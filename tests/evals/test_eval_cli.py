@@ -4,7 +4,6 @@ scripted per task, so the pass@k and means are known by hand; resume after a kil
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from collections import Counter
 
 import pytest
 
+from harness_env.core.sandbox.host import mounts_at_or_below
 from tests.fakes.policy import FakePolicy, FakePolicyServer
 
 pytestmark = pytest.mark.slow  # the eval CLI in processes of its own: not in the fast tier
@@ -136,16 +136,6 @@ def test_eval_gives_the_hand_computed_pass_at_k_and_means_and_exports_a_dataset(
     assert agent_steps and agent_steps[0].metrics.completion_token_ids and agent_steps[0].metrics.logprobs
 
 
-def _remove_killed_rollouts(root):
-    """What a SIGKILL left: the rollout in flight's directory and the tmpfs its sandbox mounted there
-    (as root, a disk limit); nothing was left to clean them up."""
-    with open("/proc/mounts") as f:
-        mounts = [line.split()[1] for line in f if line.split()[1].startswith(str(root) + "/")]
-    for m in sorted(mounts, reverse=True):
-        subprocess.run(["umount", "-l", m], check=False)
-    shutil.rmtree(root, ignore_errors=True)
-
-
 def test_eval_resumes_after_a_kill_without_rerunning_finished_attempts(tmp_path, policy):
     tasks = _write_jsonl(tmp_path / "tasks.jsonl", [_task("slow", ["test -f out.txt"]), _task("never", ["test -f out.txt"])])
     out = tmp_path / "run"
@@ -153,18 +143,26 @@ def test_eval_resumes_after_a_kill_without_rerunning_finished_attempts(tmp_path,
     killed_sandboxes.mkdir()
     p = _eval(policy, tasks, out, "-n", "4", "--concurrency", "1", env={**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(killed_sandboxes)})
     deadline = time.monotonic() + 120
-    while len(list(out.glob("results/*/*.json"))) < 3 and time.monotonic() < deadline and p.poll() is None:
+
+    def in_flight() -> list[str]:
+        return [n for n in os.listdir(killed_sandboxes) if not n.endswith(".lease")]
+
+    while (len(list(out.glob("results/*/*.json"))) < 3 or not in_flight()) and time.monotonic() < deadline and p.poll() is None:
         time.sleep(0.05)
     p.send_signal(signal.SIGKILL)
     p.wait()
     before = {f.relative_to(out): f.read_bytes() for f in out.glob("results/*/*.json")}
     assert 3 <= len(before) < 8, "the run was not killed halfway"
     started_before = sum(policy.policy.started.values())
-    _remove_killed_rollouts(killed_sandboxes)
+    left = set(in_flight())
+    assert left, "the kill left no rollout in flight behind"
 
-    again = _eval(policy, tasks, out, "-n", "4", "--concurrency", "2")
+    # The next eval on the same directory sweeps what the killed one left, first thing.
+    again = _eval(policy, tasks, out, "-n", "4", "--concurrency", "2", env={**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(killed_sandboxes)})
     stdout, stderr = again.communicate(timeout=240)
     assert again.returncode == 0, stderr
+    assert all(f"removed rollout {name} of a dead owner" in stderr for name in left), stderr[-2000:]
+    assert os.listdir(killed_sandboxes) == [] and mounts_at_or_below(killed_sandboxes.resolve()) == []
     after = {f.relative_to(out): f.read_bytes() for f in out.glob("results/*/*.json")}
     assert len(after) == 8 and all(after[k] == v for k, v in before.items())  # finished attempts kept as they were
     assert sum(policy.policy.started.values()) - started_before == 8 - len(before)  # only the missing ones ran
