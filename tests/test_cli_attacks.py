@@ -30,15 +30,13 @@ def _run_cli(tmp_path, policy_server, harness, attack, *, setup=(), verify=("fal
     sandboxes = tmp_path / "sandboxes"
     sandboxes.mkdir(exist_ok=True)
     env = {**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(sandboxes), "TMPDIR": str(tmp_path)}
-    started = time.monotonic()
     p = subprocess.run([*CLI, "run", "--harness", harness, "--task", "task.json", "--base-url", policy_server.base_url, "--model", "m",
                         "--agent-timeout-s", "120", "--verify-timeout-s", "30", "--quiet"],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
-    wall = time.monotonic() - started
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)  # a hang fails
     assert p.returncode == 0, p.stderr
     assert os.listdir(sandboxes) == []
     assert [n for n in os.listdir(tmp_path) if n.startswith("harness-env")] == []  # no socket or temp dir left
-    return json.loads(p.stdout), wall
+    return json.loads(p.stdout)
 
 
 @pytest.mark.parametrize("harness", ["whitebox", "pi"])
@@ -49,10 +47,11 @@ def _run_cli(tmp_path, policy_server, harness, attack, *, setup=(), verify=("fal
     (DEEP, ["true"], [], 1.0),
 ], ids=["link", "fifo", "git-config", "deep-tree"])
 def test_attacks_through_the_cli(tmp_path, policy_server, harness, attack, verify, setup, reward):
-    result, wall = _run_cli(tmp_path, policy_server, harness, attack, setup=setup, verify=verify)
-    assert result["error"] is None, result["error"]
+    result = _run_cli(tmp_path, policy_server, harness, attack, setup=setup, verify=verify)
+    assert result["error"] is None, result["error"]  # the agent did not run into its timeout
     assert result["reward"] == reward and result["reward_source"] == "verify_ratio"
-    assert wall < 200
+    assert [r["timed_out"] for r in result["verify_results"]] == [False] * len(verify)  # nor did verify
+    assert not any("clean-up" in n for n in result["sandbox_notes"]), result["sandbox_notes"]
 
 
 # The policy's last answer holds a lone surrogate, escaped as JSON allows (whole, and streamed).
@@ -69,7 +68,7 @@ def test_what_cannot_be_encoded_still_gives_a_result(tmp_path, policy_server, ha
     result (exit 0, no traceback), the name's byte kept as an escape, the text made valid."""
     last = {"raw": SURROGATE_WHOLE if harness == "whitebox" else SURROGATE_STREAM}
     attack = "echo hello > hello.txt && touch \"$(printf 'bad\\377name')\""
-    result, _ = _run_cli(tmp_path, policy_server, harness, attack, verify=["grep -qx hello hello.txt"], last=last)
+    result = _run_cli(tmp_path, policy_server, harness, attack, verify=["grep -qx hello hello.txt"], last=last)
     assert result["reward"] == 1.0
     assert result["files"]["bad\\xffname"] == ""
     assert any(t["completion_text"] == "done \ufffd" for t in result["proxy_turns"])

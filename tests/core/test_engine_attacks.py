@@ -78,7 +78,9 @@ async def test_a_fifo_as_reward_file_neither_hangs_nor_forges(attack, use_bwrap)
     assert res.error is None, res.error
     assert res.reward == 0.0
     assert "pipe" not in res.files  # a FIFO in the workspace is not collected (nor opened)
-    assert res.wall_s < 30
+    # Nothing waited on a FIFO: verify ran to its end, and clean-up removed them (a hang fails the fixture's wait_for).
+    assert [r.timed_out for r in res.verify_results] == [False]
+    assert not any("clean-up" in n for n in res.sandbox_notes), res.sandbox_notes
 
 
 async def test_a_fifo_reward_file_written_by_verify_is_ignored(attack):

@@ -270,9 +270,8 @@ def test_json_rpc_client_that_goes_away_cancels_its_rollouts(open_server, policy
         s.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: */*\r\n"
                   b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         _wait_running(open_server)
-    t0 = time.monotonic()  # the socket is closed mid-call
-    open_server.assert_no_rollout_left(timeout_s=10)
-    assert time.monotonic() - t0 < 10
+    # The socket is closed mid-call: the rollouts (each waiting 120 s on the model) end.
+    open_server.assert_no_rollout_left(timeout_s=60)
     time.sleep(1)  # a batch's next call must not start either
     assert httpx.get(open_server.url + "/health").json()["rollouts_running"] == 0
 

@@ -2,6 +2,8 @@
 named events parsed back, fed in awkward pieces."""
 
 import json
+import threading
+import time
 
 from harness_env.core.capture.assemble import TurnDraft
 
@@ -44,10 +46,36 @@ def as_javascript_sends(value):
     return json.loads(json.dumps(value), parse_float=lambda s: int(float(s)) if float(s).is_integer() else float(s))
 
 
+class HeldEnd(list):
+    """A fake-policy step's raw chunks whose last (the end) the engine sends only once the client
+    has a word: the test calls word_seen() on each word it reads. A proxy that held the stream back
+    until the end would pass no word on before it (the engine gives up holding after 20 s, and
+    word_seen() then fails)."""
+
+    def __init__(self, chunks: list[str]) -> None:
+        super().__init__(chunks)
+        self.ended = threading.Event()
+        self.released_at: float | None = None  # time.monotonic() when the end was let go
+        self._go = threading.Event()
+
+    def __iter__(self):  # iterated by the fake engine's thread as it streams
+        *head, end = list.__iter__(self)
+        yield from head
+        self._go.wait(20)  # holds the fake engine's loop: it serves this one call
+        self.ended.set()
+        yield end
+
+    def word_seen(self) -> None:
+        if self.released_at is None:
+            assert not self.ended.is_set(), "the first word reached the client only after the engine's end"
+            self.released_at = time.monotonic()
+            self._go.set()
+
+
 def slow_words(*words: str, gap_s: float = 0.3) -> dict:
-    """A fake-policy step streaming one word a chunk, `gap_s` apart, then the end."""
+    """A fake-policy step streaming one word a chunk, `gap_s` apart, then the end, held (HeldEnd)."""
     pieces = [f'data: {{"choices": [{{"index": 0, "delta": {{"content": "{w} "}}}}]}}\n\n' for w in words]
-    return {"raw": [*pieces, 'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'], "gap_s": gap_s}
+    return {"raw": HeldEnd([*pieces, 'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n']), "gap_s": gap_s}
 
 
 def assert_exact_tokens_one_branch(policy, session, stream: bool, tool: str) -> None:

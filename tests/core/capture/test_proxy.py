@@ -347,10 +347,8 @@ async def test_closing_a_session_aborts_its_calls_in_flight(proxy_env, stream):
     while not policy.requests:
         await asyncio.sleep(0.02)
     await asyncio.sleep(0.3)  # the first chunk is relayed (stream), the call waits (hang)
-    started = asyncio.get_running_loop().time()
     await proxy.close_session(session)
-    r = await asyncio.wait_for(call, 5)
-    assert asyncio.get_running_loop().time() - started < 2
+    r = await asyncio.wait_for(call, 60)  # a hang fails here; the answer below says it was cut, not finished by the upstream
     if stream:
         assert r.status_code == 200 and b'"a"' in r.content and b"[DONE]" not in r.content
         assert "upstream stream broke" in session.turns[0].upstream_error

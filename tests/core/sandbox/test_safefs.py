@@ -35,8 +35,8 @@ def make_deep(root: Path, depth: int = DEEP, *, bottom: bytes = b"bottom\n") -> 
         os.close(fd)
 
 
-def soon(fn, *args, within: float = 5.0, **kw):
-    """fn(...) in a thread, which must return within `within` seconds (a FIFO must not block it)."""
+def soon(fn, *args, within: float = 60.0, **kw):
+    """fn(...) in a thread, which must return (a FIFO that blocked it never would: this fails instead of hanging)."""
     pool = ThreadPoolExecutor(1)
     try:
         return pool.submit(fn, *args, **kw).result(timeout=within)
@@ -123,12 +123,21 @@ def test_walk_files_skips_links_and_special_files(tree):
     assert list(safefs.walk_files(tree / "etc")) == []  # the root itself a link
 
 
-def test_walk_files_is_bounded_in_depth_and_entries(tmp_path):
+def test_walk_files_is_bounded_in_depth_and_entries(tmp_path, monkeypatch):
     make_deep(tmp_path)
     (tmp_path / "top.txt").write_text("top")
-    t0 = time.monotonic()
-    assert [f.rel for f in safefs.walk_files(tmp_path)] == ["top.txt"]  # the bottom is past max_depth
-    assert time.monotonic() - t0 < 5
+    opened_dirs = []
+    real_open = os.open
+
+    def counting_open(path, flags, *args, **kw):
+        if flags & os.O_DIRECTORY:
+            opened_dirs.append(path)
+        return real_open(path, flags, *args, **kw)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "open", counting_open)
+        assert [f.rel for f in safefs.walk_files(tmp_path)] == ["top.txt"]  # the bottom is past max_depth
+    assert 0 < len(opened_dirs) <= 40, len(opened_dirs)  # it stopped going down at max_depth (32), not at the bottom (3000)
     found = list(safefs.walk_files(tmp_path, max_depth=DEEP + 2))
     assert [f.rel for f in found] == ["d/" * DEEP + "bottom.txt", "top.txt"] and found[0].data == b"bottom\n"
     for i in range(50):
@@ -157,9 +166,7 @@ def test_remove_tree_removes_whatever_the_agent_made(tmp_path):
     (victim / "immutable.txt").write_text("i")
     assert subprocess.run(["chattr", "+i", str(victim / "immutable.txt")]).returncode == 0
     assert subprocess.run(["chattr", "+a", str(victim / "ro")]).returncode == 0
-    t0 = time.monotonic()
-    assert safefs.remove_tree(victim) is None
-    assert time.monotonic() - t0 < 30
+    assert safefs.remove_tree(victim) is None  # nothing left that it could not remove
     assert not os.path.lexists(victim)
     assert (outside / "keep.txt").read_text() == "keep" and os.path.isfile("/etc/passwd")
 

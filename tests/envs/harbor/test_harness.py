@@ -3,7 +3,6 @@ environment, through the engine and the capture proxy, against the scripted fake
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -207,10 +206,9 @@ async def test_harbor_vendor_api_agent_not_doing_the_work_scores_0_even_forging_
 
 @pytest.mark.parametrize("agent", sorted(VENDOR_AGENTS))
 async def test_harbor_vendor_api_agent_with_a_hanging_policy_times_out_and_leaves_nothing(policy_server, agent):
-    t0 = time.monotonic()
     res = await run_rollout(harbor_request(policy_server, {"task_dir": str(HELLO_WORLD), "agent": agent}, script=[{"hang": 120}], agent_timeout_s=8))
     assert res.reward is None and res.error_kind == "agent_timeout", (res.error_kind, res.error)
-    assert time.monotonic() - t0 < 60
+    assert "AgentTimeoutError" in res.error  # stopped by the rollout's deadline, not by the hang ending
     _no_process_left(res.sandbox_id)
 
 
@@ -235,10 +233,8 @@ async def test_harbor_vendor_api_agent_with_an_unreachable_endpoint_is_an_endpoi
 async def test_converted_task_gives_the_native_reward(policy_server, verify, expected):
     task = Task(instruction="Write hello into /app/hello.txt.", verify=verify, task_id="uniform")
     script = [{"bash": "echo hello > /app/hello.txt"}, {"text": "done"}]
-    t0 = time.monotonic()
     via_harbor = await run_rollout(harbor_request(policy_server, {"agent": "pi"}, task=task, script=script, verify_timeout_s=3))
     assert via_harbor.error is None, via_harbor.error
-    assert time.monotonic() - t0 < 60
     # Natively the workspace is the cwd, not /app: the same task with relative paths.
     native_task = task.model_copy(update={"verify": [v.replace("/app/", "") for v in verify]})
     policy_server.policy.scripts["policy-m"] = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
@@ -280,12 +276,10 @@ async def test_reward_json_map_and_reward_key(policy_server, tmp_path):
 async def test_missing_provider_credentials_fail_before_any_work(policy_server, tmp_path, monkeypatch):
     monkeypatch.delenv("E2B_API_KEY", raising=False)
     task_dir = hello_task_dir(tmp_path)
-    t0 = time.monotonic()
     res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "pi", "sandbox": "e2b"}))
     assert res.reward is None and res.error_kind == "sandbox"
     assert "E2B_API_KEY" in res.error and "'e2b'" in res.error
     assert [p.name for p in res.phases] == ["endpoint", "collect"]  # no trial, no sandbox
-    assert time.monotonic() - t0 < 10
 
     # With credentials, a remote sandbox still cannot reach a loopback proxy: said before starting.
     monkeypatch.setenv("E2B_API_KEY", "e2b-test-key")
@@ -315,11 +309,9 @@ async def test_vendor_api_agents_pass_the_agent_check_on_a_provider_sandbox(poli
 
 async def test_agent_timeout_is_one_deadline(policy_server, tmp_path):
     task_dir = hello_task_dir(tmp_path, solve=False)
-    t0 = time.monotonic()
     res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "pi"}, script=[{"hang": 120}], agent_timeout_s=8))
     assert res.reward is None and res.error_kind == "agent_timeout", (res.error, res.harbor)
     assert "AgentTimeoutError" in res.error
-    assert time.monotonic() - t0 < 60
     _no_process_left(res.sandbox_id)
 
 
@@ -348,11 +340,9 @@ def test_prepare_reads_the_task_and_checks_names(tmp_path):
 
 async def test_a_failing_endpoint_stops_the_trial(policy_server, tmp_path):
     task_dir = hello_task_dir(tmp_path, solve=False)
-    t0 = time.monotonic()
     res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "pi"}, script=[{"status": 503}]))
     assert res.reward is None and res.error_kind == "endpoint", (res.error, res.harbor)
-    assert "503" in res.error
-    assert time.monotonic() - t0 < 90
+    assert "503" in res.error and "the agent was stopped" in res.error  # stopped, not left to its own deadline
     _no_process_left(res.sandbox_id)
 
 

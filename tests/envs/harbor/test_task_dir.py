@@ -1,7 +1,6 @@
 import json
 import os
 import subprocess
-import time
 
 import pytest
 
@@ -64,7 +63,7 @@ def _verify(tmp_path, task, agent_cmd=None, verify_timeout_s=10):
     if agent_cmd:
         subprocess.run(["bash", "-c", agent_cmd], check=True, cwd=work)
     env = {**os.environ, "HARNESS_ENV_WORKDIR": str(work), "HARNESS_ENV_VERIFIER_DIR": str(verifier)}
-    r = subprocess.run(["bash", str(out / "tests" / "test.sh")], env=env, capture_output=True, text=True)
+    r = subprocess.run(["bash", str(out / "tests" / "test.sh")], env=env, capture_output=True, text=True, timeout=120)  # a hang fails
     assert r.returncode == 0, r.stderr
     return verifier
 
@@ -77,9 +76,8 @@ def test_test_sh_writes_passed_over_total(tmp_path):
 
 
 def test_each_verify_command_has_its_own_timeout(tmp_path):
-    t0 = time.monotonic()
     verifier = _verify(tmp_path, _task(verify=["sleep 600", "exit 124", "test -f out.txt"]), "echo hi > out.txt", verify_timeout_s=1)
-    assert time.monotonic() - t0 < 30  # the hung command was killed; the script went on
+    # The hung command was killed (timed out below); the script went on to the others.
     assert read_verifier_reward(verifier, None)[:2] == (pytest.approx(1 / 3), "reward_txt")
     lines = [json.loads(line) for line in (verifier / "verify_results.jsonl").read_text().splitlines()]
     # exit 124 from a quick command is its own exit code, not a timeout
@@ -88,18 +86,17 @@ def test_each_verify_command_has_its_own_timeout(tmp_path):
 
 
 def test_a_quick_exit_124_under_a_sub_second_timeout_is_not_a_timeout(tmp_path):
-    verifier = _verify(tmp_path, _task(verify=["exit 124"]), verify_timeout_s=0.9)
-    entry = json.loads((verifier / "verify_results.jsonl").read_text())
-    assert (entry["exit_code"], entry["timed_out"]) == (124, False) and entry["duration_s"] < 0.9
+    verifier = _verify(tmp_path, _task(verify=["exit 124", "sleep 600"]), verify_timeout_s=0.9)
+    lines = [json.loads(line) for line in (verifier / "verify_results.jsonl").read_text().splitlines()]
+    # The same sub-second timeout does stop a command that outlasts it.
+    assert [(e["exit_code"], e["timed_out"]) for e in lines] == [(124, False), (124, True)]
 
 
 def test_each_setup_command_has_its_own_timeout(tmp_path):
     out = task_to_task_dir(_task(setup=["sleep 600", "touch never"]), tmp_path / "t", agent_timeout_s=10, verify_timeout_s=10,
                            setup_timeout_s=1, workdir=str(tmp_path / "w"))
     (tmp_path / "w").mkdir()
-    t0 = time.monotonic()
-    r = subprocess.run(["bash", str(out / "environment" / "setup.sh")], capture_output=True, text=True)
-    assert time.monotonic() - t0 < 30
+    r = subprocess.run(["bash", str(out / "environment" / "setup.sh")], capture_output=True, text=True, timeout=120)  # a hang fails
     assert r.returncode == 124 and "setup command #1 timed out after 1.0s" in r.stderr
     assert not (tmp_path / "w" / "never").exists()  # the first failure stops setup
 

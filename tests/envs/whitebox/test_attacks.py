@@ -11,7 +11,6 @@ import stat
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -46,11 +45,12 @@ async def sh(box, command):
     return r.content
 
 
-async def timed(coro, within=3.0):
-    """The reply of a tool call that must come back quickly (a blocked call fails, not hangs)."""
-    t0 = time.monotonic()
-    reply = await asyncio.wait_for(coro, within + 5)
-    assert time.monotonic() - t0 < within, f"took {time.monotonic() - t0:.1f}s"
+async def answered(coro):
+    """The reply (or replies) of a tool call that must answer from what it finds, not by giving up:
+    a call blocked on what it opened says it ran out of time (the box's 10 s); a hang fails here."""
+    reply = await asyncio.wait_for(coro, 60)
+    for r in reply if isinstance(reply, list) else [reply]:
+        assert not any(s in r.content for s in ("timed out", "did not finish within", "when its time was up")), r.content
     return reply
 
 
@@ -59,17 +59,17 @@ async def timed(coro, within=3.0):
 async def test_file_tools_on_a_fifo_answer_at_once_and_leave_it_alone(box):
     await sh(box, "mkfifo pipe && echo 'needle' > hay.txt")
     ws = Path(box.sandbox.workspace)
-    r = await timed(call(box, "read", path="pipe"))
+    r = await answered(call(box, "read", path="pipe"))
     assert not r.ok and r.content == "error: pipe is not a regular file (FIFO); tools read and write regular files only"
-    r = await timed(call(box, "write", path="pipe", content="x"))
+    r = await answered(call(box, "write", path="pipe", content="x"))
     assert not r.ok and "pipe is not a regular file (FIFO)" in r.content
-    r = await timed(call(box, "edit", path="pipe", old_string="a", new_string="b"))
+    r = await answered(call(box, "edit", path="pipe", old_string="a", new_string="b"))
     assert not r.ok and "pipe is not a regular file (FIFO)" in r.content
     assert stat.S_ISFIFO(os.lstat(ws / "pipe").st_mode)  # not replaced either
-    assert (await timed(call(box, "ls"))).content == "hay.txt\npipe"
-    assert (await timed(call(box, "glob", pattern="*"))).content == "hay.txt\npipe"
-    assert (await timed(call(box, "grep", pattern="needle"))).content == "./hay.txt:1:needle"
-    r = await timed(call(box, "grep", pattern="needle", path="pipe"))
+    assert (await answered(call(box, "ls"))).content == "hay.txt\npipe"
+    assert (await answered(call(box, "glob", pattern="*"))).content == "hay.txt\npipe"
+    assert (await answered(call(box, "grep", pattern="needle"))).content == "./hay.txt:1:needle"
+    r = await answered(call(box, "grep", pattern="needle", path="pipe"))
     assert "timed out" not in r.content
 
 
@@ -77,15 +77,15 @@ async def test_a_writer_waiting_on_the_fifo_does_not_change_that(box):
     # With a process holding the FIFO open for writing, opening it for reading would succeed and
     # then block in read(): the tools must still not open it.
     await sh(box, "mkfifo pipe; setsid sh -c 'sleep 30 > pipe' < /dev/null > /dev/null 2>&1 &")
-    r = await timed(call(box, "read", path="pipe"))
+    r = await answered(call(box, "read", path="pipe"))
     assert "not a regular file (FIFO)" in r.content
-    r = await timed(call(box, "write", path="pipe", content="x"))
+    r = await answered(call(box, "write", path="pipe", content="x"))
     assert "not a regular file (FIFO)" in r.content
 
 
 async def test_many_fifo_reads_at_once_leave_the_worker_threads_free(box):
     await sh(box, "mkfifo pipe")
-    replies = await timed(asyncio.gather(*(call(box, "read", path="pipe") for _ in range(24))), within=10)
+    replies = await answered(asyncio.gather(*(call(box, "read", path="pipe") for _ in range(24))))
     assert all("not a regular file (FIFO)" in r.content for r in replies)
     # The default executor (used by asyncio.to_thread everywhere in the server) still answers.
     assert await asyncio.wait_for(asyncio.gather(*(asyncio.to_thread(lambda: 7) for _ in range(32))), 5) == [7] * 32
@@ -96,11 +96,11 @@ async def test_devices_are_never_opened(box):
     ws = Path(box.sandbox.workspace)
     os.mknod(ws / "zero", stat.S_IFCHR | 0o666, os.makedev(1, 5))  # reading it never ends
     os.mknod(ws / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
-    r = await timed(call(box, "read", path="zero"))
+    r = await answered(call(box, "read", path="zero"))
     assert r.content == "error: zero is not a regular file (character device); tools read and write regular files only"
-    r = await timed(call(box, "write", path="null", content="x"))
+    r = await answered(call(box, "write", path="null", content="x"))
     assert "null is not a regular file (character device)" in r.content
-    r = await timed(call(box, "edit", path="zero", old_string="\0", new_string="x"))
+    r = await answered(call(box, "edit", path="zero", old_string="\0", new_string="x"))
     assert "zero is not a regular file (character device)" in r.content
     assert stat.S_ISCHR(os.lstat(ws / "null").st_mode)
 
@@ -127,23 +127,23 @@ async def test_no_file_tool_follows_a_link_out_of_the_workspace(box, host_dir):
         ws = Path(box.sandbox.workspace)
         everything = {"d", "d/mine.txt", "d/up", "h", "o", "p", "root", "s.txt"}
         for pattern in ("**", "**/*"):
-            assert set((await timed(call(box, "glob", pattern=pattern))).content.splitlines()) == everything
+            assert set((await answered(call(box, "glob", pattern=pattern))).content.splitlines()) == everything
         for pattern in ("h/*", "root/*", "p/*", "o/*", "*/*/*", "d/up/*", "**/secret.txt", "**/other.txt", "p/self/*", "root/etc/passwd"):
-            assert (await timed(call(box, "glob", pattern=pattern))).content == "no files match", pattern
+            assert (await answered(call(box, "glob", pattern=pattern))).content == "no files match", pattern
         assert (await call(box, "glob", pattern="*/*")).content == "d/mine.txt\nd/up"
 
         link_says = "is a symbolic link; the file tools do not follow links"
         for path, culprit in [("s.txt", "s.txt"), ("h/secret.txt", "h"), ("o/other.txt", "o"), ("root/etc/passwd", "root"),
                               ("p/self/environ", "p"), ("d/up/etc/passwd", "d/up"), (f"{ws}/h/secret.txt", "h")]:
-            r = await timed(call(box, "read", path=path))
+            r = await answered(call(box, "read", path=path))
             assert not r.ok and r.content.startswith(f"error: {culprit} {link_says}"), (path, r.content)
         for path in ("h", "root", "p", "o", "d/up"):
-            r = await timed(call(box, "ls", path=path))
+            r = await answered(call(box, "ls", path=path))
             assert not r.ok and link_says in r.content, path
         assert (await call(box, "ls")).content == "d/\nh@\no@\np@\nroot@\ns.txt@"
 
         for path in ("s.txt", "h/new.txt", "h/secret.txt", "o/other.txt", "d/up/x.txt", "o/sub/new.txt"):
-            r = await timed(call(box, "write", path=path, content="pwned\n"))
+            r = await answered(call(box, "write", path=path, content="pwned\n"))
             assert not r.ok and link_says in r.content, (path, r.content)
         r = await call(box, "edit", path="s.txt", old_string="host", new_string="pwned")
         assert not r.ok and link_says in r.content
@@ -183,11 +183,11 @@ async def test_a_workspace_replaced_by_a_link_is_not_entered(box, host_dir):
     ws = box.sandbox.workspace
     os.rename(ws, ws + ".old")
     os.symlink(host_dir, ws)
-    r = await timed(call(box, "read", path="secret.txt"))
+    r = await answered(call(box, "read", path="secret.txt"))
     assert not r.ok and "host secret" not in r.content
-    r = await timed(call(box, "ls"))
+    r = await answered(call(box, "ls"))
     assert not r.ok and "secret.txt" not in r.content
-    r = await timed(call(box, "write", path="x.txt", content="x"))
+    r = await answered(call(box, "write", path="x.txt", content="x"))
     assert not r.ok
     assert (await call(box, "glob", pattern="**")).content == "no files match"
     assert [p.name for p in host_dir.iterdir()] == ["secret.txt"]
@@ -229,26 +229,26 @@ async def test_grep_sees_the_links_in_the_sandboxs_own_view(host_dir):
 async def test_a_huge_file_is_read_a_page_at_a_time(box):
     ws = Path(box.sandbox.workspace)
     await sh(box, "seq 1 3000000 > big.txt")  # 20 MB, past what one read looks at
-    r = await timed(call(box, "read", path="big.txt", limit=3))
+    r = await answered(call(box, "read", path="big.txt", limit=3))
     size = (ws / "big.txt").stat().st_size
     assert r.content == (
         "     1\t1\n     2\t2\n     3\t3\n"
         f"[more lines follow: big.txt is {size} bytes, more than one read looks at (8 MiB); read again with offset=4,"
         " or use bash (head, tail, sed -n, grep -n)]"
     )
-    r = await timed(call(box, "read", path="big.txt", offset=1000000, limit=2))
+    r = await answered(call(box, "read", path="big.txt", offset=1000000, limit=2))
     assert r.content.startswith("1000000\t1000000\n1000001\t1000001\n[more lines follow")
-    r = await timed(call(box, "read", path="big.txt", offset=2900000))
+    r = await answered(call(box, "read", path="big.txt", offset=2900000))
     assert not r.ok and "past the first 8 MiB that read looks at" in r.content and "sed -n '2900000,+99p' big.txt" in r.content
-    r = await timed(call(box, "read", path="big.txt"))  # the default page: bounded by bytes, not 2000 lines
+    r = await answered(call(box, "read", path="big.txt"))  # the default page: bounded by bytes, not 2000 lines
     assert len(r.content.encode()) < 1024 + 300 and r.content.splitlines()[-1].startswith("[more lines follow")
-    r = await timed(call(box, "edit", path="big.txt", old_string="2999999", new_string="x"))
+    r = await answered(call(box, "edit", path="big.txt", old_string="2999999", new_string="x"))
     assert r.content == f"error: big.txt is {size} bytes; edit rewrites files up to 8 MiB (use bash, e.g. sed -i, for bigger ones)"
 
 
 async def test_a_huge_line_is_cut(box):
     await sh(box, "head -c 30000000 /dev/zero | tr '\\0' a > one-line.txt; printf 'x\\ny\\n' >> one-line.txt")
-    r = await timed(call(box, "read", path="one-line.txt"))
+    r = await answered(call(box, "read", path="one-line.txt"))
     first, *rest = r.content.splitlines()
     assert first.startswith("     1\taaaa") and first.endswith("[... line cut: over 8388608 bytes in all; see it with bash, e.g. cut -c or fold]")
     assert len(r.content.encode()) < 1024 + 400 and rest[-1].startswith("[more lines follow") and "offset=2" in rest[-1]

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
+from tests.envs.test_e2e import _no_process_left
 
 pytestmark = pytest.mark.e2e
 
@@ -68,8 +69,8 @@ async def test_submit_ends_the_loop_with_the_answer(policy_server, make_request)
 async def test_the_deadline_stops_a_long_command_and_leaves_nothing(policy_server, make_request):
     res = await run_rollout(make_request([{"bash": "sleep 300 & sleep 300"}], agent_timeout_s=3))
     assert res.error_kind == "agent_timeout" and res.reward == 0.0 and res.reward_source == "verify_ratio"  # graded, not left out
-    assert 2.5 < res.wall_s < 20
     assert "deadline" in res.agent_log_tail
+    _no_process_left(res)  # the sleeps were killed, not waited out
 
 
 async def test_tool_limits_come_from_harness_config(policy_server, make_request):

@@ -5,7 +5,6 @@ engine able to run more rollouts."""
 
 import asyncio
 import json
-import time
 
 import pytest
 
@@ -48,7 +47,7 @@ async def test_fifo_rollouts_end_and_the_next_rollout_still_runs(policy_server, 
         call("edit", path="pipe", old_string="a", new_string="b"),
         {"text": "done"},
     ]
-    t0 = time.monotonic()
+    # A tool blocked on the FIFO shows in its reply (a timeout, not the refusal); wait_for bounds a hang.
     results = await asyncio.wait_for(
         asyncio.gather(*(run_rollout(make_request(script, model=f"fifo{i}")) for i in range(8))), 90
     )
@@ -58,7 +57,6 @@ async def test_fifo_rollouts_end_and_the_next_rollout_still_runs(policy_server, 
         assert all("pipe is not a regular file (FIFO)" in r for r in replies[1:]), replies
     after = await asyncio.wait_for(run_rollout(make_request([{"bash": "touch hello.txt"}, {"text": "ok"}], model="after")), 30)
     assert after.error is None and after.reward == 1.0
-    assert time.monotonic() - t0 < 60
 
 
 async def test_links_made_by_the_policy_lead_nowhere(policy_server, make_request, tmp_path):

@@ -1,6 +1,7 @@
 """The white-box tools against a real sandbox: bounded output, bad calls as messages, timeouts."""
 
 import json
+import re
 import time
 
 import pytest
@@ -45,18 +46,15 @@ async def test_bash_reports_the_exit_code_and_stderr(box):
 
 
 async def test_a_command_past_its_timeout_is_killed_and_the_model_told(box):
-    t0 = time.monotonic()
-    r = await call(box, "bash", command="sleep 60 & sleep 60")
-    assert time.monotonic() - t0 < 10
-    assert "timed out after 3s" in r.content and not r.ok
+    r = await call(box, "bash", command="sleep 60 & sleep 60; echo AFTER")
+    assert "timed out after 3s" in r.content and not r.ok and "AFTER" not in r.content
     assert box.sandbox.alive_pids() == []
 
 
 async def test_the_rollout_deadline_caps_the_per_call_timeout(box):
-    box.deadline = time.monotonic() + 1
-    t0 = time.monotonic()
+    box.deadline = time.monotonic() + 1  # before the call's own 3 s
     r = await call(box, "bash", command="sleep 30")
-    assert time.monotonic() - t0 < 3 and "timed out" in r.content
+    assert re.search(r"timed out after [01]s", r.content), r.content
 
 
 async def test_file_tools_round_trip(box):

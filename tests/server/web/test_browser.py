@@ -117,11 +117,8 @@ def test_the_first_visit_shows_a_loading_page_then_the_form(chromium, start_serv
     server = start_server()  # a fresh server: Gradio is not loaded yet
     web = WebDriver(chromium, server.url)
     try:
-        t0 = time.monotonic()
         web.page.goto(server.url + "/web/")
-        shown_after = time.monotonic() - t0
-        assert "first visit" in web.page.inner_text("#web-loading")  # not a blank tab for ten seconds
-        assert shown_after < 5, shown_after
+        assert "first visit" in web.page.inner_text("#web-loading")  # the loading page, not a blank tab until Gradio is up
         web.page.wait_for_selector("#run", timeout=90_000)  # it reloads itself into the page
         web.page.wait_for_function("document.querySelector('#harness input').value !== ''")
         assert web.foreign_requests == []
