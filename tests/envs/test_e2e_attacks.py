@@ -85,3 +85,14 @@ async def test_killing_its_own_harness_is_graded(policy_server, make_request, ha
     assert res.error_kind in ("agent_error", "agent_timeout"), (res.error_kind, res.error, res.agent_log_tail[-500:])
     assert (res.reward, res.reward_source) == (0.5, "verify_ratio")
     _no_process_left(res)
+
+
+async def test_the_endpoint_rejecting_its_later_calls_is_graded(policy_server, make_request, harness):  # noqa: F811
+    # The agent's first call is answered (it acted); then the endpoint refuses what the agent asks
+    # (a request the agent shaped): the rollout ends graded as the workspace stands, never reward None.
+    script = [{"bash": "echo hello > hello.txt"}, *[{"status": 400}] * 12]
+    res = await run_rollout(make_request(script, verify=["test -f hello.txt", "false"], agent_timeout_s=120))
+    assert any(t.purpose == "policy" and t.upstream_status == 200 for t in res.proxy_turns), [(t.purpose, t.upstream_status) for t in res.proxy_turns]
+    assert (res.reward, res.reward_source) == (0.5, "verify_ratio"), (res.error_kind, res.error)
+    assert res.error_kind != "endpoint"
+    _no_process_left(res)
