@@ -141,6 +141,9 @@ def test_the_output_schema_holds_both_answers_and_tells_them_apart():
 
 
 # -- for real: a served process, a 40-turn rollout, the SDK's client and OpenEnv's --------------------
+SERVED = pytest.mark.slow  # through a server in a process of its own: not in the fast tier
+
+
 @pytest.fixture(scope="module")
 def policy():
     with FakePolicyServer(FakePolicy()) as srv:
@@ -174,6 +177,7 @@ def mcp_answers(server, policy) -> dict[str, object]:
     return asyncio.run(call())
 
 
+@SERVED
 def test_a_40_turn_rollout_summary_is_at_most_16_kb_over_mcp(mcp_answers):
     out = mcp_answers["summary"]
     assert not out.isError, out.content
@@ -191,6 +195,7 @@ def test_a_40_turn_rollout_summary_is_at_most_16_kb_over_mcp(mcp_answers):
     assert f"{TURNS} model calls" in text and "FINAL-ANSWER" in text and not text.lstrip().startswith("{")
 
 
+@SERVED
 def test_detail_full_gives_the_whole_result_once(mcp_answers):
     out = mcp_answers["full"]
     assert not out.isError, out.content
@@ -203,6 +208,7 @@ def test_detail_full_gives_the_whole_result_once(mcp_answers):
     assert len(answer) > 20 * MAX_SUMMARY_BYTES  # what the summary spares an agent
 
 
+@SERVED
 def test_a_bad_detail_is_one_clear_tool_error(server, policy):
     async def call():
         async with streamable_http_client(server.url + "/mcp") as (read, write, _):
@@ -215,6 +221,7 @@ def test_a_bad_detail_is_one_clear_tool_error(server, policy):
     assert len(out.content[0].text) < 300
 
 
+@SERVED
 async def test_openenv_client_gets_the_summary_by_default_and_the_whole_result_when_asked(server, policy):
     async with MCPToolClient(base_url=server.url, message_timeout_s=300) as env:
         summary = await env.call_tool("run_rollout", **_args(policy))
@@ -226,6 +233,7 @@ async def test_openenv_client_gets_the_summary_by_default_and_the_whole_result_w
             await env.call_tool("run_rollout", **_args(policy, detail="everything"))
 
 
+@SERVED
 def test_openenv_json_rpc_answer_carries_the_data_once(server, policy):
     rpc = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "run_rollout", "arguments": _args(policy, detail="full")}}
     r = httpx.post(server.url + "/mcp", json=rpc, headers={"accept": "*/*"}, timeout=300)
