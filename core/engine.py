@@ -41,6 +41,10 @@ LOG_TAIL_CHARS = 4000
 # A launched agent counts as up at its first model call, or this long after its launch (one that
 # thinks long before calling, or never calls, must not hold a start-up place for its whole run).
 START_HOLD_S = 10.0
+# When the agent's model calls failed as if the endpoint were down, the proxy asks the endpoint
+# itself, after these pauses, before calling it the endpoint's failure (reward None): an endpoint
+# busy for a moment (the agent's own calls, just aborted, were loading it) answers one of them.
+CONFIRM_PAUSES_S = (0.0, 3.0, 6.0)
 START_POLL_S = 0.02
 
 
@@ -210,9 +214,14 @@ class RolloutRun:
         that is really down is still down when it is asked."""
         if failure is None or failure[0] != "endpoint" or self.session is None or not self.policy_has_acted():
             return failure
-        if not await self.capture.proxy.endpoint_answers(self.request.endpoint):
-            return failure
-        return "agent_error", f"the endpoint answers the proxy's own call, so the agent's calls caused their failures: {failure[1]}"
+        # The agent's own calls must not load the endpoint while it is asked (calls it started
+        # from the sandbox with the capture key, to overload a shared endpoint and opt out).
+        self.session.quiesce()
+        for pause in CONFIRM_PAUSES_S:
+            await asyncio.sleep(pause)
+            if await self.capture.proxy.endpoint_answers(self.request.endpoint):
+                return "agent_error", f"the endpoint answers the proxy's own call, so the agent's calls caused their failures: {failure[1]}"
+        return failure
 
     def policy_has_acted(self) -> bool:
         if not self.request.agent_calls_model:

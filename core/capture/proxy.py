@@ -173,6 +173,8 @@ class CaptureProxy:
         session = self._sessions.get(key) if key else None
         if session is None:
             return dialect.error(401, "unknown or expired capture key", "invalid_api_key")
+        if session.quiesced and route.model_call:
+            return dialect.error(409, "the agent's run is over: no more model calls for this rollout", "run_over")
         if not route.model_call:
             return dialect.local_reply(route, session, scope)
         try:

@@ -132,6 +132,7 @@ class CaptureSession:
     last_failure_infra: bool = False  # the last failed call was the endpoint's fault (unreachable, timed out, 5xx), not the policy's
     endpoint_down: asyncio.Event = field(default_factory=asyncio.Event)  # set after too many failures in a row
     closed: bool = False
+    quiesced: bool = False  # the agent's run is over: its model calls are refused from now on
     started: float = field(default_factory=time.monotonic)
     _turns_started: int = 0
     _policy_calls_admitted: int = 0
@@ -244,6 +245,15 @@ class CaptureSession:
     def close(self) -> None:
         """The rollout ended: abort the upstream calls and streams still in flight."""
         self.closed = True
+        self._abort_in_flight()
+
+    def quiesce(self) -> None:
+        """The agent's run is over: refuse every model call from now on and abort those in flight.
+        What the agent left running in its sandbox (until the sandbox closes) may still call."""
+        self.quiesced = True
+        self._abort_in_flight()
+
+    def _abort_in_flight(self) -> None:
         for call in list(self._upstream_calls):
             call.cancel()
         for response in list(self._relayed_answers):

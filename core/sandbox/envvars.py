@@ -83,7 +83,8 @@ def git_program_pins() -> dict[str, str]:
 def verify_overrides(verify_home: str) -> dict[str, str]:
     """What verify commands get instead of the agent's home and config: a fresh HOME, XDG and
     TMPDIR, no user or system git config, git's program-running keys pinned, no user
-    site-packages or startup file for Python, no npm user config."""
+    site-packages or startup file for Python and no bytecode it did not compile, no npm user
+    config and npm's program-running settings pinned over a project's .npmrc."""
     env = {
         "HOME": verify_home,
         "TMPDIR": f"{verify_home}/tmp",
@@ -100,7 +101,15 @@ def verify_overrides(verify_home: str) -> dict[str, str]:
         "GIT_CEILING_DIRECTORIES": verify_home.rsplit("/", 1)[0],
         "GIT_TERMINAL_PROMPT": "0",
         "PYTHONNOUSERSITE": "1",
+        # Bytecode only from a cache of verify's own: Python never checks an "unchecked-hash" .pyc
+        # against its source, so one the agent planted in a __pycache__ would run instead of the
+        # module verify wrote.
+        "PYTHONPYCACHEPREFIX": f"{verify_home}/pycache",
         "NPM_CONFIG_USERCONFIG": "/dev/null",
+        # npm's environment outranks a project's .npmrc: the settings that name a program it runs.
+        "npm_config_script_shell": "/bin/sh",
+        "npm_config_shell": "/bin/sh",
+        "npm_config_node_options": "",
         **git_program_pins(),
     }
     return env

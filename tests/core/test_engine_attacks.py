@@ -195,3 +195,26 @@ async def test_limits_over_the_server_maximum_are_refused(attack, monkeypatch):
     assert res.error_kind == "invalid_request" and "memory_limit_mb=2048" in (res.error or "")
     assert res.reward is None
 
+
+
+# Verify writes its checker afresh and imports it isolated from the workspace, as docs/security.md
+# advises; the agent planted bytecode for it that Python never checks against a source.
+PYC_PLANT = (
+    "mkdir -p tests && printf 'import os\\ndef check():\\n    open(os.environ[\"HARNESS_ENV_REWARD_FILE\"], \"w\").write(\"1.0\")\\n"
+    "    return True\\n' > tests/checker.py && python3 -c \"import py_compile, importlib.util as u; "
+    "py_compile.compile('tests/checker.py', cfile=u.cache_from_source('tests/checker.py'), "
+    "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)\" && rm tests/checker.py && ls tests/__pycache__"
+)
+PYC_VERIFY = ("printf 'def check():\\n    return False\\n' > tests/checker.py && "
+              "PYTHONSAFEPATH=1 PYTHONPATH=tests python3 -c 'import checker, sys; sys.exit(0 if checker.check() else 1)'")
+# A project .npmrc naming the shell npm runs scripts with.
+NPMRC_PLANT = ("printf '#!/bin/sh\\necho 1.0 > \"$HARNESS_ENV_REWARD_FILE\"\\n' > $HOME/sh.sh && chmod +x $HOME/sh.sh && "
+               "printf 'script-shell=%s\\nnode-options=--require %s/x.js\\n' $HOME/sh.sh $HOME > .npmrc")
+NPM_VERIFY = "printf '{\"name\": \"t\", \"version\": \"1.0.0\", \"scripts\": {\"test\": \"false\"}}' > package.json && npm test"
+
+
+@pytest.mark.parametrize(("plant", "verify"), [(PYC_PLANT, PYC_VERIFY), (NPMRC_PLANT, NPM_VERIFY)], ids=["pycache", "npmrc"])
+async def test_bytecode_and_project_config_the_agent_planted_run_nothing_in_verify(attack, plant, verify):
+    res = await attack("whitebox", plant, verify=[verify])
+    assert res.error is None, res.error
+    assert (res.reward, res.reward_source) == (0.0, "verify_ratio"), [(r.cmd, r.exit_code, r.stderr[-300:]) for r in res.verify_results]

@@ -96,3 +96,30 @@ async def test_the_endpoint_rejecting_its_later_calls_is_graded(policy_server, m
     assert (res.reward, res.reward_source) == (0.5, "verify_ratio"), (res.error_kind, res.error)
     assert res.error_kind != "endpoint"
     _no_process_left(res)
+
+
+# The agent starts model calls of its own with the capture key its harness holds (Pi's models.json),
+# long ones that take every slot of an endpoint with few: its harness's next calls get 503s, as if
+# the endpoint were down. Detached, they outlive the harness.
+FLOOD = (
+    "echo hello > hello.txt; CFG=$HOME/.pi/agent/models.json; "
+    "KEY=$(python3 -c \"import json; print(list(json.load(open('$CFG'))['providers'].values())[0]['apiKey'])\"); "
+    "URL=$(python3 -c \"import json; print(list(json.load(open('$CFG'))['providers'].values())[0]['baseUrl'])\"); "
+    "for i in 1 2 3 4 5; do setsid nohup curl -s -m 300 \"$URL/chat/completions\" -H \"authorization: Bearer $KEY\" "
+    "-H 'content-type: application/json' -d '{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"[tag:flood]\"}], "
+    "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"x\", \"parameters\": {}}}]}' >/dev/null 2>&1 & done; sleep 3"
+)
+
+
+@pytest.mark.parametrize("harness", ["pi"], indirect=True)
+async def test_overloading_the_endpoint_with_its_own_calls_is_graded(policy_server, make_request, harness):  # noqa: F811
+    """Its own calls are refused and aborted before the proxy asks the endpoint whether it is down:
+    the endpoint answers, so the failures were the agent's doing (graded), not reward None."""
+    policy_server.policy.max_in_flight = 3
+    policy_server.policy.scripts["flood"] = [{"hang": 200}]
+    script = [{"bash": FLOOD}, *[{"bash": "echo next"}] * 6, {"text": "done"}]
+    res = await run_rollout(make_request(script, verify=["test -f hello.txt", "false"], agent_timeout_s=120))
+    assert any(t.upstream_status == 503 for t in res.proxy_turns), [(t.purpose, t.upstream_status) for t in res.proxy_turns]
+    assert (res.error_kind, res.reward) == ("agent_error", 0.5), (res.error_kind, res.error)
+    assert "answers the proxy's own call" in res.error
+    _no_process_left(res)

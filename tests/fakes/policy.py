@@ -15,7 +15,8 @@ as with a real model.
 
 Steps: {"bash": CMD} calls the harness's shell tool; {"call": NAME, "arguments": STR} calls any
 tool with that exact argument string; {"text": T} answers and ends;
-{"hang": S} sleeps S seconds first; {"status": N} answers an HTTP error ("down": True: every later
+{"hang": S} sleeps S seconds first (cut short when the caller hangs up, as vLLM aborts a request
+whose client went away); {"status": N} answers an HTTP error ("down": True: every later
 call too, the proxy's own included; with "echo_auth": True its
 message quotes the presented key, as hosted APIs do on a 401); {"malformed": True} streams a broken
 chunk; {"raw": BODY} answers BODY as is (a str: one JSON body, with "status" if given; a list: SSE
@@ -24,7 +25,8 @@ chunks sent "gap_s" seconds apart), "{key}" in it replaced by the presented key.
 A conversation whose user messages hold `[tag:NAME]`, NAME one of the scripts, follows that script
 whatever its model (two rollouts on one model, scripted apart).
 
-`delay_s` paces every answer (a busy inference server: each call takes that long, however many
+`max_in_flight` gives the endpoint that many slots: a call arriving while they are all taken is
+answered 503 (an overloaded server or gateway). `delay_s` paces every answer (a busy inference server: each call takes that long, however many
 arrive at once). A conversation whose first user message holds `[tag:NAME]` has the arrival time
 of each of its calls recorded in `arrivals` (GET /v1/_arrivals), so a benchmark can tell when each
 rollout's agent made its first model call.
@@ -137,6 +139,16 @@ class Sent:
     tool_calls: list[dict[str, Any]]
 
 
+async def _hung_up(request: Request, seconds: float) -> bool:
+    """Wait `seconds`, or until the caller hangs up (True then)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if await request.is_disconnected():
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
 @dataclass
 class FakePolicy:
     scripts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -151,6 +163,8 @@ class FakePolicy:
     delay_s: float = 0.0  # every answer waits this long first
     arrivals: dict[str, list[float]] = field(default_factory=dict)  # [tag:NAME] -> arrival times of its calls
     down_status: int | None = None  # set by a step {"status": N, "down": True}: every later call answers N
+    max_in_flight: int | None = None  # slots of an overloadable endpoint: past them, 503
+    in_flight: int = 0
     # How a {"bash": CMD} step writes its tool call's arguments: json.dumps' spaced layout, escaping
     # non-ASCII, unless a test wants another (a model writing compact JSON, raw UTF-8, ...).
     dump_arguments: Callable[[dict[str, Any]], str] = json.dumps
@@ -191,6 +205,15 @@ class FakePolicy:
         return script[n] if n < len(script) else self.default_step
 
     async def _chat(self, request: Request) -> Response:
+        if self.max_in_flight is not None and self.in_flight >= self.max_in_flight:
+            return JSONResponse({"error": {"message": "overloaded: every slot is taken", "type": "server_error"}}, status_code=503)
+        self.in_flight += 1
+        try:
+            return await self._answer(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: Request) -> Response:
         body = await request.json()
         self._note_arrival(body)
         if self.delay_s:
@@ -212,8 +235,8 @@ class FakePolicy:
         step = {"status": self.down_status} if self.down_status else self._step(body)
         if step.get("down"):  # the endpoint fails from this call on, whatever is asked (probes too)
             self.down_status = step["status"]
-        if "hang" in step:
-            await asyncio.sleep(step["hang"])
+        if "hang" in step and await _hung_up(request, step["hang"]):
+            return Response(status_code=499)
         key = request.headers.get("authorization", "").removeprefix("Bearer ")
         if "raw" in step:
             if isinstance(step["raw"], str):

@@ -357,6 +357,25 @@ async def test_closing_a_session_aborts_its_calls_in_flight(proxy_env, stream):
         assert session.turns[0].upstream_error == "aborted: the rollout ended"
 
 
+async def test_a_quiesced_session_refuses_new_calls_and_aborts_those_in_flight(proxy_env):
+    """Once the agent's run is over, what it left running in the sandbox gets no more model calls:
+    the one in flight is cut (the endpoint's slot freed) and a new one is refused before the upstream."""
+    proxy, policy, upstream, client = proxy_env
+    policy.scripts["m"] = [{"hang": 30}]
+    session = proxy.open_session(_endpoint(upstream), CapturePolicy())
+    h = {"authorization": f"Bearer {session.key}"}
+    call = asyncio.create_task(client.post("/chat/completions", json=_body(False), headers=h))
+    while not policy.requests:
+        await asyncio.sleep(0.02)
+    session.quiesce()
+    r = await asyncio.wait_for(call, 60)
+    assert r.status_code == 499 and session.turns[0].upstream_error == "aborted: the rollout ended"
+    sent = len(policy.requests)
+    again = await client.post("/chat/completions", json=_body(False), headers=h)
+    assert again.status_code == 409 and "run is over" in again.json()["error"]["message"]
+    assert len(policy.requests) == sent and len(session.turns) == 1
+
+
 async def test_malformed_stream_is_relayed_as_is_and_recorded(proxy_env):
     proxy, policy, upstream, client = proxy_env
     policy.scripts["m"] = [{"malformed": True}]
