@@ -53,7 +53,9 @@ def header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def read_body(receive: Receive, limit: int) -> bytes:
+async def read_body(receive: Receive, limit: int, count: Callable[[int], None] | None = None) -> bytes:
+    """The request's body, at most `limit` bytes (BodyTooLarge past it); `count` is told of each
+    chunk before it is kept (and may raise to refuse it)."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -64,6 +66,8 @@ async def read_body(receive: Receive, limit: int) -> bytes:
         size += len(chunk)
         if size > limit:
             raise BodyTooLarge
+        if count is not None:
+            count(len(chunk))
         chunks.append(chunk)
         if not message.get("more_body"):
             break

@@ -45,6 +45,7 @@ from harness_env.core.capture.probe import (
 )
 from harness_env.core.capture.redact import StreamRedactor, masked
 from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, may_name_an_added_field, rewrite_request
+from harness_env.core.capture.request_bytes import RequestBytes, TooManyBytes
 from harness_env.core.capture.session import CaptureSession, new_session_key
 from harness_env.core.errors import InvalidRequestError
 from harness_env.models import Endpoint, Turn
@@ -58,7 +59,8 @@ class CaptureProxy:
     (those registered when it is made, unless `dialects` names others)."""
 
     def __init__(
-        self, *, read_timeout_s: float = 900.0, connect_timeout_s: float = 10.0, dialects: Iterable[Dialect] | None = None
+        self, *, read_timeout_s: float = 900.0, connect_timeout_s: float = 10.0, dialects: Iterable[Dialect] | None = None,
+        request_bytes: RequestBytes | None = None,
     ) -> None:
         self._routes = RouteTable(registered_dialects() if dialects is None else dialects)
         self._sessions: dict[str, CaptureSession] = {}
@@ -66,6 +68,7 @@ class CaptureProxy:
         self._probes: dict[tuple[str, str], asyncio.Future[ProbeResult]] = {}
         self._field_probes: dict[tuple[Any, ...], asyncio.Future[bool | None]] = {}
         self._client: aiohttp.ClientSession | None = None
+        self._request_bytes = request_bytes or RequestBytes()
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
         self.app = self  # the proxy is its own ASGI app (an async __call__, detected as ASGI 3)
 
@@ -177,10 +180,18 @@ class CaptureProxy:
             return dialect.error(409, "the agent's run is over: no more model calls for this rollout", "run_over")
         if not route.model_call:
             return dialect.local_reply(route, session, scope)
-        try:
-            raw = await read_body(receive, MAX_REQUEST_BYTES)
-        except BodyTooLarge:
-            return dialect.error(413, f"request body over {MAX_REQUEST_BYTES} bytes", "request_too_large")
+        with self._request_bytes.held(session.key) as count:
+            try:
+                raw = await read_body(receive, MAX_REQUEST_BYTES, count)
+            except BodyTooLarge:
+                return dialect.error(413, f"request body over {MAX_REQUEST_BYTES} bytes", "request_too_large")
+            except TooManyBytes as e:
+                if e.status == 429:  # the rollout's own doing, like its budgets
+                    session.upstream_result(ok=False, infra=False)
+                return dialect.error(e.status, f"harness-env: {e.message}", e.code)
+            return await self._serve_body(dialect, session, scope, raw)
+
+    async def _serve_body(self, dialect: Dialect, session: CaptureSession, scope: Scope, raw: bytes) -> Reply:
         try:  # every shape a hostile body can take is a 400 here (core/capture/request_guard.py)
             body = request_guard.parse_body(raw)
             if session.endpoint.wire_api != "chat":  # an upstream that speaks the harness's dialect: no translation

@@ -376,6 +376,36 @@ async def test_a_quiesced_session_refuses_new_calls_and_aborts_those_in_flight(p
     assert len(policy.requests) == sent and len(session.turns) == 1
 
 
+async def test_request_bytes_held_at_once_are_bounded_per_rollout_and_in_all():
+    """Bodies are read whole before any budget is checked: one rollout's connections cannot make
+    the proxy hold more than its share of request bytes at once (429), nor all rollouts together
+    more than the proxy's (503); what was held is given back when each call ends."""
+    from harness_env.core.capture.request_bytes import RequestBytes
+
+    policy = FakePolicy(scripts={"m": [{"hang": 3}] * 3})
+    with FakePolicyServer(policy) as upstream:
+        proxy = CaptureProxy(request_bytes=RequestBytes(per_session=1024 * 1024, total=1100 * 1024))
+        async with serve_on_loopback(proxy.app) as url, httpx.AsyncClient(base_url=url + "/v1", timeout=60) as client:
+            a, b = (proxy.open_session(_endpoint(upstream), CapturePolicy()) for _ in range(2))
+            big = [{"role": "user", "content": "z" * 400_000}]
+
+            def call(session):
+                return asyncio.create_task(client.post("/chat/completions", json={"model": "m", "messages": big, "tools": TOOLS},
+                                                       headers={"authorization": f"Bearer {session.key}"}))
+
+            first = [call(a), call(a)]
+            while len(policy.requests) < 2:  # both read and waiting for the engine: 0.8 MB of a's 1 MiB held
+                await asyncio.sleep(0.02)
+            third = await call(a)
+            assert third.status_code == 429 and "at once" in third.json()["error"]["message"]
+            other = await call(b)  # b's own share is free, the proxy's 1.1 MB is not
+            assert other.status_code == 503 and "retry" in other.json()["error"]["message"]
+            assert [r.status_code for r in await asyncio.gather(*first)] == [200, 200]
+            again = await call(a)  # given back when the calls ended
+            assert again.status_code == 200 and len(policy.requests) == 3
+        await proxy.aclose()
+
+
 async def test_malformed_stream_is_relayed_as_is_and_recorded(proxy_env):
     proxy, policy, upstream, client = proxy_env
     policy.scripts["m"] = [{"malformed": True}]
