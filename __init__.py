@@ -7,7 +7,16 @@ in only the wire types and httpx.
 
 from typing import Any
 
-from harness_env.models import CommandResult, Endpoint, PhaseEvent, RolloutArgs, RolloutRequest, RolloutResult, Task, Turn
+from harness_env.models import (
+    CommandResult,
+    Endpoint,
+    PhaseEvent,
+    RolloutArgs,
+    RolloutRequest,
+    RolloutResult,
+    Task,
+    Turn,
+)
 
 __all__ = [
     "CommandResult",

@@ -235,7 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     ray.add_argument("--ray-address", default=None, metavar="ADDR",
                      help="a running Ray cluster: host:port of its head's GCS (RAY_ADDRESS is not read; default: start a local cluster)")
     ray.add_argument("--replicas", type=int, default=None, metavar="N", help="a fixed number of replicas (default: 1)")
-    ray.add_argument("--min-replicas", type=int, default=None, metavar="A", help="autoscaling on ongoing requests: at least A replicas (default: none, a fixed count)")
+    ray.add_argument("--min-replicas", type=int, default=None, metavar="A",
+                     help="autoscaling on ongoing requests: at least A replicas (default: none, a fixed count)")
     ray.add_argument("--max-replicas", type=int, default=None, metavar="B", help="autoscaling: at most B replicas (default: none, a fixed count)")
     srv.set_defaults(handler=_cmd_serve)
     sub.add_parser("svg-dataset", add_help=False,

@@ -40,6 +40,19 @@ from harness_env.models_base import (
     url_authority,
     url_without_credentials,
 )
+from harness_env.models_jobs import (
+    ACTIVE_STATUSES,
+    ENDED_STATUSES,
+    MAX_IDEMPOTENCY_KEY_CHARS,
+    MAX_LIST_LIMIT,
+    MAX_WAIT_S,
+    JobEnd,
+    JobStatus,
+    RolloutAccepted,
+    RolloutJob,
+    RolloutListItem,
+    RolloutPage,
+)
 from harness_env.models_options import (
     DEFAULT_HARNESS,
     HARNESS_OPTIONS,
@@ -74,24 +87,12 @@ from harness_env.models_results import (
     TurnPurpose,
 )
 from harness_env.models_summary import MAX_SUMMARY_BYTES, Detail, RolloutSummary, SummaryFile, SummaryPhase, summarize
-from harness_env.models_jobs import (
-    ACTIVE_STATUSES,
-    ENDED_STATUSES,
-    MAX_IDEMPOTENCY_KEY_CHARS,
-    MAX_LIST_LIMIT,
-    MAX_WAIT_S,
-    JobEnd,
-    JobStatus,
-    RolloutAccepted,
-    RolloutJob,
-    RolloutListItem,
-    RolloutPage,
-)
 
 __all__ = [
     "DEFAULT_HARNESS", "HARNESS_OPTIONS", "LEGACY_OPTION_KEYS", "MAX_COMMAND_CHARS", "MAX_COMMANDS", "MAX_FILE_CHARS",
     "MAX_FILES", "MAX_INSTRUCTION_CHARS", "MAX_MAPPING_CHARS", "MAX_NAME_BYTES", "MAX_NESTING", "MAX_PATH_CHARS",
-    "MAX_TOTAL_FILE_CHARS", "NAMED_TASK_INSTRUCTION", "NO_MODEL_ENDPOINT", "OPTION_GROUPS", "SURROGATE", "CaptureLevel", "CheckedText", "CommandResult", "DatasetTaskInfo", "Endpoint",
+    "MAX_TOTAL_FILE_CHARS", "NAMED_TASK_INSTRUCTION", "NO_MODEL_ENDPOINT", "OPTION_GROUPS", "SURROGATE", "CaptureLevel", "CheckedText",
+    "CommandResult", "DatasetTaskInfo", "Endpoint",
     "AGENT_CAUSED_KINDS", "ErrorKind", "GraphSummary", "HarnessInfo", "HarnessOptions", "HarnessRunInfo", "Mode", "Phase", "PhaseEvent",
     "RolloutArgs", "RolloutOptions", "RolloutRequest", "RolloutResult", "ServedBy", "Task", "TopLogprob", "TrainingRow", "Turn",
     "TurnPurpose", "bounded_mapping", "check_http_url", "check_text", "harness_options_model", "harness_options_models", "option", "option_group",

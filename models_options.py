@@ -79,7 +79,7 @@ def harness_options_model(harness: str, *, load: bool) -> type[HarnessOptions] |
     envs = sys.modules.get("harness_env.envs")
     if getattr(envs, "HARNESSES", None) is None and load:
         try:
-            import harness_env.envs as envs  # noqa: PLC0415 - the engine's registry, never a client's import
+            import harness_env.envs as envs  # the engine's registry, never a client's import
         except ImportError:  # only the wire types are installed
             return False
     cls = (getattr(envs, "HARNESSES", None) or {}).get(harness)
@@ -91,7 +91,7 @@ def harness_options_model(harness: str, *, load: bool) -> type[HarnessOptions] |
 def harness_options_models() -> dict[str, type[HarnessOptions]]:
     """Every registered harness that has options of its own -> its options model (for the CLI, the
     MCP schema and the web form; loads the harness registry)."""
-    import harness_env.envs as envs  # noqa: PLC0415 - the engine's registry, never a client's import
+    import harness_env.envs as envs  # the engine's registry, never a client's import
 
     return {name: cls.options_model for name, cls in envs.HARNESSES.items() if getattr(cls, "options_model", None) is not None}
 

@@ -12,10 +12,10 @@ import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from harness_env import envs, families  # noqa: F401 - registers the harnesses and task families
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.serve import serve_on_loopback, serve_on_unix
 from harness_env.core.capture.sockets import capture_socket_path
-from harness_env import envs, families  # noqa: F401 - registers the harnesses and task families
 from harness_env.core.engine import CaptureAccess, EventSink, execute
 from harness_env.core.errors import InvalidRequestError
 from harness_env.core.pipeline import prepare

@@ -95,7 +95,8 @@ def wire_calls(turns: int, first_prompt: int, seed: int = 1) -> list[tuple[bytes
         request = dumps({"model": "m", "messages": messages, "tools": [{"type": "function", "function": {"name": "bash"}}], "stream": False})
         answer = dumps({"id": f"chatcmpl-{i}", "object": "chat.completion", "prompt_token_ids": prompt,
                         "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [call]}, "finish_reason": "tool_calls",
-                                     "token_ids": completion, "logprobs": {"content": [{"token": "t", "logprob": -rng.random(), "top_logprobs": []} for _ in completion]}}],
+                                     "token_ids": completion,
+                                     "logprobs": {"content": [{"token": "t", "logprob": -rng.random(), "top_logprobs": []} for _ in completion]}}],
                         "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(completion)}})
         calls.append((request, answer))
         messages = messages + [{"role": "assistant", "content": None, "tool_calls": [call]},
@@ -186,7 +187,8 @@ def main() -> None:
     rows = [measure(int(n), args.repeats) for n in args.turns.split(",")]
     print(f"{'turns':>6} {'graph+rows ms':>14} {'peak MB':>8} {'whole MB':>9} {'compact MB':>11} {'whole/compact':>14}")
     for r in rows:
-        print(f"{r['turns']:>6} {r['rows_ms']:>14.2f} {r['peak_mb']:>8.2f} {r['whole_mb']:>9.2f} {r['compact_mb']:>11.3f} {r['whole_mb'] / r['compact_mb']:>14.1f}")
+        print(f"{r['turns']:>6} {r['rows_ms']:>14.2f} {r['peak_mb']:>8.2f} {r['whole_mb']:>9.2f} {r['compact_mb']:>11.3f} "
+              f"{r['whole_mb'] / r['compact_mb']:>14.1f}")
     for a, b in zip(rows, rows[1:]):
         k = b["turns"] / a["turns"]
         print(f"{a['turns']}->{b['turns']} turns (x{k:g}): whole x{b['whole_mb'] / a['whole_mb']:.2f}, compact x{b['compact_mb'] / a['compact_mb']:.2f}, "

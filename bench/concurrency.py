@@ -221,7 +221,8 @@ def row(r: dict) -> str:
     return (f"| {r['harness']} | {r['n']} | {r['ok']} | {failed} | {r['per_min']:.0f} ({r['ideal_per_min']:.0f}) "
             f"| {r['overhead_p50']:.1f} / {r['overhead_p99']:.1f} | {r['first_call_p50']:.1f} / {r['first_call_p99']:.1f} "
             f"| {r['server_rss_mb']:.0f} | {r['server_cpu_s']:.0f} | {r['tree_rss_per_mb']:.1f}, {r['cpu_per_rollout_s']:.2f} "
-            f"| {r['lag_p50_ms']:.1f} / {r['lag_p99_ms']:.1f} ({r.get('idle_lag_p99_ms', float('nan')):.1f}) | {r['proxy_extra_p50_ms']:.0f} / {r['proxy_extra_p99_ms']:.0f} "
+            f"| {r['lag_p50_ms']:.1f} / {r['lag_p99_ms']:.1f} ({r.get('idle_lag_p99_ms', float('nan')):.1f}) "
+            f"| {r['proxy_extra_p50_ms']:.0f} / {r['proxy_extra_p99_ms']:.0f} "
             f"| {r['load'][0]:.1f} -> {r['load'][1]:.1f} |")
 
 

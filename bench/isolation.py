@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
 import sys
@@ -21,10 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import os  # noqa: E402
-
-from harness_env import Endpoint, RolloutRequest, Task, run_rollout  # noqa: E402
 from bench.scripted_policy import scripted_policy  # noqa: E402
+from harness_env import Endpoint, RolloutRequest, Task, run_rollout  # noqa: E402
 
 TASK = Task(instruction="Create hello.txt containing hello.", verify=["grep -qx hello hello.txt"], task_id="bench")
 SCRIPT = [{"bash": "echo hello > hello.txt"}, {"bash": "cat hello.txt"}, {"text": "done"}]
@@ -59,7 +58,8 @@ async def main() -> None:
                     for network in ("open", "proxy_only"):
                         walls[network].append(await one(base_url, harness, network))
                 o, p = statistics.median(walls["open"]), statistics.median(walls["proxy_only"])
-                print(f"{harness:10} {o:8.4f} {p:13.4f} {p / o:7.3f}   (open {min(walls["open"]):.3f}-{max(walls["open"]):.3f}, proxy_only {min(walls["proxy_only"]):.3f}-{max(walls["proxy_only"]):.3f})")
+                print(f"{harness:10} {o:8.4f} {p:13.4f} {p / o:7.3f}   (open {min(walls["open"]):.3f}-{max(walls["open"]):.3f}, "
+                      f"proxy_only {min(walls["proxy_only"]):.3f}-{max(walls["proxy_only"]):.3f})")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -300,7 +300,7 @@ async def _measure(targets: dict[str, Target], *, stream: bool, concurrency: int
             for name, (_, _, _, pid) in targets.items():
                 sem = asyncio.Semaphore(concurrency)
 
-                async def one(name: str = name) -> tuple[float, float]:
+                async def one(name: str = name, sem: asyncio.Semaphore = sem) -> tuple[float, float]:
                     async with sem:
                         return await call(name)
 

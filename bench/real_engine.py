@@ -23,12 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout: tests/ is importable
 
-from harness_env import Endpoint, RolloutRequest, Task, run_rollout  # noqa: E402
-from harness_env.envs import HARNESSES  # noqa: E402
-from tests.envs.test_vllm_contract import SHELL, continuity, teacher_forced, tokenize, tool_call_regex  # noqa: E402
-from tests.fakes.loopback import LoopbackServer  # noqa: E402
-from tests.fakes.tap import Tap  # noqa: E402
-from tests.vllm_engine import VllmServer  # noqa: E402
+from harness_env import Endpoint, RolloutRequest, Task, run_rollout
+from harness_env.envs import HARNESSES
+from tests.envs.test_vllm_contract import SHELL, continuity, teacher_forced, tokenize, tool_call_regex
+from tests.fakes.loopback import LoopbackServer
+from tests.fakes.tap import Tap
+from tests.vllm_engine import VllmServer
 
 TEMPERATURE = 1.0
 

@@ -21,9 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.scripted_policy import scripted_policy  # noqa: E402
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout  # noqa: E402
 from harness_env.client import AsyncHarnessEnv  # noqa: E402
-from bench.scripted_policy import scripted_policy  # noqa: E402
 from tests.server_process import ServerProcess  # noqa: E402
 
 TASK = {"instruction": "Create hello.txt containing hello.", "verify": ["grep -qx hello hello.txt"]}

@@ -32,16 +32,16 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from capture import conversation  # noqa: E402  (bench/capture.py)
+from capture import conversation  # bench/capture.py
 
-from harness_env.core.capture.graph import link_turns  # noqa: E402
-from harness_env.models import PhaseEvent, RolloutResult, summarize  # noqa: E402
-from harness_env.server.store import Store, StoreWriter  # noqa: E402
-from harness_env.server.store.codec import encode_result  # noqa: E402
-from harness_env.server.store.schema import rollouts  # noqa: E402
-from harness_env.server.store.store import request_blob  # noqa: E402
-from tests.server.store.postgres import PostgresServer  # noqa: E402
-from tests.server_process import ServerProcess  # noqa: E402
+from harness_env.core.capture.graph import link_turns
+from harness_env.models import PhaseEvent, RolloutResult, summarize
+from harness_env.server.store import Store, StoreWriter
+from harness_env.server.store.codec import encode_result
+from harness_env.server.store.schema import rollouts
+from harness_env.server.store.store import request_blob
+from tests.server.store.postgres import PostgresServer
+from tests.server_process import ServerProcess
 
 REQUEST = {"task": {"instruction": "Fix the failing test. " * 20, "verify": ["pytest -q"]}, "harness": "pi", "endpoint": {"model": "m"}}
 

@@ -44,7 +44,17 @@ from harness_env.client.steps import (
     Steps,
     raise_for,
 )
-from harness_env.models import DatasetTaskInfo, Detail, HarnessInfo, JobEnd, PhaseEvent, RolloutAccepted, RolloutArgs, RolloutJob, RolloutResult
+from harness_env.models import (
+    DatasetTaskInfo,
+    Detail,
+    HarnessInfo,
+    JobEnd,
+    PhaseEvent,
+    RolloutAccepted,
+    RolloutArgs,
+    RolloutJob,
+    RolloutResult,
+)
 
 DEFAULT_TIMEOUT_S = 3600.0
 EVENTS_TIMEOUT = httpx.Timeout(10.0, read=60.0)  # the server sends a keep-alive every 15 s: a silent minute is a dead connection

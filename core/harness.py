@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass, field, replace
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from harness_env.core import toolchain

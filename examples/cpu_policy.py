@@ -571,7 +571,7 @@ class ChatModel:
                         self._queue.put(None)  # seen again once the batch is done
                     try:
                         self._decode(batch)
-                    except Exception as e:  # noqa: BLE001 - every answer in the batch fails with it
+                    except Exception as e:  # every answer in the batch fails with it
                         for job in batch.jobs:
                             job.fail(e)
                         batch = None
@@ -598,7 +598,7 @@ class ChatModel:
             if self._advance(job, out.logits[0, -1]):
                 self._keep(job.prompt_ids + job.gen.completion_ids, cache)
                 return batch
-        except Exception as e:  # noqa: BLE001 - this answer fails, the batch goes on
+        except Exception as e:  # this answer fails, the batch goes on
             job.fail(e)
             return batch
         if batch is None:
@@ -891,7 +891,8 @@ class ChatCompletionsApp:
             "prompt_ids": prompt_ids, "forced": forced, "parse_tools": bool(tools) and body.get("tool_choice") != "none",
         }
 
-    def _record(self, body: dict[str, Any], plan: dict[str, Any], gen: Generation, text: str, content: str | None, calls: list[dict[str, Any]], finish: str) -> None:
+    def _record(self, body: dict[str, Any], plan: dict[str, Any], gen: Generation, text: str, content: str | None,
+                calls: list[dict[str, Any]], finish: str) -> None:
         self.answers.append(
             Answer(
                 model=str(body.get("model") or self.served_model_name), stream=bool(body.get("stream")), request=body,
@@ -947,7 +948,8 @@ class ChatCompletionsApp:
             msg: dict[str, Any] = {"role": "assistant", "content": content, "reasoning_content": None, "tool_calls": calls}
             choice: dict[str, Any] = {
                 "index": 0, "message": msg, "finish_reason": finish, "stop_reason": None,
-                "logprobs": {"content": [self._lp_entry(i, v, tops, as_ids) for i, v, tops in zip(gen.completion_ids, gen.logprobs, gen.top_logprobs)]} if want_lp else None,
+                "logprobs": {"content": [self._lp_entry(i, v, tops, as_ids)
+                                         for i, v, tops in zip(gen.completion_ids, gen.logprobs, gen.top_logprobs)]} if want_lp else None,
             }
             out: dict[str, Any] = {"id": rid, "object": "chat.completion", "created": created, "model": name, "choices": [choice],
                                    "usage": self._usage(plan, gen), "prompt_logprobs": None, "system_fingerprint": fingerprint(gen.weight_version)}
@@ -962,7 +964,8 @@ class ChatCompletionsApp:
         n, m = len(plan["prompt_ids"]), len(gen.completion_ids)
         return {"prompt_tokens": n, "completion_tokens": m, "total_tokens": n + m}
 
-    async def _stream(self, body: dict[str, Any], plan: dict[str, Any], rid: str, created: int, name: str, want_ids: bool, want_lp: bool, as_ids: bool) -> AsyncIterator[str]:
+    async def _stream(self, body: dict[str, Any], plan: dict[str, Any], rid: str, created: int, name: str, want_ids: bool, want_lp: bool,
+                      as_ids: bool) -> AsyncIterator[str]:
         base = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": name}
 
         def event(obj: dict[str, Any]) -> str:
@@ -984,7 +987,7 @@ class ChatCompletionsApp:
             try:
                 gen = self._run(plan, on_token=on_token, cancel=cancel)
                 loop.call_soon_threadsafe(queue.put_nowait, ("done", gen))
-            except Exception as e:  # noqa: BLE001 - reported in the stream, as vLLM does
+            except Exception as e:  # reported in the stream, as vLLM does
                 loop.call_soon_threadsafe(queue.put_nowait, ("error", e))
 
         worker = loop.run_in_executor(None, work)

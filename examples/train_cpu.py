@@ -90,12 +90,12 @@ def _verify(name: str, word: str) -> list[str]:
 
 
 def write_call(name: str, word: str) -> dict[str, Any]:
-    call = '{"name": "write", "arguments": {"path": "%s.txt", "content": "%s"}}' % (name, word)
+    call = f'{{"name": "write", "arguments": {{"path": "{name}.txt", "content": "{word}"}}}}'
     return {"instruction": f"Answer with exactly this tool call:\n<tool_call>\n{call}\n</tool_call>", "verify": _verify(name, word)}
 
 
 def bash_call(name: str, word: str) -> dict[str, Any]:
-    call = '{"name": "bash", "arguments": {"command": "echo %s > %s.txt"}}' % (word, name)
+    call = f'{{"name": "bash", "arguments": {{"command": "echo {word} > {name}.txt"}}}}'
     return {"instruction": f"Answer with exactly this tool call:\n<tool_call>\n{call}\n</tool_call>", "verify": _verify(name, word)}
 
 
@@ -523,10 +523,11 @@ def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None
                total_seconds=time.monotonic() - began, trainer=trainer, rollout_func=func)
 
 
-def measure_base(args: argparse.Namespace, attempts: int, log: Callable[[str], None] = functools.partial(print, flush=True)) -> dict[str, Evaluation]:
+def measure_base(args: argparse.Namespace, attempts: int, log: Callable[[str], None] | None = None) -> dict[str, Evaluation]:
     """The base model's success on each family's training tasks (`attempts` rollouts, tasks cycled)."""
     from harness_env.rollout import run_many_sync
 
+    log = log or functools.partial(print, flush=True)
     served = load_smollm2(threads=args.threads, prefix_cache_entries=16)
     app = ChatCompletionsApp(served, max_tokens_cap=args.max_tokens, default_seed=args.seed * 1_000_003)
     out = {}

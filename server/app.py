@@ -31,12 +31,12 @@ from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.redact import register_secret
 from harness_env.core.capture.serve import serve_on_unix
 from harness_env.core.capture.sockets import capture_socket_path
+from harness_env.core.cpus import available_cpus
 from harness_env.core.errors import InvalidRequestError, ToolMissingError, safe_text
 from harness_env.core.sandbox.local import bwrap_available
 from harness_env.core.sandbox.sweep import sweep_at_start
 from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
 from harness_env.server.auth import AuthFailureLimiter, TokenAuth, origin_of
-from harness_env.core.cpus import available_cpus
 from harness_env.server.catalog import url_credentials
 from harness_env.server.docs_page import add_docs_routes
 from harness_env.server.jobs import JobManager, JobService

@@ -17,8 +17,18 @@ from pydantic import SecretStr, ValidationError
 
 from harness_env.core.capture.redact import register_secret
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
-from harness_env.models import (NAMED_TASK_INSTRUCTION, NO_MODEL_ENDPOINT, Endpoint, RolloutArgs, RolloutOptions, RolloutRequest, Task,
-                                check_http_url, url_authority, url_without_credentials)
+from harness_env.models import (
+    NAMED_TASK_INSTRUCTION,
+    NO_MODEL_ENDPOINT,
+    Endpoint,
+    RolloutArgs,
+    RolloutOptions,
+    RolloutRequest,
+    Task,
+    check_http_url,
+    url_authority,
+    url_without_credentials,
+)
 
 
 @dataclass(frozen=True)

@@ -26,15 +26,15 @@ from sqlalchemy.engine import make_url
 
 from harness_env.core.engine import CaptureAccess, EventSink, RolloutRun
 from harness_env.core.pipeline import PreparedRollout
-from harness_env.core.serialisable import describe, failed_copy, repaired_copy
 from harness_env.core.sandbox.factory import LocalSandboxFactory
+from harness_env.core.serialisable import describe, failed_copy, repaired_copy
 from harness_env.models import (
     ENDED_STATUSES,
     MAX_WAIT_S,
-    Phase,
     Detail,
     JobEnd,
     JobStatus,
+    Phase,
     PhaseEvent,
     RolloutAccepted,
     RolloutJob,

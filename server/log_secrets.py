@@ -180,7 +180,7 @@ class _MaskingFactory:
         record = self.inner(*args, **kwargs)
         try:
             mask_record(record)
-        except Exception:  # noqa: BLE001 - a line that cannot be masked is not written as it was
+        except Exception:  # a line that cannot be masked is not written as it was
             record.msg, record.args, record.exc_info, record.exc_text = "[a log line was left out: masking its secrets failed]", None, None, None
         return record
 

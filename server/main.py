@@ -16,7 +16,6 @@ from harness_env.server.jobs_upkeep import Retention
 from harness_env.server.loop_lag import freeze_long_lived
 from harness_env.server.store import STORE_URL_VAR, data_dir_problem, default_data_dir
 
-
 OPEN_FILES_WANTED = 16384  # about 20 descriptors per rollout, for several hundred at once
 
 

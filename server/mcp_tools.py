@@ -36,7 +36,17 @@ from pydantic import ValidationError
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from harness_env.core.capture.asgi import BodyTooLarge, Receive, Reply, Scope, Send, header, json_reply, read_body, send_reply
+from harness_env.core.capture.asgi import (
+    BodyTooLarge,
+    Receive,
+    Reply,
+    Scope,
+    Send,
+    header,
+    json_reply,
+    read_body,
+    send_reply,
+)
 from harness_env.core.errors import HarnessEnvError
 from harness_env.models import (
     HARNESS_OPTIONS,
@@ -180,11 +190,15 @@ class McpToolServer:
         async def list_harnesses() -> list[HarnessInfo]:
             return tools.service.list_harnesses()
 
-        @self.mcp.tool(description="Tasks of a dataset directory on the server, in task_index order (index, name, path, the instruction's first 500 characters, timeouts, whether it has a solution). `dataset` is relative to the server's tasks directory (empty: that directory itself); `split` names a subdirectory of it. Run one with run_rollout, naming the dataset and task_index in the harness options (see run_rollout).")
+        @self.mcp.tool(description="Tasks of a dataset directory on the server, in task_index order (index, name, path, the instruction's "
+                       "first 500 characters, timeouts, whether it has a solution). `dataset` is relative to the server's tasks directory "
+                       "(empty: that directory itself); `split` names a subdirectory of it. Run one with run_rollout, naming the dataset "
+                       "and task_index in the harness options (see run_rollout).")
         async def list_tasks(dataset: str = "", split: str = "") -> list[DatasetTaskInfo]:
             return await tools.list_tasks_tool(dataset, split)
 
-        @self.mcp.tool(description="Endpoint shorthands (vllm, openai, hf_router): where their values come from and whether they are configured. Never shows keys.")
+        @self.mcp.tool(description="Endpoint shorthands (vllm, openai, hf_router): where their values come from and whether they are "
+                       "configured. Never shows keys.")
         async def catalog() -> list[dict]:
             return tools.service.catalog()
 
@@ -234,7 +248,9 @@ class McpToolServer:
             elif method == "ping":
                 result = {}
             else:
-                return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"method {method!r} not found; this endpoint serves MCP over streamable HTTP (send Accept: application/json, text/event-stream) and OpenEnv's openenv/session/create, tools/list, tools/call"}}
+                return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": (
+                    f"method {method!r} not found; this endpoint serves MCP over streamable HTTP (send Accept: application/json, "
+                    "text/event-stream) and OpenEnv's openenv/session/create, tools/list, tools/call")}}
         except ToolError as e:
             return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32000, "message": str(e)}}
         return {"jsonrpc": "2.0", "id": rid, "result": result}

@@ -9,10 +9,10 @@ from harness_env import envs, families  # noqa: F401 - registers the harnesses a
 from harness_env.core import toolchain
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.engine import CaptureAccess, EventSink, execute
+from harness_env.core.errors import InvalidRequestError
 from harness_env.core.pipeline import PreparedRollout, prepare
 from harness_env.core.registry import HARNESSES
 from harness_env.core.sandbox.factory import LocalSandboxFactory
-from harness_env.core.errors import InvalidRequestError
 from harness_env.core.sandbox.policy import sandbox_limits
 from harness_env.envs.harbor import resolve as harbor_resolve
 from harness_env.envs.harbor.options import HARBOR_NAME_PATTERN

@@ -5,13 +5,12 @@ import pytest
 
 from harness_env.core.sandbox.host import mounts_at_or_below, sandboxes_root
 from tests import needs
-from tests.leftovers import Before
 from tests.fakes.loopback import LoopbackServer
 from tests.fakes.policy import FakePolicy, FakePolicyServer
 from tests.fakes.tap import Tap
+from tests.leftovers import Before
 from tests.server_process import ServerProcess
 from tests.vllm_engine import VllmServer
-
 
 # The fast tier, `pytest -m unit`: no harness CLI (e2e), no real model, no browser, no database
 # server, no server process. Derived from what a test uses, so a new test is sorted without a mark.

@@ -160,7 +160,8 @@ def test_whitebox_run_writes_training_rows(tmp_path, policy_server):
     from harness_env.storage import load
 
     stored = load(tmp_path / "c.json")
-    assert stored.reward == 1.0 and stored.proxy_turns[1].prompt_token_ids[: len(stored.proxy_turns[0].prompt_token_ids)] == stored.proxy_turns[0].prompt_token_ids
+    assert stored.reward == 1.0 and (stored.proxy_turns[1].prompt_token_ids[: len(stored.proxy_turns[0].prompt_token_ids)]
+                                     == stored.proxy_turns[0].prompt_token_ids)
 
 
 def test_svg_dataset_subcommand_reports_bad_input_in_one_line(tmp_path):

@@ -8,8 +8,8 @@ import pytest
 
 from harness_env import cli
 from harness_env.models import Task
-from tests.test_cli import CLI, _run
 from tests import needs
+from tests.test_cli import CLI, _run
 
 needs.module("harbor.models.task.task", "uv sync --extra harbor")
 from harness_env.envs.harbor.task_dir import task_to_task_dir  # noqa: E402
@@ -100,9 +100,12 @@ def test_harbor_tasks_json_and_splits(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize(
     "args,expect",
     [
-        (["run", "--task", "ds/alpha", "--harness", "pi"], "Harbor task directory: it runs with --harness harbor, not --harness pi (to run pi inside Harbor, use --agent pi)"),
-        (["run", "--task", "ds", "--task-index", "0", "--harness", "whitebox"], "Harbor dataset directory: it runs with --harness harbor, not --harness whitebox"),
-        (["run", "--task", "t.json", "--harness", "opencode", "--agent", "oracle"], "--agent is a Harbor option: it is for --harness harbor, not --harness opencode"),
+        (["run", "--task", "ds/alpha", "--harness", "pi"],
+         "Harbor task directory: it runs with --harness harbor, not --harness pi (to run pi inside Harbor, use --agent pi)"),
+        (["run", "--task", "ds", "--task-index", "0", "--harness", "whitebox"],
+         "Harbor dataset directory: it runs with --harness harbor, not --harness whitebox"),
+        (["run", "--task", "t.json", "--harness", "opencode", "--agent", "oracle"],
+         "--agent is a Harbor option: it is for --harness harbor, not --harness opencode"),
         (["run", "--task", "t.json", "--harness", "pi", "--sandbox", "docker"], "with --harness pi choose auto, bwrap or plain"),
         (["run", "--task", "ds"], "Harbor dataset directory: pick one of its tasks with --task-index N (list them with: harness-env harbor-tasks ds)"),
         (["run", "--task", "ds/alpha", "--task-index", "1"], "--task-index and --split are for a dataset directory"),

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode
 
 import aiohttp
+
 from harness_env.core.capture import fastjson, native_guard, request_guard
 from harness_env.core.capture.asgi import Reply, Scope, route_path
 from harness_env.core.capture.assemble import TurnDraft
@@ -267,7 +268,8 @@ async def pass_through(proxy: CaptureProxy, dialect: Dialect, session: CaptureSe
     """Serve one model call of `dialect` by the session's native upstream (see the module docstring)."""
     wire_api = session.endpoint.wire_api
     if dialect.name != DIALECT_OF[wire_api]:  # check_wire_api refuses this up front; a stray call gets it here
-        return dialect.error(400, f"this rollout's endpoint speaks {wire_api!r}, passed through untranslated; it cannot answer {dialect.name}", "invalid_request")
+        return dialect.error(400, f"this rollout's endpoint speaks {wire_api!r}, passed through untranslated; it cannot answer {dialect.name}",
+                             "invalid_request")
     try:  # bounded as the engine's body is (core/capture/native_guard.py): off the loop, a body may be large
         sent = await asyncio.to_thread(native_guard.bounded_body, dialect.name, route_path(scope), body, session.policy.max_tokens_cap)
     except InvalidRequestError as e:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import aiohttp
+
 from harness_env.core.capture import fastjson
 from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, learn_from_rejection, rewrite_request
 from harness_env.models import CaptureLevel, Endpoint, Turn

@@ -21,10 +21,20 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import aiohttp
+
 from harness_env.core.capture import fastjson, request_guard
-from harness_env.core.capture.asgi import BodyTooLarge, Receive, Reply, Scope, Send, error_reply, read_body, route_path, send_reply
+from harness_env.core.capture.asgi import (
+    BodyTooLarge,
+    Receive,
+    Reply,
+    Scope,
+    Send,
+    error_reply,
+    read_body,
+    route_path,
+    send_reply,
+)
 from harness_env.core.capture.assemble import TurnDraft
-from harness_env.core.capture.passthrough import pass_through
 from harness_env.core.capture.dialects import (
     CHAT_COMPLETIONS,
     ChatRequest,
@@ -34,6 +44,7 @@ from harness_env.core.capture.dialects import (
     StreamTranslation,
     registered_dialects,
 )
+from harness_env.core.capture.passthrough import pass_through
 from harness_env.core.capture.probe import (
     PROBE_TEMPERATURES,
     PROBE_TIMEOUT_S,
@@ -308,7 +319,8 @@ class CaptureProxy:
                 if may_name_an_added_field(resp.status, content, added, quirks):
                     await self._probe_fields(endpoint, session.policy)
                     if quirks.snapshot() != known:
-                        session.log(f"turn {turn.index}: the endpoint rejects fields the proxy adds ({', '.join(sorted(quirks.dropped)) or 'max_tokens'}); retrying without them")
+                        session.log(f"turn {turn.index}: the endpoint rejects fields the proxy adds "
+                                    f"({', '.join(sorted(quirks.dropped)) or 'max_tokens'}); retrying without them")
                         continue
                 session.upstream_result(ok=False, infra=resp.status >= 500)
                 content = await masked(session.redactor, content)

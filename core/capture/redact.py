@@ -24,7 +24,7 @@ import json
 import re
 import threading
 from collections.abc import Iterable
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from pydantic import SecretStr
 
@@ -39,8 +39,6 @@ MIN_BASE64_SECRET_CHARS = 12  # a shorter secret's base64 core is too short to b
 _lock = threading.Lock()
 _registered: dict[str, int] = {}  # secret -> registration count (two owners may register one value)
 _version = 0
-
-T = TypeVar("T", str, bytes)
 
 
 def register_secret(value: str | SecretStr | None) -> None:
@@ -111,11 +109,12 @@ def _escape_regexes(chars: set[str]) -> tuple[tuple[tuple[str, ...], str], ...]:
     contain, regex): any `\\u` escape and the short escapes of the secrets' own characters only
     (an ordinary `\\n` is no escape then), and any `%XX`."""
     short = "".join(sorted(_SHORT_ESCAPES[c] for c in chars & set(_SHORT_ESCAPES)))
-    backslashed = r"\\\\{0,%d}(?:u([0-9a-fA-F]{4})%s)" % (MAX_BACKSLASHES - 1, f"|([{re.escape(short)}])" if short else "")
+    alternative = f"|([{re.escape(short)}])" if short else ""
+    backslashed = rf"\\\\{{0,{MAX_BACKSLASHES - 1}}}(?:u([0-9a-fA-F]{{4}}){alternative})"
     return (("\\u", *("\\" + c for c in short)), backslashed), (("%",), r"%([0-9a-fA-F]{2})")
 
 
-class _Decoded(Generic[T]):
+class _Decoded[T: (str, bytes)]:
     """`text` with the escapes `pattern` finds decoded (the view a reader gets back), and the way
     back from the view's offsets to the text's: one regex pass, a little per escape."""
 
@@ -161,7 +160,7 @@ class _Decoded(Generic[T]):
         return first, last
 
 
-def _decode(m: re.Match[T], text: T) -> T:
+def _decode[T: (str, bytes)](m: re.Match[T], text: T) -> T:
     """The character an escape stands for (in bytes: its UTF-8 bytes, or the byte of a `%XX`)."""
     code, short = m.group(1), m.group(2) if m.re.groups > 1 else None
     percent = m.group(0)[:1] in ("%", b"%")
@@ -172,7 +171,7 @@ def _decode(m: re.Match[T], text: T) -> T:
     return _UNESCAPE[short.decode()].encode()  # type: ignore[union-attr,return-value]
 
 
-class _Needle(Generic[T]):
+class _Needle[T: (str, bytes)]:
     """One spelling of a secret. Echoes keep its start (truncated: "sk-proj-AbCd...") or its end,
     so any prefix or suffix at least half as long is masked: it begins with the secret's first
     `min_len` characters or ends with its last ones, two plain searches per text."""
@@ -225,14 +224,15 @@ class Redactor:
         return bool(self._str)
 
     @staticmethod
-    def _spans(text: T, needles: list[_Needle[T]]) -> list[tuple[int, int]]:
+    def _spans[T: (str, bytes)](text: T, needles: list[_Needle[T]]) -> list[tuple[int, int]]:
         spans: list[tuple[int, int]] = []
         for n in needles:  # per streamed chunk: no generator or sort when nothing is found
             if n.head in text or n.tail in text:
                 spans += n.spans(text)
         return spans
 
-    def _all_spans(self, text: T, needles: list[_Needle[T]], escapes: tuple[tuple[T, re.Pattern[T]], ...]) -> list[tuple[int, int]]:
+    def _all_spans[T: (str, bytes)](self, text: T, needles: list[_Needle[T]],
+                                    escapes: tuple[tuple[T, re.Pattern[T]], ...]) -> list[tuple[int, int]]:
         """Where the secrets are in `text`: as written, and as a reader decodes it (each kind of
         escape decoded in turn, looked for by a plain search first)."""
         spans = self._spans(text, needles)
@@ -253,7 +253,7 @@ class Redactor:
                 spans.append(span)
         return spans
 
-    def _apply(self, text: T, needles: list[_Needle[T]], escapes: tuple[tuple[T, re.Pattern[T]], ...], mask: T) -> T:
+    def _apply[T: (str, bytes)](self, text: T, needles: list[_Needle[T]], escapes: tuple[tuple[T, re.Pattern[T]], ...], mask: T) -> T:
         spans = self._all_spans(text, needles, escapes)
         if not spans:
             return text

@@ -120,7 +120,8 @@ def _quote(value: str) -> str:
 def _header(section: str, sub: str) -> str:
     if not sub:
         return f"[{section}]"
-    return '[%s "%s"]' % (section, sub.replace("\\", "\\\\").replace('"', '\\"'))
+    escaped = sub.replace("\\", "\\\\").replace('"', '\\"')
+    return f'[{section} "{escaped}"]'
 
 
 def render_config(entries: list[tuple[str, str | None]]) -> str:

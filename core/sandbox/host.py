@@ -150,7 +150,8 @@ _PIDNS_INIT = ["/bin/sh", "-c", '"$@" & wait $!', "harness-env-init"]
 # stayed in view.
 _PIDNS_CANDIDATES = (
     ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"],  # root
-    ["unshare", "--user", "--map-current-user", "--pid", "--fork", "--kill-child", "--mount-proc"],  # not root: where user namespaces are allowed (same uid inside)
+    # not root: where user namespaces are allowed (same uid inside)
+    ["unshare", "--user", "--map-current-user", "--pid", "--fork", "--kill-child", "--mount-proc"],
 )
 
 

@@ -37,7 +37,7 @@ from harness_env.core.sandbox.bwrap import BwrapSpec, bwrap_argv, capture_url
 from harness_env.core.sandbox.cgroups import RolloutCgroup
 from harness_env.core.sandbox.envvars import MARKER_VAR, REWARD_FILE_VAR, sandbox_env, verify_overrides
 from harness_env.core.sandbox.gitguard import neutralise_git
-from harness_env.core.sandbox.host import (  # noqa: F401  (bwrap_available, sandboxes_root: imported from here)
+from harness_env.core.sandbox.host import (  # bwrap_available, sandboxes_root: imported from here too
     bwrap_available,
     etc_secrets,
     mount_tmpfs,
@@ -101,7 +101,8 @@ class LocalSandbox:
         if not bwrap:
             self.notes.append(PLAIN_UNSAFE_NOTE)
             if not self._pid_namespace:
-                self.notes.append("no PID namespace here (`unshare --pid` refused): a process that leaves the rollout's cgroup and drops its marker can outlive it")
+                self.notes.append("no PID namespace here (`unshare --pid` refused): a process that leaves the rollout's cgroup and drops "
+                                  "its marker can outlive it")
         if cgroup is None:
             self.notes.append("no cgroups here: memory, process and CPU limits are not enforced (rlimits only)")
         if limits.disk_bytes and not tmpfs:

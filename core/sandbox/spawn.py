@@ -17,7 +17,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from harness_env.core.procs import kill_process_group
 
-
 # Commands start here, not in the loop's default executor: there the starts of hundreds of running
 # rollouts' tool calls queued ahead of new rollouts' sandbox creation.
 SPAWNERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="command-start")

@@ -34,7 +34,6 @@ from harness_env.core.sandbox.lease import (
 from harness_env.core.sandbox.processes import marked_pids
 
 
-
 def _stale_rollouts(root: Path, now: float) -> list[str]:
     """Names of the rollouts in `root` whose lease is stale, or cannot be read and is older than
     any lease (a lease being written, or one this version cannot parse, is a live owner's)."""

@@ -40,9 +40,15 @@ from harness_env.envs.harbor.config import (
     trial_config,
     trial_deadline,
 )
-from harness_env.envs.harbor.task_dir import VERIFY_RESULTS_FILE, harbor_task_model, load_task_dir, script_budget, task_to_task_dir
-from harness_env.envs.harbor.trial import HarborTrialOutcome, count_tool_calls, read_trajectory, run_harbor_trial
 from harness_env.envs.harbor.options import HarborOptions, HarborRunInfo
+from harness_env.envs.harbor.task_dir import (
+    VERIFY_RESULTS_FILE,
+    harbor_task_model,
+    load_task_dir,
+    script_budget,
+    task_to_task_dir,
+)
+from harness_env.envs.harbor.trial import HarborTrialOutcome, count_tool_calls, read_trajectory, run_harbor_trial
 from harness_env.models import CommandResult, Phase, RolloutRequest, RolloutResult
 
 # Harbor's exception class names -> our error kinds (the rest: by the phase it stopped in).
@@ -68,8 +74,8 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
 def load_harbor_runtime() -> None:
     """Import Harbor's trial machinery (it pulls in LiteLLM: about 10 s of CPU the first time in a
     process). Called in a worker thread so the event loop, and other rollouts' proxying, go on."""
-    import harbor.llms.litellm_config  # noqa: F401
-    import harbor.trial.trial  # noqa: F401
+    import harbor.llms.litellm_config
+    import harbor.trial.trial  # noqa: F401 - loaded, not used (both lines; ruff flags only the last binding of `harbor`)
 
 
 def run_preflight(sandbox: str) -> None:

@@ -15,7 +15,7 @@ from harness_env.core.errors import InvalidRequestError, describe_validation_err
 from harness_env.core.paths import confined_path
 from harness_env.envs.harbor.config import check_agent_and_sandbox
 from harness_env.envs.harbor.options import REMOTE_AGENT_KWARGS, TASKS_DIR_VAR, HarborOptions
-from harness_env.envs.harbor.task_dir import check_split, harbor_task_model, find_task_in_dataset, load_task_dir
+from harness_env.envs.harbor.task_dir import check_split, find_task_in_dataset, harbor_task_model, load_task_dir
 from harness_env.models import DatasetTaskInfo, RolloutRequest, Task
 
 __all__ = ["REMOTE_AGENT_KWARGS", "TASKS_DIR_VAR", "check_remote_kwargs", "list_tasks", "locate_task", "prepare"]

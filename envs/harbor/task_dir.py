@@ -262,7 +262,8 @@ def build_test_sh(verify: list[str], workdir: str, command_timeout_s: float) -> 
         'done',
         "# A reward a verify command wrote wins (reward.json, or one finite-looking number in reward.txt).",
         'if [ -s "$VERIFIER_DIR/reward.json" ]; then exit 0; fi',
-        f"if [ -f \"${REWARD_FILE_ENV}\" ] && [ \"$(grep -c . \"${REWARD_FILE_ENV}\")\" -eq 1 ] && grep -Eq '^[[:space:]]*[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?[[:space:]]*$' \"${REWARD_FILE_ENV}\"; then exit 0; fi",
+        f"if [ -f \"${REWARD_FILE_ENV}\" ] && [ \"$(grep -c . \"${REWARD_FILE_ENV}\")\" -eq 1 ] "
+        f"&& grep -Eq '^[[:space:]]*[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?[[:space:]]*$' \"${REWARD_FILE_ENV}\"; then exit 0; fi",
         'rm -f "$VERIFIER_DIR/reward.txt"',
         'if [ "$total" -gt 0 ]; then',
         '  awk -v p="$passed" -v t="$total" \'BEGIN { printf "%.17g\\n", p / t }\' > "$VERIFIER_DIR/reward.txt"',

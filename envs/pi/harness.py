@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from harness_env.core.harness import LaunchContext, LaunchSpec, PinnedCliHarness
-from harness_env.envs.pi.config import models_json, pi_argv, pi_stdin, pi_env, settings_json
+from harness_env.envs.pi.config import models_json, pi_argv, pi_env, pi_stdin, settings_json
 from harness_env.envs.pi.events import PiEventParser
 
 

@@ -34,7 +34,14 @@ from harness_env.envs.whitebox.files import (
     read_page,
     write_file,
 )
-from harness_env.envs.whitebox.schema import SYSTEM_PROMPT, TOOL_NAMES, TOOL_SPECS, ToolError, ToolReply, check_arguments
+from harness_env.envs.whitebox.schema import (
+    SYSTEM_PROMPT,
+    TOOL_NAMES,
+    TOOL_SPECS,
+    ToolError,
+    ToolReply,
+    check_arguments,
+)
 
 __all__ = [
     "EDIT_MAX_BYTES",

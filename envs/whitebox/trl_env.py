@@ -21,8 +21,8 @@ import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from harness_env.core.task_commands import run_setup, run_verify
 from harness_env.core.sandbox.local import LocalSandbox, create_local_sandbox
+from harness_env.core.task_commands import run_setup, run_verify
 from harness_env.envs.whitebox.tools import ToolBox, ToolLimits
 from harness_env.models import CommandResult, Task
 

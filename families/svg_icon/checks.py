@@ -160,7 +160,8 @@ class ImageStats:
 
 
 def _hex(c: tuple[int, int, int]) -> str:
-    return "#%02x%02x%02x" % c
+    r, g, b = c
+    return f"#{r:02x}{g:02x}{b:02x}"
 
 
 def image_stats(png: bytes, threshold: int = PIXEL_THRESHOLD, top: int = 5, with_bbox: bool = True) -> ImageStats:

@@ -41,7 +41,12 @@ from typing import NoReturn
 
 from harness_env.families.svg_icon import checks
 from harness_env.families.svg_icon.dataset_inputs import DatasetError, Input, Row, Settings, open_inputs
-from harness_env.families.svg_icon.records import MAX_PROMPT_CHARS, MAX_SOURCE_PROMPT_CHARS, SvgTaskRecord, write_records
+from harness_env.families.svg_icon.records import (
+    MAX_PROMPT_CHARS,
+    MAX_SOURCE_PROMPT_CHARS,
+    SvgTaskRecord,
+    write_records,
+)
 
 __all__ = ["DatasetError", "Report", "Settings", "build_parser", "generate", "main", "render_with_resvg"]
 

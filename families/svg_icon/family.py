@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness_env.core.paths import confined_path
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env.core.grading import GradeOutcome
+from harness_env.core.paths import confined_path
 from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.base import Sandbox
 from harness_env.families.svg_icon import checks, render

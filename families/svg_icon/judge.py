@@ -43,7 +43,6 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from harness_env.core.capture.redact import register_secret
 from harness_env.core.errors import InvalidRequestError
 from harness_env.core.limits import ProcessLimiter
-from harness_env.models import check_http_url
 from harness_env.families.svg_icon.judge_format import (
     DEFAULT_RUBRIC,
     DimensionScore,
@@ -56,6 +55,7 @@ from harness_env.families.svg_icon.judge_format import (
     build_judge_request,
     parse_judge_answer,
 )
+from harness_env.models import check_http_url
 
 __all__ = [  # the format's names too: callers import the judge's whole API from here
     "DEFAULT_RUBRIC",
@@ -157,7 +157,8 @@ class JudgeConfig(BaseModel):
             try:
                 options = json.loads(raw)
             except json.JSONDecodeError as e:
-                raise JudgeConfigError(f"{ENV_REQUEST_OPTIONS} is not valid JSON ({e.msg} at position {e.pos}); it must be a JSON object such as '{{\"max_tokens\": 2048}}'") from None
+                raise JudgeConfigError(f"{ENV_REQUEST_OPTIONS} is not valid JSON ({e.msg} at position {e.pos}); "
+                                       "it must be a JSON object such as '{\"max_tokens\": 2048}'") from None
             if not isinstance(options, dict):
                 raise JudgeConfigError(f"{ENV_REQUEST_OPTIONS} must be a JSON object such as '{{\"max_tokens\": 2048}}', got {type(options).__name__}")
             values["request_options"] = options

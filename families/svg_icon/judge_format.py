@@ -72,8 +72,10 @@ DEFAULT_RUBRIC = Rubric(
     dimensions=(
         RubricDimension(name="semantic_match", description="The icon depicts what the prompt asks for (and, with a reference, the same subject)."),
         RubricDimension(name="composition", description="Layout, framing, balance and use of the canvas suit an icon; nothing is cut off or lost."),
-        RubricDimension(name="geometry", description="Shapes are clean and well formed: correct proportions, alignment, symmetry where expected, no stray or broken paths."),
-        RubricDimension(name="style", description="A coherent icon style (stroke widths, palette, level of detail) that matches the prompt and the reference if any."),
+        RubricDimension(name="geometry", description="Shapes are clean and well formed: correct proportions, alignment, symmetry where "
+                                                     "expected, no stray or broken paths."),
+        RubricDimension(name="style", description="A coherent icon style (stroke widths, palette, level of detail) that matches the prompt "
+                                                  "and the reference if any."),
         RubricDimension(name="aesthetics", description="Overall visual quality: legible at small sizes, pleasing, professional."),
     )
 )

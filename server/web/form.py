@@ -21,7 +21,15 @@ from pydantic import SecretStr, ValidationError
 
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC, Rubric
-from harness_env.models import DEFAULT_HARNESS, HARNESS_OPTIONS, OPTION_GROUPS, HarnessInfo, RolloutArgs, harness_options_models, option_group
+from harness_env.models import (
+    DEFAULT_HARNESS,
+    HARNESS_OPTIONS,
+    OPTION_GROUPS,
+    HarnessInfo,
+    RolloutArgs,
+    harness_options_models,
+    option_group,
+)
 
 EXPLICIT = "explicit base URL"
 SHELL_TASK = "shell task (verify commands)"

@@ -21,17 +21,14 @@ from typing import Any
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the server must not call home
 
-import gradio as gr  # noqa: E402
+import gradio as gr
 
-from harness_env.core.errors import HarnessEnvError  # noqa: E402
-from harness_env.models import PhaseEvent, RolloutResult  # noqa: E402
-from harness_env.server.service import RolloutService  # noqa: E402
-from harness_env.server.web import render  # noqa: E402
-from harness_env.server.web.examples import example_names, get_example  # noqa: E402
-from harness_env.server.web.render_text import md_cell  # noqa: E402
-from harness_env.server.web.result_area import ResultArea, text_markdown  # noqa: E402
-from harness_env.server.web.rollouts import RolloutsView  # noqa: E402
-from harness_env.server.web.form import (  # noqa: E402
+from harness_env.core.errors import HarnessEnvError
+from harness_env.models import PhaseEvent, RolloutResult
+from harness_env.server.service import RolloutService
+from harness_env.server.web import render
+from harness_env.server.web.examples import example_names, get_example
+from harness_env.server.web.form import (
     EXPLICIT,
     RENDERERS,
     SHELL_TASK,
@@ -47,6 +44,9 @@ from harness_env.server.web.form import (  # noqa: E402
     option_controls,
     to_args,
 )
+from harness_env.server.web.render_text import md_cell
+from harness_env.server.web.result_area import ResultArea, text_markdown
+from harness_env.server.web.rollouts import RolloutsView
 
 FILE_SLOTS = 8  # file rows the form offers (shown one by one with "Add file")
 HISTORY_LIMIT = 50  # rollouts kept per browser session
@@ -137,9 +137,11 @@ class WebPage:
                                 gr.Markdown("svg_icon: the agent writes `icon.svg`; the server renders it and a vision judge "
                                             "(the server's `HARNESS_ENV_JUDGE_*`) scores it on the rubric. Verify commands are not used.")
                                 self.reference_png = gr.Textbox(label=REFERENCE_NOTE, placeholder="refs/red-square.png", elem_id="reference-png")
-                                self.source_prompt = gr.Textbox(label="source prompt for the judge (optional; default: what to draw)", lines=2, elem_id="source-prompt")
+                                self.source_prompt = gr.Textbox(label="source prompt for the judge (optional; default: what to draw)", lines=2,
+                                                                elem_id="source-prompt")
                                 self.renderer = gr.Radio(RENDERERS, value="chromium", label="renderer", elem_id="renderer")
-                                self.rubric = gr.Textbox(value=default_rubric_json(), label="rubric (JSON: dimensions with name, description, weight; blank: the default)",
+                                self.rubric = gr.Textbox(value=default_rubric_json(),
+                                                         label="rubric (JSON: dimensions with name, description, weight; blank: the default)",
                                                          lines=8, max_lines=24, elem_id="rubric")
                             with gr.Row():
                                 self.setup = gr.Textbox(value="\n".join(first.setup), label="setup commands (one per line)", lines=3, elem_id="setup")

@@ -14,8 +14,8 @@ import pytest
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
 from harness_env.core.errors import ToolMissingError
 from harness_env.envs import get_harness
-from tests.envs.test_e2e import _no_process_left
 from tests import needs
+from tests.envs.test_e2e import _no_process_left
 
 pytestmark = pytest.mark.e2e
 

@@ -5,7 +5,8 @@ import pytest
 
 from harness_env.core.errors import ToolMissingError
 from harness_env.core.harness import PinnedCliHarness
-from harness_env.envs import HARNESSES as REGISTERED, get_harness
+from harness_env.envs import HARNESSES as REGISTERED
+from harness_env.envs import get_harness
 
 # Every registered harness that runs in our sandbox (a harness that owns its environment, Harbor,
 # has its own suite); those with a CLI process of their own (the white-box loop has none and does

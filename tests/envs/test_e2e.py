@@ -7,8 +7,8 @@ import os
 import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout, run_rollout_sync
-from harness_env.rollout import loopback_proxy
 from harness_env.core.sandbox.local import _marked_pids
+from harness_env.rollout import loopback_proxy
 from tests.envs.harnesses import CLI_HARNESSES, HARNESSES, installed
 from tests.fakes.policy import _text_of, compact_arguments
 
@@ -115,7 +115,8 @@ async def test_agent_not_doing_the_work_gets_0(policy_server, make_request):
 
 
 async def test_agent_cannot_forge_the_reward_file(policy_server, make_request):
-    forge = "for f in ../verifier/reward.txt /logs/verifier/reward.txt /root/logs/verifier/reward.txt; do mkdir -p $(dirname $f); echo 1.0 > $f; done; echo forged"
+    forge = ("for f in ../verifier/reward.txt /logs/verifier/reward.txt /root/logs/verifier/reward.txt; do mkdir -p $(dirname $f); echo 1.0 > $f; done; "
+             "echo forged")
     res = await run_rollout(make_request([{"bash": forge}, {"text": "done"}], verify=["test -f hello.txt"]))
     assert res.error is None
     assert res.reward == 0.0 and res.reward_source == "verify_ratio"
@@ -173,11 +174,13 @@ async def test_upstream_key_never_reaches_the_sandbox(policy_server, make_reques
     monkeypatch.setenv("OPENAI_API_KEY", "host-env-secret-1234")
     # Every file of the rollout (.. is the rollout directory) is searched; the pattern is written
     # so that it does not itself contain the key.
-    spy = "env > env.txt; ps -eo args > ps.txt; cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' ' > cmdlines.txt; (grep -rlE 'sk-upstream-e2e-9f8e7[d]' .. ~ $TMPDIR 2>/dev/null || true) > grep.txt"
+    spy = ("env > env.txt; ps -eo args > ps.txt; cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' ' > cmdlines.txt; "
+           "(grep -rlE 'sk-upstream-e2e-9f8e7[d]' .. ~ $TMPDIR 2>/dev/null || true) > grep.txt")
     res = await run_rollout(make_request([{"bash": spy}, {"text": "looked"}], verify=["true"]), use_bwrap=use_bwrap)
     assert res.error is None, res.error
     assert {"env.txt", "ps.txt", "cmdlines.txt"} <= set(res.files)
-    agent_lines = [ln for ln in res.files["ps.txt"].splitlines() if ln.strip() == "pi" or "cli.js" in ln or "opencode run" in ln or "codex exec" in ln or "claude -p" in ln or "gemini.js" in ln]
+    agent_lines = [ln for ln in res.files["ps.txt"].splitlines()
+                   if ln.strip() == "pi" or "cli.js" in ln or "opencode run" in ln or "codex exec" in ln or "claude -p" in ln or "gemini.js" in ln]
     if harness in CLI_HARNESSES:
         assert agent_lines, res.files["ps.txt"]  # the agent's own process was visible to the spy
     everything = res.model_dump_json()
@@ -219,7 +222,8 @@ async def test_one_rollouts_rejected_call_changes_no_rollouts_capture(policy_ser
         second = await run_rollout(honest)
     turns = [(t.purpose, t.upstream_status, (t.upstream_error or "")[:60], str(t.request_messages)[:300]) for t in first.proxy_turns]
     assert any(t.upstream_status == 400 and "float_parsing" in (t.upstream_error or "") for t in first.proxy_turns), (turns, first.error)
-    assert second.error is None and second.reward == 1.0 and second.capture_level == "tokens", (second.error, second.proxy_log_tail[-1500:], second.agent_log_tail[-1500:])
+    assert second.error is None and second.reward == 1.0 and second.capture_level == "tokens", (
+        second.error, second.proxy_log_tail[-1500:], second.agent_log_tail[-1500:])
     assert not {"logprobs", "top_logprobs", "return_token_ids"} & set(second.dropped_fields)
     asked = [s.request for s in policy.sent[n:] if s.request.get("tools")]
     assert asked and all(r.get("logprobs") and r.get("top_logprobs") == 2 and r.get("return_token_ids") for r in asked)

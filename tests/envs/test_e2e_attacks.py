@@ -52,7 +52,7 @@ KILL_HARNESS = (
 )
 
 
-async def test_git_in_verify_does_not_run_what_the_agent_planted(policy_server, make_request):
+async def test_git_in_verify_does_not_run_what_the_agent_planted(policy_server, make_request):  # noqa: F811 - an imported fixture
     script = [{"bash": GIT_PLANT}, {"text": "done"}]
     res = await run_rollout(make_request(script, setup=[REPO], verify=GIT_VERIFY))
     assert res.error is None, res.error
@@ -62,7 +62,7 @@ async def test_git_in_verify_does_not_run_what_the_agent_planted(policy_server, 
     _no_process_left(res)
 
 
-async def test_sleeping_past_the_timeout_is_graded(policy_server, make_request, harness):  # noqa: F811
+async def test_sleeping_past_the_timeout_is_graded(policy_server, make_request, harness):  # noqa: F811 - an imported fixture
     # Slept again at every step: a harness whose shell tool has its own timeout (Codex's) is still
     # held past agent_timeout_s.
     script = [{"bash": "echo hello > hello.txt; sleep 900"}, *[{"bash": "sleep 900"}] * 40, {"text": "done"}]
@@ -78,7 +78,7 @@ async def test_sleeping_past_the_timeout_is_graded(policy_server, make_request, 
 
 # The white-box loop runs in the server: it has no harness process of the agent's to kill.
 @pytest.mark.parametrize("harness", sorted(CLI_HARNESSES), indirect=True)
-async def test_killing_its_own_harness_is_graded(policy_server, make_request, harness):  # noqa: F811
+async def test_killing_its_own_harness_is_graded(policy_server, make_request, harness):  # noqa: F811 - an imported fixture
     script = [{"bash": f"echo hello > hello.txt; {KILL_HARNESS}"}, {"text": "done"}]
     res = await run_rollout(make_request(script, verify=["test -f hello.txt", "false"], agent_timeout_s=60))
     # The CLI dies (agent_error), or a part of it that survives waits for the dead one (agent_timeout).
@@ -87,7 +87,7 @@ async def test_killing_its_own_harness_is_graded(policy_server, make_request, ha
     _no_process_left(res)
 
 
-async def test_the_endpoint_rejecting_its_later_calls_is_graded(policy_server, make_request, harness):  # noqa: F811
+async def test_the_endpoint_rejecting_its_later_calls_is_graded(policy_server, make_request, harness):  # noqa: F811 - an imported fixture
     # The agent's first call is answered (it acted); then the endpoint refuses what the agent asks
     # (a request the agent shaped): the rollout ends graded as the workspace stands, never reward None.
     script = [{"bash": "echo hello > hello.txt"}, *[{"status": 400}] * 12]

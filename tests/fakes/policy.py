@@ -229,7 +229,8 @@ class FakePolicy:
                     )
         if self.require_max_completion_tokens and "max_tokens" in body:
             return JSONResponse(
-                {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.", "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}},
+                {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+                           "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}},
                 status_code=400,
             )
         step = {"status": self.down_status} if self.down_status else self._step(body)
@@ -310,7 +311,8 @@ class FakePolicy:
                 msg["tool_calls"] = tool_calls
             choice: dict[str, Any] = {"index": 0, "message": msg, "finish_reason": finish,
                                       "logprobs": {"content": [lp_entry(p, i) for p, i in zip(parts, ids)]} if want_lp else None}
-            out: dict[str, Any] = {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": body.get("model"), "choices": [choice], "usage": usage}
+            out: dict[str, Any] = {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": body.get("model"),
+                                   "choices": [choice], "usage": usage}
             if want_ids:
                 choice["token_ids"] = ids
                 out["prompt_token_ids"] = prompt_ids
@@ -331,7 +333,9 @@ class FakePolicy:
                 k += 1
                 yield f"data: {json.dumps({**base, 'choices': [ch]})}\n\n"
             for ci, call in enumerate(tool_calls):
-                head = {"index": 0, "delta": {"tool_calls": [{"index": ci, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": ""}}]}, "finish_reason": None}
+                head = {"index": 0, "delta": {"tool_calls": [{"index": ci, "id": call["id"], "type": "function",
+                                                             "function": {"name": call["function"]["name"], "arguments": ""}}]},
+                        "finish_reason": None}
                 yield f"data: {json.dumps({**base, 'choices': [head]})}\n\n"
                 for p in pieces(call["function"]["arguments"]):
                     ch = {"index": 0, "delta": {"tool_calls": [{"index": ci, "function": {"arguments": p}}]}, "finish_reason": None,

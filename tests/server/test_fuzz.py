@@ -38,7 +38,7 @@ def test_openapi_surface(fuzz_server):
         @given(case=op.as_strategy())
         def run(case):
             response = case.call(timeout=60)
-            assert response.status_code < 500, (op.path, response.text)
+            assert response.status_code < 500, (case.operation.path, response.text)
 
         run()
 
@@ -62,7 +62,8 @@ tool_args = st.fixed_dictionaries({}, optional={
 })
 rpc = st.fixed_dictionaries({"jsonrpc": st.just("2.0"), "method": methods},
                             optional={"id": st.integers() | st.text(max_size=5), "params": json_values | st.fixed_dictionaries(
-                                {"name": st.sampled_from(["run_rollout", "list_harnesses", "catalog", "list_tasks", "nope"]), "arguments": tool_args | json_values})})
+                                {"name": st.sampled_from(["run_rollout", "list_harnesses", "catalog", "list_tasks", "nope"]),
+                                 "arguments": tool_args | json_values})})
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))

@@ -11,9 +11,9 @@ from openenv.core.mcp_client import MCPToolClient
 
 from harness_env.client import AsyncHarnessEnv, HarnessEnv, HarnessEnvClientError
 from harness_env.models import HarborTaskInfo, Task
+from tests import needs
 from tests.fakes.policy import FakePolicyServer
 from tests.server_process import ServerProcess
-from tests import needs
 
 needs.module("harbor.models.task.task", "uv sync --extra harbor")
 from harness_env.envs.harbor.task_dir import task_to_task_dir  # noqa: E402

@@ -16,6 +16,7 @@ from mcp.server.fastmcp.exceptions import ToolError
 from openenv.core.mcp_client import MCPToolClient
 from websockets.sync.client import connect as ws_connect
 
+from harness_env import models_summary
 from harness_env.models import (
     MAX_SUMMARY_BYTES,
     CommandResult,
@@ -26,7 +27,6 @@ from harness_env.models import (
     Turn,
     summarize,
 )
-from harness_env import models_summary
 from harness_env.models_summary import FINAL_TEXT_BYTES, MAX_FILES_SHOWN, MAX_NOTES, MAX_PHASES, clip, json_size
 from harness_env.server.mcp_rollout import rollout_args, run_rollout_output_schema
 from harness_env.server.mcp_tools import McpToolServer

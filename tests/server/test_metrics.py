@@ -116,7 +116,6 @@ def test_each_app_counts_alone_and_the_line_quotes_and_masks() -> None:
     from harness_env.core.capture.redact import register_secret, unregister_secret
     from harness_env.models import RolloutResult
     from harness_env.server.metrics import ServerMetrics, rollout_line
-
     from harness_env.server.slots import RolloutSlots
 
     slots = RolloutSlots(4, 16, 3)

@@ -216,6 +216,6 @@ async def test_mcp_client_that_goes_away_cancels_its_rollout(start_server, polic
                 break
             await asyncio.sleep(0.1)
         task.cancel()
-        with pytest.raises(BaseException):
+        with pytest.raises(asyncio.CancelledError):
             await task
     server.assert_no_rollout_left()

@@ -36,7 +36,19 @@ from typing import TYPE_CHECKING, Any
 from harness_env.core.capture import fastjson
 from harness_env.core.capture.asgi import Reply, Scope, json_reply
 from harness_env.core.capture.dialects.base import ChatRequest, Route, bearer_or_api_key
-from harness_env.core.capture.dialects.chunks import REASONING, TEXT, ChunkBuilder, ChunkStream, Part, engine_error, engine_error_text, engine_request, new_id, pass_on, whole_answer
+from harness_env.core.capture.dialects.chunks import (
+    REASONING,
+    TEXT,
+    ChunkBuilder,
+    ChunkStream,
+    Part,
+    engine_error,
+    engine_error_text,
+    engine_request,
+    new_id,
+    pass_on,
+    whole_answer,
+)
 from harness_env.core.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -358,7 +370,8 @@ class ResponseBuilder(ChunkBuilder):
         tool = self.request.tool_names.get(name, ToolName(name))
         call_id = call_id or new_id("call")
         if tool.kind == "custom":
-            item: dict[str, Any] = {"type": "custom_tool_call", "id": new_id("ctc"), "status": "in_progress", "call_id": call_id, "name": tool.name, "input": ""}
+            item: dict[str, Any] = {"type": "custom_tool_call", "id": new_id("ctc"), "status": "in_progress", "call_id": call_id,
+                                    "name": tool.name, "input": ""}
         else:
             item = {"type": "function_call", "id": new_id("fc"), "status": "in_progress", "call_id": call_id, "name": tool.name, "arguments": ""}
         if tool.namespace:

@@ -20,8 +20,8 @@ from harness_env.core.sandbox.cgroups.layout import cgroup_support, cgroup_unsup
 from harness_env.core.sandbox.cgroups.rollout import RolloutCgroup
 from harness_env.core.sandbox.cgroups.sweep import sweep_stale
 from harness_env.core.sandbox.cgroups.values import (
-    MiB,
     CgroupUsage,
+    MiB,
     ResourceLimits,
     cpu_max_value,
     cpu_quota_us,

@@ -18,7 +18,13 @@ from pathlib import Path
 
 from harness_env.core.errors import SandboxError
 from harness_env.core.procs import process_starttime
-from harness_env.core.sandbox.cgroups.values import V1_CONTROLLERS, V2_CONTROLLERS, parse_v1_mounts, parse_v2_mount, parse_v2_own_path
+from harness_env.core.sandbox.cgroups.values import (
+    V1_CONTROLLERS,
+    V2_CONTROLLERS,
+    parse_v1_mounts,
+    parse_v2_mount,
+    parse_v2_own_path,
+)
 
 PARENT_NAME = "harness-env"
 LEAF_NAME = "harness-env-server"  # v2: where the server's processes move so its cgroup can delegate

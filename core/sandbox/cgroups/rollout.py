@@ -15,7 +15,15 @@ import time
 from pathlib import Path
 
 from harness_env.core.errors import SandboxError
-from harness_env.core.sandbox.cgroups.layout import Layout, detect, make_rollout_dirs, read_pids, read_text, remove_parents, write_value
+from harness_env.core.sandbox.cgroups.layout import (
+    Layout,
+    detect,
+    make_rollout_dirs,
+    read_pids,
+    read_text,
+    remove_parents,
+    write_value,
+)
 from harness_env.core.sandbox.cgroups.values import (
     CPU_PERIOD_US,
     CgroupUsage,

@@ -9,9 +9,6 @@ import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Generic, TypeVar
-
-X = TypeVar("X")
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
@@ -140,7 +137,7 @@ def not_found(rel: str) -> FileNotFoundError:
     return FileNotFoundError(errno.ENOENT, "No such file or directory", rel)
 
 
-class DirStack(Generic[X]):
+class DirStack[X]:
     """A depth-first walk over directories the caller opened without following a link: `entries()`
     gives each name, in sorted order, with the open directory it is in, its path prefix and what the
     caller keeps with that directory; `push` descends. Every descriptor is closed when its

@@ -8,12 +8,10 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from harness_env.core.sandbox.safefs.descend import UnsafeEntry, kind_of, parent_dir
 from harness_env.core.sandbox.safefs.remove import remove_at
 
-T = TypeVar("T")
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -56,7 +54,7 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view[: 1 << 20]) :]
 
 
-def _fresh_name(make: Callable[[str], T]) -> tuple[str, T]:
+def _fresh_name[T](make: Callable[[str], T]) -> tuple[str, T]:
     """make(name) with a fresh temporary name until one is not taken yet: (name, what make gave)."""
     for _ in range(100):
         tmp = f".harness-env-{os.urandom(6).hex()}.tmp"

@@ -10,10 +10,13 @@ def _chunk(**choice):
 def test_streaming_tool_call_tokens_and_logprobs():
     d = TurnDraft()
     d.add_chunk_text(json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "prompt_token_ids": [1, 2, 3]}))
-    d.add_chunk_text(_chunk(delta={"content": "Hi"}, token_ids=[10], logprobs={"content": [{"token": "Hi", "logprob": -0.5, "top_logprobs": [{"token": "Hi", "logprob": -0.5}, {"token": "Yo", "logprob": -2.0}]}]}))
+    d.add_chunk_text(_chunk(delta={"content": "Hi"}, token_ids=[10], logprobs={"content": [
+        {"token": "Hi", "logprob": -0.5, "top_logprobs": [{"token": "Hi", "logprob": -0.5}, {"token": "Yo", "logprob": -2.0}]}]}))
     d.add_chunk_text(_chunk(delta={"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "bash", "arguments": ""}}]}))
-    d.add_chunk_text(_chunk(delta={"tool_calls": [{"index": 0, "function": {"arguments": '{"command":'}}]}, token_ids=[11, 12], logprobs={"content": [{"token": "a", "logprob": -0.1}, {"token": "b", "logprob": -0.2}]}))
-    d.add_chunk_text(_chunk(delta={"tool_calls": [{"index": 0, "function": {"arguments": ' "ls"}'}}]}, token_ids=[13], logprobs={"content": [{"token": "c", "logprob": -0.3}]}))
+    d.add_chunk_text(_chunk(delta={"tool_calls": [{"index": 0, "function": {"arguments": '{"command":'}}]}, token_ids=[11, 12],
+                            logprobs={"content": [{"token": "a", "logprob": -0.1}, {"token": "b", "logprob": -0.2}]}))
+    d.add_chunk_text(_chunk(delta={"tool_calls": [{"index": 0, "function": {"arguments": ' "ls"}'}}]}, token_ids=[13],
+                            logprobs={"content": [{"token": "c", "logprob": -0.3}]}))
     d.add_chunk_text(_chunk(delta={}, finish_reason="tool_calls"))
     d.add_chunk_text(json.dumps({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}))
     d.add_chunk_text("[DONE]")

@@ -23,11 +23,12 @@ from tests.core.capture.dialect_streams import (
     sse,
     translate,
 )
-from tests.fakes.policy import compact_arguments
 from tests.core.capture.test_proxy import _endpoint, proxy_env  # noqa: F401 - the fixture gemini_env builds on
+from tests.fakes.policy import compact_arguments
 
 DIALECT = Gemini()
-SHELL = {"name": "run_shell_command", "description": "run", "parametersJsonSchema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
+SHELL = {"name": "run_shell_command", "description": "run",
+         "parametersJsonSchema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
 STREAM = "/v1beta/models/gemini-x:streamGenerateContent"
 
 
@@ -70,15 +71,17 @@ def _history(chunks: list[dict]) -> list[dict]:
 def test_contents_with_calls_and_responses_become_chat_messages_in_order():
     contents = [
         _user({"text": "<session_context/>"}, {"text": "Do it."}),
-        {"role": "model", "parts": [{"text": "Running."}, {"functionCall": {"name": "run_shell_command", "args": {"command": "ls ü"}, "id": "run_shell_command__call_0"},
-                                                           "thoughtSignature": encode_reasoning("plan")},
+        {"role": "model", "parts": [{"text": "Running."},
+                                    {"functionCall": {"name": "run_shell_command", "args": {"command": "ls ü"}, "id": "run_shell_command__call_0"},
+                                     "thoughtSignature": encode_reasoning("plan")},
                                     {"functionCall": {"name": "read_file", "args": {}}}]},
         _user({"functionResponse": {"name": "run_shell_command", "id": "run_shell_command__call_0", "response": {"output": "a.txt\n"}}},
               {"functionResponse": {"name": "read_file", "response": {"error": "no such file"}}},
               {"inlineData": {"mimeType": "image/png", "data": "iVBOR"}}),
         {"role": "model", "parts": [{"text": "Done."}]},
     ]
-    req = _request(systemInstruction={"parts": [{"text": "You are Gemini CLI."}, {"text": "Be brief."}]}, contents=contents, tools=[{"functionDeclarations": [SHELL]}])
+    req = _request(systemInstruction={"parts": [{"text": "You are Gemini CLI."}, {"text": "Be brief."}]}, contents=contents,
+                   tools=[{"functionDeclarations": [SHELL]}])
     assert req.messages == [
         {"role": "system", "content": "You are Gemini CLI.\nBe brief."},
         {"role": "user", "content": [{"type": "text", "text": "<session_context/>"}, {"type": "text", "text": "Do it."}]},
@@ -99,16 +102,19 @@ def test_contents_with_calls_and_responses_become_chat_messages_in_order():
 
 
 def test_tools_from_json_schema_or_geminis_schema_google_tools_left_out():
-    legacy = {"name": "read_file", "parameters": {"type": "OBJECT", "properties": {"path": {"type": "STRING"}, "lines": {"type": "ARRAY", "items": {"type": "INTEGER"}}}}}
+    legacy = {"name": "read_file",
+              "parameters": {"type": "OBJECT", "properties": {"path": {"type": "STRING"}, "lines": {"type": "ARRAY", "items": {"type": "INTEGER"}}}}}
     req = _request(contents=[_user({"text": "x"})], tools=[{"functionDeclarations": [SHELL, legacy]}, {"googleSearch": {}}, {"codeExecution": {}}])
     assert [t["function"]["name"] for t in req.tools] == ["run_shell_command", "read_file"]
     assert req.tools[0]["function"] == {"name": "run_shell_command", "description": "run", "parameters": SHELL["parametersJsonSchema"]}
-    assert req.tools[1]["function"]["parameters"] == {"type": "object", "properties": {"path": {"type": "string"}, "lines": {"type": "array", "items": {"type": "integer"}}}}
+    assert req.tools[1]["function"]["parameters"] == {
+        "type": "object", "properties": {"path": {"type": "string"}, "lines": {"type": "array", "items": {"type": "integer"}}}}
     assert json_schema({"enum": ["STRING"], "type": "STRING"}) == {"enum": ["STRING"], "type": "string"}  # only types change
 
 
 def test_engine_body_carries_what_chat_completions_can_say():
-    config = {"temperature": 1, "topP": 0.95, "topK": 64, "maxOutputTokens": 500, "stopSequences": ["END"], "seed": 3, "thinkingConfig": {"includeThoughts": True}}
+    config = {"temperature": 1, "topP": 0.95, "topK": 64, "maxOutputTokens": 500, "stopSequences": ["END"], "seed": 3,
+              "thinkingConfig": {"includeThoughts": True}}
     req = _request(contents=[_user({"text": "x"})], tools=[{"functionDeclarations": [SHELL]}], generationConfig=config,
                    toolConfig={"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["run_shell_command"]}})
     assert DIALECT.engine_body(req) == {
@@ -190,7 +196,8 @@ def test_max_tokens_broken_streams_and_a_json_array_stream():
 
 
 def test_a_whole_engine_answer_is_one_response_and_count_tokens_asks_the_engine():
-    chat = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "Let me look.", "reasoning_content": "hm", "tool_calls": [
+    chat = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "Let me look.", "reasoning_content": "hm",
+                                                                                "tool_calls": [
         {"id": "call_z", "type": "function", "function": {"name": "run_shell_command", "arguments": '{"command": "pwd"}'}}]}}],
         "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}}
     req = _request("/v1beta/models/m:generateContent", b"", contents=[_user({"text": "hi"})], tools=[{"functionDeclarations": [SHELL]}])
@@ -203,7 +210,8 @@ def test_a_whole_engine_answer_is_one_response_and_count_tokens_asks_the_engine(
     assert resp["usageMetadata"]["totalTokenCount"] == 13
     failed = json.loads(DIALECT.answer(req, b"<html>oops</html>", "text/html", TurnDraft())[0])
     assert failed["error"]["status"] == "INTERNAL" and "not a JSON object" in failed["error"]["message"]
-    count = _request("/v1beta/models/m:countTokens", b"", generateContentRequest={"contents": [_user({"text": "x"})], "tools": [{"functionDeclarations": [SHELL]}]})
+    count = _request("/v1beta/models/m:countTokens", b"",
+                     generateContentRequest={"contents": [_user({"text": "x"})], "tools": [{"functionDeclarations": [SHELL]}]})
     assert count.count_only and count.purpose == "auxiliary" and DIALECT.engine_body(count)["max_tokens"] == 1
     answer = json.dumps({"choices": [], "usage": {"prompt_tokens": 77}}).encode()
     assert json.loads(DIALECT.answer(count, answer, "application/json", TurnDraft())[0]) == {"totalTokens": 77}
@@ -286,7 +294,7 @@ def test_errors_are_in_googles_shape():
 
 # -- through the proxy, against the scripted fake policy ---------------------------------------------
 @pytest.fixture
-async def gemini_env(proxy_env):
+async def gemini_env(proxy_env):  # noqa: F811 - an imported fixture
     """test_proxy's proxy and fake policy ({"bash": "echo hi"}, then "all done"), one session open."""
     proxy, policy, upstream, client = proxy_env
     client.base_url = str(client.base_url).removesuffix("/").removesuffix("/v1")  # Gemini's clients add /v1beta themselves
@@ -339,7 +347,7 @@ async def test_chunks_leave_the_proxy_while_the_engine_is_still_generating(gemin
     assert turn.completion_text == "one two three " and started + turn.ttft_s < step["raw"].released_at  # timed at the first token, not the end
 
 
-async def test_proxy_errors_and_the_turn_limit_speak_googles_shape(proxy_env):
+async def test_proxy_errors_and_the_turn_limit_speak_googles_shape(proxy_env):  # noqa: F811 - an imported fixture
     proxy, policy, upstream, client = proxy_env
     root = str(client.base_url).removesuffix("/").removesuffix("/v1")
     session = proxy.open_session(_endpoint(upstream), CapturePolicy(max_turns=1))

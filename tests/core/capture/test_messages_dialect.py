@@ -23,8 +23,8 @@ from tests.core.capture.dialect_streams import (
     sse,
     translate,
 )
-from tests.fakes.policy import compact_arguments
 from tests.core.capture.test_proxy import _endpoint, proxy_env  # noqa: F401 - the fixture messages_env builds on
+from tests.fakes.policy import compact_arguments
 
 DIALECT = Messages()
 BASH = {"name": "Bash", "description": "run", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
@@ -86,7 +86,8 @@ def test_system_as_string_or_blocks_is_the_first_system_message_without_the_bill
 def test_a_conversation_of_blocks_becomes_chat_messages_in_order():
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR"}}
     messages = [
-        {"role": "user", "content": [{"type": "text", "text": "<system-reminder>x</system-reminder>"}, {"type": "text", "text": "go", "cache_control": {"type": "ephemeral"}}]},
+        {"role": "user", "content": [{"type": "text", "text": "<system-reminder>x</system-reminder>"},
+                                     {"type": "text", "text": "go", "cache_control": {"type": "ephemeral"}}]},
         {"role": "system", "content": [{"type": "text", "text": "# Environment"}]},  # Claude Code's mid-conversation system turn
         {"role": "assistant", "content": [
             {"type": "thinking", "thinking": "I should look.", "signature": "sig-anything"},
@@ -111,7 +112,8 @@ def test_a_conversation_of_blocks_becomes_chat_messages_in_order():
             {"id": "toolu_2", "type": "function", "function": {"name": "Read", "arguments": "{}"}},
         ]},
         {"role": "tool", "tool_call_id": "toolu_1", "content": "a.txt\n"},
-        {"role": "tool", "tool_call_id": "toolu_2", "content": [{"type": "text", "text": "line"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR"}}]},
+        {"role": "tool", "tool_call_id": "toolu_2",
+         "content": [{"type": "text", "text": "line"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR"}}]},
         {"role": "user", "content": "<system-reminder>y</system-reminder>"},
         {"role": "assistant", "content": "Done."},
     ]
@@ -126,10 +128,12 @@ def test_tools_become_chat_functions_server_and_unloaded_deferred_tools_are_left
     assert req.tools[0] == {"type": "function", "function": {"name": "Bash", "description": "run", "parameters": BASH["input_schema"]}}
     assert req.tools[2]["function"]["strict"] is True
     # A tool_reference (Anthropic's tool search) loads the deferred tool.
-    loaded = [{"role": "user", "content": "x"}, {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ToolSearch", "input": {"query": "fetch"}}]},
+    loaded = [{"role": "user", "content": "x"},
+              {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ToolSearch", "input": {"query": "fetch"}}]},
               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "tool_reference", "tool_name": "WebFetch"}]}]}]
     req = _request(messages=loaded, tools=tools)
-    assert "WebFetch" in [t["function"]["name"] for t in req.tools] and req.messages[-1] == {"role": "tool", "tool_call_id": "t1", "content": "Tool WebFetch loaded."}
+    assert "WebFetch" in [t["function"]["name"] for t in req.tools] and req.messages[-1] == {
+        "role": "tool", "tool_call_id": "t1", "content": "Tool WebFetch loaded."}
 
 
 def test_engine_body_carries_what_chat_completions_can_say():
@@ -152,7 +156,8 @@ def test_count_tokens_asks_the_engine_for_one_token_as_an_auxiliary_call():
     assert req.count_only and req.purpose == "auxiliary" and not req.stream
     body = DIALECT.engine_body(req)
     assert body["max_tokens"] == 1 and body["tools"] == req.tools and "tool_choice" not in body and body["stream"] is False
-    answer = json.dumps({"choices": [{"index": 0, "message": {"content": "a"}, "finish_reason": "length"}], "usage": {"prompt_tokens": 321, "completion_tokens": 1}})
+    answer = json.dumps({"choices": [{"index": 0, "message": {"content": "a"}, "finish_reason": "length"}],
+                         "usage": {"prompt_tokens": 321, "completion_tokens": 1}})
     assert json.loads(DIALECT.answer(req, answer.encode(), "application/json", TurnDraft())[0]) == {"input_tokens": 321, "count_source": "engine"}
     ids_only = json.dumps({"choices": [], "prompt_token_ids": [1, 2, 3]}).encode()
     assert json.loads(DIALECT.answer(req, ids_only, "application/json", TurnDraft())[0])["input_tokens"] == 3
@@ -252,7 +257,8 @@ def test_max_tokens_a_stop_sequence_and_broken_streams():
 
 
 def test_a_whole_engine_answer_is_a_message_object_or_one_burst_of_events():
-    chat = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "Let me look.", "reasoning_content": "hm", "tool_calls": [
+    chat = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "Let me look.", "reasoning_content": "hm",
+                                                                                "tool_calls": [
         {"id": "call_z", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "pwd"}'}}]}}],
         "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}, "prompt_token_ids": [5, 6]}
     req = _request(messages=[{"role": "user", "content": "hi"}], tools=[BASH])
@@ -263,7 +269,8 @@ def test_a_whole_engine_answer_is_a_message_object_or_one_burst_of_events():
     assert msg["content"] == [{"type": "thinking", "thinking": "hm", "signature": thinking_signature("hm")}, {"type": "text", "text": "Let me look."},
                               {"type": "tool_use", "id": "call_z", "name": "Bash", "input": {"command": "pwd"}}]
     assert msg["usage"]["input_tokens"] == 9 and msg["usage"]["output_tokens"] == 4 and draft.prompt_token_ids == [5, 6]
-    streamed, content_type = DIALECT.answer(_request(messages=[{"role": "user", "content": "hi"}], tools=[BASH], stream=True), json.dumps(chat).encode(), "application/json", TurnDraft())
+    streamed, content_type = DIALECT.answer(_request(messages=[{"role": "user", "content": "hi"}], tools=[BASH], stream=True), json.dumps(chat).encode(),
+                                            "application/json", TurnDraft())
     events = _events(streamed)
     assert content_type == "text/event-stream" and events[-1]["type"] == "message_stop" and _replayed(events) == msg["content"]
     failed = json.loads(DIALECT.answer(req, b"<html>oops</html>", "text/html", TurnDraft())[0])
@@ -344,7 +351,7 @@ def test_errors_are_in_anthropics_shape():
 
 # -- through the proxy, against the scripted fake policy ---------------------------------------------
 @pytest.fixture
-async def messages_env(proxy_env):
+async def messages_env(proxy_env):  # noqa: F811 - an imported fixture
     """test_proxy's proxy and fake policy ({"bash": "echo hi"}, then "all done"), one session open."""
     proxy, policy, upstream, client = proxy_env
     client.base_url = str(client.base_url).removesuffix("/").removesuffix("/v1")  # Anthropic's clients add /v1 themselves
@@ -419,7 +426,7 @@ async def test_proxy_errors_speak_anthropics_shape(messages_env):
     assert r.headers["content-type"] == "text/event-stream" and _replayed(_events(r.content)) == [{"type": "text", "text": "whole"}]
 
 
-async def test_the_turn_limit_is_a_429_the_client_is_told_not_to_retry(proxy_env):
+async def test_the_turn_limit_is_a_429_the_client_is_told_not_to_retry(proxy_env):  # noqa: F811 - an imported fixture
     proxy, policy, upstream, client = proxy_env
     session = proxy.open_session(_endpoint(upstream), CapturePolicy(max_turns=1))
     url = str(client.base_url).removesuffix("/").removesuffix("/v1") + "/v1/messages"

@@ -8,8 +8,15 @@ import httpx
 import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task
-from harness_env.core.capture.passthrough import NativeReader, NativeStream, check_wire_api, upstream_headers, upstream_url, with_model
 from harness_env.core.capture.assemble import TurnDraft
+from harness_env.core.capture.passthrough import (
+    NativeReader,
+    NativeStream,
+    check_wire_api,
+    upstream_headers,
+    upstream_url,
+    with_model,
+)
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import MAX_TOKENS_CEILING, CapturePolicy
 from harness_env.core.capture.serve import serve_on_loopback
@@ -159,7 +166,8 @@ async def test_messages_pass_through_relays_the_body_and_answer_unchanged_and_re
 async def test_the_upstream_key_an_answer_echoes_is_masked_and_never_recorded(native_env):
     proxy, upstream, server, client = native_env
     session = proxy.open_session(_native(server.base_url), CapturePolicy(capture=False))
-    history = [{"role": "user", "content": "go"}, {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "Bash", "input": {"command": "echo hi"}}]},
+    history = [{"role": "user", "content": "go"},
+               {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "Bash", "input": {"command": "echo hi"}}]},
                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "hi"}]}]
     r = await client.post("/v1/messages", json=_body(True, history), headers={"x-api-key": session.key})
     assert r.status_code == 200 and KEY not in r.text

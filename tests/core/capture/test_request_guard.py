@@ -218,7 +218,8 @@ async def test_content_naming_a_remote_url_is_a_400_and_never_reaches_the_engine
 INLINE_IMAGES: dict[str, dict[str, Any]] = {
     "chat": {"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}]},
     "responses": {"role": "user", "content": [{"type": "input_text", "text": "see"}, {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}"}]},
-    "messages": {"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]},
+    "messages": {"role": "user", "content": [{"type": "text", "text": "see"},
+                                             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]},
     "gemini": {"role": "user", "parts": [{"text": "see"}, {"inlineData": {"mimeType": "image/png", "data": PNG}}]},
 }
 

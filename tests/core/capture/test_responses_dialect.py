@@ -16,7 +16,15 @@ from harness_env.core.capture.dialects.responses import (
 )
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.errors import InvalidRequestError
-from tests.core.capture.dialect_streams import assert_exact_tokens_one_branch, assert_replay_extends, chunk, named_events, slow_words, sse, translate
+from tests.core.capture.dialect_streams import (
+    assert_exact_tokens_one_branch,
+    assert_replay_extends,
+    chunk,
+    named_events,
+    slow_words,
+    sse,
+    translate,
+)
 from tests.core.capture.test_proxy import _endpoint, proxy_env  # noqa: F401 - the fixture responses_env builds on
 
 DIALECT = Responses()
@@ -107,9 +115,11 @@ def test_tools_function_custom_and_namespaced_become_chat_functions_hosted_ones_
 
 def test_engine_body_carries_what_chat_completions_can_say():
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
-    req = _request(input=[_msg("user", "x")], tools=[EXEC, AGENTS], stream=True, tool_choice={"type": "function", "name": "close_agent", "namespace": "agents_v1"},
+    req = _request(input=[_msg("user", "x")], tools=[EXEC, AGENTS], stream=True,
+                   tool_choice={"type": "function", "name": "close_agent", "namespace": "agents_v1"},
                    parallel_tool_calls=False, max_output_tokens=77, temperature=0.5, top_p=0.9, store=False, include=["reasoning.encrypted_content"],
-                   reasoning={"effort": "high", "summary": "auto"}, prompt_cache_key="k", text={"format": {"type": "json_schema", "name": "out", "schema": schema}})
+                   reasoning={"effort": "high", "summary": "auto"}, prompt_cache_key="k",
+                   text={"format": {"type": "json_schema", "name": "out", "schema": schema}})
     body = DIALECT.engine_body(req)
     assert body == {
         "model": "gpt-x", "messages": [{"role": "user", "content": "x"}], "stream": True, "stream_options": {"include_usage": True},
@@ -145,8 +155,10 @@ def test_text_streams_as_output_text_deltas_and_completes_with_usage():
     req = _request(input="hi", stream=True)
     events, draft = _translate(req, sse(
         chunk({"role": "assistant", "content": ""}, prompt_token_ids=[1, 2, 3]),
-        {**chunk({"content": "Hel"}), "choices": [{"index": 0, "delta": {"content": "Hel"}, "token_ids": [7], "logprobs": {"content": [{"token": "Hel", "logprob": -0.5}]}}]},
-        {**chunk({"content": "lo"}), "choices": [{"index": 0, "delta": {"content": "lo"}, "token_ids": [8], "logprobs": {"content": [{"token": "lo", "logprob": -0.25}]}}]},
+        {**chunk({"content": "Hel"}),
+         "choices": [{"index": 0, "delta": {"content": "Hel"}, "token_ids": [7], "logprobs": {"content": [{"token": "Hel", "logprob": -0.5}]}}]},
+        {**chunk({"content": "lo"}),
+         "choices": [{"index": 0, "delta": {"content": "lo"}, "token_ids": [8], "logprobs": {"content": [{"token": "lo", "logprob": -0.25}]}}]},
         chunk(finish="stop"),
         {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1}}},
     ))
@@ -277,7 +289,7 @@ def test_errors_are_in_the_responses_shape():
 
 # -- through the proxy, against the scripted fake policy ---------------------------------------------
 @pytest.fixture
-async def responses_env(proxy_env):
+async def responses_env(proxy_env):  # noqa: F811 - an imported fixture
     """test_proxy's proxy and fake policy ({"bash": "echo hi"}, then "all done"), one session open."""
     proxy, policy, upstream, client = proxy_env
     yield policy, proxy.open_session(_endpoint(upstream), CapturePolicy(top_logprobs=2)), client

@@ -59,7 +59,8 @@ def test_cap_sets_max_tokens_when_harness_sent_none():
 def test_openai_unknown_field_rejection_is_learned():
     q = EndpointQuirks()
     _, added, _ = rewrite_request(BODY, CapturePolicy(), q, "m")
-    err = json.dumps({"error": {"message": "Unrecognized request argument supplied: return_token_ids", "type": "invalid_request_error", "param": None, "code": None}}).encode()
+    err = json.dumps({"error": {"message": "Unrecognized request argument supplied: return_token_ids", "type": "invalid_request_error",
+                                "param": None, "code": None}}).encode()
     assert learn_from_rejection(400, err, added, q) == "return_token_ids"
     out, added, _ = rewrite_request(BODY, CapturePolicy(), q, "m")
     assert "return_token_ids" not in out and out["logprobs"] is True
@@ -69,7 +70,8 @@ def test_max_tokens_rename_is_learned():
     q = EndpointQuirks()
     body = {"messages": [], "max_tokens": 99}
     _, added, _ = rewrite_request(body, CapturePolicy(), q, "m")
-    err = json.dumps({"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.", "param": "max_tokens", "code": "unsupported_parameter"}}).encode()
+    err = json.dumps({"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+                                "param": "max_tokens", "code": "unsupported_parameter"}}).encode()
     assert learn_from_rejection(400, err, added, q) == "max_tokens->max_completion_tokens"
     out, _, _ = rewrite_request(body, CapturePolicy(), q, "m")
     assert "max_tokens" not in out and out["max_completion_tokens"] == 99

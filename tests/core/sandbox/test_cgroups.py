@@ -19,8 +19,6 @@ import pytest
 
 from harness_env.core.errors import SandboxError
 from harness_env.core.procs import stat_starttime
-from harness_env.core.sandbox.cgroups import layout as cgroup_layout
-from harness_env.core.sandbox.cgroups.layout import SANDBOXES_CPU_WEIGHT
 from harness_env.core.sandbox.cgroups import (
     CgroupUsage,
     MiB,
@@ -38,6 +36,8 @@ from harness_env.core.sandbox.cgroups import (
     parse_v2_own_path,
     sweep_stale,
 )
+from harness_env.core.sandbox.cgroups import layout as cgroup_layout
+from harness_env.core.sandbox.cgroups.layout import SANDBOXES_CPU_WEIGHT
 from harness_env.core.sandbox.limits import entry_argv
 
 NO_LIMITS = ResourceLimits(None, None, None)

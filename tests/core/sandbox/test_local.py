@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from harness_env.core.errors import SandboxError
+from harness_env.core.procs import is_running
 from harness_env.core.sandbox.host import mounts_at_or_below
 from harness_env.core.sandbox.local import create_local_sandbox
-from harness_env.core.procs import is_running
 from harness_env.core.sandbox.processes import marked_pids
 from tests import needs
 

@@ -5,9 +5,9 @@ from harness_env.envs.claude_code.config import (
     DENIED_TOOLS,
     KEY_ENV,
     OFFLINE_ENV,
-    proxy_root,
     claude_argv,
     claude_env,
+    proxy_root,
     settings_json,
 )
 

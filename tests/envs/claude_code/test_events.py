@@ -16,7 +16,8 @@ def _assistant(*blocks, parent=None, model="m"):
 
 
 def _results(*ids, is_error=False):
-    return {"type": "user", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": i, "content": "x", "is_error": is_error} for i in ids]}}
+    return {"type": "user",
+            "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": i, "content": "x", "is_error": is_error} for i in ids]}}
 
 
 def _use(i, name="Bash"):

@@ -1,7 +1,14 @@
 import json
 import shlex
 
-from harness_env.envs.gemini_cli.config import DENIED_TOOLS, KEY_ENV, gemini_argv, gemini_env, model_in_path, settings_json
+from harness_env.envs.gemini_cli.config import (
+    DENIED_TOOLS,
+    KEY_ENV,
+    gemini_argv,
+    gemini_env,
+    model_in_path,
+    settings_json,
+)
 
 
 def test_the_proxy_root_is_the_base_url_and_the_session_key_the_api_key():

@@ -20,7 +20,8 @@ def test_final_text_and_verified_tool_calls():
         {"type": "tool_execution_start", "toolCallId": "b"},  # duplicate id counts once
         {"type": "tool_execution_start", "toolCallId": "c"},  # never finished: not counted
         "not json at all",
-        {"type": "message_end", "message": {"role": "assistant", "stopReason": "stop", "content": [{"type": "text", "text": "all "}, {"type": "text", "text": "done"}]}},
+        {"type": "message_end",
+         "message": {"role": "assistant", "stopReason": "stop", "content": [{"type": "text", "text": "all "}, {"type": "text", "text": "done"}]}},
     ])
     assert out.tool_calls == 2 and out.final_text == "all done" and out.error is None
 

@@ -75,7 +75,7 @@ async def test_the_deadline_stops_a_long_command_and_leaves_nothing(policy_serve
 
 async def test_tool_limits_come_from_harness_config(policy_server, make_request):
     script = [{"bash": "seq 1 100000 > big.txt; cat big.txt; touch hello.txt"}, {"text": "ok"}]
-    res = await run_rollout(make_request(script, harness_config={"max_tool_output_bytes": 300}))
+    await run_rollout(make_request(script, harness_config={"max_tool_output_bytes": 300}))
     tool_reply = [m for m in policy_server.policy.tool_requests()[1]["messages"] if m["role"] == "tool"][0]["content"]
     assert "bytes cut" in tool_reply and tool_reply.endswith("100000\n[exit code 0]") and len(tool_reply) < 400
     bad = await run_rollout(make_request(script, harness_config={"tool_timeout": 1}))

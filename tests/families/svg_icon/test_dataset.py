@@ -10,8 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from harness_env.families.svg_icon import checks
-from harness_env.families.svg_icon import dataset
+from harness_env.families.svg_icon import checks, dataset
 from harness_env.families.svg_icon.dataset import DatasetError, Settings, generate, main
 from harness_env.families.svg_icon.pngcodec import PNG_SIGNATURE, encode_png
 from harness_env.families.svg_icon.records import RecordsError, load_records

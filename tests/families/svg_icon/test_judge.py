@@ -114,7 +114,8 @@ def test_request_labels_reference_and_candidate_images():
     schema = rf["json_schema"]["schema"]
     assert schema["required"] == DEFAULT_RUBRIC.names and schema["additionalProperties"] is False
     dim = schema["properties"]["geometry"]
-    assert dim["required"] == ["reason", "score"] and dim["properties"]["score"] == {"type": "number", "minimum": 0, "maximum": 1, "description": dim["properties"]["score"]["description"]}
+    assert dim["required"] == ["reason", "score"] and dim["properties"]["score"] == {
+        "type": "number", "minimum": 0, "maximum": 1, "description": dim["properties"]["score"]["description"]}
 
 
 def test_request_without_reference_says_so_and_has_one_image():

@@ -8,6 +8,7 @@ import asyncio
 import time
 
 import pytest
+from sqlalchemy.exc import IntegrityError
 
 from harness_env.models import PhaseEvent, RolloutResult, summarize
 from harness_env.server.store import DuplicateKey, Store, StoreWriter
@@ -180,5 +181,5 @@ def test_an_id_met_twice_is_replaced(store: Store) -> None:
     row = {"id": "abc", "status": "queued", "created_at": time.time(), "instance": "me"}
     assert store.insert_job(row, new_id=lambda: "def") == "def"
     assert store.get("def")["status"] == "queued"
-    with pytest.raises(Exception):
+    with pytest.raises(IntegrityError):
         store.insert_job(row)  # without a way to make another

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.server.web.driver import WebDriver
 from tests import needs
+from tests.server.web.driver import WebDriver
 
 pytestmark = pytest.mark.e2e
 WRITE = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]

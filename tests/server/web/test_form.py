@@ -4,9 +4,9 @@ arguments, and the choices the form offers."""
 import pytest
 
 from harness_env.core.errors import InvalidRequestError
+from harness_env.envs.harbor.options import agent_choices, sandbox_choices
 from harness_env.models import HarnessInfo
 from harness_env.server.web.examples import EXAMPLES, example_names, get_example
-from harness_env.envs.harbor.options import agent_choices, sandbox_choices
 from harness_env.server.web.form import (
     EXPLICIT,
     SHELL_TASK,

@@ -24,7 +24,8 @@ def test_result_file_parsing(tmp_path):
     assert [r.reward for r in parse_result_file(str(whole))] == [1.0]
     assert parse_result_file(str(compact))[0] == one
     assert [r.reward for r in parse_result_file(str(lines))] == [1.0, 0.5]
-    for text, message in [("", "empty"), ("[1, 2", "line 1 is not JSON"), ('{"rollout_id": "r", "harness": "pi", "reward": "x"}', "not a RolloutResult: reward"), ('[1]', "is not a RolloutResult"),
+    for text, message in [("", "empty"), ("[1, 2", "line 1 is not JSON"),
+                          ('{"rollout_id": "r", "harness": "pi", "reward": "x"}', "not a RolloutResult: reward"), ('[1]', "is not a RolloutResult"),
                           (one.model_dump_json() + "\n{oops", "line 2 is not JSON"), ('{"a": 1}\n{"b": 2}', "line 1 is not a RolloutResult")]:
         bad = tmp_path / "bad.json"
         bad.write_text(text)
