@@ -55,8 +55,8 @@ from harness_env.core.capture.probe import (
     probe_rejected_fields,
 )
 from harness_env.core.capture.redact import StreamRedactor, masked
-from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, may_name_an_added_field, rewrite_request
 from harness_env.core.capture.request_bytes import RequestBytes, TooManyBytes
+from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, may_name_an_added_field, rewrite_request
 from harness_env.core.capture.session import CaptureSession, new_session_key
 from harness_env.core.errors import InvalidRequestError
 from harness_env.models import Endpoint, Turn
