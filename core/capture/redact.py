@@ -83,13 +83,15 @@ def _lines(secret: str) -> list[str]:
 
 def _spellings(secret: str, encoded: bool = True) -> set[str]:
     """The fixed forms a secret takes in text: as is, inside a JSON string (with or without "\\/"),
-    and (`encoded`) its base64 (standard and URL alphabets) at each of the three alignments it can
-    have inside a longer encoded text: the encoded characters that depend on the secret's bytes only."""
+    and (`encoded`) its hex (either case: a gateway's dump of a header) and its base64 (standard and
+    URL alphabets) at each of the three alignments it can have inside a longer encoded text: the
+    encoded characters that depend on the secret's bytes only."""
     forms = set(_lines(secret))
     escaped = json.dumps(secret)[1:-1]
     forms |= {escaped, escaped.replace("/", "\\/")}
     raw = secret.encode()
     if encoded and len(secret) >= MIN_BASE64_SECRET_CHARS:
+        forms |= {raw.hex(), raw.hex().upper()}
         for k in range(3):
             encoded = base64.b64encode(b"\0" * k + raw).decode()
             core = encoded[4 if k else 0 : len(encoded) - (4 if (k + len(raw)) % 3 else 0)]

@@ -193,6 +193,13 @@ def test_percent_and_base64_encodings_are_masked():
             assert MASK in out and encoded[8:-8] not in out and len(out) < len(encoded) // 2, (prefix, out)
 
 
+def test_hex_dumps_of_the_secret_are_masked():
+    r = Redactor([KEY])
+    for dump in (KEY.encode().hex(), KEY.encode().hex().upper(), ("Bearer " + KEY).encode().hex()):
+        out = r.redact(f"header bytes: {dump} end")
+        assert MASK in out and KEY.encode().hex()[4:-4] not in out.lower(), out
+
+
 def test_text_without_the_secret_is_untouched_by_the_escape_scan():
     r = Redactor([KEY])
     text = '{"content": "caf\\u00e9 100% \\/ done \\u0073\\u006b"}'  # escapes, but of other text
