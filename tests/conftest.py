@@ -18,12 +18,6 @@ HEAVY_MARKS = {"e2e", "real_model", "slow"}
 HEAVY_FIXTURES = {"vllm_server", "raw_vllm_server", "tap", "postgres_server", "chromium", "web_server", "start_server", "module_server"}
 
 
-# Under pytest-xdist (`./dev test` runs 2 workers, --dist loadgroup): a module's tests stay on one
-# worker (its module-scoped servers start once), and every test of the real vLLM on one worker (a
-# session fixture per worker would start a second 3 GiB engine).
-VLLM_FIXTURES = {"vllm_server", "raw_vllm_server", "tap"}
-
-
 def pytest_collection_modifyitems(items):
     for item in items:
         callspec = getattr(item, "callspec", None)
@@ -31,8 +25,6 @@ def pytest_collection_modifyitems(items):
                  or (callspec is not None and callspec.params.get("store_url") == "postgresql"))
         if not heavy:
             item.add_marker(pytest.mark.unit)
-        group = "vllm" if VLLM_FIXTURES & set(item.fixturenames) else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture

@@ -27,8 +27,8 @@ from harness_env.core.sandbox.lease import Lease, lease_path, own_lease, read_le
 
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
-    """A directory with a short path: a Unix socket's holds 107 bytes, which pytest's own can pass
-    (under pytest-xdist each worker's directory is one level deeper)."""
+    """A directory with a short path: a Unix socket's holds 107 bytes, which pytest's own (with a
+    long test name, a deeper base) can pass."""
     path = Path(tempfile.mkdtemp(prefix="hs-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
