@@ -16,8 +16,9 @@ from harness_env import envs, families  # noqa: F401 - registers the harnesses a
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.serve import serve_on_loopback, serve_on_unix
 from harness_env.core.capture.sockets import capture_socket_path
-from harness_env.core.engine import CaptureAccess, EventSink, execute
+from harness_env.core.engine import CaptureAccess, execute
 from harness_env.core.errors import InvalidRequestError
+from harness_env.core.phases import EventSink
 from harness_env.core.pipeline import prepare
 from harness_env.core.sandbox.base import SandboxFactory
 from harness_env.core.sandbox.factory import LocalSandboxFactory

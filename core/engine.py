@@ -15,46 +15,27 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
-from urllib.parse import urlsplit
 
 from harness_env.core.agent_end import classify_agent_end, sandboxed_agent_end
-from harness_env.core.capture.graph import link_turns, summarise_rows
 from harness_env.core.capture.probe import ProbeResult
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.capture.session import MIB
+from harness_env.core.collect import close_sandbox, collect_capture, collect_files, tail
+from harness_env.core.endpoint_check import answers_after_pauses, check_endpoint_reachable, refuse_not_found
 from harness_env.core.errors import EndpointError, HarnessEnvError
 from harness_env.core.harness import LaunchContext, OwnsEnvironment
+from harness_env.core.phases import EventSink, TimedPhase, send_event, turn_line
 from harness_env.core.pipeline import PreparedRollout
 from harness_env.core.reward import tool_efficiency_reward
 from harness_env.core.sandbox.base import Sandbox, SandboxFactory
 from harness_env.core.sandbox.policy import sandbox_limits
+from harness_env.core.start_gate import StartGate, StartPlace
 from harness_env.core.task_commands import run_setup, run_verify
-from harness_env.models import AGENT_CAUSED_KINDS, Phase, PhaseEvent, RolloutResult, Turn
+from harness_env.models import AGENT_CAUSED_KINDS, RolloutResult
 
-EventSink = Callable[[PhaseEvent], None]
 logger = logging.getLogger("harness_env.engine")
-LOG_TAIL_CHARS = 4000
-# A launched agent counts as up at its first model call, or this long after its launch (one that
-# thinks long before calling, or never calls, must not hold a start-up place for its whole run).
-START_HOLD_S = 10.0
-# When the agent's model calls failed as if the endpoint were down, the proxy asks the endpoint
-# itself, after these pauses, before calling it the endpoint's failure (reward None): an endpoint
-# busy for a moment (the agent's own calls, just aborted, were loading it) answers one of them.
-CONFIRM_PAUSES_S = (0.0, 3.0, 6.0)
-START_POLL_S = 0.02
-
-
-class StartGate(Protocol):
-    """Bounds how many rollouts start at once (e.g. server/slots.py StartingSlots). `acquire`
-    waits for a place in arrival order and returns how many waited ahead; `release` gives it back."""
-
-    async def acquire(self) -> int: ...
-
-    def release(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -80,75 +61,6 @@ async def execute(
     return await RolloutRun(prepared, capture, sandbox_factory, on_event, start_gate).execute()
 
 
-def rollout_type(probe: ProbeResult | None, res: RolloutResult) -> tuple[str, str]:
-    """`train` only with token ids and processed logprobs from the endpoint and on every turn."""
-    if res.mode == "black_box":
-        return "eval", "black_box mode asks the endpoint for no token data"
-    if probe is None:
-        return "eval", "the endpoint was not probed (the rollout failed before)"
-    if not probe.trainable:
-        return "eval", probe.detail
-    if res.capture_level != "tokens":
-        return "eval", f"some model calls were captured only at level {res.capture_level!r}"
-    return "train", probe.detail
-
-
-def _tail(text: str, n: int = LOG_TAIL_CHARS) -> str:
-    return text[-n:]
-
-
-# Nothing listening is refused at once; a timeout only ends a connect that hangs. 5 s was too
-# short under a start-up storm (a loaded machine): 12 of 64 Pi rollouts arriving at once failed.
-CONNECT_TIMEOUT_S = 30.0
-
-
-async def check_endpoint_reachable(base_url: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
-    """Fail fast (before any harness starts) when nothing listens at the endpoint."""
-    parts = urlsplit(base_url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    except (OSError, TimeoutError) as e:
-        raise EndpointError(f"policy endpoint {base_url} is unreachable ({type(e).__name__}: {e}); check base_url and that the server is up") from e
-    writer.close()
-    try:
-        await writer.wait_closed()
-    except OSError:
-        pass
-
-
-def _turn_line(turn: Turn) -> str:
-    if turn.upstream_error and turn.upstream_status != 200:
-        return f"model call {turn.index}: failed ({turn.upstream_status}): {turn.upstream_error[:160]}"
-    return (
-        f"model call {turn.index} ({turn.purpose}): {len(turn.completion_token_ids) or len(turn.per_token_logps)} tokens, "
-        f"{len(turn.tool_calls)} tool calls, {turn.latency_s:.2f}s"
-    )
-
-
-class _TimedPhase:
-    """One phase of the rollout: an event when it starts, a Phase record and an event when it ends."""
-
-    def __init__(self, run: RolloutRun, name: str) -> None:
-        self.run, self.name, self.detail, self.ok = run, name, "", True
-
-    def __enter__(self) -> _TimedPhase:
-        self.started_wall = time.time()
-        self.started = time.monotonic()
-        self.run.emit(self.name, "started")
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        ok = self.ok and exc_type is None
-        if exc is not None and not self.detail:
-            self.detail = str(exc)[:300]
-        self.run.result.phases.append(
-            Phase(name=self.name, started=self.started_wall, duration_s=round(time.monotonic() - self.started, 4), ok=ok, detail=self.detail)
-        )
-        self.run.emit(self.name, "finished" if ok else "failed", self.detail)
-
-
 class RolloutRun:
     """One rollout while it runs: its request, harness, capture session, sandbox and result."""
 
@@ -166,21 +78,14 @@ class RolloutRun:
         self.infra_failed = False  # set by fail(): the reward stays None
         self.session = None
         self.sandbox: Sandbox | None = None
-        self.start_gate = start_gate
-        self._holds_start = False
-        self._start_watch: asyncio.Task | None = None
+        self.start_place = StartPlace(start_gate, lambda: self.session is not None and self.session.calls_started != 0)
 
     # -- events and failures ----------------------------------------------------------------
     def emit(self, phase: str, status: str, detail: str = "") -> None:
-        if self.on_event is None:
-            return
-        try:
-            self.on_event(PhaseEvent(rollout_id=self.rollout_id, phase=phase, status=status, elapsed_s=round(time.monotonic() - self.t0, 3), detail=detail))
-        except Exception:
-            pass  # a broken listener must not break the rollout
+        send_event(self.on_event, self.rollout_id, self.t0, phase, status, detail)
 
-    def phase(self, name: str) -> _TimedPhase:
-        return _TimedPhase(self, name)
+    def phase(self, name: str) -> TimedPhase:
+        return TimedPhase(self.emit, self.result.phases, name)
 
     def fail(self, kind: str, message: str) -> None:
         """An end the agent cannot cause (endpoint, sandbox, server): no reward."""
@@ -217,10 +122,8 @@ class RolloutRun:
         # The agent's own calls must not load the endpoint while it is asked (calls it started
         # from the sandbox with the capture key, to overload a shared endpoint and opt out).
         self.session.quiesce()
-        for pause in CONFIRM_PAUSES_S:
-            await asyncio.sleep(pause)
-            if await self.capture.proxy.endpoint_answers(self.request.endpoint):
-                return "agent_error", f"the endpoint answers the proxy's own call, so the agent's calls caused their failures: {failure[1]}"
+        if await answers_after_pauses(self.capture.proxy, self.request.endpoint):
+            return "agent_error", f"the endpoint answers the proxy's own call, so the agent's calls caused their failures: {failure[1]}"
         return failure
 
     def policy_has_acted(self) -> bool:
@@ -253,43 +156,21 @@ class RolloutRun:
             # Clean-up runs in a task of its own: a caller's cancellation may be level-triggered
             # (anyio, as in the MCP SDK: every later await in this task raises again), and the
             # sandbox must be closed all the same.
-            self.release_start()
+            self.start_place.release()
             await asyncio.shield(asyncio.ensure_future(self.collect_and_close()))
         return self.result
 
-    # -- bounded start-up ---------------------------------------------------------------------
+    # -- bounded start-up (core/start_gate.py) ---------------------------------------------
     async def wait_to_start(self) -> None:
         """Take a start-up place (the phase `start_wait` shows how long that took). It is held
         through sandbox creation, setup and the harness's launch, until the agent is up: its
         first model call arrives at the proxy, START_HOLD_S after the launch, or the agent ends,
-        whichever comes first. That is the CPU-heavy stretch (Node start-up, bwrap, installs);
-        once the agent is calling the model it mostly waits."""
-        if self.start_gate is None:
+        whichever comes first."""
+        if self.start_place.gate is None:
             return
         with self.phase("start_wait") as ph:
-            ahead = await self.start_gate.acquire()
-            self._holds_start = True
+            ahead = await self.start_place.take()
             ph.detail = f"{ahead} rollouts were waiting to start ahead of this one" if ahead else "started at once"
-
-    def agent_launched(self) -> None:
-        """The harness is being launched: give the start-up place back once the agent is up."""
-        if self._holds_start and self._start_watch is None:
-            self._start_watch = asyncio.ensure_future(self._release_when_up())
-
-    async def _release_when_up(self) -> None:
-        deadline = time.monotonic() + START_HOLD_S
-        while (self.session is None or self.session.calls_started == 0) and time.monotonic() < deadline:
-            await asyncio.sleep(START_POLL_S)
-        self.release_start()
-
-    def release_start(self) -> None:
-        """Give the start-up place back (once; idempotent)."""
-        if self._start_watch is not None and self._start_watch is not asyncio.current_task():
-            self._start_watch.cancel()
-        if self._holds_start:
-            self._holds_start = False
-            assert self.start_gate is not None
-            self.start_gate.release()
 
     async def check_endpoint(self) -> None:
         request = self.request
@@ -305,11 +186,7 @@ class RolloutRun:
             if request.mode == "transparent_proxy":
                 self.probe = await self.capture.proxy.probe(request.endpoint)
                 ph.detail += f": {self.probe.detail}"
-                if self.probe.failed_status == 404:  # no chat route there, or no such model: the agent would only fail
-                    raise EndpointError(
-                        f"the policy endpoint answered 404 to a chat completion at {request.endpoint.base_url}: check base_url "
-                        f"(usually ending in /v1) and that it serves model {request.endpoint.model!r}"
-                    )
+                refuse_not_found(self.probe, request.endpoint)
 
     def open_capture(self) -> None:
         request = self.request
@@ -326,7 +203,7 @@ class RolloutRun:
             structured_regex=request.structured_regex,
             structured_calls=request.structured_calls,
         )
-        self.session = self.capture.proxy.open_session(request.endpoint, policy, on_turn=lambda t: self.emit("agent", "info", _turn_line(t)))
+        self.session = self.capture.proxy.open_session(request.endpoint, policy, on_turn=lambda t: self.emit("agent", "info", turn_line(t)))
 
     async def make_sandbox(self) -> None:
         request, res = self.request, self.result
@@ -363,7 +240,7 @@ class RolloutRun:
         assert sandbox is not None and session is not None
         with self.phase("agent") as ph:
             ctx = self.launch_context(sandbox.workspace, sandbox.home)
-            self.agent_launched()
+            self.start_place.agent_launched()
             # Stopped when model calls keep failing: no point waiting.
             try:
                 r, outcome = await self.harness.run_agent(ctx, sandbox, session.endpoint_down)
@@ -379,11 +256,11 @@ class RolloutRun:
                 ph.ok, ph.detail = False, res.error or ""
                 return True
             finally:
-                self.release_start()  # ended before it was up (no model call): its place is free now
+                self.start_place.release()  # ended before it was up (no model call): its place is free now
             res.agent_exit_code = r.exit_code
             res.agent_tool_calls = outcome.tool_calls
             res.agent_final_text = outcome.final_text
-            res.agent_log_tail = _tail(r.stdout + ("\n[stderr]\n" + r.stderr if r.stderr.strip() else ""))
+            res.agent_log_tail = tail(r.stdout + ("\n[stderr]\n" + r.stderr if r.stderr.strip() else ""))
             res.turn_limit_hit = session.turn_limit_hit or outcome.turn_limit_hit
             ph.detail = f"exit {r.exit_code}, {outcome.tool_calls} tool calls, {len(session.turns)} model calls"
             failure = classify_agent_end(sandboxed_agent_end(self.harness.name, r, outcome), session, self.request.agent_timeout_s)
@@ -442,14 +319,14 @@ class RolloutRun:
                 stop.set()
 
         relay_task = asyncio.ensure_future(relay())
-        self.agent_launched()  # the trial makes its sandbox and starts its agent itself
+        self.start_place.agent_launched()  # the trial makes its sandbox and starts its agent itself
         try:
             end = await self.harness.run_trial(self.launch_context(), stop, self.emit, res)
         finally:
             relay_task.cancel()
-            self.release_start()
+            self.start_place.release()
         end.agent.stopped = end.agent.stopped or stop.is_set()
-        res.agent_log_tail = _tail(res.agent_log_tail)
+        res.agent_log_tail = tail(res.agent_log_tail)
         res.agent_tool_calls, res.agent_final_text = end.outcome.tool_calls, end.outcome.final_text
         res.turn_limit_hit = session.turn_limit_hit or end.agent.turn_limit_hit
         failure = await self.confirm_endpoint_failure(classify_agent_end(end.agent, session, self.request.agent_timeout_s))
@@ -474,27 +351,10 @@ class RolloutRun:
         res, sandbox, session = self.result, self.sandbox, self.session
         with self.phase("collect"):
             if sandbox is not None:
-                try:
-                    res.files = await asyncio.to_thread(sandbox.collect_files)
-                except Exception as e:  # collecting is best effort; clean-up must still run
-                    res.sandbox_notes.append(f"collecting files failed: {e}")
+                await collect_files(res, sandbox)
             if session is not None:
-                await self.capture.proxy.close_session(session)
-                # Making the wire lists from packed turns and linking them walks every token id
-                # (thousands per turn): off the event loop.
-                res.proxy_turns = await asyncio.to_thread(session.sorted_turns)
-                res.graph = await asyncio.to_thread(lambda: summarise_rows(link_turns(res.proxy_turns), res.training_rows()))
-                res.proxy_log_tail = _tail(session.log_tail())
-                res.capture_level = session.capture_level()
-                res.rollout_type, res.rollout_type_reason = rollout_type(self.probe, res)
-                res.dropped_fields = sorted(session.dropped_fields)
-                res.limits_hit = list(session.limits_hit)
+                await collect_capture(res, session, self.capture.proxy, self.probe)
             if sandbox is not None:
-                res.limits_hit += await asyncio.to_thread(sandbox.limits_hit)
-                # What the sandbox noted since it was made (at verify: the git configs it reduced).
-                res.sandbox_notes += [n for n in sandbox.notes if n not in res.sandbox_notes]
-                problem = await sandbox.close()
-                if problem:
-                    res.sandbox_notes.append(f"clean-up: {problem}")
+                await close_sandbox(res, sandbox)
         res.wall_s = round(time.monotonic() - self.t0, 4)
         self.emit("done", "finished" if res.error is None else "failed", res.error or f"reward {res.reward}")

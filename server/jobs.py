@@ -24,7 +24,8 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from harness_env.core.engine import CaptureAccess, EventSink, RolloutRun
+from harness_env.core.engine import CaptureAccess, RolloutRun
+from harness_env.core.phases import EventSink
 from harness_env.core.pipeline import PreparedRollout
 from harness_env.core.sandbox.factory import LocalSandboxFactory
 from harness_env.core.serialisable import describe, failed_copy, repaired_copy

@@ -8,8 +8,9 @@ import re
 from harness_env import envs, families  # noqa: F401 - registers the harnesses and task families
 from harness_env.core import toolchain
 from harness_env.core.capture.proxy import CaptureProxy
-from harness_env.core.engine import CaptureAccess, EventSink, execute
+from harness_env.core.engine import CaptureAccess, execute
 from harness_env.core.errors import InvalidRequestError
+from harness_env.core.phases import EventSink
 from harness_env.core.pipeline import PreparedRollout, prepare
 from harness_env.core.registry import HARNESSES
 from harness_env.core.sandbox.factory import LocalSandboxFactory

@@ -26,7 +26,7 @@ class ServerBusy(HarnessEnvError):
 
 class StartingSlots:
     """At most `limit` rollouts starting at once; the others wait first come, first served (the
-    engine's StartGate: core/engine.py)."""
+    engine's StartGate: core/start_gate.py)."""
 
     def __init__(self, limit: int) -> None:
         if limit < 1:

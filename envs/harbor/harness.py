@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from harness_env.core import toolchain
 from harness_env.core.capture.passthrough import check_wire_api
-from harness_env.core.engine import LOG_TAIL_CHARS
+from harness_env.core.collect import LOG_TAIL_CHARS
 from harness_env.core.errors import InvalidRequestError, SandboxError
 from harness_env.core.harness import AgentEnd, AgentOutcome, HarnessBase, LaunchContext, TrialEnd
 from harness_env.core.sandbox import safefs

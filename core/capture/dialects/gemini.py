@@ -54,7 +54,7 @@ from harness_env.core.capture.dialects.chunks import (
     user_turn,
     whole_answer,
 )
-from harness_env.core.capture.dialects.responses import decode_reasoning, encode_reasoning
+from harness_env.core.capture.dialects.responses_request import decode_reasoning, encode_reasoning
 from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.errors import InvalidRequestError
 

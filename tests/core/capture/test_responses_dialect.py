@@ -8,12 +8,8 @@ import time
 import pytest
 
 from harness_env.core.capture.assemble import TurnDraft
-from harness_env.core.capture.dialects.responses import (
-    REASONING_PREFIX,
-    Responses,
-    decode_reasoning,
-    encode_reasoning,
-)
+from harness_env.core.capture.dialects.responses import Responses
+from harness_env.core.capture.dialects.responses_request import REASONING_PREFIX, decode_reasoning, encode_reasoning
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.errors import InvalidRequestError
 from tests.core.capture.dialect_streams import (
