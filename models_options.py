@@ -1,8 +1,8 @@
 """Wire types, part 2: how a rollout runs. Import them from `harness_env.models`.
 
 Options are declared once. Each rollout option is one pydantic field with its description, default
-and bounds (and the group it is shown in); the CLI flags (cli.py), the MCP tool's input schema and
-description (server/mcp_tools.py), the HTTP schema (FastAPI reads RolloutArgs) and the web form's
+and bounds (and the group it is shown in); the CLI flags (cli_flags.py), the MCP tool's input schema and
+description (server/mcp_rollout.py), the HTTP schema (FastAPI reads RolloutArgs) and the web form's
 controls (server/web/form.py) are derived from these fields, never restated. Adding an option is
 adding a field here.
 

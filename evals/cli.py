@@ -1,8 +1,8 @@
 """`harness-env eval` and `harness-env export`: their parsers and handlers.
 
-eval's rollout flags are run's (cli.add_rollout_flags): the endpoint, the options, each harness's
-own; each task of TASKS becomes a request as `run --task` would make it (cli.run_request), so the
-two commands cannot drift apart.
+eval's rollout flags are run's (cli_flags.add_rollout_flags): the endpoint, the options, each
+harness's own; each task of TASKS becomes a request as `run --task` would make it
+(cli_request.run_request), so the two commands cannot drift apart.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ example:
 
 
 def add_eval_parser(sub: Any) -> None:
-    from harness_env.cli import add_rollout_flags
+    from harness_env.cli_flags import add_rollout_flags
 
     ev = sub.add_parser("eval", help="run K attempts of every task (resumable); print mean reward and pass@k",
                         epilog=EVAL_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -61,14 +61,15 @@ def add_export_parser(sub: Any) -> None:
 def eval_requests(args: argparse.Namespace) -> tuple[list[tuple[str, Any]], bool | None]:
     """((task id, RolloutRequest) for every task of TASKS, as `run --task` makes them; use_bwrap);
     bad input exits 2."""
-    from harness_env.cli import _bad_input, run_request
+    from harness_env.cli_flags import bad_input
+    from harness_env.cli_request import run_request
     from harness_env.core.errors import InvalidRequestError
     from harness_env.evals.tasks import load_tasks
 
     try:
         tasks = load_tasks(args.tasks, split=getattr(args, "split", None))
     except InvalidRequestError as e:
-        _bad_input(str(e))
+        bad_input(str(e))
     out, use_bwrap = [], None
     for t in tasks:
         one = copy.copy(args)
@@ -100,13 +101,14 @@ def _progress_printer(quiet: bool):
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from harness_env.cli import _bad_input, until_stopped
+    from harness_env.cli_flags import bad_input
+    from harness_env.cli_run import until_stopped
     from harness_env.core.procs import make_undumpable
     from harness_env.evals.report import table
     from harness_env.evals.run import evaluate_async
 
     if args.attempts < 1 or args.concurrency < 1:
-        _bad_input("-n/--attempts and --concurrency must be at least 1")
+        bad_input("-n/--attempts and --concurrency must be at least 1")
     make_undumpable()  # as run: the upstream key in this process stays out of a plain sandbox's reach
     requests, use_bwrap = eval_requests(args)
     work = evaluate_async(requests, args.out, attempts=args.attempts, concurrency=args.concurrency, threshold=args.threshold,
@@ -115,19 +117,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
         summary = until_stopped(work, f"the attempts in flight were cancelled and cleaned up; finished ones are kept in {args.out}: "
                                       "run the same command again to resume")
     except ValueError as e:  # e.g. --out holds another harness's or model's evaluation
-        _bad_input(str(e))
+        bad_input(str(e))
     print(table(summary))
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from harness_env.cli import _bad_input
+    from harness_env.cli_flags import bad_input
     from harness_env.evals.export import export, push_to_hub, upload_plan
 
     try:
         target = export(args.dir, args.format, args.to)
     except ValueError as e:
-        _bad_input(str(e))
+        bad_input(str(e))
     print(f"dataset written to {target}", file=sys.stderr)
     if args.push_to_hub:
         plan = upload_plan(target, args.push_to_hub, private=not args.public)

@@ -139,7 +139,7 @@ def task_request(task: EvalTask, request: dict[str, Any]) -> dict[str, Any]:
     """The request (a dict RolloutRequest validates) for `task` with the shared fields of
     `request` (endpoint, harness, options): for code, as `harness-env eval` makes them from its flags.
     A Harbor task runs with harness harbor, its directory (and index) in harness_options."""
-    from harness_env.cli import split_family_task
+    from harness_env.cli_request import split_family_task
 
     if task.data is None:
         where = {"task_dir": task.source} if task.task_index is None else {"dataset": task.source, "task_index": task.task_index}

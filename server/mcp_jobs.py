@@ -16,7 +16,7 @@ from pydantic import Field
 from harness_env.core.errors import HarnessEnvError
 from harness_env.models import MAX_IDEMPOTENCY_KEY_CHARS, MAX_WAIT_S, Detail, RolloutAccepted, RolloutJob
 from harness_env.server.jobs import JobManager
-from harness_env.server.mcp_rollout import ArgumentsAsSent, rollout_args, rpc_result
+from harness_env.server.mcp_rollout import ArgumentsAsSent, rollout_args, rpc_result, run_rollout_schema
 
 SUBMIT_DESCRIPTION = (
     "Submit one rollout (the arguments of run_rollout, plus an optional idempotency_key) and get its rollout_id at once; "
@@ -32,8 +32,6 @@ GET_DESCRIPTION = (
 
 def submit_schema() -> dict[str, Any]:
     """run_rollout's input schema with idempotency_key in place of detail."""
-    from harness_env.server.mcp_tools import run_rollout_schema
-
     schema = run_rollout_schema()
     schema["properties"].pop("detail", None)
     schema["properties"]["idempotency_key"] = {

@@ -1,7 +1,8 @@
 """The `run_rollout` tool's arguments as sent, and its answers, sized for whoever called it.
 
-Arguments: the rollout's own (RolloutArgs, whose fields the input schema is derived from in
-server/mcp_tools.py) and `detail`, the tool's own argument, declared here once.
+Arguments: the rollout's own (RolloutArgs) and `detail`, the tool's own argument, declared here
+once. The tool's input schema and description are derived from those fields and each harness's own
+options model (run_rollout_schema, run_rollout_description), never restated.
 
 Answers: an agent calling the tool gets the rollout's summary (models_summary: at most 16 KB)
 unless it asks for `detail="full"`. Either way the data comes once: an MCP answer carries it as
@@ -12,6 +13,7 @@ OpenEnv's MCPToolClient reads it.
 
 from __future__ import annotations
 
+import inspect
 import json
 import types
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -23,12 +25,15 @@ from pydantic import ConfigDict, RootModel, ValidationError
 
 from harness_env.core.errors import describe_validation_error
 from harness_env.models import (
+    HARNESS_OPTIONS,
     LEGACY_OPTION_KEYS,
     MAX_SUMMARY_BYTES,
     Detail,
     RolloutArgs,
+    RolloutOptions,
     RolloutResult,
     RolloutSummary,
+    harness_options_models,
     option,
     summarize,
 )
@@ -76,6 +81,42 @@ class ArgumentsAsSent(ArgModelBase):  # run_rollout's arguments as sent: RunRoll
 
     def model_dump_one_level(self) -> dict[str, Any]:
         return {"arguments": dict(self.__pydantic_extra__ or {})}
+
+
+RUN_ROLLOUT_SUMMARY = (
+    "Run one rollout of a coding-agent harness on a task; returns its summary (reward, error, reward notes, phases, the "
+    f"agent's final text, counts of model calls, tokens and tool calls, files changed; at most {MAX_SUMMARY_BYTES // 1024} KB), "
+    "or with detail='full' the whole RolloutResult (captured turns with token ids and logprobs, file contents, logs). "
+    "A failed rollout is a result with `error`. Each argument's meaning and default are in the input schema; endpoint "
+    "(a catalog shorthand) or base_url + model name the policy."
+)
+
+
+def run_rollout_description() -> str:
+    """What the tool does, the task family option, and each harness's own options (its options
+    model's docstring)."""
+    fields = RolloutOptions.model_fields
+    parts = [RUN_ROLLOUT_SUMMARY, f"task_family: {fields['task_family'].description}; family_options: {fields['family_options'].description}."]
+    for name, model in harness_options_models().items():
+        key = HARNESS_OPTIONS + (f" (or {name})" if name in LEGACY_OPTION_KEYS else "")
+        parts.append(f"harness={name!r} takes its own options in {key}: {' '.join(inspect.cleandoc(model.__doc__ or '').split())}")
+    return " ".join(parts)
+
+
+def run_rollout_schema() -> dict[str, Any]:
+    """RunRolloutArgs' fields (description, default, bounds), harness_options being one of the
+    harnesses' own options models (also under their former keys)."""
+    schema = RunRolloutArgs.model_json_schema()
+    defs, props, refs = schema.setdefault("$defs", {}), schema["properties"], []
+    for name, model in harness_options_models().items():
+        sub = model.model_json_schema()
+        defs.update(sub.pop("$defs", {}))
+        defs[model.__name__] = sub
+        refs.append({"$ref": f"#/$defs/{model.__name__}"})
+        if name in LEGACY_OPTION_KEYS:
+            props[name] = {**refs[-1], "description": f"the former name of {HARNESS_OPTIONS}, for harness={name!r}"}
+    props[HARNESS_OPTIONS] = {k: v for k, v in props[HARNESS_OPTIONS].items() if k != "anyOf"} | {"anyOf": [*refs, {"type": "null"}]}
+    return schema
 
 
 # -- answers -------------------------------------------------------------------------------------

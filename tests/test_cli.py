@@ -87,14 +87,15 @@ def test_every_flag_of_every_command_has_help():
 
 def test_endpoint_from_the_catalog_as_on_a_server(tmp_path, monkeypatch):
     from harness_env import cli
+    from harness_env.cli_request import run_request
 
     (tmp_path / "t.json").write_text('{"instruction": "x"}')
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("VLLM_URL", "http://127.0.0.1:8000")
     monkeypatch.setenv("VLLM_MODEL", "Qwen/Qwen3-8B")
-    request, _ = cli.run_request(cli.build_parser().parse_args(["run", "--task", "t.json", "--endpoint", "vllm"]))
+    request, _ = run_request(cli.build_parser().parse_args(["run", "--task", "t.json", "--endpoint", "vllm"]))
     assert (request.endpoint.base_url, request.endpoint.model) == ("http://127.0.0.1:8000/v1", "Qwen/Qwen3-8B")
-    request, _ = cli.run_request(cli.build_parser().parse_args(["run", "--task", "t.json", "--endpoint", "vllm", "--model", "mine"]))
+    request, _ = run_request(cli.build_parser().parse_args(["run", "--task", "t.json", "--endpoint", "vllm", "--model", "mine"]))
     assert request.endpoint.model == "mine"  # an explicit flag wins
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     p = _run(["run", "--task", "t.json", "--endpoint", "openai"], cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"})
@@ -103,14 +104,15 @@ def test_endpoint_from_the_catalog_as_on_a_server(tmp_path, monkeypatch):
 
 def test_an_agent_that_calls_no_model_needs_no_endpoint(tmp_path, monkeypatch):
     from harness_env import cli
+    from harness_env.cli_request import run_request
     from harness_env.models import NO_MODEL_ENDPOINT
 
     (tmp_path / "t.json").write_text('{"instruction": "x", "verify": ["true"]}')
     monkeypatch.chdir(tmp_path)
-    request, _ = cli.run_request(cli.build_parser().parse_args(["run", "--task", "t.json", "--agent", "oracle"]))
+    request, _ = run_request(cli.build_parser().parse_args(["run", "--task", "t.json", "--agent", "oracle"]))
     assert request.endpoint == NO_MODEL_ENDPOINT and not request.agent_calls_model
     with pytest.raises(SystemExit) as stopped:  # Harbor's pi agent calls one
-        cli.run_request(cli.build_parser().parse_args(["run", "--task", "t.json", "--agent", "pi"]))
+        run_request(cli.build_parser().parse_args(["run", "--task", "t.json", "--agent", "pi"]))
     assert stopped.value.code == 2
 
 
@@ -193,11 +195,12 @@ def test_svg_icon_task_file(tmp_path, policy_server):
 def _request(tmp_path, monkeypatch, *args, task: dict | None = None):
     """The request `harness-env run` would run (in-process; nothing runs)."""
     from harness_env import cli
+    from harness_env.cli_request import run_request
 
     (tmp_path / "t.json").write_text(json.dumps(task or {"instruction": "x", "verify": ["true"]}))
     monkeypatch.chdir(tmp_path)
     parsed = cli.build_parser().parse_args(["run", "--task", "t.json", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", *args])
-    return cli.run_request(parsed)
+    return run_request(parsed)
 
 
 def test_flags_not_given_leave_the_fields_defaults(tmp_path, monkeypatch):

@@ -13,8 +13,11 @@ from pathlib import Path
 import pytest
 
 from harness_env import cli
+from harness_env.cli_flags import flag_name, shown_default
+from harness_env.cli_request import request_fields
 from harness_env.models import HARNESS_OPTIONS, LEGACY_OPTION_KEYS, RolloutOptions, harness_options_models
-from harness_env.server.mcp_tools import McpToolServer, run_rollout_schema
+from harness_env.server.mcp_rollout import run_rollout_schema
+from harness_env.server.mcp_tools import McpToolServer
 from harness_env.server.web.form import harness_controls, option_controls
 from tests import needs
 
@@ -47,21 +50,21 @@ def _harness_model(harness: str):
 @pytest.mark.parametrize("name", OPTION_FIELDS)
 def test_every_rollout_option_is_a_cli_flag_with_its_description_and_default(name):
     info = RolloutOptions.model_fields[name]
-    action = _run_actions()[cli.flag_name(name)]
+    action = _run_actions()[flag_name(name)]
     assert info.description and info.description in action.help
-    assert f"default: {cli.shown_default(info.default)}" in action.help
+    assert f"default: {shown_default(info.default)}" in action.help
     assert action.default is None  # not given: the field's own default applies
-    assert name in cli.request_fields({name: "given"}) and name not in cli.request_fields({name: None})
+    assert name in request_fields({name: "given"}) and name not in request_fields({name: None})
 
 
 @pytest.mark.parametrize("harness,name", HARNESS_FIELDS)
 def test_every_harness_option_is_on_the_cli(harness, name):
     info = _harness_model(harness).model_fields[name]
     carrier = (info.json_schema_extra or {}).get("cli")
-    action = _run_actions()[carrier or cli.flag_name(name)]
+    action = _run_actions()[carrier or flag_name(name)]
     assert info.description in action.help  # its own flag, a shared one (--sandbox), or the one that carries it (--task)
     if carrier is None:
-        assert f"default: {cli.shown_default(info.default)}" in action.help and action.default is None
+        assert f"default: {shown_default(info.default)}" in action.help and action.default is None
 
 
 def test_every_flag_of_before_still_exists():
@@ -160,5 +163,5 @@ def test_every_harness_option_a_remote_caller_may_set_is_a_web_control(page, har
 def test_shared_code_barely_names_a_harness():
     """The harness-specific parts live in the harness's package; what remains in the shared modules
     is the former request and result key (`harbor`) and examples in comments."""
-    shared = ["cli.py", "models.py", "server/web/page.py"]
+    shared = [*(p.name for p in REPO.glob("cli*.py")), "models.py", "server/web/page.py"]
     assert sum((REPO / f).read_text().lower().count("harbor") for f in shared) < 15

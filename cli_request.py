@@ -1,0 +1,149 @@
+"""The RolloutRequest a rollout command line describes (`run`'s, and each task of `eval`'s): the
+task file (or a task family's record), the harness its flags select, the endpoint, the option
+fields given. Pure but for reading the task file and --api-key-env's variable; bad input exits 2
+with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import types
+from pathlib import Path
+from typing import Any
+
+from harness_env.cli_flags import LOCAL_ISOLATION, SHARED_FLAGS, bad_input, harness_option_models
+
+
+def load_task(path: str) -> dict:
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        bad_input(f"cannot read task file {path}: {e.strerror}")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        bad_input(f"task file {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}")
+    if not isinstance(data, dict):
+        bad_input(f"task file {path} must hold a JSON object with at least 'instruction'")
+    return data
+
+
+TASK_KEYS = ("instruction", "setup", "verify", "files", "task_id", "metadata")
+FAMILY_REQUEST_KEYS = ("max_turns", "agent_timeout_s")  # a family record's own limits
+
+
+def split_family_task(data: dict, task_file: str) -> tuple[dict, str | None, dict, dict]:
+    """A task file with a top-level `task_family` (e.g. {"task_family": "svg_icon", "prompt": ...,
+    "reference_png": "ref.png"}): (task, family, family_options, request limits). `prompt` is the
+    instruction; a relative reference_png is relative to the task file."""
+    data = dict(data)
+    family = data.pop("task_family", None)
+    if family is None:
+        return data, None, {}, {}
+    if "prompt" in data:
+        data["instruction"] = data.pop("prompt")
+    task = {k: data.pop(k) for k in TASK_KEYS if k in data}
+    limits = {k: data.pop(k) for k in FAMILY_REQUEST_KEYS if data.get(k) is not None}
+    ref = data.get("reference_png")
+    if isinstance(ref, str) and ref and not os.path.isabs(ref):
+        data["reference_png"] = os.path.join(os.path.dirname(os.path.abspath(task_file)), ref)
+    return task, family, data, limits
+
+
+def harness_of(flags: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool | None]:
+    """(harness, its options or None, use_bwrap) from the run command's flags: the first harness
+    whose options model claims the command line (after every one has checked it) (its flags, a task directory it runs), else
+    --harness (default pi) in our sandbox with --sandbox's isolation."""
+    from harness_env.models import DEFAULT_HARNESS
+
+    claims = []
+    for name, model in harness_option_models():  # each asked, so each says what is wrong for it
+        try:
+            options = model.from_command_line(name, flags, SHARED_FLAGS)
+        except ValueError as e:
+            bad_input(str(e))
+        if options is not None:
+            claims.append((name, model, options))
+    if claims:  # --sandbox is the harness's own when its options take it (Harbor's)
+        name, model, options = claims[0]
+        return name, options, None if "sandbox" in model.model_fields else _local_isolation(flags)
+    return flags.get("harness") or DEFAULT_HARNESS, None, _local_isolation(flags)
+
+
+def _local_isolation(flags: dict[str, Any]) -> bool | None:
+    """use_bwrap from --sandbox, for a harness run in our sandbox."""
+    sandbox = flags.get("sandbox") or "auto"
+    if sandbox not in LOCAL_ISOLATION:
+        bad_input(f"--sandbox {sandbox}: choose {', '.join(LOCAL_ISOLATION)}")
+    return LOCAL_ISOLATION[sandbox]
+
+
+def request_fields(flags: dict[str, Any]) -> dict[str, Any]:
+    """The option fields the command line gave (a flag not given leaves the field's default)."""
+    from harness_env.models import HARNESS_OPTIONS, RolloutOptions
+
+    return {name: flags[name] for name in RolloutOptions.model_fields if name != HARNESS_OPTIONS and flags.get(name) is not None}
+
+
+def run_request(args: argparse.Namespace, task_data: dict | None = None):
+    """(the RolloutRequest, use_bwrap) the run command's arguments describe (`task_data`: the
+    task's object, already read from args.task); bad input exits 2 with one line. Pure but for
+    reading the task file and --api-key-env's variable."""
+    from pydantic import ValidationError
+
+    from harness_env.core.errors import describe_validation_error
+    from harness_env.models import RolloutRequest, harness_options_models
+    from harness_env.models_options import calls_model
+
+    flags = vars(args)
+    harness, harness_options, use_bwrap = harness_of(flags)
+    model = harness_options_models().get(harness)
+    if harness_options is not None and model is not None and model.model_construct(**harness_options).names_task:
+        task, task_family, family_options, family_limits = None, None, {}, {}  # the harness's task brings its own
+    else:
+        task, task_family, family_options, family_limits = split_family_task(task_data if task_data is not None else load_task(args.task), args.task)
+    api_key = args.api_key or ""
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env, "")
+        if not api_key:
+            bad_input(f"environment variable {args.api_key_env} (from --api-key-env) is not set")
+    raw: dict[str, Any] = {
+        **family_limits,  # a family record's own limits, unless given on the command line
+        "task_family": task_family,
+        **request_fields(flags),
+        "family_options": {**family_options, **(args.family_options or {})},
+        "harness": harness,
+        "disable_thinking": bool(args.disable_thinking),
+    }
+    if task is not None:
+        raw["task"] = task
+    if harness_options is not None:
+        raw["harness_options"] = harness_options
+    if args.endpoint:
+        raw["endpoint"] = catalog_endpoint(args, api_key, calls_model(raw))
+    elif args.base_url and args.model:
+        raw["endpoint"] = {"base_url": args.base_url, "api_key": api_key, "model": args.model, "wire_api": args.wire_api}
+    elif calls_model(raw) or args.base_url or args.model:  # else the request stands in an endpoint nothing calls
+        bad_input("no policy endpoint: pass --base-url and --model, or --endpoint vllm|openai|hf_router")
+    try:
+        return RolloutRequest.model_validate(raw), use_bwrap
+    except ValidationError as e:
+        bad_input(describe_validation_error(e))
+
+
+def catalog_endpoint(args: argparse.Namespace, api_key: str, agent_calls_model: bool):
+    """--endpoint NAME resolved from this process's environment, as the server resolves the tool's
+    `endpoint` (explicit --base-url/--model/--api-key win)."""
+    from pydantic import SecretStr
+
+    from harness_env.core.errors import InvalidRequestError
+    from harness_env.server.catalog import resolve_endpoint
+
+    given = types.SimpleNamespace(endpoint=args.endpoint, base_url=args.base_url, api_key=SecretStr(api_key), model=args.model, wire_api=args.wire_api,
+                                  agent_calls_model=agent_calls_model)
+    try:
+        return resolve_endpoint(given)[0]
+    except InvalidRequestError as e:
+        bad_input(str(e))
