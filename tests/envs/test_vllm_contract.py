@@ -19,7 +19,9 @@ from tests.envs.harnesses import HARNESSES, installed
 from tests.fakes.tap import Tap
 from tests.vllm_engine import model_dir
 
-pytestmark = pytest.mark.e2e
+# The first test also starts the engine, and Claude Code's prompts (about 20k tokens) take minutes
+# to prefill on 2 cores: a bound above the rollouts' own agent_timeout_s, not pytest's default 300 s.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 # Each harness's shell tool, and the JSON its arguments take for one command (written as the
 # engine's template renders arguments back: `json.dumps` spacing).

@@ -16,6 +16,7 @@ from tests.envs.test_vllm_contract import check_contract, tool_call_regex
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.usefixtures("needs_bwrap"),
+    pytest.mark.timeout(1200),  # may start the engine first (tests/envs/test_vllm_contract.py)
 ]
 
 AGENT = "pi"
