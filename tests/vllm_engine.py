@@ -183,6 +183,9 @@ class VllmServer:
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON", "UV_"))},
             "VLLM_CPU_KVCACHE_SPACE": "2",  # GiB: one 32k-token sequence is 1.5 GiB
+            # One step prefills a whole prompt (chunked prefill is off): Claude Code's ~20k tokens take
+            # minutes on 2 busy cores, past vLLM's default 300 s per step, when the engine core dies.
+            "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "1800",
             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
         }
