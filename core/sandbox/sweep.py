@@ -28,6 +28,7 @@ from harness_env.core.sandbox.lease import (
     ROLLOUT_NAME_RE,
     TEMP_DIR_PREFIX,
     is_stale,
+    lease_path,
     read_lease,
     unreadable_is_stale,
 )
@@ -102,7 +103,7 @@ def remove_leased(path: Path) -> str | None:
     problem = safefs.remove_tree(path)
     if problem is None:
         try:
-            os.unlink(path.with_name(path.name + LEASE_SUFFIX))
+            os.unlink(lease_path(path))
         except FileNotFoundError:
             pass
         except OSError as e:
