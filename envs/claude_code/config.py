@@ -41,19 +41,31 @@ def proxy_root(proxy_base_url: str) -> str:
 
 def settings_dict(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """settings.json: the network tools denied; a caller's settings (harness_config) deep-merged
-    last (e.g. `{"env": {"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096"}}`)."""
-    return deep_merge({"permissions": {"deny": list(DENIED_TOOLS)}}, extra or {})
+    last (e.g. `{"env": {"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096"}}`). A caller's deny list adds to
+    ours (a merged list would replace it): denying a tool also takes it out of the prompt, e.g.
+    `{"permissions": {"deny": ["Agent", "Monitor"]}}` for a shorter one."""
+    merged = deep_merge({"permissions": {"deny": list(DENIED_TOOLS)}}, extra or {})
+    permissions = merged.get("permissions")
+    if isinstance(permissions, dict):
+        given = permissions.get("deny")
+        given = list(given) if isinstance(given, list) else []
+        permissions["deny"] = [*DENIED_TOOLS, *(t for t in given if t not in DENIED_TOOLS)]
+    return merged
 
 
 def settings_json(extra: dict[str, Any] | None = None) -> str:
     return json.dumps(settings_dict(extra), indent=2)
 
 
-def claude_env(*, proxy_base_url: str, session_key: str, config_dir: str) -> dict[str, str]:
+def claude_env(*, proxy_base_url: str, session_key: str, config_dir: str, agent_timeout_s: float) -> dict[str, str]:
+    """`API_TIMEOUT_MS` is the rollout's own time: Claude Code gives up on a call after 600 s by
+    default and sends it again, and a slow engine's first prefill of its ~20k-token prompt can take
+    longer (the engine then computes it twice)."""
     return {
         "ANTHROPIC_BASE_URL": proxy_root(proxy_base_url),
         KEY_ENV: session_key,
         "CLAUDE_CONFIG_DIR": config_dir,
+        "API_TIMEOUT_MS": str(max(1, round(agent_timeout_s * 1000))),
         **OFFLINE_ENV,
         **WIRE_ENV,
     }

@@ -22,7 +22,8 @@ class ClaudeCodeHarness(PinnedCliHarness):
         req = ctx.request
         return LaunchSpec(
             argv=claude_argv(self.command(), model=req.endpoint.model, instruction=req.task.instruction),
-            env=claude_env(proxy_base_url=ctx.proxy_base_url, session_key=ctx.session_key, config_dir=config_dir),
+            env=claude_env(proxy_base_url=ctx.proxy_base_url, session_key=ctx.session_key, config_dir=config_dir,
+                           agent_timeout_s=req.agent_timeout_s),
             files={os.path.join(config_dir, "settings.json"): settings_json(req.harness_config)},
         )
 

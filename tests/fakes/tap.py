@@ -1,7 +1,7 @@
 """A recording pass-through in front of a real engine: every request body the capture proxy sent
 and every answer the engine gave, byte for byte, so a test can check the captured turns against
-what the engine really received and returned. Not a fake: it changes nothing (a streamed answer is
-relayed once the engine has finished it, which costs latency, never bytes)."""
+what the engine really received and returned. Not a fake: it changes nothing (an answer is relayed
+chunk by chunk as the engine sends it)."""
 
 from __future__ import annotations
 
@@ -84,12 +84,19 @@ class Tap:
             if not message.get("more_body"):
                 break
         headers = {k.decode(): v.decode() for k, v in scope["headers"] if k.decode().lower() in ("content-type", "authorization", "accept")}
+        # Recorded in the order the proxy sent them (the order of its turns), not the order the
+        # engine finished them: two calls in flight at once finish in either order.
+        exchange = Exchange(scope["path"], body, 0, b"", "")
+        self.exchanges.append(exchange)
         async with aiohttp.ClientSession() as http:
             async with http.request(scope["method"], self.upstream + scope["path"], data=body, headers=headers,
                                     timeout=aiohttp.ClientTimeout(total=900)) as resp:
-                answer = await resp.read()
-                content_type = resp.headers.get("content-type", "application/json")
-                status = resp.status
-        self.exchanges.append(Exchange(scope["path"], body, status, answer, content_type))
-        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", content_type.encode())]})
-        await send({"type": "http.response.body", "body": answer})
+                exchange.content_type = resp.headers.get("content-type", "application/json")
+                exchange.status = resp.status
+                # Relayed as it comes: a harness waits for the headers only so long (Gemini CLI
+                # 60 s), and a long prompt's prefill takes longer than that here.
+                await send({"type": "http.response.start", "status": resp.status, "headers": [(b"content-type", exchange.content_type.encode())]})
+                async for chunk in resp.content.iter_any():
+                    exchange.answer += chunk
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
