@@ -246,6 +246,10 @@ def main(argv: list[str]) -> int:
         model_dir()
         return 0
     if argv[:1] == ["serve"]:
+        def stop(*_: object) -> None:
+            raise KeyboardInterrupt  # a plain kill stops the engine too, never leaves it serving
+
+        signal.signal(signal.SIGTERM, stop)
         with VllmServer() as srv:
             print(f"vLLM serving {srv.model} at {srv.base_url} (Ctrl-C stops it)", flush=True)
             try:
