@@ -110,6 +110,10 @@ class Harness(Protocol):
     name: str
     capabilities: tuple[str, ...]
     options_model: type[BaseModel] | None  # the harness's own options (request.harness_options), if any
+    # The wire dialect it speaks to the proxy (core/capture/dialects), and so the only native
+    # upstream it can be passed through to; None: it checks for itself in prepare (Harbor's agents).
+    dialect: str | None
+    pin: toolchain.ToolPin | None  # its CLI as `harness-env install` fetches it (core/toolchain.py); None: not from npm
 
     def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
         """The request as this harness needs it (Harbor resolves its task directory); raise
@@ -183,20 +187,24 @@ class OwnsEnvironment(Protocol):
 
 
 class HarnessBase:
-    """Defaults every harness shares: no options of its own, nothing to prepare."""
+    """Defaults every harness shares: no options of its own, chat completions, no pinned CLI,
+    nothing to prepare."""
 
     options_model: type[BaseModel] | None = None
+    dialect: str | None = "chat_completions"
+    pin: toolchain.ToolPin | None = None
 
     def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
         return request
 
 
 class PinnedCliHarness(HarnessBase):
-    """What every harness whose CLI comes from the pinned toolchain shares (its `name` is its
-    entry in toolchain.PINS): the agent is that CLI, launched in the sandbox, its stdout parsed
-    line by line."""
+    """What every harness whose CLI comes from the pinned toolchain shares (its `pin` says which
+    npm package and version; `pin.name` is its `name`): the agent is that CLI, launched in the
+    sandbox, its stdout parsed line by line."""
 
     name: str
+    pin: toolchain.ToolPin
     # The CLI says why a run failed only in its JSON events on stdout (its stderr holds start-up
     # notices): the rollout's error quotes stderr's tail, so the parser's error is appended to it.
     reason_in_events: bool = False

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 from harness_env import envs, families  # noqa: F401 - registers the harnesses and task families
-from harness_env.core import toolchain
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.engine import CaptureAccess, execute
 from harness_env.core.errors import InvalidRequestError
@@ -56,11 +55,11 @@ class RolloutService:
         for name, cls in HARNESSES.items():
             h = cls()
             version = h.version()
-            pin = toolchain.PINS.get(name)
+            pin = h.pin
             out.append(HarnessInfo(name=name, installed=version is not None, version=version,
                                    # No pin: the harness is bundled with this package (whitebox).
                                    pinned_version=pin.version if pin else version,
-                                   capabilities=list(getattr(h, "capabilities", ()))))
+                                   capabilities=list(h.capabilities)))
         return out
 
     @staticmethod
