@@ -33,6 +33,7 @@ from harness_env.core.capture.serve import serve_on_unix
 from harness_env.core.capture.sockets import capture_socket_path
 from harness_env.core.cpus import available_cpus
 from harness_env.core.errors import InvalidRequestError, ToolMissingError, safe_text
+from harness_env.core.sandbox.backends import DEFAULT_BACKEND, default_backend
 from harness_env.core.sandbox.local import bwrap_available
 from harness_env.core.sandbox.sweep import sweep_at_start
 from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
@@ -86,12 +87,14 @@ def create_app(
     max_queue: int | None = None,
     max_starting: int | None = None,
     use_bwrap: bool | None = None,
+    sandbox_backend: str | None = None,
     data_dir: str | os.PathLike | None = None,
     retention: Retention | None = None,
 ):
     """`data_dir`: where the job store's SQLite file is (default: server/store/location.py);
     $HARNESS_ENV_STORE_URL names another store (PostgreSQL) instead. `retention`: how long and how
-    much is kept (default: from the environment)."""
+    much is kept (default: from the environment). `sandbox_backend`: a name in the sandbox registry
+    (core/sandbox/backends.py; default $HARNESS_ENV_SANDBOX_BACKEND, else local)."""
     # Masked by the capture proxy in everything it passes back or records: the token, and every
     # credential-looking variable of the server (catalog and judge keys, provider tokens).
     env = dict(os.environ)
@@ -104,7 +107,8 @@ def create_app(
     # Where sandboxes reach the capture proxy: the public URL unless told (a Space's public address
     # is its front door, which would turn away the sandboxes' per-rollout keys of a private Space).
     capture_base = (capture_url or public_url).rstrip("/") + CAPTURE_PREFIX + "/v1"
-    service = JobService(proxy, capture_base, slots, use_bwrap)
+    backend = sandbox_backend or default_backend()
+    service = JobService(proxy, capture_base, slots, use_bwrap, backend)
     # Every rollout is a job in the store, opened when the app starts (nothing is written before).
     jobs = service.jobs = JobManager(service, store_url(Path(data_dir) if data_dir else default_data_dir()))
     retention = retention or Retention.from_env()
@@ -174,7 +178,8 @@ def create_app(
 
     def server_state() -> ServerState:
         return ServerState(harnesses={h.name: h.version for h in service.list_harnesses()},
-                           sandbox_backend="bwrap" if bwrap_available() else "plain",
+                           # The local backend says which of its two kinds it is (as its rollouts' sandbox_backend does).
+                           sandbox_backend=backend if backend != DEFAULT_BACKEND else "bwrap" if bwrap_available() else "plain",
                            rollouts_running=slots.running, rollouts_queued=slots.queued,
                            max_concurrent=slots.max_concurrent, max_queue=slots.max_queue)
 

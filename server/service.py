@@ -12,7 +12,7 @@ from harness_env.core.errors import InvalidRequestError
 from harness_env.core.phases import EventSink
 from harness_env.core.pipeline import PreparedRollout, prepare
 from harness_env.core.registry import HARNESSES
-from harness_env.core.sandbox.factory import LocalSandboxFactory
+from harness_env.core.sandbox.backends import DEFAULT_BACKEND, SandboxSettings, sandbox_factory
 from harness_env.core.sandbox.policy import sandbox_limits
 from harness_env.envs.harbor import resolve as harbor_resolve
 from harness_env.envs.harbor.options import HARBOR_NAME_PATTERN
@@ -26,11 +26,13 @@ MAX_SPLIT_CHARS = 128
 
 
 class RolloutService:
-    def __init__(self, proxy: CaptureProxy, proxy_base_url: str, slots: RolloutSlots, use_bwrap: bool | None = None) -> None:
+    def __init__(self, proxy: CaptureProxy, proxy_base_url: str, slots: RolloutSlots, use_bwrap: bool | None = None,
+                 sandbox_backend: str = DEFAULT_BACKEND) -> None:
         self.proxy = proxy
         self.proxy_base_url = proxy_base_url
         self.slots = slots
-        self.use_bwrap = use_bwrap
+        # From the registry (core/sandbox/backends.py), once: an unknown name stops the server at start.
+        self.sandbox_factory = sandbox_factory(sandbox_backend, SandboxSettings(use_bwrap=use_bwrap))
         # The proxy's Unix socket (set while the app's lifespan runs): a network-isolated
         # sandbox's only way out, serving the capture routes and nothing of the server's API.
         self.capture_socket: str | None = None
@@ -46,7 +48,7 @@ class RolloutService:
         """Raises ServerBusy when the queue is full; otherwise always returns a result."""
         async with self.slots.slot():
             capture = CaptureAccess(self.proxy, self.proxy_base_url, self.capture_socket)
-            return await execute(prepared, capture, sandbox_factory=LocalSandboxFactory(self.use_bwrap), on_event=on_event,
+            return await execute(prepared, capture, sandbox_factory=self.sandbox_factory, on_event=on_event,
                                  start_gate=self.slots.starting)
 
     @staticmethod
