@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from harness_env.core.sandbox.base import Sandbox
-    from harness_env.models import RolloutResult
+    from harness_env.models import DatasetTaskInfo, RolloutResult
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,12 @@ class Harness(Protocol):
         `timed_out`) or `stop` is set (then `stopped`)."""
         ...
 
+    def list_tasks(self, dataset: str, split: str | None) -> list[DatasetTaskInfo] | None:
+        """The tasks of a dataset on the server, for a remote caller (`list_tasks`, GET
+        /<harness>/tasks); None: this harness brings no tasks of its own. Raise InvalidRequestError
+        for a dataset the caller may not name or that does not exist."""
+        ...
+
 
 @dataclass
 class AgentEnd:
@@ -196,6 +202,9 @@ class HarnessBase:
 
     def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
         return request
+
+    def list_tasks(self, dataset: str, split: str | None) -> list[DatasetTaskInfo] | None:
+        return None
 
 
 class PinnedCliHarness(HarnessBase):

@@ -3,26 +3,18 @@ of each tool."""
 
 from __future__ import annotations
 
-import re
-
 from harness_env import envs, families  # noqa: F401 - registers the harnesses and task families
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.engine import CaptureAccess, execute
 from harness_env.core.errors import InvalidRequestError
 from harness_env.core.phases import EventSink
 from harness_env.core.pipeline import PreparedRollout, prepare
-from harness_env.core.registry import HARNESSES
+from harness_env.core.registry import HARNESSES, get_harness
 from harness_env.core.sandbox.backends import DEFAULT_BACKEND, SandboxSettings, sandbox_factory
 from harness_env.core.sandbox.policy import sandbox_limits
-from harness_env.envs.harbor import resolve as harbor_resolve
-from harness_env.envs.harbor.options import HARBOR_NAME_PATTERN
 from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
 from harness_env.server import catalog
 from harness_env.server.slots import RolloutSlots
-
-# The bounds HarborOptions puts on harbor.dataset and harbor.split.
-MAX_DATASET_CHARS = 1024
-MAX_SPLIT_CHARS = 128
 
 
 class RolloutService:
@@ -65,18 +57,16 @@ class RolloutService:
         return out
 
     @staticmethod
-    def list_tasks(dataset: str = "", split: str | None = None) -> list[DatasetTaskInfo]:
-        """The Harbor tasks of `dataset` (relative to $HARNESS_ENV_HARBOR_TASKS_DIR; empty: that
-        directory itself), optionally its subdirectory `split`, in task_index order. Raises
-        InvalidRequestError for a path outside the tasks root or that does not exist, and
-        ToolMissingError when Harbor is not installed."""
-        if not isinstance(dataset, str) or len(dataset) > MAX_DATASET_CHARS:
-            raise InvalidRequestError(f"dataset must be a path of at most {MAX_DATASET_CHARS} characters")
-        if split is not None and not isinstance(split, str):
-            raise InvalidRequestError("split must be a string")
-        if split and (len(split) > MAX_SPLIT_CHARS or not re.fullmatch(HARBOR_NAME_PATTERN, split)):
-            raise InvalidRequestError(f"split {split[:MAX_SPLIT_CHARS]!r} must be a plain subdirectory name (letters, digits, '.', '_', '-')")
-        return harbor_resolve.list_tasks(dataset, split or None, trusted=False)
+    def list_tasks(dataset: str = "", split: str | None = None, harness: str | None = None) -> list[DatasetTaskInfo]:
+        """The tasks of `dataset` on the server, as the harness that brings them lists them (its
+        `list_tasks`; `harness` None: the first registered harness that lists tasks). Raises
+        InvalidRequestError for a dataset the caller may not name, or a harness that lists none."""
+        names = [harness] if harness is not None else list(HARNESSES)
+        for name in names:
+            tasks = get_harness(name).list_tasks(dataset, split or None)
+            if tasks is not None:
+                return tasks
+        raise InvalidRequestError(f"harness {harness!r} brings no tasks of its own" if harness else "no registered harness lists tasks")
 
     @staticmethod
     def catalog() -> list[dict]:

@@ -49,7 +49,7 @@ from harness_env.envs.harbor.task_dir import (
     task_to_task_dir,
 )
 from harness_env.envs.harbor.trial import HarborTrialOutcome, count_tool_calls, read_trajectory, run_harbor_trial
-from harness_env.models import CommandResult, Phase, RolloutRequest, RolloutResult
+from harness_env.models import CommandResult, DatasetTaskInfo, Phase, RolloutRequest, RolloutResult
 
 # Harbor's exception class names -> our error kinds (the rest: by the phase it stopped in).
 EXCEPTION_KINDS = {
@@ -237,6 +237,12 @@ class HarborHarness(HarnessBase):
 
     def readonly_paths(self) -> list[str]:
         return []
+
+    def list_tasks(self, dataset: str, split: str | None) -> list[DatasetTaskInfo]:
+        """A Harbor dataset's tasks under $HARNESS_ENV_HARBOR_TASKS_DIR, in task_index order."""
+        from harness_env.envs.harbor.resolve import list_remote_tasks
+
+        return list_remote_tasks(dataset, split)
 
     def preflight(self, request: RolloutRequest, proxy_base_url: str) -> None:
         opts = HarborOptions.of(request)
