@@ -106,6 +106,11 @@ class CallResultParser(JsonEventParser):
         return AgentOutcome(final_text=self.final_text, tool_calls=len(self.calls & self.results), error=self.error, events=self.events)
 
 
+# A fact a harness shows about what it ran, on its own tab of the web page: a label, and a text, a
+# map (shown as a table) or None (shown as "none").
+RunFact = tuple[str, "str | dict[str, float] | None"]
+
+
 class Harness(Protocol):
     name: str
     capabilities: tuple[str, ...]
@@ -141,6 +146,11 @@ class Harness(Protocol):
         """The tasks of a dataset on the server, for a remote caller (`list_tasks`, GET
         /<harness>/tasks); None: this harness brings no tasks of its own. Raise InvalidRequestError
         for a dataset the caller may not name or that does not exist."""
+        ...
+
+    def result_facts(self, result: RolloutResult) -> list[RunFact] | None:
+        """What this harness ran, for its own tab on the web page (the agent's trajectory is shown
+        under them); None: `result` holds nothing of this harness's own, and no tab is shown."""
         ...
 
 
@@ -204,6 +214,9 @@ class HarnessBase:
         return request
 
     def list_tasks(self, dataset: str, split: str | None) -> list[DatasetTaskInfo] | None:
+        return None
+
+    def result_facts(self, result: RolloutResult) -> list[RunFact] | None:
         return None
 
 

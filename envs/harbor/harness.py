@@ -23,7 +23,7 @@ from harness_env.core import toolchain
 from harness_env.core.capture.passthrough import check_wire_api
 from harness_env.core.collect import LOG_TAIL_CHARS
 from harness_env.core.errors import InvalidRequestError, SandboxError
-from harness_env.core.harness import AgentEnd, AgentOutcome, HarnessBase, LaunchContext, TrialEnd
+from harness_env.core.harness import AgentEnd, AgentOutcome, HarnessBase, LaunchContext, RunFact, TrialEnd
 from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.lease import lease_path, write_lease
 from harness_env.core.sandbox.local import bwrap_available, sandboxes_root
@@ -237,6 +237,12 @@ class HarborHarness(HarnessBase):
 
     def readonly_paths(self) -> list[str]:
         return []
+
+    def result_facts(self, result: RolloutResult) -> list[RunFact] | None:
+        """A trial's task, agent, sandbox, exception and verifier rewards; read back from JSON, the
+        run info is a plain HarnessRunInfo with the same fields."""
+        info = result.harbor
+        return None if info is None else HarborRunInfo.model_validate(info.model_dump()).facts()
 
     def list_tasks(self, dataset: str, split: str | None) -> list[DatasetTaskInfo]:
         """A Harbor dataset's tasks under $HARNESS_ENV_HARBOR_TASKS_DIR, in task_index order."""
