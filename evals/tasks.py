@@ -2,9 +2,9 @@
 
 A path is one of:
   - a JSONL file: one task per line (a task file's object: instruction, setup, verify, files,
-    task_id; or a task family's record with `task_family`); a line with `prompt` and no
-    `instruction` is an svg_icon record;
-  - a directory holding `tasks.jsonl` (an svg_icon dataset, as `harness-env svg-dataset` writes it);
+    task_id; or a task family's record with `task_family`); a line without `instruction` that has
+    a family's instruction_key (families/base.py) is that family's record;
+  - a directory holding `tasks.jsonl` (a family's dataset, e.g. as `harness-env svg-dataset` writes it);
   - a Harbor dataset directory (task directories with task.toml), or one Harbor task directory;
   - a directory of task JSON files (`*.json`, in name order).
 Nothing here runs a rollout; turning a task into a request is the caller's (the CLI's run_request).
@@ -15,28 +15,24 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness_env.core.errors import InvalidRequestError
-
-SVG_RECORD_KEYS = ("task_id", "prompt", "reference_png", "source_prompt", "max_turns", "agent_timeout_s")
-SVG_REQUEST_KEYS = ("verify_timeout_s",)  # a record's own limit that is a request field
 
 
 @dataclass(frozen=True)
 class EvalTask:
     """One task: `source` is the file it came from (relative paths in it are relative to that file's
     directory) or the Harbor dataset / task directory; `data` the task object (None for a Harbor
-    task, which brings its own); `task_index` the Harbor dataset's index; `request_defaults` request
-    fields the task sets unless the command line does."""
+    task, which brings its own); `task_index` the Harbor dataset's index. A family record's own
+    request fields (its limits) are in `data`, under its request_keys."""
 
     task_id: str
     source: str
     data: dict[str, Any] | None = None
     task_index: int | None = None
-    request_defaults: dict[str, Any] = field(default_factory=dict)
 
 
 MAX_ID_CHARS = 100  # a directory name, far under a name's 255 bytes, with room for a duplicate's "-N"
@@ -61,13 +57,21 @@ def _unique(tasks: list[EvalTask]) -> list[EvalTask]:
         base = safe_id(t.task_id)
         seen[base] = seen.get(base, 0) + 1
         name = base if seen[base] == 1 else f"{base}-{seen[base]}"
-        out.append(EvalTask(name, t.source, t.data, t.task_index, t.request_defaults))
+        out.append(EvalTask(name, t.source, t.data, t.task_index))
     return out
 
 
-def _svg_record(rec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    data = {"task_family": "svg_icon", **{k: rec[k] for k in SVG_RECORD_KEYS if rec.get(k) is not None}}
-    return data, {k: rec[k] for k in SVG_REQUEST_KEYS if rec.get(k) is not None}
+def _family_record(rec: dict[str, Any]) -> dict[str, Any]:
+    """A record without `task_family` or `instruction`, as the first registered family whose
+    instruction_key it has reads it (only its record_keys and request_keys pass on); else as it is."""
+    from harness_env.families import family_names, get_family
+
+    for name in family_names():
+        family = get_family(name)
+        if family.instruction_key in rec:
+            keys = (*family.record_keys, *family.request_keys)
+            return {"task_family": name, **{k: rec[k] for k in keys if rec.get(k) is not None}}
+    return rec
 
 
 def _json_object(text: str, where: str) -> dict[str, Any]:
@@ -86,10 +90,9 @@ def _from_jsonl(path: Path) -> list[EvalTask]:
         if not line.strip():
             continue
         data = _json_object(line, f"{path} line {n}")
-        defaults: dict[str, Any] = {}
-        if "prompt" in data and "instruction" not in data and "task_family" not in data:
-            data, defaults = _svg_record(data)
-        tasks.append(EvalTask(str(data.get("task_id") or f"line{n}"), str(path), data, None, defaults))
+        if "instruction" not in data and "task_family" not in data:
+            data = _family_record(data)
+        tasks.append(EvalTask(str(data.get("task_id") or f"line{n}"), str(path), data))
     return tasks
 
 
@@ -131,7 +134,7 @@ def load_tasks(path: str | Path, *, split: str | None = None) -> list[EvalTask]:
         tasks = _from_json_files(root)
     if not tasks:
         raise InvalidRequestError(f"TASKS {path} holds no task (a JSONL of tasks, a directory of task JSON files, "
-                                  "an svg_icon dataset with tasks.jsonl, or a Harbor dataset directory)")
+                                  "a family's dataset with tasks.jsonl, or a Harbor dataset directory)")
     return _unique(tasks)
 
 
@@ -145,7 +148,7 @@ def task_request(task: EvalTask, request: dict[str, Any]) -> dict[str, Any]:
         where = {"task_dir": task.source} if task.task_index is None else {"dataset": task.source, "task_index": task.task_index}
         return {**request, "harness": "harbor", "harness_options": {**request.get("harness_options", {}), **where}}
     data, family, family_options, limits = split_family_task(task.data, task.source)
-    raw = {**limits, **task.request_defaults, **request, "task": {"task_id": task.task_id, **data}}
+    raw = {**limits, **request, "task": {"task_id": task.task_id, **data}}
     if family is not None:
         raw["task_family"] = family
         raw["family_options"] = {**family_options, **request.get("family_options", {})}

@@ -1,5 +1,6 @@
-"""What a task family provides: how its tasks become what the agent gets, and how a submission
-is graded (instead of shell verify commands)."""
+"""What a task family provides: how its tasks become what the agent gets, how a submission is
+graded (instead of shell verify commands), and how its task records read (so the CLI and
+`harness-env eval` take them without knowing the family)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,12 @@ from harness_env.models import RolloutRequest
 
 class TaskFamily(Protocol):
     name: str
+    # A record of the family: a task file's object with `task_family`, or a line of a tasks.jsonl
+    # (without `task_family`: the first family whose instruction_key it has, and no `instruction`).
+    instruction_key: str  # the key holding what the agent is asked: the task's instruction
+    record_keys: tuple[str, ...]  # the keys a record without `task_family` passes on (others: its own data, dropped)
+    request_keys: tuple[str, ...]  # record keys that are request fields (its own limits), unless the caller gives them
+    path_keys: tuple[str, ...]  # family option keys naming a file, relative to the record's file when not absolute
 
     def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
         """Validate `request.family_options` and return the request with the task the agent gets

@@ -96,6 +96,10 @@ class WordFamily:
     """A task family from outside (families/base.py): the agent writes a word; the grader reads it."""
 
     name = "outside-word"
+    instruction_key = "say"  # a record {"say": "apple"} is one of this family's
+    record_keys = ("task_id", "say", "word")
+    request_keys = ("agent_timeout_s",)
+    path_keys = ()
 
     def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
         word = str(request.family_options.get("word") or "hello")
@@ -141,6 +145,15 @@ async def test_an_outside_family_grades_what_an_outside_harness_made(outside, po
     assert res.error is None, res.error
     assert res.reward == 1.0 and res.reward_source == "judge" and res.grading == {"read": "apple"}
     assert policy_server.policy.tool_requests()[0]["messages"][0]["content"] == "Write the word apple into word.txt."  # as prepared
+
+
+def test_an_outside_family_s_records_are_read_as_it_declares(outside, tmp_path):
+    from harness_env.evals.tasks import load_tasks, task_request
+
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({"task_id": "t1", "say": "-", "word": "pear", "agent_timeout_s": 45, "secret": "x"}) + "\n")
+    (task,) = load_tasks(tmp_path)
+    request = RolloutRequest.model_validate(task_request(task, {"harness": LoopHarness.name, "endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}))
+    assert request.task_family == WordFamily.name and request.family_options == {"word": "pear"} and request.agent_timeout_s == 45
 
 
 async def test_a_server_told_an_outside_backend_runs_its_rollouts_there(outside, policy_server, tmp_path):

@@ -94,6 +94,12 @@ def read_submission(sandbox: Sandbox, max_bytes: int) -> tuple[bytes | None, str
 
 class SvgIconFamily:
     name = "svg_icon"
+    # Its records (records.py, as `harness-env svg-dataset` writes them): `prompt` is what to draw;
+    # source_svg and source stay out (the dataset's own answer must never reach the agent).
+    instruction_key = "prompt"
+    record_keys = ("task_id", "prompt", "reference_png", "source_prompt")
+    request_keys = ("max_turns", "agent_timeout_s", "verify_timeout_s")
+    path_keys = ("reference_png",)
 
     def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
         if request.task.metadata.get("task_family") == self.name:
