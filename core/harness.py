@@ -19,6 +19,8 @@ from harness_env.core.sandbox.base import ExecResult
 from harness_env.models import RolloutRequest
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pydantic import BaseModel
 
     from harness_env.core.sandbox.base import Sandbox
@@ -106,6 +108,16 @@ class CallResultParser(JsonEventParser):
         return AgentOutcome(final_text=self.final_text, tool_calls=len(self.calls & self.results), error=self.error, events=self.events)
 
 
+@dataclass(frozen=True)
+class LocalTask:
+    """A task of a harness's own at a local path: its name, its index in the dataset (None: the
+    path is the task itself) and the harness options that name it."""
+
+    name: str
+    index: int | None
+    harness_options: dict[str, Any]
+
+
 # A fact a harness shows about what it ran, on its own tab of the web page: a label, and a text, a
 # map (shown as a table) or None (shown as "none").
 RunFact = tuple[str, "str | dict[str, float] | None"]
@@ -146,6 +158,11 @@ class Harness(Protocol):
         """The tasks of a dataset on the server, for a remote caller (`list_tasks`, GET
         /<harness>/tasks); None: this harness brings no tasks of its own. Raise InvalidRequestError
         for a dataset the caller may not name or that does not exist."""
+        ...
+
+    def local_tasks(self, path: Path, split: str | None) -> list[LocalTask] | None:
+        """The tasks at a local path (`harness-env eval TASKS`, a trusted caller) when it is a task
+        or dataset of this harness's own; None: it is not (other readers are asked)."""
         ...
 
     def result_facts(self, result: RolloutResult) -> list[RunFact] | None:
@@ -214,6 +231,9 @@ class HarnessBase:
         return request
 
     def list_tasks(self, dataset: str, split: str | None) -> list[DatasetTaskInfo] | None:
+        return None
+
+    def local_tasks(self, path: Path, split: str | None) -> list[LocalTask] | None:
         return None
 
     def result_facts(self, result: RolloutResult) -> list[RunFact] | None:

@@ -23,7 +23,7 @@ from harness_env.core import toolchain
 from harness_env.core.capture.passthrough import check_wire_api
 from harness_env.core.collect import LOG_TAIL_CHARS
 from harness_env.core.errors import InvalidRequestError, SandboxError
-from harness_env.core.harness import AgentEnd, AgentOutcome, HarnessBase, LaunchContext, RunFact, TrialEnd
+from harness_env.core.harness import AgentEnd, AgentOutcome, HarnessBase, LaunchContext, LocalTask, RunFact, TrialEnd
 from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.lease import lease_path, write_lease
 from harness_env.core.sandbox.local import bwrap_available, sandboxes_root
@@ -243,6 +243,17 @@ class HarborHarness(HarnessBase):
         run info is a plain HarnessRunInfo with the same fields."""
         info = result.harbor
         return None if info is None else HarborRunInfo.model_validate(info.model_dump()).facts()
+
+    def local_tasks(self, path: Path, split: str | None) -> list[LocalTask] | None:
+        """A Harbor task directory (task.toml), or a dataset of them (`split`: its subdirectory)."""
+        from harness_env.envs.harbor.resolve import list_tasks
+
+        if (path / "task.toml").is_file():
+            return [LocalTask(path.name, None, {"task_dir": str(path.resolve())})]
+        if not split and not any((d / "task.toml").is_file() for d in path.iterdir() if d.is_dir()):
+            return None
+        where = str(path.resolve())
+        return [LocalTask(t.name, t.index, {"dataset": where, "task_index": t.index}) for t in list_tasks(where, split, trusted=True)]
 
     def list_tasks(self, dataset: str, split: str | None) -> list[DatasetTaskInfo]:
         """A Harbor dataset's tasks under $HARNESS_ENV_HARBOR_TASKS_DIR, in task_index order."""
