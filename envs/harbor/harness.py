@@ -318,7 +318,7 @@ class HarborHarness(HarnessBase):
     ) -> TrialEnd:
         request = ctx.request
         opts = HarborOptions.of(request)
-        work = sandboxes_root() / f"harbor-{uuid.uuid4().hex[:12]}"
+        work = sandboxes_root() / f"trial-{uuid.uuid4().hex[:12]}"  # the name the start-up sweep knows (core/sandbox/lease.py)
         result.sandbox_backend = f"harbor:{opts.sandbox}"
         end = TrialEnd()
         try:
