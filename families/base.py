@@ -4,14 +4,22 @@ graded (instead of shell verify commands), and how its task records read (so the
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from harness_env.core.grading import Grader
 from harness_env.models import RolloutRequest
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
 
 class TaskFamily(Protocol):
     name: str
+    # Its family_options, declared once: the web form derives its controls from the fields (title,
+    # description, default; a field's json_schema_extra "example" shows in an empty JSON box) and
+    # shows the model's docstring above them.
+    options_model: type[BaseModel]
+    instruction_label: str  # what the web form calls the instruction of this family's task
     # A record of the family: a task file's object with `task_family`, or a line of a tasks.jsonl
     # (without `task_family`: the first family whose instruction_key it has, and no `instruction`).
     instruction_key: str  # the key holding what the agent is asked: the task's instruction
