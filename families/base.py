@@ -4,7 +4,7 @@ graded (instead of shell verify commands), and how its task records read (so the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness_env.core.grading import Grader
 from harness_env.models import RolloutRequest
@@ -35,3 +35,8 @@ class TaskFamily(Protocol):
         ...
 
     def grader(self, request: RolloutRequest) -> Grader: ...
+
+    def reference_image(self, family_options: dict[str, Any]) -> str | None:
+        """The server-side PNG the grading tab shows beside the submission, from a prepared
+        request's family_options (the path prepare checked; never sent to the page); None: none."""
+        ...

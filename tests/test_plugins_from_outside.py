@@ -12,6 +12,7 @@ from functools import partial
 
 import httpx
 import pytest
+from pydantic import BaseModel, Field
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
 from harness_env.core import registry
@@ -92,10 +93,18 @@ class WordGrader:
         return GradeOutcome(reward=1.0 if r.stdout.strip() == self.word else 0.0, source="judge", evidence={"read": r.stdout})
 
 
+class WordOptions(BaseModel):
+    """outside-word: the agent writes the word; the grader reads it back."""
+
+    word: str = Field("hello", title="the word to write")
+
+
 class WordFamily:
     """A task family from outside (families/base.py): the agent writes a word; the grader reads it."""
 
     name = "outside-word"
+    options_model = WordOptions
+    instruction_label = "anything (the family writes the instruction)"
     instruction_key = "say"  # a record {"say": "apple"} is one of this family's
     record_keys = ("task_id", "say", "word")
     request_keys = ("agent_timeout_s",)
@@ -108,6 +117,9 @@ class WordFamily:
 
     def grader(self, request: RolloutRequest) -> WordGrader:
         return WordGrader(str(request.family_options.get("word") or "hello"))
+
+    def reference_image(self, family_options: dict) -> None:
+        return None
 
 
 @pytest.fixture
@@ -145,6 +157,15 @@ async def test_an_outside_family_grades_what_an_outside_harness_made(outside, po
     assert res.error is None, res.error
     assert res.reward == 1.0 and res.reward_source == "judge" and res.grading == {"read": "apple"}
     assert policy_server.policy.tool_requests()[0]["messages"][0]["content"] == "Write the word apple into word.txt."  # as prepared
+
+
+def test_the_web_form_offers_an_outside_family_s_options(outside):
+    from harness_env.server.web.form import family_controls, task_families, to_args
+
+    assert WordFamily.name in task_families() and [c.name for c in family_controls()[WordFamily.name][1]] == ["word"]
+    args = to_args({"base_url": "http://127.0.0.1:9/v1", "model": "m", "instruction": "-", "task_family": WordFamily.name,
+                    WordFamily.name: {"word": " pear "}})
+    assert args.task_family == WordFamily.name and args.family_options == {"word": "pear"}
 
 
 def test_an_outside_family_s_records_are_read_as_it_declares(outside, tmp_path):

@@ -132,6 +132,10 @@ class SvgIconFamily:
         })
         return request.model_copy(update={"task": task, "family_options": options.model_dump(mode="json", exclude_none=True)})
 
+    def reference_image(self, family_options: dict[str, Any]) -> str | None:
+        path = family_options.get("reference_png")
+        return path if isinstance(path, str) else None
+
     def grader(self, request: RolloutRequest) -> SvgIconGrader:
         return SvgIconGrader(SvgIconOptions.model_validate(request.family_options), request.task.metadata.get("prompt", ""))
 

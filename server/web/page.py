@@ -44,7 +44,7 @@ from harness_env.server.web.form import (
     to_args,
 )
 from harness_env.server.web.render_text import md_cell
-from harness_env.server.web.result_area import ResultArea, text_markdown
+from harness_env.server.web.result_area import ResultArea, reference_path, text_markdown
 from harness_env.server.web.rollouts import RolloutsView
 
 FILE_SLOTS = 8  # file rows the form offers (shown one by one with "Add file")
@@ -363,7 +363,7 @@ class WebPage:
                 log.append(f"{wall:7.2f}s  cancelled; the sandbox was cleaned up")
             key = f"{len(history) + 1}-{int(time.time())}"
             # The resolved, checked reference path stays in the server-side session state (gr.State).
-            reference = prepared.request.family_options.get("reference_png") if prepared.request.task_family else None
+            reference = reference_path(prepared.request.task_family, prepared.request.family_options)
             shown_log = render.redact("\n".join(log), secrets)
             entry = {"id": key, "cancelled": cancelled, "result": result.model_dump(mode="json") if result else None,
                      "reference_png": reference, "status": render.status_line(state, wall), "log": shown_log,

@@ -12,12 +12,13 @@ from typing import Any
 import gradio as gr
 
 from harness_env.core.registry import get_harness
-from harness_env.families.svg_icon.pngcodec import PNG_SIGNATURE
+from harness_env.families import family_names, get_family
 from harness_env.models import RolloutResult
 from harness_env.server.web import render
 
 MAX_JSON_VIEW_CHARS = 300_000  # the JSON tab; the download always has everything
-MAX_REFERENCE_BYTES = 8 * 1024 * 1024  # as the svg_icon family allows
+MAX_REFERENCE_BYTES = 8 * 1024 * 1024  # the largest reference image shown
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"  # what a PNG file starts with (the format's, not a family's)
 MAX_DOWNLOADS = 32  # result JSONs kept for the download buttons
 
 
@@ -48,10 +49,18 @@ def text_markdown(elem_id: str, value: str = "") -> gr.Markdown:
     return gr.Markdown(value, elem_id=elem_id, latex_delimiters=[])
 
 
+def reference_path(task_family: Any, family_options: Any) -> str | None:
+    """The reference image of a task-family rollout, as its family says (its reference_image);
+    None for a shell task, or a family this server no longer has."""
+    if not isinstance(task_family, str) or task_family not in family_names() or not isinstance(family_options, dict):
+        return None
+    return get_family(task_family).reference_image(family_options)
+
+
 def reference_b64(path: str | None) -> str | None:
-    """The reference PNG of an svg_icon rollout, base64, for the grading tab: None when the request
-    had none, "" when it can no longer be read. `path` is the one the family resolved and checked
-    (under $HARNESS_ENV_REFERENCE_DIR) when the rollout was accepted; it is never sent to the page."""
+    """The reference PNG of a task-family rollout, base64, for the grading tab: None when the
+    request had none, "" when it can no longer be read. `path` is the one the family resolved and
+    checked when the rollout was accepted (reference_path); it is never sent to the page."""
     if not path:
         return None
     try:
