@@ -31,7 +31,7 @@ COPY --chown=user pyproject.toml uv.lock .python-version ./
 RUN uv sync --locked --no-install-project --no-dev --extra server --extra harbor && uv cache clean
 
 # The project itself, installed as its wheel (not editable, as tests/test_wheel_install.py installs it),
-# then the pinned harness CLIs from one table (core/toolchain.py PINS) through `harness-env install`.
+# then the pinned harness CLIs from their pins (each harness class's `pin`, gathered by core/toolchain.py) through `harness-env install`.
 COPY --chown=user . .
 RUN uv sync --locked --no-editable --no-dev --extra server --extra harbor \
     && uv cache clean \

@@ -1,5 +1,6 @@
 """The `harness-env` command: run one rollout, evaluate, install the harness CLIs, or serve; a
-harness may add commands of its own (Harbor's lists a dataset's tasks).
+harness may add commands of its own (Harbor's lists a dataset's tasks), and so may a task family
+(the SVG family builds a dataset).
 
 This module is the entry point (`harness_env.cli:main`, `python -m harness_env.cli`): it assembles
 the commands and dispatches. Each command lives beside it: `run` in cli_run.py (its request built
@@ -62,9 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
     inst.set_defaults(handler=_cmd_install)
 
     add_serve_parser(sub)
-    sub.add_parser("svg-dataset", add_help=False,
-                   help="build svg_icon task records from icon parquet shards or a CSV of briefs (--help for its options)")
+    for command, (help_text, _main) in _family_commands().items():  # each parses its own options
+        sub.add_parser(command, add_help=False, help=help_text)
     return p
+
+
+def _family_commands() -> dict:
+    from harness_env.families import FAMILY_COMMANDS
+
+    return FAMILY_COMMANDS
 
 
 def _one_line_errors(handler):
@@ -108,10 +115,8 @@ def _sweep_leftovers(quiet: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["svg-dataset"]:  # its own parser, options and errors
-        from harness_env.families.svg_icon import dataset
-
-        return dataset.main(argv[1:])
+    if argv[:1] and argv[0] in _family_commands():  # a family's command: its own parser, options and errors
+        return _family_commands()[argv[0]][1]()(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command in ("run", "eval"):
         _sweep_leftovers(quiet=getattr(args, "quiet", False))

@@ -31,25 +31,29 @@ def load_task(path: str) -> dict:
 
 
 TASK_KEYS = ("instruction", "setup", "verify", "files", "task_id", "metadata")
-FAMILY_REQUEST_KEYS = ("max_turns", "agent_timeout_s")  # a family record's own limits
 
 
 def split_family_task(data: dict, task_file: str) -> tuple[dict, str | None, dict, dict]:
-    """A task file with a top-level `task_family` (e.g. {"task_family": "svg_icon", "prompt": ...,
-    "reference_png": "ref.png"}): (task, family, family_options, request limits). `prompt` is the
-    instruction; a relative reference_png is relative to the task file."""
+    """A task file with a top-level `task_family` (a family's record, e.g. {"task_family": "svg_icon",
+    "prompt": ..., "reference_png": "ref.png"}): (task, family, family_options, request limits), as
+    the family's record declares them (families/base.py): its instruction_key is the instruction,
+    its request_keys are limits, its path_keys are relative to the task file."""
+    from harness_env.families import get_family
+
     data = dict(data)
-    family = data.pop("task_family", None)
-    if family is None:
+    name = data.pop("task_family", None)
+    if name is None:
         return data, None, {}, {}
-    if "prompt" in data:
-        data["instruction"] = data.pop("prompt")
+    family = get_family(name)  # InvalidRequestError naming the registered ones
+    if family.instruction_key in data:
+        data["instruction"] = data.pop(family.instruction_key)
     task = {k: data.pop(k) for k in TASK_KEYS if k in data}
-    limits = {k: data.pop(k) for k in FAMILY_REQUEST_KEYS if data.get(k) is not None}
-    ref = data.get("reference_png")
-    if isinstance(ref, str) and ref and not os.path.isabs(ref):
-        data["reference_png"] = os.path.join(os.path.dirname(os.path.abspath(task_file)), ref)
-    return task, family, data, limits
+    limits = {k: data.pop(k) for k in family.request_keys if data.get(k) is not None}
+    for key in family.path_keys:
+        path = data.get(key)
+        if isinstance(path, str) and path and not os.path.isabs(path):
+            data[key] = os.path.join(os.path.dirname(os.path.abspath(task_file)), path)
+    return task, name, data, limits
 
 
 def harness_of(flags: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool | None]:
@@ -93,7 +97,7 @@ def run_request(args: argparse.Namespace, task_data: dict | None = None):
     reading the task file and --api-key-env's variable."""
     from pydantic import ValidationError
 
-    from harness_env.core.errors import describe_validation_error
+    from harness_env.core.errors import InvalidRequestError, describe_validation_error
     from harness_env.models import RolloutRequest, harness_options_models
     from harness_env.models_options import calls_model
 
@@ -103,7 +107,10 @@ def run_request(args: argparse.Namespace, task_data: dict | None = None):
     if harness_options is not None and model is not None and model.model_construct(**harness_options).names_task:
         task, task_family, family_options, family_limits = None, None, {}, {}  # the harness's task brings its own
     else:
-        task, task_family, family_options, family_limits = split_family_task(task_data if task_data is not None else load_task(args.task), args.task)
+        try:
+            task, task_family, family_options, family_limits = split_family_task(task_data if task_data is not None else load_task(args.task), args.task)
+        except InvalidRequestError as e:  # a task_family no one registered
+            bad_input(str(e))
     api_key = args.api_key or ""
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env, "")

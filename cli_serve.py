@@ -50,6 +50,9 @@ def add_serve_parser(sub: Any) -> None:
     srv.add_argument("--retention-max-size", default=None,
                      help="keep stored results under this total, the oldest removed first, e.g. 10GB, 500MB, 0 for no limit "
                           "(env HARNESS_ENV_RETENTION_MAX_SIZE; default: 10GB)")
+    srv.add_argument("--sandbox-backend", default=None, metavar="NAME",
+                     help="where rollouts run: a name in the sandbox registry (core/sandbox/backends.py; "
+                          "default $HARNESS_ENV_SANDBOX_BACKEND, else local)")
     ray = srv.add_argument_group("Ray", "serve the same app as a Ray Serve application: replicas, each with its own engine, capture "
                                  "proxy and sandboxes, sharing a PostgreSQL store ($HARNESS_ENV_STORE_URL); needs the ray extra")
     ray.add_argument("--ray", action="store_true", help="deploy on Ray Serve (a local Ray cluster unless --ray-address)")
@@ -80,6 +83,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         retention = Retention.from_env(args.retention_max_age, args.retention_max_size)
     except ValueError as e:
         bad_input(str(e))
+    from harness_env.core.sandbox.backends import SANDBOX_BACKENDS
+
+    if args.sandbox_backend is not None and args.sandbox_backend not in SANDBOX_BACKENDS:
+        bad_input(f"unknown --sandbox-backend {args.sandbox_backend!r}; choose one of: {', '.join(sorted(SANDBOX_BACKENDS))}")
     ray_flags = [f for f in ("ray_address", "replicas", "min_replicas", "max_replicas") if getattr(args, f) is not None]
     if args.ray:
         return _serve_on_ray(args)
@@ -88,7 +95,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(host=args.host, port=args.port, public_url=args.public_url, token=args.token,
                  max_concurrent=args.max_concurrent, max_queue=args.max_queue, max_starting=args.max_starting,
                  allow_unauthenticated=args.allow_unauthenticated,
-                 data_dir=args.data_dir, retention=retention)
+                 data_dir=args.data_dir, retention=retention, sandbox_backend=args.sandbox_backend)
 
 
 def _serve_on_ray(args: argparse.Namespace) -> int:
@@ -101,6 +108,8 @@ def _serve_on_ray(args: argparse.Namespace) -> int:
     scale = Scale(args.replicas, args.min_replicas, args.max_replicas)
     if (problem := scale.problem()) is not None:
         bad_input(problem)
+    if args.sandbox_backend is not None:
+        bad_input("--sandbox-backend names one server's backend: Ray replicas read HARNESS_ENV_SANDBOX_BACKEND from their environment")
     if args.data_dir is not None:
         bad_input("--data-dir is a single server's SQLite store: Ray replicas share HARNESS_ENV_STORE_URL=postgresql://...")
     settings = ReplicaSettings(public_url=(args.public_url or f"http://127.0.0.1:{args.port}").rstrip("/"), token_required=bool(args.token),

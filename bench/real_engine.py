@@ -66,7 +66,7 @@ async def measure(server: VllmServer, harness: str, plain_sampling: bool = False
 
 
 def _dialect(harness: str) -> str:
-    return getattr(HARNESSES[harness], "dialect", None) or "chat"
+    return HARNESSES[harness].dialect or "chat"
 
 
 def table(rows: list[dict]) -> str:

@@ -19,10 +19,12 @@ from harness_env.core.sandbox.base import ExecResult
 from harness_env.models import RolloutRequest
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pydantic import BaseModel
 
     from harness_env.core.sandbox.base import Sandbox
-    from harness_env.models import RolloutResult
+    from harness_env.models import DatasetTaskInfo, RolloutResult
 
 
 @dataclass(frozen=True)
@@ -106,10 +108,29 @@ class CallResultParser(JsonEventParser):
         return AgentOutcome(final_text=self.final_text, tool_calls=len(self.calls & self.results), error=self.error, events=self.events)
 
 
+@dataclass(frozen=True)
+class LocalTask:
+    """A task of a harness's own at a local path: its name, its index in the dataset (None: the
+    path is the task itself) and the harness options that name it."""
+
+    name: str
+    index: int | None
+    harness_options: dict[str, Any]
+
+
+# A fact a harness shows about what it ran, on its own tab of the web page: a label, and a text, a
+# map (shown as a table) or None (shown as "none").
+RunFact = tuple[str, "str | dict[str, float] | None"]
+
+
 class Harness(Protocol):
     name: str
     capabilities: tuple[str, ...]
     options_model: type[BaseModel] | None  # the harness's own options (request.harness_options), if any
+    # The wire dialect it speaks to the proxy (core/capture/dialects), and so the only native
+    # upstream it can be passed through to; None: it checks for itself in prepare (Harbor's agents).
+    dialect: str | None
+    pin: toolchain.ToolPin | None  # its CLI as `harness-env install` fetches it (core/toolchain.py); None: not from npm
 
     def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
         """The request as this harness needs it (Harbor resolves its task directory); raise
@@ -131,6 +152,22 @@ class Harness(Protocol):
     async def run_agent(self, ctx: LaunchContext, sandbox: Sandbox, stop: asyncio.Event) -> tuple[ExecResult, AgentOutcome]:
         """Run the agent in `sandbox` until it ends, `ctx.request.agent_timeout_s` passes (then
         `timed_out`) or `stop` is set (then `stopped`)."""
+        ...
+
+    def list_tasks(self, dataset: str, split: str | None) -> list[DatasetTaskInfo] | None:
+        """The tasks of a dataset on the server, for a remote caller (`list_tasks`, GET
+        /<harness>/tasks); None: this harness brings no tasks of its own. Raise InvalidRequestError
+        for a dataset the caller may not name or that does not exist."""
+        ...
+
+    def local_tasks(self, path: Path, split: str | None) -> list[LocalTask] | None:
+        """The tasks at a local path (`harness-env eval TASKS`, a trusted caller) when it is a task
+        or dataset of this harness's own; None: it is not (other readers are asked)."""
+        ...
+
+    def result_facts(self, result: RolloutResult) -> list[RunFact] | None:
+        """What this harness ran, for its own tab on the web page (the agent's trajectory is shown
+        under them); None: `result` holds nothing of this harness's own, and no tab is shown."""
         ...
 
 
@@ -183,20 +220,33 @@ class OwnsEnvironment(Protocol):
 
 
 class HarnessBase:
-    """Defaults every harness shares: no options of its own, nothing to prepare."""
+    """Defaults every harness shares: no options of its own, chat completions, no pinned CLI,
+    nothing to prepare."""
 
     options_model: type[BaseModel] | None = None
+    dialect: str | None = "chat_completions"
+    pin: toolchain.ToolPin | None = None
 
     def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
         return request
 
+    def list_tasks(self, dataset: str, split: str | None) -> list[DatasetTaskInfo] | None:
+        return None
+
+    def local_tasks(self, path: Path, split: str | None) -> list[LocalTask] | None:
+        return None
+
+    def result_facts(self, result: RolloutResult) -> list[RunFact] | None:
+        return None
+
 
 class PinnedCliHarness(HarnessBase):
-    """What every harness whose CLI comes from the pinned toolchain shares (its `name` is its
-    entry in toolchain.PINS): the agent is that CLI, launched in the sandbox, its stdout parsed
-    line by line."""
+    """What every harness whose CLI comes from the pinned toolchain shares (its `pin` says which
+    npm package and version; `pin.name` is its `name`): the agent is that CLI, launched in the
+    sandbox, its stdout parsed line by line."""
 
     name: str
+    pin: toolchain.ToolPin
     # The CLI says why a run failed only in its JSON events on stdout (its stderr holds start-up
     # notices): the rollout's error quotes stderr's tail, so the parser's error is appended to it.
     reason_in_events: bool = False

@@ -51,7 +51,7 @@ def prepare(request: RolloutRequest | dict[str, Any], *, trusted: bool) -> Prepa
         except ValidationError as e:
             raise InvalidRequestError(describe_validation_error(e)) from None
     request = harness.prepare(request, trusted=trusted)
-    check_wire_api(request, getattr(harness, "dialect", "chat_completions"))  # the dialect it speaks (core/capture/dialects)
+    check_wire_api(request, harness.dialect)  # the dialect it speaks (core/capture/dialects)
     if not request.task_family:
         if request.family_options:
             raise InvalidRequestError("family_options given without task_family")

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 HARNESSES: dict[str, type] = {}  # name -> harness class
 _FAMILY_LOADERS: dict[str, Callable[[], type]] = {}  # name -> a loader of the family class (imported on first use)
+# A `harness-env` command of a family's own, with its own parser: name -> (help, a loader of its main(argv) -> exit code).
+FamilyCommand = tuple[str, Callable[[], Callable[[list[str]], int]]]
+FAMILY_COMMANDS: dict[str, FamilyCommand] = {}
 
 
 def register_harness(name: str, cls: type) -> None:
@@ -31,8 +34,11 @@ def get_harness(name: str) -> Harness:
     return cls()
 
 
-def register_family(name: str, loader: Callable[[], type]) -> None:
+def register_family(name: str, loader: Callable[[], type], commands: dict[str, FamilyCommand] | None = None) -> None:
+    """`commands`: the family's own `harness-env` commands, declared here so the command line
+    lists them without importing the family."""
     _FAMILY_LOADERS[name] = loader
+    FAMILY_COMMANDS.update(commands or {})
 
 
 def family_names() -> list[str]:

@@ -1,7 +1,8 @@
 """Pinned harness CLIs and the Node runtime, installed from the npm registry into a project-owned
 tools directory (never global npm).
 
-`PINS` is the single source of truth for versions: the install command, the tests and the
+Each harness declares its own pin (`pin` on its class); `pins()` gathers them from the harness
+registry, the single source of truth for versions: the install command, the tests and the
 Dockerfile all read it (`harness-env install --print-pins` prints it as JSON).
 """
 
@@ -16,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness_env.core.errors import ToolMissingError
+from harness_env.core.registry import HARNESSES
 
 NODE_VERSION = "22.23.5"  # installed only when the machine's Node is older than a pin needs
 
@@ -32,19 +34,17 @@ class ToolPin:
     native_variants: bool = True  # native: musl and baseline (no AVX2) builds are packages of their own
 
 
-PINS: dict[str, ToolPin] = {
-    "pi": ToolPin(name="pi", package="@earendil-works/pi-coding-agent", version="1.6.0", bin="pi", node_min="22.19.0"),
-    "opencode": ToolPin(name="opencode", package="opencode-ai", version="1.18.33", bin="opencode", native_prefix="opencode"),
-    # One static (musl) binary per architecture, in @openai/codex-linux-<arch> (an npm alias of a
-    # platform version of @openai/codex); the package's bin script only finds and execs it.
-    "codex": ToolPin(name="codex", package="@openai/codex", version="0.171.0", bin="codex", native_prefix="@openai/codex",
-                     native_path="vendor/{machine}-unknown-linux-musl/bin/codex", native_variants=False),
-    # One native binary per platform, in @anthropic-ai/claude-code-linux-<arch>[-musl]; the
-    # package's bin is a placeholder its postinstall script (never run) overwrites with it.
-    "claude-code": ToolPin(name="claude-code", package="@anthropic-ai/claude-code", version="2.1.332", bin="claude",
-                           native_prefix="@anthropic-ai/claude-code", native_path="{bin}"),
-    "gemini-cli": ToolPin(name="gemini-cli", package="@google/gemini-cli", version="0.61.0", bin="gemini", node_min="20.0.0"),
-}
+def pins() -> dict[str, ToolPin]:
+    """Each registered harness's pin, by harness name: a harness whose CLI comes from npm declares
+    it (`pin` on its class, in its own package under envs/); this module only installs and finds it."""
+    return {name: cls.pin for name, cls in HARNESSES.items() if cls.pin is not None}
+
+
+def pin_of(name: str) -> ToolPin:
+    pin = pins().get(name)
+    if pin is None:
+        raise ToolMissingError(f"no harness {name!r} with a pinned CLI is registered; known: {', '.join(pins())}")
+    return pin
 
 
 def tools_dir() -> Path:
@@ -102,7 +102,7 @@ def _package_dir(root: Path, pin: ToolPin) -> Path:
 
 
 def installed_version(name: str, root: Path | None = None) -> str | None:
-    pin = PINS[name]
+    pin = pin_of(name)
     manifest = _package_dir(root or tools_dir(), pin) / "package.json"
     try:
         return json.loads(manifest.read_text())["version"]
@@ -113,7 +113,7 @@ def installed_version(name: str, root: Path | None = None) -> str | None:
 def harness_command(name: str, root: Path | None = None) -> list[str]:
     """argv prefix that runs the pinned CLI `name` (Node + its entry script)."""
     root = root or tools_dir()
-    pin = PINS[name]
+    pin = pin_of(name)
     version = installed_version(name, root)
     if version != pin.version:
         have = f"version {version} is installed" if version else "it is not installed"
@@ -171,19 +171,20 @@ def _npm(args: list[str]) -> None:
 def install(names: list[str] | None = None, root: Path | None = None, log=print) -> dict[str, str]:
     """Install the pinned CLIs (all by default) and Node if needed. Idempotent; returns name -> version."""
     root = root or tools_dir()
-    names = names or list(PINS)
-    unknown = [n for n in names if n not in PINS]
+    known = pins()
+    names = names or list(known)
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise ToolMissingError(f"unknown harness {', '.join(unknown)}; known: {', '.join(PINS)}")
+        raise ToolMissingError(f"unknown harness {', '.join(unknown)}; known: {', '.join(known)}")
     done: dict[str, str] = {}
-    need_node = max((_version_tuple(PINS[n].node_min or "0") for n in names), default=())
+    need_node = max((_version_tuple(known[n].node_min or "0") for n in names), default=())
     system = _system_node()
     if not _installed_node(root) and (system is None or _version_tuple(system[1]) < need_node):
         log(f"installing Node {NODE_VERSION} into {root / 'node'} (machine has {system[1] if system else 'none'})")
         _npm(["install", "--prefix", str(root / "node"), "--no-save", f"{node_package()}@{NODE_VERSION}"])
         done["node"] = NODE_VERSION
     for name in names:
-        pin = PINS[name]
+        pin = known[name]
         if installed_version(name, root) == pin.version:
             log(f"{name} {pin.version} already installed")
             done[name] = pin.version
@@ -202,4 +203,4 @@ def install(names: list[str] | None = None, root: Path | None = None, log=print)
 
 
 def pins_json() -> str:
-    return json.dumps({"node": NODE_VERSION, **{n: asdict(p) for n, p in PINS.items()}}, indent=2)
+    return json.dumps({"node": NODE_VERSION, **{n: asdict(p) for n, p in pins().items()}}, indent=2)

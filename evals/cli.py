@@ -75,10 +75,9 @@ def eval_requests(args: argparse.Namespace) -> tuple[list[tuple[str, Any]], bool
         one = copy.copy(args)
         one.task, one.task_index = t.source, t.task_index
         request, use_bwrap = run_request(one, t.data)
-        update = {k: v for k, v in t.request_defaults.items() if getattr(args, k, None) is None}
         if not request.task.task_id:
-            update["task"] = request.task.model_copy(update={"task_id": t.task_id})
-        out.append((t.task_id, request.model_copy(update=update) if update else request))
+            request = request.model_copy(update={"task": request.task.model_copy(update={"task_id": t.task_id})})
+        out.append((t.task_id, request))
     return out, use_bwrap
 
 

@@ -2,10 +2,11 @@
 
 A path is one of:
   - a JSONL file: one task per line (a task file's object: instruction, setup, verify, files,
-    task_id; or a task family's record with `task_family`); a line with `prompt` and no
-    `instruction` is an svg_icon record;
-  - a directory holding `tasks.jsonl` (an svg_icon dataset, as `harness-env svg-dataset` writes it);
-  - a Harbor dataset directory (task directories with task.toml), or one Harbor task directory;
+    task_id; or a task family's record with `task_family`); a line without `instruction` that has
+    a family's instruction_key (families/base.py) is that family's record;
+  - a directory holding `tasks.jsonl` (a family's dataset, e.g. as `harness-env svg-dataset` writes it);
+  - a task or dataset directory of a harness's own (its `local_tasks`: Harbor's task directories
+    with task.toml, or one of them);
   - a directory of task JSON files (`*.json`, in name order).
 Nothing here runs a rollout; turning a task into a request is the caller's (the CLI's run_request).
 """
@@ -21,22 +22,21 @@ from typing import Any
 
 from harness_env.core.errors import InvalidRequestError
 
-SVG_RECORD_KEYS = ("task_id", "prompt", "reference_png", "source_prompt", "max_turns", "agent_timeout_s")
-SVG_REQUEST_KEYS = ("verify_timeout_s",)  # a record's own limit that is a request field
-
 
 @dataclass(frozen=True)
 class EvalTask:
     """One task: `source` is the file it came from (relative paths in it are relative to that file's
-    directory) or the Harbor dataset / task directory; `data` the task object (None for a Harbor
-    task, which brings its own); `task_index` the Harbor dataset's index; `request_defaults` request
-    fields the task sets unless the command line does."""
+    directory) or the harness's dataset / task directory; `data` the task object (None for a
+    harness's own task, which brings its own: `harness` runs it with `harness_options` naming it);
+    `task_index` its dataset's index. A family record's own request fields (its limits) are in
+    `data`, under its request_keys."""
 
     task_id: str
     source: str
     data: dict[str, Any] | None = None
     task_index: int | None = None
-    request_defaults: dict[str, Any] = field(default_factory=dict)
+    harness: str | None = None
+    harness_options: dict[str, Any] = field(default_factory=dict)
 
 
 MAX_ID_CHARS = 100  # a directory name, far under a name's 255 bytes, with room for a duplicate's "-N"
@@ -61,13 +61,21 @@ def _unique(tasks: list[EvalTask]) -> list[EvalTask]:
         base = safe_id(t.task_id)
         seen[base] = seen.get(base, 0) + 1
         name = base if seen[base] == 1 else f"{base}-{seen[base]}"
-        out.append(EvalTask(name, t.source, t.data, t.task_index, t.request_defaults))
+        out.append(EvalTask(name, t.source, t.data, t.task_index, t.harness, t.harness_options))
     return out
 
 
-def _svg_record(rec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    data = {"task_family": "svg_icon", **{k: rec[k] for k in SVG_RECORD_KEYS if rec.get(k) is not None}}
-    return data, {k: rec[k] for k in SVG_REQUEST_KEYS if rec.get(k) is not None}
+def _family_record(rec: dict[str, Any]) -> dict[str, Any]:
+    """A record without `task_family` or `instruction`, as the first registered family whose
+    instruction_key it has reads it (only its record_keys and request_keys pass on); else as it is."""
+    from harness_env.families import family_names, get_family
+
+    for name in family_names():
+        family = get_family(name)
+        if family.instruction_key in rec:
+            keys = (*family.record_keys, *family.request_keys)
+            return {"task_family": name, **{k: rec[k] for k in keys if rec.get(k) is not None}}
+    return rec
 
 
 def _json_object(text: str, where: str) -> dict[str, Any]:
@@ -86,10 +94,9 @@ def _from_jsonl(path: Path) -> list[EvalTask]:
         if not line.strip():
             continue
         data = _json_object(line, f"{path} line {n}")
-        defaults: dict[str, Any] = {}
-        if "prompt" in data and "instruction" not in data and "task_family" not in data:
-            data, defaults = _svg_record(data)
-        tasks.append(EvalTask(str(data.get("task_id") or f"line{n}"), str(path), data, None, defaults))
+        if "instruction" not in data and "task_family" not in data:
+            data = _family_record(data)
+        tasks.append(EvalTask(str(data.get("task_id") or f"line{n}"), str(path), data))
     return tasks
 
 
@@ -101,18 +108,16 @@ def _from_json_files(root: Path) -> list[EvalTask]:
     return tasks
 
 
-def _is_harbor(root: Path) -> bool:
-    if (root / "task.toml").is_file():
-        return True
-    return any((d / "task.toml").is_file() for d in root.iterdir() if d.is_dir())
+def _harness_tasks(root: Path, split: str | None) -> list[EvalTask] | None:
+    """The tasks at `root` as the first registered harness that claims it reads them (its
+    local_tasks); None when none does."""
+    from harness_env.envs import HARNESSES
 
-
-def _from_harbor(root: Path, split: str | None) -> list[EvalTask]:
-    if (root / "task.toml").is_file():
-        return [EvalTask(root.name, str(root.resolve()))]
-    from harness_env.envs.harbor.resolve import list_tasks
-
-    return [EvalTask(info.name, str(root.resolve()), None, info.index) for info in list_tasks(str(root), split, trusted=True)]
+    for name, cls in HARNESSES.items():
+        found = cls().local_tasks(root, split)
+        if found is not None:
+            return [EvalTask(t.name, str(root.resolve()), None, t.index, name, t.harness_options) for t in found]
+    return None
 
 
 def load_tasks(path: str | Path, *, split: str | None = None) -> list[EvalTask]:
@@ -125,27 +130,26 @@ def load_tasks(path: str | Path, *, split: str | None = None) -> list[EvalTask]:
         raise InvalidRequestError(f"TASKS {path}: no such file or directory")
     elif (root / "tasks.jsonl").is_file():
         tasks = _from_jsonl(root / "tasks.jsonl")
-    elif split or _is_harbor(root):
-        tasks = _from_harbor(root, split)
     else:
-        tasks = _from_json_files(root)
+        tasks = _harness_tasks(root, split)
+        if tasks is None:
+            tasks = _from_json_files(root)
     if not tasks:
         raise InvalidRequestError(f"TASKS {path} holds no task (a JSONL of tasks, a directory of task JSON files, "
-                                  "an svg_icon dataset with tasks.jsonl, or a Harbor dataset directory)")
+                                  "a family's dataset with tasks.jsonl, or a task or dataset directory of a harness)")
     return _unique(tasks)
 
 
 def task_request(task: EvalTask, request: dict[str, Any]) -> dict[str, Any]:
     """The request (a dict RolloutRequest validates) for `task` with the shared fields of
     `request` (endpoint, harness, options): for code, as `harness-env eval` makes them from its flags.
-    A Harbor task runs with harness harbor, its directory (and index) in harness_options."""
+    A harness's own task runs with that harness, what names it in harness_options."""
     from harness_env.cli_request import split_family_task
 
     if task.data is None:
-        where = {"task_dir": task.source} if task.task_index is None else {"dataset": task.source, "task_index": task.task_index}
-        return {**request, "harness": "harbor", "harness_options": {**request.get("harness_options", {}), **where}}
+        return {**request, "harness": task.harness, "harness_options": {**request.get("harness_options", {}), **task.harness_options}}
     data, family, family_options, limits = split_family_task(task.data, task.source)
-    raw = {**limits, **task.request_defaults, **request, "task": {"task_id": task.task_id, **data}}
+    raw = {**limits, **request, "task": {"task_id": task.task_id, **data}}
     if family is not None:
         raw["task_family"] = family
         raw["family_options"] = {**family_options, **request.get("family_options", {})}

@@ -4,7 +4,9 @@ Each is registered here; core/pipeline.py prepares a request with it."""
 
 from __future__ import annotations
 
-from harness_env.core.registry import family_names, get_family, register_family
+from collections.abc import Callable
+
+from harness_env.core.registry import FAMILY_COMMANDS, family_names, get_family, register_family
 
 
 def _svg_icon() -> type:
@@ -13,6 +15,14 @@ def _svg_icon() -> type:
     return SvgIconFamily
 
 
-register_family("svg_icon", _svg_icon)
+def _svg_dataset() -> Callable[[list[str]], int]:
+    from harness_env.families.svg_icon.dataset import main
 
-__all__ = ["family_names", "get_family"]
+    return main
+
+
+register_family("svg_icon", _svg_icon, commands={
+    "svg-dataset": ("build svg_icon task records from icon parquet shards or a CSV of briefs (--help for its options)", _svg_dataset),
+})
+
+__all__ = ["FAMILY_COMMANDS", "family_names", "get_family"]

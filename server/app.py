@@ -1,8 +1,8 @@
 """The FastAPI app factory: one app, one port.
 
 Routes: POST /rollout, /rollouts (jobs: server/jobs_routes.py), GET /metrics (Prometheus:
-server/metrics.py), GET /harnesses, GET /harbor/tasks?dataset=&split= (the Harbor tasks of a
-dataset under $HARNESS_ENV_HARBOR_TASKS_DIR), GET /catalog, GET /health, /metadata and /schema
+server/metrics.py), GET /harnesses, GET /<harness>/tasks?dataset=&split= (a dataset's tasks,
+as a harness that brings its own lists them), GET /catalog, GET /health, /metadata and /schema
 (OpenEnv's, server/openenv_routes.py), /docs (served offline, server/docs_page.py), /mcp (MCP over
 streamable HTTP, also OpenEnv's MCPToolClient), /ws (OpenEnv's session socket), /capture/v1 (the
 capture proxy, where sandboxes reach the policy), /web (the Gradio UI). Bad arguments answer 422,
@@ -22,7 +22,8 @@ import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
@@ -33,6 +34,8 @@ from harness_env.core.capture.serve import serve_on_unix
 from harness_env.core.capture.sockets import capture_socket_path
 from harness_env.core.cpus import available_cpus
 from harness_env.core.errors import InvalidRequestError, ToolMissingError, safe_text
+from harness_env.core.registry import HARNESSES
+from harness_env.core.sandbox.backends import DEFAULT_BACKEND, default_backend
 from harness_env.core.sandbox.local import bwrap_available
 from harness_env.core.sandbox.sweep import sweep_at_start
 from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
@@ -86,12 +89,14 @@ def create_app(
     max_queue: int | None = None,
     max_starting: int | None = None,
     use_bwrap: bool | None = None,
+    sandbox_backend: str | None = None,
     data_dir: str | os.PathLike | None = None,
     retention: Retention | None = None,
 ):
     """`data_dir`: where the job store's SQLite file is (default: server/store/location.py);
     $HARNESS_ENV_STORE_URL names another store (PostgreSQL) instead. `retention`: how long and how
-    much is kept (default: from the environment)."""
+    much is kept (default: from the environment). `sandbox_backend`: a name in the sandbox registry
+    (core/sandbox/backends.py; default $HARNESS_ENV_SANDBOX_BACKEND, else local)."""
     # Masked by the capture proxy in everything it passes back or records: the token, and every
     # credential-looking variable of the server (catalog and judge keys, provider tokens).
     env = dict(os.environ)
@@ -104,7 +109,8 @@ def create_app(
     # Where sandboxes reach the capture proxy: the public URL unless told (a Space's public address
     # is its front door, which would turn away the sandboxes' per-rollout keys of a private Space).
     capture_base = (capture_url or public_url).rstrip("/") + CAPTURE_PREFIX + "/v1"
-    service = JobService(proxy, capture_base, slots, use_bwrap)
+    backend = sandbox_backend or default_backend()
+    service = JobService(proxy, capture_base, slots, use_bwrap, backend)
     # Every rollout is a job in the store, opened when the app starts (nothing is written before).
     jobs = service.jobs = JobManager(service, store_url(Path(data_dir) if data_dir else default_data_dir()))
     retention = retention or Retention.from_env()
@@ -174,7 +180,8 @@ def create_app(
 
     def server_state() -> ServerState:
         return ServerState(harnesses={h.name: h.version for h in service.list_harnesses()},
-                           sandbox_backend="bwrap" if bwrap_available() else "plain",
+                           # The local backend says which of its two kinds it is (as its rollouts' sandbox_backend does).
+                           sandbox_backend=backend if backend != DEFAULT_BACKEND else "bwrap" if bwrap_available() else "plain",
                            rollouts_running=slots.running, rollouts_queued=slots.queued,
                            max_concurrent=slots.max_concurrent, max_queue=slots.max_queue)
 
@@ -207,13 +214,17 @@ def create_app(
     async def harnesses() -> list[HarnessInfo]:
         return service.list_harnesses()
 
-    @app.get("/harbor/tasks", response_model=list[DatasetTaskInfo])
-    def harbor_tasks(
-        dataset: str = Query("", max_length=1024, description="dataset directory, relative to $HARNESS_ENV_HARBOR_TASKS_DIR (empty: that directory)"),
+    @app.get("/{harness}/tasks", response_model=list[DatasetTaskInfo])
+    def harness_tasks(
+        harness: str = PathParam(max_length=64, description="a harness that brings tasks of its own (GET /harnesses)"),
+        dataset: str = Query("", max_length=1024, description="dataset directory, relative to the harness's tasks root (empty: that root)"),
         split: str | None = Query(None, max_length=128, description="a subdirectory of the dataset"),
     ) -> list[DatasetTaskInfo]:
-        """The Harbor tasks of a dataset, in the order `harbor.task_index` counts them."""
-        return service.list_tasks(dataset, split or None)  # a plain def: FastAPI runs it off the event loop
+        """The tasks of a dataset as the harness lists them (its `list_tasks`), in the order its
+        task index counts them; 404 for a harness that brings none."""
+        if harness not in HARNESSES:
+            raise HTTPException(404, f"no harness {harness[:64]!r}")
+        return service.list_tasks(dataset, split or None, harness)  # a plain def: FastAPI runs it off the event loop
 
     @app.get("/catalog")
     async def catalog() -> list[dict]:

@@ -27,7 +27,7 @@ from sqlalchemy.engine import make_url
 from harness_env.core.engine import CaptureAccess, RolloutRun
 from harness_env.core.phases import EventSink
 from harness_env.core.pipeline import PreparedRollout
-from harness_env.core.sandbox.factory import LocalSandboxFactory
+from harness_env.core.sandbox.base import SandboxFactory
 from harness_env.core.serialisable import describe, failed_copy, repaired_copy
 from harness_env.models import (
     ENDED_STATUSES,
@@ -223,8 +223,8 @@ class JobManager:
         if job.listener is not None:
             job.listener(ev)
 
-    def _factory(self, job: Job) -> LocalSandboxFactory:
-        base, writer = LocalSandboxFactory(self.service.use_bwrap), self.writer
+    def _factory(self, job: Job) -> SandboxFactory:
+        base, writer = self.service.sandbox_factory, self.writer
         assert writer is not None and self.store is not None
         store = self.store
 

@@ -94,6 +94,7 @@ def serve(
     allow_unauthenticated: bool = False,
     data_dir: str | None = None,
     retention: Retention | None = None,
+    sandbox_backend: str | None = None,
 ) -> int:
     problem = check_exposure(host, token, allow_unauthenticated)
     if problem:
@@ -109,7 +110,8 @@ def serve(
     # (Harbor's remote sandbox providers need one they can reach).
     capture_url = public_url or f"http://127.0.0.1:{port}"
     app = create_app(public_url=url, capture_url=capture_url, token=token, max_concurrent=max_concurrent, max_queue=max_queue,
-                     max_starting=max_starting, data_dir=data_dir, retention=retention)
+                     max_starting=max_starting, data_dir=data_dir, retention=retention,
+                     sandbox_backend=sandbox_backend)
     # X-Forwarded-For names the client (for the failed-authentication limit) only when the operator
     # names the proxies that set it (uvicorn's FORWARDED_ALLOW_IPS); uvicorn alone trusts loopback,
     # where any local process could claim to be any address.

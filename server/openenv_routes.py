@@ -32,7 +32,7 @@ class ServerState(BaseModel):
     """What the server is doing: its harnesses, its sandbox backend, and its rollout slots."""
 
     harnesses: dict[str, str | None] = Field(description="harness name -> installed version (null: not installed)")
-    sandbox_backend: Literal["bwrap", "plain"] = Field(description="bwrap: OS-level sandboxes; plain: directories only")
+    sandbox_backend: str = Field(description="the local backend's bwrap (OS-level sandboxes) or plain (directories only); else the backend the server was told")
     rollouts_running: int = Field(ge=0)
     rollouts_queued: int = Field(ge=0)
     max_concurrent: int = Field(ge=1, description="rollouts run at once")

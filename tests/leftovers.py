@@ -18,7 +18,7 @@ from harness_env.core.sandbox.sweep import sweep_sandboxes
 
 
 def _rollout_mounts(*tops: Path) -> set[str]:
-    """Mounts with a rollout directory (`rollout-<id>`, `harbor-<id>`) on their path, at or below `tops`."""
+    """Mounts with a rollout directory (`rollout-<id>`, `trial-<id>`) on their path, at or below `tops`."""
     return {m for top in tops for m in mounts_at_or_below(top) if any(ROLLOUT_NAME_RE.fullmatch(p) for p in Path(m).parts)}
 
 

@@ -1,14 +1,18 @@
 """A real `harness-env serve` process on a free port (the tests drive it as users would)."""
 
+import asyncio
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+import uvicorn
 
 
 def raw_status(port: int, request: bytes, *, timeout: float = 30, source: str = "127.0.0.1") -> int:
@@ -96,3 +100,23 @@ class ServerProcess:
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
         assert left == [], f"the server left temporary files behind: {left}"
         return self.log_path.read_text()
+
+
+@asynccontextmanager
+async def served_in_process(make_app) -> AsyncIterator[str]:
+    """`make_app(url)` served in this process on a loopback port, started and stopped as
+    `harness-env serve` does (its lifespan runs); yields the URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(make_app(url), lifespan="on", log_level="warning"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        assert not task.done(), task.result()
+        await asyncio.sleep(0.05)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from harness_env import envs  # noqa: F401 - registers the harnesses: their pins are the table
 from harness_env.cli import build_parser
-from harness_env.core.toolchain import NODE_VERSION, PINS
+from harness_env.core.toolchain import NODE_VERSION, pins
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
@@ -190,7 +191,7 @@ def test_the_docker_commands_of_the_docs_fit_the_image():
 def test_harnesses_are_installed_from_the_pin_table_only():
     assert any("harness-env install" in run for run in _instructions("RUN"))
     # No version of a harness or of Node is written into the Dockerfile: one table rules.
-    for pin in PINS.values():
+    for pin in pins().values():
         assert pin.package not in DOCKERFILE
     assert NODE_VERSION not in DOCKERFILE and "npm install" not in DOCKERFILE
 

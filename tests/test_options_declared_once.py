@@ -15,6 +15,7 @@ import pytest
 from harness_env import cli
 from harness_env.cli_flags import flag_name, shown_default
 from harness_env.cli_request import request_fields
+from harness_env.families import family_names, get_family
 from harness_env.models import HARNESS_OPTIONS, LEGACY_OPTION_KEYS, RolloutOptions, harness_options_models
 from harness_env.server.mcp_rollout import run_rollout_schema
 from harness_env.server.mcp_tools import McpToolServer
@@ -23,6 +24,7 @@ from tests import needs
 
 REPO = Path(__file__).resolve().parents[1]
 OPTION_FIELDS = [name for name in RolloutOptions.model_fields if name != HARNESS_OPTIONS]
+FAMILY_FIELDS = [(family, name) for family in family_names() for name in get_family(family).options_model.model_fields]
 HARNESS_FIELDS = [(harness, name) for harness, model in harness_options_models().items() for name in model.model_fields]
 
 # What users' scripts use today: these names must keep working.
@@ -133,8 +135,8 @@ def test_every_rollout_option_is_a_web_control_with_its_description_and_default(
     info = RolloutOptions.model_fields[name]
     control = {c.name: c for c in option_controls()}[name]
     assert control.info == info.description and control.default == info.default
-    if control.kind == "family":  # the task column's family choice and its options (svg_icon's fields)
-        assert page.task_family.value and page.svg_group is not None
+    if control.kind == "family":  # the task column's family choice and each family's own options
+        assert page.task_family.value and set(page.family_groups) == set(family_names())
         return
     component = page.inputs[name]
     assert component.info == info.description
@@ -155,6 +157,16 @@ def test_every_harness_option_a_remote_caller_may_set_is_a_web_control(page, har
     assert control.info == info.description and control.default == info.default
     component = page.harness_inputs[harness][name]
     assert component.info == info.description and component.elem_id == f"{harness}-{name.replace('_', '-')}"
+    value, expected = _shown(component, info.default)
+    assert value == expected
+
+
+@pytest.mark.parametrize("family,name", FAMILY_FIELDS)
+def test_every_family_option_is_a_web_control_with_its_title_description_and_default(page, family, name):
+    info = get_family(family).options_model.model_fields[name]
+    component = page.family_inputs[family][name]
+    assert component.label == info.title and component.elem_id == f"{family}-{name.replace('_', '-')}"
+    assert (component.info or "") == (info.description or "")
     value, expected = _shown(component, info.default)
     assert value == expected
 

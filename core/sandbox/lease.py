@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from harness_env.core.procs import process_starttime
 
 LEASE_SUFFIX = ".lease"
-ROLLOUT_NAME_RE = re.compile(r"(rollout|harbor)-[0-9a-f]{12}")  # a local rollout's directory, a Harbor trial's
+ROLLOUT_NAME_RE = re.compile(r"(rollout|trial)-[0-9a-f]{12}")  # a local rollout's directory; a trial's, of a harness that owns its environment
 TEMP_DIR_PREFIX = "harness-env-tmp-"  # a leased directory under the system's temporary directory (leased_temp_dir)
 DEFAULT_LEASE_S = 7 * 24 * 3600.0  # only judged for an owner in another PID namespace, or an unreadable lease
 MAX_LEASE_BYTES = 4096

@@ -7,12 +7,17 @@ from __future__ import annotations
 import os
 
 from harness_env.core.harness import LaunchContext, LaunchSpec, PinnedCliHarness
+from harness_env.core.toolchain import ToolPin
 from harness_env.envs.claude_code.config import claude_argv, claude_env, settings_json
 from harness_env.envs.claude_code.events import ClaudeCodeEventParser
 
 
 class ClaudeCodeHarness(PinnedCliHarness):
     name = "claude-code"
+    # One native binary per platform, in @anthropic-ai/claude-code-linux-<arch>[-musl]; the
+    # package's bin is a placeholder its postinstall script (never run) overwrites with it.
+    pin = ToolPin(name="claude-code", package="@anthropic-ai/claude-code", version="2.1.332", bin="claude",
+                  native_prefix="@anthropic-ai/claude-code", native_path="{bin}")
     capabilities = ("streaming", "tool_calls", "token_capture", "tool_call_count", "messages_api")
     dialect = "messages"  # what it speaks to the proxy, and so the only native upstream it can be passed through to
     reason_in_events = True  # an API error is quoted in its `result` event; stderr has notices only

@@ -7,12 +7,14 @@ from __future__ import annotations
 import os
 
 from harness_env.core.harness import LaunchContext, LaunchSpec, PinnedCliHarness
+from harness_env.core.toolchain import ToolPin
 from harness_env.envs.gemini_cli.config import gemini_argv, gemini_env, settings_json
 from harness_env.envs.gemini_cli.events import GeminiEventParser
 
 
 class GeminiCliHarness(PinnedCliHarness):
     name = "gemini-cli"
+    pin = ToolPin(name="gemini-cli", package="@google/gemini-cli", version="0.61.0", bin="gemini", node_min="20.0.0")
     capabilities = ("streaming", "tool_calls", "token_capture", "tool_call_count", "gemini_api")
     dialect = "gemini"  # what it speaks to the proxy, and so the only native upstream it can be passed through to
     reason_in_events = True  # an API error is in its `result` event; stderr has start-up notices

@@ -36,10 +36,10 @@ from harness_env.envs.pi import config as pi_config
 class _Preinstalled:
     """Mixin: `install` checks the pinned CLI instead of downloading one."""
 
-    TOOL: str  # our pinned tool's name (toolchain.PINS); its command is the pin's `bin`
+    TOOL: str  # our pinned tool's name (a harness's pin); its command is the pin's `bin`
 
     async def install(self, environment: BaseEnvironment) -> None:
-        command = toolchain.PINS[self.TOOL].bin
+        command = toolchain.pin_of(self.TOOL).bin
         r = await environment.exec(command=f"command -v {shlex.quote(command)}")
         if r.return_code != 0:
             raise RuntimeError(

@@ -77,7 +77,7 @@ def check_agent_and_sandbox(opts: HarborOptions) -> None:
     if opts.sandbox not in sandboxes:
         raise InvalidRequestError(f"unknown sandbox {opts.sandbox!r}; choose one of: {', '.join(sandboxes)}")
     asked = opts.agent_kwargs.get("version")
-    pin = toolchain.PINS.get(opts.agent)
+    pin = toolchain.pins().get(opts.agent)
     if opts.sandbox == LOCAL_SANDBOX and pin is not None and asked not in (None, "", pin.version):
         raise InvalidRequestError(
             f"the local sandbox runs the pinned {opts.agent} {pin.version} (`harness-env install`), not agent_kwargs.version={asked!r}; "

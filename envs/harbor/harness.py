@@ -23,7 +23,7 @@ from harness_env.core import toolchain
 from harness_env.core.capture.passthrough import check_wire_api
 from harness_env.core.collect import LOG_TAIL_CHARS
 from harness_env.core.errors import InvalidRequestError, SandboxError
-from harness_env.core.harness import AgentEnd, AgentOutcome, HarnessBase, LaunchContext, TrialEnd
+from harness_env.core.harness import AgentEnd, AgentOutcome, HarnessBase, LaunchContext, LocalTask, RunFact, TrialEnd
 from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.lease import lease_path, write_lease
 from harness_env.core.sandbox.local import bwrap_available, sandboxes_root
@@ -49,7 +49,7 @@ from harness_env.envs.harbor.task_dir import (
     task_to_task_dir,
 )
 from harness_env.envs.harbor.trial import HarborTrialOutcome, count_tool_calls, read_trajectory, run_harbor_trial
-from harness_env.models import CommandResult, Phase, RolloutRequest, RolloutResult
+from harness_env.models import CommandResult, DatasetTaskInfo, Phase, RolloutRequest, RolloutResult
 
 # Harbor's exception class names -> our error kinds (the rest: by the phase it stopped in).
 EXCEPTION_KINDS = {
@@ -238,6 +238,29 @@ class HarborHarness(HarnessBase):
     def readonly_paths(self) -> list[str]:
         return []
 
+    def result_facts(self, result: RolloutResult) -> list[RunFact] | None:
+        """A trial's task, agent, sandbox, exception and verifier rewards; read back from JSON, the
+        run info is a plain HarnessRunInfo with the same fields."""
+        info = result.harbor
+        return None if info is None else HarborRunInfo.model_validate(info.model_dump()).facts()
+
+    def local_tasks(self, path: Path, split: str | None) -> list[LocalTask] | None:
+        """A Harbor task directory (task.toml), or a dataset of them (`split`: its subdirectory)."""
+        from harness_env.envs.harbor.resolve import list_tasks
+
+        if (path / "task.toml").is_file():
+            return [LocalTask(path.name, None, {"task_dir": str(path.resolve())})]
+        if not split and not any((d / "task.toml").is_file() for d in path.iterdir() if d.is_dir()):
+            return None
+        where = str(path.resolve())
+        return [LocalTask(t.name, t.index, {"dataset": where, "task_index": t.index}) for t in list_tasks(where, split, trusted=True)]
+
+    def list_tasks(self, dataset: str, split: str | None) -> list[DatasetTaskInfo]:
+        """A Harbor dataset's tasks under $HARNESS_ENV_HARBOR_TASKS_DIR, in task_index order."""
+        from harness_env.envs.harbor.resolve import list_remote_tasks
+
+        return list_remote_tasks(dataset, split)
+
     def preflight(self, request: RolloutRequest, proxy_base_url: str) -> None:
         opts = HarborOptions.of(request)
         check_agent_and_sandbox(opts)
@@ -295,7 +318,7 @@ class HarborHarness(HarnessBase):
     ) -> TrialEnd:
         request = ctx.request
         opts = HarborOptions.of(request)
-        work = sandboxes_root() / f"harbor-{uuid.uuid4().hex[:12]}"
+        work = sandboxes_root() / f"trial-{uuid.uuid4().hex[:12]}"  # the name the start-up sweep knows (core/sandbox/lease.py)
         result.sandbox_backend = f"harbor:{opts.sandbox}"
         end = TrialEnd()
         try:

@@ -154,12 +154,12 @@ class LocalHarborEnvironment(BaseEnvironment):
         give Harbor's agents the `~/.nvm/nvm.sh` they source (empty: Node is ours)."""
         home = Path(self._require().home)
         self._bin_dir.mkdir(parents=True, exist_ok=True)
-        for name in toolchain.PINS:
+        for name, pin in toolchain.pins().items():
             try:
                 argv = toolchain.harness_command(name)
             except ToolMissingError:
                 continue  # an agent that needs it says so at install
-            wrapper = self._bin_dir / toolchain.PINS[name].bin  # the command Harbor's agent runs (claude, gemini, ...)
+            wrapper = self._bin_dir / pin.bin  # the command Harbor's agent runs (claude, gemini, ...)
             wrapper.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in argv) + ' "$@"\n')
             wrapper.chmod(0o755)
         (home / ".nvm").mkdir(exist_ok=True)

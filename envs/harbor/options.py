@@ -152,6 +152,16 @@ class HarborRunInfo(HarnessRunInfo):
     exception: str | None = None  # Harbor's own "Type: message", when its trial failed
     verifier_rewards: dict[str, float] | None = None  # reward.json's whole map, when it was one
 
+    def facts(self) -> list[tuple[str, str | dict[str, float] | None]]:
+        """What the web page shows of it (core/harness.py RunFact): task, agent, sandbox, Harbor's
+        exception, the verifier's reward map."""
+        task = self.task_name or "-"
+        if self.task_path:
+            task += f" ({self.task_path})"
+        agent = f"{self.agent or '-'} {self.agent_version}" if self.agent_version else (self.agent or "-")
+        return [("task", task), ("agent", agent), ("sandbox", self.sandbox or "-"), ("exception", self.exception),
+                ("verifier rewards", self.verifier_rewards)]
+
 
 def agent_choices(names: list[str]) -> list[tuple[str, str]]:
     """(label, value) pairs: the agents the local sandbox runs first (the default one at the top),

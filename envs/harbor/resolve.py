@@ -7,6 +7,7 @@ $HARNESS_ENV_HARBOR_TASKS_DIR; trusted callers (CLI, in-process) may give any pa
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -14,12 +15,15 @@ from pydantic import ValidationError
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env.core.paths import confined_path
 from harness_env.envs.harbor.config import check_agent_and_sandbox
-from harness_env.envs.harbor.options import REMOTE_AGENT_KWARGS, TASKS_DIR_VAR, HarborOptions
+from harness_env.envs.harbor.options import HARBOR_NAME_PATTERN, REMOTE_AGENT_KWARGS, TASKS_DIR_VAR, HarborOptions
 from harness_env.envs.harbor.task_dir import check_split, find_task_in_dataset, harbor_task_model, load_task_dir
 from harness_env.models import DatasetTaskInfo, RolloutRequest, Task
 
-__all__ = ["REMOTE_AGENT_KWARGS", "TASKS_DIR_VAR", "check_remote_kwargs", "list_tasks", "locate_task", "prepare"]
+__all__ = ["REMOTE_AGENT_KWARGS", "TASKS_DIR_VAR", "check_remote_kwargs", "list_remote_tasks", "list_tasks", "locate_task", "prepare"]
 INSTRUCTION_PREVIEW_CHARS = 500
+# The bounds HarborOptions puts on harbor.dataset and harbor.split.
+MAX_DATASET_CHARS = 1024
+MAX_SPLIT_CHARS = 128
 
 
 def check_remote_kwargs(opts: HarborOptions) -> None:
@@ -116,3 +120,16 @@ def list_tasks(dataset: str = "", split: str | None = None, *, trusted: bool) ->
             )
         )
     return out
+
+
+def list_remote_tasks(dataset: str = "", split: str | None = None) -> list[DatasetTaskInfo]:
+    """list_tasks for a remote caller: `dataset` relative to $HARNESS_ENV_HARBOR_TASKS_DIR (empty:
+    that directory itself), `split` a plain subdirectory name, both bounded as HarborOptions bounds
+    them. ToolMissingError when Harbor is not installed."""
+    if not isinstance(dataset, str) or len(dataset) > MAX_DATASET_CHARS:
+        raise InvalidRequestError(f"dataset must be a path of at most {MAX_DATASET_CHARS} characters")
+    if split is not None and not isinstance(split, str):
+        raise InvalidRequestError("split must be a string")
+    if split and (len(split) > MAX_SPLIT_CHARS or not re.fullmatch(HARBOR_NAME_PATTERN, split)):
+        raise InvalidRequestError(f"split {split[:MAX_SPLIT_CHARS]!r} must be a plain subdirectory name (letters, digits, '.', '_', '-')")
+    return list_tasks(dataset, split or None, trusted=False)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 
 from harness_env.core.harness import LaunchContext, LaunchSpec, PinnedCliHarness
+from harness_env.core.toolchain import ToolPin
 from harness_env.envs.opencode.config import opencode_argv, opencode_env, opencode_json
 from harness_env.envs.opencode.events import OpenCodeEventParser
 
 
 class OpenCodeHarness(PinnedCliHarness):
     name = "opencode"
+    pin = ToolPin(name="opencode", package="opencode-ai", version="1.18.33", bin="opencode", native_prefix="opencode")
     capabilities = ("streaming", "tool_calls", "token_capture", "tool_call_count", "auxiliary_title_call")
 
     def launch(self, ctx: LaunchContext) -> LaunchSpec:

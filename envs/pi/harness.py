@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 
 from harness_env.core.harness import LaunchContext, LaunchSpec, PinnedCliHarness
+from harness_env.core.toolchain import ToolPin
 from harness_env.envs.pi.config import models_json, pi_argv, pi_env, pi_stdin, settings_json
 from harness_env.envs.pi.events import PiEventParser
 
 
 class PiHarness(PinnedCliHarness):
     name = "pi"
+    pin = ToolPin(name="pi", package="@earendil-works/pi-coding-agent", version="1.6.0", bin="pi", node_min="22.19.0")
     capabilities = ("streaming", "tool_calls", "token_capture", "tool_call_count")
 
     def launch(self, ctx: LaunchContext) -> LaunchSpec:

@@ -35,13 +35,20 @@ REFERENCE_DIR_VAR = "HARNESS_ENV_REFERENCE_DIR"
 
 
 class SvgIconOptions(BaseModel):
+    """svg_icon: the agent writes `icon.svg`; the server renders it and a vision judge (the
+    server's `HARNESS_ENV_JUDGE_*`) scores it on the rubric. Verify commands are not used."""
+
     model_config = ConfigDict(extra="forbid")
 
-    reference_png: str | None = Field(default=None, max_length=4096)
-    source_prompt: str | None = Field(default=None, max_length=20_000)
-    rubric: Rubric | None = None
-    renderer: Literal["chromium", "resvg"] = "chromium"
-    max_svg_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024)
+    # Declared once: the web form's controls are derived from these fields (server/web/form.py).
+    reference_png: str | None = Field(default=None, max_length=4096, title="reference PNG path (optional)",
+                                      description=f"a file on the server under its `{REFERENCE_DIR_VAR}` (absolute, or relative to "
+                                                  "that directory); only the judge sees it, never the agent")
+    source_prompt: str | None = Field(default=None, max_length=20_000, title="source prompt for the judge (optional; default: what to draw)")
+    rubric: Rubric | None = Field(default=None, title="rubric (JSON: dimensions with name, description, weight; blank: the default)",
+                                  json_schema_extra={"example": DEFAULT_RUBRIC.model_dump(mode="json")})
+    renderer: Literal["chromium", "resvg"] = Field(default="chromium", title="renderer")
+    max_svg_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024, title="largest icon.svg read (bytes)")
 
 
 def instruction_for(prompt: str) -> str:
@@ -94,6 +101,14 @@ def read_submission(sandbox: Sandbox, max_bytes: int) -> tuple[bytes | None, str
 
 class SvgIconFamily:
     name = "svg_icon"
+    # Its records (records.py, as `harness-env svg-dataset` writes them): `prompt` is what to draw;
+    # source_svg and source stay out (the dataset's own answer must never reach the agent).
+    options_model = SvgIconOptions  # its family_options
+    instruction_label = "what to draw"  # what the web form calls the instruction
+    instruction_key = "prompt"
+    record_keys = ("task_id", "prompt", "reference_png", "source_prompt")
+    request_keys = ("max_turns", "agent_timeout_s", "verify_timeout_s")
+    path_keys = ("reference_png",)
 
     def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
         if request.task.metadata.get("task_family") == self.name:
@@ -116,6 +131,10 @@ class SvgIconFamily:
             "metadata": {**request.task.metadata, "task_family": self.name, "prompt": prompt},
         })
         return request.model_copy(update={"task": task, "family_options": options.model_dump(mode="json", exclude_none=True)})
+
+    def reference_image(self, family_options: dict[str, Any]) -> str | None:
+        path = family_options.get("reference_png")
+        return path if isinstance(path, str) else None
 
     def grader(self, request: RolloutRequest) -> SvgIconGrader:
         return SvgIconGrader(SvgIconOptions.model_validate(request.family_options), request.task.metadata.get("prompt", ""))

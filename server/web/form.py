@@ -1,12 +1,12 @@
-"""The web form: its option controls, derived from the option fields (RolloutArgs, and each
-harness's own options model from the registry), and its values -> the `run_rollout` tool's
+"""The web form: its option controls, derived from the option fields (RolloutArgs, each
+harness's own options model and each task family's, from the registries), and its values -> the `run_rollout` tool's
 arguments (the same RolloutArgs every other surface sends). Pure functions: no Gradio, no I/O.
 
 A control is read off its field: a bool is a checkbox, a Literal a radio, a number a number box
 (bounds from the field), an object a JSON text box, a string a text box; its label is the field's
 title (or name), its info the field's description, its value the field's default. WIDGET_HINTS
 holds the few that need more. The form's values are a dict keyed by field name; a harness's own
-options under the harness's name.
+options under the harness's name, a task family's under the family's.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin
 
 from annotated_types import Ge, Gt, Le, Lt
-from pydantic import SecretStr, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
-from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC, Rubric
+from harness_env.families import family_names, get_family
 from harness_env.models import (
     DEFAULT_HARNESS,
     HARNESS_OPTIONS,
@@ -33,9 +33,6 @@ from harness_env.models import (
 
 EXPLICIT = "explicit base URL"
 SHELL_TASK = "shell task (verify commands)"
-SVG_ICON = "svg_icon"
-TASK_FAMILIES = [SHELL_TASK, SVG_ICON]
-RENDERERS = ["chromium", "resvg"]
 # What a field's type does not say: the harness list comes from the server at load; the task
 # family and its options are the task column's; a harness's own options are its group's.
 WIDGET_HINTS = {"harness": "dropdown", "task_family": "family", "family_options": "family", HARNESS_OPTIONS: "harness group"}
@@ -57,6 +54,7 @@ class Control:
     maximum: float | None = None
     integer: bool = False
     zero_is_none: bool = False  # an optional number that cannot be 0: 0 (or empty) means none
+    placeholder: str = ""  # an empty JSON box's: the field's example (what it means when left empty)
 
     def elem_id(self, prefix: str = "") -> str:
         return prefix + self.name.replace("_", "-")
@@ -94,8 +92,9 @@ def control(name: str, info: Any, choices: list | None = None) -> Control:
             return Control(kind="text", **base)
         return Control(kind="number", minimum=0 if zero_is_none else low, maximum=high, integer=kind_type is int,
                        zero_is_none=zero_is_none, **{**base, "label": base["label"] + (" (0: none)" if zero_is_none else "")})
-    if kind_type is dict or get_origin(kind_type) is dict:
-        return Control(kind="json", **base)
+    if kind_type is dict or get_origin(kind_type) is dict or (isinstance(kind_type, type) and issubclass(kind_type, BaseModel)):
+        example = (info.json_schema_extra or {}).get("example") if isinstance(info.json_schema_extra, dict) else None
+        return Control(kind="json", placeholder=json.dumps(example, indent=1) if example is not None else "", **base)
     return Control(kind="text", **base)
 
 
@@ -115,6 +114,25 @@ def harness_controls(*, with_choices: bool = True) -> dict[str, tuple[type, list
         out[harness] = (model, [control(name, info, choices.get(name)) for name, info in model.model_fields.items()
                                 if (info.json_schema_extra or {}).get("remote", True)])
     return out
+
+
+def task_families() -> list[str]:
+    """The form's task family choices: a shell task, then every registered family."""
+    return [SHELL_TASK, *family_names()]
+
+
+def family_controls() -> dict[str, tuple[type, list[Control]]]:
+    """Per registered task family: its options model and the controls of its fields."""
+    out = {}
+    for name in family_names():
+        model = get_family(name).options_model
+        out[name] = (model, [control(field, info) for field, info in model.model_fields.items()])
+    return out
+
+
+def instruction_label(family: str | None) -> str:
+    """What the form calls the instruction of a task of `family` (a shell task's: instruction)."""
+    return get_family(family).instruction_label if family and family != SHELL_TASK else "instruction"
 
 
 def parse_json_object(text: str, what: str) -> dict | None:
@@ -150,40 +168,21 @@ def field_value(c: Control, raw: Any) -> Any:
     return text if text != "" else _UNSET
 
 
-def default_rubric_json() -> str:
-    """The judge's default rubric as the form's editable JSON text: one dimension per line."""
-    dims = [json.dumps(d.model_dump(mode="json")) for d in DEFAULT_RUBRIC.dimensions]
-    return '{"dimensions": [\n  ' + ",\n  ".join(dims) + "\n]}"
-
-
-def parse_rubric(text: str) -> dict | None:
-    """The rubric textbox -> the rubric family option (None when blank). One-line errors."""
-    data = parse_json_object(text, "rubric")
-    if data is None:
-        return None
-    try:
-        return Rubric.model_validate(data).model_dump(mode="json")
-    except ValidationError as e:
-        raise InvalidRequestError("rubric: " + describe_validation_error(e).replace("invalid request: ", "")) from None
-
-
 def family_fields(form: dict[str, Any]) -> dict:
-    """task_family and family_options for RolloutArgs: nothing for a shell task."""
+    """task_family and family_options for RolloutArgs (only what was filled in, checked against
+    the family's options model); nothing for a shell task."""
     family = form.get("task_family") or SHELL_TASK
     if family == SHELL_TASK:
         return {}
-    if family != SVG_ICON:
-        raise InvalidRequestError(f"unknown task family {family!r}; choose one of: {', '.join(TASK_FAMILIES)}")
-    renderer = form.get("renderer") or "chromium"
-    if renderer not in RENDERERS:
-        raise InvalidRequestError(f"renderer must be one of {', '.join(RENDERERS)}, got {renderer!r}")
-    options: dict = {"renderer": renderer}
-    for key in ("reference_png", "source_prompt"):
-        if (form.get(key) or "").strip():
-            options[key] = form[key].strip()
-    if (rubric := parse_rubric(form.get("rubric") or "")) is not None:
-        options["rubric"] = rubric
-    return {"task_family": SVG_ICON, "family_options": options}
+    if family not in family_names():
+        raise InvalidRequestError(f"unknown task family {family!r}; choose one of: {', '.join(task_families())}")
+    model, controls = family_controls()[family]
+    options = options_fields(controls, form.get(family) or {})
+    try:
+        model.model_validate(options)
+    except ValidationError as e:
+        raise InvalidRequestError(f"{family} " + describe_validation_error(e).replace("invalid request: ", "")) from None
+    return {"task_family": family, "family_options": options}
 
 
 def options_fields(controls: list[Control], values: dict[str, Any]) -> dict[str, Any]:
@@ -219,7 +218,8 @@ def check_instruction(form: dict[str, Any]) -> None:
     harness = form.get("harness") or DEFAULT_HARNESS
     found = harness_controls(with_choices=False).get(harness)
     if found is None or not found[0].names_task_hint:
-        what = "what to draw" if (form.get("task_family") or SHELL_TASK) == SVG_ICON else "the task"
+        family = form.get("task_family") or SHELL_TASK
+        what = "the task" if family == SHELL_TASK or family not in family_names() else instruction_label(family)
         raise InvalidRequestError(f"the instruction is empty: write {what} for the {harness} agent")
 
 
@@ -246,7 +246,7 @@ def to_args(form: dict[str, Any]) -> RolloutArgs:
         **endpoint_fields,
         "instruction": form.get("instruction") or "",
         "setup": lines(form.get("setup") or ""),
-        "verify": [] if family else lines(form.get("verify") or ""),  # svg_icon grades the icon, not commands
+        "verify": [] if family else lines(form.get("verify") or ""),  # a family grades the submission itself, not commands
         "files": files,
     }
     try:

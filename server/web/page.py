@@ -30,30 +30,26 @@ from harness_env.server.web import render
 from harness_env.server.web.examples import example_names, get_example
 from harness_env.server.web.form import (
     EXPLICIT,
-    RENDERERS,
     SHELL_TASK,
-    SVG_ICON,
-    TASK_FAMILIES,
     Control,
-    default_rubric_json,
     disable_thinking_default,
     endpoint_choices,
     endpoint_note,
+    family_controls,
     harness_choices,
     harness_controls,
+    instruction_label,
     option_controls,
+    task_families,
     to_args,
 )
 from harness_env.server.web.render_text import md_cell
-from harness_env.server.web.result_area import ResultArea, text_markdown
+from harness_env.server.web.result_area import ResultArea, reference_path, text_markdown
 from harness_env.server.web.rollouts import RolloutsView
 
 FILE_SLOTS = 8  # file rows the form offers (shown one by one with "Add file")
 HISTORY_LIMIT = 50  # rollouts kept per browser session
 TICK_S = 0.25  # how often the elapsed time refreshes while nothing else happens
-INSTRUCTION_LABELS = {SHELL_TASK: "instruction", SVG_ICON: "what to draw (the svg_icon instruction)"}
-REFERENCE_NOTE = ("reference PNG path (optional): a file on the server under its `HARNESS_ENV_REFERENCE_DIR` "
-                  "(absolute, or relative to that directory); only the judge sees it, never the agent")
 ACCORDIONS = {"limits": ("limits", True), "capture": ("capture", True), "reward": ("reward", False), "sandbox": ("sandbox limits", False)}
 
 
@@ -69,8 +65,16 @@ def component(c: Control, prefix: str = "") -> gr.components.Component:
     if c.kind == "number":
         return gr.Number(value=c.default, precision=0 if c.integer else None, minimum=c.minimum, maximum=c.maximum, **common)
     if c.kind == "json":
-        return gr.Textbox(value="" if not c.default else json.dumps(c.default), placeholder="{} (a JSON object)", **common)
+        value = "" if not c.default else json.dumps(c.default)
+        return gr.Textbox(value=value, placeholder=c.placeholder or "{} (a JSON object)", lines=8 if c.placeholder else 1, max_lines=24, **common)
     return gr.Textbox(value=c.default or "", placeholder="(none)" if c.default is None else "", **common)
+
+
+def _shown(value: Any) -> Any:
+    """A family option's value as its control shows it: an object as JSON text, none as empty."""
+    if isinstance(value, dict):
+        return json.dumps(value, indent=1)
+    return "" if value is None else value
 
 
 class WebPage:
@@ -131,18 +135,17 @@ class WebPage:
                             first = get_example(example_names()[0])
                             first_files = list(first.files.items())[:FILE_SLOTS]
                             self.example = gr.Dropdown(choices=example_names(), value=first.name, label="load an example task", elem_id="example")
-                            self.task_family = gr.Radio(TASK_FAMILIES, value=SHELL_TASK, label="task family", elem_id="task-family")
+                            self.task_family = gr.Radio(task_families(), value=SHELL_TASK, label="task family", elem_id="task-family")
                             self.instruction = gr.Textbox(value=first.instruction, label="instruction", lines=4, elem_id="instruction")
-                            with gr.Group(visible=False, elem_id="svg-fields") as self.svg_group:
-                                gr.Markdown("svg_icon: the agent writes `icon.svg`; the server renders it and a vision judge "
-                                            "(the server's `HARNESS_ENV_JUDGE_*`) scores it on the rubric. Verify commands are not used.")
-                                self.reference_png = gr.Textbox(label=REFERENCE_NOTE, placeholder="refs/red-square.png", elem_id="reference-png")
-                                self.source_prompt = gr.Textbox(label="source prompt for the judge (optional; default: what to draw)", lines=2,
-                                                                elem_id="source-prompt")
-                                self.renderer = gr.Radio(RENDERERS, value="chromium", label="renderer", elem_id="renderer")
-                                self.rubric = gr.Textbox(value=default_rubric_json(),
-                                                         label="rubric (JSON: dimensions with name, description, weight; blank: the default)",
-                                                         lines=8, max_lines=24, elem_id="rubric")
+                            # A family's own options, from its options model (families/base.py), shown for it only.
+                            self.family_groups: dict[str, gr.Group] = {}
+                            self.family_inputs: dict[str, dict[str, gr.components.Component]] = {}
+                            self.family_defaults: dict[str, dict[str, Any]] = {}
+                            for name, (model, fields) in family_controls().items():
+                                with gr.Group(visible=False, elem_id=f"{name}-fields") as self.family_groups[name]:
+                                    gr.Markdown(inspect.cleandoc(model.__doc__ or ""))
+                                    self.family_inputs[name] = {c.name: component(c, prefix=f"{name}-") for c in fields}
+                                    self.family_defaults[name] = {c.name: c.default for c in fields}
                             with gr.Row():
                                 self.setup = gr.Textbox(value="\n".join(first.setup), label="setup commands (one per line)", lines=3, elem_id="setup")
                                 self.verify = gr.Textbox(value="\n".join(first.verify), label="verify commands (one per line)", lines=3, elem_id="verify")
@@ -185,16 +188,16 @@ class WebPage:
         self.harness.change(self._on_harness, inputs=[self.harness], outputs=list(self.harness_groups.values()), queue=False)
         self.example.change(self._on_example, inputs=[self.example],
                             outputs=[self.instruction, self.setup, self.verify, self.file_count, *self.file_paths, *self.file_contents, *self.file_rows,
-                                     self.task_family, self.svg_group, self.reference_png, self.source_prompt, self.renderer, self.rubric],
+                                     self.task_family, *self.family_groups.values(), *self._family_components],
                             queue=False)
-        self.task_family.change(self._on_family, inputs=[self.task_family], outputs=[self.svg_group, self.verify, self.instruction], queue=False)
+        self.task_family.change(self._on_family, inputs=[self.task_family], outputs=[*self.family_groups.values(), self.verify, self.instruction],
+                                queue=False)
         self.add_file.click(self._on_add_file, inputs=[self.file_count], outputs=[self.file_count, *self.file_rows], queue=False)
         self.inputs.update(endpoint=self.endpoint, base_url=self.base_url, model=self.model, api_key=self.api_key,
-                           instruction=self.instruction, setup=self.setup, verify=self.verify, task_family=self.task_family,
-                           reference_png=self.reference_png, source_prompt=self.source_prompt, renderer=self.renderer, rubric=self.rubric)
+                           instruction=self.instruction, setup=self.setup, verify=self.verify, task_family=self.task_family)
         # A set: the handler gets one dict {component: value}, read back by field name (form_values).
         inputs = {*self.inputs.values(), *(c for fields in self.harness_inputs.values() for c in fields.values()),
-                  self.history, *self.file_paths, *self.file_contents}
+                  *self._family_components, self.history, *self.file_paths, *self.file_contents}
         outputs = [self.status, self.log, self.run_btn, self.cancel_btn, *self._result_outputs, self.history, self.history_df]
         # Slots already bound how many rollouts run at once: no second limit here.
         self.run_btn.click(self._on_run, inputs=inputs, outputs=outputs, concurrency_limit=None, show_progress="hidden", api_name=False)
@@ -218,31 +221,34 @@ class WebPage:
         return (gr.update(visible=name == EXPLICIT), endpoint_note(catalog, name),
                 gr.update(value=disable_thinking_default(catalog, name)))
 
+    @property
+    def _family_components(self) -> list[gr.components.Component]:
+        return [c for fields in self.family_inputs.values() for c in fields.values()]
+
     def _on_example(self, name: str | None):
         if not name:
-            return [gr.update()] * (4 + 3 * FILE_SLOTS + 6)
+            return [gr.update()] * (4 + 3 * FILE_SLOTS + 1 + len(self.family_groups) + len(self._family_components))
         ex = get_example(name)
         files = list(ex.files.items())[:FILE_SLOTS]
         count = max(1, len(files))
         paths = [files[i][0] if i < len(files) else "" for i in range(FILE_SLOTS)]
         contents = [files[i][1] if i < len(files) else "" for i in range(FILE_SLOTS)]
         rows = [gr.update(visible=i < count) for i in range(FILE_SLOTS)]
-        family = SVG_ICON if ex.task_family == SVG_ICON else SHELL_TASK
-        opts = ex.family_options
-        svg = family == SVG_ICON
-        return [gr.update(value=ex.instruction, label=INSTRUCTION_LABELS[family]), "\n".join(ex.setup),
-                gr.update(value="\n".join(ex.verify), visible=not svg), count, *paths, *contents, *rows,
-                family, gr.update(visible=svg), opts.get("reference_png", ""), opts.get("source_prompt", ""),
-                opts.get("renderer", "chromium"),
-                json.dumps(opts["rubric"], indent=1) if "rubric" in opts else default_rubric_json()]
+        family = ex.task_family if ex.task_family in self.family_groups else SHELL_TASK
+        values = [_shown(ex.family_options.get(field, default) if name == family else default)
+                  for name, defaults in self.family_defaults.items() for field, default in defaults.items()]
+        return [gr.update(value=ex.instruction, label=instruction_label(family)), "\n".join(ex.setup),
+                gr.update(value="\n".join(ex.verify), visible=family == SHELL_TASK), count, *paths, *contents, *rows,
+                family, *(gr.update(visible=name == family) for name in self.family_groups), *values]
 
     def _on_harness(self, harness: str | None):
         shown = [gr.update(visible=harness == name) for name in self.harness_groups]
         return shown[0] if len(shown) == 1 else shown
 
     def _on_family(self, family: str):
-        svg = family == SVG_ICON
-        return gr.update(visible=svg), gr.update(visible=not svg), gr.update(label=INSTRUCTION_LABELS.get(family, "instruction"))
+        shell = family not in self.family_groups
+        return [*(gr.update(visible=name == family) for name in self.family_groups), gr.update(visible=shell),
+                gr.update(label=instruction_label(None if shell else family))]
 
     def _on_add_file(self, count: int):
         count = min(FILE_SLOTS, (count or 1) + 1)
@@ -270,7 +276,7 @@ class WebPage:
     def _form_outputs(self) -> list[gr.components.Component]:
         """The form's controls a reopened run sets back (form_values' fields but the API key)."""
         return [*(c for name, c in self.inputs.items() if name != "api_key"),
-                *(c for fields in self.harness_inputs.values() for c in fields.values()),
+                *(c for fields in self.harness_inputs.values() for c in fields.values()), *self._family_components,
                 *self.file_paths, *self.file_contents, self.file_count, *self.file_rows]
 
     def _form_view(self, form: dict[str, Any]) -> list[Any]:
@@ -280,6 +286,7 @@ class WebPage:
         count = max([i + 1 for i, (p, c) in enumerate(files) if p or c] or [1])
         return [*(form.get(name) for name in self.inputs if name != "api_key"),
                 *((form.get(harness) or {}).get(name) for harness, fields in self.harness_inputs.items() for name in fields),
+                *((form.get(family) or {}).get(name) for family, fields in self.family_inputs.items() for name in fields),
                 *(p or "" for p, _ in files), *(c or "" for _, c in files), count, *(gr.update(visible=i < count) for i in range(FILE_SLOTS))]
 
     # -- the run --------------------------------------------------------------------------------
@@ -288,6 +295,7 @@ class WebPage:
         the run's inputs."""
         values = {name: data.get(c) for name, c in self.inputs.items()}
         values.update({harness: {name: data.get(c) for name, c in fields.items()} for harness, fields in self.harness_inputs.items()})
+        values.update({family: {name: data.get(c) for name, c in fields.items()} for family, fields in self.family_inputs.items()})
         values["files"] = [(data.get(p), data.get(c)) for p, c in zip(self.file_paths, self.file_contents)]
         return values
 
@@ -355,7 +363,7 @@ class WebPage:
                 log.append(f"{wall:7.2f}s  cancelled; the sandbox was cleaned up")
             key = f"{len(history) + 1}-{int(time.time())}"
             # The resolved, checked reference path stays in the server-side session state (gr.State).
-            reference = prepared.request.family_options.get("reference_png") if prepared.request.task_family else None
+            reference = reference_path(prepared.request.task_family, prepared.request.family_options)
             shown_log = render.redact("\n".join(log), secrets)
             entry = {"id": key, "cancelled": cancelled, "result": result.model_dump(mode="json") if result else None,
                      "reference_png": reference, "status": render.status_line(state, wall), "log": shown_log,

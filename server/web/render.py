@@ -6,7 +6,7 @@ so each can be unit-tested without a browser. Everything that came from the sand
 markup into the page of the person watching it.
 
 The page imports this module alone; the pieces live by concern: render_turns.py (the conversation
-and the per-token logprobs), render_evidence.py (a task family's grading, a Harbor trial),
+and the per-token logprobs), render_evidence.py (a task family's grading, a harness's own account),
 render_text.py (escaping, clipping, numbers) and here (live log, reward, summary, commands, files,
 history, redaction).
 """
@@ -22,8 +22,8 @@ from harness_env.server.web.render_evidence import (
     MAX_STEP_MESSAGE_CHARS,
     MAX_TRAJECTORY_STEPS,
     grading_html,
-    harbor_html,
     png_img,
+    run_facts_html,
     trajectory_html,
 )
 from harness_env.server.web.render_text import MAX_SHOWN_CHARS, clip, format_reward, md_cell
@@ -49,7 +49,6 @@ __all__ = [
     "files_html",
     "format_reward",
     "grading_html",
-    "harbor_html",
     "history_row",
     "json_html",
     "log_line",
@@ -59,6 +58,7 @@ __all__ = [
     "png_img",
     "redact",
     "result_json",
+    "run_facts_html",
     "reward_html",
     "status_line",
     "summary_markdown",

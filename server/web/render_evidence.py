@@ -1,6 +1,6 @@
 """Evidence of how a rollout was graded or run, for the page: a task family's grading (the rendered
-icon beside the reference, zero reasons, the judge's scores and raw answer) and a Harbor trial (its
-task, agent, sandbox, verifier rewards and the agent's ATIF trajectory). Pure functions of plain
+icon beside the reference, zero reasons, the judge's scores and raw answer) and a harness's own
+account of what it ran (its result_facts, e.g. a Harbor trial's, and the agent's ATIF trajectory). Pure functions of plain
 data; everything that came from the sandbox, the agent or the judge is escaped."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import re
 from html import escape
 from typing import Any
 
-from harness_env.envs.harbor.options import HarborRunInfo
+from harness_env.core.harness import RunFact
 from harness_env.server.web.render_text import clip, content_text, format_reward, num
 
-MAX_STEP_MESSAGE_CHARS = 300  # per trajectory step in the Harbor tab
+MAX_STEP_MESSAGE_CHARS = 300  # per trajectory step in a harness's own tab
 MAX_TRAJECTORY_STEPS = 200
 
 
@@ -78,32 +78,26 @@ def _judge_scores_html(judge: Any) -> str:
     return table + raw_html
 
 
-# -- Harbor (harness="harbor") --------------------------------------------------------------------
-def harbor_html(info: HarborRunInfo | None, trajectory: dict[str, Any] | None = None) -> str:
-    """What Harbor ran (task, agent and version, sandbox, Harbor's exception, the verifier's reward
-    map), then the agent's ATIF trajectory, compactly: one row per step."""
-    if info is None:
-        return '<p class="he-empty">not a Harbor rollout (harness=harbor shows its task, agent and trajectory here)</p>'
-    task = info.task_name or "-"
-    if info.task_path:
-        task += f" ({info.task_path})"
-    agent = f"{info.agent or '-'} {info.agent_version}" if info.agent_version else (info.agent or "-")
-    facts = [("task", f"<code>{escape(task)}</code>"),
-             ("agent", f'<span class="he-harbor-agent">{escape(agent)}</span>'),
-             ("sandbox", escape(info.sandbox or "-")),
-             ("exception", f'<code class="he-harbor-exception">{escape(clip(info.exception, 2000))}</code>' if info.exception else "none"),
-             ("verifier rewards", _rewards_table(info.verifier_rewards))]
-    table = ('<table class="he-table he-harbor-facts"><tbody>'
-             + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts) + "</tbody></table>")
-    return f'<div class="he-harbor">{table}{trajectory_html(trajectory)}</div>'
+# -- a harness's own account (its result_facts) --------------------------------------------------
+def run_facts_html(facts: list[RunFact] | None, trajectory: dict[str, Any] | None = None) -> str:
+    """What a harness says it ran (its result_facts: label, then a text, a map or None), then the
+    agent's ATIF trajectory, compactly: one row per step."""
+    if facts is None:
+        return '<p class="he-empty">nothing of this harness\'s own in this result</p>'
+    rows = "".join(f'<tr data-fact="{escape(label)}"><th>{escape(label)}</th><td>{_fact_html(value)}</td></tr>' for label, value in facts)
+    return f'<div class="he-run"><table class="he-table he-run-facts"><tbody>{rows}</tbody></table>{trajectory_html(trajectory)}</div>'
 
 
-def _rewards_table(rewards: dict[str, float] | None) -> str:
-    if not rewards:
-        return '<span class="he-empty">no reward map (a single reward, or none)</span>'
-    rows = "".join(f'<tr data-key="{escape(str(k))}"><td><code>{escape(str(k))}</code></td><td>{num(v, 4)}</td></tr>'
-                   for k, v in rewards.items())
-    return f'<table class="he-table he-harbor-rewards"><tbody>{rows}</tbody></table>'
+def _fact_html(value: str | dict[str, float] | None) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, dict):
+        if not value:
+            return '<span class="he-empty">none</span>'
+        rows = "".join(f'<tr data-key="{escape(str(k))}"><td><code>{escape(str(k))}</code></td><td>{num(v, 4)}</td></tr>'
+                       for k, v in value.items())
+        return f'<table class="he-table he-run-map"><tbody>{rows}</tbody></table>'
+    return f"<code>{escape(clip(str(value), 2000))}</code>"
 
 
 def _step_message(message: Any) -> str:

@@ -11,12 +11,14 @@ from typing import Any
 
 import gradio as gr
 
-from harness_env.families.svg_icon.pngcodec import PNG_SIGNATURE
+from harness_env.core.registry import get_harness
+from harness_env.families import family_names, get_family
 from harness_env.models import RolloutResult
 from harness_env.server.web import render
 
 MAX_JSON_VIEW_CHARS = 300_000  # the JSON tab; the download always has everything
-MAX_REFERENCE_BYTES = 8 * 1024 * 1024  # as the svg_icon family allows
+MAX_REFERENCE_BYTES = 8 * 1024 * 1024  # the largest reference image shown
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"  # what a PNG file starts with (the format's, not a family's)
 MAX_DOWNLOADS = 32  # result JSONs kept for the download buttons
 
 
@@ -47,16 +49,18 @@ def text_markdown(elem_id: str, value: str = "") -> gr.Markdown:
     return gr.Markdown(value, elem_id=elem_id, latex_delimiters=[])
 
 
-def harness_view(name: str):
-    """A harness's own result tab, when render has one: render.<name>_html(the result's field
-    named after the harness, the agent's trajectory)."""
-    return getattr(render, f"{name}_html", None)
+def reference_path(task_family: Any, family_options: Any) -> str | None:
+    """The reference image of a task-family rollout, as its family says (its reference_image);
+    None for a shell task, or a family this server no longer has."""
+    if not isinstance(task_family, str) or task_family not in family_names() or not isinstance(family_options, dict):
+        return None
+    return get_family(task_family).reference_image(family_options)
 
 
 def reference_b64(path: str | None) -> str | None:
-    """The reference PNG of an svg_icon rollout, base64, for the grading tab: None when the request
-    had none, "" when it can no longer be read. `path` is the one the family resolved and checked
-    (under $HARNESS_ENV_REFERENCE_DIR) when the rollout was accepted; it is never sent to the page."""
+    """The reference PNG of a task-family rollout, base64, for the grading tab: None when the
+    request had none, "" when it can no longer be read. `path` is the one the family resolved and
+    checked when the rollout was accepted (reference_path); it is never sent to the page."""
     if not path:
         return None
     try:
@@ -86,11 +90,12 @@ class ResultArea:
             # harness's own record): a shell task run by Pi has neither.
             with gr.Tab("grading", id="grading", visible=False) as self.grading_tab:
                 self.grading_html = gr.HTML("", elem_id=f"{p}grading")
+            # One per harness, hidden: shown for a result its result_facts has something to say about.
+            self.harnesses = {name: get_harness(name) for name in harness_names}
             self.harness_html, self.harness_tabs = {}, {}
             for name in harness_names:
-                if harness_view(name) is not None:
-                    with gr.Tab(name, id=name, visible=False) as self.harness_tabs[name]:
-                        self.harness_html[name] = gr.HTML("", elem_id=f"{p}{name}-info")
+                with gr.Tab(name, id=name, visible=False) as self.harness_tabs[name]:
+                    self.harness_html[name] = gr.HTML("", elem_id=f"{p}{name}-info")
             with gr.Tab("files", id="files"):
                 self.files_html = gr.HTML("", elem_id=f"{p}files-out")
             with gr.Tab("conversation", id="conversation"):
@@ -119,7 +124,8 @@ class ResultArea:
         if result is None:
             return [render.reward_html(None, cancelled=cancelled), "", "", "", [], "", "", "", "", gr.update(value=None, visible=False),
                     "", *[""] * len(self.harness_html), *hidden, gr.update(selected="verify")]
-        own = [name for name in self.harness_html if getattr(result, name, None) is not None]  # the harness's own tab opens
+        facts = {name: h.result_facts(result) for name, h in self.harnesses.items()}
+        own = [name for name, f in facts.items() if f is not None]  # the harness's own tab opens
         points = render.logprob_points(result.proxy_turns)
         text = render.result_json(result)
         path = Path(self.downloads) / f"rollout-{safe_name(key or result.sandbox_id or 'result')}.json"
@@ -137,7 +143,7 @@ class ResultArea:
             render.json_html(text, MAX_JSON_VIEW_CHARS),
             gr.update(value=str(path), visible=True),
             render.grading_html(result.grading, reference_b64(reference)),
-            *(harness_view(name)(getattr(result, name, None), result.agent_trajectory) for name in self.harness_html),
+            *(render.run_facts_html(facts[name], result.agent_trajectory) for name in self.harness_html),
             gr.update(visible=bool(result.grading)),
             *(gr.update(visible=name in own) for name in self.harness_tabs),
             gr.update(selected="grading") if result.grading else gr.update(selected=own[0]) if own else gr.update(),

@@ -21,7 +21,7 @@ from harness_env.models import ENDED_STATUSES, PhaseEvent, RolloutJob, RolloutRe
 from harness_env.server.store.codec import decompress
 from harness_env.server.web import render
 from harness_env.server.web.render_text import format_reward, md_cell
-from harness_env.server.web.result_area import ResultArea, text_markdown
+from harness_env.server.web.result_area import ResultArea, reference_path, text_markdown
 from harness_env.server.web.result_file import MAX_RESULT_FILE_BYTES, parse_result_file
 
 __all__ = ["MAX_RESULT_FILE_BYTES", "RolloutsView", "parse_result_file"]
@@ -187,9 +187,9 @@ class RolloutsView:
             request = decompress(row["request"]) if row and row.get("request") else {}
         except (ValueError, TypeError, zlib.error):
             return None
-        options = request.get("family_options") if isinstance(request, dict) and request.get("task_family") else None
-        path = options.get("reference_png") if isinstance(options, dict) else None
-        return path if isinstance(path, str) else None
+        if not isinstance(request, dict):
+            return None
+        return reference_path(request.get("task_family"), request.get("family_options"))
 
     async def on_tick(self, followed: dict[str, Any] | None) -> dict[Any, Any]:
         if not followed or self.jobs is None:

@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from harness_env import envs  # noqa: F401 - registers the harnesses: their pins are the table
 from harness_env.core import toolchain
 from harness_env.core.errors import ToolMissingError
 
@@ -13,7 +14,7 @@ def test_missing_harness_names_the_install_command(tmp_path, monkeypatch):
 
 
 def test_wrong_installed_version_is_reported(tmp_path, monkeypatch):
-    pin = toolchain.PINS["pi"]
+    pin = toolchain.pin_of("pi")
     pkg = tmp_path / "pi" / "node_modules" / pin.package
     pkg.mkdir(parents=True)
     (pkg / "package.json").write_text(json.dumps({"version": "0.0.1", "bin": {"pi": "cli.js"}}))
@@ -29,4 +30,11 @@ def test_unknown_harness_install_is_refused(tmp_path):
 
 def test_pins_are_the_single_table():
     pins = json.loads(toolchain.pins_json())
-    assert pins["pi"]["version"] == toolchain.PINS["pi"].version and pins["node"] == toolchain.NODE_VERSION
+    assert pins["pi"]["version"] == toolchain.pin_of("pi").version and pins["node"] == toolchain.NODE_VERSION
+
+
+def test_each_pin_is_its_harness_class_s_own():
+    from harness_env.core.registry import HARNESSES
+
+    assert toolchain.pins() == {name: cls.pin for name, cls in HARNESSES.items() if cls.pin is not None}
+    assert all(name == pin.name for name, pin in toolchain.pins().items())  # the install directory is the harness's name

@@ -5,19 +5,14 @@ and stored, and a store that refuses the result still ends the job `failed` with
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
 import sqlite3
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from functools import partial
 
 import httpx
 import pytest
-import uvicorn
 
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, served_in_process
 
 pytestmark = pytest.mark.e2e
 # A whole chat completion whose text is a lone surrogate, escaped as JSON allows.
@@ -104,7 +99,7 @@ async def test_a_result_that_does_not_serialise_is_stored_repaired(tmp_path, pol
     monkeypatch.setattr(jobs_module.RolloutRun, "execute", poisoned)
     body = _args(policy_server, "end-repaired", [{"bash": "echo hello > hello.txt"}, {"text": "done"}])
     make_app = partial(create_app, data_dir=tmp_path / "data", use_bwrap=False)
-    async with _served(lambda url: make_app(public_url=url)) as url, httpx.AsyncClient(base_url=url, timeout=120) as client:
+    async with served_in_process(lambda url: make_app(public_url=url)) as url, httpx.AsyncClient(base_url=url, timeout=120) as client:
         r = await client.post("/rollout", json=body)
         assert r.status_code == 200, r.text
         result = r.json()
@@ -112,23 +107,3 @@ async def test_a_result_that_does_not_serialise_is_stored_repaired(tmp_path, pol
         assert result["reward"] == 1.0 and result["files"]["bad\ufffdname"] == "x\ufffd" and result["agent_log_tail"].endswith("\ufffd")
         job = (await client.get(f"/rollouts/{result['rollout_id']}", params={"wait": 30, "detail": "full"})).json()
         assert job["status"] == "finished" and job["result"]["files"] == result["files"]
-
-
-@asynccontextmanager
-async def _served(make_app) -> AsyncIterator[str]:
-    """`make_app(url)` served in this process on a loopback port, started and stopped as
-    `harness-env serve` does (its lifespan runs); yields the URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(make_app(url), lifespan="on", log_level="warning"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        assert not task.done(), task.result()
-        await asyncio.sleep(0.05)
-    try:
-        yield url
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()

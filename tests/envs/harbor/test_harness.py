@@ -97,7 +97,7 @@ async def test_harbor_agents_through_the_capture_proxy(policy_server, tmp_path, 
     assert res.agent_trajectory is not None and res.agent_trajectory["schema_version"].startswith("ATIF")
     assert res.agent_tool_calls == 1
     assert res.agent_final_text == "Wrote it."
-    assert res.harbor.agent == agent and res.harbor.agent_version == toolchain.PINS[agent].version  # the pinned CLI ran
+    assert res.harbor.agent == agent and res.harbor.agent_version == toolchain.pin_of(agent).version  # the pinned CLI ran
     # The agent presented the per-rollout capture key; the upstream key stayed in the proxy.
     auths = {h.get("authorization") for h in policy_server.policy.headers[2:]}
     assert auths == {f"Bearer {UPSTREAM_KEY}"}, auths  # proxy -> fake: the real key, added by the proxy
@@ -147,7 +147,7 @@ async def test_harbor_vendor_api_agents_through_the_capture_proxy(policy_server,
     assert policy[0].tool_calls[0]["function"]["name"] == shell_tool
     rows = [r for r in res.training_rows() if r.trainable]
     assert len(rows) == res.graph.branches == 1 and rows[0].reward == 1.0  # one thread: the dialect replays history exactly
-    assert res.harbor.agent == agent and res.harbor.agent_version == toolchain.PINS[agent].version  # the pinned CLI ran
+    assert res.harbor.agent == agent and res.harbor.agent_version == toolchain.pin_of(agent).version  # the pinned CLI ran
     # Harbor's ATIF trajectory and the tool-call count from it
     assert res.agent_trajectory is not None and res.agent_tool_calls == 1 and res.agent_final_text == "Wrote it."
     # The CLI presented the per-rollout capture key; the upstream key stayed in the proxy.

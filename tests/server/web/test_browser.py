@@ -287,8 +287,9 @@ def test_harbor_nop_runs_the_form_task_as_a_harbor_trial(chromium, web_server, a
         web.wait_reward("1.0", timeout_ms=150_000)
         web.wait_idle()
         harbor = web.page.locator("#harbor-info")  # the harbor tab opens with the result
-        harbor.locator(".he-harbor-agent").wait_for()
-        assert re.fullmatch(r"nop( \S+)?", harbor.locator(".he-harbor-agent").inner_text())
+        agent = harbor.locator('[data-fact="agent"] td')  # Harbor's result_facts, as the page shows a harness's facts
+        agent.wait_for()
+        assert re.fullmatch(r"nop( \S+)?", agent.inner_text())
         facts = harbor.inner_text()
         assert re.search(r"sandbox\s+local", facts) and re.search(r"exception\s+none", facts), facts
         assert "no agent trajectory" in facts  # nop writes none

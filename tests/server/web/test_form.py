@@ -1,6 +1,8 @@
 """Form values (a dict keyed by field name; a harness's own options under its name) -> run_rollout
 arguments, and the choices the form offers."""
 
+import json
+
 import pytest
 
 from harness_env.core.errors import InvalidRequestError
@@ -10,16 +12,16 @@ from harness_env.server.web.examples import EXAMPLES, example_names, get_example
 from harness_env.server.web.form import (
     EXPLICIT,
     SHELL_TASK,
-    SVG_ICON,
-    default_rubric_json,
     endpoint_choices,
+    family_controls,
     harness_choices,
     lines,
-    parse_rubric,
+    task_families,
     to_args,
 )
 
 HARBOR = "harbor"
+SVG_ICON = "svg_icon"  # the family these tests fill in
 
 
 def WebForm(**values):  # the form's values, as the page hands them over
@@ -77,7 +79,7 @@ def test_examples_are_valid_tasks():
         family = ex.task_family or SHELL_TASK
         form = WebForm(base_url="http://127.0.0.1:9/v1", model="m", instruction=ex.instruction,
                        setup="\n".join(ex.setup), verify="\n".join(ex.verify), files=list(ex.files.items()),
-                       task_family=family, renderer=ex.family_options.get("renderer", "chromium"))
+                       task_family=family, **({family: ex.family_options} if ex.task_family else {}))
         args = to_args(form)
         assert args.verify if family == SHELL_TASK else (args.task_family == SVG_ICON and not args.verify)
     svg = get_example("draw an icon (svg_icon)")
@@ -94,37 +96,48 @@ def test_every_registered_harness_is_offered():
 
 
 def test_svg_icon_form_to_family_options():
+    from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC
+
+    rubric = json.dumps(DEFAULT_RUBRIC.model_dump(mode="json"), indent=1)
     form = WebForm(base_url="http://127.0.0.1:9/v1", model="m", instruction="a red square", task_family=SVG_ICON,
-                   verify="test -f hidden-field-left-over", reference_png=" refs/sq.png ", source_prompt=" a red square icon ",
-                   renderer="resvg", rubric=default_rubric_json())
+                   verify="test -f hidden-field-left-over",
+                   svg_icon=dict(reference_png=" refs/sq.png ", source_prompt=" a red square icon ", renderer="resvg", rubric=rubric))
     args = to_args(form)
     assert args.task_family == "svg_icon" and args.verify == []  # the verify field is hidden and ignored
     opts = args.family_options
     assert opts["renderer"] == "resvg" and opts["reference_png"] == "refs/sq.png" and opts["source_prompt"] == "a red square icon"
-    from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC
     assert opts["rubric"] == DEFAULT_RUBRIC.model_dump(mode="json")
     # Optional fields left blank are not sent; a blank rubric means the judge's default.
-    bare = to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family=SVG_ICON, rubric="  "))
+    bare = to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family=SVG_ICON, svg_icon=dict(renderer="chromium", rubric="  ")))
     assert bare.family_options == {"renderer": "chromium"}
-    # A shell task sends no family at all, whatever the hidden svg fields hold.
-    shell = to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", verify="true", reference_png="x.png", rubric="{"))
+    # A shell task sends no family at all, whatever the hidden family fields hold.
+    shell = to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", verify="true", svg_icon=dict(reference_png="x.png", rubric="{")))
     assert shell.task_family is None and shell.family_options == {} and shell.verify == ["true"]
 
 
+def test_the_family_controls_are_its_options_fields():
+    model, controls = family_controls()[SVG_ICON]
+    assert [c.name for c in controls] == list(model.model_fields) and task_families() == [SHELL_TASK, SVG_ICON]
+    by_name = {c.name: c for c in controls}
+    assert by_name["renderer"].kind == "radio" and by_name["renderer"].choices == ("chromium", "resvg")
+    assert by_name["rubric"].kind == "json" and '"semantic_match"' in by_name["rubric"].placeholder  # the default, shown
+    assert by_name["reference_png"].kind == "text" and "HARNESS_ENV_REFERENCE_DIR" in by_name["reference_png"].info
+
+
 def test_edited_rubric_weights_and_bad_rubrics():
-    rubric = parse_rubric('{"dimensions": [{"name": "shape", "description": "a square?", "weight": 3}, '
-                          '{"name": "colour", "description": "red?"}]}')
-    assert [(d["name"], d["weight"]) for d in rubric["dimensions"]] == [("shape", 3.0), ("colour", 1.0)]
-    assert parse_rubric("") is None
-    for text, match in [('{"dimensions": [', "rubric is not valid JSON: .* line 1, column"),
-                        ('{"dimensions": [{"name": "a", "description": "x", "weight": 0}]}', "rubric: .*greater than 0"),
-                        ('{"dimensions": [{"name": "Bad Name", "description": "x"}]}', "rubric: .*name"),
-                        ('{"dims": []}', "rubric: ")]:
+    rubric = ('{"dimensions": [{"name": "shape", "description": "a square?", "weight": 3}, '
+              '{"name": "colour", "description": "red?"}]}')
+    sent = to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family=SVG_ICON, svg_icon=dict(rubric=rubric)))
+    assert [d["name"] for d in sent.family_options["rubric"]["dimensions"]] == ["shape", "colour"]
+    for text, match in [('{"dimensions": [', "rubric .*is not valid JSON: .* line 1, column"),
+                        ('{"dimensions": [{"name": "a", "description": "x", "weight": 0}]}', "svg_icon .*rubric.*greater than 0"),
+                        ('{"dimensions": [{"name": "Bad Name", "description": "x"}]}', "svg_icon .*rubric.*name"),
+                        ('{"dims": []}', "svg_icon .*rubric")]:
         with pytest.raises(InvalidRequestError, match=match) as e:
-            to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family=SVG_ICON, rubric=text))
+            to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family=SVG_ICON, svg_icon=dict(rubric=text)))
         assert "\n" not in str(e.value)
-    with pytest.raises(InvalidRequestError, match="renderer must be one of chromium, resvg"):
-        to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family=SVG_ICON, renderer="inkscape"))
+    with pytest.raises(InvalidRequestError, match="svg_icon .*renderer.*'chromium' or 'resvg'"):
+        to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family=SVG_ICON, svg_icon=dict(renderer="inkscape")))
     with pytest.raises(InvalidRequestError, match="unknown task family"):
         to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family="chess"))
 

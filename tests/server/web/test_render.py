@@ -5,6 +5,7 @@ import json
 import math
 import re
 
+from harness_env.envs.harbor.harness import HarborHarness
 from harness_env.models import CommandResult, HarborRunInfo, PhaseEvent, RolloutResult, TopLogprob, Turn
 from harness_env.server.web import render
 
@@ -206,17 +207,24 @@ TRAJECTORY = {
 }
 
 
-def test_harbor_html_shows_task_agent_sandbox_exception_and_rewards_escaped():
-    html = render.harbor_html(HARBOR_INFO, None)
-    assert "<code>hello-world (tasks/hello-world)</code>" in html
-    assert '<span class="he-harbor-agent">pi 1.6.0</span>' in html and "<td>local</td>" in html
+def test_a_harness_s_facts_show_escaped_with_its_maps_as_tables():
+    facts = HarborHarness().result_facts(RolloutResult(harbor=HARBOR_INFO))
+    html = render.run_facts_html(facts, None)
+    assert '<tr data-fact="task"><th>task</th><td><code>hello-world (tasks/hello-world)</code></td></tr>' in html
+    assert '<tr data-fact="agent"><th>agent</th><td><code>pi 1.6.0</code></td></tr>' in html and "<code>local</code>" in html
     assert "RuntimeError: &lt;agent&gt; crashed" in html and "<agent>" not in html
     assert '<tr data-key="reward"><td><code>reward</code></td><td>0.5</td></tr>' in html
     assert "&lt;style&gt;" in html and "<style>" not in html
     assert "no agent trajectory" in html
-    bare = render.harbor_html(HarborRunInfo(agent="nop", sandbox="local"))
-    assert '<span class="he-harbor-agent">nop</span>' in bare and "<td>none</td>" in bare and "no reward map" in bare
-    assert "not a Harbor rollout" in render.harbor_html(None)
+    bare = render.run_facts_html(HarborHarness().result_facts(RolloutResult(harbor=HarborRunInfo(agent="nop", sandbox="local"))))
+    assert "<td><code>nop</code></td>" in bare and '<tr data-fact="exception"><th>exception</th><td>none</td></tr>' in bare
+    assert "nothing of this harness's own" in render.run_facts_html(None)
+
+
+def test_harbor_facts_come_back_from_a_stored_result():
+    stored = RolloutResult.model_validate_json(RolloutResult(harbor=HARBOR_INFO).model_dump_json())  # a plain HarnessRunInfo now
+    assert HarborHarness().result_facts(stored) == HARBOR_INFO.facts()
+    assert HarborHarness().result_facts(RolloutResult()) is None
 
 
 def test_trajectory_steps_compact_and_escaped():

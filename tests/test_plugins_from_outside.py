@@ -1,0 +1,210 @@
+"""Plug-ins added from outside the package, through the registries alone, run rollouts: a harness
+(an agent loop written here), a sandbox backend the server is told to use by name, and a task
+family. Nothing in the package names them; docs/architecture.md's recipes are what this file does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from functools import partial
+
+import httpx
+import pytest
+from pydantic import BaseModel, Field
+
+from harness_env import Endpoint, RolloutRequest, Task, run_rollout
+from harness_env.core import registry
+from harness_env.core.grading import GradeOutcome
+from harness_env.core.harness import AgentOutcome, HarnessBase, LaunchContext
+from harness_env.core.registry import HARNESSES, register_family, register_harness
+from harness_env.core.sandbox.backends import SANDBOX_BACKENDS, SandboxSettings, register_sandbox_backend
+from harness_env.core.sandbox.base import ExecResult, Sandbox
+from harness_env.models import DatasetTaskInfo, RolloutResult
+from tests.fakes.sandbox import DirSandboxFactory
+from tests.server_process import served_in_process
+
+# The agent: a chat-completions tool loop with one `bash` tool, run in the sandbox by the system's
+# Python. It talks to the capture proxy with the per-rollout key, as any harness CLI does.
+AGENT = r"""
+import json, subprocess, sys, urllib.request
+url, key, model, instruction = sys.argv[1:5]
+tools = [{"type": "function", "function": {"name": "bash", "description": "run a shell command",
+          "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+messages = [{"role": "user", "content": instruction}]
+for _ in range(8):
+    body = json.dumps({"model": model, "messages": messages, "tools": tools}).encode()
+    req = urllib.request.Request(url + "/chat/completions", body, {"Authorization": "Bearer " + key, "Content-Type": "application/json"})
+    message = json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["message"]
+    messages.append(message)
+    if not message.get("tool_calls"):
+        print(json.dumps({"final": message.get("content") or ""}))
+        break
+    for call in message["tool_calls"]:
+        out = subprocess.run(["bash", "-c", json.loads(call["function"]["arguments"])["command"]], capture_output=True, text=True)
+        print(json.dumps({"tool": call["function"]["name"]}), flush=True)
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": out.stdout + out.stderr})
+"""
+
+
+class LoopHarness(HarnessBase):
+    """A harness from outside: only what the Harness protocol asks (core/harness.py)."""
+
+    name = "outside-loop"
+    capabilities = ("tool_calls", "token_capture")
+
+    def version(self) -> str:
+        return "1.0"
+
+    def check_installed(self) -> None:
+        return None  # the system's Python runs it
+
+    def readonly_paths(self) -> list[str]:
+        return []
+
+    def list_tasks(self, dataset: str, split: str | None) -> list[DatasetTaskInfo]:
+        return [DatasetTaskInfo(index=0, name=f"{dataset}-hello", path="hello", instruction="make hello.txt")]
+
+    def result_facts(self, result: RolloutResult) -> list[tuple[str, str | dict[str, float] | None]]:
+        return [("agent", "outside loop 1.0")]
+
+    async def run_agent(self, ctx: LaunchContext, sandbox: Sandbox, stop: asyncio.Event) -> tuple[ExecResult, AgentOutcome]:
+        outcome = AgentOutcome(tool_calls=0)
+
+        def read(line: str) -> None:
+            event = json.loads(line) if line.startswith("{") else {}
+            outcome.events += 1
+            outcome.tool_calls = (outcome.tool_calls or 0) + ("tool" in event)
+            outcome.final_text = event.get("final", outcome.final_text)
+
+        req = ctx.request
+        argv = ["python3", "-c", AGENT, ctx.proxy_base_url, ctx.session_key, req.endpoint.model, req.task.instruction]
+        r = await sandbox.exec(argv, timeout=req.agent_timeout_s, on_stdout_line=read, stop=stop)
+        return r, outcome
+
+
+class WordGrader:
+    def __init__(self, word: str) -> None:
+        self.word = word
+
+    async def grade(self, sandbox: Sandbox, request: RolloutRequest) -> GradeOutcome:
+        r = await sandbox.exec("cat word.txt 2>/dev/null", timeout=30)
+        return GradeOutcome(reward=1.0 if r.stdout.strip() == self.word else 0.0, source="judge", evidence={"read": r.stdout})
+
+
+class WordOptions(BaseModel):
+    """outside-word: the agent writes the word; the grader reads it back."""
+
+    word: str = Field("hello", title="the word to write")
+
+
+class WordFamily:
+    """A task family from outside (families/base.py): the agent writes a word; the grader reads it."""
+
+    name = "outside-word"
+    options_model = WordOptions
+    instruction_label = "anything (the family writes the instruction)"
+    instruction_key = "say"  # a record {"say": "apple"} is one of this family's
+    record_keys = ("task_id", "say", "word")
+    request_keys = ("agent_timeout_s",)
+    path_keys = ()
+
+    def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
+        word = str(request.family_options.get("word") or "hello")
+        task = request.task.model_copy(update={"instruction": f"Write the word {word} into word.txt."})
+        return request.model_copy(update={"task": task})
+
+    def grader(self, request: RolloutRequest) -> WordGrader:
+        return WordGrader(str(request.family_options.get("word") or "hello"))
+
+    def reference_image(self, family_options: dict) -> None:
+        return None
+
+
+@pytest.fixture
+def outside() -> Iterator[DirSandboxFactory]:
+    """The three registered as a plug-in's own package would register them; the test's sandbox
+    factory yielded so the test sees what it made."""
+    factory = DirSandboxFactory()
+    register_harness(LoopHarness.name, LoopHarness)
+    register_sandbox_backend("test-dir", lambda settings: factory)
+    register_family(WordFamily.name, lambda: WordFamily)
+    yield factory
+    del HARNESSES[LoopHarness.name], SANDBOX_BACKENDS["test-dir"]
+    registry._FAMILY_LOADERS.pop(WordFamily.name)  # no unregister: a plug-in stays for its process's life
+
+
+def _request(policy_server, script: list[dict], **kw) -> RolloutRequest:
+    policy_server.policy.scripts["m"] = script
+    return RolloutRequest(endpoint=Endpoint(base_url=policy_server.base_url, model="m"), agent_timeout_s=60, **kw)
+
+
+async def test_an_outside_harness_runs_in_the_default_sandbox(outside, policy_server):
+    task = Task(instruction="make hello.txt", verify=["grep -qx hello hello.txt"])
+    res = await run_rollout(_request(policy_server, [{"bash": "echo hello > hello.txt"}, {"text": "done"}], task=task,
+                                     harness=LoopHarness.name))
+    assert res.error is None, res.error
+    assert res.reward == 1.0 and res.harness == LoopHarness.name and res.agent_final_text == "done" and res.agent_tool_calls == 1
+    assert len(res.proxy_turns) == 2 and res.capture_level == "tokens"  # captured like any harness's
+    assert res.sandbox_backend in ("bwrap", "plain") and not outside.made
+
+
+async def test_an_outside_family_grades_what_an_outside_harness_made(outside, policy_server):
+    script = [{"bash": "printf apple > word.txt"}, {"text": "written"}]
+    res = await run_rollout(_request(policy_server, script, task=Task(instruction="-"), harness=LoopHarness.name,
+                                     task_family=WordFamily.name, family_options={"word": "apple"}))
+    assert res.error is None, res.error
+    assert res.reward == 1.0 and res.reward_source == "judge" and res.grading == {"read": "apple"}
+    assert policy_server.policy.tool_requests()[0]["messages"][0]["content"] == "Write the word apple into word.txt."  # as prepared
+
+
+def test_the_web_form_offers_an_outside_family_s_options(outside):
+    from harness_env.server.web.form import family_controls, task_families, to_args
+
+    assert WordFamily.name in task_families() and [c.name for c in family_controls()[WordFamily.name][1]] == ["word"]
+    args = to_args({"base_url": "http://127.0.0.1:9/v1", "model": "m", "instruction": "-", "task_family": WordFamily.name,
+                    WordFamily.name: {"word": " pear "}})
+    assert args.task_family == WordFamily.name and args.family_options == {"word": "pear"}
+
+
+def test_an_outside_family_s_records_are_read_as_it_declares(outside, tmp_path):
+    from harness_env.evals.tasks import load_tasks, task_request
+
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({"task_id": "t1", "say": "-", "word": "pear", "agent_timeout_s": 45, "secret": "x"}) + "\n")
+    (task,) = load_tasks(tmp_path)
+    request = RolloutRequest.model_validate(task_request(task, {"harness": LoopHarness.name, "endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}))
+    assert request.task_family == WordFamily.name and request.family_options == {"word": "pear"} and request.agent_timeout_s == 45
+
+
+async def test_a_server_told_an_outside_backend_runs_its_rollouts_there(outside, policy_server, tmp_path):
+    from harness_env.server.app import create_app
+
+    make_app = partial(create_app, data_dir=tmp_path / "data", sandbox_backend="test-dir")
+    policy_server.policy.scripts["m"] = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
+    body = {"instruction": "make hello.txt", "verify": ["grep -qx hello hello.txt"], "base_url": policy_server.base_url, "model": "m",
+            "harness": LoopHarness.name, "agent_timeout_s": 60}
+    async with served_in_process(lambda url: make_app(public_url=url)) as url, httpx.AsyncClient(base_url=url, timeout=120) as client:
+        health = (await client.get("/health")).json()
+        r = await client.post("/rollout", json=body)
+        listed = (await client.get(f"/{LoopHarness.name}/tasks", params={"dataset": "d"})).json()
+        none = await client.get("/whitebox/tasks")
+        unknown = await client.get("/nope/tasks")
+    assert r.status_code == 200, r.text
+    result = r.json()
+    assert result["error"] is None, result["error"]
+    assert result["reward"] == 1.0 and result["sandbox_backend"] == "test-dir" and result["files"]["hello.txt"] == "hello\n"
+    (sandbox,) = outside.made
+    assert not sandbox.root.exists()  # closed
+    assert [(t["index"], t["name"]) for t in listed] == [(0, "d-hello")]
+    assert none.status_code == 422 and "brings no tasks" in none.text and unknown.status_code == 404
+    assert health["sandbox_backend"] == "test-dir"
+
+
+def test_an_unknown_backend_stops_the_server_at_start(tmp_path):
+    from harness_env.core.errors import InvalidRequestError
+    from harness_env.server.app import create_app
+
+    with pytest.raises(InvalidRequestError, match="unknown sandbox backend 'nowhere'"):
+        create_app(public_url="http://127.0.0.1:9", data_dir=tmp_path, sandbox_backend="nowhere")
+    assert SandboxSettings().use_bwrap is None
