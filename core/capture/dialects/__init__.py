@@ -23,6 +23,7 @@ __all__ = [
     "RouteTable",
     "StreamTranslation",
     "bearer_or_api_key",
+    "dialect_for_wire_api",
     "register_dialect",
     "registered_dialects",
     "unregister_dialect",
@@ -79,6 +80,14 @@ def unregister_dialect(name: str) -> None:
 
 def registered_dialects() -> list[Dialect]:
     return list(_registry.values())
+
+
+def dialect_for_wire_api(wire_api: str) -> str | None:
+    """The name of the dialect an endpoint's `wire_api` speaks: "chat" is the engine's chat
+    completions, another the registered dialect that declares it its own API (None: none does)."""
+    if wire_api == "chat":
+        return CHAT_COMPLETIONS.name
+    return next((d.name for d in _registry.values() if d.native is not None and d.native.wire_api == wire_api), None)
 
 
 CHAT_COMPLETIONS = ChatCompletions()  # also the dialect of the proxy's own probe calls

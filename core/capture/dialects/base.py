@@ -18,6 +18,8 @@ A call through the proxy, and the dialect's part in it:
    first token must not grow); its `finish()` completes the draft once the client has everything.
 5. Errors the proxy makes (`error`) and those the engine answers (`upstream_error`), in the
    dialect's own error shape, so a harness handles them as it would with its vendor.
+6. `native`: the dialect's own API as an upstream may speak it (core/capture/dialects/native.py),
+   for pass-through (core/capture/passthrough.py), or None when no upstream is reached in it.
 
 Translation must be deterministic: a harness that replays its history must get messages that
 extend the previous call's, so the engine's prompt ids extend too (one branch in the turn graph).
@@ -37,6 +39,7 @@ from harness_env.models import TurnPurpose
 
 if TYPE_CHECKING:
     from harness_env.core.capture.assemble import TurnDraft
+    from harness_env.core.capture.dialects.native import NativeAPI
     from harness_env.core.capture.session import CaptureSession
 
 
@@ -116,6 +119,7 @@ class Dialect(Protocol):
 
     name: str
     routes: tuple[Route, ...]
+    native: NativeAPI | None  # its own API, for an upstream that speaks it (pass-through)
 
     def presented_key(self, scope: Scope) -> str | None:
         """The capture-session key as this dialect's clients present it."""

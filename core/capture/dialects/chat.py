@@ -51,6 +51,7 @@ class ChatCompletions:
     """POST /v1/chat/completions (a policy call when it offers tools), and GET /v1/models."""
 
     name = "chat_completions"
+    native = None  # the engine's own API: served by the engine path, never passed through
     routes = (Route("POST", "/v1/chat/completions"), Route("GET", "/v1/models", model_call=False))
 
     def presented_key(self, scope: Scope) -> str | None:

@@ -57,6 +57,7 @@ from harness_env.core.capture.dialects.chunks import (
     user_turn,
     whole_answer,
 )
+from harness_env.core.capture.dialects.messages_native import NATIVE
 from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.errors import InvalidRequestError
 
@@ -363,6 +364,7 @@ class Messages:
     """POST /v1/messages (streaming or not) and /v1/messages/count_tokens; HEAD/GET probes."""
 
     name = "messages"
+    native = NATIVE  # its own API, for an upstream that speaks it
     routes = (
         Route("POST", "/v1/messages"),
         Route("POST", COUNT_TOKENS_PATH),

@@ -34,6 +34,7 @@ from harness_env.core.capture.dialects.chunks import (
     pass_on,
     whole_answer,
 )
+from harness_env.core.capture.dialects.responses_native import NATIVE
 from harness_env.core.capture.dialects.responses_request import (
     ResponsesChatRequest,
     ToolName,
@@ -209,6 +210,7 @@ class Responses:
     """POST /v1/responses, streaming or not."""
 
     name = "responses"
+    native = NATIVE  # its own API, for an upstream that speaks it
     routes = (Route("POST", "/v1/responses"),)
 
     def presented_key(self, scope: Scope) -> str | None:

@@ -67,6 +67,7 @@ class PlainStream:
 
 class PlainLines:
     name = "plain_lines"
+    native = None  # no upstream speaks it: never passed through
     routes = (Route("POST", "/plain/{model}:complete"), Route("GET", "/plain/ping", model_call=False))
 
     def presented_key(self, scope: Scope):
