@@ -1,7 +1,8 @@
 """The wire dialects the capture proxy serves, and their routes.
 
-Adding a dialect is one module (a class following `Dialect`: core/capture/dialects/base.py) plus one
-`register_dialect(...)` call, here for the built-in ones. A CaptureProxy serves the dialects
+Adding a dialect is one module (a class following `Dialect`: core/capture/dialects/base.py, which
+declares its request's shape and, for pass-through, its own API: core/capture/dialects/native.py)
+plus one `register_dialect(...)` call, here for the built-in ones. A CaptureProxy serves the dialects
 registered when it is made (or those it is given); two dialects may not claim one route.
 """
 
@@ -9,16 +10,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from harness_env.core.capture.dialects.base import ChatRequest, Dialect, Route, StreamTranslation, bearer_or_api_key
+from harness_env.core.capture.dialects.base import (
+    ChatRequest,
+    Dialect,
+    RequestShape,
+    Route,
+    StreamTranslation,
+    bearer_or_api_key,
+)
 from harness_env.core.capture.dialects.chat import ChatCompletions
 from harness_env.core.capture.dialects.gemini import Gemini
 from harness_env.core.capture.dialects.messages import Messages
+from harness_env.core.capture.dialects.native import NativeAnswerReader, NativeAPI
 from harness_env.core.capture.dialects.responses import Responses
 
 __all__ = [
     "CHAT_COMPLETIONS",
     "ChatRequest",
     "Dialect",
+    "NativeAPI",
+    "NativeAnswerReader",
+    "RequestShape",
     "Route",
     "RouteTable",
     "StreamTranslation",

@@ -8,7 +8,7 @@ caps: core/capture/rewrite.py), the upstream call and its retries, secret maskin
 
 A call through the proxy, and the dialect's part in it:
 1. `routes` -> the proxy finds the dialect by method and path; `presented_key(scope)` -> the session.
-2. `read_request(body, scope, sampled)` -> a `ChatRequest`: chat messages and tools (what the turn
+2. `read_request(body, scope, sampled)` (once the body has its `request_shape`) -> a `ChatRequest`: chat messages and tools (what the turn
    records), the stream flag, the purpose ("policy" counts against the turn limit, "auxiliary" does
    not); `sampled` is the session's exact tool-call arguments.
 3. `engine_body(request)` -> the chat-completions body for the engine (the policy is applied after).
@@ -59,6 +59,16 @@ class ChatRequest:
     # The session's exact tool-call arguments (core/capture/dialects/sampled.py), read and kept by
     # dialects that hand them over as objects; a request read outside a session has its own.
     sampled: SampledArguments = field(default_factory=SampledArguments)
+
+
+@dataclass(frozen=True)
+class RequestShape:
+    """What the proxy checks of a dialect's request before its reader runs
+    (core/capture/request_guard.py), so a hostile body is one clear 400, not a crash."""
+
+    fields: dict[str, tuple[type, ...]] = field(default_factory=dict)  # top-level fields read, and their types (null allowed)
+    required: tuple[str, ...] = ()  # without these a request is no model call
+    inline_media: str = ""  # how the dialect sends media inline, for the refusal of a remote one
 
 
 @dataclass(frozen=True)
@@ -119,6 +129,7 @@ class Dialect(Protocol):
 
     name: str
     routes: tuple[Route, ...]
+    request_shape: RequestShape  # what is checked of a request before `read_request`
     native: NativeAPI | None  # its own API, for an upstream that speaks it (pass-through)
 
     def presented_key(self, scope: Scope) -> str | None:

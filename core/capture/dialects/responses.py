@@ -34,7 +34,7 @@ from harness_env.core.capture.dialects.chunks import (
     pass_on,
     whole_answer,
 )
-from harness_env.core.capture.dialects.responses_native import NATIVE
+from harness_env.core.capture.dialects.responses_api import NATIVE, REQUEST_SHAPE
 from harness_env.core.capture.dialects.responses_request import (
     ResponsesChatRequest,
     ToolName,
@@ -210,6 +210,7 @@ class Responses:
     """POST /v1/responses, streaming or not."""
 
     name = "responses"
+    request_shape = REQUEST_SHAPE  # what request_guard checks before read_request
     native = NATIVE  # its own API, for an upstream that speaks it
     routes = (Route("POST", "/v1/responses"),)
 

@@ -1,4 +1,6 @@
-"""Anthropic Messages as a native upstream speaks it (pass-through: core/capture/dialects/native.py)."""
+"""What the Messages dialect declares of Anthropic's Messages API: the shape of a request
+(REQUEST_SHAPE) and how an upstream that speaks it is reached and read (NATIVE, for pass-through:
+core/capture/dialects/native.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness_env.core.capture.assemble import TurnDraft
+from harness_env.core.capture.dialects.base import RequestShape
 from harness_env.core.capture.dialects.native import NativeAPI, add_call
+
+REQUEST_SHAPE = RequestShape(
+    {"messages": (list,), "system": (str, list), "tools": (list,), "stream": (bool,), "stop_sequences": (list,), "tool_choice": (dict,),
+     "max_tokens": (int,)},
+    required=("messages",), inline_media=" (an image block with a base64 source)",
+)
 
 
 def read_answer(draft: TurnDraft, message: dict[str, Any]) -> None:

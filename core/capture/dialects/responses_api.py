@@ -1,4 +1,6 @@
-"""OpenAI Responses as a native upstream speaks it (pass-through: core/capture/dialects/native.py)."""
+"""What the Responses dialect declares of OpenAI's Responses API: the shape of a request
+(REQUEST_SHAPE) and how an upstream that speaks it is reached and read (NATIVE, for pass-through:
+core/capture/dialects/native.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness_env.core.capture.assemble import TurnDraft
+from harness_env.core.capture.dialects.base import RequestShape
 from harness_env.core.capture.dialects.native import NativeAPI, add_call
+
+REQUEST_SHAPE = RequestShape(
+    {"input": (str, list), "instructions": (str,), "tools": (list,), "stream": (bool,), "text": (dict,), "tool_choice": (str, dict),
+     "parallel_tool_calls": (bool,), "previous_response_id": (str,)},
+    inline_media=" (an input_image whose image_url is data:<mime>;base64,...)",
+)
 
 FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 

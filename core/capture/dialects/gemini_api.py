@@ -1,4 +1,6 @@
-"""Gemini's generateContent as a native upstream speaks it (pass-through: core/capture/dialects/native.py)."""
+"""What the Gemini dialect declares of Gemini's generateContent API: the shape of a request
+(REQUEST_SHAPE) and how an upstream that speaks it is reached and read (NATIVE, for pass-through:
+core/capture/dialects/native.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness_env.core.capture.assemble import TurnDraft
+from harness_env.core.capture.dialects.base import RequestShape
 from harness_env.core.capture.dialects.native import NativeAPI, add_call
+
+REQUEST_SHAPE = RequestShape(
+    {"contents": (list,), "systemInstruction": (str, dict), "system_instruction": (str, dict), "tools": (list,),
+     "generationConfig": (dict,), "toolConfig": (dict,), "generateContentRequest": (dict,)},
+    inline_media=" (inlineData, not fileData)",
+)
 
 
 @dataclass
