@@ -4,7 +4,9 @@ What a harness's wire API looks like is its dialect's business (core/capture/dia
 reading the request, translating it for the engine and the engine's answer back, assembling the
 turn. The core here does the same for every dialect: routing by the dialects' routes, sessions and
 the turn limit, the engine call (the session's policy, retries without fields the upstream rejects,
-aborting when the rollout ends), secret masking, recording and the endpoint probe. Streamed answers
+aborting when the rollout ends), secret masking, recording and the endpoint probe. Each call, to the
+engine or passed through to an upstream that speaks the dialect's own API (core/capture/passthrough.py),
+is admitted, posted, relayed and recorded the same way (core/capture/call.py). Streamed answers
 go on chunk by chunk as they arrive, so time to first token through the proxy stays the upstream's.
 
 Secrets (the upstream key, registered ones: core/capture/redact.py) are masked in everything passed
