@@ -37,7 +37,7 @@ class CallOutcome:
     ttft_s: float | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class CapturedTurn:
     """A recorded call as the session holds it: its token lists packed (a prompt's ids as text
     sharing the prompt it extends, completion ids and logprobs in arrays), its request history
