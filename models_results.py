@@ -84,6 +84,15 @@ class Turn(BaseModel):
             return False
         return not self.upstream_error or bool(self.completion_token_ids or self.per_token_logps or self.completion_text or self.tool_calls)
 
+    def continues(self, earlier: Turn) -> bool:
+        """Whether this turn's prompt starts with `earlier`'s prompt + completion ids, so it carries
+        on from what `earlier` sampled: the one prefix relation behind the turn graph
+        (core/capture/graph.py), training rows and compact storage. A turn with no completion
+        ids is continued by none."""
+        p, c, prompt = earlier.prompt_token_ids, earlier.completion_token_ids, self.prompt_token_ids
+        n = len(p)
+        return bool(c) and len(prompt) >= n + len(c) and prompt[:n] == p and prompt[n : n + len(c)] == c
+
 
 class GraphSummary(BaseModel):
     """The shape of a rollout's turn graph: how many branches a trainer gets rows for."""
@@ -211,12 +220,12 @@ class RolloutResult(BaseModel):
 
 def _branch_row(branch: int, turns: list[Turn], reward: float | None, task_id: str | None, rollout_id: str) -> TrainingRow:
     row = TrainingRow(rollout_id=rollout_id, task_id=task_id, branch=branch, turn_indices=[t.index for t in turns], reward=reward)
-    for t in turns:
+    for previous, t in zip([None, *turns], turns):
         if not t.prompt_token_ids or not t.completion_token_ids:
             row.trainable, row.untrainable_reason = False, f"turn {t.index} has no token ids (capture level {t.capture_level})"
         elif len(t.per_token_logps) != len(t.completion_token_ids):
             row.trainable, row.untrainable_reason = False, f"turn {t.index} has {len(t.per_token_logps)} logprobs for {len(t.completion_token_ids)} tokens"
-        elif t.prompt_token_ids[: len(row.token_ids)] != row.token_ids:
+        elif previous is not None and not t.continues(previous):  # the row so far is previous's prompt + completion
             row.trainable, row.untrainable_reason = False, f"turn {t.index} does not extend its branch's tokens"
         if not row.trainable:
             row.token_ids, row.loss_mask, row.logprobs, row.prompt_length = [], [], [], 0

@@ -34,9 +34,8 @@ def pack(result: RolloutResult) -> dict[str, Any]:
     for t, raw in zip(result.proxy_turns, data["proxy_turns"]):
         parent = by_index.get(t.parent) if t.parent is not None else None
         if parent is not None:
-            seq = parent.prompt_token_ids + parent.completion_token_ids
-            if t.prompt_token_ids[: len(seq)] == seq:
-                raw["prompt_token_ids"] = t.prompt_token_ids[len(seq) :]
+            if t.continues(parent):
+                raw["prompt_token_ids"] = t.prompt_token_ids[len(parent.prompt_token_ids) + len(parent.completion_token_ids) :]
                 raw["prompt_extends_parent"] = True
             keep = _common_prefix(parent.request_messages, t.request_messages)
             raw["request_messages"] = raw["request_messages"][keep:]

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from harness_env.core.capture import fastjson
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.graph import link_turns, summarise_rows
+from harness_env.core.capture.record import CallOutcome, CallRequest
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.capture.session import CaptureSession
 from harness_env.models import Endpoint, RolloutResult, Turn
@@ -112,12 +113,9 @@ def _session() -> CaptureSession:
 def record_packed(session: CaptureSession, i: int, request: bytes, answer: bytes) -> None:
     """One call as the proxy records it now (core/capture/proxy.py)."""
     body = fastjson.loads(request)
-    turn = Turn(index=i, request_messages=body["messages"], request_tools=body["tools"], upstream_status=200)
     draft = TurnDraft()
     draft.add_response_body(answer)
-    for name, value in draft.record_fields().items():
-        setattr(turn, name, value)
-    session.record(turn, draft.prompt_ids_text())
+    session.record(CallRequest(i, "policy", False, body["messages"], body["tools"]), CallOutcome(200, None, 0.0), draft)
 
 
 def record_lists(held: list[Turn], i: int, request: bytes, answer: bytes) -> None:

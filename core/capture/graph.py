@@ -1,9 +1,10 @@
 """The turn graph: which turns continue which, by exact token prefix.
 
-A turn whose prompt starts with an earlier turn's prompt + completion continues that turn's branch;
-otherwise it starts a new one (harnesses rewrite their history: compaction, dropped reasoning,
-re-serialised tool arguments, sub-agents). Auxiliary turns (titles, summaries) and failed calls
-belong to no branch. Nothing is re-tokenized: only the engine's own ids are compared.
+A turn whose prompt starts with an earlier turn's prompt + completion (Turn.continues, the one
+prefix relation) continues that turn's branch; otherwise it starts a new one (harnesses rewrite
+their history: compaction, dropped reasoning, re-serialised tool arguments, sub-agents). Auxiliary
+turns (titles, summaries) and failed calls belong to no branch. Nothing is re-tokenized: only the
+engine's own ids are compared.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from harness_env.models import GraphSummary, Turn
 def link_turns(turns: list[Turn]) -> GraphSummary:
     """Set `parent` and `branch` on each turn (in place) and summarise the graph."""
     summary = GraphSummary(turns=len(turns))
-    heads: list[tuple[int, list[int]]] = []  # per branch: its last turn's index, prompt + completion
+    heads: list[Turn] = []  # per branch: its last turn
     for t in sorted(turns, key=lambda t: t.index):
         t.parent = t.branch = None
         if t.purpose == "auxiliary":
@@ -26,18 +27,14 @@ def link_turns(turns: list[Turn]) -> GraphSummary:
         found = None
         if t.prompt_token_ids and t.completion_token_ids:
             # The latest branch first: a harness continues what it did last.
-            for b in range(len(heads) - 1, -1, -1):
-                seq = heads[b][1]
-                if seq and len(seq) <= len(t.prompt_token_ids) and t.prompt_token_ids[: len(seq)] == seq:
-                    found = b
-                    break
+            found = next((b for b in range(len(heads) - 1, -1, -1) if t.continues(heads[b])), None)
         if found is None:
-            heads.append((t.index, []))
+            heads.append(t)
             found = len(heads) - 1
         else:
-            t.parent = heads[found][0]
+            t.parent = heads[found].index
         t.branch = found
-        heads[found] = (t.index, t.prompt_token_ids + t.completion_token_ids if t.completion_token_ids else [])
+        heads[found] = t
     summary.branches = len(heads)
     return summary
 

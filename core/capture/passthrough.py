@@ -10,6 +10,10 @@ by line). The turn is still recorded, read from the native
 answer: text, tool calls, stop reason, usage, latency, status (token ids exist only where the
 engine's chat completions give them, so there are none), and the turn limit still applies.
 
+What differs per API (the key's header, the fields that bound an answer, reading the answer) is
+the dialect's own declaration (core/capture/dialects/native.py); the call itself is the proxy's, as
+for the engine (core/capture/call.py).
+
 Why black_box only: token ids and logprobs come from the engine's chat completions; a native
 upstream gives neither, so a `transparent_proxy` rollout would train on nothing (refused up front by
 `check_wire_api`).
@@ -18,10 +22,8 @@ upstream gives neither, so a `transparent_proxy` rollout would train on nothing 
 from __future__ import annotations
 
 import asyncio
-import json
-import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 import aiohttp
@@ -29,25 +31,15 @@ import aiohttp
 from harness_env.core.capture import fastjson, native_guard, request_guard
 from harness_env.core.capture.asgi import Reply, Scope, route_path
 from harness_env.core.capture.assemble import TurnDraft
+from harness_env.core.capture.call import admit
+from harness_env.core.capture.dialects import dialect_for_wire_api
 from harness_env.core.capture.dialects.base import Dialect
-from harness_env.core.capture.redact import masked
+from harness_env.core.capture.dialects.native import NativeAPI
 from harness_env.core.capture.session import CaptureSession
 from harness_env.core.capture.sse import SSEDecoder
 from harness_env.core.errors import InvalidRequestError
 from harness_env.models import RolloutRequest
-from harness_env.models_base import WireApi
 
-if TYPE_CHECKING:
-    from harness_env.core.capture.proxy import CaptureProxy
-
-# An endpoint's wire_api -> the proxy dialect that serves it.
-DIALECT_OF: dict[WireApi, str] = {"chat": "chat_completions", "responses": "responses", "messages": "messages", "gemini": "gemini"}
-# How each passed-through dialect's upstream wants its key.
-AUTH_HEADERS: dict[str, tuple[str, str]] = {
-    "responses": ("authorization", "Bearer {key}"),
-    "messages": ("x-api-key", "{key}"),
-    "gemini": ("x-goog-api-key", "{key}"),
-}
 # Not relayed to the upstream: the capture key (whatever header carries it), connection-level
 # headers, and encodings we would have to undo (bytes are relayed as they come).
 DROPPED_HEADERS = frozenset({
@@ -69,10 +61,11 @@ def check_wire_api(request: RolloutRequest, harness_dialect: str | None) -> None
             "completions, which a native upstream does not give; use mode='black_box', or point at a chat-completions endpoint "
             "(wire_api='chat') to train"
         )
-    if harness_dialect is not None and harness_dialect != DIALECT_OF[wire_api]:
+    native = dialect_for_wire_api(wire_api)
+    if harness_dialect is not None and harness_dialect != native:
         raise InvalidRequestError(
             f"harness {request.harness!r} speaks {harness_dialect}, but the endpoint's wire_api is {wire_api!r}, passed through "
-            f"untranslated; use a harness that speaks {DIALECT_OF[wire_api]}, or a chat-completions endpoint (wire_api='chat')"
+            f"untranslated; use a harness that speaks {native}, or a chat-completions endpoint (wire_api='chat')"
         )
 
 
@@ -104,9 +97,9 @@ def with_model(dialect: Dialect, path: str, raw: bytes, body: dict[str, Any], mo
     return path, raw
 
 
-def upstream_headers(dialect: str, scope: Scope, key: str) -> dict[str, str]:
+def upstream_headers(native: NativeAPI, scope: Scope, key: str) -> dict[str, str]:
     """The harness's headers (its API version and beta flags, ...) minus its capture key, plus the
-    upstream key where its dialect expects it."""
+    upstream key where its API expects it."""
     headers = {}
     for name, value in scope.get("headers", ()):
         lower = name.decode("latin-1").lower()
@@ -114,95 +107,17 @@ def upstream_headers(dialect: str, scope: Scope, key: str) -> dict[str, str]:
             headers[lower] = value.decode("latin-1")
     headers["accept-encoding"] = "identity"
     if key:
-        name, template = AUTH_HEADERS[dialect]
-        headers[name] = template.format(key=key)
+        headers[native.auth_header] = native.auth_template.format(key=key)
     return headers
 
 
 # -- reading a native answer into the turn --------------------------------------------------------
-def _call(draft: TurnDraft, slot: int, call_id: Any, name: Any, arguments: str = "") -> dict[str, Any]:
-    call = {"id": call_id, "type": "function", "function": {"name": str(name or ""), "arguments": arguments}}
-    draft.tool_calls[slot] = call
-    return call
-
-
-def read_messages_event(draft: TurnDraft, event: dict[str, Any], blocks: dict[int, dict[str, Any]]) -> None:
-    """An Anthropic Messages stream event (`blocks`: the tool calls open in this stream, by index)."""
-    kind = event.get("type")
-    if kind == "message_start":
-        read_messages_answer(draft, event.get("message") or {})
-    elif kind == "content_block_start":
-        block = event.get("content_block") or {}
-        if block.get("type") in ("tool_use", "server_tool_use"):
-            blocks[int(event.get("index") or 0)] = _call(draft, len(draft.tool_calls), block.get("id"), block.get("name"))
-    elif kind == "content_block_delta":
-        delta = event.get("delta") or {}
-        if delta.get("type") == "text_delta":
-            draft.text_parts.append(str(delta.get("text", "")))
-        elif delta.get("type") == "thinking_delta":
-            draft.reasoning_parts.append(str(delta.get("thinking", "")))
-        elif delta.get("type") == "input_json_delta" and int(event.get("index") or 0) in blocks:
-            blocks[int(event.get("index") or 0)]["function"]["arguments"] += str(delta.get("partial_json", ""))
-    elif kind == "message_delta":
-        draft.finish_reason = (event.get("delta") or {}).get("stop_reason") or draft.finish_reason
-        if isinstance(event.get("usage"), dict):
-            draft.usage = {**(draft.usage or {}), **event["usage"]}
-    elif kind == "error":
-        draft.errors.append(f"error in stream: {json.dumps(event.get('error'))[:500]}")
-
-
-def read_messages_answer(draft: TurnDraft, message: dict[str, Any]) -> None:
-    """A whole Messages answer (or the `message` of `message_start`, whose content is empty)."""
-    for block in message.get("content") or []:
-        if block.get("type") == "text":
-            draft.text_parts.append(str(block.get("text", "")))
-        elif block.get("type") == "thinking":
-            draft.reasoning_parts.append(str(block.get("thinking", "")))
-        elif block.get("type") in ("tool_use", "server_tool_use"):
-            _call(draft, len(draft.tool_calls), block.get("id"), block.get("name"), json.dumps(block.get("input") or {}))
-    draft.finish_reason = message.get("stop_reason") or draft.finish_reason
-    if isinstance(message.get("usage"), dict):
-        draft.usage = {**(draft.usage or {}), **message["usage"]}
-
-
-def read_responses_answer(draft: TurnDraft, response: dict[str, Any]) -> None:
-    """A whole Responses object (also what `response.completed` carries: the stream's deltas are
-    not read, the final object has them all)."""
-    for item in response.get("output") or []:
-        if item.get("type") == "message":
-            draft.text_parts.extend(str(p.get("text", "")) for p in item.get("content") or [] if p.get("type") == "output_text")
-        elif item.get("type") == "reasoning":
-            draft.reasoning_parts.extend(str(p.get("text", "")) for p in item.get("summary") or [])
-        elif item.get("type") in ("function_call", "custom_tool_call"):
-            _call(draft, len(draft.tool_calls), item.get("call_id"), item.get("name"), str(item.get("arguments", item.get("input", ""))))
-    draft.finish_reason = response.get("status") or draft.finish_reason
-    if isinstance(response.get("usage"), dict):
-        draft.usage = response["usage"]
-    if isinstance(response.get("error"), dict):
-        draft.errors.append(f"error in answer: {json.dumps(response['error'])[:500]}")
-
-
-def read_gemini_answer(draft: TurnDraft, chunk: dict[str, Any]) -> None:
-    """One generateContent answer, whole or a chunk of a stream (the same shape)."""
-    for candidate in (chunk.get("candidates") or [])[:1]:
-        for part in (candidate.get("content") or {}).get("parts") or []:
-            if "functionCall" in part:
-                call = part["functionCall"] or {}
-                _call(draft, len(draft.tool_calls), call.get("id"), call.get("name"), json.dumps(call.get("args") or {}))
-            elif isinstance(part.get("text"), str):
-                (draft.reasoning_parts if part.get("thought") else draft.text_parts).append(part["text"])
-        draft.finish_reason = candidate.get("finishReason") or draft.finish_reason
-    if isinstance(chunk.get("usageMetadata"), dict):
-        draft.usage = chunk["usageMetadata"]
-
-
-@dataclass
 class NativeReader:
-    """Reads one native answer (whole or streamed) into a turn draft."""
+    """Reads one native answer (whole or streamed) into a turn draft, by the dialect's reader."""
 
-    dialect: str
-    draft: TurnDraft
-    blocks: dict[int, dict[str, Any]] = field(default_factory=dict)
+    def __init__(self, native: NativeAPI, draft: TurnDraft) -> None:
+        self.draft = draft
+        self._reader = native.reader(draft)
 
     def event(self, data: str) -> None:
         try:
@@ -214,15 +129,7 @@ class NativeReader:
         if not isinstance(obj, dict):
             return
         self.draft.chunks += 1
-        if self.dialect == "messages":
-            read_messages_event(self.draft, obj, self.blocks)
-        elif self.dialect == "responses":
-            if obj.get("type") in ("response.completed", "response.incomplete", "response.failed"):
-                read_responses_answer(self.draft, obj.get("response") or {})
-            elif obj.get("type") == "error":
-                self.draft.errors.append(f"error in stream: {data[:500]}")
-        elif self.dialect == "gemini":
-            read_gemini_answer(self.draft, obj)
+        self._reader.event(obj, data)
 
     def whole(self, content: bytes) -> None:
         try:
@@ -231,23 +138,17 @@ class NativeReader:
             self.draft.errors.append(f"upstream body is not JSON: {content[:200]!r}")
             return
         for item in obj if isinstance(obj, list) else [obj]:  # Gemini's non-SSE stream is a JSON array
-            if not isinstance(item, dict):
-                continue
-            if self.dialect == "messages":
-                read_messages_answer(self.draft, item)
-            elif self.dialect == "responses":
-                read_responses_answer(self.draft, item)
-            elif self.dialect == "gemini":
-                read_gemini_answer(self.draft, item)
+            if isinstance(item, dict):
+                self._reader.whole(item)
 
 
 class NativeStream:
     """A StreamTranslation that translates nothing: the upstream's bytes go on as they came, and
     are read on the side into the turn."""
 
-    def __init__(self, dialect: str, draft: TurnDraft, content_type: str) -> None:
+    def __init__(self, native: NativeAPI, draft: TurnDraft, content_type: str) -> None:
         self.content_type = content_type
-        self._reader = NativeReader(dialect, draft)
+        self._reader = NativeReader(native, draft)
         self._decoder = SSEDecoder()
 
     def feed(self, data: bytes) -> bytes:
@@ -264,64 +165,54 @@ class NativeStream:
 
 
 # -- the call ---------------------------------------------------------------------------------
-async def pass_through(proxy: CaptureProxy, dialect: Dialect, session: CaptureSession, scope: Scope, raw: bytes, body: dict[str, Any]) -> Reply:
-    """Serve one model call of `dialect` by the session's native upstream (see the module docstring)."""
+def _recorded_view(dialect: Dialect, scope: Scope, body: dict[str, Any]) -> tuple[list[Any], list[Any], bool, Any]:
+    """(messages, tools, stream, purpose) of the request, for the record only: what the dialect
+    cannot read is still passed on."""
+    try:
+        request = request_guard.read_request(dialect, body, scope)
+        return request.messages, request.tools, request.stream, request.purpose
+    except InvalidRequestError:
+        return [], [], bool(body.get("stream")) or "stream" in route_path(scope).lower(), "policy"
+
+
+async def pass_through(
+    dialect: Dialect, session: CaptureSession, http: Callable[[], aiohttp.ClientSession], scope: Scope, raw: bytes, body: dict[str, Any],
+) -> Reply:
+    """Serve one model call of `dialect` by the session's native upstream (see the module docstring);
+    `http`: the proxy's client."""
     wire_api = session.endpoint.wire_api
-    if dialect.name != DIALECT_OF[wire_api]:  # check_wire_api refuses this up front; a stray call gets it here
+    native = dialect.native
+    if native is None or native.wire_api != wire_api:  # check_wire_api refuses this up front; a stray call gets it here
         return dialect.error(400, f"this rollout's endpoint speaks {wire_api!r}, passed through untranslated; it cannot answer {dialect.name}",
                              "invalid_request")
     try:  # bounded as the engine's body is (core/capture/native_guard.py): off the loop, a body may be large
-        sent = await asyncio.to_thread(native_guard.bounded_body, dialect.name, route_path(scope), body, session.policy.max_tokens_cap)
+        sent = await asyncio.to_thread(native_guard.bounded_body, native, route_path(scope), body, session.policy.max_tokens_cap)
     except InvalidRequestError as e:
         return dialect.error(400, session.redact(str(e)), "invalid_request")
-    try:  # the neutral view, for the record only: what it cannot read is still passed on
-        request = request_guard.read_request(dialect, body, scope)
-        messages, tools, stream, purpose = request.messages, request.tools, request.stream, request.purpose
-    except InvalidRequestError:
-        messages, tools, purpose = [], [], "policy"
-        stream = bool(body.get("stream")) or "stream" in route_path(scope).lower()
-    turn = proxy._open_turn(dialect, session, raw, purpose, stream, messages, tools)
-    if isinstance(turn, Reply):
-        return turn
+    messages, tools, stream, purpose = _recorded_view(dialect, scope, body)
+    call = admit(dialect, session, http, raw, purpose, stream, messages, tools)
+    if isinstance(call, Reply):
+        return call
     endpoint = session.endpoint
     if sent != body:
         raw = fastjson.dumps(sent)
     path, raw = with_model(dialect, route_path(scope), raw, sent, endpoint.model)
     url = upstream_url(endpoint.base_url, path, scope.get("query_string", b""))
-    headers = upstream_headers(dialect.name, scope, endpoint.api_key.get_secret_value())
-    started = time.monotonic()
+    headers = upstream_headers(native, scope, endpoint.api_key.get_secret_value())
     # No redirects: the key header would follow them to wherever they point.
-    resp = await proxy._post_upstream(dialect, session, turn, started, url, raw, headers, allow_redirects=False)
+    resp = await call.post(url, raw, headers, allow_redirects=False)
     if isinstance(resp, Reply):
         return resp
-    content_type = session.redact(resp.headers.get("content-type", "application/json"))
+    content_type = call.content_type(resp)
     if resp.status >= 400:  # the upstream's own error, in its own shape: relayed as is, secrets masked
-        try:
-            content = await resp.read()
-        except (aiohttp.ClientError, TimeoutError):
-            content = b""
-        finally:
-            resp.release()
-        session.upstream_result(ok=False, infra=resp.status >= 500)
-        content = await masked(session.redactor, content)
-        error = content[:2000].decode("utf-8", errors="replace")
-        proxy._record_failure(session, turn, started, resp.status, error, f"upstream answered {resp.status}")
+        content = await call.refused(resp.status, await call.error_body(resp))
         return Reply(resp.status, content, content_type)
-    turn.upstream_status = resp.status
     draft = TurnDraft()
     if "text/event-stream" in content_type:
-        session.upstream_result(ok=True)
-        session.add_relayed_answer(resp)
-        return proxy._relay(NativeStream(dialect.name, draft, content_type), session, turn, draft, resp, started)
-    try:
-        content = await resp.read()
-    except (aiohttp.ClientError, TimeoutError) as e:
-        session.upstream_result(ok=False)
-        return proxy._unanswered(dialect, session, turn, started, resp.status, f"upstream read failed: {type(e).__name__}: {e}", 502)
-    finally:
-        resp.release()
-    session.upstream_result(ok=True)
-    content = await masked(session.answer_redactor, content)
-    NativeReader(dialect.name, draft).whole(content)
-    proxy._record_answer(session, turn, draft, started, None)
+        return call.relay(NativeStream(native, draft, content_type), draft, resp)
+    content = await call.whole(resp)
+    if isinstance(content, Reply):
+        return content
+    NativeReader(native, draft).whole(content)
+    call.answered(draft, None)
     return Reply(resp.status, content, content_type)

@@ -4,7 +4,9 @@ What a harness's wire API looks like is its dialect's business (core/capture/dia
 reading the request, translating it for the engine and the engine's answer back, assembling the
 turn. The core here does the same for every dialect: routing by the dialects' routes, sessions and
 the turn limit, the engine call (the session's policy, retries without fields the upstream rejects,
-aborting when the rollout ends), secret masking, recording and the endpoint probe. Streamed answers
+aborting when the rollout ends), secret masking, recording and the endpoint probe. Each call, to the
+engine or passed through to an upstream that speaks the dialect's own API (core/capture/passthrough.py),
+is admitted, posted, relayed and recorded the same way (core/capture/call.py). Streamed answers
 go on chunk by chunk as they arrive, so time to first token through the proxy stays the upstream's.
 
 Secrets (the upstream key, registered ones: core/capture/redact.py) are masked in everything passed
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiohttp
@@ -35,13 +37,13 @@ from harness_env.core.capture.asgi import (
     send_reply,
 )
 from harness_env.core.capture.assemble import TurnDraft
+from harness_env.core.capture.call import ModelCall, admit
 from harness_env.core.capture.dialects import (
     CHAT_COMPLETIONS,
     ChatRequest,
     Dialect,
     Route,
     RouteTable,
-    StreamTranslation,
     registered_dialects,
 )
 from harness_env.core.capture.passthrough import pass_through
@@ -54,12 +56,12 @@ from harness_env.core.capture.probe import (
     probe_body,
     probe_rejected_fields,
 )
-from harness_env.core.capture.redact import StreamRedactor, masked
+from harness_env.core.capture.record import CallRequest, CapturedTurn
 from harness_env.core.capture.request_bytes import RequestBytes, TooManyBytes
 from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, may_name_an_added_field, rewrite_request
 from harness_env.core.capture.session import CaptureSession, new_session_key
 from harness_env.core.errors import InvalidRequestError
-from harness_env.models import Endpoint, Turn
+from harness_env.models import Endpoint
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MAX_FIELD_RETRIES = 4
@@ -85,7 +87,7 @@ class CaptureProxy:
 
     # -- sessions ---------------------------------------------------------------------------
     def open_session(
-        self, endpoint: Endpoint, policy: CapturePolicy, on_turn: Callable[[Turn], None] | None = None
+        self, endpoint: Endpoint, policy: CapturePolicy, on_turn: Callable[[CapturedTurn], None] | None = None
     ) -> CaptureSession:
         session = CaptureSession(key=new_session_key(), endpoint=endpoint, policy=policy, on_turn=on_turn)
         self._sessions[session.key] = session
@@ -114,9 +116,8 @@ class CaptureProxy:
         for temperature in PROBE_TEMPERATURES:
             session = CaptureSession(key="probe", endpoint=endpoint, policy=policy)
             request = CHAT_COMPLETIONS.read_request(probe_body(temperature), {})
-            turn = Turn(index=0, purpose="auxiliary")
             try:
-                reply = await asyncio.wait_for(self._call_engine(CHAT_COMPLETIONS, session, request, turn), PROBE_TIMEOUT_S)
+                reply = await asyncio.wait_for(self._call_engine(self._probe_call(session), request), PROBE_TIMEOUT_S)
                 if reply.after is not None and reply.stream is None:
                     reply.after()  # a whole answer is recorded once it is sent: nobody sends this one
             except TimeoutError:
@@ -131,13 +132,16 @@ class CaptureProxy:
         session = CaptureSession(key="probe", endpoint=endpoint, policy=CapturePolicy(capture=False))
         request = CHAT_COMPLETIONS.read_request(probe_body(0.0), {})
         try:
-            reply = await asyncio.wait_for(self._call_engine(CHAT_COMPLETIONS, session, request, Turn(index=0, purpose="auxiliary")),
-                                           PROBE_TIMEOUT_S)
+            reply = await asyncio.wait_for(self._call_engine(self._probe_call(session), request), PROBE_TIMEOUT_S)
         except TimeoutError:
             return False
         if reply.after is not None and reply.stream is None:
             reply.after()
         return any(t.upstream_status == 200 for t in session.turns)
+
+    def _probe_call(self, session: CaptureSession) -> ModelCall:
+        """The proxy's own call: not the agent's, so counted against none of its limits."""
+        return ModelCall(CHAT_COMPLETIONS, session, CallRequest(0, "auxiliary", False, [], []), self._http)
 
     @property
     def active_sessions(self) -> int:
@@ -206,59 +210,15 @@ class CaptureProxy:
         try:  # every shape a hostile body can take is a 400 here (core/capture/request_guard.py)
             body = request_guard.parse_body(raw)
             if session.endpoint.wire_api != "chat":  # an upstream that speaks the harness's dialect: no translation
-                return await pass_through(self, dialect, session, scope, raw, body)
+                return await pass_through(dialect, session, self._http, scope, raw, body)
             request = request_guard.read_request(dialect, body, scope, session.sampled_arguments)
             engine_body = request_guard.engine_body(dialect, request)
         except InvalidRequestError as e:
             return dialect.error(400, session.redact(str(e)), "invalid_request")
-        turn = self._open_turn(dialect, session, raw, request.purpose, request.stream, request.messages, request.tools)
-        if isinstance(turn, Reply):
-            return turn
-        return await self._call_engine(dialect, session, request, turn, engine_body)
-
-    @staticmethod
-    def _open_turn(
-        dialect: Dialect, session: CaptureSession, raw: bytes, purpose: str, stream: bool, messages: list[Any], tools: list[Any]
-    ) -> Turn | Reply:
-        """The turn of a model call about to go upstream, or a 429 once a limit of the rollout is
-        reached (the turn limit, or a budget: auxiliary calls, recorded bytes)."""
-        if session.redactor.found_in(raw):  # the harness was shown a secret: never record it
-            messages, tools = session.redactor.redact_value(messages), session.redactor.redact_value(tools)
-        refused = session.over_budget(purpose, len(raw))
-        if refused is not None:  # refused before anything is recorded or sent
-            code, message = refused
-            session.log(f"{message}: answered 429")
-            session.upstream_result(ok=False, infra=False)
-            return dialect.error(429, f"harness-env: {message}", code)
-        if purpose == "policy" and not session.admit_policy_request():
-            limit = session.policy.max_turns
-            session.log(f"turn limit of {limit} reached: answered 429")
-            session.upstream_result(ok=False, infra=False)
-            return dialect.error(429, f"harness-env: the turn limit of {limit} model calls for this rollout is reached", "turn_limit")
-        turn = Turn(index=session.next_index(), purpose=purpose, stream=stream, request_messages=messages, request_tools=tools)
-        session.hold(turn.index, purpose, len(raw))
-        return turn
-
-    async def _post_upstream(
-        self, dialect: Dialect, session: CaptureSession, turn: Turn, started: float, url: str, data: bytes, headers: dict[str, str],
-        **options: Any,
-    ) -> aiohttp.ClientResponse | Reply:
-        """POST to the upstream as a call the session can abort; a failure to get an answer is the
-        dialect's reply (499 aborted, 504 timeout, 502 unreachable), recorded on the turn."""
-        call = asyncio.ensure_future(self._http().post(url, data=data, headers=headers, **options))
-        session.add_upstream_call(call)
-        try:
-            return await call
-        except asyncio.CancelledError:
-            return self._unanswered(dialect, session, turn, started, None, "aborted: the rollout ended", 499)
-        except TimeoutError as e:
-            session.upstream_result(ok=False)
-            return self._unanswered(dialect, session, turn, started, None, f"upstream timeout: {type(e).__name__}", 504)
-        except aiohttp.ClientError as e:
-            session.upstream_result(ok=False)
-            return self._unanswered(dialect, session, turn, started, None, f"upstream unreachable: {type(e).__name__}: {e}", 502)
-        finally:
-            session.discard_upstream_call(call)
+        call = admit(dialect, session, self._http, raw, request.purpose, request.stream, request.messages, request.tools)
+        if isinstance(call, Reply):
+            return call
+        return await self._call_engine(call, request, engine_body)
 
     # -- the engine call ----------------------------------------------------------------------
     def _endpoint_quirks(self, endpoint: Endpoint) -> EndpointQuirks:
@@ -287,159 +247,49 @@ class CaptureProxy:
         if await asyncio.shield(task) is None:
             self._field_probes.pop(key, None)
 
-    async def _call_engine(
-        self, dialect: Dialect, session: CaptureSession, request: ChatRequest, turn: Turn, engine_body: dict[str, Any] | None = None
-    ) -> Reply:
+    async def _call_engine(self, call: ModelCall, request: ChatRequest, engine_body: dict[str, Any] | None = None) -> Reply:
+        dialect, session = call.dialect, call.session
         endpoint = session.endpoint
         quirks = self._endpoint_quirks(endpoint)
         headers = self._headers(endpoint, request.stream)
-        started = time.monotonic()
         url = endpoint.base_url + "/chat/completions"
         if engine_body is None:  # the probe's own request; a harness's was checked by request_guard
             engine_body = dialect.engine_body(request)
         for _attempt in range(MAX_FIELD_RETRIES + 1):
             known = quirks.snapshot()
-            upstream_body, added, dropped = rewrite_request(engine_body, session.policy, quirks, endpoint.model, constrained=session.constrains(turn.purpose))
+            upstream_body, added, dropped = rewrite_request(
+                engine_body, session.policy, quirks, endpoint.model, constrained=session.constrains(call.request.purpose))
             session.note_dropped(dropped)
-            resp = await self._post_upstream(dialect, session, turn, started, url, fastjson.dumps(upstream_body), headers)
+            resp = await call.post(url, fastjson.dumps(upstream_body), headers)
             if isinstance(resp, Reply):
                 return resp
             if resp.status >= 400:
-                # Read whole (error bodies are small and not streamed), so a key echoed in it is
-                # masked wherever it falls.
-                try:
-                    content = await resp.read()
-                except (aiohttp.ClientError, TimeoutError):
-                    content = b""
-                finally:
-                    resp.release()
+                content = await call.error_body(resp)
                 # The agent shaped this request, and an error may quote it: only the proxy's own
                 # probe says whether the endpoint rejects a field we added. Retried only when that
                 # changed what is sent.
                 if may_name_an_added_field(resp.status, content, added, quirks):
                     await self._probe_fields(endpoint, session.policy)
                     if quirks.snapshot() != known:
-                        session.log(f"turn {turn.index}: the endpoint rejects fields the proxy adds "
+                        session.log(f"turn {call.index}: the endpoint rejects fields the proxy adds "
                                     f"({', '.join(sorted(quirks.dropped)) or 'max_tokens'}); retrying without them")
                         continue
-                session.upstream_result(ok=False, infra=resp.status >= 500)
-                content = await masked(session.redactor, content)
-                error = content[:2000].decode("utf-8", errors="replace")
-                self._record_failure(session, turn, started, resp.status, error, f"upstream answered {resp.status}")
-                return dialect.upstream_error(resp.status, content, self._content_type(session, resp))
+                content = await call.refused(resp.status, content)
+                return dialect.upstream_error(resp.status, content, call.content_type(resp))
             break
         else:  # pragma: no cover - each retry changes the request, so this needs >4 distinct rejections
-            return self._unanswered(dialect, session, turn, started, None, "upstream kept rejecting request fields", 502)
+            return call.unanswered(None, "upstream kept rejecting request fields", 502)
 
-        turn.upstream_status = resp.status
         draft = TurnDraft()
         if request.stream and "text/event-stream" in resp.headers.get("content-type", ""):
-            session.upstream_result(ok=True)
-            session.add_relayed_answer(resp)
-            return self._relay(dialect.stream(request, draft), session, turn, draft, resp, started)
-        try:
-            content = await resp.read()
-        except (aiohttp.ClientError, TimeoutError) as e:
-            session.upstream_result(ok=False)
-            return self._unanswered(dialect, session, turn, started, resp.status, f"upstream read failed: {type(e).__name__}: {e}", 502)
-        finally:
-            resp.release()
-        session.upstream_result(ok=True)  # only once the answer was read: a failed read is a failure
-        content = await masked(session.answer_redactor, content)
-        answer, content_type = dialect.answer(request, content, self._content_type(session, resp), draft)
-        latency = time.monotonic() - started
+            return call.relay(dialect.stream(request, draft), draft, resp)
+        content = await call.whole(resp)
+        if isinstance(content, Reply):
+            return content
+        answer, content_type = dialect.answer(request, content, call.content_type(resp), draft)
+        latency = time.monotonic() - call.started
 
         def record() -> None:  # once the harness has the answer: off its latency
-            self._record_answer(session, turn, draft, started, None, latency)
+            call.answered(draft, None, latency)
 
         return Reply(resp.status, answer, content_type, after=record)
-
-    @staticmethod
-    def _content_type(session: CaptureSession, resp: aiohttp.ClientResponse) -> str:
-        """The one upstream header relayed to the harness, masked like the body."""
-        return session.redact(resp.headers.get("content-type", "application/json"))
-
-    def _relay(
-        self,
-        translation: StreamTranslation,
-        session: CaptureSession,
-        turn: Turn,
-        draft: TurnDraft,
-        resp: aiohttp.ClientResponse,
-        started: float,
-    ) -> Reply:
-        """Relay an SSE answer: per chunk a secret scan and the dialect's translation (for chat
-        completions a copy), so the bytes go on at once; the turn is completed after the client has
-        it all.
-
-        The scan holds back only an unfinished line (StreamRedactor): the client cannot act on it
-        before its line break anyway, and a secret split across two chunks is still masked."""
-        ttft: list[float] = []
-        redactor = StreamRedactor(session.answer_redactor)
-
-        async def chunks() -> AsyncIterator[bytes]:
-            broke = None
-            try:
-                async for chunk in resp.content.iter_any():
-                    if not ttft:
-                        ttft.append(time.monotonic() - started)
-                    chunk = redactor.feed(chunk)
-                    if chunk:
-                        chunk = translation.feed(chunk)
-                        if chunk:
-                            yield chunk
-                rest = redactor.flush()  # a last line without its line break
-                if rest:
-                    rest = translation.feed(rest)
-                    if rest:
-                        yield rest
-            except (aiohttp.ClientError, TimeoutError, RuntimeError) as e:
-                broke = f"upstream stream broke: {type(e).__name__}: {e}"
-                draft.errors.append(broke)
-            finally:
-                session.discard_relayed_answer(resp)
-                resp.release()
-            tail = translation.close(broke)
-            if tail:
-                yield tail
-
-        def record() -> None:
-            translation.finish()
-            self._record_answer(session, turn, draft, started, ttft[0] if ttft else None)
-
-        return Reply(resp.status, content_type=translation.content_type, stream=chunks(), after=record)
-
-    # -- recording --------------------------------------------------------------------------
-    def _record_answer(
-        self, session: CaptureSession, turn: Turn, draft: TurnDraft, started: float, ttft: float | None, latency: float | None = None
-    ) -> None:
-        for name, value in draft.record_fields().items():
-            setattr(turn, name, value)
-        turn.latency_s = time.monotonic() - started if latency is None else latency
-        turn.ttft_s = ttft
-        if draft.errors:
-            turn.upstream_error = session.redact("; ".join(draft.errors)[:2000])
-        session.log(
-            f"turn {turn.index} ({turn.purpose}, stream={turn.stream}): {turn.upstream_status} in {turn.latency_s:.2f}s, "
-            f"{len(turn.completion_token_ids)} completion ids, {len(turn.per_token_logps)} logprobs, "
-            f"{len(turn.tool_calls)} tool calls, finish={turn.finish_reason}"
-            + (f", error: {turn.upstream_error[:200]}" if turn.upstream_error else "")
-        )
-        for call in turn.tool_calls:  # what a harness handed them as text may write back otherwise
-            session.sampled_arguments.wrote(call.get("id"), (call.get("function") or {}).get("arguments"))
-        session.record(turn, draft.prompt_ids_text())
-
-    @staticmethod
-    def _record_failure(session: CaptureSession, turn: Turn, started: float, status: int | None, error: str, log_line: str) -> None:
-        turn.upstream_status = status
-        turn.upstream_error = session.redact(error)
-        turn.latency_s = time.monotonic() - started
-        session.log(f"turn {turn.index}: {log_line}")
-        session.record(turn)
-
-    def _unanswered(
-        self, dialect: Dialect, session: CaptureSession, turn: Turn, started: float, status: int | None, message: str, answer_status: int
-    ) -> Reply:
-        """Record a call that got no usable answer and tell the harness, as an upstream would."""
-        self._record_failure(session, turn, started, status, message, message)
-        return dialect.error(answer_status, session.redact(message), "upstream_error")

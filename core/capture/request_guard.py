@@ -5,7 +5,7 @@ InvalidRequestError (answered 400 in the dialect's own error shape) with what wa
 1. `parse_body`: JSON, an object, nested at most fastjson.MAX_DEPTH deep (checked before any
    recursion) and at most MAX_RECORDED_DEPTH (what a turn's record can hold), no lone surrogate
    anywhere: what could not be serialised into the rollout's result is refused here.
-2. `read_request`: the dialect's top-level fields have the types it reads (DIALECT_FIELDS), and a
+2. `read_request`: the top-level fields have the types the dialect reads (its `request_shape`), and a
    shape its reader did not expect deeper down (a string where it iterates blocks, ...) is a 400
    naming the reader's complaint, not a crash.
 3. `engine_body`: the chat-completions body every dialect is translated to has the types the
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from harness_env.core.capture import content_parts, fastjson
+from harness_env.core.capture.dialects.chat import ChatCompletions
 from harness_env.core.errors import InvalidRequestError, safe_text
 
 if TYPE_CHECKING:
@@ -33,26 +34,10 @@ MAX_RECORDED_DEPTH = 255 - RECORD_DEPTH  # orjson's and pydantic's serialisers s
 Types = tuple[type, ...]
 OBJECT: Types = (dict,)
 LIST: Types = (list,)
-TEXT: Types = (str,)
 BOOL: Types = (bool,)
 INT: Types = (int,)
 NUMBER: Types = (int, float)
-TEXT_OR_LIST: Types = (str, list)
-TEXT_OR_OBJECT: Types = (str, dict)
 
-# The top-level fields each dialect's reader reads, and what each may be (null is always allowed:
-# a reader treats it as absent).
-DIALECT_FIELDS: dict[str, dict[str, Types]] = {
-    "chat_completions": {"messages": LIST, "tools": LIST, "stream": BOOL},
-    "responses": {"input": TEXT_OR_LIST, "instructions": TEXT, "tools": LIST, "stream": BOOL, "text": OBJECT,
-                  "tool_choice": TEXT_OR_OBJECT, "parallel_tool_calls": BOOL, "previous_response_id": TEXT},
-    "messages": {"messages": LIST, "system": TEXT_OR_LIST, "tools": LIST, "stream": BOOL, "stop_sequences": LIST,
-                 "tool_choice": OBJECT, "max_tokens": INT},
-    "gemini": {"contents": LIST, "systemInstruction": TEXT_OR_OBJECT, "system_instruction": TEXT_OR_OBJECT, "tools": LIST,
-               "generationConfig": OBJECT, "toolConfig": OBJECT, "generateContentRequest": OBJECT},
-}
-# Fields without which a dialect's request is no model call.
-REQUIRED: dict[str, tuple[str, ...]] = {"chat_completions": ("messages",), "messages": ("messages",)}
 # The types of what the proxy itself reads or rewrites in the engine's chat-completions body, before
 # rewrite.ENGINE_FIELDS (the allow-list of what the engine gets, each field's check) and the fields
 # the rollout adds (rewrite.ADDED_FIELDS): every name here is one of theirs.
@@ -62,13 +47,6 @@ ENGINE_FIELD_TYPES: dict[str, Types] = {
     "chat_template_kwargs": OBJECT, "temperature": NUMBER, "n": INT,
 }
 TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", bool: "true or false", int: "an integer", float: "a number"}
-# How each dialect sends media inline, for the refusal of a remote one.
-INLINE_HINTS = {
-    "chat_completions": " (an image_url whose url is data:<mime>;base64,...)",
-    "responses": " (an input_image whose image_url is data:<mime>;base64,...)",
-    "messages": " (an image block with a base64 source)",
-    "gemini": " (inlineData, not fileData)",
-}
 # What a reader raises when a value deeper down has a shape it did not expect.
 SHAPE_ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError)
 
@@ -123,10 +101,11 @@ def check_fields(body: dict[str, Any], fields: dict[str, Types], where: str) -> 
 
 def read_request(dialect: Dialect, body: dict[str, Any], scope: Scope, sampled: SampledArguments | None = None) -> ChatRequest:
     """The dialect's neutral view of a checked body; InvalidRequestError for any shape it cannot read."""
-    for name in REQUIRED.get(dialect.name, ()):
+    shape = dialect.request_shape
+    for name in shape.required:
         if body.get(name) is None:
             raise InvalidRequestError(f"field {name!r} is required")
-    check_fields(body, DIALECT_FIELDS.get(dialect.name, {}), "")
+    check_fields(body, shape.fields, "")
     try:
         request = dialect.read_request(body, scope, sampled)
     except SHAPE_ERRORS as e:
@@ -142,10 +121,10 @@ def engine_body(dialect: Dialect, request: ChatRequest) -> dict[str, Any]:
         body = dialect.engine_body(request)
     except SHAPE_ERRORS as e:
         raise InvalidRequestError(f"request body has a value of an unexpected shape ({_complaint(e)}); see the {dialect.name} API") from None
-    where = "" if dialect.name == "chat_completions" else "as translated to chat completions, "
+    where = "" if dialect.name == ChatCompletions.name else "as translated to chat completions, "  # the engine's own API
     check_fields(body, ENGINE_FIELD_TYPES, where)
     if isinstance(body.get("messages"), list):
-        body = {**body, "messages": content_parts.checked_messages(body["messages"], where, INLINE_HINTS.get(dialect.name, ""))}
+        body = {**body, "messages": content_parts.checked_messages(body["messages"], where, dialect.request_shape.inline_media)}
     return body
 
 

@@ -1,8 +1,9 @@
 """A capture session: one rollout's key, policy, and the turns recorded for it.
 
-Turns are held packed while the rollout runs (`CapturedTurn`): a prompt's ids as text sharing the
-prompt it extends, completion ids and logprobs in arrays, request messages sharing the objects of
-the previous turn's equal ones. `sorted_turns()` makes the wire's Turns when the result is built.
+Turns are held packed while the rollout runs (core/capture/record.py's `CapturedTurn`): a prompt's
+ids as text sharing the prompt it extends, completion ids and logprobs in arrays, request messages
+sharing the objects of the previous turn's equal ones. `sorted_turns()` makes the wire's Turns,
+once, when the result is built.
 """
 
 from __future__ import annotations
@@ -10,18 +11,21 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness_env.core.capture import fastjson
 from harness_env.core.capture.dialects.sampled import SampledArguments
+from harness_env.core.capture.record import CallOutcome, CallRequest, CapturedTurn
 from harness_env.core.capture.redact import Redactor, registered_secrets, registry_version
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.capture.tokens import PromptIds, pack_ids, pack_logps
 from harness_env.models import CaptureLevel, Endpoint, Turn
+
+if TYPE_CHECKING:
+    from harness_env.core.capture.assemble import TurnDraft
 
 CAPTURE_LEVEL_ORDER: dict[CaptureLevel, int] = {"none": 0, "text": 1, "logprobs": 2, "tokens": 3}
 MAX_CONSECUTIVE_FAILURES = 3
@@ -37,41 +41,6 @@ MAX_DROPPED_FIELDS = 64  # names kept in dropped_fields: a request may carry any
 BYTES_PER_COMPLETION_ID, BYTES_PER_LOGPROB, BYTES_PER_TOP_LOGPROB = 8, 12, 40
 
 __all__ = ["CAPTURE_LEVEL_ORDER", "CapturePolicy", "CaptureSession", "CapturedTurn", "new_session_key"]
-
-
-class CapturedTurn:
-    """A recorded turn as the session holds it: the Turn without its token lists, and those
-    packed. Reads like a Turn (its token lists are made when read); `to_turn()` is the wire's."""
-
-    __slots__ = ("turn", "prompt", "completion", "logps")
-
-    def __init__(self, turn: Turn, prompt: PromptIds | None, completion: array | list[int], logps: array) -> None:
-        self.turn, self.prompt, self.completion, self.logps = turn, prompt, completion, logps
-
-    @property
-    def prompt_token_ids(self) -> list[int]:
-        return self.prompt.ids() if self.prompt is not None else []
-
-    @property
-    def completion_token_ids(self) -> list[int]:
-        return list(self.completion)
-
-    @property
-    def per_token_logps(self) -> list[float]:
-        return self.logps.tolist()
-
-    def __getattr__(self, name: str) -> Any:  # the Turn's other fields
-        if name.startswith("__") or name in CapturedTurn.__slots__:  # copy protocols, or a copy being made
-            raise AttributeError(name)
-        return getattr(self.turn, name)
-
-    def to_turn(self, made: dict[int, list[int]] | None = None) -> Turn:
-        """The wire's Turn; `made`: prompt lists made already (PromptIds.ids)."""
-        return self.turn.model_copy(update={
-            "prompt_token_ids": self.prompt.ids(made) if self.prompt is not None else [],
-            "completion_token_ids": self.completion_token_ids,
-            "per_token_logps": self.per_token_logps,
-        })
 
 
 def shared_count(earlier: list[Any], new: list[Any]) -> int:
@@ -99,14 +68,14 @@ def json_bytes(value: Any) -> int:
         return len(str(value))
 
 
-def answer_bytes(turn: Turn) -> int:
-    """About what a turn's answer adds to the record, as JSON."""
-    top = sum(len(position) for position in turn.top_logprobs)
+def answer_bytes(answer: dict[str, Any], error: str | None) -> int:
+    """About what a turn's answer (TurnDraft.record_fields) and error add to the record, as JSON."""
+    top = sum(len(position) for position in answer.get("top_logprobs", ()))
     return (
-        len(turn.completion_token_ids) * BYTES_PER_COMPLETION_ID + len(turn.per_token_logps) * BYTES_PER_LOGPROB
-        + top * BYTES_PER_TOP_LOGPROB + sum(len(t) + 3 for t in turn.completion_tokens)
-        + len(turn.completion_text) + len(turn.reasoning_text) + len(turn.upstream_error or "")
-        + (json_bytes(turn.tool_calls) if turn.tool_calls else 0) + (json_bytes(turn.usage) if turn.usage else 0)
+        len(answer.get("completion_token_ids", ())) * BYTES_PER_COMPLETION_ID + len(answer.get("per_token_logps", ())) * BYTES_PER_LOGPROB
+        + top * BYTES_PER_TOP_LOGPROB + sum(len(t) + 3 for t in answer.get("completion_tokens", ()))
+        + len(answer.get("completion_text", "")) + len(answer.get("reasoning_text", "")) + len(error or "")
+        + (json_bytes(answer["tool_calls"]) if answer.get("tool_calls") else 0) + (json_bytes(answer["usage"]) if answer.get("usage") else 0)
     )
 
 
@@ -119,7 +88,7 @@ class CaptureSession:
     key: str
     endpoint: Endpoint  # holds the real upstream key: lives only in this process
     policy: CapturePolicy
-    on_turn: Callable[[Turn], None] | None = None
+    on_turn: Callable[[CapturedTurn], None] | None = None  # a recorded turn (it reads like a Turn)
     turns: list[CapturedTurn] = field(default_factory=list)  # in completion order
     dropped_fields: set[str] = field(default_factory=set)
     turn_limit_hit: bool = False
@@ -299,33 +268,42 @@ class CaptureSession:
     def log_tail(self) -> str:
         return "\n".join(self._log_lines)
 
-    def record(self, turn: Turn, prompt_ids_text: bytes | None = None) -> None:
-        """Keep `turn` packed (its token lists are taken out of it) with its prompt's ids as
-        canonical text (core/capture/tokens.py)."""
+    def record(self, request: CallRequest, outcome: CallOutcome, draft: TurnDraft | None = None) -> CapturedTurn:
+        """Keep a finished call packed: its answer as `draft` assembled it (None: no answer), its
+        prompt's ids as canonical text (core/capture/tokens.py) sharing an earlier prompt's start,
+        its history sharing the previous turn's equal messages."""
+        answer = draft.record_fields() if draft is not None else {}
+        prompt_ids_text = draft.prompt_ids_text() if draft is not None else None
         prompt = None
-        held = answer_bytes(turn)
+        held = answer_bytes(answer, outcome.upstream_error)
         if prompt_ids_text:
             earlier = [t.prompt for t in reversed(self.turns[-PROMPTS_TRIED:]) if t.prompt is not None]
             prompt = PromptIds.extending(prompt_ids_text, earlier)
             held += 0 if any(prompt is e for e in earlier) else len(prompt.pieces[-1])  # its new end only
+        messages, tools = request.request_messages, request.request_tools
         shared, tools_shared = 0, False
         if self.turns:
-            last = self.turns[-1].turn
-            shared = shared_count(last.request_messages, turn.request_messages)
-            turn.request_messages = share_prefix(last.request_messages, turn.request_messages, shared)
-            if turn.request_tools == last.request_tools:
-                turn.request_tools, tools_shared = last.request_tools, True
-        held += json_bytes(turn.request_messages[shared:]) + (0 if tools_shared else json_bytes(turn.request_tools))
-        self._held_for_calls.pop(turn.index, None)
+            last = self.turns[-1]
+            shared = shared_count(last.request_messages, messages)
+            messages = share_prefix(last.request_messages, messages, shared)
+            if tools == last.request_tools:
+                tools, tools_shared = last.request_tools, True
+        held += json_bytes(messages[shared:]) + (0 if tools_shared else json_bytes(tools))
+        self._held_for_calls.pop(request.index, None)
         self.recorded_bytes += held
-        captured = CapturedTurn(turn, prompt, pack_ids(turn.completion_token_ids), pack_logps(turn.per_token_logps))
-        turn.completion_token_ids, turn.per_token_logps = [], []
+        captured = CapturedTurn(
+            index=request.index, purpose=request.purpose, stream=request.stream, request_messages=messages, request_tools=tools,
+            upstream_status=outcome.upstream_status, upstream_error=outcome.upstream_error, latency_s=outcome.latency_s,
+            ttft_s=outcome.ttft_s, prompt=prompt, completion=pack_ids(answer.pop("completion_token_ids", [])),
+            logps=pack_logps(answer.pop("per_token_logps", [])), **answer,
+        )
         self.turns.append(captured)
         if self.on_turn is not None:
             try:
-                self.on_turn(captured)  # type: ignore[arg-type] - reads like a Turn
+                self.on_turn(captured)
             except Exception:  # a listener must never break the capture
                 pass
+        return captured
 
     def sorted_turns(self) -> list[Turn]:
         """The turns in request order, as the wire's Turns (their token lists made now)."""

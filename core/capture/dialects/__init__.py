@@ -1,7 +1,8 @@
 """The wire dialects the capture proxy serves, and their routes.
 
-Adding a dialect is one module (a class following `Dialect`: core/capture/dialects/base.py) plus one
-`register_dialect(...)` call, here for the built-in ones. A CaptureProxy serves the dialects
+Adding a dialect is one module (a class following `Dialect`: core/capture/dialects/base.py, which
+declares its request's shape and, for pass-through, its own API: core/capture/dialects/native.py)
+plus one `register_dialect(...)` call, here for the built-in ones. A CaptureProxy serves the dialects
 registered when it is made (or those it is given); two dialects may not claim one route.
 """
 
@@ -9,20 +10,32 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from harness_env.core.capture.dialects.base import ChatRequest, Dialect, Route, StreamTranslation, bearer_or_api_key
+from harness_env.core.capture.dialects.base import (
+    ChatRequest,
+    Dialect,
+    RequestShape,
+    Route,
+    StreamTranslation,
+    bearer_or_api_key,
+)
 from harness_env.core.capture.dialects.chat import ChatCompletions
 from harness_env.core.capture.dialects.gemini import Gemini
 from harness_env.core.capture.dialects.messages import Messages
+from harness_env.core.capture.dialects.native import NativeAnswerReader, NativeAPI
 from harness_env.core.capture.dialects.responses import Responses
 
 __all__ = [
     "CHAT_COMPLETIONS",
     "ChatRequest",
     "Dialect",
+    "NativeAPI",
+    "NativeAnswerReader",
+    "RequestShape",
     "Route",
     "RouteTable",
     "StreamTranslation",
     "bearer_or_api_key",
+    "dialect_for_wire_api",
     "register_dialect",
     "registered_dialects",
     "unregister_dialect",
@@ -79,6 +92,14 @@ def unregister_dialect(name: str) -> None:
 
 def registered_dialects() -> list[Dialect]:
     return list(_registry.values())
+
+
+def dialect_for_wire_api(wire_api: str) -> str | None:
+    """The name of the dialect an endpoint's `wire_api` speaks: "chat" is the engine's chat
+    completions, another the registered dialect that declares it its own API (None: none does)."""
+    if wire_api == "chat":
+        return CHAT_COMPLETIONS.name
+    return next((d.name for d in _registry.values() if d.native is not None and d.native.wire_api == wire_api), None)
 
 
 CHAT_COMPLETIONS = ChatCompletions()  # also the dialect of the proxy's own probe calls

@@ -8,7 +8,7 @@ caps: core/capture/rewrite.py), the upstream call and its retries, secret maskin
 
 A call through the proxy, and the dialect's part in it:
 1. `routes` -> the proxy finds the dialect by method and path; `presented_key(scope)` -> the session.
-2. `read_request(body, scope, sampled)` -> a `ChatRequest`: chat messages and tools (what the turn
+2. `read_request(body, scope, sampled)` (once the body has its `request_shape`) -> a `ChatRequest`: chat messages and tools (what the turn
    records), the stream flag, the purpose ("policy" counts against the turn limit, "auxiliary" does
    not); `sampled` is the session's exact tool-call arguments.
 3. `engine_body(request)` -> the chat-completions body for the engine (the policy is applied after).
@@ -18,6 +18,8 @@ A call through the proxy, and the dialect's part in it:
    first token must not grow); its `finish()` completes the draft once the client has everything.
 5. Errors the proxy makes (`error`) and those the engine answers (`upstream_error`), in the
    dialect's own error shape, so a harness handles them as it would with its vendor.
+6. `native`: the dialect's own API as an upstream may speak it (core/capture/dialects/native.py),
+   for pass-through (core/capture/passthrough.py), or None when no upstream is reached in it.
 
 Translation must be deterministic: a harness that replays its history must get messages that
 extend the previous call's, so the engine's prompt ids extend too (one branch in the turn graph).
@@ -37,6 +39,7 @@ from harness_env.models import TurnPurpose
 
 if TYPE_CHECKING:
     from harness_env.core.capture.assemble import TurnDraft
+    from harness_env.core.capture.dialects.native import NativeAPI
     from harness_env.core.capture.session import CaptureSession
 
 
@@ -56,6 +59,16 @@ class ChatRequest:
     # The session's exact tool-call arguments (core/capture/dialects/sampled.py), read and kept by
     # dialects that hand them over as objects; a request read outside a session has its own.
     sampled: SampledArguments = field(default_factory=SampledArguments)
+
+
+@dataclass(frozen=True)
+class RequestShape:
+    """What the proxy checks of a dialect's request before its reader runs
+    (core/capture/request_guard.py), so a hostile body is one clear 400, not a crash."""
+
+    fields: dict[str, tuple[type, ...]] = field(default_factory=dict)  # top-level fields read, and their types (null allowed)
+    required: tuple[str, ...] = ()  # without these a request is no model call
+    inline_media: str = ""  # how the dialect sends media inline, for the refusal of a remote one
 
 
 @dataclass(frozen=True)
@@ -116,6 +129,8 @@ class Dialect(Protocol):
 
     name: str
     routes: tuple[Route, ...]
+    request_shape: RequestShape  # what is checked of a request before `read_request`
+    native: NativeAPI | None  # its own API, for an upstream that speaks it (pass-through)
 
     def presented_key(self, scope: Scope) -> str | None:
         """The capture-session key as this dialect's clients present it."""

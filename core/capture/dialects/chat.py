@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from harness_env.core.capture.asgi import Reply, Scope, error_reply, json_reply
-from harness_env.core.capture.dialects.base import ChatRequest, Route, bearer_or_api_key
+from harness_env.core.capture.dialects.base import ChatRequest, RequestShape, Route, bearer_or_api_key
 from harness_env.core.capture.sse import SSEDecoder
 
 if TYPE_CHECKING:
@@ -51,6 +51,9 @@ class ChatCompletions:
     """POST /v1/chat/completions (a policy call when it offers tools), and GET /v1/models."""
 
     name = "chat_completions"
+    request_shape = RequestShape({"messages": (list,), "tools": (list,), "stream": (bool,)}, required=("messages",),
+                                 inline_media=" (an image_url whose url is data:<mime>;base64,...)")
+    native = None  # the engine's own API: served by the engine path, never passed through
     routes = (Route("POST", "/v1/chat/completions"), Route("GET", "/v1/models", model_call=False))
 
     def presented_key(self, scope: Scope) -> str | None:

@@ -54,6 +54,7 @@ from harness_env.core.capture.dialects.chunks import (
     user_turn,
     whole_answer,
 )
+from harness_env.core.capture.dialects.gemini_api import NATIVE, REQUEST_SHAPE
 from harness_env.core.capture.dialects.responses_request import decode_reasoning, encode_reasoning
 from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.errors import InvalidRequestError
@@ -366,6 +367,8 @@ class Gemini:
     the same below /v1)."""
 
     name = "gemini"
+    request_shape = REQUEST_SHAPE  # what request_guard checks before read_request
+    native = NATIVE  # its own API, for an upstream that speaks it
     routes = tuple(
         Route("POST", f"/{version}/models/{{model}}:{method}") for version in VERSIONS for method in ("generateContent", "streamGenerateContent", "countTokens")
     )

@@ -57,6 +57,7 @@ from harness_env.core.capture.dialects.chunks import (
     user_turn,
     whole_answer,
 )
+from harness_env.core.capture.dialects.messages_api import NATIVE, REQUEST_SHAPE
 from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.errors import InvalidRequestError
 
@@ -363,6 +364,8 @@ class Messages:
     """POST /v1/messages (streaming or not) and /v1/messages/count_tokens; HEAD/GET probes."""
 
     name = "messages"
+    request_shape = REQUEST_SHAPE  # what request_guard checks before read_request
+    native = NATIVE  # its own API, for an upstream that speaks it
     routes = (
         Route("POST", "/v1/messages"),
         Route("POST", COUNT_TOKENS_PATH),

@@ -34,6 +34,7 @@ from harness_env.core.capture.dialects.chunks import (
     pass_on,
     whole_answer,
 )
+from harness_env.core.capture.dialects.responses_api import NATIVE, REQUEST_SHAPE
 from harness_env.core.capture.dialects.responses_request import (
     ResponsesChatRequest,
     ToolName,
@@ -209,6 +210,8 @@ class Responses:
     """POST /v1/responses, streaming or not."""
 
     name = "responses"
+    request_shape = REQUEST_SHAPE  # what request_guard checks before read_request
+    native = NATIVE  # its own API, for an upstream that speaks it
     routes = (Route("POST", "/v1/responses"),)
 
     def presented_key(self, scope: Scope) -> str | None:

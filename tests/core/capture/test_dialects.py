@@ -17,6 +17,7 @@ from harness_env.core.capture import fastjson
 from harness_env.core.capture.asgi import Reply, Scope, header, json_reply
 from harness_env.core.capture.dialects import (
     ChatRequest,
+    RequestShape,
     Route,
     RouteTable,
     register_dialect,
@@ -67,6 +68,8 @@ class PlainStream:
 
 class PlainLines:
     name = "plain_lines"
+    request_shape = RequestShape()  # its reader checks what it reads
+    native = None  # no upstream speaks it: never passed through
     routes = (Route("POST", "/plain/{model}:complete"), Route("GET", "/plain/ping", model_call=False))
 
     def presented_key(self, scope: Scope):

@@ -2,6 +2,7 @@
 
 from harness_env.core.capture.graph import link_turns
 from harness_env.models import RolloutResult, Turn
+from harness_env.storage import pack, unpack
 
 
 def turn(i, prompt, completion, **kw):
@@ -76,3 +77,20 @@ def test_missing_logprobs_make_the_row_untrainable():
     link_turns([t])
     (row,) = RolloutResult(proxy_turns=[t]).training_rows()
     assert not row.trainable and "1 logprobs for 2 tokens" in row.untrainable_reason
+
+
+def test_one_prefix_relation_decides_the_graph_the_rows_and_storage():
+    """Turn.continues: the prompt starts with the earlier prompt + completion (the ids must end
+    where the earlier ones do, and a turn without completion ids is continued by none)."""
+    first = turn(0, [1, 2], [3])
+    assert turn(1, [1, 2, 3], [4]).continues(first) and turn(1, [1, 2, 3, 9], [4]).continues(first)
+    assert not turn(1, [1, 2], [4]).continues(first) and not turn(1, [1, 2, 4, 3], [4]).continues(first)
+    assert not turn(1, [1, 2, 3], [4]).continues(turn(0, [1, 2, 3], []))
+    turns = [first, turn(1, [1, 2, 3, 9], [4]), turn(2, [1, 2, 9], [5])]
+    link_turns(turns)
+    assert [t.parent for t in turns] == [None, 0, None]
+    result = RolloutResult(proxy_turns=turns)
+    packed = pack(result)["proxy_turns"]
+    assert [t.get("prompt_extends_parent", False) for t in packed] == [False, True, False] and packed[1]["prompt_token_ids"] == [9]
+    assert unpack(pack(result)) == result
+    assert [r.trainable for r in result.training_rows()] == [True, True]

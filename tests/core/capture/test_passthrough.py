@@ -9,6 +9,9 @@ import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task
 from harness_env.core.capture.assemble import TurnDraft
+from harness_env.core.capture.dialects.gemini import Gemini
+from harness_env.core.capture.dialects.messages import Messages
+from harness_env.core.capture.dialects.responses import Responses
 from harness_env.core.capture.passthrough import (
     NativeReader,
     NativeStream,
@@ -90,10 +93,10 @@ def test_upstream_url_is_the_native_route_without_the_capture_key(base, path, qu
 def test_upstream_headers_swap_the_capture_key_for_the_upstream_key_in_the_dialect_header():
     scope = {"headers": [(b"x-api-key", b"hecap-1"), (b"authorization", b"Bearer hecap-1"), (b"anthropic-version", b"2023-06-01"),
                          (b"anthropic-beta", b"tools-1"), (b"host", b"proxy"), (b"content-length", b"9")]}
-    assert upstream_headers("messages", scope, KEY) == {"anthropic-version": "2023-06-01", "anthropic-beta": "tools-1",
+    assert upstream_headers(Messages.native, scope, KEY) == {"anthropic-version": "2023-06-01", "anthropic-beta": "tools-1",
                                                         "accept-encoding": "identity", "x-api-key": KEY}
-    assert upstream_headers("gemini", scope, KEY)["x-goog-api-key"] == KEY
-    assert upstream_headers("responses", scope, KEY)["authorization"] == f"Bearer {KEY}"
+    assert upstream_headers(Gemini.native, scope, KEY)["x-goog-api-key"] == KEY
+    assert upstream_headers(Responses.native, scope, KEY)["authorization"] == f"Bearer {KEY}"
 
 
 def test_a_native_stream_goes_on_unchanged_and_is_read_into_the_turn():
@@ -108,7 +111,7 @@ def test_a_native_stream_goes_on_unchanged_and_is_read_into_the_turn():
     ]
     raw = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
     draft = TurnDraft()
-    stream = NativeStream("messages", draft, "text/event-stream")
+    stream = NativeStream(Messages.native, draft, "text/event-stream")
     out = b"".join(stream.feed(raw[i : i + 5]) for i in range(0, len(raw), 5)) + stream.close(None)
     stream.finish()
     assert out == raw
@@ -234,17 +237,17 @@ def test_wire_api_is_declared_once_and_reaches_the_endpoint_from_every_surface()
 
 
 @pytest.mark.parametrize("dialect,answer", [
-    ("responses", {"status": "completed", "usage": {"input_tokens": 3}, "output": [
+    (Responses, {"status": "completed", "usage": {"input_tokens": 3}, "output": [
         {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
         {"type": "message", "content": [{"type": "output_text", "text": "Let me"}]},
         {"type": "function_call", "call_id": "t1", "name": "Bash", "arguments": '{"command": "ls"}'}]}),
-    ("gemini", [{"candidates": [{"content": {"parts": [{"text": "think", "thought": True}, {"text": "Let me"}]}}]},
+    (Gemini, [{"candidates": [{"content": {"parts": [{"text": "think", "thought": True}, {"text": "Let me"}]}}]},
                 {"candidates": [{"content": {"parts": [{"functionCall": {"id": "t1", "name": "Bash", "args": {"command": "ls"}}}]},
                                  "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 3}}]),
 ])
 def test_whole_native_answers_of_the_other_dialects_are_read_into_the_turn(dialect, answer):
     draft = TurnDraft()
-    NativeReader(dialect, draft).whole(json.dumps(answer).encode())
+    NativeReader(dialect.native, draft).whole(json.dumps(answer).encode())
     fields = draft.fields()
     assert fields["completion_text"] == "Let me" and fields["reasoning_text"] == "think"
     assert fields["tool_calls"] == [{"id": "t1", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "ls"}'}}]
@@ -263,8 +266,6 @@ async def test_a_redirect_is_not_followed_with_the_key(native_env):
 
 
 def test_the_upstream_is_asked_for_the_endpoints_model_whatever_the_harness_calls_it():
-    from harness_env.core.capture.dialects.gemini import Gemini
-    from harness_env.core.capture.dialects.messages import Messages
 
     raw = b'{"model":"harness-env/claude-x","max_tokens":5}'
     path, sent = with_model(Messages(), "/v1/messages", raw, json.loads(raw), "claude-x")

@@ -3,6 +3,7 @@
 import copy
 import json
 import pickle
+from array import array
 
 import httpx
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.graph import link_turns
 from harness_env.core.capture.proxy import CaptureProxy
+from harness_env.core.capture.record import CallOutcome, CallRequest
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.capture.serve import serve_on_loopback
 from harness_env.core.capture.session import CaptureSession
@@ -56,7 +58,7 @@ async def test_a_rollout_is_held_once_and_given_back_exactly_as_the_engine_sent_
     whole = sum(t.prompt.size for t in session.turns)
     assert _held_bytes(session) <= session.turns[-1].prompt.size * 1.05 < whole / 2
     # The history the harness resent is held once too: the same message objects, turn after turn.
-    first, last = (session.turns[0].turn, session.turns[-1].turn)
+    first, last = (session.turns[0], session.turns[-1])
     assert all(a is b for a, b in zip(first.request_messages, last.request_messages))
     # The graph and the training row are what the engine's own lists give.
     summary = link_turns(turns)
@@ -112,10 +114,7 @@ def test_logprobs_come_back_bit_for_bit_and_big_ids_whole():
     draft = TurnDraft()
     draft.add_response_body(body)
     session = CaptureSession(key="k", endpoint=Endpoint(base_url="http://127.0.0.1:9/v1", api_key="sk-0123456789", model="m"), policy=CapturePolicy())
-    turn = Turn(index=0, upstream_status=200)
-    for name, value in draft.record_fields().items():
-        setattr(turn, name, value)
-    session.record(turn, draft.prompt_ids_text())
+    session.record(CallRequest(0, "policy", False, [], []), CallOutcome(200, None, 0.0), draft)
     [out] = session.sorted_turns()
     assert [v.hex() for v in out.per_token_logps] == [v.hex() for v in values]
     assert out.completion_token_ids == ids and out.prompt_token_ids == [1, 2]
@@ -127,18 +126,20 @@ def test_a_recorded_turn_reads_like_a_turn_and_copies_as_itself():
     session = CaptureSession(key="k", endpoint=Endpoint(base_url="http://127.0.0.1:9/v1", api_key="sk-0123456789", model="m"), policy=CapturePolicy())
     seen = []
     session.on_turn = seen.append
-    session.record(Turn(index=4, upstream_status=200, completion_token_ids=[5, 6], per_token_logps=[-0.5, -0.25], completion_text="hi"), b"1,2,3")
+    draft = TurnDraft(prompt_text=b"1,2,3", completion_token_ids=[5, 6], per_token_logps=[-0.5, -0.25], text_parts=["hi"])
+    session.record(CallRequest(4, "policy", False, [], []), CallOutcome(200, None, 0.0), draft)
     [recorded] = session.turns
     assert seen == [recorded] and (recorded.index, recorded.completion_text, recorded.prompt_token_ids) == (4, "hi", [1, 2, 3])
     for copied in (copy.copy(recorded), copy.deepcopy(recorded), pickle.loads(pickle.dumps(recorded))):
         assert type(copied) is type(recorded) and copied.to_turn() == recorded.to_turn()
-    assert recorded.to_turn().completion_token_ids == [5, 6] and recorded.turn.completion_token_ids == []  # held packed only
+    assert recorded.to_turn().completion_token_ids == [5, 6] and isinstance(recorded.completion, array)  # held packed only
 
 
 def test_the_wire_lists_are_made_from_the_prompt_each_extends_and_belong_to_their_turn():
     session = CaptureSession(key="k", endpoint=Endpoint(base_url="http://127.0.0.1:9/v1", api_key="sk-0123456789", model="m"), policy=CapturePolicy())
     for i, text in enumerate([b"1,2", b"1,2,3,4", b"1,2,3,4", b"9,9", b"1,2,3,4,5"]):
-        session.record(Turn(index=i, upstream_status=200, completion_token_ids=[7], per_token_logps=[-1.0]), text)
+        session.record(CallRequest(i, "policy", False, [], []), CallOutcome(200, None, 0.0),
+                       TurnDraft(prompt_text=text, completion_token_ids=[7], per_token_logps=[-1.0]))
     turns = session.sorted_turns()
     assert [t.prompt_token_ids for t in turns] == [[1, 2], [1, 2, 3, 4], [1, 2, 3, 4], [9, 9], [1, 2, 3, 4, 5]]
     turns[1].prompt_token_ids.append(99)  # a consumer changing one turn's list changes no other's
