@@ -1,6 +1,7 @@
 """Plug-ins added from outside the package, through the registries alone, run rollouts: a harness
-(an agent loop written here), a sandbox backend the server is told to use by name, and a task
-family. Nothing in the package names them; docs/architecture.md's recipes are what this file does.
+(an agent loop written here), a wire dialect another harness speaks (tests/fakes/plain_dialect.py),
+a sandbox backend the server is told to use by name, and a task family. Nothing in the package
+names them; docs/architecture.md's recipes are what this file does.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from pydantic import BaseModel, Field
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
 from harness_env.core import registry
+from harness_env.core.capture.dialects import register_dialect, unregister_dialect
 from harness_env.core.grading import GradeOutcome
 from harness_env.core.harness import AgentOutcome, HarnessBase, LaunchContext
 from harness_env.core.registry import HARNESSES, register_family, register_harness
 from harness_env.core.sandbox.backends import SANDBOX_BACKENDS, SandboxSettings, register_sandbox_backend
 from harness_env.core.sandbox.base import ExecResult, Sandbox
 from harness_env.models import DatasetTaskInfo, RolloutResult
+from tests.fakes.plain_dialect import PlainLines
 from tests.fakes.sandbox import DirSandboxFactory
 from tests.server_process import served_in_process
 
@@ -53,6 +56,7 @@ class LoopHarness(HarnessBase):
 
     name = "outside-loop"
     capabilities = ("tool_calls", "token_capture")
+    agent = AGENT  # the program run in the sandbox
 
     def version(self) -> str:
         return "1.0"
@@ -79,9 +83,39 @@ class LoopHarness(HarnessBase):
             outcome.final_text = event.get("final", outcome.final_text)
 
         req = ctx.request
-        argv = ["python3", "-c", AGENT, ctx.proxy_base_url, ctx.session_key, req.endpoint.model, req.task.instruction]
+        argv = ["python3", "-c", self.agent, ctx.proxy_base_url, ctx.session_key, req.endpoint.model, req.task.instruction]
         r = await sandbox.exec(argv, timeout=req.agent_timeout_s, on_stdout_line=read, stop=stop)
         return r, outcome
+
+
+# The same loop in the made-up dialect: its own route with the model in the path, its own key
+# header, a prompt and tool names for a request, the calls in the answer.
+PLAIN_AGENT = r"""
+import json, subprocess, sys, urllib.request
+url, key, model, instruction = sys.argv[1:5]
+root = url.removesuffix("/v1")
+earlier = []
+for _ in range(8):
+    body = json.dumps({"prompt": instruction, "earlier": earlier, "tools": ["bash"]}).encode()
+    req = urllib.request.Request(f"{root}/plain/{model}:complete", body, {"x-plain-key": key, "Content-Type": "application/json"})
+    answer = json.load(urllib.request.urlopen(req, timeout=60))
+    if not answer["calls"]:
+        print(json.dumps({"final": answer["text"]}))
+        break
+    for call in answer["calls"]:
+        command = json.loads(call["arguments"])["command"]
+        out = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+        earlier.append({"said": "$ " + command, "heard": out.stdout + out.stderr})
+        print(json.dumps({"tool": call["name"]}), flush=True)
+"""
+
+
+class PlainLoopHarness(LoopHarness):
+    """A harness from outside that speaks a dialect from outside."""
+
+    name = "outside-plain"
+    dialect = PlainLines.name
+    agent = PLAIN_AGENT
 
 
 class WordGrader:
@@ -128,10 +162,13 @@ def outside() -> Iterator[DirSandboxFactory]:
     factory yielded so the test sees what it made."""
     factory = DirSandboxFactory()
     register_harness(LoopHarness.name, LoopHarness)
+    register_dialect(PlainLines())
+    register_harness(PlainLoopHarness.name, PlainLoopHarness)
     register_sandbox_backend("test-dir", lambda settings: factory)
     register_family(WordFamily.name, lambda: WordFamily)
     yield factory
-    del HARNESSES[LoopHarness.name], SANDBOX_BACKENDS["test-dir"]
+    del HARNESSES[LoopHarness.name], HARNESSES[PlainLoopHarness.name], SANDBOX_BACKENDS["test-dir"]
+    unregister_dialect(PlainLines.name)
     registry._FAMILY_LOADERS.pop(WordFamily.name)  # no unregister: a plug-in stays for its process's life
 
 
@@ -148,6 +185,19 @@ async def test_an_outside_harness_runs_in_the_default_sandbox(outside, policy_se
     assert res.reward == 1.0 and res.harness == LoopHarness.name and res.agent_final_text == "done" and res.agent_tool_calls == 1
     assert len(res.proxy_turns) == 2 and res.capture_level == "tokens"  # captured like any harness's
     assert res.sandbox_backend in ("bwrap", "plain") and not outside.made
+
+
+async def test_an_outside_harness_speaking_an_outside_dialect_is_captured_from_the_engine(outside, policy_server):
+    task = Task(instruction="make hello.txt", verify=["grep -qx hello hello.txt"])
+    res = await run_rollout(_request(policy_server, [{"bash": "echo hello > hello.txt"}, {"text": "done"}], task=task,
+                                     harness=PlainLoopHarness.name))
+    assert res.error is None, res.error
+    assert res.reward == 1.0 and res.agent_final_text == "done" and res.agent_tool_calls == 1
+    # Translated to the engine's chat completions and recorded from its token ids, like any dialect.
+    [first, second] = [t for t in res.proxy_turns if t.purpose == "policy"]
+    sent = policy_server.policy.sent
+    assert first.prompt_token_ids == sent[-2].prompt_token_ids and first.completion_token_ids == sent[-2].completion_token_ids
+    assert second.completion_text == "done" and res.capture_level == "tokens"
 
 
 async def test_an_outside_family_grades_what_an_outside_harness_made(outside, policy_server):
