@@ -99,7 +99,7 @@ def run_request(args: argparse.Namespace, task_data: dict | None = None):
 
     from harness_env.core.errors import InvalidRequestError, describe_validation_error
     from harness_env.models import RolloutRequest, harness_options_models
-    from harness_env.models_options import calls_model
+    from harness_env.models.options import calls_model
 
     flags = vars(args)
     harness, harness_options, use_bwrap = harness_of(flags)

@@ -1,5 +1,5 @@
 """`harness-env serve`: its parser and handler. The app itself is server/main.py's (one server) or
-server/ray_serve.py's (Ray Serve replicas); both are imported only when the command runs, so that
+server/ray/serve.py's (Ray Serve replicas); both are imported only when the command runs, so that
 other commands do not load the server.
 """
 
@@ -77,7 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < least:
             bad_input(f"--{name.replace('_', '-')} must be at least {least}, not {value}")
-    from harness_env.server.jobs_upkeep import Retention
+    from harness_env.server.jobs.upkeep import Retention
 
     try:
         retention = Retention.from_env(args.retention_max_age, args.retention_max_size)
@@ -100,7 +100,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _serve_on_ray(args: argparse.Namespace) -> int:
     from harness_env.server.main import check_exposure
-    from harness_env.server.ray_settings import ReplicaSettings, Scale, replica_problem
+    from harness_env.server.ray.settings import ReplicaSettings, Scale, replica_problem
 
     problem = check_exposure(args.host, args.token, args.allow_unauthenticated)
     if problem:
@@ -118,7 +118,7 @@ def _serve_on_ray(args: argparse.Namespace) -> int:
     if args.ray_address is None and (problem := replica_problem(settings, dict(os.environ), args.token)):
         bad_input(problem)  # a local cluster's nodes have this environment: said before Ray starts
     try:
-        from harness_env.server.ray_serve import serve_on_ray
+        from harness_env.server.ray.serve import serve_on_ray
     except ModuleNotFoundError as e:
         if (e.name or "").split(".")[0] != "ray":
             raise

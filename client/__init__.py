@@ -1,4 +1,4 @@
-"""The remote client (sync and async). Imports only models.py and httpx: no server code."""
+"""The remote client (sync and async). Imports only harness_env.models and httpx: no server code."""
 
 from harness_env.client.http import AsyncHarnessEnv, HarnessEnv, HarnessEnvClientError
 

@@ -1,6 +1,6 @@
 """The remote client: run rollouts on harness-env servers from a trainer host.
 
-Depends only on models.py and httpx. Timeouts are sized for long rollouts. `run_rollout` is one
+Depends only on harness_env.models and httpx. Timeouts are sized for long rollouts. `run_rollout` is one
 call (retried only when it never reached a server: connection refused, DNS). Jobs are durable
 (client/jobs.py): `submit` carries an idempotency key, so it is retried after any drop without
 running anything twice; `wait` long-polls and reconnects; `run_many` submits then waits, riding

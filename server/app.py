@@ -1,6 +1,6 @@
 """The FastAPI app factory: one app, one port.
 
-Routes: POST /rollout, /rollouts (jobs: server/jobs_routes.py), GET /metrics (Prometheus:
+Routes: POST /rollout, /rollouts (jobs: server/jobs/routes.py), GET /metrics (Prometheus:
 server/metrics.py), GET /harnesses, GET /<harness>/tasks?dataset=&split= (a dataset's tasks,
 as a harness that brings its own lists them), GET /catalog, GET /health, /metadata and /schema
 (OpenEnv's, server/openenv_routes.py), /docs (served offline, server/docs_page.py), /mcp (MCP over
@@ -42,9 +42,9 @@ from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, Rollou
 from harness_env.server.auth import AuthFailureLimiter, TokenAuth, origin_of
 from harness_env.server.catalog import url_credentials
 from harness_env.server.docs_page import add_docs_routes
-from harness_env.server.jobs import JobManager, JobService
-from harness_env.server.jobs_routes import add_job_routes
-from harness_env.server.jobs_upkeep import Retention, recover, upkeep
+from harness_env.server.jobs.manager import JobManager, JobService
+from harness_env.server.jobs.routes import add_job_routes
+from harness_env.server.jobs.upkeep import Retention, recover, upkeep
 from harness_env.server.log_secrets import mask_secrets_in_logs
 from harness_env.server.metrics import ServerMetrics, log_rollouts_to_stderr
 from harness_env.server.openenv_routes import DESCRIPTION, ServerState, add_openenv_routes, package_version
@@ -118,7 +118,7 @@ def create_app(
     jobs.on_end = metrics.rollout_ended
     log_rollouts_to_stderr()
 
-    from harness_env.server.mcp_tools import build_mcp
+    from harness_env.server.mcp.tools import build_mcp
     from harness_env.server.web import WebUI
 
     mcp = build_mcp(service, jobs)

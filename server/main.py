@@ -12,7 +12,7 @@ import uvicorn
 
 from harness_env.core.procs import make_undumpable
 from harness_env.server.app import create_app
-from harness_env.server.jobs_upkeep import Retention
+from harness_env.server.jobs.upkeep import Retention
 from harness_env.server.loop_lag import freeze_long_lived
 from harness_env.server.store import STORE_URL_VAR, data_dir_problem, default_data_dir
 

@@ -33,7 +33,7 @@ from harness_env.server.loop_lag import LoopLagMonitor
 from harness_env.server.store.schema import rollouts
 
 if TYPE_CHECKING:
-    from harness_env.server.jobs import JobManager
+    from harness_env.server.jobs.manager import JobManager
     from harness_env.server.slots import RolloutSlots
 
 ROLLOUT_LOGGER = "harness_env.rollouts"

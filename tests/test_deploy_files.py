@@ -298,8 +298,8 @@ def test_the_rayservice_manifest_runs_the_app_as_harness_env_serve_ray_builds_it
 
     import yaml
 
-    from harness_env.server import ray_serve
-    from harness_env.server.ray_settings import settings_from_args
+    from harness_env.server.ray import serve as ray_serve
+    from harness_env.server.ray.settings import settings_from_args
 
     docs = list(yaml.safe_load_all((ROOT / "deploy" / "rayservice.yaml").read_text()))
     assert len(docs) == 1

@@ -16,9 +16,9 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
-from harness_env.models_base import bounded_mapping
-from harness_env.models_options import NAMED_TASK_INSTRUCTION, HarnessOptions, option
-from harness_env.models_results import DatasetTaskInfo, HarnessRunInfo
+from harness_env.models.base import bounded_mapping
+from harness_env.models.options import NAMED_TASK_INSTRUCTION, HarnessOptions, option
+from harness_env.models.results import DatasetTaskInfo, HarnessRunInfo
 
 __all__ = ["HARBOR_INSTRUCTION_PLACEHOLDER", "HARBOR_NAME_PATTERN", "HarborOptions", "HarborRunInfo", "HarborTaskInfo"]
 

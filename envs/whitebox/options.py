@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from harness_env.models_options import HarnessOptions, option
+from harness_env.models.options import HarnessOptions, option
 
 __all__ = ["DEFAULT_MAX_TOKENS", "WhiteboxOptions"]
 

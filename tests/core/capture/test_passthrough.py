@@ -221,7 +221,7 @@ def test_wire_api_is_declared_once_and_reaches_the_endpoint_from_every_surface()
     from harness_env import cli
     from harness_env.models import RolloutArgs
     from harness_env.server.catalog import to_request
-    from harness_env.server.mcp_rollout import run_rollout_schema
+    from harness_env.server.mcp.rollout import run_rollout_schema
     from harness_env.server.web.form import option_controls
 
     described = Endpoint.model_fields["wire_api"].description

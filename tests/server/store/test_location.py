@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_env.server.jobs_upkeep import Retention, parse_age, parse_size
+from harness_env.server.jobs.upkeep import Retention, parse_age, parse_size
 from harness_env.server.store import DataDirLock, data_dir_problem, default_data_dir, store_url
 
 

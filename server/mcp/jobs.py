@@ -15,8 +15,8 @@ from pydantic import Field
 
 from harness_env.core.errors import HarnessEnvError
 from harness_env.models import MAX_IDEMPOTENCY_KEY_CHARS, MAX_WAIT_S, Detail, RolloutAccepted, RolloutJob
-from harness_env.server.jobs import JobManager
-from harness_env.server.mcp_rollout import ArgumentsAsSent, rollout_args, rpc_result, run_rollout_schema
+from harness_env.server.jobs.manager import JobManager
+from harness_env.server.mcp.rollout import ArgumentsAsSent, rollout_args, rpc_result, run_rollout_schema
 
 SUBMIT_DESCRIPTION = (
     "Submit one rollout (the arguments of run_rollout, plus an optional idempotency_key) and get its rollout_id at once; "

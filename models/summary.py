@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from harness_env.models_results import CaptureLevel, ErrorKind, RolloutResult
+from harness_env.models.results import CaptureLevel, ErrorKind, RolloutResult
 
 Detail = Literal["summary", "full"]
 MAX_SUMMARY_BYTES = 16 * 1024

@@ -20,7 +20,7 @@ from harness_env.core.sandbox.host import unmount_tree
 from harness_env.core.sandbox.lease import lease_path
 from harness_env.core.sandbox.processes import marked_pids
 from harness_env.models import RolloutResult, summarize
-from harness_env.server.jobs import JobManager
+from harness_env.server.jobs.manager import JobManager
 from harness_env.server.store import Orphan
 
 logger = logging.getLogger("harness_env.jobs")

@@ -345,7 +345,7 @@ class JobManager:
                 await asyncio.wait({job.task}, timeout=CANCEL_WAIT_S)
         elif await asyncio.to_thread(store.status, job_id) is None:
             return None
-        else:  # another replica's: it polls for the request (server/jobs_upkeep.py)
+        else:  # another replica's: it polls for the request (server/jobs/upkeep.py)
             await writer.call(job_id, store.request_cancel, job_id)
         return await self.get(job_id)
 

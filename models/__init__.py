@@ -1,11 +1,11 @@
 """Wire types shared by the engine, the server and the client (pydantic v2), in three modules:
 
-- models_base.py: the bounds and checks every request obeys, Task, Endpoint;
-- models_options.py: how a rollout runs (RolloutOptions, RolloutRequest, RolloutArgs, and
+- models/base.py: the bounds and checks every request obeys, Task, Endpoint;
+- models/options.py: how a rollout runs (RolloutOptions, RolloutRequest, RolloutArgs, and
   HarnessOptions, the base of a harness's own options): each option declared once, as a field;
-- models_results.py: what comes back (RolloutResult, Turn, TrainingRow, PhaseEvent, ...);
-- models_summary.py: a result in at most 16 KB (RolloutSummary, summarize), for an agent;
-- models_jobs.py: rollouts as jobs (RolloutJob, RolloutPage, JobStatus, ...), for /rollouts.
+- models/results.py: what comes back (RolloutResult, Turn, TrainingRow, PhaseEvent, ...);
+- models/summary.py: a result in at most 16 KB (RolloutSummary, summarize), for an agent;
+- models/jobs.py: rollouts as jobs (RolloutJob, RolloutPage, JobStatus, ...), for /rollouts.
 
 Import them from here. Names that moved into a harness's own package (its options and run info,
 envs/<harness>/options.py) are still importable from here under their former names.
@@ -17,7 +17,7 @@ import importlib
 import pkgutil
 from typing import Any
 
-from harness_env.models_base import (
+from harness_env.models.base import (
     MAX_COMMAND_CHARS,
     MAX_COMMANDS,
     MAX_FILE_CHARS,
@@ -40,7 +40,7 @@ from harness_env.models_base import (
     url_authority,
     url_without_credentials,
 )
-from harness_env.models_jobs import (
+from harness_env.models.jobs import (
     ACTIVE_STATUSES,
     ENDED_STATUSES,
     MAX_IDEMPOTENCY_KEY_CHARS,
@@ -53,7 +53,7 @@ from harness_env.models_jobs import (
     RolloutListItem,
     RolloutPage,
 )
-from harness_env.models_options import (
+from harness_env.models.options import (
     DEFAULT_HARNESS,
     HARNESS_OPTIONS,
     LEGACY_OPTION_KEYS,
@@ -68,7 +68,7 @@ from harness_env.models_options import (
     option,
     option_group,
 )
-from harness_env.models_results import (
+from harness_env.models.results import (
     AGENT_CAUSED_KINDS,
     CaptureLevel,
     CommandResult,
@@ -86,7 +86,7 @@ from harness_env.models_results import (
     Turn,
     TurnPurpose,
 )
-from harness_env.models_summary import MAX_SUMMARY_BYTES, Detail, RolloutSummary, SummaryFile, SummaryPhase, summarize
+from harness_env.models.summary import MAX_SUMMARY_BYTES, Detail, RolloutSummary, SummaryFile, SummaryPhase, summarize
 
 __all__ = [
     "DEFAULT_HARNESS", "HARNESS_OPTIONS", "LEGACY_OPTION_KEYS", "MAX_COMMAND_CHARS", "MAX_COMMANDS", "MAX_FILE_CHARS",

@@ -1,4 +1,4 @@
-"""Plumbing of the /mcp endpoint (server/mcp_tools.py): the checks a request passes before the MCP
+"""Plumbing of the /mcp endpoint (server/mcp/tools.py): the checks a request passes before the MCP
 SDK sees it (refused in one line, where the SDK would log a multi-kilobyte dump, or turn NaN into
 null without a word), and the ASGI helpers around the SDK's transport.
 """

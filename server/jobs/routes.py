@@ -25,7 +25,7 @@ from harness_env.models import (
     RolloutJob,
     RolloutPage,
 )
-from harness_env.server.jobs import JobManager
+from harness_env.server.jobs.manager import JobManager
 
 KEEP_ALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
 RolloutId = Annotated[str, Path(min_length=1, max_length=32, pattern=r"^[0-9a-f]+$", description="the rollout's id")]

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from harness_env.core.sandbox.processes import marked_pids
-from harness_env.server.jobs_upkeep import remove_sandbox
-from tests.server.test_jobs import QUICK, SLOW, agent_started, args, sse_events, wait_for
+from harness_env.server.jobs.upkeep import remove_sandbox
+from tests.server.jobs.test_manager import QUICK, SLOW, agent_started, args, sse_events, wait_for
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e

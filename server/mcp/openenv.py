@@ -1,4 +1,4 @@
-"""OpenEnv's face of the MCP tools (server/mcp_tools.py): OpenEnv's MCPToolClient posts plain
+"""OpenEnv's face of the MCP tools (server/mcp/tools.py): OpenEnv's MCPToolClient posts plain
 JSON-RPC to /mcp without the MCP handshake (`Accept: */*`: `openenv/session/create`, then
 `tools/list` / `tools/call` with a `session_id`, reading `result.data`) and holds a WebSocket at
 /ws (older releases send their calls over it as `step` messages). Sessions are names only: nothing
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 from mcp.server.fastmcp.exceptions import ToolError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from harness_env.server.mcp_http import cancel_and_wait
-from harness_env.server.mcp_rollout import answer_data, listing_text, rollout_args, rpc_result
+from harness_env.server.mcp.http import cancel_and_wait
+from harness_env.server.mcp.rollout import answer_data, listing_text, rollout_args, rpc_result
 
 if TYPE_CHECKING:
-    from harness_env.server.mcp_tools import McpToolServer
+    from harness_env.server.mcp.tools import McpToolServer
 
 TOOL_NAMES = ("run_rollout", "list_harnesses", "list_tasks", "catalog")  # the jobs' tools come through rpc_tools
 

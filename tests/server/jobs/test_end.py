@@ -85,8 +85,8 @@ def test_a_store_that_refuses_the_result_still_ends_the_job_failed(start_server,
 async def test_a_result_that_does_not_serialise_is_stored_repaired(tmp_path, policy_server, monkeypatch) -> None:
     """Whatever else puts a lone surrogate into a result (the fault injected here: the engine's
     result carries one in a file name, a turn and a log), the job ends with its data made valid."""
-    from harness_env.server import jobs as jobs_module
     from harness_env.server.app import create_app
+    from harness_env.server.jobs import manager as jobs_module
 
     real_execute = jobs_module.RolloutRun.execute
 

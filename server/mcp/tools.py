@@ -1,17 +1,17 @@
 """The MCP tools `run_rollout`, `list_harnesses`, `list_tasks`, `catalog` (and the jobs' `submit_rollout`,
-`get_rollout`, from server/mcp_jobs.py) at /mcp, for two kinds of client: MCP clients (the official
+`get_rollout`, from server/mcp/jobs.py) at /mcp, for two kinds of client: MCP clients (the official
 SDK and others) over streamable HTTP, stateless so that replicas can sit behind a load balancer,
 with progress notifications per phase when asked for; and OpenEnv's MCPToolClient, which posts
-plain JSON-RPC without the MCP handshake and holds a WebSocket at /ws (server/mcp_openenv.py).
+plain JSON-RPC without the MCP handshake and holds a WebSocket at /ws (server/mcp/openenv.py).
 
 `run_rollout`'s input schema and description are derived from the option fields (RolloutArgs and
 each harness's own options model), never restated, and RolloutArgs checks its arguments: every
 surface accepts the same names (former ones too) and refuses bad ones with the same one line. Its
 own argument `detail` says how much comes back: the rollout's summary (16 KB at most) or the whole
-result, the data once either way (server/mcp_rollout.py). A failed rollout is a result with
+result, the data once either way (server/mcp/rollout.py). A failed rollout is a result with
 `error`, never a protocol error; bad arguments and a full queue are tool errors. A client that goes
 away cancels its call, and so its rollout, as on POST /rollout. A request the SDK would mishandle
-is refused before it reaches the SDK (server/mcp_http.py).
+is refused before it reaches the SDK (server/mcp/http.py).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from harness_env.core.capture.asgi import (
 )
 from harness_env.core.errors import HarnessEnvError
 from harness_env.models import DatasetTaskInfo, HarnessInfo, PhaseEvent, RolloutArgs, RolloutResult
-from harness_env.server.mcp_http import (
+from harness_env.server.mcp.http import (
     MAX_RPC_BYTES,
     AsgiEndpoint,
     invalid_request,
@@ -50,8 +50,8 @@ from harness_env.server.mcp_http import (
     unless_disconnected,
     unrepresentable,
 )
-from harness_env.server.mcp_openenv import OpenEnvFace
-from harness_env.server.mcp_rollout import (
+from harness_env.server.mcp.openenv import OpenEnvFace
+from harness_env.server.mcp.rollout import (
     ArgumentsAsSent,
     RunRolloutAnswer,
     rollout_args,
@@ -76,7 +76,7 @@ class McpToolServer:
         # The SDK logs every malformed request as a large rich dump at WARNING: errors only.
         self.mcp = FastMCP("harness-env", stateless_http=True, transport_security=security, log_level="ERROR")
         self._register()
-        self.rpc_tools: dict[str, Any] = {}  # more tools' plain JSON-RPC calls (server/mcp_jobs.py): name -> async fn(arguments)
+        self.rpc_tools: dict[str, Any] = {}  # more tools' plain JSON-RPC calls (server/mcp/jobs.py): name -> async fn(arguments)
         low = self.mcp._mcp_server
         self._sse = StreamableHTTPSessionManager(app=low, json_response=False, stateless=True, security_settings=security)
         self.openenv = OpenEnvFace(self)
@@ -202,7 +202,7 @@ class McpToolServer:
 def build_mcp(service: RolloutService, jobs=None) -> McpToolServer:
     server = McpToolServer(service)
     if jobs is not None:
-        from harness_env.server.mcp_jobs import register_job_tools  # the job store's modules only when there are jobs
+        from harness_env.server.mcp.jobs import register_job_tools  # the job store's modules only when there are jobs
 
         register_job_tools(server, jobs)
     return server

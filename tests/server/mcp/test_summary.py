@@ -16,7 +16,6 @@ from mcp.server.fastmcp.exceptions import ToolError
 from openenv.core.mcp_client import MCPToolClient
 from websockets.sync.client import connect as ws_connect
 
-from harness_env import models_summary
 from harness_env.models import (
     MAX_SUMMARY_BYTES,
     CommandResult,
@@ -27,9 +26,10 @@ from harness_env.models import (
     Turn,
     summarize,
 )
-from harness_env.models_summary import FINAL_TEXT_BYTES, MAX_FILES_SHOWN, MAX_NOTES, MAX_PHASES, clip, json_size
-from harness_env.server.mcp_rollout import rollout_args, run_rollout_output_schema
-from harness_env.server.mcp_tools import McpToolServer
+from harness_env.models import summary as models_summary
+from harness_env.models.summary import FINAL_TEXT_BYTES, MAX_FILES_SHOWN, MAX_NOTES, MAX_PHASES, clip, json_size
+from harness_env.server.mcp.rollout import rollout_args, run_rollout_output_schema
+from harness_env.server.mcp.tools import McpToolServer
 from tests.fakes.policy import FakePolicy, FakePolicyServer
 from tests.server_process import ServerProcess
 

@@ -1,4 +1,4 @@
-"""The settings of `harness-env serve --ray` (server/ray_serve.py), checked without importing Ray:
+"""The settings of `harness-env serve --ray` (server/ray/serve.py), checked without importing Ray:
 a bad flag gets its one-line error at once, before any Ray process starts."""
 
 from __future__ import annotations

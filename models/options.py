@@ -2,7 +2,7 @@
 
 Options are declared once. Each rollout option is one pydantic field with its description, default
 and bounds (and the group it is shown in); the CLI flags (cli_flags.py), the MCP tool's input schema and
-description (server/mcp_rollout.py), the HTTP schema (FastAPI reads RolloutArgs) and the web form's
+description (server/mcp/rollout.py), the HTTP schema (FastAPI reads RolloutArgs) and the web form's
 controls (server/web/form.py) are derived from these fields, never restated. Adding an option is
 adding a field here.
 
@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from harness_env.models_base import (
+from harness_env.models.base import (
     MAX_INSTRUCTION_CHARS,
     NO_MODEL_ENDPOINT,
     WIRE_API_DESCRIPTION,

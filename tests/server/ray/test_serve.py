@@ -24,10 +24,10 @@ from ray.cluster_utils import Cluster
 
 from harness_env.cli import main as cli_main
 from harness_env.core.sandbox.processes import marked_pids
-from harness_env.server.jobs_upkeep import remove_sandbox
-from harness_env.server.ray_serve import REPLICA_HEADER, BadRayArgs, CaptureOnly, build
-from harness_env.server.ray_settings import capture_address
-from tests.server.test_jobs import SLOW, agent_started, args, wait_for
+from harness_env.server.jobs.upkeep import remove_sandbox
+from harness_env.server.ray.serve import REPLICA_HEADER, BadRayArgs, CaptureOnly, build
+from harness_env.server.ray.settings import capture_address
+from tests.server.jobs.test_manager import SLOW, agent_started, args, wait_for
 from tests.server_process import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]

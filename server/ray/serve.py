@@ -6,8 +6,8 @@ listener of its own that serves /capture only: capture sessions live in the repl
 them, so capture traffic never goes through Ray Serve's proxy and never crosses nodes. Ray Serve
 routes everything else (rollouts, jobs, MCP, /web) to the replicas and scales them on ongoing
 requests. The replicas share the PostgreSQL job store: a status, event stream or cancel sent to any
-replica reaches the rollout wherever it runs (server/jobs.py), and the rollouts of a replica that
-died are marked `interrupted` by the others (server/jobs_upkeep.py).
+replica reaches the rollout wherever it runs (server/jobs/manager.py), and the rollouts of a replica that
+died are marked `interrupted` by the others (server/jobs/upkeep.py).
 
 Secrets (the token, the store URL with its password, endpoint keys) are read by each replica from
 its node's environment, never passed as deployment arguments (Ray keeps those in its control store).
@@ -32,11 +32,11 @@ from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, sen
 from harness_env.core.capture.serve import serve_on_loopback
 from harness_env.core.procs import make_undumpable
 from harness_env.server.app import CAPTURE_PREFIX, create_app
-from harness_env.server.jobs import STOP_WAIT_S
-from harness_env.server.jobs_upkeep import Retention
+from harness_env.server.jobs.manager import STOP_WAIT_S
+from harness_env.server.jobs.upkeep import Retention
 from harness_env.server.loop_lag import freeze_long_lived
 from harness_env.server.placement import ray_placement
-from harness_env.server.ray_settings import (
+from harness_env.server.ray.settings import (
     TOKEN_VAR,
     BadRayArgs,
     ReplicaSettings,
@@ -137,7 +137,7 @@ def application(settings: ReplicaSettings, scale: Scale, replica_cpus: float = R
 
 def build(args: dict[str, Any]) -> Any:
     """The RayService's application builder (serveConfigV2 `import_path:
-    harness_env.server.ray_serve:build`, its `args` a ReplicaSettings); the replica counts are the
+    harness_env.server.ray.serve:build`, its `args` a ReplicaSettings); the replica counts are the
     serveConfigV2 deployment's own (num_replicas or autoscaling_config)."""
     return application(settings_from_args(args), Scale(replicas=1))
 

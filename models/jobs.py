@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from harness_env.models_results import ErrorKind, PhaseEvent, RolloutResult
-from harness_env.models_summary import RolloutSummary
+from harness_env.models.results import ErrorKind, PhaseEvent, RolloutResult
+from harness_env.models.summary import RolloutSummary
 
 JobStatus = Literal["queued", "running", "finished", "failed", "cancelled", "interrupted"]
 # finished: ran to its end and was graded, or had nothing to grade (whatever the reward; `error`
