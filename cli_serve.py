@@ -83,10 +83,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         retention = Retention.from_env(args.retention_max_age, args.retention_max_size)
     except ValueError as e:
         bad_input(str(e))
-    from harness_env.core.sandbox.backends import SANDBOX_BACKENDS
+    from harness_env.core.sandbox.backends import BACKEND_VAR, SANDBOX_BACKENDS, default_backend
 
-    if args.sandbox_backend is not None and args.sandbox_backend not in SANDBOX_BACKENDS:
-        bad_input(f"unknown --sandbox-backend {args.sandbox_backend!r}; choose one of: {', '.join(sorted(SANDBOX_BACKENDS))}")
+    backend = args.sandbox_backend or default_backend()
+    if backend not in SANDBOX_BACKENDS:
+        given = "--sandbox-backend" if args.sandbox_backend else f"${BACKEND_VAR}"
+        bad_input(f"unknown {given} {backend!r}; choose one of: {', '.join(sorted(SANDBOX_BACKENDS))}")
     ray_flags = [f for f in ("ray_address", "replicas", "min_replicas", "max_replicas") if getattr(args, f) is not None]
     if args.ray:
         return _serve_on_ray(args)

@@ -221,7 +221,7 @@ def create_app(
         split: str | None = Query(None, max_length=128, description="a subdirectory of the dataset"),
     ) -> list[DatasetTaskInfo]:
         """The tasks of a dataset as the harness lists them (its `list_tasks`), in the order its
-        task index counts them; 404 for a harness that brings none."""
+        task index counts them; 404 for an unknown harness, 422 for one that brings none."""
         if harness not in HARNESSES:
             raise HTTPException(404, f"no harness {harness[:64]!r}")
         return service.list_tasks(dataset, split or None, harness)  # a plain def: FastAPI runs it off the event loop

@@ -40,6 +40,13 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, setup, args, expect):
     assert "Traceback" not in p.stderr
 
 
+@pytest.mark.parametrize("flag,env,given", [(["--sandbox-backend", "nope"], {}, "--sandbox-backend"),
+                                             ([], {"HARNESS_ENV_SANDBOX_BACKEND": "nope"}, "$HARNESS_ENV_SANDBOX_BACKEND")])
+def test_an_unknown_sandbox_backend_stops_serve_in_one_line(flag, env, given):
+    p = _run(["serve", "--port", "0", *flag], env={**os.environ, **env})
+    assert p.returncode == 2 and p.stderr.strip() == f"harness-env: error: unknown {given} 'nope'; choose one of: local", p.stderr
+
+
 def test_missing_required_flag_is_one_line(tmp_path):
     p = _run(["run"])
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "--task" in p.stderr

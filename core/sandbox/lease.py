@@ -28,7 +28,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from harness_env.core.procs import process_starttime
 
 LEASE_SUFFIX = ".lease"
-ROLLOUT_NAME_RE = re.compile(r"(rollout|trial)-[0-9a-f]{12}")  # a local rollout's directory; a trial's, of a harness that owns its environment
+# A local rollout's directory; a trial's, of a harness that owns its environment (`harbor-`: the
+# name trials had before, so an upgraded server still sweeps what an older one left).
+ROLLOUT_NAME_RE = re.compile(r"(rollout|trial|harbor)-[0-9a-f]{12}")
 TEMP_DIR_PREFIX = "harness-env-tmp-"  # a leased directory under the system's temporary directory (leased_temp_dir)
 DEFAULT_LEASE_S = 7 * 24 * 3600.0  # only judged for an owner in another PID namespace, or an unreadable lease
 MAX_LEASE_BYTES = 4096
