@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from harness_env.envs.opencode.config import deep_merge
+from harness_env.envs.opencode.config import deep_merge, keep_listed
 
 KEY_ENV = "ANTHROPIC_API_KEY"  # sent as x-api-key: the capture session's key
 # What keeps Claude Code off the network and quiet, whatever the endpoint.
@@ -44,13 +44,7 @@ def settings_dict(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     last (e.g. `{"env": {"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096"}}`). A caller's deny list adds to
     ours (a merged list would replace it): denying a tool also takes it out of the prompt, e.g.
     `{"permissions": {"deny": ["Agent", "Monitor"]}}` for a shorter one."""
-    merged = deep_merge({"permissions": {"deny": list(DENIED_TOOLS)}}, extra or {})
-    permissions = merged.get("permissions")
-    if isinstance(permissions, dict):
-        given = permissions.get("deny")
-        given = list(given) if isinstance(given, list) else []
-        permissions["deny"] = [*DENIED_TOOLS, *(t for t in given if t not in DENIED_TOOLS)]
-    return merged
+    return keep_listed(deep_merge({"permissions": {"deny": list(DENIED_TOOLS)}}, extra or {}), ("permissions", "deny"), DENIED_TOOLS)
 
 
 def settings_json(extra: dict[str, Any] | None = None) -> str:

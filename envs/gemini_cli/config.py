@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from harness_env.envs.claude_code.config import proxy_root
-from harness_env.envs.opencode.config import deep_merge
+from harness_env.envs.opencode.config import deep_merge, keep_listed
 
 KEY_ENV = "GEMINI_API_KEY"  # sent as x-goog-api-key: the capture session's key
 OFFLINE_ENV: dict[str, str] = {
@@ -42,8 +42,9 @@ def model_in_path(model: str) -> str:
 
 
 def settings_dict(extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """settings.json, a caller's settings (harness_config) deep-merged last."""
-    return deep_merge(SETTINGS, extra or {})
+    """settings.json, a caller's settings (harness_config) deep-merged last; a caller's
+    `tools.exclude` adds to ours (excluding a tool also takes it out of the prompt)."""
+    return keep_listed(deep_merge(SETTINGS, extra or {}), ("tools", "exclude"), DENIED_TOOLS)
 
 
 def settings_json(extra: dict[str, Any] | None = None) -> str:

@@ -46,6 +46,7 @@ def test_a_callers_deny_list_adds_to_the_network_tools_never_replaces_them():
     assert merged["permissions"]["deny"] == [*DENIED_TOOLS, "Agent", "Monitor"]
     # A deny that is not a list is dropped, never written as ours.
     assert json.loads(settings_json({"permissions": {"deny": "Agent"}}))["permissions"]["deny"] == list(DENIED_TOOLS)
+    assert json.loads(settings_json({"permissions": "none"}))["permissions"]["deny"] == list(DENIED_TOOLS)
 
 
 def test_argv_is_print_mode_stream_json_no_prompts_nothing_persisted():

@@ -1,6 +1,8 @@
 import json
 import shlex
 
+import pytest
+
 from harness_env.envs.gemini_cli.config import (
     DENIED_TOOLS,
     KEY_ENV,
@@ -27,6 +29,12 @@ def test_settings_select_the_api_key_and_keep_it_offline_harness_config_last():
     merged = json.loads(settings_json({"model": {"maxSessionTurns": 20}, "general": {"maxAttempts": 3}}))
     assert merged["model"] == {"maxSessionTurns": 20} and merged["general"]["maxAttempts"] == 3 and merged["general"]["enableAutoUpdate"] is False
     assert "hecap" not in settings_json()  # the key is never in a file
+
+
+@pytest.mark.parametrize("given,kept", [({"tools": {"exclude": ["read_many_files", "web_fetch"]}}, ["read_many_files"]),
+                                        ({"tools": {"exclude": "web_fetch"}}, []), ({"tools": None}, [])])
+def test_a_callers_exclude_list_adds_to_the_network_tools_never_lifts_them(given, kept):
+    assert json.loads(settings_json(given))["tools"]["exclude"] == [*DENIED_TOOLS, *kept]
 
 
 def test_argv_is_headless_stream_json_yolo_and_the_model_fits_a_path():
