@@ -41,7 +41,8 @@ def pins() -> dict[str, ToolPin]:
 
 
 def pin_of(name: str) -> ToolPin:
-    pin = pins().get(name)
+    cls = HARNESSES.get(name)  # one harness's pin: not every harness's gathered first
+    pin = cls.pin if cls is not None else None
     if pin is None:
         raise ToolMissingError(f"no harness {name!r} with a pinned CLI is registered; known: {', '.join(pins())}")
     return pin
