@@ -214,18 +214,27 @@ def test_a_killed_replica_s_rollouts_end_interrupted_and_ray_serve_replaces_it(r
     assert submitted.status_code == 202
     rid, victim = submitted.json()["rollout_id"], submitted.headers[HEADER]
     # And one running on the other replica, which must go on: only the dead replica's rollouts end.
-    on_victim, survivor = [rid], None
+    # A job the router gives the victim instead is cancelled at once: left to queue behind the
+    # victim's two running places, it would start only once one of them ends (and CI once saw the
+    # router give the victim eight in a row).
+    on_victim, survivor, cancelled = [rid], None, []
     for i in range(12):
         job = httpx.post(url + "/rollouts", json=args(policy_server, f"ray-survive-{i}", SURVIVES))
-        if job.headers[HEADER] == victim:
-            on_victim.append(job.json()["rollout_id"])
-        else:
+        if job.headers[HEADER] != victim:
             survivor = job.json()["rollout_id"]
             break
+        cancelled.append(job.json()["rollout_id"])
+        assert httpx.delete(f"{url}/rollouts/{cancelled[-1]}", timeout=30).status_code == 200
     assert survivor is not None, "every job went to one replica"
+    for job_id in cancelled:
+        assert wait_for(ray_app.server, job_id, lambda j: j["status"] == "cancelled")["status"] == "cancelled"
     for job_id in (*on_victim, survivor):
         assert agent_started(wait_for(ray_app.server, job_id, agent_started))
-    sandboxes = {p.name for p in ray_app.sandboxes.iterdir() if not p.name.endswith(".lease")}
+    deadline = time.monotonic() + 30  # a cancelled job's sandbox may still be on its way out
+    while len(sandboxes := {p.name for p in ray_app.sandboxes.iterdir() if not p.name.endswith(".lease")}) > 2:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert len(sandboxes) == len(on_victim) + 1 and all(marked_pids(name) for name in sandboxes)
     os.kill(_replica_pid(ray_app.store_url, rid), 9)  # the replica's worker process dies, as in a crash
 
