@@ -34,15 +34,22 @@ SHELL = {
     "gemini-cli": ("run_shell_command", '"command": "{cmd}"'),
 }
 COMMANDS = ("ls", "pwd", "echo hi")
-# Claude Code with its shell tool alone: its 21 tools' schemas are three quarters of a ~20k-token
-# prompt, whose attention alone takes over ten minutes to prefill on one core, past Claude Code's
-# own 600 s request timeout (it then retries). Denied tools leave the prompt (settings.json); the
-# dialect, the stream and the tool calls are the same.
+# Every CLI with its shell tool alone. Claude Code's 21 tools' schemas are three quarters of a
+# ~20k-token prompt, whose attention alone takes over ten minutes to prefill on one core, past
+# Claude Code's own 600 s request timeout (it then retries); Gemini CLI's and OpenCode's other tools
+# cost minutes of the suite's prefill. Denied or excluded tools leave the prompt; the dialect, the
+# stream and the tool calls are the same.
 HARNESS_CONFIG = {
     "claude-code": {"permissions": {"deny": [
         "Agent", "CronCreate", "CronDelete", "CronList", "Edit", "EnterWorktree", "ExitWorktree", "ListAgents", "Monitor",
         "NotebookEdit", "Read", "ReportFindings", "ScheduleWakeup", "SendMessage", "Skill", "TaskStop", "Workflow", "Write",
     ]}},
+    "gemini-cli": {"tools": {"exclude": [
+        "activate_skill", "enter_plan_mode", "glob", "grep_search", "invoke_agent", "list_background_processes", "list_directory",
+        "read_background_output", "read_file", "replace", "update_topic", "write_file",
+    ]}},
+    "opencode": {"permission": {"edit": "deny"},
+                 "tools": {t: False for t in ("edit", "glob", "grep", "read", "task", "todowrite", "write")}},
 }
 LOGPROB_TOLERANCE = 1e-4  # float32 engine vs float32 teacher forcing
 TEACHER_FORCING_MAX_PROMPT = 6144  # longer prompts cost too long to recompute here (the harnesses' own system prompts)
