@@ -21,6 +21,7 @@ import sys
 from harness_env.cli_flags import CliParser, bad_input, harness_option_models
 from harness_env.cli_run import add_run_parser
 from harness_env.cli_serve import add_serve_parser
+from harness_env.core.distribution import package_version
 
 EPILOG = """examples:
   harness-env run --harness pi --task task.json --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen3-8B --out result.json
@@ -29,20 +30,10 @@ EPILOG = """examples:
 'harness-env COMMAND --help' shows a command's flags."""
 
 
-def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
-
-    try:
-        return dist_version("harness-env")
-    except PackageNotFoundError:  # run from a checkout that is not installed
-        return "unknown"
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = CliParser(prog="harness-env", description="Run coding-agent harnesses on tasks and capture exact token trajectories.",
                   epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=f"harness-env {version()}")
+    p.add_argument("--version", action="version", version=f"harness-env {package_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=CliParser)
 
     add_run_parser(sub)

@@ -95,9 +95,9 @@ def field_cli(info: Any) -> str | None:
 def add_rollout_flags(run: argparse.ArgumentParser) -> None:
     """A rollout's flags (run's and eval's): the endpoint, then one flag per option field, by
     group, then one group per harness with options of its own."""
+    from harness_env.core.catalog import CATALOG
     from harness_env.envs import HARNESSES
     from harness_env.models import HARNESS_OPTIONS, RolloutArgs, RolloutOptions, RolloutRequest, option_group
-    from harness_env.server.catalog import CATALOG
 
     models = harness_option_models()
     endpoint = run.add_argument_group("endpoint", "the policy: --base-url and --model, or --endpoint (not needed for an agent "

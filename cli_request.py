@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import types
 from pathlib import Path
 from typing import Any
 
@@ -145,11 +144,11 @@ def catalog_endpoint(args: argparse.Namespace, api_key: str, agent_calls_model: 
     `endpoint` (explicit --base-url/--model/--api-key win)."""
     from pydantic import SecretStr
 
+    from harness_env.core.catalog import EndpointChoice, resolve_endpoint
     from harness_env.core.errors import InvalidRequestError
-    from harness_env.server.catalog import resolve_endpoint
 
-    given = types.SimpleNamespace(endpoint=args.endpoint, base_url=args.base_url, api_key=SecretStr(api_key), model=args.model, wire_api=args.wire_api,
-                                  agent_calls_model=agent_calls_model)
+    given = EndpointChoice(endpoint=args.endpoint or "", base_url=args.base_url or "", api_key=SecretStr(api_key), model=args.model or "",
+                           wire_api=args.wire_api, agent_calls_model=agent_calls_model)
     try:
         return resolve_endpoint(given)[0]
     except InvalidRequestError as e:

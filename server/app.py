@@ -32,7 +32,9 @@ from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.redact import register_secret
 from harness_env.core.capture.serve import serve_on_unix
 from harness_env.core.capture.sockets import capture_socket_path
+from harness_env.core.catalog import url_credentials
 from harness_env.core.cpus import available_cpus
+from harness_env.core.distribution import package_version
 from harness_env.core.errors import InvalidRequestError, ToolMissingError, safe_text
 from harness_env.core.registry import HARNESSES
 from harness_env.core.sandbox.backends import DEFAULT_BACKEND, default_backend
@@ -40,14 +42,13 @@ from harness_env.core.sandbox.local import bwrap_available
 from harness_env.core.sandbox.sweep import sweep_at_start
 from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
 from harness_env.server.auth import AuthFailureLimiter, TokenAuth, origin_of
-from harness_env.server.catalog import url_credentials
 from harness_env.server.docs_page import add_docs_routes
 from harness_env.server.jobs.manager import JobManager, JobService
 from harness_env.server.jobs.routes import add_job_routes
 from harness_env.server.jobs.upkeep import Retention, recover, upkeep
 from harness_env.server.log_secrets import mask_secrets_in_logs
 from harness_env.server.metrics import ServerMetrics, log_rollouts_to_stderr
-from harness_env.server.openenv_routes import DESCRIPTION, ServerState, add_openenv_routes, package_version
+from harness_env.server.openenv_routes import DESCRIPTION, ServerState, add_openenv_routes
 from harness_env.server.slots import RolloutSlots, ServerBusy
 from harness_env.server.store import default_data_dir, store_password, store_url
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import uvicorn
 
+from harness_env.core.distribution import package_version
 from harness_env.core.procs import make_undumpable
 from harness_env.server.app import create_app
 from harness_env.server.jobs.upkeep import Retention
@@ -51,7 +52,7 @@ def where_to_go(host: str, port: int, public_url: str | None) -> str:
     base = public_url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     base = base.rstrip("/")
     return "\n".join([
-        f"harness-env {_version()} serving on {host}:{port}",
+        f"harness-env {package_version()} serving on {host}:{port}",
         f"  web UI     {base}/web",
         f"  MCP        {base}/mcp   (streamable HTTP; tools: run_rollout, submit_rollout, get_rollout, list_harnesses, list_tasks, catalog)",
         f"  HTTP API   {base}/docs",
@@ -76,10 +77,6 @@ def raise_open_files_limit() -> str | None:
     return None
 
 
-def _version() -> str:
-    from harness_env.cli import version
-
-    return version()
 
 
 def serve(

@@ -19,9 +19,9 @@ from typing import Literal
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
+from harness_env.core.distribution import DIST_NAME, package_version
 from harness_env.models import RolloutArgs, RolloutResult
 
-DIST_NAME = "harness-env"
 # Also openenv.yaml's `description` (a test holds them equal).
 DESCRIPTION = ("Runs real coding-agent harnesses (Pi, OpenCode, Harbor's agents, a white-box tool loop) on tasks in "
                "sandboxes against any OpenAI-compatible policy endpoint, and returns the reward plus the exact token "
@@ -60,13 +60,6 @@ class SchemaResponse(BaseModel):
     action: dict = Field(description="the arguments of a rollout (POST /rollout, MCP run_rollout)")
     observation: dict = Field(description="the result of a rollout")
     state: dict = Field(description="the server's state, as /health reports it")
-
-
-def package_version() -> str:
-    try:
-        return metadata.version(DIST_NAME)
-    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
-        return "0.0.0"
 
 
 @cache

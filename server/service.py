@@ -4,6 +4,7 @@ of each tool."""
 from __future__ import annotations
 
 from harness_env import envs, families  # noqa: F401 - registers the harnesses and task families
+from harness_env.core import catalog
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.engine import CaptureAccess, execute
 from harness_env.core.errors import InvalidRequestError
@@ -13,7 +14,6 @@ from harness_env.core.registry import HARNESSES, get_harness
 from harness_env.core.sandbox.backends import DEFAULT_BACKEND, SandboxSettings, sandbox_factory
 from harness_env.core.sandbox.policy import sandbox_limits
 from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
-from harness_env.server import catalog
 from harness_env.server.slots import RolloutSlots
 
 

@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
+from harness_env.core.distribution import package_version
 from harness_env.families.svg_icon import checks
 from harness_env.families.svg_icon.dataset_inputs import DatasetError, Input, Row, Settings, open_inputs
 from harness_env.families.svg_icon.records import (
@@ -132,13 +133,6 @@ class Report:
                 f"{self.out_dir / 'refs'}/, {self.out_dir / 'provenance.json'}")
 
 
-def _tool_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("harness-env")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def _prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
@@ -288,7 +282,7 @@ def generate(
 
     write_records(records, out_dir / "tasks.jsonl")
     provenance = {
-        "tool": {"name": "harness-env svg-dataset", "version": _tool_version()},
+        "tool": {"name": "harness-env svg-dataset", "version": package_version()},
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "inputs": [inp.describe() for inp in inputs],
         "settings": asdict(settings),

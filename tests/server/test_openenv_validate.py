@@ -15,12 +15,13 @@ import pytest
 import yaml
 
 import harness_env
+from harness_env.core.catalog import CATALOG
+from harness_env.core.distribution import package_version
 from harness_env.core.reward import EFFICIENCY_SCALE, EFFICIENCY_WEIGHT, compute_reward, tool_efficiency_reward
 from harness_env.core.sandbox.policy import LIMIT_FIELDS
 from harness_env.families.svg_icon import judge as svg_judge
 from harness_env.models import CommandResult, RolloutArgs, RolloutResult
-from harness_env.server.catalog import CATALOG
-from harness_env.server.openenv_routes import DESCRIPTION, ServerState, package_version
+from harness_env.server.openenv_routes import DESCRIPTION, ServerState
 from tests.server_process import ServerProcess
 
 REPO = Path(harness_env.__file__).resolve().parent

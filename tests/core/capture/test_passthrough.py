@@ -219,8 +219,8 @@ def test_wire_api_is_declared_once_and_reaches_the_endpoint_from_every_surface()
     import argparse
 
     from harness_env import cli
+    from harness_env.core.catalog import to_request
     from harness_env.models import RolloutArgs
-    from harness_env.server.catalog import to_request
     from harness_env.server.mcp.rollout import run_rollout_schema
     from harness_env.server.web.form import option_controls
 

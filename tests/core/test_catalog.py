@@ -1,8 +1,8 @@
 import pytest
 
+from harness_env.core.catalog import describe, normalise_base_url, resolve_endpoint, to_request
 from harness_env.core.errors import InvalidRequestError
 from harness_env.models import RolloutArgs
-from harness_env.server.catalog import describe, normalise_base_url, resolve_endpoint, to_request
 
 
 def _args(**kw):
@@ -129,7 +129,7 @@ def test_an_unparsable_catalog_url_is_a_problem_in_the_listing_not_a_crash():
 
 
 def test_the_credentials_of_a_catalog_url_are_known_as_secrets_to_mask():
-    from harness_env.server.catalog import url_credentials
+    from harness_env.core.catalog import url_credentials
 
     env = {"VLLM_URL": "http://bob:hunter2-pw@gpu:8000/v1", "OPENAI_BASE_URL": "https://tok-only-user@api.example/v1",
            "HF_ROUTER_BASE_URL": "https://router.example/v1"}

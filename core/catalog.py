@@ -29,6 +29,7 @@ from harness_env.models import (
     url_authority,
     url_without_credentials,
 )
+from harness_env.models.base import WireApi
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,22 @@ class EndpointArgs(Protocol):
     base_url: str
     api_key: SecretStr
     model: str
+    wire_api: WireApi
 
     @property
     def agent_calls_model(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class EndpointChoice:
+    """An endpoint named outside a RolloutArgs (`harness-env run`'s flags)."""
+
+    endpoint: str
+    base_url: str
+    api_key: SecretStr
+    model: str
+    wire_api: WireApi
+    agent_calls_model: bool
 
 
 def resolve_endpoint(args: EndpointArgs, env: dict[str, str] | None = None) -> tuple[Endpoint, CatalogEntry | None]:
@@ -114,8 +128,7 @@ def resolve_endpoint(args: EndpointArgs, env: dict[str, str] | None = None) -> t
     url_source = "base_url" if args.base_url else (entry.url_var if entry else "base_url")
     _check_url(base_url, url_source, entry)
     try:
-        wire_api = getattr(args, "wire_api", "chat")  # the CLI's flags before --wire-api have none
-        resolved = Endpoint(base_url=_normalised(base_url, url_source), api_key=SecretStr(key), model=model, wire_api=wire_api)
+        resolved = Endpoint(base_url=_normalised(base_url, url_source), api_key=SecretStr(key), model=model, wire_api=args.wire_api)
     except ValidationError as e:
         raise InvalidRequestError(f"invalid endpoint: {e.errors()[0]['msg']}") from None
     check_allowed_host(resolved.base_url, env)
