@@ -281,13 +281,13 @@ class PinnedCliHarness(HarnessBase):
         return r, outcome
 
     def version(self) -> str | None:
-        return toolchain.installed_version(self.name)
+        return toolchain.installed_version(self.pin)
 
     def check_installed(self) -> None:
-        toolchain.harness_command(self.name)
+        toolchain.harness_command(self.pin)
 
     def readonly_paths(self) -> list[str]:
         return [str(toolchain.tools_dir())]
 
     def command(self) -> list[str]:
-        return toolchain.harness_command(self.name)
+        return toolchain.harness_command(self.pin)

@@ -102,8 +102,13 @@ def _package_dir(root: Path, pin: ToolPin) -> Path:
     return root / pin.name / "node_modules" / pin.package
 
 
-def installed_version(name: str, root: Path | None = None) -> str | None:
-    pin = pin_of(name)
+def _pin(tool: str | ToolPin) -> ToolPin:
+    """A harness's own pin as it is (an instance need not be registered), or a registered one by name."""
+    return tool if isinstance(tool, ToolPin) else pin_of(tool)
+
+
+def installed_version(tool: str | ToolPin, root: Path | None = None) -> str | None:
+    pin = _pin(tool)
     manifest = _package_dir(root or tools_dir(), pin) / "package.json"
     try:
         return json.loads(manifest.read_text())["version"]
@@ -111,11 +116,11 @@ def installed_version(name: str, root: Path | None = None) -> str | None:
         return None
 
 
-def harness_command(name: str, root: Path | None = None) -> list[str]:
-    """argv prefix that runs the pinned CLI `name` (Node + its entry script)."""
+def harness_command(tool: str | ToolPin, root: Path | None = None) -> list[str]:
+    """argv prefix that runs the pinned CLI `tool` (Node + its entry script)."""
     root = root or tools_dir()
-    pin = pin_of(name)
-    version = installed_version(name, root)
+    pin = _pin(tool)
+    version = installed_version(pin, root)
     if version != pin.version:
         have = f"version {version} is installed" if version else "it is not installed"
         raise ToolMissingError(f"{pin.name} {pin.version} is needed but {have}; run `harness-env install {pin.name}`")
@@ -186,7 +191,7 @@ def install(names: list[str] | None = None, root: Path | None = None, log=print)
         done["node"] = NODE_VERSION
     for name in names:
         pin = known[name]
-        if installed_version(name, root) == pin.version:
+        if installed_version(pin, root) == pin.version:
             log(f"{name} {pin.version} already installed")
             done[name] = pin.version
             continue
@@ -196,7 +201,7 @@ def install(names: list[str] | None = None, root: Path | None = None, log=print)
         target.mkdir(parents=True, exist_ok=True)
         # Lifecycle scripts are not needed by these CLIs and may fetch from the internet.
         _npm(["install", "--prefix", str(target), "--no-save", "--ignore-scripts", "--omit=dev", f"{pin.package}@{pin.version}"])
-        if installed_version(name, root) != pin.version:
+        if installed_version(pin, root) != pin.version:
             raise ToolMissingError(f"{pin.package}@{pin.version} did not install into {target}")
         harness_command(name, root)  # the executable is really there (a native binary, say)
         done[name] = pin.version

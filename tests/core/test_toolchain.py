@@ -38,3 +38,21 @@ def test_each_pin_is_its_harness_class_s_own():
 
     assert toolchain.pins() == {name: cls.pin for name, cls in HARNESSES.items() if cls.pin is not None}
     assert all(name == pin.name for name, pin in toolchain.pins().items())  # the install directory is the harness's name
+
+
+def test_a_harness_finds_its_cli_by_its_own_pin_registered_or_not(tmp_path, monkeypatch):
+    """A harness instance carries its pin: one never registered under its name (a subclass made
+    for a test, a plug-in wrapping another's CLI) still finds and reports its CLI."""
+    from harness_env.core.harness import PinnedCliHarness
+
+    class Unregistered(PinnedCliHarness):
+        name = "not-registered"
+        pin = toolchain.pin_of("pi")
+
+    h = Unregistered()
+    monkeypatch.setenv("HARNESS_ENV_TOOLS_DIR", str(tmp_path))
+    assert h.version() is None  # nothing installed here: no version, not "no harness registered"
+    with pytest.raises(ToolMissingError, match="run `harness-env install pi`"):
+        h.check_installed()
+    monkeypatch.delenv("HARNESS_ENV_TOOLS_DIR")
+    assert h.version() == toolchain.installed_version("pi") and h.command()[0]
