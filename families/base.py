@@ -4,6 +4,7 @@ graded (instead of shell verify commands), and how its task records read (so the
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness_env.core.grading import Grader
@@ -13,8 +14,18 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
 
+@dataclass(frozen=True)
+class FamilyExample:
+    """A task of the family that the web form offers to load: what the agent is asked, and the options."""
+
+    name: str
+    instruction: str
+    family_options: dict[str, Any] = field(default_factory=dict)
+
+
 class TaskFamily(Protocol):
     name: str
+    example: FamilyExample | None  # offered by the web form beside the shell examples
     # Its family_options, declared once: the web form derives its controls from the fields (title,
     # description, default; a field's json_schema_extra "example" shows in an empty JSON box) and
     # shows the model's docstring above them.

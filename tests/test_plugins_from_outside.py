@@ -143,6 +143,7 @@ class WordFamily:
     record_keys = ("task_id", "say", "word")
     request_keys = ("agent_timeout_s",)
     path_keys = ()
+    example = None
 
     def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
         word = str(request.family_options.get("word") or "hello")

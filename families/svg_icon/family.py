@@ -23,6 +23,7 @@ from harness_env.core.grading import GradeOutcome
 from harness_env.core.paths import confined_path
 from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.base import Sandbox
+from harness_env.families.base import FamilyExample
 from harness_env.families.svg_icon import checks, render
 from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC, Judge, JudgeConfig, Rubric
 from harness_env.families.svg_icon.pngcodec import PNG_SIGNATURE
@@ -109,6 +110,7 @@ class SvgIconFamily:
     record_keys = ("task_id", "prompt", "reference_png", "source_prompt")
     request_keys = ("max_turns", "agent_timeout_s", "verify_timeout_s")
     path_keys = ("reference_png",)
+    example = FamilyExample("draw an icon (svg_icon)", "a red square on white", {"renderer": "chromium"})
 
     def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
         if request.task.metadata.get("task_family") == self.name:

@@ -1,9 +1,13 @@
-"""Example tasks that fill the web form: data only, so adding one needs no UI change."""
+"""Example tasks that fill the web form: data only, so adding one needs no UI change. Shell tasks
+are listed here; each task family offers its own (`example`, families/base.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from harness_env import families  # noqa: F401 - registers the task families, whose examples are offered
+from harness_env.core.registry import family_names, get_family
 
 
 @dataclass(frozen=True)
@@ -63,21 +67,23 @@ EXAMPLES: list[ExampleTask] = [
         "to show what a failed verify looks like.)",
         verify=["test -f answer.txt", 'test "$(cat answer.txt)" = "8675309-not-guessable"'],
     ),
-    ExampleTask(
-        name="draw an icon (svg_icon)",
-        instruction="a red square on white",
-        task_family="svg_icon",
-        family_options={"renderer": "chromium"},
-    ),
+
 ]
 
 
+def examples() -> list[ExampleTask]:
+    """The shell examples, then one of each registered family that offers one."""
+    registered = (get_family(name) for name in family_names())
+    return [*EXAMPLES, *(ExampleTask(f.example.name, f.example.instruction, task_family=f.name, family_options=dict(f.example.family_options))
+                         for f in registered if f.example is not None)]
+
+
 def example_names() -> list[str]:
-    return [e.name for e in EXAMPLES]
+    return [e.name for e in examples()]
 
 
 def get_example(name: str) -> ExampleTask:
-    for e in EXAMPLES:
+    for e in examples():
         if e.name == name:
             return e
     raise KeyError(f"no example task named {name!r}")

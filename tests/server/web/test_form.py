@@ -8,7 +8,7 @@ import pytest
 from harness_env.core.errors import InvalidRequestError
 from harness_env.envs.harbor.options import agent_choices, sandbox_choices
 from harness_env.models import HarnessInfo
-from harness_env.server.web.examples import EXAMPLES, example_names, get_example
+from harness_env.server.web.examples import example_names, examples, get_example
 from harness_env.server.web.form import (
     EXPLICIT,
     SHELL_TASK,
@@ -75,7 +75,7 @@ def test_choices_follow_the_registry_and_catalog():
 
 def test_examples_are_valid_tasks():
     assert {"write a file", "fix a failing Python test", "a task that fails on purpose"} <= set(example_names())
-    for ex in EXAMPLES:
+    for ex in examples():
         family = ex.task_family or SHELL_TASK
         form = WebForm(base_url="http://127.0.0.1:9/v1", model="m", instruction=ex.instruction,
                        setup="\n".join(ex.setup), verify="\n".join(ex.verify), files=list(ex.files.items()),
