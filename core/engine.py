@@ -57,7 +57,8 @@ async def execute(
 ) -> RolloutResult:
     """Run one prepared rollout (core/pipeline.py) in sandboxes from `sandbox_factory` (e.g.
     the local one of core/sandbox/factory.py). Always returns a result. `start_gate`: bounds the
-    rollouts starting at once (see RolloutRun.wait_to_start)."""
+    rollouts starting at once (see RolloutRun.wait_to_start). A caller that must keep the result
+    of a rollout it cancels (the job manager) holds a RolloutRun and awaits its execute()."""
     return await RolloutRun(prepared, capture, sandbox_factory, on_event, start_gate).execute()
 
 
@@ -65,12 +66,12 @@ class RolloutRun:
     """One rollout while it runs: its request, harness, capture session, sandbox and result."""
 
     def __init__(self, prepared: PreparedRollout, capture: CaptureAccess, factory: SandboxFactory, on_event: EventSink | None,
-                 start_gate: StartGate | None = None) -> None:
+                 start_gate: StartGate | None = None, rollout_id: str | None = None) -> None:
         self.request, self.harness, self.grader = prepared.request, prepared.harness, prepared.grader
         self.capture = capture
         self.factory = factory
         self.on_event = on_event
-        self.rollout_id = uuid.uuid4().hex[:12]
+        self.rollout_id = rollout_id or uuid.uuid4().hex[:12]  # a job's own id: one id for the job and its result
         self.t0 = time.monotonic()
         self.result = RolloutResult(rollout_id=self.rollout_id, task_id=self.request.task.task_id, mode=self.request.mode,
                                     harness=self.harness.name)

@@ -247,8 +247,7 @@ class JobManager:
                 writer.post(job.id, store.mark_running, job.id, time.time())
                 capture = CaptureAccess(self.service.proxy, self.service.proxy_base_url, self.service.capture_socket)
                 run = RolloutRun(job.prepared, capture, self._factory(job), lambda ev: self._on_event(job, ev),
-                                 start_gate=self.slots.starting)
-                run.rollout_id = run.result.rollout_id = job.id  # one id: the job's is the result's
+                                 start_gate=self.slots.starting, rollout_id=job.id)
                 # The wait for a running place (--max-concurrent), before the engine's own phases.
                 run.result.phases.append(Phase(name="queue", started=queued_wall, duration_s=round(time.monotonic() - queued, 4),
                                                detail=f"waited for one of {self.slots.max_concurrent} running places"))
