@@ -11,9 +11,10 @@ graph, loss mask 1 on sampled tokens only):
   starts a rollout; the session's `wait_for_completion`, `fetch_training_trace` /
   `fetch_proxy_trace`, `verify` and `close` hand over its turns and reward.
 
-A failed rollout never crashes a step: it is unscored (reward None, which TRL leaves out of the
-group baseline with zero advantage) and its completion carries no trainable token. Groups whose
-rollouts all failed or all tied are marked, so a trainer can skip them.
+A failed rollout never crashes a step. A masked one (`mask_sample`: an infrastructure failure or
+a cancel) gets reward None, which TRL leaves out of its group's mean and std with zero advantage,
+and its completion carries no trainable token. Groups are marked (`group_status`): all failed,
+too few valid members (`min_valid`, default 2), all tied, ok; a trainer can skip them.
 
 This module imports only the wire types: rollouts run through a `RunMany` callable, either
 `remote_runner(HarnessEnv(url))` or, in-process, `harness_env.rollout.run_many_sync`.
@@ -32,6 +33,7 @@ from harness_env.models import RolloutArgs, RolloutRequest, RolloutResult, Train
 
 RunMany = Callable[[list[dict[str, Any]]], list[RolloutResult]]  # RolloutRequest dicts -> results, same order
 TaskForPrompt = Callable[[Any], dict[str, Any]]
+DEFAULT_MIN_VALID = 2  # fewer voting members than this: the group's baseline is too thin to trust
 
 
 # -- running rollouts ---------------------------------------------------------------------------
@@ -79,13 +81,40 @@ def main_row(result: RolloutResult) -> tuple[TrainingRow | None, int]:
     return main, len(rows) - 1
 
 
-def group_status(rewards: Sequence[float | None]) -> str:
+def vote(result: RolloutResult) -> float | None:
+    """The reward a rollout brings to its group's statistics: None when it is masked (an end the
+    agent did not cause: an infrastructure failure, a cancel) or unscored. An end the agent caused
+    is graded and votes, and so does a rollout whose tokens cannot be trained (a policy must not
+    turn a failing grade neutral by spoiling its own row)."""
+    if result.mask_sample or result.reward is None or not math.isfinite(result.reward):
+        return None
+    return result.reward
+
+
+def group_status(rewards: Sequence[float | None], min_valid: int = DEFAULT_MIN_VALID) -> str:
+    """`all_failed` (no member votes), `too_few_valid` (fewer than `min_valid` do), `all_tied`
+    (equal rewards: zero advantage) or `ok`."""
     scored = [r for r in rewards if r is not None]
     if not scored:
         return "all_failed"
-    if max(scored) - min(scored) < 1e-12:  # one scored rollout, or equal rewards: zero advantage
+    if len(scored) < min_valid:
+        return "too_few_valid"
+    if max(scored) - min(scored) < 1e-12:
         return "all_tied"
     return "ok"
+
+
+def group_advantages(rewards: Sequence[float | None], scale: bool = True) -> list[float]:
+    """GRPO advantages of one group as TRL computes them from the rewards its reward function
+    gets (reward minus the group mean, over the Bessel-corrected std + 1e-4): members with no
+    vote (None) are left out of the mean and std and get 0, so a masked rollout changes no other
+    member's advantage."""
+    scored = [r for r in rewards if r is not None]
+    if not scored:
+        return [0.0] * len(rewards)
+    mean = sum(scored) / len(scored)
+    std = math.sqrt(sum((r - mean) ** 2 for r in scored) / (len(scored) - 1)) if len(scored) > 1 else 0.0
+    return [0.0 if r is None else (r - mean) / (std + 1e-4 if scale else 1.0) for r in rewards]
 
 
 # -- GRPOTrainer rollout_func ---------------------------------------------------------------------
@@ -101,6 +130,7 @@ class HarnessRolloutFunc:
     task_for_prompt: TaskForPrompt
     request: dict[str, Any]
     num_generations: int | None = None  # default: the trainer's
+    min_valid: int = DEFAULT_MIN_VALID  # a group with fewer voting members is marked too_few_valid
     last_results: list[RolloutResult] = field(default_factory=list, repr=False)
 
     def __call__(self, prompts: list[Any], trainer: Any = None) -> dict[str, list[Any]]:
@@ -108,7 +138,7 @@ class HarnessRolloutFunc:
         results = self.run_many(requests)
         self.last_results = results
         n = self.num_generations or getattr(getattr(trainer, "args", None), "num_generations", None) or len(prompts)
-        return rollout_batch(results, n, filler_token_id=_filler(trainer))
+        return rollout_batch(results, n, filler_token_id=_filler(trainer), min_valid=self.min_valid)
 
 
 def _filler(trainer: Any) -> int:
@@ -121,18 +151,16 @@ def _filler(trainer: Any) -> int:
     return 0
 
 
-def rollout_batch(results: Sequence[RolloutResult], num_generations: int, filler_token_id: int = 0) -> dict[str, list[Any]]:
+def rollout_batch(results: Sequence[RolloutResult], num_generations: int, filler_token_id: int = 0,
+                  min_valid: int = DEFAULT_MIN_VALID) -> dict[str, list[Any]]:
     """TRL's rollout_func output for `results` (consecutive groups of `num_generations`)."""
     out: dict[str, list[Any]] = {k: [] for k in (
         "prompt_ids", "completion_ids", "logprobs", "env_mask", "harness_reward", "harness_error",
-        "rollout_type", "group_status", "dropped_branches", "agent_tool_calls")}
+        "rollout_type", "group_status", "dropped_branches", "agent_tool_calls", "mask_sample", "failure_kind", "harness_advantage")}
     rewards: list[float | None] = []
     for res in results:
         row, dropped = main_row(res)
-        # None only for an infrastructure failure: an end the agent caused is graded (error set),
-        # and a rollout whose tokens cannot be trained still counts in its group's baseline (a
-        # policy must not turn a failing grade neutral by spoiling its own row).
-        reward = res.reward if res.reward is not None and math.isfinite(res.reward) else None
+        reward = vote(res)  # None: TRL leaves it out of the group's mean and std, advantage 0
         if reward is None or row is None or not row.trainable:
             # No row to train: one filler token TRL can batch, masked out of the loss.
             out["prompt_ids"].append([filler_token_id])
@@ -151,10 +179,13 @@ def rollout_batch(results: Sequence[RolloutResult], num_generations: int, filler
         out["rollout_type"].append(res.rollout_type)
         out["dropped_branches"].append(dropped)
         out["agent_tool_calls"].append(res.agent_tool_calls)
+        out["mask_sample"].append(res.mask_sample)
+        out["failure_kind"].append(res.failure_kind)
         rewards.append(reward)
     for start in range(0, len(rewards), max(1, num_generations)):
-        status = group_status(rewards[start : start + num_generations])
-        out["group_status"] += [status] * len(rewards[start : start + num_generations])
+        group = rewards[start : start + num_generations]
+        out["group_status"] += [group_status(group, min_valid)] * len(group)
+        out["harness_advantage"] += group_advantages(group)  # what TRL computes (scale_rewards="group"), for logs
     return out
 
 
@@ -196,6 +227,8 @@ class HarnessSession:
         self.wait_for_completion()
         res = self.result
         assert res is not None
+        if res.mask_sample:  # nothing of a masked rollout trains
+            return []
         entries = []
         for t in res.proxy_turns:
             if t.branch is None or not t.completion_token_ids or len(t.per_token_logps) != len(t.completion_token_ids):
@@ -226,8 +259,10 @@ class HarnessSession:
         self.wait_for_completion()
         res = self.result
         assert res is not None
-        return VerifyResult(env_reward=res.reward, done=True,  # None: an infrastructure failure only
+        # None (masked or unscored): TRL's worker leaves it out of its group's mean and std.
+        return VerifyResult(env_reward=vote(res), done=True,
                             metrics={"agent_tool_calls": res.agent_tool_calls, "wall_s": res.wall_s, "error_kind": res.error_kind,
+                                     "mask_sample": res.mask_sample, "failure_kind": res.failure_kind,
                                      "rollout_type": res.rollout_type, "branches": res.graph.branches})
 
     def close(self) -> None:

@@ -7,7 +7,13 @@ import pickle
 
 import pytest
 
-from harness_env.client.trl import HarnessRolloutFunc, HarnessSessionFactory, harness_reward, rollout_batch
+from harness_env.client.trl import (
+    HarnessRolloutFunc,
+    HarnessSession,
+    HarnessSessionFactory,
+    harness_reward,
+    rollout_batch,
+)
 from harness_env.models import RolloutArgs, RolloutResult, Turn
 from harness_env.rollout import run_many_sync
 
@@ -51,6 +57,38 @@ def test_failed_rollouts_are_unscored_and_groups_marked():
     assert out["completion_ids"][2] == [7] and out["env_mask"][2] == [0]
     assert out["group_status"] == ["all_failed"] * 2 + ["all_tied"] * 2
     assert out["harness_error"][0] == "endpoint down"
+
+
+def test_an_infrastructure_failure_changes_no_advantage_of_its_group():
+    """A masked rollout is left out of its group's mean and std: the others' advantages are those of
+    the same group without it; it gets zero advantage and trains nothing."""
+    rewards = [1.0, 0.0, 0.5]
+    failed = RolloutResult(reward=None, error="sandbox died", error_kind="sandbox")
+    without = rollout_batch([RolloutResult(reward=r) for r in rewards], 3)
+    with_failure = rollout_batch([RolloutResult(reward=r) for r in rewards[:2]] + [failed, RolloutResult(reward=0.5)], 4)
+    assert with_failure["harness_advantage"][:2] + with_failure["harness_advantage"][3:] == pytest.approx(without["harness_advantage"])
+    assert with_failure["harness_advantage"][2] == 0.0 and with_failure["env_mask"][2] == [0]
+    assert with_failure["harness_reward"][2] is None and with_failure["mask_sample"] == [False, False, True, False]
+    assert with_failure["failure_kind"][2] == "sandbox" and with_failure["group_status"] == ["ok"] * 4
+    assert without["harness_advantage"][0] > 0 > without["harness_advantage"][1]
+
+
+def test_groups_with_too_few_valid_members_are_marked():
+    failed = RolloutResult(error="endpoint down", error_kind="endpoint")
+    out = rollout_batch([failed, failed, RolloutResult(reward=1.0), RolloutResult(reward=0.0)], 4)
+    assert out["group_status"] == ["ok"] * 4  # two valid members: the default threshold
+    out = rollout_batch([failed, failed, RolloutResult(reward=1.0), RolloutResult(reward=0.0)], 4, min_valid=3)
+    assert out["group_status"] == ["too_few_valid"] * 4
+    assert rollout_batch([failed, RolloutResult(reward=1.0)], 2)["group_status"] == ["too_few_valid"] * 2
+
+
+def test_a_masked_rollout_gives_the_async_worker_no_row_and_no_vote():
+    session = HarnessSession(lambda reqs: [RolloutResult(reward=1.0, error="cancelled", error_kind="internal",
+                                                         proxy_turns=[Turn(index=0, branch=0, prompt_token_ids=[1], completion_token_ids=[2],
+                                                                           per_token_logps=[-0.1], upstream_status=200)])], {}, "ep")
+    assert session.fetch_proxy_trace() == []
+    verdict = session.verify([])
+    assert verdict.env_reward is None and verdict.metrics["mask_sample"] is True
 
 
 def test_an_agent_caused_end_and_an_untrainable_row_still_vote_in_the_group():
