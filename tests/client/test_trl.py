@@ -145,3 +145,55 @@ def test_requests_become_the_servers_flat_arguments():
                                   "task": {"instruction": "y", "verify": ["true"]}})
     assert (explicit["base_url"], explicit["model"], explicit["api_key"], explicit["verify"]) == ("http://127.0.0.1:9/v1", "m", "k", ["true"])
     RolloutArgs.model_validate(explicit)  # what the client checks before sending: a task with no task_id passes
+
+
+@pytest.fixture
+def compacting(monkeypatch):
+    """The white-box loop made to compact once: before its second model call its history is
+    replaced by a summary, as a harness compacting its context does. The turns after it form a
+    second branch of the turn graph."""
+    from harness_env.envs.whitebox import loop
+
+    real, calls = loop.request_body, itertools.count()
+
+    def request_body(model, messages, max_tokens):
+        if next(calls) % 3 == 1:  # each rollout makes three calls: compact before its second
+            messages[:] = [messages[0], {"role": "user", "content": "Summary of the work so far: a is made. Make a again, then stop."}]
+        return real(model, messages, max_tokens)
+
+    monkeypatch.setattr(loop, "request_body", request_body)
+
+
+def test_every_trainable_branch_becomes_a_row_sharing_the_rollouts_reward(request_for, compacting):
+    (res,) = run_many_sync([{**request_for, "task": {"instruction": "make a", "verify": ["test -f a"]}}], concurrency=1)
+    assert res.reward == 1.0 and res.graph.branches == 2, [(t.index, t.branch, t.parent) for t in res.proxy_turns]
+    rows = {r.branch: r for r in res.training_rows()}
+    assert [rows[b].turn_indices for b in (0, 1)] == [[0], [1, 2]] and all(r.trainable for r in rows.values())
+
+    out = rollout_batch([res], 1, branch_slots=2)
+    assert out["harness_branch"] == [1, 0]  # the main branch (the agent's last turn) first
+    for i, branch in enumerate(out["harness_branch"]):
+        row = rows[branch]
+        assert out["prompt_ids"][i] + out["completion_ids"][i] == row.token_ids
+        assert out["env_mask"][i] == row.loss_mask[row.prompt_length:] and out["logprobs"][i] == row.logprobs[row.prompt_length:]
+        assert sum(out["env_mask"][i]) == sum(len(res.proxy_turns[t].completion_token_ids) for t in row.turn_indices)
+    assert out["harness_reward"] == [1.0, 1.0] and out["dropped_branches"] == [0, 0]
+    assert rollout_batch([res], 1)["dropped_branches"] == [1]  # one slot: the other branch is reported lost
+
+    # TRL's AsyncGRPO worker chains the session's trace entries into rows: one per branch, the same rows.
+    from trl.experimental.async_grpo.openenv_harness import _chain_to_sequences, _turns_from_training_trace
+
+    session = HarnessSession(lambda reqs: [res], {}, "ep")
+    sequences, _ = _chain_to_sequences(_turns_from_training_trace(session.fetch_training_trace()), "ep", 0)
+    assert [list(s.input_ids) for s in sequences] == [rows[0].token_ids, rows[1].token_ids]
+    assert [list(s.completion_mask) for s in sequences] == [rows[0].loss_mask, rows[1].loss_mask]
+
+
+def test_branch_slots_must_divide_the_group_and_need_a_token_level_loss(request_for):
+    from types import SimpleNamespace
+
+    func = HarnessRolloutFunc(run_many=lambda reqs: [], task_for_prompt=lambda p: {"instruction": p}, request=request_for, branch_slots=2)
+    with pytest.raises(ValueError, match="must divide"):
+        func(["x"] * 3, SimpleNamespace(args=SimpleNamespace(num_generations=3, loss_type="dapo")))
+    with pytest.raises(ValueError, match="token-level loss"):
+        func(["x"] * 4, SimpleNamespace(args=SimpleNamespace(num_generations=4, loss_type="grpo")))
