@@ -20,12 +20,6 @@ from harness_env.rollout import run_many_sync
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def request_for(policy_server):
-    policy_server.policy.scripts["m"] = [{"bash": "touch a"}, {"text": "done"}]
-    return {"harness": "whitebox", "endpoint": {"base_url": policy_server.base_url, "model": "m"}, "temperature": 1.0, "agent_timeout_s": 30}
-
-
 def test_rollout_func_returns_trl_keys_with_masks_aligned(request_for):
     verdicts = itertools.cycle([["test -f a"], ["false"]])  # one pass, one fail per group
     func = HarnessRolloutFunc(run_many=functools.partial(run_many_sync, concurrency=2),
@@ -145,23 +139,6 @@ def test_requests_become_the_servers_flat_arguments():
                                   "task": {"instruction": "y", "verify": ["true"]}})
     assert (explicit["base_url"], explicit["model"], explicit["api_key"], explicit["verify"]) == ("http://127.0.0.1:9/v1", "m", "k", ["true"])
     RolloutArgs.model_validate(explicit)  # what the client checks before sending: a task with no task_id passes
-
-
-@pytest.fixture
-def compacting(monkeypatch):
-    """The white-box loop made to compact once: before its second model call its history is
-    replaced by a summary, as a harness compacting its context does. The turns after it form a
-    second branch of the turn graph."""
-    from harness_env.envs.whitebox import loop
-
-    real, calls = loop.request_body, itertools.count()
-
-    def request_body(model, messages, max_tokens):
-        if next(calls) % 3 == 1:  # each rollout makes three calls: compact before its second
-            messages[:] = [messages[0], {"role": "user", "content": "Summary of the work so far: a is made. Make a again, then stop."}]
-        return real(model, messages, max_tokens)
-
-    monkeypatch.setattr(loop, "request_body", request_body)
 
 
 def test_every_trainable_branch_becomes_a_row_sharing_the_rollouts_reward(request_for, compacting):
