@@ -88,8 +88,8 @@ def test_a_grpo_step_gives_every_branch_of_a_compacted_rollout_gradient(request_
             out.register_hook(lambda g, ids=args[0]: seen.append((ids, g)))
 
     policy.get_input_embeddings().register_forward_hook(keep_gradient)
-    config = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=4, num_generations=4,
-                        max_steps=1, learning_rate=1e-4, beta=0.0, max_completion_length=4096, gradient_checkpointing=False,
+    config = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=2, num_generations=4,
+                        gradient_accumulation_steps=2, max_steps=1, learning_rate=1e-4, beta=0.0, max_completion_length=4096, gradient_checkpointing=False,
                         report_to="none", save_strategy="no", logging_steps=1, dataloader_num_workers=0)
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "make a"}]}])
     trainer = GRPOTrainer(model=policy, args=config, train_dataset=dataset, processing_class=tokenizer,
@@ -99,10 +99,9 @@ def test_a_grpo_step_gives_every_branch_of_a_compacted_rollout_gradient(request_
     assert [r.reward for r in func.last_results] == [1.0, 0.0] and all(r.graph.branches == 2 for r in func.last_results)
     rows = [r.token_ids for res in func.last_results for r in res.training_rows()]
     assert len(rows) == 4 and all(rows)
-    (ids, grad), = seen
-    batch = ids.tolist()
+    batch = [(seq, g) for ids, grad in seen for seq, g in zip(ids.tolist(), grad)]  # two micro-batches of two rows
     for row in rows:  # each row's tokens, found in the batch (left-padded prompt, right-padded completion)
-        b, start = next((b, s) for b, seq in enumerate(batch) for s in range(len(seq) - len(row) + 1) if seq[s : s + len(row)] == row)
-        assert grad[b, start : start + len(row)].abs().sum() > 0
+        g, start = next((g, s) for seq, g in batch for s in range(len(seq) - len(row) + 1) if seq[s : s + len(row)] == row)
+        assert g[start : start + len(row)].abs().sum() > 0
     expected = rollout_batch(func.last_results, 2, branch_slots=2)["harness_advantage"]  # what the adapter says TRL computes
     assert sorted(trainer._logs["advantages"]) == pytest.approx(sorted(expected), abs=1e-4) and min(expected) < 0 < max(expected)
