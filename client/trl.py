@@ -114,7 +114,7 @@ def group_status(rewards: Sequence[float | None], min_valid: int = DEFAULT_MIN_V
     return "ok"
 
 
-def group_advantages(rewards: Sequence[float | None], scale: bool = True) -> list[float]:
+def group_advantages(rewards: Sequence[float | None]) -> list[float]:
     """GRPO advantages of one group as TRL computes them from the rewards its reward function
     gets (reward minus the group mean, over the Bessel-corrected std + 1e-4): members with no
     vote (None) are left out of the mean and std and get 0, so a masked rollout changes no other
@@ -124,7 +124,7 @@ def group_advantages(rewards: Sequence[float | None], scale: bool = True) -> lis
         return [0.0] * len(rewards)
     mean = sum(scored) / len(scored)
     std = math.sqrt(sum((r - mean) ** 2 for r in scored) / (len(scored) - 1)) if len(scored) > 1 else 0.0
-    return [0.0 if r is None else (r - mean) / (std + 1e-4 if scale else 1.0) for r in rewards]
+    return [0.0 if r is None else (r - mean) / (std + 1e-4) for r in rewards]
 
 
 # -- GRPOTrainer rollout_func ---------------------------------------------------------------------
