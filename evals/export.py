@@ -2,12 +2,12 @@
 
 Two tables, in JSON lines or parquet, that load with `datasets`:
   results  one row per attempt: task_id, attempt, rollout_id, harness, model, reward, passed,
-           error_kind, error, wall_s, turns, `trajectory` (ATIF, a JSON string: the agent's own
+           error_kind, error, mask_sample, wall_s, turns, `trajectory` (ATIF, a JSON string: the agent's own
            for Harbor rollouts, else built from the captured turns, token fields in its metrics)
            and `result` (the whole compact RolloutResult, a JSON string);
   rows     one row per branch of each attempt's turn graph (RolloutResult.training_rows):
            prompt_ids, completion_ids, loss_mask and logprobs (aligned with completion_ids),
-           reward, trainable.
+           reward, trainable, mask_sample (true: an infrastructure failure, never train it).
 Nested values with no fixed shape are JSON strings so that every row has the same schema.
 A README.md dataset card names both tables (as `configs`), the tasks, harness, model and summary.
 """
@@ -42,6 +42,7 @@ def tables(out: Path, threshold: float, model: str) -> dict[str, list[dict[str, 
         results.append({
             "task_id": task_id, "attempt": attempt, "rollout_id": r.rollout_id, "harness": r.harness, "model": model,
             "reward": r.reward, "passed": r.reward is not None and r.reward >= threshold, "error_kind": r.error_kind, "error": r.error,
+            "mask_sample": r.mask_sample,
             "wall_s": r.wall_s, "turns": len(r.proxy_turns), "trajectory": json.dumps(trajectory_of(r, model)),
             "result": json.dumps(pack(r), separators=(",", ":")),
         })
@@ -49,7 +50,8 @@ def tables(out: Path, threshold: float, model: str) -> dict[str, list[dict[str, 
             p = row.prompt_length
             rows.append({"task_id": task_id, "attempt": attempt, "rollout_id": r.rollout_id, "branch": row.branch,
                          "prompt_ids": row.token_ids[:p], "completion_ids": row.token_ids[p:], "loss_mask": row.loss_mask[p:],
-                         "logprobs": row.logprobs[p:], "reward": row.reward, "trainable": row.trainable})
+                         "logprobs": row.logprobs[p:], "reward": row.reward, "trainable": row.trainable,
+                         "mask_sample": r.mask_sample})
     return {"results": results, "rows": rows}
 
 
@@ -74,7 +76,7 @@ def dataset_card(meta: dict[str, Any], summary: dict[str, Any], fmt: Format, cou
             f"# harness-env evaluation\n\nHarness `{meta.get('harness', '')}`, model `{meta.get('model', '')}`, "
             f"{meta.get('attempts', '?')} attempts per task, pass threshold {meta.get('threshold', 1.0)}.\n\n"
             f"## Summary\n\nMean reward {mean} over {o.get('scored', 0)} scored attempts; {passk or 'no pass@k'}; "
-            f"{o.get('infra_failures', 0)} infrastructure failures (no reward) left out; errors: {json.dumps(o.get('errors', {}))}.\n\n"
+            f"{o.get('infra_failures', 0)} infrastructure failures (no reward, `mask_sample` true) left out; errors: {json.dumps(o.get('errors', {}))}.\n\n"
             f"## Tables\n\n- `results` ({counts['results']} rows): one per attempt, with its ATIF trajectory and whole result "
             f"(JSON strings).\n- `rows` ({counts['rows']} rows): training rows, one per branch of a rollout's turn graph: "
             "prompt_ids, completion_ids, loss_mask and logprobs aligned with completion_ids, reward.\n\n"

@@ -1,7 +1,8 @@
 """The evaluation's numbers and their table: pure functions of the attempts' outcomes.
 
 An attempt's outcome is its reward (None: an infrastructure failure, which is excluded from every
-denominator and counted apart) and its error kind. Per task: the mean reward with its standard
+denominator and counted apart: `infra_failures`, the reward lost to infrastructure counted in
+attempts, and `masked_share`, their share of the attempts) and its error kind. Per task: the mean reward with its standard
 error over the attempts that have a reward, and unbiased pass@k for k in 1..K, with c the attempts
 whose reward is at least the threshold. Overall: the mean and standard error over every attempt
 with a reward, and pass@k averaged over the tasks with at least k such attempts.
@@ -28,7 +29,8 @@ def task_stats(outcomes: list[Outcome], attempts: int, threshold: float) -> dict
     mean, stderr = mean_and_stderr(rewards)
     return {
         "attempts": len(outcomes), "missing": max(0, attempts - len(outcomes)), "scored": len(rewards), "passed": passed,
-        "infra_failures": len(outcomes) - len(rewards), "mean_reward": mean, "stderr": stderr,
+        "infra_failures": len(outcomes) - len(rewards), "masked_share": _share(len(outcomes) - len(rewards), len(outcomes)),
+        "mean_reward": mean, "stderr": stderr,
         "pass_at_k": {str(k): pass_at_k(len(rewards), passed, k) for k in range(1, attempts + 1)},
         "errors": dict(sorted(Counter(o.error_kind for o in outcomes if o.error_kind).items())),
     }
@@ -52,7 +54,12 @@ def summarize(outcomes: dict[str, list[Outcome]], attempts: int, threshold: floa
         "infra_failures": sum(t["infra_failures"] for t in tasks.values()), "mean_reward": mean, "stderr": stderr,
         "pass_at_k": overall_pass, "errors": dict(sorted(errors.items())),
     }
+    overall["masked_share"] = _share(overall["infra_failures"], overall["attempts"])
     return {"attempts_per_task": attempts, "threshold": threshold, "tasks": tasks, "overall": overall}
+
+
+def _share(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
 
 
 def shown_ks(attempts: int) -> list[int]:
@@ -83,8 +90,9 @@ def table(summary: dict[str, Any]) -> str:
     fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
     lines = [fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows[:-1]), fmt(["-" * w for w in widths]), fmt(rows[-1])]
     o = summary["overall"]
+    share = f" ({o['masked_share']:.1%} masked)" if o.get("masked_share") is not None else ""
     lines.append(f"threshold {summary['threshold']}; infrastructure failures (reward null) are left out of the means and pass@k: "
-                 f"{o['infra_failures']} of {o['attempts']} attempts" + (f"; {o['missing']} attempts not run yet" if o["missing"] else ""))
+                 f"{o['infra_failures']} of {o['attempts']} attempts{share}" + (f"; {o['missing']} attempts not run yet" if o["missing"] else ""))
     return "\n".join(lines)
 
 

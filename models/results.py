@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, computed_field, model_validator
 
 from harness_env.models.base import Mode
 
@@ -201,6 +201,28 @@ class RolloutResult(BaseModel):
     agent_trajectory: dict[str, Any] | None = None
     # The server (replica, node) that ran it; None when it ran in-process, without a server.
     served_by: ServedBy | None = None
+
+    # NeMo-Gym's vocabulary, derived from error_kind and error so the two can never disagree; they
+    # are in the JSON a client receives (and ignored when a result is read back).
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def mask_sample(self) -> bool:
+        """True when the sample must not train and must not count in its GRPO group: an end the
+        agent did not cause (an infrastructure failure, reward None; or a cancel). A rollout with
+        no verify command is unscored (reward None) but not masked: nothing failed."""
+        return self.error_kind is not None and self.error_kind not in AGENT_CAUSED_KINDS
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def failure_kind(self) -> str | None:
+        """What broke (error_kind), or None when nothing did."""
+        return self.error_kind
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def failure_reason(self) -> str | None:
+        """Why, in words (error)."""
+        return self.error
 
     def training_rows(self) -> list[TrainingRow]:
         """One row per branch of the turn graph; auxiliary and failed turns are left out. Rows of a

@@ -62,6 +62,14 @@ class ServerMetrics:
                                    "by purpose (policy, auxiliary) and outcome (answered, failed)", ["purpose", "outcome"], registry=registry)
         self.model_call_seconds = Histogram("harness_env_model_call_latency_seconds", "Latency of those model calls (to the last byte)",
                                             ["purpose"], buckets=CALL_BUCKETS, registry=registry)
+        # Masked rollouts (mask_sample: an end the agent did not cause) never train; their count
+        # over harness_env_rollouts is the masked share, and it is the reward lost to
+        # infrastructure (a masked rollout's reward is unknown, so what is lost is counted in rollouts).
+        self.masked = Counter("harness_env_rollouts_masked", "Rollouts whose sample is masked (mask_sample: reward lost to "
+                              "infrastructure or a cancel, never trained), by failure kind and harness", ["failure_kind", "harness"],
+                              registry=registry)
+        self.masked_tokens = Counter("harness_env_masked_completion_tokens", "Policy tokens sampled in masked rollouts (sampling lost "
+                                     "to infrastructure)", registry=registry)
         self.completion_tokens = Counter("harness_env_model_completion_tokens", "Completion token ids those model calls returned",
                                          ["purpose"], registry=registry)
         registry.register(_Levels(slots, jobs))
@@ -74,6 +82,9 @@ class ServerMetrics:
         self.rollout_seconds.observe(result.wall_s)
         for phase in result.phases:
             self.phase_seconds.labels(phase.name).observe(max(phase.duration_s, 0.0))
+        if result.mask_sample:
+            self.masked.labels(result.failure_kind or "", result.harness or "").inc()
+            self.masked_tokens.inc(sum(len(t.completion_token_ids) for t in result.proxy_turns if t.purpose == "policy"))
         for turn in result.proxy_turns:
             self.model_calls.labels(turn.purpose, "answered" if turn.answered else "failed").inc()
             self.model_call_seconds.labels(turn.purpose).observe(max(turn.latency_s, 0.0))
@@ -152,7 +163,7 @@ def rollout_line(job_id: str, status: str, result: RolloutResult) -> str:
     """`rollout_end id=... task=... harness=... status=... reward=... error_kind=... wall_s=...`:
     values with spaces, quotes or '=' are JSON strings; secrets are masked."""
     fields = {"id": job_id, "task": result.task_id or "", "harness": result.harness, "status": status,
-              "reward": result.reward, "error_kind": result.error_kind, "wall_s": round(result.wall_s, 3)}
+              "reward": result.reward, "error_kind": result.error_kind, "mask_sample": result.mask_sample, "wall_s": round(result.wall_s, 3)}
     return "rollout_end " + " ".join(f"{k}={_value(v)}" for k, v in fields.items())
 
 

@@ -7,17 +7,17 @@ import pickle
 
 import pytest
 
-from harness_env.client.trl import HarnessRolloutFunc, HarnessSessionFactory, harness_reward, rollout_batch
+from harness_env.client.trl import (
+    HarnessRolloutFunc,
+    HarnessSession,
+    HarnessSessionFactory,
+    harness_reward,
+    rollout_batch,
+)
 from harness_env.models import RolloutArgs, RolloutResult, Turn
 from harness_env.rollout import run_many_sync
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def request_for(policy_server):
-    policy_server.policy.scripts["m"] = [{"bash": "touch a"}, {"text": "done"}]
-    return {"harness": "whitebox", "endpoint": {"base_url": policy_server.base_url, "model": "m"}, "temperature": 1.0, "agent_timeout_s": 30}
 
 
 def test_rollout_func_returns_trl_keys_with_masks_aligned(request_for):
@@ -51,6 +51,38 @@ def test_failed_rollouts_are_unscored_and_groups_marked():
     assert out["completion_ids"][2] == [7] and out["env_mask"][2] == [0]
     assert out["group_status"] == ["all_failed"] * 2 + ["all_tied"] * 2
     assert out["harness_error"][0] == "endpoint down"
+
+
+def test_an_infrastructure_failure_changes_no_advantage_of_its_group():
+    """A masked rollout is left out of its group's mean and std: the others' advantages are those of
+    the same group without it; it gets zero advantage and trains nothing."""
+    rewards = [1.0, 0.0, 0.5]
+    failed = RolloutResult(reward=None, error="sandbox died", error_kind="sandbox")
+    without = rollout_batch([RolloutResult(reward=r) for r in rewards], 3)
+    with_failure = rollout_batch([RolloutResult(reward=r) for r in rewards[:2]] + [failed, RolloutResult(reward=0.5)], 4)
+    assert with_failure["harness_advantage"][:2] + with_failure["harness_advantage"][3:] == pytest.approx(without["harness_advantage"])
+    assert with_failure["harness_advantage"][2] == 0.0 and with_failure["env_mask"][2] == [0]
+    assert with_failure["harness_reward"][2] is None and with_failure["mask_sample"] == [False, False, True, False]
+    assert with_failure["failure_kind"][2] == "sandbox" and with_failure["group_status"] == ["ok"] * 4
+    assert without["harness_advantage"][0] > 0 > without["harness_advantage"][1]
+
+
+def test_groups_with_too_few_valid_members_are_marked():
+    failed = RolloutResult(error="endpoint down", error_kind="endpoint")
+    out = rollout_batch([failed, failed, RolloutResult(reward=1.0), RolloutResult(reward=0.0)], 4)
+    assert out["group_status"] == ["ok"] * 4  # two valid members: the default threshold
+    out = rollout_batch([failed, failed, RolloutResult(reward=1.0), RolloutResult(reward=0.0)], 4, min_valid=3)
+    assert out["group_status"] == ["too_few_valid"] * 4
+    assert rollout_batch([failed, RolloutResult(reward=1.0)], 2)["group_status"] == ["too_few_valid"] * 2
+
+
+def test_a_masked_rollout_gives_the_async_worker_no_row_and_no_vote():
+    session = HarnessSession(lambda reqs: [RolloutResult(reward=1.0, error="cancelled", error_kind="internal",
+                                                         proxy_turns=[Turn(index=0, branch=0, prompt_token_ids=[1], completion_token_ids=[2],
+                                                                           per_token_logps=[-0.1], upstream_status=200)])], {}, "ep")
+    assert session.fetch_proxy_trace() == []
+    verdict = session.verify([])
+    assert verdict.env_reward is None and verdict.metrics["mask_sample"] is True
 
 
 def test_an_agent_caused_end_and_an_untrainable_row_still_vote_in_the_group():
@@ -107,3 +139,38 @@ def test_requests_become_the_servers_flat_arguments():
                                   "task": {"instruction": "y", "verify": ["true"]}})
     assert (explicit["base_url"], explicit["model"], explicit["api_key"], explicit["verify"]) == ("http://127.0.0.1:9/v1", "m", "k", ["true"])
     RolloutArgs.model_validate(explicit)  # what the client checks before sending: a task with no task_id passes
+
+
+def test_every_trainable_branch_becomes_a_row_sharing_the_rollouts_reward(request_for, compacting):
+    (res,) = run_many_sync([{**request_for, "task": {"instruction": "make a", "verify": ["test -f a"]}}], concurrency=1)
+    assert res.reward == 1.0 and res.graph.branches == 2, [(t.index, t.branch, t.parent) for t in res.proxy_turns]
+    rows = {r.branch: r for r in res.training_rows()}
+    assert [rows[b].turn_indices for b in (0, 1)] == [[0], [1, 2]] and all(r.trainable for r in rows.values())
+
+    out = rollout_batch([res], 1, branch_slots=2)
+    assert out["harness_branch"] == [1, 0]  # the main branch (the agent's last turn) first
+    for i, branch in enumerate(out["harness_branch"]):
+        row = rows[branch]
+        assert out["prompt_ids"][i] + out["completion_ids"][i] == row.token_ids
+        assert out["env_mask"][i] == row.loss_mask[row.prompt_length:] and out["logprobs"][i] == row.logprobs[row.prompt_length:]
+        assert sum(out["env_mask"][i]) == sum(len(res.proxy_turns[t].completion_token_ids) for t in row.turn_indices)
+    assert out["harness_reward"] == [1.0, 1.0] and out["dropped_branches"] == [0, 0]
+    assert rollout_batch([res], 1)["dropped_branches"] == [1]  # one slot: the other branch is reported lost
+
+    # TRL's AsyncGRPO worker chains the session's trace entries into rows: one per branch, the same rows.
+    from trl.experimental.async_grpo.openenv_harness import _chain_to_sequences, _turns_from_training_trace
+
+    session = HarnessSession(lambda reqs: [res], {}, "ep")
+    sequences, _ = _chain_to_sequences(_turns_from_training_trace(session.fetch_training_trace()), "ep", 0)
+    assert [list(s.input_ids) for s in sequences] == [rows[0].token_ids, rows[1].token_ids]
+    assert [list(s.completion_mask) for s in sequences] == [rows[0].loss_mask, rows[1].loss_mask]
+
+
+def test_branch_slots_must_divide_the_group_and_need_a_token_level_loss(request_for):
+    from types import SimpleNamespace
+
+    func = HarnessRolloutFunc(run_many=lambda reqs: [], task_for_prompt=lambda p: {"instruction": p}, request=request_for, branch_slots=2)
+    with pytest.raises(ValueError, match="must divide"):
+        func(["x"] * 3, SimpleNamespace(args=SimpleNamespace(num_generations=3, loss_type="dapo")))
+    with pytest.raises(ValueError, match="token-level loss"):
+        func(["x"] * 4, SimpleNamespace(args=SimpleNamespace(num_generations=4, loss_type="grpo")))

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from harness_env.client.trl import HarnessRolloutFunc, harness_reward
+from harness_env.client.trl import HarnessRolloutFunc, harness_reward, rollout_batch
 from harness_env.rollout import run_many_sync
 from tests.envs.test_vllm_contract import regex_literal
 from tests.vllm_engine import model_dir
@@ -55,3 +55,53 @@ def test_rows_from_a_group_of_rollouts_take_one_grpo_step(vllm_server, tmp_path)
     assert logged and math.isfinite(logged[0]["loss"]), json.dumps(trainer.state.log_history)
     changed = [n for n, p in policy.named_parameters() if not torch.equal(before[n], p.detach())]
     assert changed, "one optimisation step changed no weight"
+
+
+@pytest.mark.usefixtures("compacting")
+def test_a_grpo_step_gives_every_branch_of_a_compacted_rollout_gradient(request_for, tmp_path):
+    """Two white-box rollouts that compact their history (two branches each, captured against the
+    scripted policy), two branch slots each: one GRPO step of SmolLM2 gives all four rows gradient,
+    with the advantages the adapter says. The scripted policy's token ids are mapped into the
+    model's vocabulary (elementwise, so every prefix relation holds)."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir()))
+    policy = AutoModelForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32)
+    vocab = policy.get_input_embeddings().num_embeddings
+
+    def run_many(requests):
+        results = run_many_sync(requests, concurrency=1)
+        for t in (t for r in results for t in r.proxy_turns):
+            t.prompt_token_ids, t.completion_token_ids = [i % vocab for i in t.prompt_token_ids], [i % vocab for i in t.completion_token_ids]
+        return results
+
+    verdicts, n = itertools.cycle([["test -f a"], ["false"]]), itertools.count()
+    func = HarnessRolloutFunc(run_many=run_many, request=request_for, branch_slots=2,
+                              task_for_prompt=lambda p: {"instruction": f"make a ({next(n)})", "verify": next(verdicts)})
+    seen = []  # (input ids, gradient at the embeddings' output) of each batch that is trained
+
+    def keep_gradient(module, args, out):
+        if out.requires_grad:
+            out.register_hook(lambda g, ids=args[0]: seen.append((ids, g)))
+
+    policy.get_input_embeddings().register_forward_hook(keep_gradient)
+    config = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=2, num_generations=4,
+                        gradient_accumulation_steps=2, max_steps=1, learning_rate=1e-4, beta=0.0, max_completion_length=4096, gradient_checkpointing=False,
+                        report_to="none", save_strategy="no", logging_steps=1, dataloader_num_workers=0)
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "make a"}]}])
+    trainer = GRPOTrainer(model=policy, args=config, train_dataset=dataset, processing_class=tokenizer,
+                          reward_funcs=[harness_reward], rollout_func=func)
+    trainer.train()
+
+    assert [r.reward for r in func.last_results] == [1.0, 0.0] and all(r.graph.branches == 2 for r in func.last_results)
+    rows = [r.token_ids for res in func.last_results for r in res.training_rows()]
+    assert len(rows) == 4 and all(rows)
+    batch = [(seq, g) for ids, grad in seen for seq, g in zip(ids.tolist(), grad)]  # two micro-batches of two rows
+    for row in rows:  # each row's tokens, found in the batch (left-padded prompt, right-padded completion)
+        g, start = next((g, s) for seq, g in batch for s in range(len(seq) - len(row) + 1) if seq[s : s + len(row)] == row)
+        assert g[start : start + len(row)].abs().sum() > 0
+    expected = rollout_batch(func.last_results, 2, branch_slots=2)["harness_advantage"]  # what the adapter says TRL computes
+    assert sorted(trainer._logs["advantages"]) == pytest.approx(sorted(expected), abs=1e-4) and min(expected) < 0 < max(expected)

@@ -50,7 +50,8 @@ def test_the_card_and_the_upload_plan(tmp_path):
     target = export(out, "jsonl")
     rows = [json.loads(line) for line in (target / "rows.jsonl").read_text().splitlines()]
     assert rows == [{"task_id": "t1", "attempt": 0, "rollout_id": "r1", "branch": 0, "prompt_ids": [1, 2], "completion_ids": [3, 4, 5, 6],
-                     "loss_mask": [1, 1, 0, 1], "logprobs": [-0.1, -0.2, 0.0, -0.3], "reward": 1.0, "trainable": True}]
+                     "loss_mask": [1, 1, 0, 1], "logprobs": [-0.1, -0.2, 0.0, -0.3], "reward": 1.0, "trainable": True,
+                     "mask_sample": False}]
     card = (target / "README.md").read_text()
     assert card.startswith("---\nconfigs:\n- config_name: results\n  data_files: results.jsonl\n") and "`t1`" in card and "model `m`" in card
     plan = upload_plan(target, "me/evals")

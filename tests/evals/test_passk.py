@@ -35,5 +35,6 @@ def test_infrastructure_failures_are_left_out_of_the_denominators():
     o = s["overall"]
     assert o["pass_at_k"] == {"1": 0.5, "2": 1.0, "3": None}  # b has no scored attempt: not averaged in
     assert (o["scored"], o["infra_failures"], o["attempts"]) == (2, 2, 4)
+    assert (a["masked_share"], s["tasks"]["b"]["masked_share"], o["masked_share"]) == (pytest.approx(1 / 3), 1.0, 0.5)
     text = table(s)
-    assert "pass@3" in text and "overall" in text and "2 of 4 attempts" in text
+    assert "pass@3" in text and "overall" in text and "2 of 4 attempts (50.0% masked)" in text

@@ -61,6 +61,10 @@ def test_metrics_count_rollouts_phases_model_calls_and_read_the_levels(start_ser
     assert value(m, "harness_env_rollouts_total", status="finished", error_kind="none", harness="whitebox") == 1
     assert value(m, "harness_env_rollouts_total", status="failed", error_kind="setup", harness="whitebox") == 1
     assert value(m, "harness_env_rollout_wall_seconds_count") == 2
+    # The masked share: the setup failure never trains (its reward is lost to infrastructure).
+    assert failed["mask_sample"] is True and failed["failure_kind"] == "setup" and passed["mask_sample"] is False
+    assert value(m, "harness_env_rollouts_masked_total") == 1
+    assert value(m, "harness_env_rollouts_masked_total", failure_kind="setup", harness="whitebox") == 1
     for phase in ("endpoint", "sandbox", "setup", "agent", "verify", "collect"):
         assert value(m, "harness_env_phase_duration_seconds_count", phase=phase) >= 1, phase
     assert value(m, "harness_env_phase_duration_seconds_sum", phase="agent") > 0
@@ -86,9 +90,9 @@ def test_metrics_count_rollouts_phases_model_calls_and_read_the_levels(start_ser
     assert len(lines) == 2, log[-3000:]
     by_task = {line["task"]: line for line in lines}
     assert by_task["pass task"] == {"id": passed["rollout_id"], "task": "pass task", "harness": "whitebox", "status": "finished",
-                                    "reward": "1.0", "error_kind": "none", "wall_s": by_task["pass task"]["wall_s"]}
+                                    "reward": "1.0", "error_kind": "none", "mask_sample": "False", "wall_s": by_task["pass task"]["wall_s"]}
     assert by_task["fail-task"] == {"id": failed["rollout_id"], "task": "fail-task", "harness": "whitebox", "status": "failed",
-                                    "reward": "none", "error_kind": "setup", "wall_s": by_task["fail-task"]["wall_s"]}
+                                    "reward": "none", "error_kind": "setup", "mask_sample": "True", "wall_s": by_task["fail-task"]["wall_s"]}
     assert abs(float(by_task["pass task"]["wall_s"]) - passed["wall_s"]) < 0.01 and float(by_task["fail-task"]["wall_s"]) > 0
 
 
@@ -126,6 +130,7 @@ def test_each_app_counts_alone_and_the_line_quotes_and_masks() -> None:
     one = {s.name: s for f in one for s in f.samples}
     two = {s.name: s for f in two for s in f.samples}
     assert one["harness_env_rollouts_total"].labels == {"status": "cancelled", "error_kind": "internal", "harness": "pi"}
+    assert one["harness_env_rollouts_masked_total"].labels == {"failure_kind": "internal", "harness": "pi"}
     assert "harness_env_rollouts_total" not in two and two["harness_env_rollouts_queued"].value == 2
     assert two["harness_env_rollouts_max_starting"].value == 3 and two["harness_env_rollouts_starting"].value == 0
     secret = "sk-metrics-unit-secret-42"
@@ -134,5 +139,5 @@ def test_each_app_counts_alone_and_the_line_quotes_and_masks() -> None:
         line = rollout_line("r2", "finished", RolloutResult(task_id=f'a "b"={secret}', harness="pi", reward=0.5, wall_s=2.0))
     finally:
         unregister_secret(secret)
-    assert line == 'rollout_end id=r2 task="a \\"b\\"=[redacted]" harness=pi status=finished reward=0.5 error_kind=none wall_s=2.0'
+    assert line == 'rollout_end id=r2 task="a \\"b\\"=[redacted]" harness=pi status=finished reward=0.5 error_kind=none mask_sample=False wall_s=2.0'
     assert dict(p.split("=", 1) for p in shlex.split(line)[1:])["task"] == 'a "b"=[redacted]'

@@ -1,0 +1,30 @@
+"""RolloutResult's NeMo-Gym vocabulary: derived from error_kind and error, so it cannot disagree
+with them, and in the JSON a client receives."""
+
+import json
+
+import pytest
+
+from harness_env.models import RolloutResult
+from harness_env.models.results import AGENT_CAUSED_KINDS
+
+
+@pytest.mark.parametrize("kind", ["endpoint", "sandbox", "setup", "judge", "internal", "invalid_request"])
+def test_an_end_the_agent_did_not_cause_is_masked(kind):
+    r = RolloutResult(error=f"{kind} broke", error_kind=kind)
+    assert (r.mask_sample, r.failure_kind, r.failure_reason) == (True, kind, f"{kind} broke")
+    sent = json.loads(r.model_dump_json())
+    assert (sent["mask_sample"], sent["failure_kind"], sent["failure_reason"]) == (True, kind, f"{kind} broke")
+    assert RolloutResult.model_validate(sent).mask_sample  # a client reads it back
+
+
+@pytest.mark.parametrize("kind", sorted(AGENT_CAUSED_KINDS))
+def test_an_end_the_agent_caused_is_graded_not_masked(kind):
+    r = RolloutResult(reward=0.0, error="the agent's doing", error_kind=kind)
+    assert (r.mask_sample, r.failure_kind) == (False, kind)
+
+
+def test_a_clean_or_unverified_rollout_is_not_masked():
+    assert RolloutResult(reward=1.0).model_dump()["mask_sample"] is False
+    unverified = RolloutResult(reward=None)  # no verify command: unscored, nothing failed
+    assert (unverified.mask_sample, unverified.failure_kind, unverified.failure_reason) == (False, None, None)
