@@ -49,7 +49,9 @@ class TaskImage:
 
 
 def image_cache_root() -> Path:
-    return Path(os.environ.get(IMAGE_CACHE_VAR) or sandboxes_root() / "images")
+    """$HARNESS_ENV_IMAGE_CACHE, else beside the sandbox directory (/tmp/harness-env-images)."""
+    sandboxes = sandboxes_root()
+    return Path(os.environ.get(IMAGE_CACHE_VAR) or sandboxes.with_name(sandboxes.name + "-images"))
 
 
 def _is_loopback(registry: str) -> bool:
