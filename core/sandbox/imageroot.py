@@ -16,6 +16,7 @@ import functools
 import os
 import shutil
 import struct
+import subprocess
 from pathlib import Path
 
 from harness_env.core.errors import SandboxError
@@ -43,6 +44,24 @@ def mount_image_root(image: TaskImage, rollout_dir: Path, on_tmpfs: bool) -> str
     if problem:
         raise SandboxError(problem)
     return str(merged)
+
+
+def seed_workspace(image: TaskImage, workspace: Path, owner: tuple[int, int] | None) -> None:
+    """The image's WorkingDir copied into the rollout's workspace, which is then bound at WorkingDir:
+    the agent works on the image's files there, and what it leaves is collected and verified like any
+    workspace. Links are copied as links, never followed (they point into the image, not the host)."""
+    assert image.workdir is not None
+    src = Path(image.rootfs) / image.workdir.strip("/")
+    if os.path.realpath(src) != os.path.normpath(src):
+        raise SandboxError(f"the image's WorkingDir {image.workdir!r} goes through a link; a task image needs a real directory there")
+    if not src.is_dir():
+        return  # Docker makes it on first use: an empty workspace is the same
+    proc = subprocess.run(["cp", "-a", "--", f"{src}/.", f"{workspace}/"], capture_output=True, text=True, timeout=600, check=False)
+    if proc.returncode == 0 and owner is not None:
+        proc = subprocess.run(["chown", "-R", "-h", f"{owner[0]}:{owner[1]}", "--", str(workspace)], capture_output=True, text=True,
+                              timeout=600, check=False)
+    if proc.returncode != 0:
+        raise SandboxError(f"could not copy the image's WorkingDir {image.workdir!r} into the workspace: {proc.stderr.strip()[-300:]}")
 
 
 def elf_interpreter(path: str) -> str | None:

@@ -47,7 +47,7 @@ from harness_env.core.sandbox.host import (  # bwrap_available, sandboxes_root: 
     sandboxes_root,
     unmount_tree,
 )
-from harness_env.core.sandbox.imageroot import HOST_INSIDE, host_helpers, mount_image_root
+from harness_env.core.sandbox.imageroot import HOST_INSIDE, host_helpers, mount_image_root, seed_workspace
 from harness_env.core.sandbox.images import TaskImage, ensure_image
 from harness_env.core.sandbox.lease import lease_path, write_lease
 from harness_env.core.sandbox.limits import Limits, child_rlimits, entry_argv
@@ -123,6 +123,11 @@ class LocalSandbox:
         self.verify_home = str(root / "verify-home")
 
     @property
+    def default_cwd(self) -> str:
+        """Where commands start: the image's WorkingDir (the workspace is bound there), else the workspace."""
+        return self.image.workdir if self.image is not None and self.image.workdir else self.workspace
+
+    @property
     def network_isolated(self) -> bool:
         return self._capture_socket is not None
 
@@ -144,7 +149,7 @@ class LocalSandbox:
             return env
         # The image's Env, under the sandbox's own variables; its PATH replaces the host's.
         path = ":".join([*(extra_path or []), self.image.env.get("PATH") or SYSTEM_PATH])
-        return {**self.image.env, **env, "PATH": path}
+        return {**self.image.env, **env, "PATH": path, "PWD": self.default_cwd}
 
     def verify_env(self) -> dict[str, str]:
         """Extra variables only verify commands get: where to write the reward, and a fresh HOME,
@@ -170,7 +175,7 @@ class LocalSandbox:
             workdir=cwd,
             verifier_dir=self.verifier_dir,
             ro_paths=self._ro_paths,
-            extra_binds=self._extra_binds,
+            extra_binds={**self._extra_binds, self.image.workdir: self.workspace} if self.image and self.image.workdir else self._extra_binds,
             writable_dirs=writable,
             verifier_writable=self._verifying,
             masked_paths=list(files),
@@ -202,14 +207,14 @@ class LocalSandbox:
         network even in a sandbox whose network is cut (the task's setup commands)."""
         if self._closed:
             raise SandboxError(f"sandbox {self.sandbox_id} is closed")
-        cwd = cwd or self.workspace
+        cwd = cwd or self.default_cwd
         full_env = self.base_env()
         full_env.update(env or {})
         full_env[MARKER_VAR] = self.sandbox_id  # callers cannot drop the marker
         return await self._processes.run(
             entry_argv(self._rlimits, self._cgroup.procs_files if self._cgroup is not None else [], self._argv(cmd, cwd, open_network)),
             env=full_env,
-            cwd=cwd,
+            cwd=cwd if self.image is None else self.workspace,  # the host's side of it: cwd may exist only inside the image
             timeout=timeout,
             max_output=max_output,
             on_stdout_line=on_stdout_line,
@@ -397,6 +402,8 @@ def create_local_sandbox(
             (root / rel).mkdir(parents=True, exist_ok=True)
             binds[inside] = str(root / rel)
         image_root = mount_image_root(task_image, root, tmpfs) if task_image is not None else None
+        if task_image is not None and task_image.workdir is not None:
+            seed_workspace(task_image, root / "workspace", run_as)
         cgroup = RolloutCgroup.create(root.name, limits.cgroup_limits())
     except (OSError, SandboxError) as e:
         if not (unmount_tree(root) or safefs.remove_tree(root)) and leased:

@@ -24,7 +24,7 @@ from harness_env.core.sandbox.sweep import sweep_sandboxes
 
 TOOLS = {"skopeo": "skopeo", "umoci": "umoci", "docker-registry": "docker-registry"}
 ONLY_IN_IMAGE = "#!/bin/bash\necho image-ok\n"
-VERIFY = ['test "$(only-in-image)" = image-ok', 'test "$IMAGE_VAR" = from-the-image']
+VERIFY = ['test "$(only-in-image)" = image-ok', 'test "$IMAGE_VAR" = from-the-image', 'test "$(pwd)" = /srv/app -a -f seed.txt']
 
 
 def _needs_tools() -> None:
@@ -46,7 +46,8 @@ def _libraries(program: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def image_layout(tmp_path_factory) -> str:
-    """oci:PATH:tiny, an image of bash (with its libraries) and /usr/local/bin/only-in-image."""
+    """oci:PATH:tiny, an image of bash (with its libraries), /usr/local/bin/only-in-image and a
+    WorkingDir /srv/app holding seed.txt."""
     _needs_tools()
     work = tmp_path_factory.mktemp("image")
     layout, bundle = work / "layout", work / "bundle"
@@ -67,9 +68,11 @@ def image_layout(tmp_path_factory) -> str:
     tool.parent.mkdir(parents=True)
     tool.write_text(ONLY_IN_IMAGE)
     tool.chmod(0o755)
+    (rootfs / "srv/app").mkdir(parents=True)
+    (rootfs / "srv/app/seed.txt").write_text("from the image\n")
     _run("umoci", "repack", "--image", f"{layout}:tiny", bundle)
     _run("umoci", "config", "--image", f"{layout}:tiny", "--config.env", "PATH=/usr/local/bin:/usr/bin:/bin",
-         "--config.env", "IMAGE_VAR=from-the-image")
+         "--config.env", "IMAGE_VAR=from-the-image", "--config.workingdir", "/srv/app")
     _run("umoci", "gc", "--layout", layout)
     return f"oci:{layout}:tiny"
 
@@ -127,7 +130,8 @@ def _nothing_mounted() -> None:
 async def test_a_task_whose_verify_needs_the_images_program_passes_with_it_and_fails_without(policy_server, registry):
     with_image = await run_rollout(_request(policy_server, registry))
     assert (with_image.reward, with_image.error) == (1.0, None), (with_image.error, with_image.verify_results)
-    assert with_image.files.get("made.txt") == "image-ok\n"
+    assert with_image.files.get("made.txt") == "image-ok\n"  # made in the image's WorkingDir: the workspace
+    assert with_image.files.get("seed.txt") == "from the image\n"
     assert not any("network open" in note for note in with_image.sandbox_notes), with_image.sandbox_notes
     _nothing_mounted()
     without = await run_rollout(_request(policy_server, None))
