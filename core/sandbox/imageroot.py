@@ -51,8 +51,8 @@ def seed_workspace(image: TaskImage, workspace: Path, owner: tuple[int, int] | N
     the agent works on the image's files there, and what it leaves is collected and verified like any
     workspace. Links are copied as links, never followed (they point into the image, not the host)."""
     assert image.workdir is not None
-    src = Path(image.rootfs) / image.workdir.strip("/")
-    if os.path.realpath(src) != os.path.normpath(src):
+    src = Path(os.path.realpath(image.rootfs)) / image.workdir.strip("/")
+    if os.path.realpath(src) != str(src):
         raise SandboxError(f"the image's WorkingDir {image.workdir!r} goes through a link; a task image needs a real directory there")
     if not src.is_dir():
         return  # Docker makes it on first use: an empty workspace is the same

@@ -168,6 +168,14 @@ def _load(digest: str, entry: Path) -> TaskImage:
         digest=digest,
         rootfs=str(entry / "rootfs"),
         env=env,
-        workdir=process.get("cwd") if process.get("cwd") not in (None, "", "/") else None,
+        workdir=_workdir(process.get("cwd")),
         user=(int(uid), int(gid or 0)) if isinstance(uid, int) else None,
     )
+
+
+def _workdir(cwd: object) -> str | None:
+    """The config's WorkingDir as a clean absolute path; None for none, `/` or a relative one."""
+    if not isinstance(cwd, str) or not cwd.startswith("/"):
+        return None
+    path = os.path.normpath(cwd)
+    return None if path in ("/", "//") else path
