@@ -47,7 +47,7 @@ def _libraries(program: str) -> list[str]:
 @pytest.fixture(scope="module")
 def image_layout(tmp_path_factory) -> str:
     """oci:PATH:tiny, an image of bash (with its libraries), /usr/local/bin/only-in-image and a
-    WorkingDir /srv/app holding seed.txt."""
+    WorkingDir /srv/app holding seed.txt, and User 4242."""
     _needs_tools()
     work = tmp_path_factory.mktemp("image")
     layout, bundle = work / "layout", work / "bundle"
@@ -72,7 +72,8 @@ def image_layout(tmp_path_factory) -> str:
     (rootfs / "srv/app/seed.txt").write_text("from the image\n")
     _run("umoci", "repack", "--image", f"{layout}:tiny", bundle)
     _run("umoci", "config", "--image", f"{layout}:tiny", "--config.env", "PATH=/usr/local/bin:/usr/bin:/bin",
-         "--config.env", "IMAGE_VAR=from-the-image", "--config.workingdir", "/srv/app")
+         "--config.env", "IMAGE_VAR=from-the-image", "--config.workingdir", "/srv/app",
+         "--config.user", "4242:4242")
     _run("umoci", "gc", "--layout", layout)
     return f"oci:{layout}:tiny"
 
@@ -181,7 +182,7 @@ async def test_the_image_root_keeps_isolation_and_its_writes_are_the_rollouts_ow
     try:
         r = await a.exec("echo mine > /tmp/x; echo $UID; [ -e /etc/shadow ] || [ -e /run/harness-env/host/etc ] && echo host-etc; echo done", timeout=30)
         assert r.exit_code == 0 and "done" in r.stdout and "host-etc" not in r.stdout
-        assert r.stdout.split()[0] != "0"  # the sandbox's unprivileged uid, not root
+        assert r.stdout.split()[0] == "4242"  # the image's User (never root)
         assert (await a.exec("echo x > /usr/local/bin/only-in-image", timeout=30)).exit_code != 0  # the image's files are not the agent's
         other = await b.exec(f"test -e {a.root}/workspace || echo hidden; test -e /tmp/x || echo fresh", timeout=30)
         assert other.stdout.split() == ["hidden", "fresh"]
