@@ -17,7 +17,7 @@ import pytest
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
 from harness_env.core.errors import SandboxError
 from harness_env.core.sandbox.host import mounts_at_or_below, sandboxes_root
-from harness_env.core.sandbox.images import TEMP_DIR_PREFIX, image_cache_root, source_of
+from harness_env.core.sandbox.images import TEMP_DIR_PREFIX, ensure_image, image_cache_root, source_of
 from harness_env.core.sandbox.lease import lease_path, own_lease, write_lease
 from harness_env.core.sandbox.local import create_local_sandbox
 from harness_env.core.sandbox.sweep import sweep_sandboxes
@@ -236,3 +236,11 @@ def test_a_loopback_registry_is_spoken_to_over_plain_http_and_others_over_tls():
     assert source_of("oci:/images/layout:tag") == ("oci:/images/layout:tag", False)
     with pytest.raises(SandboxError, match="neither a registry reference"):
         source_of("--src-creds=x")
+
+
+def test_missing_skopeo_or_bubblewrap_is_one_clear_error(monkeypatch, tmp_path):
+    with pytest.raises(SandboxError, match="needs bubblewrap"):
+        create_local_sandbox(use_bwrap=False, image="oci:/nowhere:tag")
+    monkeypatch.setenv("PATH", str(tmp_path))  # a host without skopeo and umoci
+    with pytest.raises(SandboxError, match="need skopeo, which is not installed here; install them: apt-get install skopeo umoci"):
+        ensure_image("oci:/nowhere:tag")
