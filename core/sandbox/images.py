@@ -45,7 +45,7 @@ class TaskImage:
     rootfs: str
     env: dict[str, str]
     workdir: str | None
-    user: tuple[int, int] | None  # numeric uid/gid of the config's User, when it names one
+    user: tuple[int, int] | None  # uid/gid of the config's User (umoci looks a name up in the image's /etc/passwd)
 
 
 def image_cache_root() -> Path:
