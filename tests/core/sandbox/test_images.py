@@ -47,7 +47,7 @@ def _libraries(program: str) -> list[str]:
 @pytest.fixture(scope="module")
 def image_layout(tmp_path_factory) -> str:
     """oci:PATH:tiny, an image of bash (with its libraries), /usr/local/bin/only-in-image and a
-    WorkingDir /srv/app holding seed.txt, and User 4242."""
+    WorkingDir /srv/app holding seed.txt, a world-writable /data, and User 4242."""
     _needs_tools()
     work = tmp_path_factory.mktemp("image")
     layout, bundle = work / "layout", work / "bundle"
@@ -69,6 +69,8 @@ def image_layout(tmp_path_factory) -> str:
     tool.write_text(ONLY_IN_IMAGE)
     tool.chmod(0o755)
     (rootfs / "srv/app").mkdir(parents=True)
+    (rootfs / "data").mkdir()
+    (rootfs / "data").chmod(0o1777)  # a directory of the image's that anyone may write: lands in each rollout's own layer
     (rootfs / "srv/app/seed.txt").write_text("from the image\n")
     _run("umoci", "repack", "--image", f"{layout}:tiny", bundle)
     _run("umoci", "config", "--image", f"{layout}:tiny", "--config.env", "PATH=/usr/local/bin:/usr/bin:/bin",
@@ -180,11 +182,12 @@ def test_a_pull_that_fails_midway_leaves_no_entry_and_no_temporary_directory(ima
 async def test_the_image_root_keeps_isolation_and_its_writes_are_the_rollouts_own(image_layout):
     a, b = create_local_sandbox(image=image_layout), create_local_sandbox(image=image_layout)
     try:
-        r = await a.exec("echo mine > /tmp/x; echo $UID; [ -e /etc/shadow ] || [ -e /run/harness-env/host/etc ] && echo host-etc; echo done", timeout=30)
+        r = await a.exec("echo mine > /data/x; echo $UID; [ -e /etc/shadow ] || [ -e /run/harness-env/host/etc ] && echo host-etc; echo done", timeout=30)
         assert r.exit_code == 0 and "done" in r.stdout and "host-etc" not in r.stdout
         assert r.stdout.split()[0] == "4242"  # the image's User (never root)
         assert (await a.exec("echo x > /usr/local/bin/only-in-image", timeout=30)).exit_code != 0  # the image's files are not the agent's
-        other = await b.exec(f"test -e {a.root}/workspace || echo hidden; test -e /tmp/x || echo fresh", timeout=30)
+        assert (await a.exec("cat_=$(</data/x); echo $cat_", timeout=30)).stdout.strip() == "mine"  # kept in its layer
+        other = await b.exec(f"test -e {a.root}/workspace || echo hidden; test -e /data/x || echo fresh", timeout=30)
         assert other.stdout.split() == ["hidden", "fresh"]
     finally:
         await a.close()
