@@ -373,6 +373,8 @@ def create_local_sandbox(
             raise SandboxError(f"extra bind {inside!r} -> {rel!r}: need an absolute inside path and a relative host dir")
     if image and not bwrap:
         raise SandboxError(f"task image {image!r} needs bubblewrap, which is not usable here; install it: apt-get install bubblewrap")
+    if image and os.geteuid() != 0:
+        raise SandboxError(f"task image {image!r} needs a root server: its writable layer is an overlay mount")
     task_image = ensure_image(image) if image else None
     limits = limits or Limits()
     run_as = sandbox_user() if bwrap and (unprivileged if unprivileged is not None else not extra_binds) else None
