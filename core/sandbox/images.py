@@ -28,7 +28,6 @@ from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.host import sandboxes_root
 from harness_env.core.sandbox.lease import TEMP_DIR_PREFIX, lease_path, write_lease
 
-IMAGE_CACHE_VAR = "HARNESS_ENV_IMAGE_CACHE"
 LOCAL_TRANSPORTS = ("oci:", "oci-archive:", "docker-archive:")
 PULL_TIMEOUT_S = 1800.0
 INSPECT_TIMEOUT_S = 120.0
@@ -49,9 +48,9 @@ class TaskImage:
 
 
 def image_cache_root() -> Path:
-    """$HARNESS_ENV_IMAGE_CACHE, else beside the sandbox directory (/tmp/harness-env-images)."""
+    """Beside the sandbox directory ($HARNESS_ENV_SANDBOX_DIR): /tmp/harness-env-images by default."""
     sandboxes = sandboxes_root()
-    return Path(os.environ.get(IMAGE_CACHE_VAR) or sandboxes.with_name(sandboxes.name + "-images"))
+    return sandboxes.with_name(sandboxes.name + "-images")
 
 
 def _is_loopback(registry: str) -> bool:
