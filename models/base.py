@@ -171,6 +171,9 @@ class Task(CheckedText):
     files: dict[str, str] = Field(default_factory=dict)
     task_id: str | None = Field(default=None, max_length=256)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    image: str | None = Field(default=None, min_length=1, max_length=1024, description=(
+        "the task's container image, the root of setup, agent and verify (local sandbox, bubblewrap): a registry "
+        "reference (a registry on loopback over plain HTTP) or oci:PATH:TAG, oci-archive:PATH, docker-archive:PATH"))
 
     @field_validator("setup", "verify")
     @classmethod

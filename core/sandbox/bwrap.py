@@ -61,6 +61,9 @@ class BwrapSpec:
     run_as: tuple[int, int] | None = None  # (uid, gid) to drop to inside, via setpriv
     capture_socket: str | None = None  # host path: when set, the network is cut but for it
     capture_port: int = DEFAULT_CAPTURE_PORT
+    image_root: str | None = None  # host path of a task image's root (its overlay): bound at /
+    host_dir: str = ""  # with image_root: where the host's system directories appear
+    helpers: dict[str, list[str]] = field(default_factory=dict)  # program name -> argv prefix that starts it
 
 
 def bwrap_argv(bwrap: str, spec: BwrapSpec, command: list[str]) -> list[str]:
@@ -73,6 +76,10 @@ def bwrap_argv(bwrap: str, spec: BwrapSpec, command: list[str]) -> list[str]:
         "--unshare-uts",
         "--unshare-cgroup-try",
         "--hostname", "sandbox",
+    ]
+    if spec.image_root is not None:
+        argv += ["--bind", spec.image_root, "/"]  # first: every mount below lands on it
+    argv += [
         "--proc", "/proc",
         "--dev", "/dev",
         "--ro-bind-try", "/sys", "/sys",
@@ -81,18 +88,14 @@ def bwrap_argv(bwrap: str, spec: BwrapSpec, command: list[str]) -> list[str]:
         argv += ["--cap-drop", "ALL"]  # otherwise setpriv drops them, after switching uid
     if spec.capture_socket is not None:
         argv.append("--unshare-net")
-    for entry in spec.root_entries:
-        if entry.name not in ALLOWED_TOP:
-            continue
-        path = "/" + entry.name
-        if entry.symlink_target is not None:
-            argv += ["--symlink", entry.symlink_target, path]
-        elif entry.is_dir:
-            argv += ["--ro-bind", path, path]
+    if spec.image_root is None:
+        argv += _system_dirs(spec.root_entries, "")
     size = ["--size", str(spec.tmpfs_size_bytes)] if spec.tmpfs_size_bytes else []
     for tmp in TMPFS_PATHS:
         perms = ["--perms", "1777"] if tmp in STICKY_TMP else []  # writable by the unprivileged uid
         argv += ["--bind", spec.extra_binds[tmp], tmp] if tmp in spec.extra_binds else [*size, *perms, "--tmpfs", tmp]
+    if spec.image_root is not None:  # after the tmpfs over /run, which would hide them
+        argv += [*_open_parents(spec.host_dir + "/x"), *_system_dirs(spec.root_entries, spec.host_dir)]
     argv += ["--tmpfs", spec.sandboxes_dir]
     if spec.writable_dirs:
         argv += ["--ro-bind", spec.rollout_dir, spec.rollout_dir]
@@ -118,11 +121,27 @@ def bwrap_argv(bwrap: str, spec: BwrapSpec, command: list[str]) -> list[str]:
     argv += ["--chdir", spec.workdir, "--"]
     if spec.run_as is not None:
         uid, gid = spec.run_as
-        argv += ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+        argv += [*spec.helpers.get("setpriv", ["setpriv"]), f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
                  "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
     if spec.capture_socket is not None:
-        argv += ["bash", "-c", forwarder_script(spec.capture_port), "harness-env-net"]
+        script = forwarder_script(spec.capture_port, spec.helpers.get("socat", ["socat"]), spec.helpers.get("sleep", ["sleep"]))
+        argv += [*spec.helpers.get("bash", ["bash"]), "-c", script, "harness-env-net"]
     return argv + command
+
+
+def _system_dirs(entries: list[RootEntry], under: str) -> list[str]:
+    """The host's allowed top-level directories read-only (their merged-/usr links as links) at
+    `under` + their own path; under an image's root, without the host's /etc."""
+    args: list[str] = []
+    for entry in entries:
+        if entry.name not in ALLOWED_TOP or (under and entry.name == "etc"):
+            continue
+        path = "/" + entry.name
+        if entry.symlink_target is not None:
+            args += ["--symlink", entry.symlink_target, under + path]
+        elif entry.is_dir:
+            args += ["--ro-bind", path, under + path]
+    return args
 
 
 def _open_parents(path: str) -> list[str]:
@@ -135,14 +154,15 @@ def _open_parents(path: str) -> list[str]:
     return args
 
 
-def forwarder_script(port: int) -> str:
+def forwarder_script(port: int, socat: list[str] | None = None, sleep: list[str] | None = None) -> str:
     """Shell run before the command in a cut-off network: socat forwards 127.0.0.1:`port` to the
     capture socket; the command starts once the port answers (socat starts in milliseconds)."""
     sock = shlex.quote(CAPTURE_SOCKET_INSIDE)
+    socat_cmd, sleep_cmd = shlex.join(socat or ["socat"]), shlex.join(sleep or ["sleep"])
     return (
-        f"socat TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{sock} </dev/null >/dev/null 2>&1 &\n"
+        f"{socat_cmd} TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{sock} </dev/null >/dev/null 2>&1 &\n"
         f"i=0; until (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; do i=$((i+1)); "
-        f"[ $i -ge 500 ] && break; sleep 0.01; done\n"
+        f"[ $i -ge 500 ] && break; {sleep_cmd} 0.01; done\n"
         'exec "$@"'
     )
 

@@ -24,6 +24,9 @@ class Limits:
     pids: int | None = 1024
     cpu_cores: float | None = None
     disk_bytes: int | None = 4096 * 1024**2
+    # Not a limit: the task's image (images.py), carried here because the engine hands every
+    # sandbox factory exactly this per rollout. None: the host's own system directories.
+    image: str | None = None
 
     def cgroup_limits(self) -> ResourceLimits:
         return ResourceLimits(memory_bytes=self.memory_bytes, pids=self.pids, cpu_cores=self.cpu_cores)

@@ -35,7 +35,7 @@ from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.base import ExecResult
 from harness_env.core.sandbox.bwrap import BwrapSpec, bwrap_argv, capture_url
 from harness_env.core.sandbox.cgroups import RolloutCgroup
-from harness_env.core.sandbox.envvars import MARKER_VAR, REWARD_FILE_VAR, sandbox_env, verify_overrides
+from harness_env.core.sandbox.envvars import MARKER_VAR, REWARD_FILE_VAR, SYSTEM_PATH, sandbox_env, verify_overrides
 from harness_env.core.sandbox.gitguard import neutralise_git
 from harness_env.core.sandbox.host import (  # bwrap_available, sandboxes_root: imported from here too
     bwrap_available,
@@ -47,6 +47,8 @@ from harness_env.core.sandbox.host import (  # bwrap_available, sandboxes_root: 
     sandboxes_root,
     unmount_tree,
 )
+from harness_env.core.sandbox.imageroot import HOST_INSIDE, host_helpers, mount_image_root, seed_workspace
+from harness_env.core.sandbox.images import TaskImage, ensure_image
 from harness_env.core.sandbox.lease import lease_path, write_lease
 from harness_env.core.sandbox.limits import Limits, child_rlimits, entry_argv
 from harness_env.core.sandbox.processes import RolloutProcesses
@@ -78,8 +80,12 @@ class LocalSandbox:
         cgroup: RolloutCgroup | None = None,
         tmpfs: bool = False,
         capture_socket: str | None = None,
+        image: TaskImage | None = None,
+        image_root: str | None = None,
     ) -> None:
         self.root = root
+        self.image = image  # the task's image, whose overlay (image_root, below root) is the commands' root
+        self._image_root = image_root
         self.sandbox_id = root.name
         self.limits = limits
         self._bwrap = bwrap
@@ -117,6 +123,11 @@ class LocalSandbox:
         self.verify_home = str(root / "verify-home")
 
     @property
+    def default_cwd(self) -> str:
+        """Where commands start: the image's WorkingDir (the workspace is bound there), else the workspace."""
+        return self.image.workdir if self.image is not None and self.image.workdir else self.workspace
+
+    @property
     def network_isolated(self) -> bool:
         return self._capture_socket is not None
 
@@ -126,7 +137,7 @@ class LocalSandbox:
 
     # -- environment and command lines ------------------------------------------------------
     def base_env(self, extra_path: list[str] | None = None) -> dict[str, str]:
-        return sandbox_env(
+        env = sandbox_env(
             sandbox_id=self.sandbox_id,
             home=self.home,
             tmp=str(self.root / "tmp"),
@@ -134,6 +145,11 @@ class LocalSandbox:
             workspace=self.workspace,
             extra_path=extra_path,
         )
+        if self.image is None:
+            return env
+        # The image's Env, under the sandbox's own variables; its PATH replaces the host's.
+        path = ":".join([*(extra_path or []), self.image.env.get("PATH") or SYSTEM_PATH])
+        return {**self.image.env, **env, "PATH": path, "PWD": self.default_cwd}
 
     def verify_env(self) -> dict[str, str]:
         """Extra variables only verify commands get: where to write the reward, and a fresh HOME,
@@ -148,7 +164,7 @@ class LocalSandbox:
         command = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         if not self._bwrap:
             return [*self._pid_namespace, *command]
-        files, dirs = etc_secrets()
+        files, dirs = etc_secrets() if self.image is None else ((), ())  # the host's /etc is not shown in an image
         writable = [str(self.root / d) for d in AGENT_DIRS]
         if self._verifying:
             writable.append(self.verify_home)
@@ -159,7 +175,7 @@ class LocalSandbox:
             workdir=cwd,
             verifier_dir=self.verifier_dir,
             ro_paths=self._ro_paths,
-            extra_binds=self._extra_binds,
+            extra_binds={**self._extra_binds, self.image.workdir: self.workspace} if self.image and self.image.workdir else self._extra_binds,
             writable_dirs=writable,
             verifier_writable=self._verifying,
             masked_paths=list(files),
@@ -167,6 +183,9 @@ class LocalSandbox:
             tmpfs_size_bytes=self.limits.disk_bytes,
             run_as=self._run_as,
             capture_socket=None if open_network else self._capture_socket,
+            image_root=self._image_root,
+            host_dir=HOST_INSIDE,
+            helpers=host_helpers() if self.image is not None else {},
         )
         return bwrap_argv(self._bwrap, spec, command)
 
@@ -188,14 +207,14 @@ class LocalSandbox:
         network even in a sandbox whose network is cut (the task's setup commands)."""
         if self._closed:
             raise SandboxError(f"sandbox {self.sandbox_id} is closed")
-        cwd = cwd or self.workspace
+        cwd = cwd or self.default_cwd
         full_env = self.base_env()
         full_env.update(env or {})
         full_env[MARKER_VAR] = self.sandbox_id  # callers cannot drop the marker
         return await self._processes.run(
             entry_argv(self._rlimits, self._cgroup.procs_files if self._cgroup is not None else [], self._argv(cmd, cwd, open_network)),
             env=full_env,
-            cwd=cwd,
+            cwd=cwd if self.image is None else self.workspace,  # the host's side of it: cwd may exist only inside the image
             timeout=timeout,
             max_output=max_output,
             on_stdout_line=on_stdout_line,
@@ -333,6 +352,7 @@ def create_local_sandbox(
     extra_binds: dict[str, str] | None = None,
     capture_socket: str | None = None,
     unprivileged: bool | None = None,
+    image: str | None = None,
 ) -> LocalSandbox:
     """Make a fresh rollout directory. `use_bwrap=None` uses bubblewrap when it works here.
 
@@ -341,7 +361,8 @@ def create_local_sandbox(
     so they require it. `capture_socket`: the capture proxy's Unix socket; with bubblewrap and
     socat, commands then get no network but it. `unprivileged` (default: when possible and there
     are no extra binds, whose files the server writes as root): run commands as an unprivileged
-    uid under bubblewrap."""
+    uid under bubblewrap. `image`: the task's image (images.py), pulled unless cached, as the root of
+    every command (needs bubblewrap and a root server); its non-root numeric User is the uid."""
     if extra_binds and use_bwrap is False:
         raise SandboxError("extra_binds need bubblewrap; use_bwrap=False cannot map absolute paths")
     bwrap = bwrap_available() if use_bwrap is not False else None
@@ -350,8 +371,15 @@ def create_local_sandbox(
     for inside, rel in (extra_binds or {}).items():
         if not inside.startswith("/") or Path(rel).is_absolute() or ".." in Path(rel).parts:
             raise SandboxError(f"extra bind {inside!r} -> {rel!r}: need an absolute inside path and a relative host dir")
+    if image and not bwrap:
+        raise SandboxError(f"task image {image!r} needs bubblewrap, which is not usable here; install it: apt-get install bubblewrap")
+    if image and os.geteuid() != 0:
+        raise SandboxError(f"task image {image!r} needs a root server: its writable layer is an overlay mount")
+    task_image = ensure_image(image) if image else None
     limits = limits or Limits()
     run_as = sandbox_user() if bwrap and (unprivileged if unprivileged is not None else not extra_binds) else None
+    if run_as is not None and task_image is not None and task_image.user is not None and task_image.user[0] != 0:
+        run_as = task_image.user  # the image's own user, never its root: files it owns in the image stay writable
     if capture_socket is not None and (not bwrap or shutil.which("socat") is None):
         capture_socket = None  # no way to cut the network here; the sandbox's notes say so
     base = sandboxes_root()
@@ -375,6 +403,9 @@ def create_local_sandbox(
         for inside, rel in (extra_binds or {}).items():
             (root / rel).mkdir(parents=True, exist_ok=True)
             binds[inside] = str(root / rel)
+        image_root = mount_image_root(task_image, root, tmpfs) if task_image is not None else None
+        if task_image is not None and task_image.workdir is not None:
+            seed_workspace(task_image, root / "workspace", run_as)
         cgroup = RolloutCgroup.create(root.name, limits.cgroup_limits())
     except (OSError, SandboxError) as e:
         if not (unmount_tree(root) or safefs.remove_tree(root)) and leased:
@@ -382,4 +413,8 @@ def create_local_sandbox(
         if isinstance(e, SandboxError):
             raise
         raise SandboxError(f"could not create the sandbox directory under {base}: {e}") from e
-    return LocalSandbox(root, bwrap, ro_paths or [], limits, binds, run_as=run_as, cgroup=cgroup, tmpfs=tmpfs, capture_socket=capture_socket)
+    sandbox = LocalSandbox(root, bwrap, ro_paths or [], limits, binds, run_as=run_as, cgroup=cgroup, tmpfs=tmpfs,
+                           capture_socket=capture_socket, image=task_image, image_root=image_root)
+    if task_image is not None:
+        sandbox.notes.append(f"root: task image {image} ({task_image.digest})")
+    return sandbox

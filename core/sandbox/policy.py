@@ -27,7 +27,8 @@ def server_maximum(field: str, env: dict[str, str] | None = None) -> float | Non
 
 
 def sandbox_limits(options: RolloutOptions, env: dict[str, str] | None = None) -> Limits:
-    """The Limits of a rollout; a value over the server's maximum is one clear error."""
+    """The Limits of a rollout (with its task's image, given a RolloutRequest); a value over the
+    server's maximum is one clear error."""
     for field in LIMIT_FIELDS:
         cap = server_maximum(field, env)
         value = getattr(options, field)
@@ -40,4 +41,5 @@ def sandbox_limits(options: RolloutOptions, env: dict[str, str] | None = None) -
         pids=options.pids_limit,
         cpu_cores=options.cpu_limit,
         disk_bytes=options.disk_limit_mb * mib,
+        image=getattr(getattr(options, "task", None), "image", None),  # a RolloutRequest's task
     )

@@ -23,6 +23,7 @@ from harness_env.core.procs import kill_process
 from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.cgroups import sweep_stale
 from harness_env.core.sandbox.host import sandboxes_root, unmount_tree
+from harness_env.core.sandbox.images import image_cache_root
 from harness_env.core.sandbox.lease import (
     LEASE_SUFFIX,
     ROLLOUT_NAME_RE,
@@ -133,10 +134,11 @@ def sweep_temp_dirs(parent: Path | None = None) -> list[str]:
 
 def sweep_at_start() -> list[str]:
     """What every `run` and `eval`, and the app's lifespan, do first: the cgroups of dead servers,
-    the rollouts of dead owners in the sandbox directory, and dead owners' capture sockets
+    the rollouts of dead owners in the sandbox directory, image pulls they left, and dead owners' capture sockets
     (core/capture/sockets.py). Blocking: call it off the event loop. Never raises."""
     notes = list(sweep_stale())
     notes += sweep_sandboxes()
     notes += sweep_temp_dirs()
+    notes += sweep_temp_dirs(image_cache_root())  # a pull a killed server left half-done (images.py)
     notes += [f"removed the capture socket {path} of a dead process" for path in sweep_sockets()]
     return notes

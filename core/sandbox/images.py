@@ -1,0 +1,180 @@
+"""Task images: a task's OCI image pulled with skopeo and unpacked with umoci into a cache keyed by
+the image's digest, so the local sandbox can run on it as its root (imageroot.py mounts it).
+
+A task names an image as a registry reference (`host[:port]/org/name:tag`, `name@sha256:...`; a
+registry on loopback is spoken to over plain HTTP, as Docker does) or in one of skopeo's local
+transports (`oci:PATH:TAG`, `oci-archive:PATH`, `docker-archive:PATH`). The key is the sha256 of
+the image's manifest as its source serves it (`skopeo inspect --raw`: one small request), so a
+cached image is never pulled again. A pull is unpacked in a leased temporary directory of the cache
+and renamed into place only when complete: an entry that exists is whole, a failed pull or unpack
+leaves nothing, and what a killed server left is swept at the next start (sweep.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness_env.core.errors import SandboxError
+from harness_env.core.sandbox import safefs
+from harness_env.core.sandbox.host import sandboxes_root
+from harness_env.core.sandbox.lease import TEMP_DIR_PREFIX, lease_path, write_lease
+
+LOCAL_TRANSPORTS = ("oci:", "oci-archive:", "docker-archive:")
+PULL_TIMEOUT_S = 1800.0
+INSPECT_TIMEOUT_S = 120.0
+INSTALL_HINT = "install them: apt-get install skopeo umoci"
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+@dataclass(frozen=True)
+class TaskImage:
+    """An unpacked image of the cache: its root filesystem and what its config asks for."""
+
+    digest: str  # sha256:<hex> of the manifest, as its source serves it
+    rootfs: str
+    env: dict[str, str]
+    workdir: str | None
+    user: tuple[int, int] | None  # uid/gid of the config's User (umoci looks a name up in the image's /etc/passwd)
+
+
+def image_cache_root() -> Path:
+    """Beside the sandbox directory ($HARNESS_ENV_SANDBOX_DIR): /tmp/harness-env-images by default."""
+    sandboxes = sandboxes_root()
+    return sandboxes.with_name(sandboxes.name + "-images")
+
+
+def _is_loopback(registry: str) -> bool:
+    """`registry` (host, host:port, [v6]:port) names this machine."""
+    if registry.startswith("[") and "]" in registry:
+        host = registry[1:registry.index("]")]
+    else:
+        host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def source_of(ref: str) -> tuple[str, bool]:
+    """(skopeo's name of `ref`, whether it is a registry on loopback spoken to over plain HTTP)."""
+    if ref.startswith(LOCAL_TRANSPORTS):
+        return ref, False
+    if ref.startswith("-") or "://" in ref or any(c.isspace() for c in ref):
+        raise SandboxError(f"image {ref!r} is neither a registry reference nor oci:, oci-archive: or docker-archive:")
+    first = ref.split("/", 1)[0]
+    registry = first if "/" in ref and ("." in first or ":" in first or first == "localhost") else ""
+    return f"docker://{ref}", bool(registry) and _is_loopback(registry)
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise SandboxError(f"task images need {name}, which is not installed here; {INSTALL_HINT}")
+    return path
+
+
+def _run(argv: list[str], what: str, timeout: float) -> bytes:
+    try:
+        proc = subprocess.run(argv, capture_output=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise SandboxError(f"{what}: no answer within {timeout:.0f}s") from None
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise SandboxError(f"{what}: {(err[-1] if err else f'exit {proc.returncode}')[:500]}")
+    return proc.stdout
+
+
+def _skopeo(*args: str, plain_http: bool, flag: str) -> list[str]:
+    argv = [_tool("skopeo")]
+    if not any(os.path.exists(p) for p in ("/etc/containers/policy.json", os.path.expanduser("~/.config/containers/policy.json"))):
+        argv.append("--insecure-policy")  # no policy installed: skopeo refuses everything without one
+    return [*argv, args[0], *([flag] if plain_http else []), *args[1:]]
+
+
+def manifest_digest(ref: str) -> str:
+    """sha256:<hex> of the image's manifest as its source serves it; one clear error when it cannot be read."""
+    source, plain = source_of(ref)
+    raw = _run(_skopeo("inspect", "--raw", source, plain_http=plain, flag="--tls-verify=false"),
+               f"could not read image {ref!r}", INSPECT_TIMEOUT_S)
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def ensure_image(ref: str) -> TaskImage:
+    """The unpacked image `ref`, pulled and unpacked first unless the cache has it. Blocking."""
+    _tool("skopeo"), _tool("umoci")
+    digest = manifest_digest(ref)
+    cache = image_cache_root()
+    entry = cache / digest.replace(":", "-")
+    with _lock_of(digest):
+        if not (entry / "config.json").is_file():
+            _pull(ref, cache, entry)
+    return _load(digest, entry)
+
+
+def _lock_of(digest: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(digest, threading.Lock())
+
+
+def _pull(ref: str, cache: Path, entry: Path) -> None:
+    source, plain = source_of(ref)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f"{TEMP_DIR_PREFIX}pull-{uuid.uuid4().hex[:12]}"
+    write_lease(tmp)  # before the directory: a killed pull is swept at the next start
+    try:
+        tmp.mkdir(mode=0o755)
+        _run(_skopeo("copy", "--quiet", source, f"oci:{tmp / 'layout'}:image", plain_http=plain, flag="--src-tls-verify=false"),
+             f"could not pull image {ref!r}", PULL_TIMEOUT_S)
+        # As root the image's owners are kept (its root-owned files stay out of the agent's reach).
+        rootless = [] if os.geteuid() == 0 else ["--rootless"]
+        _run([_tool("umoci"), "unpack", *rootless, "--image", f"{tmp / 'layout'}:image", str(tmp / "bundle")],
+             f"could not unpack image {ref!r}", PULL_TIMEOUT_S)
+        bundle = tmp / "bundle"
+        os.chmod(bundle, 0o755)  # umoci makes it 0700: the sandbox's uid must cross it to reach rootfs
+        try:
+            os.rename(bundle, entry)
+        except OSError:
+            if not (entry / "config.json").is_file():  # another server won the race: its entry is whole
+                raise
+    except OSError as e:
+        raise SandboxError(f"could not store image {ref!r} in the cache {cache}: {e.strerror or e}") from e
+    finally:
+        if safefs.remove_tree(tmp) is None:
+            lease_path(tmp).unlink(missing_ok=True)
+
+
+def _load(digest: str, entry: Path) -> TaskImage:
+    try:
+        process = json.loads((entry / "config.json").read_text()).get("process") or {}
+    except (OSError, ValueError) as e:
+        raise SandboxError(f"the cached image {entry} has no readable config: {e}; remove the directory") from e
+    env = dict(item.split("=", 1) for item in process.get("env") or [] if "=" in item)
+    user = process.get("user") or {}
+    uid, gid = user.get("uid"), user.get("gid")
+    return TaskImage(
+        digest=digest,
+        rootfs=str(entry / "rootfs"),
+        env=env,
+        workdir=_workdir(process.get("cwd")),
+        user=(int(uid), int(gid or 0)) if isinstance(uid, int) else None,
+    )
+
+
+def _workdir(cwd: object) -> str | None:
+    """The config's WorkingDir as a clean absolute path; None for none, `/` or a relative one."""
+    if not isinstance(cwd, str) or not cwd.startswith("/"):
+        return None
+    path = os.path.normpath(cwd)
+    return None if path in ("/", "//") else path
