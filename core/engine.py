@@ -62,6 +62,17 @@ async def execute(
     return await RolloutRun(prepared, capture, sandbox_factory, on_event, start_gate).execute()
 
 
+_CLOSING: set[asyncio.Task] = set()  # closes of sandboxes made after their rollout was cancelled
+
+
+def _close_when_made(made: asyncio.Future) -> None:
+    if made.cancelled() or made.exception() is not None:
+        return  # nothing was made (a failure cleans up after itself)
+    task = asyncio.ensure_future(made.result().close())
+    _CLOSING.add(task)
+    task.add_done_callback(_CLOSING.discard)
+
+
 class RolloutRun:
     """One rollout while it runs: its request, harness, capture session, sandbox and result."""
 
@@ -211,9 +222,16 @@ class RolloutRun:
         with self.phase("sandbox") as ph:
             limits = sandbox_limits(request)
             socket = self.capture.socket_path if request.network == "proxy_only" else None
-            self.sandbox = sandbox = await asyncio.to_thread(
+            made = asyncio.ensure_future(asyncio.to_thread(
                 self.factory, readonly_paths=self.harness.readonly_paths(), limits=limits, capture_socket=socket
-            )
+            ))
+            try:
+                self.sandbox = sandbox = await asyncio.shield(made)
+            except asyncio.CancelledError:
+                # The thread goes on making it (an image pull can take minutes): closed once made,
+                # never left for a restart's sweep.
+                made.add_done_callback(_close_when_made)
+                raise
             res.sandbox_id, res.sandbox_backend, res.sandbox_notes = sandbox.sandbox_id, sandbox.backend, list(sandbox.notes)
             if request.network == "proxy_only" and not sandbox.network_isolated:
                 res.sandbox_notes.append("network 'proxy_only' was asked for but needs bubblewrap, socat and the proxy's socket; the network is open")

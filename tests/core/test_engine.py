@@ -82,3 +82,40 @@ async def test_an_endpoint_that_fails_the_proxys_own_call_too_is_an_endpoint_fai
     res = await run_rollout(_whitebox_request(policy_server, [{"bash": "echo hello > hello.txt"}, {"status": 500, "down": True}]))
     assert (res.error_kind, res.reward) == ("endpoint", None), (res.error_kind, res.error)
     assert any(t.purpose == "policy" and t.upstream_status == 200 for t in res.proxy_turns)  # the policy had acted
+
+
+async def test_a_sandbox_still_being_made_when_the_rollout_is_cancelled_is_closed_once_made(policy_server, tmp_path, monkeypatch):
+    """Making a sandbox runs in a thread that a cancel cannot stop (a task image's pull takes
+    minutes): the sandbox it makes after the cancel is closed, not left to a restart's sweep."""
+    import asyncio
+    import threading
+
+    from tests.fakes.sandbox import DirSandboxFactory
+
+    entered, release, closed = threading.Event(), threading.Event(), asyncio.Event()
+
+    class SlowFactory(DirSandboxFactory):
+        def __call__(self, **kw):
+            entered.set()
+            release.wait(30)  # the pull
+            box = super().__call__(**kw)
+            real_close = box.close
+
+            async def close():
+                problem = await real_close()
+                closed.set()
+                return problem
+
+            box.close = close
+            return box
+
+    monkeypatch.setenv("HARNESS_ENV_SANDBOX_DIR", str(tmp_path))
+    factory = SlowFactory()
+    rollout = asyncio.ensure_future(run_rollout(_whitebox_request(policy_server, DONE_SCRIPT), sandbox_factory=factory))
+    assert await asyncio.to_thread(entered.wait, 30)
+    rollout.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await rollout
+    release.set()
+    await asyncio.wait_for(closed.wait(), 30)
+    assert list(tmp_path.iterdir()) == []  # its directory removed
