@@ -25,6 +25,11 @@ ErrorKind = Literal[
 AGENT_CAUSED_KINDS: frozenset[str] = frozenset({"agent_timeout", "agent_error", "verify"})
 CaptureLevel = Literal["tokens", "logprobs", "text", "none"]
 TurnPurpose = Literal["policy", "auxiliary"]
+# How a turn follows from the turns before it (core/capture/graph.py; docs/training.md shows each).
+LinkKind = Literal[
+    "extends", "template_rerender", "reasoning_dropped", "compaction", "subagent", "retry", "auxiliary", "new_thread"
+]
+LINK_KINDS: tuple[str, ...] = LinkKind.__args__  # type: ignore[attr-defined]
 
 
 class CommandResult(BaseModel):
@@ -75,6 +80,9 @@ class Turn(BaseModel):
     # None for auxiliary and failed turns, which belong to no branch.
     parent: int | None = None
     branch: int | None = None
+    # What the link to `parent` is (None until the graph is linked). A `retry` was answered with
+    # its parent's answer again: it has no tokens of its own and no branch.
+    link: LinkKind | None = None
 
     @property
     def answered(self) -> bool:
@@ -103,6 +111,8 @@ class GraphSummary(BaseModel):
     failed_turns: int = 0  # no answer from the endpoint
     trainable_tokens: int = 0  # sampled tokens in rows that can be trained on
     untrainable_branches: int = 0
+    # Turns per link kind (LinkKind): how the harness's calls followed from one another.
+    links: dict[str, int] = Field(default_factory=dict)
 
 
 class TrainingRow(BaseModel):

@@ -17,6 +17,9 @@ def link_turns(turns: list[Turn]) -> GraphSummary:
     summary = GraphSummary(turns=len(turns))
     heads: list[Turn] = []  # per branch: its last turn
     for t in sorted(turns, key=lambda t: t.index):
+        if t.link == "retry":  # given an earlier turn's answer again: that turn is its parent, it has no branch
+            summary.links["retry"] = summary.links.get("retry", 0) + 1
+            continue
         t.parent = t.branch = None
         if t.purpose == "auxiliary":
             summary.auxiliary_turns += 1

@@ -58,6 +58,7 @@ from harness_env.core.capture.probe import (
 )
 from harness_env.core.capture.record import CallRequest, CapturedTurn
 from harness_env.core.capture.request_bytes import RequestBytes, TooManyBytes
+from harness_env.core.capture.retries import request_key
 from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, may_name_an_added_field, rewrite_request
 from harness_env.core.capture.session import CaptureSession, new_session_key
 from harness_env.core.errors import InvalidRequestError
@@ -215,10 +216,20 @@ class CaptureProxy:
             engine_body = request_guard.engine_body(dialect, request)
         except InvalidRequestError as e:
             return dialect.error(400, session.redact(str(e)), "invalid_request")
-        call = admit(dialect, session, self._http, raw, request.purpose, request.stream, request.messages, request.tools)
-        if isinstance(call, Reply):
-            return call
-        return await self._call_engine(call, request, engine_body)
+        key, arrived = request_key(scope, raw), time.monotonic()
+        earlier = await session.replays.earlier_answer(key)
+        if earlier is not None:  # a retry (core/capture/retries.py): the same answer, never a second sample
+            session.record_retry(earlier, request.purpose, request.stream, time.monotonic() - arrived)
+            return earlier.reply()
+        try:
+            call = admit(dialect, session, self._http, raw, request.purpose, request.stream, request.messages, request.tools)
+            if isinstance(call, Reply):
+                return session.replays.keep(key, call, None, bool)
+            reply = await self._call_engine(call, request, engine_body)
+        except BaseException:
+            session.replays.forget(key)
+            raise
+        return session.replays.keep(key, reply, call.index, call.answered_whole)
 
     # -- the engine call ----------------------------------------------------------------------
     def _endpoint_quirks(self, endpoint: Endpoint) -> EndpointQuirks:

@@ -63,6 +63,7 @@ class CapturedTurn:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     capture_level: CaptureLevel = "none"
+    retry_of: int | None = None  # a retry answered with this turn's answer (core/capture/retries.py): no tokens of its own
 
     @property
     def prompt_token_ids(self) -> list[int]:
@@ -89,5 +90,5 @@ class CapturedTurn:
             completion_text=self.completion_text, reasoning_text=self.reasoning_text, tool_calls=self.tool_calls,
             finish_reason=self.finish_reason, latency_s=self.latency_s, ttft_s=self.ttft_s, usage=self.usage,
             upstream_status=self.upstream_status, upstream_error=self.upstream_error, capture_level=self.capture_level,
-            parent=None, branch=None,
+            parent=self.retry_of, branch=None, link="retry" if self.retry_of is not None else None,
         )

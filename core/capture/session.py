@@ -20,9 +20,10 @@ from harness_env.core.capture import fastjson
 from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.capture.record import CallOutcome, CallRequest, CapturedTurn
 from harness_env.core.capture.redact import Redactor, registered_secrets, registry_version
+from harness_env.core.capture.retries import Answer, Replays
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.capture.tokens import PromptIds, pack_ids, pack_logps
-from harness_env.models import CaptureLevel, Endpoint, Turn
+from harness_env.models import CaptureLevel, Endpoint, Turn, TurnPurpose
 
 if TYPE_CHECKING:
     from harness_env.core.capture.assemble import TurnDraft
@@ -114,6 +115,7 @@ class CaptureSession:
     _redactor: Redactor | None = None
     _answer_redactor: Redactor | None = None
     _redactor_version: int = -1
+    replays: Replays = field(default_factory=Replays)  # answers a retried request is given again
 
     def next_index(self) -> int:
         """The index of a new turn: turns are numbered in the order their requests arrived."""
@@ -297,6 +299,21 @@ class CaptureSession:
             ttft_s=outcome.ttft_s, prompt=prompt, completion=pack_ids(answer.pop("completion_token_ids", [])),
             logps=pack_logps(answer.pop("per_token_logps", [])), **answer,
         )
+        return self._keep(captured)
+
+    def record_retry(self, answer: Answer, purpose: TurnPurpose, stream: bool, latency_s: float) -> CapturedTurn:
+        """Keep a retried request given `answer` again: a turn with no tokens of its own, pointing
+        to the turn that holds the request and the answer (core/capture/retries.py)."""
+        level = next((t.capture_level for t in self.turns if t.index == answer.index), "none")
+        captured = CapturedTurn(
+            index=self.next_index(), purpose=purpose, stream=stream, request_messages=[], request_tools=[],
+            upstream_status=answer.status, upstream_error=None, latency_s=latency_s, ttft_s=None, capture_level=level,
+            retry_of=answer.index,
+        )
+        self.log(f"turn {captured.index}: a retry of turn {answer.index}, given its answer again")
+        return self._keep(captured)
+
+    def _keep(self, captured: CapturedTurn) -> CapturedTurn:
         self.turns.append(captured)
         if self.on_turn is not None:
             try:
