@@ -83,6 +83,11 @@ class Turn(BaseModel):
     # What the link to `parent` is (None until the graph is linked). A `retry` was answered with
     # its parent's answer again: it has no tokens of its own and no branch.
     link: LinkKind | None = None
+    # The policy's weight version when the call was sent, as the trainer announced it (PUT
+    # /policy/weights); None: none announced. `stale`: it lags the version at the rollout's end by
+    # more than the rollout's max_weight_lag.
+    weight_version: int | None = None
+    stale: bool = False
 
     @property
     def answered(self) -> bool:
@@ -113,6 +118,11 @@ class GraphSummary(BaseModel):
     untrainable_branches: int = 0
     # Turns per link kind (LinkKind): how the harness's calls followed from one another.
     links: dict[str, int] = Field(default_factory=dict)
+    # The weight versions the policy turns were sampled by; more than one: the rollout spans a
+    # weight update. Rows of `stale_branches` hold a turn past the rollout's max_weight_lag.
+    weight_versions: list[int] = Field(default_factory=list)
+    spans_weight_versions: bool = False
+    stale_branches: list[int] = Field(default_factory=list)
 
 
 class TrainingRow(BaseModel):

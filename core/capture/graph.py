@@ -36,6 +36,9 @@ def link_turns(turns: list[Turn]) -> GraphSummary:
         if t.link is not None:
             summary.links[t.link] = summary.links.get(t.link, 0) + 1
     summary.branches = len(heads)
+    summary.weight_versions = sorted({t.weight_version for t in turns if t.purpose == "policy" and t.weight_version is not None})
+    summary.spans_weight_versions = len(summary.weight_versions) > 1
+    summary.stale_branches = sorted({t.branch for t in turns if t.stale and t.branch is not None})
     return summary
 
 

@@ -61,6 +61,7 @@ from harness_env.core.capture.request_bytes import RequestBytes, TooManyBytes
 from harness_env.core.capture.retries import request_key
 from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, may_name_an_added_field, rewrite_request
 from harness_env.core.capture.session import CaptureSession, new_session_key
+from harness_env.core.capture.weights import WeightVersions
 from harness_env.core.errors import InvalidRequestError
 from harness_env.models import Endpoint
 
@@ -84,13 +85,14 @@ class CaptureProxy:
         self._client: aiohttp.ClientSession | None = None
         self._request_bytes = request_bytes or RequestBytes()
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
+        self.weights = WeightVersions()  # the policy's weight version, as the trainer announces it
         self.app = self  # the proxy is its own ASGI app (an async __call__, detected as ASGI 3)
 
     # -- sessions ---------------------------------------------------------------------------
     def open_session(
         self, endpoint: Endpoint, policy: CapturePolicy, on_turn: Callable[[CapturedTurn], None] | None = None
     ) -> CaptureSession:
-        session = CaptureSession(key=new_session_key(), endpoint=endpoint, policy=policy, on_turn=on_turn)
+        session = CaptureSession(key=new_session_key(), endpoint=endpoint, policy=policy, on_turn=on_turn, weights=self.weights)
         self._sessions[session.key] = session
         return session
 
@@ -271,6 +273,9 @@ class CaptureProxy:
             upstream_body, added, dropped = rewrite_request(
                 engine_body, session.policy, quirks, endpoint.model, constrained=session.constrains(call.request.purpose))
             session.note_dropped(dropped)
+            call.request.weight_version = await self.weights.current()  # after an announced weight sync
+            if session.closed or session.quiesced:  # ended while the sync held it back
+                return call.unanswered(None, "aborted: the rollout ended", 499)
             resp = await call.post(url, fastjson.dumps(upstream_body), headers)
             if isinstance(resp, Reply):
                 return resp
