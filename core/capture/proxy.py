@@ -273,7 +273,7 @@ class CaptureProxy:
             upstream_body, added, dropped = rewrite_request(
                 engine_body, session.policy, quirks, endpoint.model, constrained=session.constrains(call.request.purpose))
             session.note_dropped(dropped)
-            call.request.weight_version = await self.weights.current()  # after an announced weight sync
+            call.request.weight_version = await self.weights.current(lambda: session.closed or session.quiesced)  # after a sync
             if session.closed or session.quiesced:  # ended while the sync held it back
                 return call.unanswered(None, "aborted: the rollout ended", 499)
             resp = await call.post(url, fastjson.dumps(upstream_body), headers)

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 
 MAX_SYNC_S = 900.0
+CHECK_S = 0.5  # how often a held call looks whether its rollout ended meanwhile
 
 
 class WeightVersions:
@@ -40,10 +42,13 @@ class WeightVersions:
         elif syncing is False:
             self._synced.set()
 
-    async def current(self) -> int | None:
-        """The version an engine call sent now is sampled by: after an announced sync has ended."""
-        if self.syncing:
+    async def current(self, gone: Callable[[], bool] = lambda: False) -> int | None:
+        """The version an engine call sent now is sampled by: after an announced sync has ended
+        (or the call's rollout is `gone`: then it is not sent at all)."""
+        while self.syncing and not gone():
             left = self._sync_started + self.max_sync_s - time.monotonic()
+            if left <= 0:
+                break
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._synced.wait(), max(left, 0.0))
+                await asyncio.wait_for(self._synced.wait(), min(left, CHECK_S))
         return self.version
