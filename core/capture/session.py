@@ -116,8 +116,8 @@ class CaptureSession:
     _redactor: Redactor | None = None
     _answer_redactor: Redactor | None = None
     _redactor_version: int = -1
-    replays: Replays = field(default_factory=Replays)
-    weights: WeightVersions | None = None  # the proxy's: the policy's weight version  # answers a retried request is given again
+    replays: Replays = field(default_factory=Replays)  # answers a retried request is given again
+    weights: WeightVersions | None = None  # the proxy's: the policy's weight version
 
     def next_index(self) -> int:
         """The index of a new turn: turns are numbered in the order their requests arrived."""
