@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from harness_env.core.capture.asgi import Reply, Scope, route_path
@@ -70,11 +70,11 @@ class Replays:
         self._calls[key] = asyncio.get_running_loop().create_future()
         return None
 
-    def keep(self, key: bytes, reply: Reply | None, index: int | None, recorded_ok) -> Reply | None:
+    def keep(self, key: bytes, reply: Reply, index: int | None, recorded_ok: Callable[[], bool]) -> Reply:
         """`reply`, made to keep what it sends for equal requests once it is sent whole.
         `recorded_ok()` says, once the reply is sent (its turn recorded), whether the engine's
-        answer came whole; `index` is the call's turn. None (no reply): forget the key."""
-        if reply is None or index is None or reply.status != 200:
+        answer came whole; `index` is the call's turn (None: no call was made)."""
+        if index is None or reply.status != 200:
             self._settle(key, None)
             return reply
         after, sent = reply.after, _Sent(reply)
