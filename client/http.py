@@ -44,6 +44,7 @@ from harness_env.client.steps import (
     Steps,
     raise_for,
 )
+from harness_env.client.weights import weight_steps
 from harness_env.models import (
     DatasetTaskInfo,
     Detail,
@@ -292,6 +293,11 @@ class AsyncHarnessEnv(_Common):
         """The health of a server (with several: the first that answers)."""
         return (await self._call("GET", "/health")).json()
 
+    async def set_weights(self, version: int | None = None, *, syncing: bool | None = None) -> dict[str, Any]:
+        """Tell every server the policy's weight version, and begin (`syncing=True`) or end a
+        weight sync (client/weights.py)."""
+        return await self._drive(weight_steps(self._servers, version, syncing))
+
 
 class HarnessEnv(_Common):
     """The synchronous client: `HarnessEnv(url).run_rollout(instruction=..., endpoint="vllm")`;
@@ -415,3 +421,7 @@ class HarnessEnv(_Common):
     def health(self) -> dict[str, Any]:
         """As AsyncHarnessEnv.health."""
         return self._call("GET", "/health").json()
+
+    def set_weights(self, version: int | None = None, *, syncing: bool | None = None) -> dict[str, Any]:
+        """As AsyncHarnessEnv.set_weights."""
+        return self._drive(weight_steps(self._servers, version, syncing))

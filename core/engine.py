@@ -214,6 +214,7 @@ class RolloutRun:
             plain_sampling=request.plain_sampling,
             structured_regex=request.structured_regex,
             structured_calls=request.structured_calls,
+            max_weight_lag=request.max_weight_lag,
         )
         self.session = self.capture.proxy.open_session(request.endpoint, policy, on_turn=lambda t: self.emit("agent", "info", turn_line(t)))
 

@@ -180,6 +180,9 @@ class RolloutOptions(CheckedText):
     verify_timeout_s: float = option(300.0, "seconds each verify command may run", group="limits", gt=0, le=86_400, allow_inf_nan=False)
     max_tokens_cap: int | None = option(None, "caps max_tokens of every model call; none: the harness's own", group="limits",
                                         ge=1, le=1_000_000)
+    max_weight_lag: int | None = option(None, "weight versions a model call may lag the policy's at the rollout's end (as a trainer "
+                                        "announces them: PUT /policy/weights) before its branch is marked stale; none: never",
+                                        group="capture", ge=0, le=1_000_000)
     top_logprobs: int = option(0, "alternatives recorded per sampled token, besides its own logprob", group="capture", ge=0, le=20)
     # Set on every policy call by the proxy: a trainer's logprobs match the sampler's only at the
     # temperature it trains with.

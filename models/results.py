@@ -25,6 +25,11 @@ ErrorKind = Literal[
 AGENT_CAUSED_KINDS: frozenset[str] = frozenset({"agent_timeout", "agent_error", "verify"})
 CaptureLevel = Literal["tokens", "logprobs", "text", "none"]
 TurnPurpose = Literal["policy", "auxiliary"]
+# How a turn follows from the turns before it (core/capture/graph.py; docs/training.md shows each).
+LinkKind = Literal[
+    "extends", "template_rerender", "reasoning_dropped", "compaction", "subagent", "retry", "auxiliary", "new_thread"
+]
+LINK_KINDS: tuple[str, ...] = LinkKind.__args__  # type: ignore[attr-defined]
 
 
 class CommandResult(BaseModel):
@@ -75,6 +80,14 @@ class Turn(BaseModel):
     # None for auxiliary and failed turns, which belong to no branch.
     parent: int | None = None
     branch: int | None = None
+    # What the link to `parent` is (None until the graph is linked). A `retry` was answered with
+    # its parent's answer again: it has no tokens of its own and no branch.
+    link: LinkKind | None = None
+    # The policy's weight version when the call was sent, as the trainer announced it (PUT
+    # /policy/weights); None: none announced. `stale`: it lags the version at the rollout's end by
+    # more than the rollout's max_weight_lag.
+    weight_version: int | None = None
+    stale: bool = False
 
     @property
     def answered(self) -> bool:
@@ -103,6 +116,13 @@ class GraphSummary(BaseModel):
     failed_turns: int = 0  # no answer from the endpoint
     trainable_tokens: int = 0  # sampled tokens in rows that can be trained on
     untrainable_branches: int = 0
+    # Turns per link kind (LinkKind): how the harness's calls followed from one another.
+    links: dict[str, int] = Field(default_factory=dict)
+    # The weight versions the policy turns were sampled by; more than one: the rollout spans a
+    # weight update. Rows of `stale_branches` hold a turn past the rollout's max_weight_lag.
+    weight_versions: list[int] = Field(default_factory=list)
+    spans_weight_versions: bool = False
+    stale_branches: list[int] = Field(default_factory=list)
 
 
 class TrainingRow(BaseModel):

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from harness_env.models.results import CaptureLevel, ErrorKind, RolloutResult
+from harness_env.models.results import LINK_KINDS, CaptureLevel, ErrorKind, RolloutResult
 
 Detail = Literal["summary", "full"]
 MAX_SUMMARY_BYTES = 16 * 1024
@@ -106,6 +106,10 @@ class RolloutSummary(BaseModel):
     capture_level: CaptureLevel = "none"
     rollout_type: Literal["train", "eval"] = "eval"
     rollout_type_reason: str = Field("", max_length=REASON_BYTES)
+    # The turn graph: branches a trainer gets rows for, and turns per link kind (extends,
+    # compaction, retry, ...: docs/training.md).
+    branches: int = 0
+    links: dict[str, int] = Field(default_factory=dict, max_length=len(LINK_KINDS))
 
     def text(self) -> str:
         """A few lines for a person or an agent: reward, error, counts, the final text's head."""
@@ -117,6 +121,9 @@ class RolloutSummary(BaseModel):
         tools = "" if self.tool_calls is None else f", {_count(self.tool_calls, 'tool call')}"
         lines.append(f"{_count(self.model_calls, 'model call')} ({self.prompt_tokens} prompt + {self.completion_tokens} completion tokens)"
                      f"{tools}, {_count(len(self.files) + self.files_left_off, 'file')} in the workspace")
+        if self.links:
+            kinds = ", ".join(f"{n} {kind}" for kind, n in self.links.items())
+            lines.append(f"turn graph: {_count(self.branches, 'branch')}; links: {kinds}")
         if self.agent_final_text:
             lines.append(f"final text: {clip(' '.join(self.agent_final_text.split()), 300)}")
         return "\n".join(lines)
@@ -158,11 +165,13 @@ def summarize(result: RolloutResult) -> RolloutSummary:
         capture_level=result.capture_level,
         rollout_type=result.rollout_type,
         rollout_type_reason=clip(result.rollout_type_reason, REASON_BYTES),
+        branches=result.graph.branches,
+        links={kind: result.graph.links[kind] for kind in LINK_KINDS if result.graph.links.get(kind)},  # the known kinds only
     )
 
 
 def _count(n: int, what: str) -> str:
-    return f"{n} {what}" + ("" if n == 1 else "s")
+    return f"{n} {what}" + ("" if n == 1 else "es" if what.endswith("ch") else "s")
 
 
 def _usage(usage: dict | None, key: str) -> int:

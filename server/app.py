@@ -51,6 +51,7 @@ from harness_env.server.metrics import ServerMetrics, log_rollouts_to_stderr
 from harness_env.server.openenv_routes import DESCRIPTION, ServerState, add_openenv_routes
 from harness_env.server.slots import RolloutSlots, ServerBusy
 from harness_env.server.store import default_data_dir, store_password, store_url
+from harness_env.server.weights import add_weight_routes
 
 CAPTURE_PREFIX = "/capture"
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
@@ -204,6 +205,7 @@ def create_app(
         return Response(await asyncio.to_thread(result.model_dump_json), media_type="application/json")
 
     add_job_routes(app, jobs)  # POST/GET /rollouts, GET /rollouts/{id}[/events], DELETE /rollouts/{id}
+    add_weight_routes(app, proxy.weights)  # PUT/GET /policy/weights (server/weights.py)
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus_metrics(request: Request) -> Response:

@@ -19,7 +19,7 @@ import aiohttp
 from harness_env.core.capture.asgi import Reply
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.dialects import Dialect, StreamTranslation
-from harness_env.core.capture.record import CallOutcome, CallRequest
+from harness_env.core.capture.record import CallOutcome, CallRequest, CapturedTurn
 from harness_env.core.capture.redact import StreamRedactor, masked
 from harness_env.core.capture.session import CaptureSession
 from harness_env.models import TurnPurpose
@@ -57,10 +57,17 @@ class ModelCall:
         self.dialect, self.session, self.request, self._http = dialect, session, request, http
         self.started = time.monotonic()
         self.status: int | None = None  # the upstream's answer status, once it answered
+        self.recorded: CapturedTurn | None = None  # the call's turn, once recorded
 
     @property
     def index(self) -> int:
         return self.request.index
+
+    def answered_whole(self) -> bool:
+        """The call's turn is recorded with the engine's answer, nothing broken: a retry of the
+        same request may be given it (core/capture/retries.py)."""
+        t = self.recorded
+        return t is not None and t.upstream_status == 200 and not t.upstream_error
 
     async def post(self, url: str, data: bytes, headers: dict[str, str], **options: Any) -> aiohttp.ClientResponse | Reply:
         """POST upstream; the response, or the reply for a call that got none (recorded)."""
@@ -168,7 +175,7 @@ class ModelCall:
         session = self.session
         latency = time.monotonic() - self.started if latency is None else latency
         error = session.redact("; ".join(draft.errors)[:2000]) if draft.errors else None
-        turn = session.record(self.request, CallOutcome(self.status, error, latency, ttft), draft)
+        turn = self.recorded = session.record(self.request, CallOutcome(self.status, error, latency, ttft), draft)
         session.log(
             f"turn {turn.index} ({turn.purpose}, stream={turn.stream}): {turn.upstream_status} in {turn.latency_s:.2f}s, "
             f"{len(turn.completion)} completion ids, {len(turn.logps)} logprobs, "
@@ -181,7 +188,7 @@ class ModelCall:
     def failed(self, status: int | None, error: str, log_line: str) -> None:
         """Record a call that got no answer to read (`status`: the upstream's, if it answered)."""
         session = self.session
-        session.record(self.request, CallOutcome(status, session.redact(error), time.monotonic() - self.started))
+        self.recorded = session.record(self.request, CallOutcome(status, session.redact(error), time.monotonic() - self.started))
         session.log(f"turn {self.index}: {log_line}")
 
     def unanswered(self, status: int | None, message: str, answer_status: int) -> Reply:

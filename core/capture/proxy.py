@@ -58,8 +58,10 @@ from harness_env.core.capture.probe import (
 )
 from harness_env.core.capture.record import CallRequest, CapturedTurn
 from harness_env.core.capture.request_bytes import RequestBytes, TooManyBytes
+from harness_env.core.capture.retries import request_key
 from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, may_name_an_added_field, rewrite_request
 from harness_env.core.capture.session import CaptureSession, new_session_key
+from harness_env.core.capture.weights import WeightVersions
 from harness_env.core.errors import InvalidRequestError
 from harness_env.models import Endpoint
 
@@ -83,13 +85,14 @@ class CaptureProxy:
         self._client: aiohttp.ClientSession | None = None
         self._request_bytes = request_bytes or RequestBytes()
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
+        self.weights = WeightVersions()  # the policy's weight version, as the trainer announces it
         self.app = self  # the proxy is its own ASGI app (an async __call__, detected as ASGI 3)
 
     # -- sessions ---------------------------------------------------------------------------
     def open_session(
         self, endpoint: Endpoint, policy: CapturePolicy, on_turn: Callable[[CapturedTurn], None] | None = None
     ) -> CaptureSession:
-        session = CaptureSession(key=new_session_key(), endpoint=endpoint, policy=policy, on_turn=on_turn)
+        session = CaptureSession(key=new_session_key(), endpoint=endpoint, policy=policy, on_turn=on_turn, weights=self.weights)
         self._sessions[session.key] = session
         return session
 
@@ -215,10 +218,20 @@ class CaptureProxy:
             engine_body = request_guard.engine_body(dialect, request)
         except InvalidRequestError as e:
             return dialect.error(400, session.redact(str(e)), "invalid_request")
-        call = admit(dialect, session, self._http, raw, request.purpose, request.stream, request.messages, request.tools)
-        if isinstance(call, Reply):
-            return call
-        return await self._call_engine(call, request, engine_body)
+        key, arrived = request_key(scope, raw), time.monotonic()
+        earlier = await session.replays.earlier_answer(key)
+        if earlier is not None:  # a retry (core/capture/retries.py): the same answer, never a second sample
+            session.record_retry(earlier, request.purpose, request.stream, time.monotonic() - arrived)
+            return earlier.reply()
+        try:
+            call = admit(dialect, session, self._http, raw, request.purpose, request.stream, request.messages, request.tools)
+            if isinstance(call, Reply):
+                return session.replays.keep(key, call, None, bool)
+            reply = await self._call_engine(call, request, engine_body)
+        except BaseException:
+            session.replays.forget(key)
+            raise
+        return session.replays.keep(key, reply, call.index, call.answered_whole)
 
     # -- the engine call ----------------------------------------------------------------------
     def _endpoint_quirks(self, endpoint: Endpoint) -> EndpointQuirks:
@@ -260,6 +273,9 @@ class CaptureProxy:
             upstream_body, added, dropped = rewrite_request(
                 engine_body, session.policy, quirks, endpoint.model, constrained=session.constrains(call.request.purpose))
             session.note_dropped(dropped)
+            call.request.weight_version = await self.weights.current(lambda: session.closed or session.quiesced)  # after a sync
+            if session.closed or session.quiesced:  # ended while the sync held it back
+                return call.unanswered(None, "aborted: the rollout ended", 499)
             resp = await call.post(url, fastjson.dumps(upstream_body), headers)
             if isinstance(resp, Reply):
                 return resp

@@ -25,6 +25,7 @@ class CallRequest:
     stream: bool
     request_messages: list[dict[str, Any]]
     request_tools: list[dict[str, Any]]
+    weight_version: int | None = None  # the policy's, when the call was sent (core/capture/weights.py)
 
 
 @dataclass(slots=True)
@@ -63,6 +64,8 @@ class CapturedTurn:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     capture_level: CaptureLevel = "none"
+    weight_version: int | None = None
+    retry_of: int | None = None  # a retry answered with this turn's answer (core/capture/retries.py): no tokens of its own
 
     @property
     def prompt_token_ids(self) -> list[int]:
@@ -76,7 +79,7 @@ class CapturedTurn:
     def per_token_logps(self) -> list[float]:
         return self.logps.tolist()
 
-    def to_turn(self, made: dict[int, list[int]] | None = None) -> Turn:
+    def to_turn(self, made: dict[int, list[int]] | None = None, stale: bool = False) -> Turn:
         """The wire's Turn, built once from the record (`made`: prompt lists made already,
         PromptIds.ids). Its values are the record's, checked when recorded: not validated again
         (a rollout's turns hold every token id it sampled)."""
@@ -89,5 +92,5 @@ class CapturedTurn:
             completion_text=self.completion_text, reasoning_text=self.reasoning_text, tool_calls=self.tool_calls,
             finish_reason=self.finish_reason, latency_s=self.latency_s, ttft_s=self.ttft_s, usage=self.usage,
             upstream_status=self.upstream_status, upstream_error=self.upstream_error, capture_level=self.capture_level,
-            parent=None, branch=None,
+            weight_version=self.weight_version, stale=stale, parent=self.retry_of, branch=None, link="retry" if self.retry_of is not None else None,
         )

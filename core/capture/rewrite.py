@@ -51,6 +51,7 @@ class CapturePolicy:
     plain_sampling: bool = False  # drop SAMPLING_SHAPERS: logprobs are log_softmax(logits / T)
     structured_regex: str | None = None  # vLLM structured outputs on policy calls
     structured_calls: int | None = None  # on the first this many (None: all)
+    max_weight_lag: int | None = None  # weight versions a turn may lag the policy's at the end before it is stale
 
     @property
     def added_fields_key(self) -> tuple[bool, int, bool]:

@@ -20,9 +20,11 @@ from harness_env.core.capture import fastjson
 from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.capture.record import CallOutcome, CallRequest, CapturedTurn
 from harness_env.core.capture.redact import Redactor, registered_secrets, registry_version
+from harness_env.core.capture.retries import Answer, Replays
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.capture.tokens import PromptIds, pack_ids, pack_logps
-from harness_env.models import CaptureLevel, Endpoint, Turn
+from harness_env.core.capture.weights import WeightVersions
+from harness_env.models import CaptureLevel, Endpoint, Turn, TurnPurpose
 
 if TYPE_CHECKING:
     from harness_env.core.capture.assemble import TurnDraft
@@ -114,6 +116,8 @@ class CaptureSession:
     _redactor: Redactor | None = None
     _answer_redactor: Redactor | None = None
     _redactor_version: int = -1
+    replays: Replays = field(default_factory=Replays)  # answers a retried request is given again
+    weights: WeightVersions | None = None  # the proxy's: the policy's weight version
 
     def next_index(self) -> int:
         """The index of a new turn: turns are numbered in the order their requests arrived."""
@@ -294,9 +298,25 @@ class CaptureSession:
         captured = CapturedTurn(
             index=request.index, purpose=request.purpose, stream=request.stream, request_messages=messages, request_tools=tools,
             upstream_status=outcome.upstream_status, upstream_error=outcome.upstream_error, latency_s=outcome.latency_s,
-            ttft_s=outcome.ttft_s, prompt=prompt, completion=pack_ids(answer.pop("completion_token_ids", [])),
+            ttft_s=outcome.ttft_s, weight_version=request.weight_version, prompt=prompt, completion=pack_ids(answer.pop("completion_token_ids", [])),
             logps=pack_logps(answer.pop("per_token_logps", [])), **answer,
         )
+        return self._keep(captured)
+
+    def record_retry(self, answer: Answer, purpose: TurnPurpose, stream: bool, latency_s: float) -> CapturedTurn:
+        """Keep a retried request given `answer` again: a turn with no tokens of its own, pointing
+        to the turn that holds the request and the answer (core/capture/retries.py)."""
+        original = next((t for t in self.turns if t.index == answer.index), None)
+        captured = CapturedTurn(
+            index=self.next_index(), purpose=purpose, stream=stream, request_messages=[], request_tools=[],
+            upstream_status=answer.status, upstream_error=None, latency_s=latency_s, ttft_s=None,
+            capture_level=original.capture_level if original else "none", weight_version=original.weight_version if original else None,
+            retry_of=answer.index,
+        )
+        self.log(f"turn {captured.index}: a retry of turn {answer.index}, given its answer again")
+        return self._keep(captured)
+
+    def _keep(self, captured: CapturedTurn) -> CapturedTurn:
         self.turns.append(captured)
         if self.on_turn is not None:
             try:
@@ -308,7 +328,13 @@ class CaptureSession:
     def sorted_turns(self) -> list[Turn]:
         """The turns in request order, as the wire's Turns (their token lists made now)."""
         made: dict[int, list[int]] = {}  # each prompt's list extends the one it shares its start with
-        return [t.to_turn(made) for t in sorted(self.turns, key=lambda t: t.index)]
+        return [t.to_turn(made, self._stale(t)) for t in sorted(self.turns, key=lambda t: t.index)]
+
+    def _stale(self, turn: CapturedTurn) -> bool:
+        """Whether `turn` was sampled more than the rollout's max_weight_lag versions before the
+        policy's version now."""
+        bound, now = self.policy.max_weight_lag, self.weights.version if self.weights is not None else None
+        return bound is not None and now is not None and turn.weight_version is not None and now - turn.weight_version > bound
 
     def capture_level(self) -> CaptureLevel:
         """The lowest level reached over the policy turns ("none" if there were none)."""

@@ -358,7 +358,8 @@ async def test_proxy_errors_and_the_turn_limit_speak_googles_shape(proxy_env):  
     r = await client.post(url, json={"contents": [{"role": "wizard", "parts": [{"text": "x"}]}]}, headers={"x-goog-api-key": session.key})
     assert r.status_code == 400 and r.json()["error"]["status"] == "INVALID_ARGUMENT" and policy.requests == []
     assert (await client.post(url, json=body, headers={"x-goog-api-key": session.key})).status_code == 200
-    limited = await client.post(url, json=body, headers={"x-goog-api-key": session.key})
+    again = {**body, "contents": [_user({"text": "y"})]}  # not a retry of the first: a new call
+    limited = await client.post(url, json=again, headers={"x-goog-api-key": session.key})
     assert limited.status_code == 429 and limited.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
     count = await client.post(root + "/v1beta/models/gemini-x:countTokens", json={"contents": [_user({"text": "x"})]}, headers={"x-goog-api-key": session.key})
     assert count.status_code == 200 and count.json()["totalTokens"] > 0  # auxiliary: past the turn limit

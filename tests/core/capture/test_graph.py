@@ -1,5 +1,7 @@
 """The turn graph and the training rows built on it."""
 
+import json
+
 from harness_env.core.capture.graph import link_turns
 from harness_env.models import RolloutResult, Turn
 from harness_env.storage import pack, unpack
@@ -7,8 +9,8 @@ from harness_env.storage import pack, unpack
 
 def turn(i, prompt, completion, **kw):
     kw.setdefault("upstream_status", 200)
-    return Turn(index=i, prompt_token_ids=prompt, completion_token_ids=completion,
-                per_token_logps=[-0.5] * len(completion), capture_level="tokens", **kw)
+    kw.setdefault("capture_level", "tokens")
+    return Turn(index=i, prompt_token_ids=prompt, completion_token_ids=completion, per_token_logps=[-0.5] * len(completion), **kw)
 
 
 def test_a_conversation_that_only_appends_is_one_branch():
@@ -94,3 +96,95 @@ def test_one_prefix_relation_decides_the_graph_the_rows_and_storage():
     assert [t.get("prompt_extends_parent", False) for t in packed] == [False, True, False] and packed[1]["prompt_token_ids"] == [9]
     assert unpack(pack(result)) == result
     assert [r.trainable for r in result.training_rows()] == [True, True]
+
+
+# -- the link kinds (docs/training.md shows each) ----------------------------------------------
+SYSTEM = {"role": "system", "content": "You are a coding agent."}
+ASK = {"role": "user", "content": "fix the failing test in tests/test_app.py"}
+CALL = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "pytest -q"}'}}
+
+
+def said(i, prompt, completion, messages, **kw):
+    return turn(i, prompt, completion, request_messages=messages, **kw)
+
+
+def first_call(**kw):
+    return said(0, [1, 2], [3, 4], [SYSTEM, ASK], tool_calls=[CALL], **kw)
+
+
+def answer_of(t, **extra):
+    return {"role": "assistant", "content": t.completion_text or None, "tool_calls": t.tool_calls, **extra}
+
+
+def kinds(turns):
+    graph = link_turns(turns)
+    return [(t.link, t.parent, t.branch) for t in turns], graph
+
+
+def test_a_call_whose_tokens_continue_extends_its_branch():
+    first = first_call()
+    # The harness wrote the arguments back spaced otherwise: the messages are equal as JSON.
+    again = dict(CALL, function={"name": "bash", "arguments": '{"command":"pytest -q"}'})
+    second = said(1, [1, 2, 3, 4, 9], [5], [SYSTEM, ASK, {"role": "assistant", "tool_calls": [again]}, {"role": "tool", "content": "1 failed"}])
+    links, graph = kinds([first, second])
+    assert links == [("new_thread", None, 0), ("extends", 0, 0)]
+    assert graph.links == {"new_thread": 1, "extends": 1} and graph.branches == 1
+
+
+def test_messages_that_continue_with_other_tokens_are_a_template_rerender():
+    first = first_call()
+    second = said(1, [1, 2, 77, 9], [5], [SYSTEM, ASK, answer_of(first), {"role": "tool", "content": "1 failed"}])
+    links, graph = kinds([first, second])
+    assert links == [("new_thread", None, 0), ("template_rerender", 0, 1)] and graph.branches == 2
+
+
+def test_messages_that_continue_without_the_sampled_reasoning_are_reasoning_dropped():
+    first = first_call(reasoning_text="the test imports a name that moved")
+    with_reasoning = answer_of(first, reasoning_content="the test imports a name that moved")
+    kept = said(1, [1, 2, 3, 4, 9], [5], [SYSTEM, ASK, with_reasoning, {"role": "tool", "content": "x"}])
+    dropped = said(2, [1, 2, 88, 9], [5], [SYSTEM, ASK, answer_of(first), {"role": "tool", "content": "1 failed"}])
+    links, _ = kinds([first, kept, dropped])
+    assert links[1] == ("extends", 0, 0) and links[2] == ("reasoning_dropped", 0, 1)
+    # ... and earlier answers' reasoning gone from the history too (a later call of the same thread)
+    history = [SYSTEM, ASK, answer_of(first, reasoning_content="r"), {"role": "tool", "content": "x"}]
+    third = said(3, [1, 2, 3, 4, 9, 5, 6], [7], history, completion_text="done")
+    fourth = said(4, [1, 2, 40], [8], [*history[:2], answer_of(first), history[3], answer_of(third)])
+    assert kinds([third, fourth])[0][1] == ("reasoning_dropped", 3, 1)
+
+
+def test_a_thread_started_with_the_text_a_tool_call_handed_over_is_a_subagent():
+    task = "Find every caller of parse_config and list their files"
+    first = said(0, [1, 2], [3], [SYSTEM, ASK], tool_calls=[{"id": "t", "type": "function", "function": {
+        "name": "Task", "arguments": json.dumps({"description": "find callers", "prompt": task})}}])
+    sub = said(1, [50, 51], [52], [{"role": "system", "content": "You are a search agent."}, {"role": "user", "content": task}])
+    links, graph = kinds([first, sub])
+    assert links[1] == ("subagent", 0, 1) and graph.links["subagent"] == 1
+
+
+def test_the_same_system_prompt_with_a_shorter_history_is_a_compaction():
+    first = first_call()
+    second = said(1, [1, 2, 3, 4, 9], [5], [SYSTEM, ASK, answer_of(first), {"role": "tool", "content": "1 failed"}], tool_calls=[CALL])
+    summary = {"role": "user", "content": "Summary of the work so far: the test fails on an import."}
+    compacted = said(2, [1, 2, 60], [61], [SYSTEM, summary])
+    links, graph = kinds([first, second, compacted])
+    assert links[2] == ("compaction", 1, 1) and graph.branches == 2
+    other = said(3, [70], [71], [{"role": "system", "content": "another agent"}, summary])
+    assert kinds([first, other])[0][1] == ("new_thread", None, 1)
+
+
+def test_auxiliary_retry_and_failed_turns_are_counted_apart():
+    first = first_call()
+    title = turn(1, [9], [9], purpose="auxiliary")
+    retry = Turn(index=2, upstream_status=200, parent=0, link="retry", capture_level="tokens")
+    failed = turn(3, [1], [], upstream_status=502, upstream_error="unreachable")
+    links, graph = kinds([first, title, retry, failed])
+    assert links == [("new_thread", None, 0), ("auxiliary", None, None), ("retry", 0, None), (None, None, None)]
+    assert graph.links == {"new_thread": 1, "auxiliary": 1, "retry": 1} and graph.failed_turns == 1
+    assert [r.turn_indices for r in RolloutResult(proxy_turns=[first, title, retry, failed]).training_rows()] == [[0]]
+
+
+def test_calls_without_token_ids_are_linked_by_their_messages():
+    first = said(0, [], [], [SYSTEM, ASK], completion_text="Looking.", capture_level="text")
+    second = said(1, [], [], [SYSTEM, ASK, answer_of(first), {"role": "user", "content": "go on"}], completion_text="ok", capture_level="text")
+    links, graph = kinds([first, second])
+    assert links == [("new_thread", None, 0), ("extends", 0, 0)] and graph.branches == 1

@@ -432,7 +432,7 @@ async def test_the_turn_limit_is_a_429_the_client_is_told_not_to_retry(proxy_env
     url = str(client.base_url).removesuffix("/").removesuffix("/v1") + "/v1/messages"
     body = {"model": "x", "max_tokens": 10, "messages": [{"role": "user", "content": "x"}], "tools": [SHELL]}
     assert (await client.post(url, json=body, headers=_key(session))).status_code == 200
-    limited = await client.post(url, json=body, headers=_key(session))
+    limited = await client.post(url, json={**body, "max_tokens": 11}, headers=_key(session))  # a new call, not a retry of the first
     assert limited.status_code == 429 and limited.headers["x-should-retry"] == "false"
     assert limited.json()["error"]["type"] == "rate_limit_error" and "turn limit" in limited.json()["error"]["message"]
 

@@ -92,7 +92,7 @@ async def test_turn_limit_answers_429(proxy_env):
     session = proxy.open_session(_endpoint(upstream), CapturePolicy(max_turns=1))
     h = {"authorization": f"Bearer {session.key}"}
     assert (await client.post("/chat/completions", json=_body(False), headers=h)).status_code == 200
-    r = await client.post("/chat/completions", json=_body(False), headers=h)
+    r = await client.post("/chat/completions", json=_body(False, temperature=0.5), headers=h)  # not a retry of the first
     assert r.status_code == 429 and "turn limit" in r.json()["error"]["message"]
     assert session.turn_limit_hit and len(policy.requests) == 1
 
@@ -251,9 +251,11 @@ async def test_auxiliary_calls_past_their_limit_are_refused_with_the_option_name
     proxy, policy, upstream, client = proxy_env
     session = proxy.open_session(_endpoint(upstream), CapturePolicy(max_turns=1, max_auxiliary_calls=2))
     h = {"authorization": f"Bearer {session.key}"}
-    title = {"messages": [{"role": "user", "content": "title?"}]}
-    assert [(await client.post("/chat/completions", json=title, headers=h)).status_code for _ in range(2)] == [200, 200]
-    r = await client.post("/chat/completions", json=title, headers=h)
+    def title(i):  # each a new call: an equal one would be a retry, answered again without a call
+        return {"messages": [{"role": "user", "content": f"title {i}?"}]}
+
+    assert [(await client.post("/chat/completions", json=title(i), headers=h)).status_code for i in range(2)] == [200, 200]
+    r = await client.post("/chat/completions", json=title(2), headers=h)
     assert r.status_code == 429 and r.json()["error"]["code"] == "auxiliary_call_limit"
     assert "max_auxiliary_calls" in r.json()["error"]["message"] and len(policy.requests) == 2 and len(session.turns) == 2
     assert (await client.post("/chat/completions", json=_body(False), headers=h)).status_code == 200  # policy calls go on
@@ -306,8 +308,8 @@ async def test_one_history_resent_unchanged_cannot_inflate_the_result_past_the_b
     h = {"authorization": f"Bearer {session.key}"}
     messages = [{"role": "user", "content": "x" * 300_000}]  # 0.3 MB whole a call: 27 fit in 4 x 2 MiB
     codes = []
-    for _ in range(40):
-        r = await client.post("/chat/completions", json={"model": "m", "messages": messages}, headers=h)
+    for i in range(40):  # each a new call (its seed): an equal one would be a retry, answered again
+        r = await client.post("/chat/completions", json={"model": "m", "messages": messages, "seed": i}, headers=h)
         codes.append(r.status_code)
     admitted = codes.count(200)
     assert 20 <= admitted <= 28 and codes == [200] * admitted + [429] * (40 - admitted), (codes, r.text)
@@ -389,19 +391,19 @@ async def test_request_bytes_held_at_once_are_bounded_per_rollout_and_in_all():
             a, b = (proxy.open_session(_endpoint(upstream), CapturePolicy()) for _ in range(2))
             big = [{"role": "user", "content": "z" * 400_000}]
 
-            def call(session):
-                return asyncio.create_task(client.post("/chat/completions", json={"model": "m", "messages": big, "tools": TOOLS},
+            def call(session, seed=0):  # calls with one seed are retries of one another: `seed` tells them apart
+                return asyncio.create_task(client.post("/chat/completions", json={"model": "m", "messages": big, "tools": TOOLS, "seed": seed},
                                                        headers={"authorization": f"Bearer {session.key}"}))
 
-            first = [call(a), call(a)]
+            first = [call(a), call(a, 1)]
             while len(policy.requests) < 2:  # both read and waiting for the engine: 0.8 MB of a's 1 MiB held
                 await asyncio.sleep(0.02)
-            third = await call(a)
+            third = await call(a, 2)
             assert third.status_code == 429 and "at once" in third.json()["error"]["message"]
             other = await call(b)  # b's own share is free, the proxy's 1.1 MB is not
             assert other.status_code == 503 and "retry" in other.json()["error"]["message"]
             assert [r.status_code for r in await asyncio.gather(*first)] == [200, 200]
-            again = await call(a)  # given back when the calls ended
+            again = await call(a, 3)  # given back when the calls ended
             assert again.status_code == 200 and len(policy.requests) == 3
         await proxy.aclose()
 
@@ -533,7 +535,7 @@ async def test_structured_outputs_constrain_only_the_first_policy_calls(proxy_en
     policy.scripts["m"] = [{"bash": "echo 1"}, {"bash": "echo 2"}, {"text": "done"}, {"text": "a title"}]
     session = proxy.open_session(_endpoint(upstream), CapturePolicy(structured_regex="x+", structured_calls=2))
     h = {"authorization": f"Bearer {session.key}"}
-    for body in (_body(False), _body(False), {"model": "m", "messages": [{"role": "user", "content": "title?"}]}, _body(False)):
+    for body in (_body(False), _body(False, seed=1), {"model": "m", "messages": [{"role": "user", "content": "title?"}]}, _body(False, seed=3)):
         r = await client.post("/chat/completions", json=body, headers=h)
         assert r.status_code == 200, r.text
     sent = [s.request.get("structured_outputs") for s in policy.sent]
