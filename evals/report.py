@@ -21,6 +21,11 @@ class Outcome:
     reward: float | None
     error_kind: str | None = None
 
+    @property
+    def infra_failed(self) -> bool:
+        """No reward for a reason other than a caller's cancel (which is nobody's failure)."""
+        return self.reward is None and self.error_kind != "cancelled"
+
 
 def task_stats(outcomes: list[Outcome], attempts: int, threshold: float) -> dict[str, Any]:
     rewards = [o.reward for o in outcomes if o.reward is not None]
@@ -28,7 +33,7 @@ def task_stats(outcomes: list[Outcome], attempts: int, threshold: float) -> dict
     mean, stderr = mean_and_stderr(rewards)
     return {
         "attempts": len(outcomes), "missing": max(0, attempts - len(outcomes)), "scored": len(rewards), "passed": passed,
-        "infra_failures": len(outcomes) - len(rewards), "mean_reward": mean, "stderr": stderr,
+        "infra_failures": sum(o.infra_failed for o in outcomes), "mean_reward": mean, "stderr": stderr,
         "pass_at_k": {str(k): pass_at_k(len(rewards), passed, k) for k in range(1, attempts + 1)},
         "errors": dict(sorted(Counter(o.error_kind for o in outcomes if o.error_kind).items())),
     }

@@ -16,12 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_validat
 from harness_env.models.base import Mode
 
 ErrorKind = Literal[
-    "invalid_request", "endpoint", "sandbox", "setup", "agent_timeout", "agent_error", "verify", "judge", "internal"
+    "invalid_request", "endpoint", "sandbox", "setup", "agent_timeout", "agent_error", "verify", "judge", "internal", "cancelled"
 ]
 # Ends the agent can bring about (its harness dying, a timeout, verify broken by what it left):
 # such a rollout is still graded (verify ran on what was there, or the reward is 0) and
 # error_kind says what happened. Every other kind is a failure of the endpoint, the sandbox or
-# the server: reward None, left out of every mean and of training.
+# the server: reward None, left out of every mean and of training. `cancelled` (a caller's
+# cancel) is neither: reward None, and not counted as an infrastructure failure.
 AGENT_CAUSED_KINDS: frozenset[str] = frozenset({"agent_timeout", "agent_error", "verify"})
 CaptureLevel = Literal["tokens", "logprobs", "text", "none"]
 TurnPurpose = Literal["policy", "auxiliary"]

@@ -325,7 +325,7 @@ class JobManager:
     def _unstarted(self, job: Job) -> RolloutResult:
         request = job.prepared.request
         return RolloutResult(rollout_id=job.id, task_id=request.task.task_id, harness=job.prepared.harness.name, mode=request.mode,
-                             error=NOT_STARTED, error_kind="internal")
+                             error=NOT_STARTED, error_kind="cancelled")
 
     def cancel_local(self, job: Job) -> None:
         """Cancel a job of this server once (a second cancel would cut its clean-up short)."""

@@ -37,3 +37,10 @@ def test_infrastructure_failures_are_left_out_of_the_denominators():
     assert (o["scored"], o["infra_failures"], o["attempts"]) == (2, 2, 4)
     text = table(s)
     assert "pass@3" in text and "overall" in text and "2 of 4 attempts" in text
+
+
+def test_a_cancelled_attempt_is_no_infrastructure_failure():
+    s = summarize({"a": [Outcome(1.0), Outcome(None, "cancelled"), Outcome(None, "endpoint")]}, 3, 1.0)
+    a = s["tasks"]["a"]
+    assert (a["scored"], a["infra_failures"], a["mean_reward"]) == (1, 1, 1.0)
+    assert a["errors"] == {"cancelled": 1, "endpoint": 1} and s["overall"]["infra_failures"] == 1
