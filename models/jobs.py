@@ -29,6 +29,15 @@ MAX_LIST_LIMIT = 500
 MAX_WAIT_S = 60.0  # the longest GET /rollouts/{id}?wait= and get_rollout's wait_s hold a call open
 
 
+def ended_status(result: RolloutResult) -> JobStatus:
+    """How a rollout that returned its result ended: the one rule every face shows (the store,
+    the Rollouts tab, the Run tab's history). An end the agent brought about is graded, so it
+    is `finished`, its error saying how; an error with no reward is `failed`, a cancel `cancelled`."""
+    if result.error_kind == "cancelled":
+        return "cancelled"
+    return "failed" if result.error is not None and result.reward is None else "finished"
+
+
 class RolloutAccepted(BaseModel):
     """The answer to a submission: the job's id (the result's `rollout_id` too)."""
 
