@@ -15,6 +15,7 @@ from pydantic import Field
 
 from harness_env.core.errors import HarnessEnvError
 from harness_env.models import MAX_IDEMPOTENCY_KEY_CHARS, MAX_WAIT_S, Detail, RolloutAccepted, RolloutJob
+from harness_env.models.jobs import is_rollout_id
 from harness_env.server.jobs.manager import JobManager
 from harness_env.server.mcp.rollout import ArgumentsAsSent, rollout_args, rpc_result, run_rollout_schema
 
@@ -73,7 +74,7 @@ class JobTools:
             raise ToolError(str(e)) from None
 
     async def get(self, rollout_id: str, detail: Detail = "summary", wait_s: float = 0.0) -> RolloutJob:
-        if not (isinstance(rollout_id, str) and 0 < len(rollout_id) <= 32 and all(c in "0123456789abcdef" for c in rollout_id)):
+        if not is_rollout_id(rollout_id):
             raise ToolError("rollout_id must be a rollout's id (hexadecimal, as submit_rollout or run_rollout gave it)")
         if detail not in ("summary", "full") or not isinstance(wait_s, (int, float)) or not 0 <= wait_s <= MAX_WAIT_S:
             raise ToolError(f"detail must be 'summary' or 'full', wait_s a number of seconds from 0 to {MAX_WAIT_S:g}")
