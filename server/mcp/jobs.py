@@ -17,7 +17,7 @@ from harness_env.core.errors import HarnessEnvError
 from harness_env.models import MAX_IDEMPOTENCY_KEY_CHARS, MAX_WAIT_S, Detail, RolloutAccepted, RolloutJob
 from harness_env.models.jobs import is_rollout_id
 from harness_env.server.jobs.manager import JobManager
-from harness_env.server.mcp.rollout import ArgumentsAsSent, rollout_args, rpc_result, run_rollout_schema
+from harness_env.server.mcp.rollout import ArgumentsAsSent, rollout_args, rpc_result, run_rollout_tool_schema
 
 SUBMIT_DESCRIPTION = (
     "Submit one rollout (the arguments of run_rollout, plus an optional idempotency_key) and get its rollout_id at once; "
@@ -32,12 +32,11 @@ GET_DESCRIPTION = (
 
 
 def submit_schema() -> dict[str, Any]:
-    """run_rollout's input schema with idempotency_key in place of detail."""
-    schema = run_rollout_schema()
+    """run_rollout's input schema (as listed) with idempotency_key in place of detail."""
+    schema = run_rollout_tool_schema()
     schema["properties"].pop("detail", None)
-    schema["properties"]["idempotency_key"] = {
-        "anyOf": [{"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY_CHARS}, {"type": "null"}], "default": None,
-        "description": "a key of your choosing: a submission repeated with the same key runs nothing new"}
+    schema["properties"]["idempotency_key"] = {"type": ["string", "null"], "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY_CHARS,
+                                               "description": "a key of yours: the same key again runs nothing new"}
     return schema
 
 
