@@ -34,7 +34,8 @@ def _add_run_flags(run: argparse.ArgumentParser) -> None:
     out = run.add_argument_group("output")
     out.add_argument("--out", help="write the result JSON to this file instead of stdout")
     out.add_argument("--compact", action="store_true", help="write the result compactly (each turn's new tokens once; read it with harness_env.storage.load)")
-    out.add_argument("--rows-out", help="also write the training rows (one per branch of the turn graph) as JSON lines to this file")
+    out.add_argument("--rows-out", help="also write the training rows (one per branch of the turn graph) as JSON lines to this file, "
+                     "in the layout of the export's rows table")
     out.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -64,7 +65,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         text = result.model_dump_json(indent=2)
     if args.rows_out:
-        Path(args.rows_out).write_text("".join(row.model_dump_json() + "\n" for row in result.training_rows()))
+        from harness_env.storage import row_records
+
+        Path(args.rows_out).write_text("".join(json.dumps(row) + "\n" for row in row_records(result)))  # the export's `rows` layout
     if args.out:
         Path(args.out).write_text(text + "\n")
     else:

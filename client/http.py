@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from harness_env.client.jobs import (
     SseParser,
@@ -42,6 +43,7 @@ from harness_env.client.steps import (
     HarnessEnvClientError,
     Patience,
     Steps,
+    invalid_request,
     raise_for,
 )
 from harness_env.client.weights import weight_steps
@@ -68,8 +70,11 @@ def _args(args: RolloutArgs | dict[str, Any] | None, kwargs: dict[str, Any]) -> 
     else:
         data = dict(args or {})
     data.update(kwargs)
-    # Validate locally first: a typo fails here, with pydantic's message, not after a round trip.
-    checked = RolloutArgs.model_validate(data)
+    # Validate locally first: a typo fails here, not after a round trip, as the server would say it.
+    try:
+        checked = RolloutArgs.model_validate(data)
+    except ValidationError as e:
+        raise HarnessEnvClientError(422, invalid_request(e.errors(include_input=False, include_url=False))) from None
     out = checked.model_dump(mode="json", exclude_defaults=True)
     out["instruction"] = checked.instruction
     if checked.api_key.get_secret_value():

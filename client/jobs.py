@@ -174,7 +174,12 @@ def parse_event(event: str, data: str) -> PhaseEvent | JobEnd:
     return JobEnd.model_validate_json(data) if event == "end" else PhaseEvent.model_validate_json(data)
 
 
+INVALID = frozenset({400, 413, 422})  # the request itself was refused: sending it again would not help
+
+
 def failed(req: Any, e: Exception) -> RolloutResult:
-    """A rollout the server refused or never answered, as data (run_many never raises mid-batch)."""
+    """A rollout the server refused or never answered, as data (run_many never raises mid-batch):
+    a refused request is `invalid_request`, anything else (unreachable, lost) `internal`."""
     task_id = getattr(req, "task_id", None) if not isinstance(req, dict) else req.get("task_id")
-    return RolloutResult(task_id=task_id or None, error=f"request failed: {e}", error_kind="internal")
+    invalid = isinstance(e, HarnessEnvClientError) and e.status in INVALID
+    return RolloutResult(task_id=task_id or None, error=f"request failed: {e}", error_kind="invalid_request" if invalid else "internal")

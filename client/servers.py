@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from harness_env.client.steps import BUSY, NEVER_REACHED, Call, HarnessEnvClientError, Pause, Steps, error_of, raise_for
+from harness_env.models.jobs import is_rollout_id
 
 REST_START_S, REST_MAX_S = 0.5, 8.0  # a refusing server's rest, doubling while it keeps refusing
 CONNECT_RETRIES = 4  # passes over the servers when none was reached (0.5, 1, 2, 4 s apart)
@@ -196,7 +197,10 @@ def routed_steps(servers: Servers, method: str, path: str, kw: dict[str, Any], *
 def locate_steps(servers: Servers, rollout_id: str) -> Steps:
     """The server that owns a rollout: the one this client gave it to, else the first that knows
     its id (each asked in turn; on a shared store, any). None knows it: their 404; one could not
-    be reached: its error (the rollout may be there)."""
+    be reached: its error (the rollout may be there). A string that cannot be an id: 404 at once."""
+    if not is_rollout_id(rollout_id):
+        raise HarnessEnvClientError(404, f"no rollout with id {str(rollout_id)[:80]!r}: a rollout id is up to 32 hexadecimal "
+                                         "digits, as run_rollout's result or submit gave it")
     if (url := servers.owner(rollout_id)) is not None:
         return url
     if len(servers.urls) == 1:

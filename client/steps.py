@@ -30,12 +30,34 @@ class HarnessEnvClientError(Exception):
         self.message = message
 
 
+MAX_PROBLEMS = 10  # per message, as the server's own
+LOCATIONS = ("body", "path", "query", "header")  # where a server's problem was: the field says enough
+
+
+def invalid_request(problems: list[Any]) -> str:
+    """Validation problems (pydantic's `errors()`, or a server's 422 list of them) as the one line a
+    server gives for a bad request: where, and what is wrong, per problem."""
+    parts = []
+    for p in problems[:MAX_PROBLEMS]:
+        if not isinstance(p, dict):
+            parts.append(str(p))
+            continue
+        loc = [str(x) for x in p.get("loc", ())]
+        loc = loc[1:] if loc[:1] and loc[0] in LOCATIONS else loc
+        parts.append(f"{'.'.join(loc) or 'request'}: {p.get('msg', '')}")
+    if len(problems) > MAX_PROBLEMS:
+        parts.append(f"and {len(problems) - MAX_PROBLEMS} more")
+    return "invalid request: " + "; ".join(parts)
+
+
 def error_of(resp: httpx.Response) -> HarnessEnvClientError:
     try:
         body = resp.json()
         detail = body.get("detail") or (body.get("error") or {}).get("message") or resp.text
     except (ValueError, AttributeError):
         detail = resp.text
+    if isinstance(detail, list):
+        detail = invalid_request(detail)
     return HarnessEnvClientError(resp.status_code, detail if isinstance(detail, str) else str(detail))
 
 

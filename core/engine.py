@@ -158,7 +158,7 @@ class RolloutRun:
         except HarnessEnvError as e:
             self.fail(e.kind, str(e))
         except asyncio.CancelledError:
-            self.fail("internal", "the rollout was cancelled")
+            self.fail("cancelled", "the rollout was cancelled")
             raise
         except Exception as e:  # the outermost boundary: everything becomes data
             # The traceback goes to the server's log, not to the caller (it names server paths).

@@ -5,9 +5,10 @@ Two tables, in JSON lines or parquet, that load with `datasets`:
            error_kind, error, mask_sample, wall_s, turns, `trajectory` (ATIF, a JSON string: the agent's own
            for Harbor rollouts, else built from the captured turns, token fields in its metrics)
            and `result` (the whole compact RolloutResult, a JSON string);
-  rows     one row per branch of each attempt's turn graph (RolloutResult.training_rows):
-           prompt_ids, completion_ids, loss_mask and logprobs (aligned with completion_ids),
-           reward, trainable, mask_sample (true: an infrastructure failure, never train it).
+  rows     one row per branch of each attempt's turn graph, in the layout `harness-env run
+           --rows-out` writes too (storage.row_records): prompt_ids, completion_ids, loss_mask and
+           logprobs (aligned with completion_ids), reward, trainable, mask_sample (true: an
+           infrastructure failure, never train it), stale, ...
 Nested values with no fixed shape are JSON strings so that every row has the same schema.
 A README.md dataset card names both tables (as `configs`), the tasks, harness, model and summary.
 """
@@ -21,7 +22,7 @@ from typing import Any, Literal
 
 from harness_env.evals.atif import trajectory_of
 from harness_env.evals.run import RESULTS, write_atomic
-from harness_env.storage import load, pack
+from harness_env.storage import load, pack, row_records
 
 Format = Literal["jsonl", "parquet"]
 TABLES = ("results", "rows")
@@ -46,12 +47,7 @@ def tables(out: Path, threshold: float, model: str) -> dict[str, list[dict[str, 
             "wall_s": r.wall_s, "turns": len(r.proxy_turns), "trajectory": json.dumps(trajectory_of(r, model)),
             "result": json.dumps(pack(r), separators=(",", ":")),
         })
-        for row in r.training_rows():
-            p = row.prompt_length
-            rows.append({"task_id": task_id, "attempt": attempt, "rollout_id": r.rollout_id, "branch": row.branch,
-                         "prompt_ids": row.token_ids[:p], "completion_ids": row.token_ids[p:], "loss_mask": row.loss_mask[p:],
-                         "logprobs": row.logprobs[p:], "reward": row.reward, "trainable": row.trainable,
-                         "mask_sample": r.mask_sample})
+        rows += row_records(r, task_id=task_id, attempt=attempt)
     return {"results": results, "rows": rows}
 
 

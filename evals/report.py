@@ -22,6 +22,11 @@ class Outcome:
     reward: float | None
     error_kind: str | None = None
 
+    @property
+    def infra_failed(self) -> bool:
+        """No reward for a reason other than a caller's cancel (which is nobody's failure)."""
+        return self.reward is None and self.error_kind != "cancelled"
+
 
 def task_stats(outcomes: list[Outcome], attempts: int, threshold: float) -> dict[str, Any]:
     rewards = [o.reward for o in outcomes if o.reward is not None]
@@ -29,7 +34,7 @@ def task_stats(outcomes: list[Outcome], attempts: int, threshold: float) -> dict
     mean, stderr = mean_and_stderr(rewards)
     return {
         "attempts": len(outcomes), "missing": max(0, attempts - len(outcomes)), "scored": len(rewards), "passed": passed,
-        "infra_failures": len(outcomes) - len(rewards), "masked_share": _share(len(outcomes) - len(rewards), len(outcomes)),
+        "infra_failures": sum(o.infra_failed for o in outcomes), "masked_share": _share(len(outcomes) - len(rewards), len(outcomes)),
         "mean_reward": mean, "stderr": stderr,
         "pass_at_k": {str(k): pass_at_k(len(rewards), passed, k) for k in range(1, attempts + 1)},
         "errors": dict(sorted(Counter(o.error_kind for o in outcomes if o.error_kind).items())),
@@ -54,7 +59,8 @@ def summarize(outcomes: dict[str, list[Outcome]], attempts: int, threshold: floa
         "infra_failures": sum(t["infra_failures"] for t in tasks.values()), "mean_reward": mean, "stderr": stderr,
         "pass_at_k": overall_pass, "errors": dict(sorted(errors.items())),
     }
-    overall["masked_share"] = _share(overall["infra_failures"], overall["attempts"])
+    # Masked: every attempt without a reward (an infrastructure failure, or a cancel), as per task.
+    overall["masked_share"] = _share(overall["attempts"] - overall["scored"], overall["attempts"])
     return {"attempts_per_task": attempts, "threshold": threshold, "tasks": tasks, "overall": overall}
 
 

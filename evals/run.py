@@ -163,7 +163,7 @@ async def evaluate_async(
             finally:
                 progress.running -= 1
             progress.done += 1
-            progress.failed += result.error is not None and result.reward is None  # infrastructure: no reward
+            progress.failed += result.error is not None and Outcome(result.reward, result.error_kind).infra_failed
             report(progress)
 
     try:

@@ -9,7 +9,8 @@ going away cancels it). A job's status says where it is; once it ends its result
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -27,6 +28,21 @@ ENDED_STATUSES: tuple[JobStatus, ...] = ("finished", "failed", "cancelled", "int
 MAX_IDEMPOTENCY_KEY_CHARS = 200
 MAX_LIST_LIMIT = 500
 MAX_WAIT_S = 60.0  # the longest GET /rollouts/{id}?wait= and get_rollout's wait_s hold a call open
+ROLLOUT_ID_PATTERN = r"^[0-9a-f]{1,32}$"  # what a server makes (12 hex digits) and accepts
+
+
+def is_rollout_id(value: Any) -> bool:
+    """Whether `value` can be a rollout's id at all (a string that is not names no rollout)."""
+    return isinstance(value, str) and re.fullmatch(ROLLOUT_ID_PATTERN, value) is not None
+
+
+def ended_status(result: RolloutResult) -> JobStatus:
+    """How a rollout that returned its result ended: the one rule every face shows (the store,
+    the Rollouts tab, the Run tab's history). An end the agent brought about is graded, so it
+    is `finished`, its error saying how; an error with no reward is `failed`, a cancel `cancelled`."""
+    if result.error_kind == "cancelled":
+        return "cancelled"
+    return "failed" if result.error is not None and result.reward is None else "finished"
 
 
 class RolloutAccepted(BaseModel):

@@ -16,12 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, computed_fiel
 from harness_env.models.base import Mode
 
 ErrorKind = Literal[
-    "invalid_request", "endpoint", "sandbox", "setup", "agent_timeout", "agent_error", "verify", "judge", "internal"
+    "invalid_request", "endpoint", "sandbox", "setup", "agent_timeout", "agent_error", "verify", "judge", "internal", "cancelled"
 ]
 # Ends the agent can bring about (its harness dying, a timeout, verify broken by what it left):
 # such a rollout is still graded (verify ran on what was there, or the reward is 0) and
 # error_kind says what happened. Every other kind is a failure of the endpoint, the sandbox or
-# the server: reward None, left out of every mean and of training.
+# the server: reward None, left out of every mean and of training. `cancelled` (a caller's
+# cancel) is neither: reward None, and not counted as an infrastructure failure.
 AGENT_CAUSED_KINDS: frozenset[str] = frozenset({"agent_timeout", "agent_error", "verify"})
 CaptureLevel = Literal["tokens", "logprobs", "text", "none"]
 TurnPurpose = Literal["policy", "auxiliary"]
@@ -142,6 +143,7 @@ class TrainingRow(BaseModel):
     reward: float | None = None
     trainable: bool = True
     untrainable_reason: str | None = None
+    stale: bool = False  # a turn of it was sampled more than max_weight_lag weight versions ago
 
 
 class Phase(BaseModel):
@@ -261,7 +263,8 @@ class RolloutResult(BaseModel):
 
 
 def _branch_row(branch: int, turns: list[Turn], reward: float | None, task_id: str | None, rollout_id: str) -> TrainingRow:
-    row = TrainingRow(rollout_id=rollout_id, task_id=task_id, branch=branch, turn_indices=[t.index for t in turns], reward=reward)
+    row = TrainingRow(rollout_id=rollout_id, task_id=task_id, branch=branch, turn_indices=[t.index for t in turns], reward=reward,
+                      stale=any(t.stale for t in turns))
     for previous, t in zip([None, *turns], turns):
         if not t.prompt_token_ids or not t.completion_token_ids:
             row.trainable, row.untrainable_reason = False, f"turn {t.index} has no token ids (capture level {t.capture_level})"

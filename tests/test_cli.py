@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from harness_env.storage import ROW_COLUMNS
+
 CLI = [sys.executable, "-m", "harness_env.cli"]
 
 
@@ -161,7 +163,8 @@ def test_whitebox_run_writes_training_rows(tmp_path, policy_server):
     assert result["reward"] == 1.0 and result["harness"] == "whitebox" and result["graph"]["branches"] == 1
     assert row["reward"] == 1.0 and row["trainable"] and row["turn_indices"] == [0, 1]
     assert row["rollout_id"] == result["rollout_id"] != result["sandbox_id"]  # joins to its result
-    assert len(row["token_ids"]) == len(row["loss_mask"]) == len(row["logprobs"])
+    assert tuple(row) == ROW_COLUMNS and row["attempt"] == 0  # the export's rows table's layout
+    assert row["prompt_ids"] and len(row["completion_ids"]) == len(row["loss_mask"]) == len(row["logprobs"])
     assert sum(row["loss_mask"]) == result["graph"]["trainable_tokens"] > 0
     compact = _run(["run", "--harness", "whitebox", "--task", "task.json", "--base-url", policy_server.base_url, "--model", "m",
                     "--compact", "--out", "c.json", "--quiet"], cwd=tmp_path)

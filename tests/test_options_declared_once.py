@@ -17,7 +17,7 @@ from harness_env.cli_flags import flag_name, shown_default
 from harness_env.cli_request import request_fields
 from harness_env.families import family_names, get_family
 from harness_env.models import HARNESS_OPTIONS, LEGACY_OPTION_KEYS, RolloutOptions, harness_options_models
-from harness_env.server.mcp.rollout import run_rollout_schema
+from harness_env.server.mcp.rollout import rollout_args, run_rollout_schema, run_rollout_tool_schema, short
 from harness_env.server.mcp.tools import McpToolServer
 from harness_env.server.web.form import harness_controls, option_controls
 from tests import needs
@@ -75,24 +75,39 @@ def test_every_flag_of_before_still_exists():
 
 
 # -- MCP -------------------------------------------------------------------------------------------
-def _tool_schema() -> dict:
+def _listed_schema() -> dict:
     tools = McpToolServer(service=None)  # the tools as the server lists them (no rollout runs)
     listed = {t.name: t for t in asyncio.run(tools.mcp.list_tools())}
     return listed["run_rollout"].inputSchema
 
 
 @pytest.fixture(scope="module")
-def tool_schema() -> dict:
-    schema = _tool_schema()
-    assert schema == json.loads(json.dumps(run_rollout_schema()))
+def listed_schema() -> dict:
+    schema = _listed_schema()
+    assert schema == json.loads(json.dumps(run_rollout_tool_schema()))
     return schema
 
 
+@pytest.fixture(scope="module")
+def tool_schema() -> dict:
+    """The reference the listed schema is made from: every option with its whole description."""
+    return json.loads(json.dumps(run_rollout_schema()))
+
+
+def _listed(listed_schema: dict, name: str) -> dict:
+    """An argument as the tool lists it: at the top, or among the advanced `options`."""
+    return listed_schema["properties"].get(name) or listed_schema["properties"]["options"]["properties"][name]
+
+
 @pytest.mark.parametrize("name", OPTION_FIELDS)
-def test_every_rollout_option_is_in_the_mcp_schema(tool_schema, name):
+def test_every_rollout_option_is_in_the_mcp_schema(tool_schema, listed_schema, name):
     info = RolloutOptions.model_fields[name]
     prop = tool_schema["properties"][name]
     assert prop["description"] == info.description and prop["default"] == info.default
+    listed = _listed(listed_schema, name)  # its short description at the top; its default either way
+    assert listed.get("default") == (info.default if info.default not in (None, "", {}, []) else None)
+    if name in listed_schema["properties"]:
+        assert listed["description"] == short(info.description) and info.description.startswith(listed["description"].removesuffix(" ..."))
 
 
 @pytest.mark.parametrize("harness,name", HARNESS_FIELDS)
@@ -106,8 +121,14 @@ def test_every_harness_option_is_in_the_mcp_schema(tool_schema, harness, name):
         assert tool_schema["properties"][harness]["$ref"] == f"#/$defs/{model.__name__}"
 
 
-def test_every_argument_of_before_is_in_the_mcp_schema(tool_schema):
+def test_every_argument_of_before_is_in_the_mcp_schema(tool_schema, listed_schema):
     assert [a for a in MCP_ARGUMENTS if a not in tool_schema["properties"]] == []
+    nested = listed_schema["properties"]["options"]["properties"]
+    assert [a for a in MCP_ARGUMENTS if a not in listed_schema["properties"] and a not in nested] == []
+    # Sent at the top as before, or under options: the same request.
+    flat = {"instruction": "x", "harness": "harbor", "max_turns": 3, "temperature": 0.5, "harbor": {"task_index": 1}}
+    nested_args = {"instruction": "x", "harness": "harbor", "options": {"max_turns": 3, "temperature": 0.5, "harbor": {"task_index": 1}}}
+    assert rollout_args(flat) == rollout_args(nested_args)
 
 
 # -- the web form ------------------------------------------------------------------------------------

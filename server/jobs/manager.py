@@ -46,6 +46,7 @@ from harness_env.models import (
     ServedBy,
     summarize,
 )
+from harness_env.models.jobs import ended_status
 from harness_env.server.placement import ray_placement
 from harness_env.server.service import RolloutService
 from harness_env.server.slots import ServerBusy
@@ -260,8 +261,7 @@ class JobManager:
             result = run.result if run is not None else self._unstarted(job)
             result.error, result.error_kind, result.reward = f"internal error ({type(e).__name__})", "internal", None
         result.served_by = self.served_by
-        # An end the agent brought about is graded: the job finished, its error says how.
-        status: JobStatus = "failed" if result.error is not None and result.reward is None else "finished"
+        status: JobStatus = ended_status(result)
         if job.interrupting:
             status, result.error, result.error_kind, result.reward = "interrupted", INTERRUPTED, "internal", None
         elif cancelled:
@@ -324,7 +324,7 @@ class JobManager:
     def _unstarted(self, job: Job) -> RolloutResult:
         request = job.prepared.request
         return RolloutResult(rollout_id=job.id, task_id=request.task.task_id, harness=job.prepared.harness.name, mode=request.mode,
-                             error=NOT_STARTED, error_kind="internal")
+                             error=NOT_STARTED, error_kind="cancelled")
 
     def cancel_local(self, job: Job) -> None:
         """Cancel a job of this server once (a second cancel would cut its clean-up short)."""

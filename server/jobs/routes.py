@@ -25,10 +25,11 @@ from harness_env.models import (
     RolloutJob,
     RolloutPage,
 )
+from harness_env.models.jobs import ROLLOUT_ID_PATTERN
 from harness_env.server.jobs.manager import JobManager
 
 KEEP_ALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
-RolloutId = Annotated[str, Path(min_length=1, max_length=32, pattern=r"^[0-9a-f]+$", description="the rollout's id")]
+RolloutId = Annotated[str, Path(pattern=ROLLOUT_ID_PATTERN, description="the rollout's id")]
 IdempotencyKey = Annotated[str | None, Header(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_CHARS, pattern=r"^[\x21-\x7e]+$",
                                               description="a key of the caller's choosing: a submission repeated with the same key "
                                               "runs nothing new and answers the first one's id")]

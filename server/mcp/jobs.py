@@ -15,8 +15,9 @@ from pydantic import Field
 
 from harness_env.core.errors import HarnessEnvError
 from harness_env.models import MAX_IDEMPOTENCY_KEY_CHARS, MAX_WAIT_S, Detail, RolloutAccepted, RolloutJob
+from harness_env.models.jobs import is_rollout_id
 from harness_env.server.jobs.manager import JobManager
-from harness_env.server.mcp.rollout import ArgumentsAsSent, rollout_args, rpc_result, run_rollout_schema
+from harness_env.server.mcp.rollout import ArgumentsAsSent, rollout_args, rpc_result, run_rollout_tool_schema
 
 SUBMIT_DESCRIPTION = (
     "Submit one rollout (the arguments of run_rollout, plus an optional idempotency_key) and get its rollout_id at once; "
@@ -31,12 +32,11 @@ GET_DESCRIPTION = (
 
 
 def submit_schema() -> dict[str, Any]:
-    """run_rollout's input schema with idempotency_key in place of detail."""
-    schema = run_rollout_schema()
+    """run_rollout's input schema (as listed) with idempotency_key in place of detail."""
+    schema = run_rollout_tool_schema()
     schema["properties"].pop("detail", None)
-    schema["properties"]["idempotency_key"] = {
-        "anyOf": [{"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY_CHARS}, {"type": "null"}], "default": None,
-        "description": "a key of your choosing: a submission repeated with the same key runs nothing new"}
+    schema["properties"]["idempotency_key"] = {"type": ["string", "null"], "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY_CHARS,
+                                               "description": "a key of yours: the same key again runs nothing new"}
     return schema
 
 
@@ -73,7 +73,7 @@ class JobTools:
             raise ToolError(str(e)) from None
 
     async def get(self, rollout_id: str, detail: Detail = "summary", wait_s: float = 0.0) -> RolloutJob:
-        if not (isinstance(rollout_id, str) and 0 < len(rollout_id) <= 32 and all(c in "0123456789abcdef" for c in rollout_id)):
+        if not is_rollout_id(rollout_id):
             raise ToolError("rollout_id must be a rollout's id (hexadecimal, as submit_rollout or run_rollout gave it)")
         if detail not in ("summary", "full") or not isinstance(wait_s, (int, float)) or not 0 <= wait_s <= MAX_WAIT_S:
             raise ToolError(f"detail must be 'summary' or 'full', wait_s a number of seconds from 0 to {MAX_WAIT_S:g}")

@@ -2,7 +2,8 @@
 
 Arguments: the rollout's own (RolloutArgs) and `detail`, the tool's own argument, declared here
 once. The tool's input schema and description are derived from those fields and each harness's own
-options model (run_rollout_schema, run_rollout_description), never restated.
+options model (run_rollout_schema, run_rollout_description), never restated; the schema is listed
+compactly (run_rollout_tool_schema: the advanced options in one nested `options` object).
 
 Answers: an agent calling the tool gets the rollout's summary (models_summary: at most 16 KB)
 unless it asks for `detail="full"`. Either way the data comes once: an MCP answer carries it as
@@ -13,7 +14,6 @@ OpenEnv's MCPToolClient reads it.
 
 from __future__ import annotations
 
-import inspect
 import json
 import types
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -30,7 +30,6 @@ from harness_env.models import (
     MAX_SUMMARY_BYTES,
     Detail,
     RolloutArgs,
-    RolloutOptions,
     RolloutResult,
     RolloutSummary,
     harness_options_models,
@@ -62,7 +61,7 @@ def rollout_args(arguments: dict[str, Any]) -> RunRolloutArgs:
     """run_rollout's arguments as sent, checked by RunRolloutArgs: those given as null are left to
     their defaults, a list or object sent as JSON text is read."""
     args = {}
-    for name, value in arguments.items():
+    for name, value in _with_options_unnested(arguments).items():
         if name in _JSON_ARGS and isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
             try:
                 value = json.loads(value)
@@ -76,6 +75,28 @@ def rollout_args(arguments: dict[str, Any]) -> RunRolloutArgs:
         raise ToolError(describe_validation_error(e)) from None
 
 
+def _with_options_unnested(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The advanced options sent under `options` (the tool schema's group) beside the others: every
+    option may also be sent at the top, as before; one given both ways is refused."""
+    if "options" not in arguments:
+        return arguments
+    arguments = dict(arguments)
+    nested = arguments.pop("options")
+    if isinstance(nested, str) and nested.lstrip()[:1] == "{":
+        try:
+            nested = json.loads(nested)
+        except (json.JSONDecodeError, RecursionError):
+            pass
+    if nested is None:
+        return arguments
+    if not isinstance(nested, dict):
+        raise ToolError("invalid request: options must be an object of advanced options (their names as in the schema)")
+    twice = sorted(set(nested) & set(arguments))
+    if twice:
+        raise ToolError(f"invalid request: {', '.join(twice)} given both in options and at the top: give it once")
+    return {**arguments, **nested}
+
+
 class ArgumentsAsSent(ArgModelBase):  # run_rollout's arguments as sent: RunRolloutArgs checks them, not the SDK
     model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
 
@@ -84,23 +105,17 @@ class ArgumentsAsSent(ArgModelBase):  # run_rollout's arguments as sent: RunRoll
 
 
 RUN_ROLLOUT_SUMMARY = (
-    "Run one rollout of a coding-agent harness on a task; returns its summary (reward, error, reward notes, phases, the "
-    f"agent's final text, counts of model calls, tokens and tool calls, files changed; at most {MAX_SUMMARY_BYTES // 1024} KB), "
-    "or with detail='full' the whole RolloutResult (captured turns with token ids and logprobs, file contents, logs). "
-    "A failed rollout is a result with `error`. Each argument's meaning and default are in the input schema; endpoint "
-    "(a catalog shorthand) or base_url + model name the policy."
+    "Run one rollout of a coding-agent harness on a task; returns its summary (reward, error, phases, the agent's final "
+    f"text, counts, files changed; at most {MAX_SUMMARY_BYTES // 1024} KB), or with detail='full' the whole result (turns "
+    "with token ids and logprobs). A failed rollout is a result with `error`. endpoint (a catalog shorthand) or base_url + "
+    "model name the policy. Advanced options go in `options`; each is described in the server's GET /schema (`action`)."
 )
 
 
 def run_rollout_description() -> str:
-    """What the tool does, the task family option, and each harness's own options (its options
-    model's docstring)."""
-    fields = RolloutOptions.model_fields
-    parts = [RUN_ROLLOUT_SUMMARY, f"task_family: {fields['task_family'].description}; family_options: {fields['family_options'].description}."]
-    for name, model in harness_options_models().items():
-        key = HARNESS_OPTIONS + (f" (or {name})" if name in LEGACY_OPTION_KEYS else "")
-        parts.append(f"harness={name!r} takes its own options in {key}: {' '.join(inspect.cleandoc(model.__doc__ or '').split())}")
-    return " ".join(parts)
+    """What the tool does, and which harnesses take options of their own (harness_options)."""
+    own = ", ".join(f"{name} ({', '.join(model.model_fields)})" for name, model in harness_options_models().items())
+    return f"{RUN_ROLLOUT_SUMMARY} options.{HARNESS_OPTIONS}: a harness's own options: {own}."
 
 
 def run_rollout_schema() -> dict[str, Any]:
@@ -117,6 +132,55 @@ def run_rollout_schema() -> dict[str, Any]:
             props[name] = {**refs[-1], "description": f"the former name of {HARNESS_OPTIONS}, for harness={name!r}"}
     props[HARNESS_OPTIONS] = {k: v for k, v in props[HARNESS_OPTIONS].items() if k != "anyOf"} | {"anyOf": [*refs, {"type": "null"}]}
     return schema
+
+
+# The arguments an agent sees first (OpenEnv pi_env's, the task, the policy): every other option
+# is listed under `options` with its type and default only, so the tool costs an agent's context
+# a few KB; run_rollout_schema (every description) stays the reference, and GET /schema serves it.
+TOOL_TOP = ("instruction", "endpoint", "base_url", "api_key", "model", "harness", "mode", "setup", "verify", "files", "task_id",
+            "agent_timeout_s", "max_tokens_cap", "top_logprobs", "disable_thinking", "detail")
+SHORT_CHARS = 60
+OPTIONS_DESCRIPTION = "advanced options (limits, sampling and capture, reward, sandbox, the harness's own)"
+
+
+def short(description: str) -> str:
+    """A description's first clause, cut to SHORT_CHARS at a word (before a parenthesis it would
+    leave open)."""
+    text = description.split("; ")[0]
+    if len(text) <= SHORT_CHARS:
+        return text
+    cut = text[:SHORT_CHARS + 1].rsplit(" ", 1)[0]
+    if cut.count("(") > cut.count(")"):
+        cut = cut[:cut.rindex("(")]
+    return cut.rstrip(" ,:") + " ..."
+
+
+def _brief(prop: dict[str, Any], described: bool) -> dict[str, Any]:
+    """A property of run_rollout_schema as the tool lists it: its type (null allowed when it was),
+    enum, items, its default when it has one, and if `described` its bounds and a short
+    description (an advanced option's bounds are checked all the same, and said when broken)."""
+    kinds = prop.get("anyOf", [prop])
+    shape = next((k for k in kinds if k.get("type") != "null"), prop)
+    nullable = any(k.get("type") == "null" for k in kinds)
+    out: dict[str, Any] = {}
+    kind = shape.get("type", "object" if "$ref" in shape else None)  # a harness's options model
+    if kind is not None:
+        out["type"] = [kind, "null"] if nullable else kind
+    out.update({k: shape[k] for k in ("enum", "items", *(("minimum", "maximum", "exclusiveMinimum") if described else ())) if k in shape})
+    if prop.get("default") not in (None, "", {}, []):
+        out["default"] = prop["default"]
+    if described and prop.get("description"):
+        out["description"] = short(prop["description"])
+    return out
+
+
+def run_rollout_tool_schema() -> dict[str, Any]:
+    """run_rollout's input schema as listed: TOOL_TOP described briefly, the rest in `options`."""
+    props = run_rollout_schema()["properties"]
+    listed = {name: _brief(props[name], True) for name in TOOL_TOP}
+    nested = {name: _brief(p, False) for name, p in props.items() if name not in TOOL_TOP}
+    listed["options"] = {"type": "object", "description": OPTIONS_DESCRIPTION, "properties": nested, "additionalProperties": False}
+    return {"type": "object", "properties": listed, "additionalProperties": False}
 
 
 # -- answers -------------------------------------------------------------------------------------

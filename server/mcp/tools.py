@@ -5,7 +5,8 @@ with progress notifications per phase when asked for; and OpenEnv's MCPToolClien
 plain JSON-RPC without the MCP handshake and holds a WebSocket at /ws (server/mcp/openenv.py).
 
 `run_rollout`'s input schema and description are derived from the option fields (RolloutArgs and
-each harness's own options model), never restated, and RolloutArgs checks its arguments: every
+each harness's own options model), never restated, and listed in at most 4 KB (advanced options
+grouped under `options`: server/mcp/rollout.py); RolloutArgs checks its arguments: every
 surface accepts the same names (former ones too) and refuses bad ones with the same one line. Its
 own argument `detail` says how much comes back: the rollout's summary (16 KB at most) or the whole
 result, the data once either way (server/mcp/rollout.py). A failed rollout is a result with
@@ -57,7 +58,7 @@ from harness_env.server.mcp.rollout import (
     rollout_args,
     run_rollout_description,
     run_rollout_output_schema,
-    run_rollout_schema,
+    run_rollout_tool_schema,
     tool_result,
 )
 from harness_env.server.service import RolloutService
@@ -133,7 +134,7 @@ class McpToolServer:
 
         self.mcp.add_tool(run_rollout, name="run_rollout", description=run_rollout_description())
         tool = self.mcp._tool_manager.get_tool("run_rollout")
-        tool.parameters = run_rollout_schema()
+        tool.parameters = run_rollout_tool_schema()
         # The answer is built here (CallToolResult); its schema covers both details.
         tool.fn_metadata = tool.fn_metadata.model_copy(
             update={"arg_model": ArgumentsAsSent, "output_schema": run_rollout_output_schema(), "output_model": RunRolloutAnswer})

@@ -25,6 +25,7 @@ import gradio as gr
 
 from harness_env.core.errors import HarnessEnvError
 from harness_env.models import PhaseEvent, RolloutResult
+from harness_env.models.jobs import ended_status
 from harness_env.server.service import RolloutService
 from harness_env.server.web import render
 from harness_env.server.web.examples import example_names, get_example
@@ -358,7 +359,7 @@ class WebPage:
             if result is not None:
                 result = RolloutResult.model_validate(render.redact(result.model_dump(mode="json"), secrets))
             wall = time.monotonic() - t0
-            state = "cancelled" if cancelled else (f"not run: {error}" if error else "finished")
+            state = f"not run: {error}" if error else "cancelled" if cancelled or result is None else ended_status(result)
             if cancelled:
                 log.append(f"{wall:7.2f}s  cancelled; the sandbox was cleaned up")
             key = f"{len(history) + 1}-{int(time.time())}"

@@ -18,6 +18,7 @@ from html import escape
 from typing import Any
 
 from harness_env.models import CommandResult, PhaseEvent, RolloutResult
+from harness_env.models.jobs import ended_status
 from harness_env.server.web.render_evidence import (
     MAX_STEP_MESSAGE_CHARS,
     MAX_TRAJECTORY_STEPS,
@@ -180,12 +181,12 @@ HISTORY_HEADERS = ["#", "reward", "harness", "duration (s)", "status", "error ki
 
 
 def history_row(n: int, result: RolloutResult | None, harness: str, wall_s: float, instruction: str, cancelled: bool = False) -> list[Any]:
-    """A history row: how the run ended (finished, cancelled, no result) and, apart, the error
-    kind a finished run reported ("-" for none)."""
+    """A history row: how the run ended (its status as the Rollouts tab shows it, or no result)
+    and, apart, the error kind it reported ("-" for none)."""
     if result is None:
         reward, status, kind = "-", "cancelled" if cancelled else "no result", "-"
     else:
-        reward, status, kind = format_reward(result.reward), "finished", result.error_kind or "-"
+        reward, status, kind = format_reward(result.reward), ended_status(result), result.error_kind or "-"
     task = instruction.strip().splitlines()[0][:60] if instruction.strip() else ""
     return [n, reward, harness, round(wall_s, 2), status, kind, task]
 

@@ -169,3 +169,30 @@ async def test_async_client_submit_events_wait_and_a_cut_mid_events(server, poli
         assert runs_of(policy_server, "async-events") == 1
     finally:
         proxy.close()
+
+
+async def test_bad_arguments_and_unknown_ids_are_one_clear_error_and_run_many_files_them_as_invalid(server, policy_server) -> None:
+    good = args(policy_server, "clear-errors", QUICK)
+    bad = {**good, "max_turns": 0}
+    with HarnessEnv(server.url) as env:
+        for call in (env.run_rollout, env.submit):
+            with pytest.raises(HarnessEnvClientError) as refused:
+                call(bad)
+            assert (refused.value.status, str(refused.value)) == (422, "422: invalid request: max_turns: Input should be greater than or equal to 1")
+        with pytest.raises(HarnessEnvClientError) as listed:
+            env.list_rollouts(status=["lost"])  # refused by the server itself: its list of problems, as one line
+        assert listed.value.status == 422 and listed.value.message.startswith("invalid request: status") and "\n" not in listed.value.message
+        for rollout_id in ("0123456789ab", "not-an-id"):
+            for call in (env.get, env.wait, env.cancel, lambda i: list(env.events(i))):
+                with pytest.raises(HarnessEnvClientError) as missing:
+                    call(rollout_id)
+                assert missing.value.status == 404 and "no rollout" in missing.value.message, missing.value
+        results = list(env.run_many([bad, good], concurrency=2))
+        assert sorted((r.error_kind or "-", r.reward) for r in results) == [("-", 1.0), ("invalid_request", None)]
+    async with AsyncHarnessEnv(server.url) as aenv:
+        [refused_result] = [r async for r in aenv.run_many([bad])]
+        assert refused_result.error_kind == "invalid_request" and "max_turns" in (refused_result.error or "")
+        with pytest.raises(HarnessEnvClientError) as missing:
+            await aenv.get("not-an-id")
+        assert missing.value.status == 404
+    assert runs_of(policy_server, "clear-errors") == 1

@@ -1,6 +1,7 @@
-"""The README's examples, run as written against a server started as the README says
-(`VLLM_URL=... VLLM_MODEL=Qwen/Qwen3-8B harness-env serve`): only the addresses are changed, to
-the test's server and scripted policy."""
+"""The Python examples of the README and docs/server.md, run as written against a server started
+as the README says (`VLLM_URL=... VLLM_MODEL=Qwen/Qwen3-8B harness-env serve`): only the
+addresses are changed, to the test's server and scripted policy. Every Python example of those
+pages carries a marker (`<!-- client-example -->`, `<!-- mcp-example -->`), so none goes unrun."""
 
 import os
 import re
@@ -11,28 +12,49 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.e2e
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-CLIENT = re.findall(r"<!-- client-example -->\n```python\n(.*?)```", README, re.S)
-MCP = re.findall(r"<!-- mcp-example -->\n```python\n(.*?)```", README, re.S)
-CLI = re.findall(r"<!-- cli-example -->\n```bash\n(.*?)```", README, re.S)
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = {name: (ROOT / name).read_text() for name in ("README.md", "docs/server.md")}
+README = PAGES["README.md"]
+
+
+def examples(kind: str, lang: str = "python") -> list[tuple[str, str]]:
+    """(page, code) of every example of a kind, page by page."""
+    return [(name, code) for name, text in PAGES.items() for code in re.findall(rf"<!-- {kind}-example -->\n```{lang}\n(.*?)```", text, re.S)]
+
+
+CLIENT = examples("client")
+MCP = examples("mcp")
+CLI = [code for _, code in examples("cli", "bash")]
 SERVER = "http://127.0.0.1:8100"  # where the README's server listens
 VLLM = "http://127.0.0.1:8000/v1"  # where the README's policy is served
 MODEL = "Qwen/Qwen3-8B"
 WORK = [{"bash": "echo hello > hello.txt; touch file0.txt file1.txt file2.txt file3.txt"}, {"text": "done"}]
+ROLLOUTS = {("README.md", "HarnessEnv("): 1, ("README.md", "AsyncHarnessEnv("): 4, ("docs/server.md", "env.submit("): 1}
+
+
+def _rollouts(page: str, code: str) -> int:
+    """How many rollouts a client example runs (each prints its reward)."""
+    [n] = [n for (p, mark), n in ROLLOUTS.items() if p == page and mark in code and not (mark == "HarnessEnv(" and "AsyncHarnessEnv(" in code)]
+    return n
 
 
 def test_there_are_the_examples_the_tests_run():
-    assert len(CLIENT) == 2 and "HarnessEnv(" in CLIENT[0] and "AsyncHarnessEnv(" in CLIENT[1]
-    assert len(MCP) == 1 and len(CLI) == 1
-    for example in (*CLIENT, *MCP):
+    assert [p for p, _ in CLIENT] == ["README.md", "README.md", "docs/server.md"]
+    assert [p for p, _ in MCP] == ["README.md", "docs/server.md", "docs/server.md"] and len(CLI) == 1
+    for name, text in PAGES.items():  # an unmarked Python example would not be run
+        assert text.count("```python\n") == len([p for p, _ in (*CLIENT, *MCP) if p == name]), name
+    for _, example in (*CLIENT, *MCP):
         assert SERVER in example
     assert VLLM in CLI[0] and MODEL in CLI[0] and f"VLLM_MODEL={MODEL}" in README
 
 
-def _run_python(code: str) -> str:
+def _run_python(code: str) -> tuple[str, str]:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert p.returncode == 0, p.stderr
-    return p.stdout
+    # A library's complaint (the MCP SDK logs an ERROR when a progress callback cannot be awaited)
+    # is a broken example even when it exits 0.
+    assert "ERROR" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+    return p.stdout, p.stderr
 
 
 @pytest.fixture
@@ -41,17 +63,37 @@ def readme_server(start_server, policy_server):
     return start_server(env={"VLLM_URL": policy_server.base_url, "VLLM_MODEL": MODEL})
 
 
-@pytest.mark.parametrize("index", [0, 1])
-def test_readme_client_example_runs(index, readme_server):
-    out = _run_python(CLIENT[index].replace(SERVER, readme_server.url))
-    rewards = re.findall(r"reward (\S+)", out)
+@pytest.mark.parametrize("index", range(len(CLIENT)))
+def test_client_example_runs(index, readme_server):
+    page, code = CLIENT[index]
+    out, _ = _run_python(code.replace(SERVER, readme_server.url))
+    rewards = re.findall(r"(?:^|\s)reward (\S+)", out, re.M)  # as printed: not an event's "detail='reward 1.0'"
     assert rewards and all(r == "1.0" for r in rewards), out
-    assert len(rewards) == (1 if index == 0 else 4)
+    assert len(rewards) == _rollouts(page, code)
 
 
-def test_readme_mcp_example_runs(readme_server):
-    out = _run_python(MCP[0].replace(SERVER, readme_server.url))
-    assert out.strip() == "reward 1.0"
+@pytest.mark.parametrize("index", range(len(MCP)))
+def test_mcp_example_runs(index, readme_server):
+    _, code = MCP[index]
+    out, _ = _run_python(code.replace(SERVER, readme_server.url))
+    lines = out.strip().splitlines()
+    assert lines[-1] == "reward 1.0", out
+    if "progress_callback" in code:  # one line per phase, as they happened
+        phases = [line.split()[1].rstrip(":") for line in lines[:-1]]
+        assert phases[0] == "endpoint" and "agent" in phases and phases[-1] in ("collect", "done"), out
+
+
+def test_the_pages_name_every_mcp_tool_the_server_lists(readme_server):
+    code = ("import asyncio\nfrom mcp import ClientSession\nfrom mcp.client.streamable_http import streamable_http_client\n"
+            "async def main():\n    async with streamable_http_client(%r) as (r, w, _):\n        async with ClientSession(r, w) as s:\n"
+            "            await s.initialize()\n            print(' '.join(t.name for t in (await s.list_tools()).tools))\n"
+            "asyncio.run(main())\n") % (readme_server.url + "/mcp")
+    tools = set(_run_python(code)[0].split())
+    count = {4: "four", 5: "five", 6: "six", 7: "seven"}[len(tools)]
+    said = re.search(r"`/mcp` serves .*? with (\w+) tools: (.*?)\. `run_rollout`", README, re.S)
+    assert said and said.group(1) == count and set(re.findall(r"`(\w+)`", said.group(2))) == tools, said and said.group(0)
+    row = next(line for line in PAGES["docs/server.md"].splitlines() if line.startswith("| `/mcp` |"))
+    assert set(re.findall(r"`(\w+)`", row.split("Tools:")[1].split(".")[0])) == tools
 
 
 def test_readme_cli_example_runs(tmp_path, policy_server):

@@ -11,7 +11,7 @@ from harness_env.evals.atif import build_trajectory, trajectory_of
 from harness_env.evals.export import export, upload_plan
 from harness_env.evals.run import attempt_path, write_atomic
 from harness_env.models import RolloutResult, Turn
-from harness_env.storage import pack
+from harness_env.storage import ROW_COLUMNS, pack
 
 
 def _result(**kw):
@@ -49,9 +49,10 @@ def test_the_card_and_the_upload_plan(tmp_path):
     write_atomic(attempt_path(out, "t1", 0), json.dumps(pack(_result())))
     target = export(out, "jsonl")
     rows = [json.loads(line) for line in (target / "rows.jsonl").read_text().splitlines()]
-    assert rows == [{"task_id": "t1", "attempt": 0, "rollout_id": "r1", "branch": 0, "prompt_ids": [1, 2], "completion_ids": [3, 4, 5, 6],
-                     "loss_mask": [1, 1, 0, 1], "logprobs": [-0.1, -0.2, 0.0, -0.3], "reward": 1.0, "trainable": True,
-                     "mask_sample": False}]
+    assert rows == [{"task_id": "t1", "attempt": 0, "rollout_id": "r1", "branch": 0, "turn_indices": [0, 1], "prompt_ids": [1, 2],
+                     "completion_ids": [3, 4, 5, 6], "loss_mask": [1, 1, 0, 1], "logprobs": [-0.1, -0.2, 0.0, -0.3], "reward": 1.0,
+                     "trainable": True, "untrainable_reason": None, "mask_sample": False, "stale": False}]
+    assert tuple(rows[0]) == ROW_COLUMNS  # as `harness-env run --rows-out` writes them
     card = (target / "README.md").read_text()
     assert card.startswith("---\nconfigs:\n- config_name: results\n  data_files: results.jsonl\n") and "`t1`" in card and "model `m`" in card
     plan = upload_plan(target, "me/evals")

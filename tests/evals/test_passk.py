@@ -38,3 +38,11 @@ def test_infrastructure_failures_are_left_out_of_the_denominators():
     assert (a["masked_share"], s["tasks"]["b"]["masked_share"], o["masked_share"]) == (pytest.approx(1 / 3), 1.0, 0.5)
     text = table(s)
     assert "pass@3" in text and "overall" in text and "2 of 4 attempts (50.0% masked)" in text
+
+
+def test_a_cancelled_attempt_is_no_infrastructure_failure():
+    s = summarize({"a": [Outcome(1.0), Outcome(None, "cancelled"), Outcome(None, "endpoint")]}, 3, 1.0)
+    a = s["tasks"]["a"]
+    assert (a["scored"], a["infra_failures"], a["mean_reward"]) == (1, 1, 1.0)
+    assert a["errors"] == {"cancelled": 1, "endpoint": 1} and s["overall"]["infra_failures"] == 1
+    assert a["masked_share"] == s["overall"]["masked_share"] == pytest.approx(2 / 3)  # neither votes nor trains

@@ -73,7 +73,7 @@ async def test_mcp_list_tasks_and_confinement(harbor_server, tasks):
             tools = {t.name: t for t in (await session.list_tools()).tools}
             assert "list_tasks" in tools
             run_schema = tools["run_rollout"].inputSchema
-            assert "harbor" in run_schema["properties"] and "instruction" not in run_schema.get("required", [])
+            assert "harbor" in run_schema["properties"]["options"]["properties"] and "instruction" not in run_schema.get("required", [])
 
             out = await session.call_tool("list_tasks", {"dataset": "suite"})
             assert not out.isError, out.content

@@ -46,6 +46,17 @@ def test_a_server_on_a_space_serves_its_public_origin_and_runs_rollouts_over_loo
     assert "web UI     https://me-harness-env.hf.space/web" in printed
 
 
+@pytest.mark.e2e
+def test_serve_prints_its_start_and_stop_lines_once(start_server):
+    """The capture proxy's own listeners are uvicorn servers inside the app's: their start and
+    stop lines must not repeat the server's."""
+    server = start_server(env={"HARNESS_ENV_LOG_LEVEL": "info"})
+    assert httpx.get(server.url + "/health").status_code == 200
+    printed = server.stop()
+    for line in ("serving on", "Started server process", "Application startup complete", "Shutting down", "Finished server process"):
+        assert printed.count(line) == 1, (line, printed)
+
+
 def test_serve_raises_the_open_files_limit_to_the_hard_one() -> None:
     """A soft limit of 256 would refuse sockets and pipes at about a dozen rollouts."""
     code = ("import resource, json; soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE); "

@@ -112,13 +112,18 @@ def test_cancel_running_and_queued_and_busy_refused_at_once(start_server, policy
 
     gone = httpx.delete(f"{server.url}/rollouts/{queued}", timeout=30).json()
     assert gone["status"] == "cancelled" and gone["summary"]["error"] == "cancelled before it started" and gone["reward"] is None
+    assert gone["error_kind"] == "cancelled"  # a user's cancel, not a failure of the server
     # The key of a refused submission was never taken: the retry is accepted.
     retried = httpx.post(server.url + "/rollouts", json=args(policy_server, "slow-3", SLOW), headers={"idempotency-key": "busy"})
     assert retried.status_code == 202
     httpx.delete(f"{server.url}/rollouts/{retried.json()['rollout_id']}", timeout=30)
     cancelled = httpx.delete(f"{server.url}/rollouts/{running}", timeout=30).json()
-    assert cancelled["status"] == "cancelled" and cancelled["error_kind"] == "internal" and cancelled["reward"] is None
+    assert cancelled["status"] == "cancelled" and cancelled["error_kind"] == "cancelled" and cancelled["reward"] is None
     assert "cancelled" in cancelled["error"]
+    listed = {i["rollout_id"]: i["error_kind"] for i in httpx.get(server.url + "/rollouts").json()["items"]}
+    assert listed[running] == listed[queued] == "cancelled"  # as the store keeps it (the Rollouts tab's list)
+    metrics = httpx.get(server.url + "/metrics").text
+    assert 'error_kind="cancelled"' in metrics and 'error_kind="internal"' not in metrics
     server.assert_no_rollout_left()  # its sleep and its directory are gone
     assert httpx.delete(f"{server.url}/rollouts/{running}").json()["status"] == "cancelled"  # an ended one stays as it is
     events = sse_events(f"{server.url}/rollouts/{running}/events")

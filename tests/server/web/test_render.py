@@ -137,9 +137,12 @@ def test_log_line_and_history_row():
     assert render.log_line(PhaseEvent(rollout_id="r", phase="setup", status="started", elapsed_s=0)) == "   0.00s  setup    started"
     assert render.history_row(2, _result(), "pi", 1.5, "Write a.txt\nmore") == [2, "1.0", "pi", 1.5, "finished", "-", "Write a.txt"]
     assert render.history_row(3, None, "pi", 0.7, "x", cancelled=True)[4:6] == ["cancelled", "-"]
-    # How the run ended and the error kind it reported are separate columns.
+    # How the run ended (the status the store and the Rollouts tab show) and the error kind it
+    # reported are separate columns.
     failed = render.history_row(4, _result(reward=None, error="x", error_kind="endpoint"), "pi", 1.0, "x")
-    assert failed[4:6] == ["finished", "endpoint"] and len(render.HISTORY_HEADERS) == len(failed)
+    assert failed[4:6] == ["failed", "endpoint"] and len(render.HISTORY_HEADERS) == len(failed)
+    graded = render.history_row(5, _result(reward=0.0, error="killed", error_kind="agent_timeout"), "pi", 1.0, "x")
+    assert graded[4:6] == ["finished", "agent_timeout"]
 
 
 def test_redact_and_json():
