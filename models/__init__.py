@@ -70,6 +70,7 @@ from harness_env.models.options import (
 )
 from harness_env.models.results import (
     AGENT_CAUSED_KINDS,
+    LINK_KINDS,
     CaptureLevel,
     CommandResult,
     DatasetTaskInfo,
@@ -77,6 +78,7 @@ from harness_env.models.results import (
     GraphSummary,
     HarnessInfo,
     HarnessRunInfo,
+    LinkKind,
     Phase,
     PhaseEvent,
     RolloutResult,
@@ -93,7 +95,8 @@ __all__ = [
     "MAX_FILES", "MAX_INSTRUCTION_CHARS", "MAX_MAPPING_CHARS", "MAX_NAME_BYTES", "MAX_NESTING", "MAX_PATH_CHARS",
     "MAX_TOTAL_FILE_CHARS", "NAMED_TASK_INSTRUCTION", "NO_MODEL_ENDPOINT", "OPTION_GROUPS", "SURROGATE", "CaptureLevel", "CheckedText",
     "CommandResult", "DatasetTaskInfo", "Endpoint",
-    "AGENT_CAUSED_KINDS", "ErrorKind", "GraphSummary", "HarnessInfo", "HarnessOptions", "HarnessRunInfo", "Mode", "Phase", "PhaseEvent",
+    "AGENT_CAUSED_KINDS", "ErrorKind", "GraphSummary", "HarnessInfo", "HarnessOptions", "HarnessRunInfo", "LINK_KINDS", "LinkKind", "Mode",
+    "Phase", "PhaseEvent",
     "RolloutArgs", "RolloutOptions", "RolloutRequest", "RolloutResult", "ServedBy", "Task", "TopLogprob", "TrainingRow", "Turn",
     "TurnPurpose", "bounded_mapping", "check_http_url", "check_text", "harness_options_model", "harness_options_models", "option", "option_group",
     "url_authority", "url_without_credentials",

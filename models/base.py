@@ -8,6 +8,7 @@ shallow enough to copy and serialise.
 
 from __future__ import annotations
 
+import ipaddress
 import posixpath
 import re
 from typing import Any, Literal
@@ -62,6 +63,16 @@ def _check_file_tree(paths: list[str]) -> None:
             if parent in seen:
                 raise ValueError(f"{parent!r} is both a file and the directory of {path!r}; rename one of them")
             parent = posixpath.dirname(parent)
+
+
+def is_loopback(host: str) -> bool:
+    """`host` (a name or an address, without port or brackets) is this machine's loopback."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def url_authority(url: str) -> str:

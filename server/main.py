@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import resource
@@ -13,21 +12,13 @@ import uvicorn
 
 from harness_env.core.distribution import package_version
 from harness_env.core.procs import make_undumpable
+from harness_env.models.base import is_loopback
 from harness_env.server.app import create_app
 from harness_env.server.jobs.upkeep import Retention
 from harness_env.server.loop_lag import freeze_long_lived
 from harness_env.server.store import STORE_URL_VAR, data_dir_problem, default_data_dir
 
 OPEN_FILES_WANTED = 16384  # about 20 descriptors per rollout, for several hundred at once
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_exposure(host: str, token: str | None, allow_unauthenticated: bool) -> str | None:

@@ -13,7 +13,6 @@ leaves nothing, and what a killed server left is swept at the next start (sweep.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ from harness_env.core.errors import SandboxError
 from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.host import sandboxes_root
 from harness_env.core.sandbox.lease import TEMP_DIR_PREFIX, lease_path, write_lease
+from harness_env.models.base import is_loopback
 
 LOCAL_TRANSPORTS = ("oci:", "oci-archive:", "docker-archive:")
 PULL_TIMEOUT_S = 1800.0
@@ -59,12 +59,7 @@ def _is_loopback(registry: str) -> bool:
         host = registry[1:registry.index("]")]
     else:
         host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(host)
 
 
 def source_of(ref: str) -> tuple[str, bool]:
