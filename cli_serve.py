@@ -83,12 +83,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         retention = Retention.from_env(args.retention_max_age, args.retention_max_size)
     except ValueError as e:
         bad_input(str(e))
-    from harness_env.core.sandbox.backends import BACKEND_VAR, SANDBOX_BACKENDS, default_backend
+    from harness_env.core.errors import InvalidRequestError
+    from harness_env.core.sandbox.backends import BACKEND_VAR, check_backend, default_backend
 
-    backend = args.sandbox_backend or default_backend()
-    if backend not in SANDBOX_BACKENDS:
-        given = "--sandbox-backend" if args.sandbox_backend else f"${BACKEND_VAR}"
-        bad_input(f"unknown {given} {backend!r}; choose one of: {', '.join(sorted(SANDBOX_BACKENDS))}")
+    try:  # before anything starts: the server would refuse it at start-up, less plainly
+        check_backend(args.sandbox_backend or default_backend(), "--sandbox-backend" if args.sandbox_backend else f"${BACKEND_VAR}")
+    except InvalidRequestError as e:
+        bad_input(str(e))
     ray_flags = [f for f in ("ray_address", "replicas", "min_replicas", "max_replicas") if getattr(args, f) is not None]
     if args.ray:
         return _serve_on_ray(args)

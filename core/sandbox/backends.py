@@ -46,9 +46,14 @@ def default_backend() -> str:
     return os.environ.get(BACKEND_VAR) or DEFAULT_BACKEND
 
 
+def check_backend(name: str, given: str = "sandbox backend") -> str:
+    """`name` when registered; else InvalidRequestError naming the registered ones (`given`: what
+    named it, as the user wrote it)."""
+    if name not in SANDBOX_BACKENDS:
+        raise InvalidRequestError(f"unknown {given} {name!r}; choose one of: {', '.join(sorted(SANDBOX_BACKENDS))}")
+    return name
+
+
 def sandbox_factory(name: str, settings: SandboxSettings) -> SandboxFactory:
     """The factory of backend `name`; InvalidRequestError naming the registered ones when unknown."""
-    make = SANDBOX_BACKENDS.get(name)
-    if make is None:
-        raise InvalidRequestError(f"unknown sandbox backend {name!r}; choose one of: {', '.join(sorted(SANDBOX_BACKENDS))}")
-    return make(settings)
+    return SANDBOX_BACKENDS[check_backend(name)](settings)
