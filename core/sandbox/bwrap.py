@@ -64,6 +64,8 @@ class BwrapSpec:
     image_root: str | None = None  # host path of a task image's root (its overlay): bound at /
     host_dir: str = ""  # with image_root: where the host's system directories appear
     helpers: dict[str, list[str]] = field(default_factory=dict)  # program name -> argv prefix that starts it
+    # A task image's Env: set by `env` right before the command, after the drop to run_as.
+    inner_env: dict[str, str] = field(default_factory=dict)
 
 
 def bwrap_argv(bwrap: str, spec: BwrapSpec, command: list[str]) -> list[str]:
@@ -126,6 +128,8 @@ def bwrap_argv(bwrap: str, spec: BwrapSpec, command: list[str]) -> list[str]:
     if spec.capture_socket is not None:
         script = forwarder_script(spec.capture_port, spec.helpers.get("socat", ["socat"]), spec.helpers.get("sleep", ["sleep"]))
         argv += [*spec.helpers.get("bash", ["bash"]), "-c", script, "harness-env-net"]
+    if spec.inner_env:
+        argv += [*spec.helpers.get("env", ["env"]), *(f"{k}={v}" for k, v in spec.inner_env.items())]
     return argv + command
 
 

@@ -24,7 +24,8 @@ from harness_env.core.sandbox.host import mount_overlay, mount_tmpfs
 from harness_env.core.sandbox.images import TaskImage
 
 HOST_INSIDE = "/run/harness-env/host"  # the host's system directories, read-only, in an image's root
-HELPERS = ("setpriv", "bash", "socat", "sleep")
+HELPERS = ("setpriv", "bash", "socat", "sleep", "env")
+IMAGE_PRELOAD = "/etc/ld.so.preload"  # hidden in an image's root (/dev/null over it)
 LAYER_DIR = "image"  # below the rollout directory: upper, work and the merged root
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable
@@ -47,7 +48,13 @@ from harness_env.core.sandbox.host import (  # bwrap_available, sandboxes_root: 
     sandboxes_root,
     unmount_tree,
 )
-from harness_env.core.sandbox.imageroot import HOST_INSIDE, host_helpers, mount_image_root, seed_workspace
+from harness_env.core.sandbox.imageroot import (
+    HOST_INSIDE,
+    IMAGE_PRELOAD,
+    host_helpers,
+    mount_image_root,
+    seed_workspace,
+)
 from harness_env.core.sandbox.images import TaskImage, ensure_image
 from harness_env.core.sandbox.lease import lease_path, write_lease
 from harness_env.core.sandbox.limits import Limits, child_rlimits, entry_argv
@@ -64,6 +71,8 @@ PLAIN_UNSAFE_NOTE = (
     "policy; install it with `apt-get install bubblewrap`"
 )
 
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what `env NAME=VALUE` reads as an assignment
 
 class LocalSandbox:
     """One rollout's directory and processes. Create with `create_local_sandbox`."""
@@ -147,9 +156,20 @@ class LocalSandbox:
         )
         if self.image is None:
             return env
-        # The image's Env, under the sandbox's own variables; its PATH replaces the host's.
-        path = ":".join([*(extra_path or []), self.image.env.get("PATH") or SYSTEM_PATH])
-        return {**self.image.env, **env, "PATH": path, "PWD": self.default_cwd}
+        # The host's side (the entry shell, bwrap, and the helpers that run as root inside) gets the
+        # sandbox's own variables only: an image's LD_PRELOAD, GLIBC_TUNABLES or PATH would
+        # otherwise choose what they load and run. The image's Env applies after the drop to the
+        # sandbox's uid, to the image's programs alone (image_env).
+        return {**env, "PWD": self.default_cwd}
+
+    def image_env(self, given: dict[str, str], extra_path: list[str] | None = None) -> dict[str, str]:
+        """The image's Env for its programs, under what the sandbox and the caller set (`given`);
+        its PATH replaces the host's unless the caller gave one."""
+        assert self.image is not None
+        env = {k: v for k, v in self.image.env.items() if k not in given and ENV_NAME.fullmatch(k)}
+        if "PATH" not in given or given["PATH"] == self.base_env()["PATH"]:
+            env["PATH"] = ":".join([*(extra_path or []), self.image.env.get("PATH") or SYSTEM_PATH])
+        return env
 
     def verify_env(self) -> dict[str, str]:
         """Extra variables only verify commands get: where to write the reward, and a fresh HOME,
@@ -160,11 +180,13 @@ class LocalSandbox:
             env["GIT_DIR"] = "/dev/null"  # configs the walk never reached: no repository at all, rather than theirs
         return env
 
-    def _argv(self, cmd: str | list[str], cwd: str, open_network: bool) -> list[str]:
+    def _argv(self, cmd: str | list[str], cwd: str, open_network: bool, inner_env: dict[str, str] | None = None) -> list[str]:
         command = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         if not self._bwrap:
             return [*self._pid_namespace, *command]
-        files, dirs = etc_secrets() if self.image is None else ((), ())  # the host's /etc is not shown in an image
+        # The host's /etc is not shown in an image; the image's own ld.so.preload is hidden, as
+        # the helpers that run as root inside go through a loader that would read it.
+        files, dirs = etc_secrets() if self.image is None else ((IMAGE_PRELOAD,), ())
         writable = [str(self.root / d) for d in AGENT_DIRS]
         if self._verifying:
             writable.append(self.verify_home)
@@ -186,6 +208,7 @@ class LocalSandbox:
             image_root=self._image_root,
             host_dir=HOST_INSIDE,
             helpers=host_helpers() if self.image is not None else {},
+            inner_env=inner_env or {},
         )
         return bwrap_argv(self._bwrap, spec, command)
 
@@ -211,8 +234,9 @@ class LocalSandbox:
         full_env = self.base_env()
         full_env.update(env or {})
         full_env[MARKER_VAR] = self.sandbox_id  # callers cannot drop the marker
+        inner_env = self.image_env(full_env) if self.image is not None else None
         return await self._processes.run(
-            entry_argv(self._rlimits, self._cgroup.procs_files if self._cgroup is not None else [], self._argv(cmd, cwd, open_network)),
+            entry_argv(self._rlimits, self._cgroup.procs_files if self._cgroup is not None else [], self._argv(cmd, cwd, open_network, inner_env)),
             env=full_env,
             cwd=cwd if self.image is None else self.workspace,  # the host's side of it: cwd may exist only inside the image
             timeout=timeout,

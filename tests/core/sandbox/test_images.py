@@ -48,8 +48,12 @@ def _libraries(program: str) -> list[str]:
 def image_layout(tmp_path_factory) -> str:
     """oci:PATH:tiny, an image of bash (with its libraries), /usr/local/bin/only-in-image and a
     WorkingDir /srv/app holding seed.txt, a world-writable /data, and User 4242."""
+    return _build_image(tmp_path_factory.mktemp("image"))
+
+
+def _build_image(work: Path, env: tuple[str, ...] = (), files: dict[str, str] | None = None) -> str:
+    """The image of `image_layout`, with `env` ("NAME=VALUE") added to its config and `files` to its root."""
     _needs_tools()
-    work = tmp_path_factory.mktemp("image")
     layout, bundle = work / "layout", work / "bundle"
     _run("umoci", "init", "--layout", layout)
     _run("umoci", "new", "--image", f"{layout}:tiny")
@@ -72,10 +76,13 @@ def image_layout(tmp_path_factory) -> str:
     (rootfs / "data").mkdir()
     (rootfs / "data").chmod(0o1777)  # a directory of the image's that anyone may write: lands in each rollout's own layer
     (rootfs / "srv/app/seed.txt").write_text("from the image\n")
+    for name, content in (files or {}).items():
+        (rootfs / name.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (rootfs / name.lstrip("/")).write_text(content)
     _run("umoci", "repack", "--image", f"{layout}:tiny", bundle)
     _run("umoci", "config", "--image", f"{layout}:tiny", "--config.env", "PATH=/usr/local/bin:/usr/bin:/bin",
          "--config.env", "IMAGE_VAR=from-the-image", "--config.workingdir", "/srv/app",
-         "--config.user", "4242:4242")
+         "--config.user", "4242:4242", *(a for e in env for a in ("--config.env", e)))
     _run("umoci", "gc", "--layout", layout)
     return f"oci:{layout}:tiny"
 
@@ -247,3 +254,23 @@ def test_missing_skopeo_or_bubblewrap_is_one_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # a host without skopeo and umoci
     with pytest.raises(SandboxError, match="need skopeo, which is not installed here; install them: apt-get install skopeo umoci"):
         ensure_image("oci:/nowhere:tag")
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("needs_bwrap")
+async def test_an_images_loader_settings_reach_only_its_own_programs_never_what_runs_as_root(tmp_path):
+    """An image's Env (LD_PRELOAD, ...) and its /etc/ld.so.preload would make the host's root-side
+    processes (the entry shell, bwrap, the setpriv that drops to the sandbox's uid) load the image's
+    code as root. The loader says each time it is asked to preload: the image's LD_PRELOAD is seen by
+    the image's own program alone, its ld.so.preload by nothing."""
+    hostile = _build_image(tmp_path, env=("LD_PRELOAD=/from-env-missing.so", "GLIBC_TUNABLES=glibc.malloc.check=3"),
+                           files={"/etc/ld.so.preload": "/from-file-missing.so\n"})
+    sb = create_local_sandbox(image=hostile)
+    try:
+        r = await sb.exec("echo ran; echo $LD_PRELOAD", timeout=30)
+    finally:
+        await sb.close()
+    assert r.stdout.split() == ["ran", "/from-env-missing.so"], r  # the image's program runs with its Env
+    assert r.stderr.count("/from-env-missing.so") == 1, r.stderr  # bash, the command itself: nothing before it
+    assert "/from-file-missing.so" not in r.stderr, r.stderr
+    _nothing_mounted()
