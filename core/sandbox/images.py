@@ -114,8 +114,20 @@ def ensure_image(ref: str) -> TaskImage:
     entry = cache / digest.replace(":", "-")
     with _lock_of(digest):
         if not (entry / "config.json").is_file():
-            _pull(ref, cache, entry)
+            _pull(ref, cache, entry, digest)
     return _load(digest, entry)
+
+
+def pinned_source(source: str, digest: str) -> str:
+    """A registry source pinned to the manifest `digest` read before (its tag may move, or a hostile
+    registry answer otherwise, between that read and the pull: the entry would hold what its name
+    does not say); a local transport as it is (the server's own files)."""
+    if not source.startswith("docker://"):
+        return source
+    name = source[len("docker://"):].split("@", 1)[0]
+    if ":" in name.rsplit("/", 1)[-1]:
+        name = name[: name.rfind(":")]
+    return f"docker://{name}@{digest}"
 
 
 def _lock_of(digest: str) -> threading.Lock:
@@ -123,9 +135,13 @@ def _lock_of(digest: str) -> threading.Lock:
         return _locks.setdefault(digest, threading.Lock())
 
 
-def _pull(ref: str, cache: Path, entry: Path) -> None:
+def _pull(ref: str, cache: Path, entry: Path, digest: str) -> None:
     source, plain = source_of(ref)
-    cache.mkdir(parents=True, exist_ok=True)
+    source = pinned_source(source, digest)
+    # The server's alone: entries are unpacked as root with their owners, setuid bits and device
+    # nodes; the sandbox sees an image only through its overlay root, mounted by the server.
+    cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(cache, 0o700)
     tmp = cache / f"{TEMP_DIR_PREFIX}pull-{uuid.uuid4().hex[:12]}"
     write_lease(tmp)  # before the directory: a killed pull is swept at the next start
     try:

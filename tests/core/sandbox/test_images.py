@@ -17,7 +17,7 @@ import pytest
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
 from harness_env.core.errors import SandboxError
 from harness_env.core.sandbox.host import mounts_at_or_below, sandboxes_root
-from harness_env.core.sandbox.images import TEMP_DIR_PREFIX, ensure_image, image_cache_root, source_of
+from harness_env.core.sandbox.images import TEMP_DIR_PREFIX, ensure_image, image_cache_root, pinned_source, source_of
 from harness_env.core.sandbox.lease import lease_path, own_lease, write_lease
 from harness_env.core.sandbox.local import create_local_sandbox
 from harness_env.core.sandbox.sweep import sweep_sandboxes
@@ -158,6 +158,7 @@ async def test_the_oci_transport_works_and_two_rollouts_share_one_cache_entry(po
     second = await run_rollout(_request(policy_server, image_layout))
     assert second.reward == 1.0, (second.error, second.verify_results)
     assert _cache_entries() == [entry] and os.stat(image_cache_root() / entry).st_ino == stamp  # not pulled again
+    assert os.stat(image_cache_root()).st_mode & 0o777 == 0o700  # its setuid files and devices are nobody else's
     _nothing_mounted()
 
 
@@ -246,6 +247,17 @@ def test_a_loopback_registry_is_spoken_to_over_plain_http_and_others_over_tls():
     assert source_of("oci:/images/layout:tag") == ("oci:/images/layout:tag", False)
     with pytest.raises(SandboxError, match="neither a registry reference"):
         source_of("--src-creds=x")
+
+
+def test_a_pull_is_pinned_to_the_manifest_read_before_it():
+    """The cache entry is named by the digest read first; the pull asks for exactly that manifest,
+    never the tag again (a moved tag or a hostile registry would fill the entry with another image)."""
+    d = "sha256:" + "b" * 64
+    assert pinned_source("docker://127.0.0.1:5000/org/name:tag", d) == f"docker://127.0.0.1:5000/org/name@{d}"
+    assert pinned_source("docker://127.0.0.1:5000/org/name", d) == f"docker://127.0.0.1:5000/org/name@{d}"
+    assert pinned_source(f"docker://h:1/org/name@sha256:{'c' * 64}", d) == f"docker://h:1/org/name@{d}"
+    assert pinned_source("docker://busybox:1", d) == f"docker://busybox@{d}"
+    assert pinned_source("oci:/images/layout:tag", d) == "oci:/images/layout:tag"
 
 
 def test_missing_skopeo_or_bubblewrap_is_one_clear_error(monkeypatch, tmp_path):
