@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from harness_env.core.capture.passthrough import check_wire_api
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env.core.grading import Grader
-from harness_env.core.harness import Harness
+from harness_env.core.harness import Harness, OwnsEnvironment
 from harness_env.core.registry import get_family, get_harness
 from harness_env.models import RolloutRequest
 
@@ -43,6 +43,9 @@ def prepare(request: RolloutRequest | dict[str, Any], *, trusted: bool) -> Prepa
     disk: call it off the event loop."""
     request = validate(request)
     harness = get_harness(request.harness)
+    if request.task.image and isinstance(harness, OwnsEnvironment):  # its environment is its own: the image would be ignored
+        raise InvalidRequestError(f"harness {harness.name!r} runs the task in an environment of its own; a task image is for the "
+                                  "local sandbox's harnesses: leave image out")
     if harness.options_model is None and request.harness_options:
         raise InvalidRequestError(f"harness_options given, but harness {request.harness!r} takes none")
     if harness.options_model is not None:
