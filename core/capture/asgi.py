@@ -92,6 +92,8 @@ async def send_reply(send: Send, reply: Reply) -> None:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
     finally:
-        await reply.stream.aclose()  # type: ignore[attr-defined]
-        if reply.after is not None:
-            reply.after()  # bookkeeping after the client has everything: off the latency path
+        try:
+            await reply.stream.aclose()  # type: ignore[attr-defined]
+        finally:  # even when closing fails or is cancelled: retries wait on it (core/capture/retries.py)
+            if reply.after is not None:
+                reply.after()  # bookkeeping after the client has everything: off the latency path

@@ -25,16 +25,12 @@ from harness_env.core.capture.session import CaptureSession
 from harness_env.models import TurnPurpose
 
 
-def admit(
-    dialect: Dialect, session: CaptureSession, http: Callable[[], aiohttp.ClientSession], raw: bytes, purpose: TurnPurpose,
-    stream: bool, messages: list[Any], tools: list[Any],
-) -> ModelCall | Reply:
-    """The call about to go upstream, or a 429 once a limit of the rollout is reached (the turn
-    limit, or a budget: auxiliary calls, recorded bytes). `http`: the proxy's client, made on use."""
-    if session.redactor.found_in(raw):  # the harness was shown a secret: never record it
-        messages, tools = session.redactor.redact_value(messages), session.redactor.redact_value(tools)
-    refused = session.over_budget(purpose, len(raw))
-    if refused is not None:  # refused before anything is recorded or sent
+def over_limit(dialect: Dialect, session: CaptureSession, purpose: TurnPurpose, size: int) -> Reply | None:
+    """A 429 once a limit of the rollout is reached (a budget, or the turn limit: this request
+    counts as a model call), before anything is recorded or sent; None: it may go on. A retry
+    answered from the record counts too (core/capture/retries.py): replays are no way round them."""
+    refused = session.over_budget(purpose, size)
+    if refused is not None:
         code, message = refused
         session.log(f"{message}: answered 429")
         session.upstream_result(ok=False, infra=False)
@@ -44,6 +40,20 @@ def admit(
         session.log(f"turn limit of {limit} reached: answered 429")
         session.upstream_result(ok=False, infra=False)
         return dialect.error(429, f"harness-env: the turn limit of {limit} model calls for this rollout is reached", "turn_limit")
+    return None
+
+
+def admit(
+    dialect: Dialect, session: CaptureSession, http: Callable[[], aiohttp.ClientSession], raw: bytes, purpose: TurnPurpose,
+    stream: bool, messages: list[Any], tools: list[Any],
+) -> ModelCall | Reply:
+    """The call about to go upstream, or a 429 once a limit of the rollout is reached (the turn
+    limit, or a budget: auxiliary calls, recorded bytes). `http`: the proxy's client, made on use."""
+    if session.redactor.found_in(raw):  # the harness was shown a secret: never record it
+        messages, tools = session.redactor.redact_value(messages), session.redactor.redact_value(tools)
+    refused = over_limit(dialect, session, purpose, len(raw))
+    if refused is not None:
+        return refused
     # The record's own copies (a dialect may reuse the request's objects for the engine's body).
     request = CallRequest(session.next_index(), purpose, stream, [dict(m) for m in messages], [dict(t) for t in tools])
     session.hold(request.index, purpose, len(raw))

@@ -37,7 +37,7 @@ from harness_env.core.capture.asgi import (
     send_reply,
 )
 from harness_env.core.capture.assemble import TurnDraft
-from harness_env.core.capture.call import ModelCall, admit
+from harness_env.core.capture.call import ModelCall, admit, over_limit
 from harness_env.core.capture.dialects import (
     CHAT_COMPLETIONS,
     ChatRequest,
@@ -221,6 +221,9 @@ class CaptureProxy:
         key, arrived = request_key(scope, raw), time.monotonic()
         earlier = await session.replays.earlier_answer(key)
         if earlier is not None:  # a retry (core/capture/retries.py): the same answer, never a second sample
+            refused = over_limit(dialect, session, request.purpose, len(raw))
+            if refused is not None:
+                return refused
             session.record_retry(earlier, request.purpose, request.stream, time.monotonic() - arrived)
             return earlier.reply()
         try:

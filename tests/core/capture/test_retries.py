@@ -85,3 +85,19 @@ async def test_a_different_request_or_a_retry_of_a_failed_call_is_sent_again(env
     failed = [await client.post("/chat/completions", json=_body(False, content="third"), headers=h) for _ in range(2)]
     assert [r.status_code for r in failed] == [503, 503] and len(policy.requests) == 4
     assert [t.link for t in session.sorted_turns()] == [None] * 4
+
+
+async def test_retries_count_against_the_turn_limit_like_any_model_call():
+    """Answered from the record, a retry is still a model call to the harness: an agent that
+    resends one request without end meets the turn limit (and its budgets), never unbounded turns."""
+    policy = FakePolicy(scripts={"m": [{"bash": "echo hi"}, {"text": "all done"}]})
+    with FakePolicyServer(policy) as upstream:
+        proxy = CaptureProxy()
+        async with serve_on_loopback(proxy.app) as url:
+            async with httpx.AsyncClient(base_url=url + "/v1", timeout=30) as client:
+                session = proxy.open_session(Endpoint(base_url=upstream.base_url, api_key="k", model="m"), CapturePolicy(max_turns=3))
+                h = {"authorization": f"Bearer {session.key}"}
+                codes = [(await client.post("/chat/completions", json=_body(False), headers=h)).status_code for _ in range(5)]
+        await proxy.aclose()
+    assert codes == [200, 200, 200, 429, 429] and len(policy.requests) == 1
+    assert len(session.sorted_turns()) == 3 and session.turn_limit_hit
