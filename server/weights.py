@@ -27,11 +27,12 @@ class WeightsUpdate(BaseModel):
 class WeightsState(BaseModel):
     version: int | None = Field(description="the policy's weight version (null: none announced)")
     syncing: bool = Field(description="a weight sync is under way: new engine calls wait for its end")
+    held: int = Field(0, description="engine calls waiting for the sync's end now")
 
 
 def add_weight_routes(app: FastAPI, weights: WeightVersions) -> None:
     def state() -> WeightsState:
-        return WeightsState(version=weights.version, syncing=weights.syncing)
+        return WeightsState(version=weights.version, syncing=weights.syncing, held=weights.held)
 
     @app.put("/policy/weights", response_model=WeightsState)
     async def set_weights(update: WeightsUpdate) -> WeightsState:

@@ -27,6 +27,7 @@ class WeightVersions:
         self._synced = asyncio.Event()
         self._synced.set()
         self._sync_started = 0.0
+        self.held = 0  # engine calls waiting for the sync's end now
 
     @property
     def syncing(self) -> bool:
@@ -45,10 +46,14 @@ class WeightVersions:
     async def current(self, gone: Callable[[], bool] = lambda: False) -> int | None:
         """The version an engine call sent now is sampled by: after an announced sync has ended
         (or the call's rollout is `gone`: then it is not sent at all)."""
-        while self.syncing and not gone():
-            left = self._sync_started + self.max_sync_s - time.monotonic()
-            if left <= 0:
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._synced.wait(), min(left, CHECK_S))
+        self.held += 1
+        try:
+            while self.syncing and not gone():
+                left = self._sync_started + self.max_sync_s - time.monotonic()
+                if left <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._synced.wait(), min(left, CHECK_S))
+        finally:
+            self.held -= 1
         return self.version
