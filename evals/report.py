@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness_env.evals.passk import mean_and_stderr, pass_at_k
+from harness_env.models.results import AGENT_CAUSED_KINDS
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,11 @@ class Outcome:
         """No reward for a reason other than a caller's cancel (which is nobody's failure)."""
         return self.reward is None and self.error_kind != "cancelled"
 
+    @property
+    def masked(self) -> bool:
+        """As RolloutResult.mask_sample: ended by what the agent did not cause (a cancel too); never trained, never voting."""
+        return self.error_kind is not None and self.error_kind not in AGENT_CAUSED_KINDS
+
 
 def task_stats(outcomes: list[Outcome], attempts: int, threshold: float) -> dict[str, Any]:
     rewards = [o.reward for o in outcomes if o.reward is not None]
@@ -34,7 +40,8 @@ def task_stats(outcomes: list[Outcome], attempts: int, threshold: float) -> dict
     mean, stderr = mean_and_stderr(rewards)
     return {
         "attempts": len(outcomes), "missing": max(0, attempts - len(outcomes)), "scored": len(rewards), "passed": passed,
-        "infra_failures": sum(o.infra_failed for o in outcomes), "masked_share": _share(len(outcomes) - len(rewards), len(outcomes)),
+        "infra_failures": sum(o.infra_failed for o in outcomes), "masked": sum(o.masked for o in outcomes),
+        "masked_share": _share(sum(o.masked for o in outcomes), len(outcomes)),
         "mean_reward": mean, "stderr": stderr,
         "pass_at_k": {str(k): pass_at_k(len(rewards), passed, k) for k in range(1, attempts + 1)},
         "errors": dict(sorted(Counter(o.error_kind for o in outcomes if o.error_kind).items())),
@@ -59,8 +66,8 @@ def summarize(outcomes: dict[str, list[Outcome]], attempts: int, threshold: floa
         "infra_failures": sum(t["infra_failures"] for t in tasks.values()), "mean_reward": mean, "stderr": stderr,
         "pass_at_k": overall_pass, "errors": dict(sorted(errors.items())),
     }
-    # Masked: every attempt without a reward (an infrastructure failure, or a cancel), as per task.
-    overall["masked_share"] = _share(overall["attempts"] - overall["scored"], overall["attempts"])
+    overall["masked"] = sum(t["masked"] for t in tasks.values())
+    overall["masked_share"] = _share(overall["masked"], overall["attempts"])
     return {"attempts_per_task": attempts, "threshold": threshold, "tasks": tasks, "overall": overall}
 
 

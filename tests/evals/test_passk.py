@@ -46,3 +46,9 @@ def test_a_cancelled_attempt_is_no_infrastructure_failure():
     assert (a["scored"], a["infra_failures"], a["mean_reward"]) == (1, 1, 1.0)
     assert a["errors"] == {"cancelled": 1, "endpoint": 1} and s["overall"]["infra_failures"] == 1
     assert a["masked_share"] == s["overall"]["masked_share"] == pytest.approx(2 / 3)  # neither votes nor trains
+
+
+def test_masked_is_the_results_own_rule_an_unscored_attempt_with_no_failure_is_not_masked():
+    s = summarize({"a": [Outcome(1.0), Outcome(None), Outcome(None, "sandbox"), Outcome(0.0, "agent_timeout")]}, 4, 1.0)
+    a = s["tasks"]["a"]
+    assert (a["masked"], a["masked_share"], s["overall"]["masked"]) == (1, 0.25, 1)
