@@ -403,7 +403,8 @@ def create_local_sandbox(
     limits = limits or Limits()
     run_as = sandbox_user() if bwrap and (unprivileged if unprivileged is not None else not extra_binds) else None
     if run_as is not None and task_image is not None and task_image.user is not None and task_image.user[0] != 0:
-        run_as = task_image.user  # the image's own user, never its root: files it owns in the image stay writable
+        # The image's own user, never its root (nor root's group): files it owns in the image stay writable.
+        run_as = (task_image.user[0], task_image.user[1] or run_as[1])
     if capture_socket is not None and (not bwrap or shutil.which("socat") is None):
         capture_socket = None  # no way to cut the network here; the sandbox's notes say so
     base = sandboxes_root()
