@@ -51,7 +51,7 @@ def image_layout(tmp_path_factory) -> str:
     return _build_image(tmp_path_factory.mktemp("image"))
 
 
-def _build_image(work: Path, env: tuple[str, ...] = (), files: dict[str, str] | None = None) -> str:
+def _build_image(work: Path, env: tuple[str, ...] = (), files: dict[str, str] | None = None, user: str = "4242:4242") -> str:
     """The image of `image_layout`, with `env` ("NAME=VALUE") added to its config and `files` to its root."""
     _needs_tools()
     layout, bundle = work / "layout", work / "bundle"
@@ -82,7 +82,7 @@ def _build_image(work: Path, env: tuple[str, ...] = (), files: dict[str, str] | 
     _run("umoci", "repack", "--image", f"{layout}:tiny", bundle)
     _run("umoci", "config", "--image", f"{layout}:tiny", "--config.env", "PATH=/usr/local/bin:/usr/bin:/bin",
          "--config.env", "IMAGE_VAR=from-the-image", "--config.workingdir", "/srv/app",
-         "--config.user", "4242:4242", *(a for e in env for a in ("--config.env", e)))
+         "--config.user", user, *(a for e in env for a in ("--config.env", e)))
     _run("umoci", "gc", "--layout", layout)
     return f"oci:{layout}:tiny"
 
@@ -286,3 +286,16 @@ async def test_an_images_loader_settings_reach_only_its_own_programs_never_what_
     assert r.stderr.count("/from-env-missing.so") == 1, r.stderr  # bash, the command itself: nothing before it
     assert "/from-file-missing.so" not in r.stderr, r.stderr
     _nothing_mounted()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("needs_bwrap")
+async def test_an_images_user_never_runs_with_roots_group(tmp_path):
+    from harness_env.core.sandbox.host import sandbox_user
+
+    sb = create_local_sandbox(image=_build_image(tmp_path, user="4243:0"))
+    try:
+        r = await sb.exec('echo $UID ${GROUPS[0]}', timeout=30)
+    finally:
+        await sb.close()
+    assert r.stdout.split() == ["4243", str(sandbox_user()[1])], r
