@@ -28,6 +28,9 @@ def classify_agent_end(end: AgentEnd, session, timeout_s: float) -> tuple[str, s
     endpoint was failing (its last calls unreachable, timed out or 5xx) is the endpoint's fault.
     Every other end is one the agent can bring about (AGENT_CAUSED_KINDS): the engine grades it all
     the same."""
+    if end.timed_out and session.sync_held_s >= 1.0:  # the clock ran while the trainer held its calls
+        return "internal", (f"the agent did not finish within agent_timeout_s={timeout_s}, {session.sync_held_s:.0f} s of which its model "
+                            "calls waited for a weight sync (the trainer's doing, not the agent's): not graded")
     if end.timed_out:
         return "agent_timeout", end.timeout_message or f"the agent did not finish within agent_timeout_s={timeout_s}; its processes were killed"
     if (session.limit_reached or end.turn_limit_hit) and end.failure is None:

@@ -276,7 +276,10 @@ class CaptureProxy:
             upstream_body, added, dropped = rewrite_request(
                 engine_body, session.policy, quirks, endpoint.model, constrained=session.constrains(call.request.purpose))
             session.note_dropped(dropped)
+            held_from = time.monotonic() if self.weights.syncing else None
             call.request.weight_version = await self.weights.current(lambda: session.closed or session.quiesced)  # after a sync
+            if held_from is not None:
+                session.sync_held_s += time.monotonic() - held_from
             if session.closed or session.quiesced:  # ended while the sync held it back
                 return call.unanswered(None, "aborted: the rollout ended", 499)
             resp = await call.post(url, fastjson.dumps(upstream_body), headers)
