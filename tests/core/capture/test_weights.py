@@ -2,7 +2,7 @@
 
 import asyncio
 
-from harness_env.core.capture.weights import WeightVersions
+from harness_env.core.capture.weights import CHECK_S, WeightVersions
 
 
 async def test_a_held_call_goes_on_when_the_sync_ends_or_its_rollout_is_gone():
@@ -18,8 +18,10 @@ async def test_a_held_call_goes_on_when_the_sync_ends_or_its_rollout_is_gone():
     weights.update(syncing=True)
     gone = False
     abandoned = asyncio.ensure_future(weights.current(lambda: gone))
-    gone = True  # the rollout ended while its call was held: it stops waiting
-    assert await abandoned == 4 and weights.syncing
+    await asyncio.sleep(CHECK_S * 2)  # held past its first look
+    assert not abandoned.done() and weights.held == 1
+    gone = True  # the rollout ended while its call was held: it stops waiting at its next look
+    assert await asyncio.wait_for(abandoned, 5) == 4 and weights.syncing and weights.held == 0
 
 
 async def test_a_sync_never_ended_holds_calls_at_most_max_sync_s():
