@@ -12,9 +12,11 @@ The engine is typed against the Sandbox protocol and takes a SandboxFactory: it 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from harness_env.core.agent_end import classify_agent_end, sandboxed_agent_end
@@ -62,6 +64,10 @@ async def execute(
     return await RolloutRun(prepared, capture, sandbox_factory, on_event, start_gate).execute()
 
 
+# Making a sandbox may take minutes (a task image's pull) and blocks its thread: on threads of its
+# own, so rollouts making theirs never hold up the server's other blocking work (the event loop's
+# default pool has a handful of threads).
+SANDBOX_MAKERS = ThreadPoolExecutor(max_workers=256, thread_name_prefix="harness-env-sandbox")
 _CLOSING: set[asyncio.Task] = set()  # closes of sandboxes made after their rollout was cancelled
 
 
@@ -223,9 +229,8 @@ class RolloutRun:
         with self.phase("sandbox") as ph:
             limits = sandbox_limits(request)
             socket = self.capture.socket_path if request.network == "proxy_only" else None
-            made = asyncio.ensure_future(asyncio.to_thread(
-                self.factory, readonly_paths=self.harness.readonly_paths(), limits=limits, capture_socket=socket
-            ))
+            make = functools.partial(self.factory, readonly_paths=self.harness.readonly_paths(), limits=limits, capture_socket=socket)
+            made = asyncio.get_running_loop().run_in_executor(SANDBOX_MAKERS, make)
             try:
                 self.sandbox = sandbox = await asyncio.shield(made)
             except asyncio.CancelledError:

@@ -1,5 +1,7 @@
 """The engine's lifecycle as a user sees it, against the scripted policy."""
 
+import os
+
 import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
@@ -119,3 +121,34 @@ async def test_a_sandbox_still_being_made_when_the_rollout_is_cancelled_is_close
     release.set()
     await asyncio.wait_for(closed.wait(), 30)
     assert list(tmp_path.iterdir()) == []  # its directory removed
+
+
+async def test_rollouts_making_slow_sandboxes_never_hold_up_the_servers_other_blocking_work(policy_server, tmp_path, monkeypatch):
+    """More rollouts than the event loop's default pool has threads, each making a sandbox that
+    takes long (a task image's pull): the server's other blocking calls still run meanwhile."""
+    import asyncio
+    import threading
+
+    from tests.fakes.sandbox import DirSandboxFactory
+
+    release, entered = threading.Event(), threading.Semaphore(0)
+
+    class SlowFactory(DirSandboxFactory):
+        def __call__(self, **kw):
+            entered.release()
+            release.wait(120)
+            return super().__call__(**kw)
+
+    monkeypatch.setenv("HARNESS_ENV_SANDBOX_DIR", str(tmp_path))
+    n = min(32, (os.cpu_count() or 1) + 4) + 2  # the default pool's size, and more
+    rollouts = [asyncio.ensure_future(run_rollout(_whitebox_request(policy_server, DONE_SCRIPT), sandbox_factory=SlowFactory()))
+                for _ in range(n)]
+    try:
+        for _ in range(n):
+            # every one of them is making its sandbox (on the loop's own pool, the later ones would wait for a thread)
+            assert await asyncio.wait_for(asyncio.to_thread(entered.acquire, True, 30), 40)
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: "answered"), 10) == "answered"
+    finally:
+        release.set()
+        results = await asyncio.gather(*rollouts)
+    assert [r.reward for r in results] == [0.5] * n, [r.error for r in results]
