@@ -100,13 +100,14 @@ async def test_the_endpoint_rejecting_its_later_calls_is_graded(policy_server, m
 
 # The agent starts model calls of its own with the capture key its harness holds (Pi's models.json),
 # long ones that take every slot of an endpoint with few: its harness's next calls get 503s, as if
-# the endpoint were down. Detached, they outlive the harness.
+# the endpoint were down. Detached, they outlive the harness. Each body differs: equal ones would be
+# one engine call (a retry is answered from the record, core/capture/retries.py).
 FLOOD = (
     "echo hello > hello.txt; CFG=$HOME/.pi/agent/models.json; "
     "KEY=$(python3 -c \"import json; print(list(json.load(open('$CFG'))['providers'].values())[0]['apiKey'])\"); "
     "URL=$(python3 -c \"import json; print(list(json.load(open('$CFG'))['providers'].values())[0]['baseUrl'])\"); "
     "for i in 1 2 3 4 5; do setsid nohup curl -s -m 300 \"$URL/chat/completions\" -H \"authorization: Bearer $KEY\" "
-    "-H 'content-type: application/json' -d '{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"[tag:flood]\"}], "
+    "-H 'content-type: application/json' -d '{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"[tag:flood] '$i'\"}], "
     "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"x\", \"parameters\": {}}}]}' >/dev/null 2>&1 & done; sleep 3"
 )
 
