@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import resource
 import sys
@@ -50,26 +49,6 @@ def where_to_go(host: str, port: int, public_url: str | None) -> str:
         f"  HTTP API   {base}/docs",
         f"  health     {base}/health",
     ])
-
-
-class OncePerProcess(logging.Filter):
-    """Lets uvicorn's start and stop lines through once: the capture proxy's own listeners are
-    uvicorn servers inside this one (core/capture/serve.py) and log the same lines on the same
-    logger, so `serve` printed "Started server process" (and its stop lines) twice."""
-
-    LINES = ("Started server process", "Shutting down", "Finished server process")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: set[str] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not isinstance(record.msg, str) or not record.msg.startswith(self.LINES):
-            return True
-        if record.msg in self.seen:
-            return False
-        self.seen.add(record.msg)
-        return True
 
 
 def raise_open_files_limit() -> str | None:
@@ -131,7 +110,6 @@ def serve(
     make_undumpable()  # the token and keys in this process stay out of reach of its own uid (the plain sandbox's)
     freeze_long_lived()
     print(where_to_go(host, port, public_url or (url if os.environ.get("SPACE_HOST") else None)), file=sys.stderr, flush=True)
-    logging.getLogger("uvicorn.error").addFilter(OncePerProcess())  # uvicorn's logging configuration adds to filters, never clears them
     uvicorn.run(app, host=host, port=port, log_level=os.environ.get("HARNESS_ENV_LOG_LEVEL", "info"), timeout_graceful_shutdown=10,
                 proxy_headers=trust_proxy)
     return 0

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import errno
+import logging
 import os
 import socket
 import stat
@@ -29,6 +31,25 @@ from harness_env.core.sandbox.lease import lease_path, write_lease
 
 # sun_path holds 108 bytes on Linux, with the terminating NUL
 MAX_UNIX_PATH_BYTES = 107
+
+
+# Set in an embedded server's task: uvicorn logs its start and stop lines ("Started server process
+# [pid]", "Shutting down", ...) on the module logger its owner uses too, where they read as the
+# process's own, once per listener. Its warnings and errors still go through.
+_IN_EMBEDDED = contextvars.ContextVar("harness_env_embedded_uvicorn", default=False)
+
+
+class _EmbeddedNotices(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or not _IN_EMBEDDED.get()
+
+
+logging.getLogger("uvicorn.error").addFilter(_EmbeddedNotices())  # uvicorn's logging configuration keeps a logger's filters
+
+
+async def _serve_embedded(server: uvicorn.Server, sock: socket.socket) -> None:
+    _IN_EMBEDDED.set(True)  # this task's context only
+    await server.serve(sockets=[sock])
 
 
 class _EmbeddedConfig(uvicorn.Config):
@@ -54,7 +75,7 @@ async def _serving(app: Any, sock: socket.socket, bounds: ConnectionBounds | Non
     config = _EmbeddedConfig(app, lifespan="off", access_log=False, timeout_keep_alive=int(bounds.idle_timeout_s),
                              http=bounded_protocol(bounds))
     server = _EmbeddedServer(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
+    task = asyncio.create_task(_serve_embedded(server, sock))
     try:
         while not server.started:
             if task.done():
