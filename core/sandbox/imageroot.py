@@ -26,8 +26,8 @@ from harness_env.core.sandbox.images import TaskImage
 HOST_INSIDE = "/run/harness-env/host"  # the host's system directories, read-only, in an image's root
 HELPERS = ("setpriv", "bash", "socat", "sleep", "env")
 IMAGE_PRELOAD = "/etc/ld.so.preload"  # hidden in an image's root (/dev/null over it)
-LAYER_DIR = "image"
-UNLIMITED_DISK_LAYER_BYTES = 4096 * 1024 * 1024  # as disk_limit_mb's default  # below the rollout directory: upper, work and the merged root
+LAYER_DIR = "image"  # below the rollout directory: upper, work and the merged root
+NO_DISK_LIMIT_LAYER_BYTES = 4096 * 1024 * 1024  # the layer's size when the sandbox has no disk limit: disk_limit_mb's default
 
 
 def mount_image_root(image: TaskImage, rollout_dir: Path, on_tmpfs: bool) -> str:
@@ -36,7 +36,7 @@ def mount_image_root(image: TaskImage, rollout_dir: Path, on_tmpfs: bool) -> str
     layer.mkdir(mode=0o700)  # the server's: inside, only the merged root bound at / is seen
     # An upper layer cannot live on the host's overlay root; a tmpfs of size 0 would be unbounded
     # (memory): a sandbox made without a disk limit gets the option's default one here.
-    if not on_tmpfs and not mount_tmpfs(layer, UNLIMITED_DISK_LAYER_BYTES):
+    if not on_tmpfs and not mount_tmpfs(layer, NO_DISK_LIMIT_LAYER_BYTES):
         raise SandboxError("a task image needs a root server (its writable layer is an overlay on a tmpfs)")
     upper, work, merged = layer / "upper", layer / "work", layer / "root"
     for d in (upper, work, merged):

@@ -74,6 +74,7 @@ PLAIN_UNSAFE_NOTE = (
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what `env NAME=VALUE` reads as an assignment
 
+
 class LocalSandbox:
     """One rollout's directory and processes. Create with `create_local_sandbox`."""
 
@@ -162,12 +163,12 @@ class LocalSandbox:
         # sandbox's uid, to the image's programs alone (image_env).
         return {**env, "PWD": self.default_cwd}
 
-    def image_env(self, given: dict[str, str], extra_path: list[str] | None = None) -> dict[str, str]:
+    def image_env(self, given: dict[str, str], path_given: bool, extra_path: list[str] | None = None) -> dict[str, str]:
         """The image's Env for its programs, under what the sandbox and the caller set (`given`);
-        its PATH replaces the host's unless the caller gave one."""
+        its PATH replaces the host's unless the caller gave another (`path_given`)."""
         assert self.image is not None
         env = {k: v for k, v in self.image.env.items() if k not in given and ENV_NAME.fullmatch(k)}
-        if "PATH" not in given or given["PATH"] == self.base_env()["PATH"]:
+        if not path_given:
             env["PATH"] = ":".join([*(extra_path or []), self.image.env.get("PATH") or SYSTEM_PATH])
         return env
 
@@ -232,9 +233,10 @@ class LocalSandbox:
             raise SandboxError(f"sandbox {self.sandbox_id} is closed")
         cwd = cwd or self.default_cwd
         full_env = self.base_env()
+        host_path = full_env["PATH"]
         full_env.update(env or {})
         full_env[MARKER_VAR] = self.sandbox_id  # callers cannot drop the marker
-        inner_env = self.image_env(full_env) if self.image is not None else None
+        inner_env = self.image_env(full_env, full_env["PATH"] != host_path) if self.image is not None else None
         return await self._processes.run(
             entry_argv(self._rlimits, self._cgroup.procs_files if self._cgroup is not None else [], self._argv(cmd, cwd, open_network, inner_env)),
             env=full_env,
