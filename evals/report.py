@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness_env.evals.passk import mean_and_stderr, pass_at_k
-from harness_env.models.results import AGENT_CAUSED_KINDS
+from harness_env.models.results import is_masked
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Outcome:
     @property
     def masked(self) -> bool:
         """As RolloutResult.mask_sample: ended by what the agent did not cause (a cancel too); never trained, never voting."""
-        return self.error_kind is not None and self.error_kind not in AGENT_CAUSED_KINDS
+        return is_masked(self.error_kind)
 
 
 def task_stats(outcomes: list[Outcome], attempts: int, threshold: float) -> dict[str, Any]:

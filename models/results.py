@@ -24,6 +24,13 @@ ErrorKind = Literal[
 # the server: reward None, left out of every mean and of training. `cancelled` (a caller's
 # cancel) is neither: reward None, and not counted as an infrastructure failure.
 AGENT_CAUSED_KINDS: frozenset[str] = frozenset({"agent_timeout", "agent_error", "verify"})
+
+
+def is_masked(error_kind: str | None) -> bool:
+    """The masking rule (RolloutResult.mask_sample, eval summaries): an end the agent did not cause."""
+    return error_kind is not None and error_kind not in AGENT_CAUSED_KINDS
+
+
 CaptureLevel = Literal["tokens", "logprobs", "text", "none"]
 TurnPurpose = Literal["policy", "auxiliary"]
 # How a turn follows from the turns before it (core/capture/graph.py; docs/training.md shows each).
@@ -232,7 +239,7 @@ class RolloutResult(BaseModel):
         """True when the sample must not train and must not count in its GRPO group: an end the
         agent did not cause (an infrastructure failure, reward None; or a cancel). A rollout with
         no verify command is unscored (reward None) but not masked: nothing failed."""
-        return self.error_kind is not None and self.error_kind not in AGENT_CAUSED_KINDS
+        return is_masked(self.error_kind)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
