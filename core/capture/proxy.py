@@ -228,8 +228,9 @@ class CaptureProxy:
             return earlier.reply()
         try:
             call = admit(dialect, session, self._http, raw, request.purpose, request.stream, request.messages, request.tools)
-            if isinstance(call, Reply):
-                return session.replays.keep(key, call, None, bool)
+            if isinstance(call, Reply):  # refused before any call (a limit): nothing to give a retry
+                session.replays.forget(key)
+                return call
             reply = await self._call_engine(call, request, engine_body)
         except BaseException:
             session.replays.forget(key)

@@ -70,11 +70,11 @@ class Replays:
         self._calls[key] = asyncio.get_running_loop().create_future()
         return None
 
-    def keep(self, key: bytes, reply: Reply, index: int | None, recorded_ok: Callable[[], bool]) -> Reply:
+    def keep(self, key: bytes, reply: Reply, index: int, recorded_ok: Callable[[], bool]) -> Reply:
         """`reply`, made to keep what it sends for equal requests once it is sent whole.
         `recorded_ok()` says, once the reply is sent (its turn recorded), whether the engine's
-        answer came whole; `index` is the call's turn (None: no call was made)."""
-        if index is None or reply.status != 200:
+        answer came whole; `index` is the call's turn."""
+        if reply.status != 200:
             self._settle(key, None)
             return reply
         after, sent = reply.after, _Sent(reply)
