@@ -52,7 +52,8 @@ class HealthWatch:
 @pytest.mark.parametrize("harness", ["whitebox", "pi"])
 def test_link_and_fifo_forgery_through_the_server(start_server, policy_server, harness):
     server = start_server()
-    policy_server.policy.scripts["m"] = [{"bash": LINK_FORGE + "; " + FIFO_FORGE}, {"text": "done"}]
+    # the last answer waits 1.5 s, so the watch polls while the rollout runs even on a fast machine
+    policy_server.policy.scripts["m"] = [{"bash": LINK_FORGE + "; " + FIFO_FORGE}, {"hang": 1.5, "text": "done"}]
     with HealthWatch(server.url) as watch:
         r = httpx.post(server.url + "/rollout", json=_body(policy_server, harness, ["false"]), timeout=180)
     assert r.status_code == 200, r.text
