@@ -89,8 +89,9 @@ async def test_a_fifo_reward_file_written_by_verify_is_ignored(attack):
 
 
 async def test_a_deep_tree_and_a_big_file_are_cleaned_up(attack):
-    deep = "for i in $(seq 1500); do mkdir d && cd d; done; fallocate -l 1G big.bin; chmod 000 .; true"
-    res = await attack("whitebox", deep, verify=["true"], agent_timeout_s=120)
+    # One mkdir -p: bash's `cd` level by level re-reads the whole path each time (45 s of kernel time)
+    deep = "D=$(printf 'd/%.0s' $(seq 1500)); mkdir -p $D && cd $D && fallocate -l 1G big.bin; chmod 000 .; true"
+    res = await attack("whitebox", deep, verify=["test -d " + "d/" * 1500], agent_timeout_s=120)
     assert res.error is None, res.error
     assert res.reward == 1.0
     assert not any("clean-up" in n for n in res.sandbox_notes), res.sandbox_notes

@@ -110,8 +110,8 @@ def test_the_sandbox_cannot_reach_the_servers_api_or_the_policy(start_server, po
 
 def test_a_deep_tree_through_the_server_is_cleaned_up(start_server, policy_server):
     server = start_server()
-    policy_server.policy.scripts["m"] = [{"bash": "for i in $(seq 1500); do mkdir d && cd d; done; fallocate -l 512M big.bin"}, {"text": "done"}]
-    r = httpx.post(server.url + "/rollout", json=_body(policy_server, "whitebox", ["true"]), timeout=180)
+    policy_server.policy.scripts["m"] = [{"bash": "D=$(printf 'd/%.0s' $(seq 1500)); mkdir -p $D && cd $D && fallocate -l 512M big.bin"}, {"text": "done"}]
+    r = httpx.post(server.url + "/rollout", json=_body(policy_server, "whitebox", ["test -f " + "d/" * 1500 + "big.bin"]), timeout=180)
     assert r.status_code == 200 and r.json()["reward"] == 1.0, r.text[:500]
     server.assert_no_rollout_left()
 
