@@ -188,6 +188,9 @@ class VllmServer:
             "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "1800",
             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+            # Its weight routes (/pause, /collective_rpc reload_weights, /update_weight_version):
+            # client/vllm_weights.py loads a trainer's weights through them.
+            "VLLM_SERVER_DEV_MODE": "1",
         }
         self.proc = subprocess.Popen(self.argv(model), stdout=fd, stderr=subprocess.STDOUT, env=env, cwd="/", start_new_session=True)
         os.close(fd)
