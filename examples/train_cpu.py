@@ -48,11 +48,13 @@ second, wall time; the evaluations before and after) and learning.png.
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import json
 import math
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -156,6 +158,76 @@ class StepRecord:
         return sum(r >= 1.0 for r in self.scored) / len(self.scored) if self.scored else None
 
 
+class ServedPolicy:
+    """The policy server the rollouts sample from, whose weights follow the trainer's."""
+
+    base_url: str  # ends in /v1
+    model_name: str
+    records_answers: bool  # it records every answer with the version it was sampled from (`answers`)
+    answers: list[Answer]
+
+    @property
+    def version(self) -> int:
+        raise NotImplementedError
+
+    def load_weights(self, model: Any, version: int) -> float:
+        raise NotImplementedError
+
+
+class ExamplePolicy(ServedPolicy):
+    """examples/cpu_policy.py's server, in a thread of this process, on a loopback port."""
+
+    records_answers = True
+
+    def __init__(self, served: ChatModel, args: argparse.Namespace) -> None:
+        self.served, self.model_name = served, MODEL_NAME
+        self.app = ChatCompletionsApp(served, max_tokens_cap=args.max_tokens, default_seed=args.seed * 1_000_003)
+        self.answers = self.app.answers
+        self._server = PolicyServer(self.app)
+
+    def __enter__(self) -> ExamplePolicy:
+        self.base_url = self._server.__enter__().base_url
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.__exit__(*exc)
+
+    @property
+    def version(self) -> int:
+        return self.served.version
+
+    def load_weights(self, model: Any, version: int) -> float:
+        return self.served.load_weights(model, version=version)
+
+
+class VllmPolicy(ServedPolicy):
+    """A vLLM started with VLLM_SERVER_DEV_MODE=1 on `model_dir` (the trainer loads the same
+    directory); the trainer's weights reach it through vLLM's own reload (client/vllm_weights.py)."""
+
+    records_answers = False
+
+    def __init__(self, url: str, model_name: str) -> None:
+        from harness_env.client.vllm_weights import VllmWeightSync
+
+        self.sync = VllmWeightSync(url)
+        self.base_url = self.sync.engine_url + "/v1"
+        self.model_name, self.answers = model_name, []
+
+    def __enter__(self) -> VllmPolicy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sync.close()
+
+    @property
+    def version(self) -> int:
+        found = self.sync.version()
+        return int(found) if found.isdigit() else 0  # "default": the weights it started with
+
+    def load_weights(self, model: Any, version: int) -> float:
+        return self.sync.load_weights(model, version=version)
+
+
 @dataclass
 class OnPolicyRolloutFunc:
     """GRPOTrainer's rollout_func: load the trainer's weights into the served model, then the
@@ -164,7 +236,7 @@ class OnPolicyRolloutFunc:
     `sync=False` is the control: the server keeps the weights it has (the off-policy mistake)."""
 
     inner: HarnessRolloutFunc
-    app: ChatCompletionsApp
+    served: ServedPolicy
     temperature: float
     sync: bool = True
     check_rollouts: int = 2
@@ -173,10 +245,6 @@ class OnPolicyRolloutFunc:
     probe_url: str = ""  # the policy server's /v1
     records: list[StepRecord] = field(default_factory=list)
     last_results: list[RolloutResult] = field(default_factory=list, repr=False)
-
-    @property
-    def served(self) -> ChatModel:
-        return self.app.model
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         step = int(trainer.state.global_step)
@@ -188,14 +256,17 @@ class OnPolicyRolloutFunc:
             started = time.monotonic()
             record.probe_top_logprobs, record.probe_version = self.probe()
             record.probe_s = time.monotonic() - started
-        start = len(self.app.answers)
+        start = len(self.served.answers)
         started = time.monotonic()
         out = self.inner(prompts, trainer)
         record.generation_s = time.monotonic() - started
         self.last_results = results = self.inner.last_results
-        answers = self.app.answers[start:]
-        record.sampled_tokens = sum(len(a.completion_token_ids) for a in answers)
-        record.turn_versions, record.unmatched_turns = join_versions(results, answers)
+        if self.served.records_answers:
+            answers = self.served.answers[start:]
+            record.sampled_tokens = sum(len(a.completion_token_ids) for a in answers)
+            record.turn_versions, record.unmatched_turns = join_versions(results, answers)
+        else:  # vLLM keeps no record of its answers: count the captured policy turns' tokens
+            record.sampled_tokens = sum(len(t.completion_token_ids or []) for r in results for t in r.proxy_turns if t.purpose == "policy")
         record.rewards = list(out["harness_reward"])
         record.errors = sorted({e for e in out["harness_error"] if e})
         started = time.monotonic()
@@ -329,14 +400,42 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-sync", action="store_true", help="the control: never load the trainer's weights into the server")
     ap.add_argument("--measure-base", type=int, default=0, metavar="N",
                     help="only measure the base model: N attempts on every family's training tasks, then exit")
+    ap.add_argument("--harness", default="whitebox", choices=["whitebox", "pi"], help="the harness the rollouts run in")
+    ap.add_argument("--vllm-url", default=None, help="a vLLM started with VLLM_SERVER_DEV_MODE=1 serving --model-dir (its weights follow "
+                    "the trainer's through vLLM's reload); default: examples/cpu_policy.py's server in this process")
+    ap.add_argument("--model-dir", default=None, help="with --vllm-url: the model directory vLLM serves (the trainer loads it too)")
+    ap.add_argument("--model-name", default=MODEL_NAME, help="with --vllm-url: the name vLLM serves the model under")
+    ap.add_argument("--constrain-first-call", action="store_true",
+                    help="with --vllm-url: each rollout's first answer must be a shell tool call `echo WORD > NAME.txt`, any "
+                         "lowercase WORD and NAME (vLLM's structured outputs; the logprobs are the constrained sampler's)")
     ap.add_argument("--out", default="runs/train-cpu", help="curve.json and learning.png go here")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if (args.model_dir or args.constrain_first_call) and not args.vllm_url:
+        ap.error("--model-dir and --constrain-first-call go with --vllm-url (the example's own server has no structured outputs)")
+    if args.vllm_url and not args.model_dir:
+        ap.error("--vllm-url needs --model-dir: the directory vLLM serves, which the trainer loads too")
+    return args
 
 
-def rollout_request(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
+def _regex_literal(text: str) -> str:
+    """`text` as a regular expression matching itself, in the engine's dialect (only its metacharacters escaped)."""
+    return re.sub(r"([{}\[\]().|*+?^$\\])", r"\\\1", text)
+
+
+# The first answer's shape under --constrain-first-call: the shell tool (`bash`, as the white-box
+# loop and Pi name it) writing a lowercase word to a lowercase file name, in the Hermes format the
+# engine's tool parser reads. Which word and which file is the model's choice: the task is to pick them.
+FIRST_CALL_REGEX = (_regex_literal('<tool_call>\n{"name": "bash", "arguments": {"command": "echo ') + "[a-z]+"
+                    + _regex_literal(" > ") + "[a-z]+" + _regex_literal('.txt"}}\n</tool_call>'))
+
+
+def rollout_request(args: argparse.Namespace, base_url: str, model_name: str = MODEL_NAME) -> dict[str, Any]:
     """The fields every rollout shares (HarnessRolloutFunc's `request`)."""
-    return {"harness": "whitebox", "endpoint": {"base_url": base_url, "model": MODEL_NAME}, "temperature": args.temperature,
-            "max_turns": args.max_turns, "max_tokens_cap": args.max_tokens, "agent_timeout_s": 600}
+    request = {"harness": args.harness, "endpoint": {"base_url": base_url, "model": model_name}, "temperature": args.temperature,
+               "max_turns": args.max_turns, "max_tokens_cap": args.max_tokens, "agent_timeout_s": 600}
+    if args.constrain_first_call:
+        request |= {"structured_regex": FIRST_CALL_REGEX, "structured_calls": 1}
+    return request
 
 
 def freeze_below(model: Any, train_layers: int) -> int:
@@ -437,6 +536,19 @@ def _eval_dict(ev: Evaluation | None) -> dict[str, Any] | None:
     return None if ev is None else {**asdict(ev), "rate": ev.rate, "stderr": ev.stderr}
 
 
+def serve_policy(args: argparse.Namespace) -> tuple[ServedPolicy, Any, Any]:
+    """The policy server (not yet started), the trainer's model (the same weights) and its tokenizer."""
+    if args.vllm_url:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.set_num_threads(args.threads)
+        policy = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32).train()
+        return VllmPolicy(args.vllm_url, args.model_name), policy, AutoTokenizer.from_pretrained(args.model_dir)
+    served = load_smollm2(threads=args.threads, prefix_cache_entries=16)
+    return ExamplePolicy(served, args), served.trainable_copy(), served.tokenizer
+
+
 def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None, heldout: list[dict[str, Any]] | None = None,
           task_for_prompt: Callable[[Any], dict[str, Any]] | None = None, log: Callable[[str], None] | None = None,
           **config_overrides: Any) -> Run:
@@ -463,20 +575,20 @@ def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None
     torch.manual_seed(args.seed)
     tasks = tasks if tasks is not None else make_tasks(args.family, "train")
     heldout = heldout if heldout is not None else make_tasks(args.family, "heldout")
-    served = load_smollm2(threads=args.threads, prefix_cache_entries=16)
-    policy = served.trainable_copy()
+    engine, policy, tokenizer = serve_policy(args)
     trainable = freeze_below(policy, args.train_layers)
-    reference = served.trainable_copy().eval().requires_grad_(False) if args.check_rollouts > 0 else None
+    reference = copy.deepcopy(policy).eval().requires_grad_(False) if args.check_rollouts > 0 else None
     load_seconds = time.monotonic() - began
     log(f"model loaded in {load_seconds:.0f}s; training {trainable / 1e6:.1f}M of {sum(p.numel() for p in policy.parameters()) / 1e6:.1f}M parameters")
 
-    app = ChatCompletionsApp(served, max_tokens_cap=args.max_tokens, default_seed=args.seed * 1_000_003)
     run_many = functools.partial(run_many_sync, concurrency=args.concurrency)
-    with PolicyServer(app) as server:
-        request = rollout_request(args, server.base_url)
+    with engine:
+        if not engine.records_answers:  # a vLLM serves what it was started with, or a previous run's weights
+            engine.load_weights(policy, version=0)
+        request = rollout_request(args, engine.base_url, engine.model_name)
         base = None
         if args.eval_attempts > 0:
-            base = evaluate(heldout, args.eval_attempts, request, run_many, served.version)
+            base = evaluate(heldout, args.eval_attempts, request, run_many, engine.version)
             log(f"base held-out success: {base.line()} in {base.seconds:.0f}s")
 
         by_instruction = {t["instruction"]: t for t in tasks}
@@ -484,8 +596,9 @@ def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None
         inner = HarnessRolloutFunc(run_many=run_many, task_for_prompt=lookup, request=request)
         probe = {"model": MODEL_NAME, "messages": initial_messages(tasks[0]["instruction"]), "tools": TOOL_SPECS, "max_tokens": 1,
                  "temperature": args.temperature, "logprobs": True, "top_logprobs": 20, "return_tokens_as_token_ids": True, "seed": 0}
-        func = OnPolicyRolloutFunc(inner, app, args.temperature, sync=not args.no_sync, check_rollouts=args.check_rollouts,
-                                   reference=reference, probe_body=probe, probe_url=server.base_url)
+        # The probe reads the version from the example server's answers (vLLM's chat answers carry none)
+        func = OnPolicyRolloutFunc(inner, engine, args.temperature, sync=not args.no_sync, check_rollouts=args.check_rollouts,
+                                   reference=reference, probe_body=probe if engine.records_answers else None, probe_url=engine.base_url)
         ticks: list[float] = []
 
         class Clock(TrainerCallback):
@@ -506,7 +619,7 @@ def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None
         score_completions_only()
         with tempfile.TemporaryDirectory(prefix="train-cpu-") as tmp:
             config = build_config(args, tmp, **config_overrides)
-            trainer = GRPOTrainer(model=policy, args=config, train_dataset=dataset, processing_class=served.tokenizer,
+            trainer = GRPOTrainer(model=policy, args=config, train_dataset=dataset, processing_class=tokenizer,
                                   reward_funcs=[harness_reward], rollout_func=func, callbacks=[Clock()])
             for noisy in (ProgressCallback, PrinterCallback):  # Clock prints one line a step; the logs go to curve.json
                 trainer.remove_callback(noisy)
@@ -515,8 +628,8 @@ def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None
         final = None
         if args.eval_attempts > 0:
             if func.sync:
-                served.load_weights(unwrap(trainer), version=trainer.state.global_step)
-            final = evaluate(heldout, args.eval_attempts, request, run_many, served.version)
+                engine.load_weights(unwrap(trainer), version=trainer.state.global_step)
+            final = evaluate(heldout, args.eval_attempts, request, run_many, engine.version)
             log(f"held-out success after {trainer.state.global_step} steps: {final.line()} in {final.seconds:.0f}s")
     return Run(args=vars(args), base=base, final=final, records=func.records, log_history=list(trainer.state.log_history),
                step_seconds=[b - a for a, b in zip(ticks, ticks[1:])], trainable_parameters=trainable, load_seconds=load_seconds,
@@ -528,17 +641,19 @@ def measure_base(args: argparse.Namespace, attempts: int, log: Callable[[str], N
     from harness_env.rollout import run_many_sync
 
     log = log or functools.partial(print, flush=True)
-    served = load_smollm2(threads=args.threads, prefix_cache_entries=16)
-    app = ChatCompletionsApp(served, max_tokens_cap=args.max_tokens, default_seed=args.seed * 1_000_003)
+    engine, policy, _ = serve_policy(args)
     out = {}
-    with PolicyServer(app) as server:
-        request = rollout_request(args, server.base_url)
+    with engine:
+        if not engine.records_answers:  # the base weights, whatever a previous run left in vLLM
+            freeze_below(policy, args.train_layers)  # a frozen tied embedding: see client/vllm_weights.py
+            engine.load_weights(policy, version=0)
+        request = rollout_request(args, engine.base_url, engine.model_name)
         run_many = functools.partial(run_many_sync, concurrency=args.concurrency)
         for family in sorted(FAMILIES):
             tasks = make_tasks(family, "train")
             rng = random.Random(args.seed)
             picked = [tasks[i % len(tasks)] for i in rng.sample(range(len(tasks)), len(tasks))] * (attempts // len(tasks) + 1)
-            out[family] = ev = evaluate(picked[:attempts], 1, request, run_many, served.version)
+            out[family] = ev = evaluate(picked[:attempts], 1, request, run_many, engine.version)
             log(f"{family}: base success {ev.line()}, mean reward {ev.mean_reward:.3f}, {ev.seconds:.0f}s")
     return out
 
@@ -599,7 +714,8 @@ def plot(curve: dict[str, Any], path: Path) -> None:
         for a in row:
             a.xaxis.set_major_locator(MaxNLocator(integer=True))
     args = curve["args"]
-    fig.suptitle(f"On-policy GRPO on CPU: SmolLM2-135M-Instruct, white-box harness, {args['family']} "
+    fig.suptitle(f"On-policy GRPO on CPU: SmolLM2-135M-Instruct, {args.get('harness', 'whitebox')} harness, "
+                 f"{'vLLM' if args.get('vllm_url') else 'example server'}, {args['family']} "
                  f"({args['tasks_per_step']}x{args['num_generations']} rollouts/step, lr {args['learning_rate']}, T {args['temperature']})",
                  fontsize=10)
     fig.tight_layout()
