@@ -33,7 +33,7 @@ import aiohttp
 from harness_env.core.capture import fastjson
 from harness_env.core.capture.asgi import Reply
 from harness_env.core.capture.graph import is_answer
-from harness_env.core.capture.probe import PROBE_MESSAGES, PROBE_TIMEOUT_S
+from harness_env.core.capture.probe import RENDER, probe_continuity
 from harness_env.core.capture.record import CapturedTurn
 from harness_env.core.capture.sse import encode_event
 
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from harness_env.core.capture.call import ModelCall
     from harness_env.models import Endpoint
 
-RENDER, DERENDER, GENERATE = "/chat/completions/render", "/chat/completions/derender", "/inference/v1/generate"
+DERENDER, GENERATE = "/chat/completions/derender", "/inference/v1/generate"
 MAX_TRAILER = 8  # tokens a template may put after an answer's end-of-turn token ("\n")
 ENDED = ("stop", "tool_calls")  # an answer that ended with its end-of-turn token
 
@@ -144,23 +144,6 @@ def engine_weight_version(generated: dict[str, Any]) -> int | None:
 def engine_root(base_url: str) -> str:
     """The engine's root URL (generate is served beside /v1, not under it)."""
     return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
-
-
-async def probe_continuity(http: aiohttp.ClientSession, endpoint: Endpoint, headers: dict[str, str]) -> int | None:
-    """The engine's context length when it renders chat requests (the render route answers with
-    token ids, and its model list says max_model_len), else None. Raises on no clear answer."""
-    timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
-    body = fastjson.dumps({"model": endpoint.model, "messages": PROBE_MESSAGES})
-    async with http.post(endpoint.base_url + RENDER, data=body, headers=headers, timeout=timeout) as resp:
-        if resp.status >= 500:
-            raise aiohttp.ClientError(f"render answered {resp.status}")
-        rendered = fastjson.loads(await resp.read()) if resp.status == 200 else None
-    if not isinstance(rendered, dict) or not rendered.get("token_ids"):
-        return None
-    async with http.get(endpoint.base_url + "/models", headers=headers, timeout=timeout) as resp:
-        models = fastjson.loads(await resp.read()) if resp.status == 200 else {}
-    lengths = [m.get("max_model_len") for m in (models or {}).get("data") or () if m.get("id") == endpoint.model]
-    return lengths[0] if lengths and isinstance(lengths[0], int) else None
 
 
 class Continuity:

@@ -18,6 +18,7 @@ the harness was given.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
@@ -129,7 +130,10 @@ class CaptureProxy:
             except TimeoutError:
                 return ProbeResult("none", None, f"the probe call got no answer within {PROBE_TIMEOUT_S}s")
             turns.extend(session.sorted_turns())  # the recorded call, with its token lists
-        return classify(*turns)
+        result = classify(*turns)
+        if result.capture_level == "tokens" and await self._continuity.max_model_len(self._http(), endpoint, self._headers(endpoint, False)):
+            result = dataclasses.replace(result, detail=result.detail + "; it continues threads in token ids (render and generate routes)")
+        return result
 
     async def endpoint_answers(self, endpoint: Endpoint) -> bool:
         """Whether `endpoint` answers the proxy's own one-token call now (never cached). A 5xx the
