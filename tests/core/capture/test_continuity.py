@@ -8,6 +8,7 @@ import json
 import httpx
 import pytest
 
+from harness_env import RolloutRequest, Task, run_rollout
 from harness_env.core.capture.continuity import as_chunks, continued_turn, spliced_ids
 from harness_env.core.capture.graph import link_turns
 from harness_env.core.capture.proxy import CaptureProxy
@@ -15,6 +16,7 @@ from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.capture.serve import serve_on_loopback
 from harness_env.core.capture.sse import SSEDecoder
 from harness_env.models import Endpoint
+from tests.fakes.policy import FakePolicy, FakePolicyServer, render_prompt
 
 PARAMS = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a shell command", "parameters": PARAMS}}]
@@ -116,3 +118,51 @@ def test_a_whole_answer_streams_as_chunks_a_client_reassembles():
                            "message": {"role": "assistant", "content": None, "tool_calls": [
                                {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]}}]}
     assert _streamed_message(as_chunks(answer))["tool_calls"] == answer["choices"][0]["message"]["tool_calls"]
+
+
+async def _fake_thread(policy: FakePolicy, continuity: str = "tokens") -> tuple[object, list, list[str]]:
+    """Two calls of one thread through the proxy to the fake: the session, its turns, and the
+    scale-out routes the second call asked."""
+    policy.scripts["m"] = [{"bash": "ls"}, {"text": "done"}]
+    with FakePolicyServer(policy) as upstream:
+        proxy = CaptureProxy()
+        session = proxy.open_session(Endpoint(base_url=upstream.base_url, api_key="", model="m"), CapturePolicy(continuity=continuity))
+        async with serve_on_loopback(proxy.app) as url, httpx.AsyncClient(base_url=url + "/v1", timeout=30) as client:
+            headers = {"authorization": f"Bearer {session.key}"}
+            messages = [{"role": "user", "content": "list"}]
+            r = await client.post("/chat/completions", json={"model": "m", "messages": messages, "tools": TOOLS}, headers=headers)
+            message = r.json()["choices"][0]["message"]
+            messages += [message, {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": "a.txt"}]
+            asked = len(policy.routes_hit)
+            r = await client.post("/chat/completions", json={"model": "m", "messages": messages, "tools": TOOLS}, headers=headers)
+            assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "done"  # the harness is answered either way
+        await proxy.aclose()
+    return session, session.sorted_turns(), policy.routes_hit[asked:]
+
+
+async def test_a_template_that_rewrites_earlier_turns_sends_the_messages_as_they_are():
+    session, turns, asked = await _fake_thread(FakePolicy(scale_out=True, render_rewrites_history=True))
+    assert asked == ["render", "render"]  # the prefix check failed: nothing generated from token ids
+    assert session.continuity == "tokens" and turns[1].prompt_token_ids == render_prompt({"tools": TOOLS, "messages": turns[1].request_messages})
+    assert "renders the earlier turns otherwise" in session.log_tail()
+
+
+async def test_an_engine_error_on_generate_sends_the_messages_as_they_are():
+    session, turns, asked = await _fake_thread(FakePolicy(scale_out=True))
+    assert asked == ["render", "render", "/inference/v1/generate"]
+    assert [t.upstream_status for t in turns] == [200, 200] and turns[1].capture_level == "tokens"
+
+
+async def test_an_engine_without_the_render_route_continues_in_messages():
+    session, turns, asked = await _fake_thread(FakePolicy())
+    assert asked == [] and session.continuity == "messages" and len(turns) == 2
+
+
+async def test_the_result_says_which_continuity_a_rollout_used():
+    script = [{"bash": "touch a"}, {"text": "done"}]
+    for scale_out, option, used in [(True, "tokens", "tokens"), (True, "messages", "messages"), (False, "tokens", "messages")]:
+        with FakePolicyServer(FakePolicy(scripts={"m": script}, scale_out=scale_out)) as upstream:
+            req = RolloutRequest(task=Task(instruction="x", verify=["test -f a"]), harness="whitebox", continuity=option,
+                                 endpoint=Endpoint(base_url=upstream.base_url, model="m"))
+            res = await run_rollout(req)
+        assert res.reward == 1.0 and res.continuity == used, (scale_out, option, res.error)
