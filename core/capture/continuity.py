@@ -54,7 +54,8 @@ def continued_turn(messages: list[dict[str, Any]], tools: list[Any], turns: Sequ
         n = len(t.request_messages)
         if (
             t.upstream_status != 200 or t.upstream_error or t.prompt is None or not t.completion or t.finish_reason not in ENDED
-            or len(messages) <= n + 1 or t.request_tools != tools or messages[n].get("role") != "assistant"
+            or len(messages) <= n + 1 or t.request_tools != tools or not isinstance(messages[n], dict)
+            or messages[n].get("role") != "assistant"
         ):
             continue
         if messages[:n] == t.request_messages and is_answer(messages[n], t):
