@@ -202,8 +202,8 @@ class Continuity:
         return answer_body(derendered, ids), engine_weight_version(generated)
 
     @staticmethod
-    async def _post(call: ModelCall, url: str, body: dict[str, Any], headers: dict[str, str]) -> Any:
-        """The engine's JSON answer; None for an error answer (the call goes the normal way), a
+    async def _post(call: ModelCall, url: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any] | Reply | None:
+        """The engine's JSON object; None for an error answer or another body (the call goes the normal way), a
         Reply when none came (recorded)."""
         resp = await call.post(url, fastjson.dumps(body), headers)
         if not isinstance(resp, aiohttp.ClientResponse):
@@ -213,7 +213,8 @@ class Continuity:
             call.session.log(f"turn {call.index}: {url.rsplit('/', 1)[-1]} answered {resp.status}: messages sent as they are")
             return None
         try:
-            return fastjson.loads(content)
+            answer = fastjson.loads(content)
         except ValueError:
             return None
+        return answer if isinstance(answer, dict) else None
 
