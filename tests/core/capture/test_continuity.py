@@ -9,7 +9,13 @@ import httpx
 import pytest
 
 from harness_env import RolloutRequest, Task, run_rollout
-from harness_env.core.capture.continuity import as_chunks, continued_turn, spliced_ids
+from harness_env.core.capture.continuity import (
+    as_chunks,
+    continued_turn,
+    engine_weight_version,
+    generate_body,
+    spliced_ids,
+)
 from harness_env.core.capture.graph import link_turns
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import CapturePolicy
@@ -93,6 +99,20 @@ def test_spliced_ids_put_the_templates_trailer_after_the_sampled_end_and_refuse_
     assert spliced_ids(prompt, completion, before, full) == [1, 5, 6, 9, 7, 7, 2, 198, 1, 4, 2, 198, 1, 3]
     assert spliced_ids(prompt, completion, before, [1, 5, 6, 0, 8, 8, 2, 198, 1, 4]) is None  # earlier turns rendered otherwise
     assert spliced_ids(prompt, [7, 7, 3], before, full) is None  # no end-of-turn where the answer ends
+
+
+def test_max_tokens_is_sized_for_the_spliced_prompt_and_the_engines_weight_version_kept_when_it_is_a_number():
+    rendered = {"token_ids": [1, 2], "sampling_params": {"max_tokens": 98, "temperature": 0.5}}  # sized for its own 2 ids
+    assert generate_body(rendered, [1] * 60, 80, 100)["sampling_params"] == {"max_tokens": 40, "temperature": 0.5}
+    assert generate_body(rendered, [1] * 60, 10, 100)["sampling_params"]["max_tokens"] == 10
+    assert "max_tokens" not in generate_body(rendered, [1] * 60, None, 100)["sampling_params"]  # the engine's: what is left
+    assert generate_body(rendered, [1] * 100, 10, 100) is None  # no room: the normal way (and its error)
+
+    def versions(*names):
+        return {"choices": [{"weight_versions": [{"version": v, "start": 0, "end": 4} for v in names]}]}
+
+    assert engine_weight_version(versions("7")) == 7 and engine_weight_version(versions(7)) == 7
+    assert engine_weight_version(versions("default")) is None and engine_weight_version(versions("7", "8")) is None
 
 
 def test_a_thread_is_continued_only_from_its_own_messages_answer_and_tools():
