@@ -91,7 +91,9 @@ async def test_every_captured_turn_is_what_the_real_engine_saw_and_sampled(vllm_
     req = RolloutRequest(
         task=Task(instruction="List the files in this directory, then say what you found.", task_id="contract", verify=["true"]),
         endpoint=Endpoint(base_url=tap.base_url, api_key="", model=vllm_server.model),
-        harness=harness, top_logprobs=2, temperature=1.0, max_turns=3, max_tokens_cap=64,
+        # 96: room for a constrained call spelled in many small tokens to end (at 64 some were cut,
+        # and a call cut at max_tokens is continued by its messages, not its tokens).
+        harness=harness, top_logprobs=2, temperature=1.0, max_turns=3, max_tokens_cap=96,
         structured_regex=tool_call_regex(harness), agent_timeout_s=900, harness_config=HARNESS_CONFIG.get(harness, {}),
     )
     res = await run_rollout(req)
