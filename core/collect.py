@@ -51,6 +51,7 @@ async def collect_capture(res: RolloutResult, session: CaptureSession, proxy: Ca
     res.graph = await asyncio.to_thread(lambda: summarise_rows(link_turns(res.proxy_turns), res.training_rows()))
     res.proxy_log_tail = tail(session.log_tail())
     res.capture_level = session.capture_level()
+    res.continuity = session.continuity
     res.rollout_type, res.rollout_type_reason = rollout_type(probe, res)
     res.dropped_fields = sorted(session.dropped_fields)
     res.limits_hit = list(session.limits_hit)

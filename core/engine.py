@@ -221,6 +221,7 @@ class RolloutRun:
             structured_regex=request.structured_regex,
             structured_calls=request.structured_calls,
             max_weight_lag=request.max_weight_lag,
+            continuity=request.continuity,
         )
         self.session = self.capture.proxy.open_session(request.endpoint, policy, on_turn=lambda t: self.emit("agent", "info", turn_line(t)))
 

@@ -183,6 +183,12 @@ class RolloutOptions(CheckedText):
     max_weight_lag: int | None = option(None, "weight versions a model call may lag the policy's at the rollout's end (as a trainer "
                                         "announces them: PUT /policy/weights) before its branch is marked stale; none: never",
                                         group="capture", ge=0, le=1_000_000)
+    # core/capture/continuity.py: the earlier prompt's ids + the sampled ids + the new messages'
+    # ids, so a chat template that re-renders earlier turns never splits a thread.
+    continuity: Literal["tokens", "messages"] = option(
+        "tokens", "tokens: a model call that continues an earlier one is sent to the engine as that call's prompt and sampled "
+        "token ids + the new messages' ids (where the endpoint offers vLLM's render and generate routes: --enable-scale-out; "
+        "elsewhere messages); messages: every call's messages are rendered again by the chat template", group="capture")
     top_logprobs: int = option(0, "alternatives recorded per sampled token, besides its own logprob", group="capture", ge=0, le=20)
     # Set on every policy call by the proxy: a trainer's logprobs match the sampler's only at the
     # temperature it trains with.

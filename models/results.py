@@ -204,6 +204,9 @@ class RolloutResult(BaseModel):
     agent_tool_calls: int | None = None
     agent_final_text: str = ""
     capture_level: CaptureLevel = "none"
+    # How calls that continue a thread were sent (the `continuity` option, where the endpoint can):
+    # "tokens" when the proxy sent the ids it had (core/capture/continuity.py), else "messages".
+    continuity: Literal["tokens", "messages"] = "messages"
     # verify_failed: verify could not run on what the agent left (reward 0; error_kind "verify").
     reward_source: Literal["reward_file", "verify_ratio", "judge", "zero_check", "verify_failed"] | None = None
     reward_notes: list[str] = Field(default_factory=list)

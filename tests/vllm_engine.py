@@ -170,6 +170,9 @@ class VllmServer:
             "--chat-template", str(model / "chat_template_tools.jinja"),
             "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
             "--enable-prefix-caching", "--seed", "0", "--disable-log-stats",
+            # Token-in chat continuation (core/capture/continuity.py): the render, generate and
+            # derender routes.
+            "--enable-scale-out",
             *self.extra_args,
         ]
 

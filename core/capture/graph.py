@@ -91,7 +91,7 @@ def _continues_messages(messages: list[dict[str, Any]], e: Turn) -> str | None:
     """`template_rerender` when `messages` are `e`'s messages + `e`'s answer (+ more),
     `reasoning_dropped` when only after the reasoning is left out, else None."""
     n = len(e.request_messages)
-    if len(messages) <= n or messages[n].get("role") != "assistant" or not _is_answer(messages[n], e):
+    if len(messages) <= n or messages[n].get("role") != "assistant" or not is_answer(messages[n], e):
         return None
     if messages[:n] == e.request_messages and (not e.reasoning_text or _reasoning(messages[n]) == e.reasoning_text):
         return "template_rerender"
@@ -100,7 +100,7 @@ def _continues_messages(messages: list[dict[str, Any]], e: Turn) -> str | None:
     return None
 
 
-def _is_answer(message: dict[str, Any], e: Turn) -> bool:
+def is_answer(message: dict[str, Any], e: Turn) -> bool:
     """Whether `message` is the assistant message `e` answered: its tool calls (names and parsed
     arguments), else its text."""
     if e.tool_calls or message.get("tool_calls"):

@@ -7,6 +7,9 @@ At the first position the distribution does not depend on what was sampled, so t
 the best and the k-th best top logprob scales by 1/T when logprobs are processed and stays put
 when they are raw. A rollout is labelled `train` only with token ids and processed logprobs.
 
+Whether the endpoint can continue threads in token ids (vLLM's render route answers:
+`probe_continuity`) is asked the same way, once per endpoint.
+
 The probe's request is also how the proxy learns which fields it adds an endpoint rejects
 (`probe_rejected_fields`): no agent shaped it, so a 400 to it is about the endpoint, never about
 text an agent put in a request (which a validation error may quote).
@@ -26,6 +29,7 @@ PROBE_TEMPERATURES = (1.0, 0.5)
 PROBE_TOP_LOGPROBS = 5
 PROBE_TIMEOUT_S = 60.0
 PROBE_MESSAGES = [{"role": "user", "content": "Name one colour."}]
+RENDER = "/chat/completions/render"  # vLLM's chat render (--enable-scale-out): token continuity, core/capture/continuity.py
 MAX_FIELD_PROBES = 5  # one request per field it may drop (ADDED_FIELDS, the max_tokens rename), and the accepted one
 
 
@@ -108,3 +112,20 @@ async def probe_rejected_fields(
             return learned if status < 500 else None  # refused for another reason: nothing more to learn from it
         learned = True
     return learned
+
+
+async def probe_continuity(http: aiohttp.ClientSession, endpoint: Endpoint, headers: dict[str, str]) -> int | None:
+    """The engine's context length when it renders chat requests (the render route answers with
+    token ids, and its model list says max_model_len), else None. Raises on no clear answer."""
+    timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
+    body = fastjson.dumps({"model": endpoint.model, "messages": PROBE_MESSAGES})
+    async with http.post(endpoint.base_url + RENDER, data=body, headers=headers, timeout=timeout) as resp:
+        if resp.status >= 500:
+            raise aiohttp.ClientError(f"render answered {resp.status}")
+        rendered = fastjson.loads(await resp.read()) if resp.status == 200 else None
+    if not isinstance(rendered, dict) or not rendered.get("token_ids"):
+        return None
+    async with http.get(endpoint.base_url + "/models", headers=headers, timeout=timeout) as resp:
+        models = fastjson.loads(await resp.read()) if resp.status == 200 else {}
+    lengths = [m.get("max_model_len") for m in (models or {}).get("data") or () if m.get("id") == endpoint.model]
+    return lengths[0] if lengths and isinstance(lengths[0], int) else None

@@ -18,8 +18,9 @@ the harness was given.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import aiohttp
@@ -38,6 +39,7 @@ from harness_env.core.capture.asgi import (
 )
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.call import ModelCall, admit, over_limit
+from harness_env.core.capture.continuity import Continuity, as_chunks, continued_turn
 from harness_env.core.capture.dialects import (
     CHAT_COMPLETIONS,
     ChatRequest,
@@ -57,6 +59,7 @@ from harness_env.core.capture.probe import (
     probe_rejected_fields,
 )
 from harness_env.core.capture.record import CallRequest, CapturedTurn
+from harness_env.core.capture.redact import masked
 from harness_env.core.capture.request_bytes import RequestBytes, TooManyBytes
 from harness_env.core.capture.retries import request_key
 from harness_env.core.capture.rewrite import CapturePolicy, EndpointQuirks, may_name_an_added_field, rewrite_request
@@ -86,6 +89,7 @@ class CaptureProxy:
         self._request_bytes = request_bytes or RequestBytes()
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
         self.weights = WeightVersions()  # the policy's weight version, as the trainer announces it
+        self._continuity = Continuity()
         self.app = self  # the proxy is its own ASGI app (an async __call__, detected as ASGI 3)
 
     # -- sessions ---------------------------------------------------------------------------
@@ -126,7 +130,10 @@ class CaptureProxy:
             except TimeoutError:
                 return ProbeResult("none", None, f"the probe call got no answer within {PROBE_TIMEOUT_S}s")
             turns.extend(session.sorted_turns())  # the recorded call, with its token lists
-        return classify(*turns)
+        result = classify(*turns)
+        if result.capture_level == "tokens" and await self._continuity.max_model_len(self._http(), endpoint, self._headers(endpoint, False)):
+            result = dataclasses.replace(result, detail=result.detail + "; it continues threads in token ids (render and generate routes)")
+        return result
 
     async def endpoint_answers(self, endpoint: Endpoint) -> bool:
         """Whether `endpoint` answers the proxy's own one-token call now (never cached). A 5xx the
@@ -283,6 +290,10 @@ class CaptureProxy:
                 session.sync_held_s += time.monotonic() - held_from
             if session.closed or session.quiesced:  # ended while the sync held it back
                 return call.unanswered(None, "aborted: the rollout ended", 499)
+            if _attempt == 0 and session.policy.continuity == "tokens" and session.policy.capture:
+                spliced = await self._continue_in_tokens(call, request, upstream_body)
+                if spliced is not None:
+                    return spliced
             resp = await call.post(url, fastjson.dumps(upstream_body), headers)
             if isinstance(resp, Reply):
                 return resp
@@ -309,10 +320,49 @@ class CaptureProxy:
         content = await call.whole(resp)
         if isinstance(content, Reply):
             return content
-        answer, content_type = dialect.answer(request, content, call.content_type(resp), draft)
+        return self._whole_reply(call, request, resp.status, content, call.content_type(resp), draft)
+
+    @staticmethod
+    def _whole_reply(call: ModelCall, request: ChatRequest, status: int, content: bytes, content_type: str, draft: TurnDraft) -> Reply:
+        answer, content_type = call.dialect.answer(request, content, content_type, draft)
         latency = time.monotonic() - call.started
 
         def record() -> None:  # once the harness has the answer: off its latency
             call.answered(draft, None, latency)
 
-        return Reply(resp.status, answer, content_type, after=record)
+        return Reply(status, answer, content_type, after=record)
+
+    async def _continue_in_tokens(self, call: ModelCall, request: ChatRequest, upstream_body: dict[str, Any]) -> Reply | None:
+        """The reply to a call that continues a thread, sent as token ids (core/capture/continuity.py);
+        None: it goes the normal way."""
+        session = call.session
+        headers = self._headers(session.endpoint, False)
+        max_model_len = await self._continuity.max_model_len(self._http(), session.endpoint, headers)
+        if max_model_len is None:
+            return None
+        session.continuity = "tokens"
+        prev = continued_turn(request.messages, request.tools, session.turns)
+        if prev is None or len(upstream_body.get("messages") or ()) != len(request.messages):
+            return None
+        got = await self._continuity.answer(call, upstream_body, prev, max_model_len, headers)
+        if got is None or isinstance(got, Reply):
+            return got
+        answer, version = got
+        if call.request.weight_version is None:  # the trainer named none: the engine's, when it is a number
+            call.request.weight_version = version
+        draft = TurnDraft()
+        if not request.stream:
+            content = await masked(session.answer_redactor, fastjson.dumps(answer))
+            return self._whole_reply(call, request, 200, content, "application/json", draft)
+        translation = call.dialect.stream(request, draft)  # the engine's chunks, as a relayed stream is read
+        sent = translation.feed(await masked(session.answer_redactor, as_chunks(answer))) + translation.close(None)
+        ttft = time.monotonic() - call.started
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield sent
+
+        def record() -> None:
+            translation.finish()
+            call.answered(draft, ttft)
+
+        return Reply(200, content_type=translation.content_type, stream=chunks(), after=record)

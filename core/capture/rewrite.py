@@ -52,6 +52,7 @@ class CapturePolicy:
     structured_regex: str | None = None  # vLLM structured outputs on policy calls
     structured_calls: int | None = None  # on the first this many (None: all)
     max_weight_lag: int | None = None  # weight versions a turn may lag the policy's at the end before it is stale
+    continuity: str = "messages"  # "tokens": a call continuing a thread goes as token ids where the engine can (core/capture/continuity.py)
 
     @property
     def added_fields_key(self) -> tuple[bool, int, bool]:

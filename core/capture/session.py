@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from harness_env.core.capture import fastjson
 from harness_env.core.capture.dialects.sampled import SampledArguments
@@ -104,6 +104,7 @@ class CaptureSession:
     endpoint_down: asyncio.Event = field(default_factory=asyncio.Event)  # set after too many failures in a row
     closed: bool = False
     quiesced: bool = False  # the agent's run is over: its model calls are refused from now on
+    continuity: Literal["tokens", "messages"] = "messages"  # "tokens" once the proxy may send continuing calls as token ids (core/capture/continuity.py)
     sync_held_s: float = 0.0  # how long its calls waited for the trainer's weight syncs
     started: float = field(default_factory=time.monotonic)
     _turns_started: int = 0

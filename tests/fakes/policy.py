@@ -168,6 +168,12 @@ class FakePolicy:
     # How a {"bash": CMD} step writes its tool call's arguments: json.dumps' spaced layout, escaping
     # non-ASCII, unless a test wants another (a model writing compact JSON, raw UTF-8, ...).
     dump_arguments: Callable[[dict[str, Any]], str] = json.dumps
+    # vLLM's render route (--enable-scale-out), for token continuity (core/capture/continuity.py):
+    # off, the route is missing as on a plain engine; `render_rewrites_history`: a template that
+    # renders the earlier turns otherwise once more messages follow them.
+    scale_out: bool = False
+    render_rewrites_history: bool = False
+    routes_hit: list[str] = field(default_factory=list)  # the scale-out routes asked, in order
 
     def tool_requests(self) -> list[dict[str, Any]]:
         """The requests an agent made with its tools (not capture probes, not titles)."""
@@ -175,7 +181,28 @@ class FakePolicy:
 
     def app(self) -> Starlette:
         return Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"]), Route("/v1/models", self._models),
-                                 Route("/v1/_arrivals", self._arrivals)])
+                                 Route("/v1/_arrivals", self._arrivals), Route("/v1/chat/completions/render", self._render, methods=["POST"]),
+                                 Route("/inference/v1/generate", self._scale_out_route, methods=["POST"]),
+                                 Route("/v1/chat/completions/derender", self._scale_out_route, methods=["POST"])])
+
+    async def _render(self, request: Request) -> Response:
+        """The stand-in template's ids for a chat request; without the generation header when it
+        asks for none (and, rewriting history, with the earlier turns rendered otherwise)."""
+        if not self.scale_out:
+            return JSONResponse({"error": {"message": "not found"}}, status_code=404)
+        body = await request.json()
+        self.routes_hit.append("render")
+        ids = render_prompt(body)
+        if body.get("add_generation_prompt") is False:
+            ids = ids[: -len(fake_token_ids(GEN_HEADER))]
+            if self.render_rewrites_history:
+                ids = [0, *ids]
+        return JSONResponse({"request_id": "render-fake", "token_ids": ids, "sampling_params": {"max_tokens": body.get("max_tokens")}})
+
+    async def _scale_out_route(self, request: Request) -> Response:
+        """Generate and derender: the tests that use the fake's render never get this far."""
+        self.routes_hit.append(request.url.path)
+        return JSONResponse({"error": {"message": "the fake does not generate from token ids"}}, status_code=501)
 
     async def _arrivals(self, request: Request) -> Response:
         return JSONResponse(self.arrivals)
@@ -187,7 +214,8 @@ class FakePolicy:
             self.arrivals.setdefault(found.group(1), []).append(time.time())
 
     async def _models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": m, "object": "model"} for m in self.scripts]})
+        extra = {"max_model_len": 32768} if self.scale_out else {}
+        return JSONResponse({"object": "list", "data": [{"id": m, "object": "model", **extra} for m in self.scripts]})
 
     def _tagged_script(self, body: dict[str, Any]) -> str | None:
         """The script a user message names with `[tag:NAME]` (one of `scripts`), if any."""
