@@ -136,7 +136,8 @@ def headline(summary: dict[str, Any]) -> str:
     p1, se = pass1_stderr(summary)
     shown = "-" if p1 is None else f"{p1:.3f} ± {_num(se)}"
     mean = "-" if o["mean_reward"] is None else f"{o['mean_reward']:.3f}"
-    return (f"pass@1 {shown} over {o['tasks']} tasks (mean reward {mean}); "
+    graded = sum(t["pass_at_k"].get("1") is not None for t in summary["tasks"].values())
+    return (f"pass@1 {shown} over {graded} graded tasks of {o['tasks']} (mean reward {mean}); "
             f"infrastructure failures: {o['infra_failures']} of {o['attempts']} attempts")
 
 
