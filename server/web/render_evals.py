@@ -64,12 +64,12 @@ def run_page(run: dict[str, Any], summary: dict[str, Any], attempts: list[dict[s
     pass@k chart, error kinds with their messages, infrastructure failures apart."""
     o, ks = summary["overall"], list(range(1, run["attempts"] + 1))
     endpoint = escape(run["base_url"] or "-")
-    servers = ", ".join(run["servers"] or []) or "this process"
+    servers = ("on " + ", ".join(run["servers"])) if run["servers"] else "in the eval process"
     parts = [
         f'<div class="he-eval-run" data-run="{escape(run["id"])}">',
         f'<h3>eval run <code>{escape(run["id"])}</code> · {escape(run["status"])}</h3>',
         f'<p>harness <b>{escape(run["harness"])}</b> · model <code>{escape(run["model"])}</code> · endpoint <code>{endpoint}</code> · '
-        f'ran on {escape(servers)} · {len(run["tasks"])} tasks × {run["attempts"]} attempts · threshold {run["threshold"]} · '
+        f'ran {escape(servers)} · {len(run["tasks"])} tasks × {run["attempts"]} attempts · threshold {run["threshold"]} · '
         f'results in <code>{escape(run["out_dir"])}</code></p>',
         f'<p class="he-eval-headline" id="ev-headline"><b>{escape(headline(summary))}</b></p>',
         "<details><summary>options</summary><pre>" + escape(json.dumps(run["options"], indent=1)) + "</pre></details>",
