@@ -4,6 +4,7 @@ scripted per task, so the pass@k and means are known by hand; resume after a kil
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -291,3 +292,29 @@ def test_eval_exits_1_when_every_attempt_failed_for_infrastructure_reasons(tmp_p
     assert p.returncode == 1, stderr
     assert "every attempt failed for infrastructure reasons" in stderr and "infrastructure failures: 2 of 2 attempts" in stdout
     assert "Traceback" not in stderr
+
+
+def test_eval_on_a_terminal_redraws_one_progress_line(tmp_path, policy):
+    import pty
+
+    tasks = _write_jsonl(tmp_path / "tasks.jsonl", [TASKS[0]])
+    master, slave = pty.openpty()
+    p = subprocess.Popen([*CLI, "eval", str(tasks), "--harness", "whitebox", "--base-url", policy.base_url, "--model", "m",
+                          "--out", str(tmp_path / "run"), "-n", "2"], stdout=subprocess.PIPE, stderr=slave, text=True)
+    os.close(slave)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the terminal closed: the process exited
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(master)
+    p.communicate(timeout=240)
+    assert p.returncode == 0
+    text = shown.decode()
+    redraws = re.findall(r"\r(\d+)/2 done", text)  # a carriage return that starts a line again, not a newline's
+    assert len(redraws) >= 2 and redraws[-1] == "2" and "[eval]" not in text and "\x1b[K" in text, text
+    assert "\r2/2 done, 0 running, 0 failed" in text and "mean reward 1.000" in text
