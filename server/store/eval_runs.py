@@ -62,12 +62,14 @@ class EvalRecorder:
         """Store one finished attempt as a rollout of this run."""
         rid = result.rollout_id or uuid.uuid4().hex[:12]
         if self.store.get(rid) is None:  # else: the job of a server that shares this store
-            now = time.time()
-            row = {"id": rid, "status": "running", "created_at": now - (result.wall_s or 0.0), "started_at": now - (result.wall_s or 0.0),
+            # Inserted ended: a server sharing the store never sees it active (it would take it for a dead server's job).
+            now, status = time.time(), ended_status(result)
+            row = {"id": rid, "status": status, "ended_at": now, "created_at": now - (result.wall_s or 0.0),
+                   "started_at": now - (result.wall_s or 0.0),
                    "task_id": task_id, "harness": result.harness or request.harness, "model": request.endpoint.model, "instance": "eval",
                    "request": request_blob(request.model_dump(mode="json"))}  # the key masked by SecretStr
             rid = self.store.insert_job(row, lambda: uuid.uuid4().hex[:12])
-            self.store.finish(rid, ended_status(result), result, summarize(result).model_dump_json(), now)
+            self.store.finish(rid, status, result, summarize(result).model_dump_json(), now)
         with self.store.engine.begin() as conn:
             conn.execute(update(rollouts).where(rollouts.c.id == rid).values(eval_run=self.run_id, eval_attempt=attempt, task_id=task_id))
 

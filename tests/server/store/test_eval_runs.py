@@ -62,6 +62,20 @@ def test_a_run_and_its_attempts_are_recorded_without_the_key(store: Store) -> No
     assert KEY not in json.dumps(decompress(store.get("ro1")["request"]))
 
 
+def test_a_server_sweeping_the_store_meanwhile_never_takes_an_attempt_for_a_dead_job(store: Store, monkeypatch) -> None:
+    """A server on the same data directory looks for dead servers' running jobs at any time: an
+    attempt is never in the store as running, not even between its row and its result."""
+    seen, finish = [], store.finish
+
+    def sweep_then_finish(*args, **kw):
+        seen.extend(store.orphans("server", "host", time.time(), 30.0, exclusive=True))
+        return finish(*args, **kw)
+
+    monkeypatch.setattr(store, "finish", sweep_then_finish)
+    record(store).attempt("a", 0, request("a"), RolloutResult(rollout_id="ro1", reward=1.0))
+    assert seen == [] and store.get("ro1")["status"] == "finished"
+
+
 def test_a_resumed_run_is_one_run_and_the_newest_is_listed_first(store: Store) -> None:
     record(store, "a" * 32)
     time.sleep(0.01)
