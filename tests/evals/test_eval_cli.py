@@ -318,3 +318,30 @@ def test_eval_on_a_terminal_redraws_one_progress_line(tmp_path, policy):
     redraws = re.findall(r"\r(\d+)/2 done", text)  # a carriage return that starts a line again, not a newline's
     assert len(redraws) >= 2 and redraws[-1] == "2" and "[eval]" not in text and "\x1b[K" in text, text
     assert "\r2/2 done, 0 running, 0 failed" in text and "mean reward 1.000" in text
+
+
+def test_eval_stopped_by_ctrl_c_is_recorded_stopped_and_a_resume_finishes_it(tmp_path, policy):
+    from harness_env.server.store import Store, default_data_dir, store_url
+    from harness_env.server.store import eval_runs as er
+
+    tasks = _write_jsonl(tmp_path / "tasks.jsonl", [_task("slow", ["test -f out.txt"])])
+    out = tmp_path / "run"
+    p = _eval(policy, tasks, out, "-n", "4", "--concurrency", "1")
+    deadline = time.monotonic() + 120
+    while not list(out.glob("results/*/*.json")) and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    _, stderr = p.communicate(timeout=120)
+    assert p.returncode == 130 and "stopped by SIGINT" in stderr, stderr
+    key = json.loads((out / "eval.json").read_text())["run_key"]
+    store = Store.open(store_url(default_data_dir()))
+    try:
+        assert er.get_run(store, key)["status"] == "stopped"
+        assert er.stored_summary(store, key)["overall"]["attempts"] == len(list(out.glob("results/*/*.json"))) < 4
+        again = _eval(policy, tasks, out, "-n", "4")
+        again.communicate(timeout=240)
+        assert again.returncode == 0
+        assert er.get_run(store, key)["status"] == "finished" and len(er.run_attempts(store, key)) == 4
+        assert len(er.list_runs(store)) == 1  # the resumed run is the same run
+    finally:
+        store.close()
