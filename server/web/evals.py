@@ -10,6 +10,7 @@ numbers are evals/report.py's, so they are summary.json's (render_evals.py).
 from __future__ import annotations
 
 import asyncio
+from html import escape
 from typing import Any
 
 import gradio as gr
@@ -100,7 +101,7 @@ class EvalsView:
     async def open(self, run_id: str) -> list[Any]:
         found = await asyncio.to_thread(self._run, run_id) if self.jobs is not None and len(run_id) <= 32 else None
         if found is None:
-            return [f"<p>no eval run <code>{render_evals.escape(run_id)}</code> here</p>", gr.update(choices=["all"], value="all"),
+            return [f"<p>no eval run <code>{escape(run_id)}</code> here</p>", gr.update(choices=["all"], value="all"),
                     gr.update(value="all"), "", None]
         run, attempts, summary = found
         page = await asyncio.to_thread(render_evals.run_page, run, summary, attempts)
