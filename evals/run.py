@@ -6,9 +6,10 @@ Layout of the output directory:
   summary.json                     the numbers (report.summarize)
 A result file is written to a temporary name and renamed, so a file that exists is whole: a run
 killed midway loses only the attempts in flight, and running again runs only the missing ones.
-With a `recorder` (the CLI passes the store of its data directory's: server/store/eval_runs.py),
-the run and each attempt are recorded as they finish, and a resumed run records the attempts an
-earlier one left unrecorded. In-process by default; with `server` each attempt is submitted to a harness-env server as a job
+With a `recorder` (the CLI passes its data directory's store: server/store/eval_runs.py), the run
+and each attempt are recorded as they finish, and a resumed run records the attempts an earlier
+one left unrecorded; a recording that fails is logged, never the end of the evaluation.
+In-process by default; with `server` each attempt is submitted to a harness-env server as a job
 whose idempotency key is the attempt's, so a resumed run waits for a job it had already submitted
 instead of running it again.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 import uuid
@@ -31,6 +33,7 @@ from harness_env.models import RolloutRequest, RolloutResult
 from harness_env.storage import pack
 
 RESULTS = "results"
+logger = logging.getLogger("harness_env.evals")
 
 
 @dataclass
@@ -181,7 +184,7 @@ async def evaluate_async(
         for o in outs:
             progress.add(o)
     if recorder is not None:
-        await asyncio.to_thread(_begin_record, recorder, meta, out, checked, attempts, threshold, urls if server else None)
+        await _record(_begin_record, recorder, meta, out, checked, attempts, threshold, urls if server else None)
     report = on_progress or (lambda p: None)
     report(progress)
     sem = asyncio.Semaphore(concurrency)
@@ -202,7 +205,7 @@ async def evaluate_async(
                     result = await _run_remote(client, req, f"{meta['run_key']}-{safe_id(tid)}-{i}")  # within the key's bound
                 write_atomic(attempt_path(out, tid, i), json.dumps(pack(result), separators=(",", ":")))
                 if recorder is not None:
-                    await asyncio.to_thread(recorder.attempt, tid, i, req, result)
+                    await _record(recorder.attempt, tid, i, req, result)
             finally:
                 progress.running -= 1
             progress.done += 1
@@ -214,7 +217,7 @@ async def evaluate_async(
         await asyncio.gather(*(one(tid, req, i) for tid, req, i in todo))
     except BaseException:  # stopped (Ctrl-C) or broken: the run is recorded as stopped, its attempts so far kept
         if recorder is not None:
-            await asyncio.shield(asyncio.to_thread(recorder.end, "stopped", _summary(out, checked, meta, attempts, threshold)))
+            await asyncio.shield(_record(recorder.end, "stopped", _summary(out, checked, meta, attempts, threshold)))
         raise
     finally:
         if client is not None:
@@ -222,8 +225,18 @@ async def evaluate_async(
     summary = _summary(out, checked, meta, attempts, threshold)
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     if recorder is not None:
-        await asyncio.to_thread(recorder.end, "finished", summary)
+        await _record(recorder.end, "finished", summary)
     return summary
+
+
+async def _record(fn: Callable[..., None], *args: Any) -> None:
+    """A recorder's call, off the event loop; its failure (the store gone, full, locked) is logged:
+    the result files are the evaluation's record, the store a view of them."""
+    try:
+        await asyncio.to_thread(fn, *args)
+    except Exception as e:
+        logger.warning("could not record the eval run in the store (%s: %s); its results are in the output directory",
+                       type(e).__name__, str(e).splitlines()[0] if str(e) else "")
 
 
 def _summary(out: Path, checked: list[tuple[str, RolloutRequest]], meta: dict[str, Any], attempts: int, threshold: float) -> dict[str, Any]:
