@@ -13,12 +13,15 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 EVAL_EPILOG = """TASKS is a JSONL of tasks (one task file's object per line), a directory of task JSON files,
 a Harbor dataset directory (--split picks its subdirectory), or an svg_icon dataset (a directory with
 tasks.jsonl). Results go to DIR/results/<task>/<attempt>.json, the numbers to DIR/summary.json; run
-again with the same --out to resume (finished attempts are kept).
+again with the same --out to resume (finished attempts are kept). The run and its attempts are also
+recorded in the store of the data directory (--data-dir), where `harness-env serve`'s Evals tab shows
+them. Exit status 1 when every attempt failed for infrastructure reasons.
 
 example:
   harness-env eval tasks.jsonl --harness pi -n 8 --concurrency 16 --out runs/qwen-pi \\
@@ -43,6 +46,8 @@ def add_eval_parser(sub: Any) -> None:
                         "with the fewest in flight (default: in this process)")
     g.add_argument("--token", default=os.environ.get("HARNESS_ENV_TOKEN") or None,
                    help="the server's token (env HARNESS_ENV_TOKEN; default: none)")
+    g.add_argument("--data-dir", metavar="DIR", help="the data directory whose store records this run (default: $HARNESS_ENV_DATA_DIR, "
+                   "else the user's data directory; $HARNESS_ENV_STORE_URL names another store)")
     g.add_argument("--quiet", action="store_true", help="no progress on stderr")
     ev.set_defaults(handler=cmd_eval)
 
@@ -81,43 +86,79 @@ def eval_requests(args: argparse.Namespace) -> tuple[list[tuple[str, Any]], bool
     return out, use_bwrap
 
 
-def _progress_printer(quiet: bool):
+def _progress_printer(quiet: bool, out: str):
+    """Progress on stderr: one line redrawn in place on a terminal, else a plain line at most every
+    second (and the last). A resumed run with nothing left says so."""
     from harness_env.evals.report import progress_line
 
     tty, last = sys.stderr.isatty(), [0.0]
 
     def show(p) -> None:
+        if p.resumed == p.total:
+            if not last[0]:
+                last[0] = -1.0
+                sys.stderr.write(f"nothing to run: all {p.total} attempts in {out} are finished\n")
+            return
         now = time.monotonic()
         final = p.done == p.total and p.running == 0
         if quiet or (not tty and not final and now - last[0] < 1.0):
             return
         last[0] = now
-        line = progress_line(p.done, p.total, p.running, p.failed, now - p.started, p.resumed)
+        line = progress_line(p.done, p.total, p.running, p.failed, now - p.started, p.resumed, p.mean_reward)
         sys.stderr.write(("\r" + line + "\033[K" + ("\n" if final else "")) if tty else f"[eval] {line}\n")
         sys.stderr.flush()
 
     return show
 
 
+def _recorder(data_dir: str | None):
+    """The store of the data directory, as the run's recorder; None (with a warning) when it cannot
+    be opened: the evaluation itself does not need it."""
+    from harness_env.server.store import Store, default_data_dir, store_url
+    from harness_env.server.store.eval_runs import EvalRecorder
+
+    where = Path(data_dir).expanduser() if data_dir else default_data_dir()
+    try:
+        where.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return EvalRecorder(Store.open(store_url(where)))
+    except Exception as e:  # any store problem (unwritable, a bad URL, a newer schema): run unrecorded, say so
+        print(f"warning: this run is not recorded in the store of {where}: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+              file=sys.stderr)
+        return None
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from harness_env.cli_flags import bad_input
     from harness_env.cli_run import until_stopped
     from harness_env.core.procs import make_undumpable
-    from harness_env.evals.report import table
-    from harness_env.evals.run import evaluate_async
+    from harness_env.evals.report import error_groups, error_lines, headline, table
+    from harness_env.evals.run import attempt_errors, evaluate_async
 
     if args.attempts < 1 or args.concurrency < 1:
         bad_input("-n/--attempts and --concurrency must be at least 1")
     make_undumpable()  # as run: the upstream key in this process stays out of a plain sandbox's reach
     requests, use_bwrap = eval_requests(args)
+    recorder = _recorder(getattr(args, "data_dir", None))
     work = evaluate_async(requests, args.out, attempts=args.attempts, concurrency=args.concurrency, threshold=args.threshold,
-                          server=args.server, token=args.token, use_bwrap=use_bwrap, on_progress=_progress_printer(args.quiet))
+                          server=args.server, token=args.token, use_bwrap=use_bwrap, on_progress=_progress_printer(args.quiet, args.out),
+                          recorder=recorder)
     try:
         summary = until_stopped(work, f"the attempts in flight were cancelled and cleaned up; finished ones are kept in {args.out}: "
                                       "run the same command again to resume")
     except ValueError as e:  # e.g. --out holds another harness's or model's evaluation
         bad_input(str(e))
+    finally:
+        if recorder is not None:
+            recorder.store.close()
     print(table(summary))
+    groups = error_groups(attempt_errors(Path(args.out), [tid for tid, _ in requests], args.attempts))
+    if groups:
+        print("errors (the most frequent messages of each kind):\n" + error_lines(groups))
+    print(headline(summary))
+    o = summary["overall"]
+    if o["attempts"] and o["infra_failures"] == o["attempts"]:
+        print("error: every attempt failed for infrastructure reasons (see the errors above); nothing was graded", file=sys.stderr)
+        return 1
     return 0
 
 

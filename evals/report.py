@@ -11,6 +11,7 @@ with a reward, and pass@k averaged over the tasks with at least k such attempts.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,9 +110,51 @@ def table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def progress_line(done: int, total: int, running: int, failed: int, elapsed_s: float, resumed: int = 0) -> str:
-    """'12/40 done, 3 running, 1 failed, 0.50/s, ETA 56s' (rate and ETA from this run's attempts)."""
+def progress_line(done: int, total: int, running: int, failed: int, elapsed_s: float, resumed: int = 0,
+                  mean_reward: float | None = None) -> str:
+    """'12/40 done, 3 running, 1 failed, 1m05s, mean reward 0.500, ETA 56s': the ETA from this run's
+    own pace, once one of its attempts finished."""
     ran = done - resumed
-    rate = ran / elapsed_s if elapsed_s > 0 else 0.0
-    eta = f"{(total - done) / rate:.0f}s" if rate > 0 else "?"
-    return f"{done}/{total} done, {running} running, {failed} failed, {rate:.2f}/s, ETA {eta}"
+    eta = f", ETA {_duration((total - done) * elapsed_s / ran)}" if ran > 0 and done < total else ""
+    mean = "-" if mean_reward is None else f"{mean_reward:.3f}"
+    return f"{done}/{total} done, {running} running, {failed} failed, {_duration(elapsed_s)}, mean reward {mean}{eta}"
+
+
+def _duration(s: float) -> str:
+    s = max(0, round(s))
+    return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def pass1_stderr(summary: dict[str, Any]) -> tuple[float | None, float | None]:
+    """Overall pass@1 (the mean of the tasks' pass@1) and its standard error over the tasks."""
+    return mean_and_stderr([t["pass_at_k"]["1"] for t in summary["tasks"].values() if t["pass_at_k"].get("1") is not None])
+
+
+def headline(summary: dict[str, Any]) -> str:
+    """The one line a person reads first: pass@1 ± its standard error, and infrastructure failures."""
+    o = summary["overall"]
+    p1, se = pass1_stderr(summary)
+    shown = "-" if p1 is None else f"{p1:.3f} ± {_num(se)}"
+    mean = "-" if o["mean_reward"] is None else f"{o['mean_reward']:.3f}"
+    graded = sum(t["pass_at_k"].get("1") is not None for t in summary["tasks"].values())
+    return (f"pass@1 {shown} over {graded} graded tasks of {o['tasks']} (mean reward {mean}); "
+            f"infrastructure failures: {o['infra_failures']} of {o['attempts']} attempts")
+
+
+def error_groups(errors: Iterable[tuple[str | None, str | None]], keep: int = 3) -> dict[str, list[tuple[str, int]]]:
+    """(error kind, message) pairs -> per kind its most frequent messages (their first line, at most
+    200 characters) with their counts: what lies behind each error kind."""
+    found: dict[str, Counter[str]] = {}
+    for kind, message in errors:
+        if kind:
+            first = (message or "(no message)").strip().splitlines()[0][:200] if (message or "").strip() else "(no message)"
+            found.setdefault(kind, Counter())[first] += 1
+    return {kind: c.most_common(keep) for kind, c in sorted(found.items())}
+
+
+def error_lines(groups: dict[str, list[tuple[str, int]]]) -> str:
+    lines = []
+    for kind, messages in groups.items():
+        lines.append(f"{kind}:")
+        lines += [f"  {n} x {message}" for message, n in messages]
+    return "\n".join(lines)

@@ -7,7 +7,11 @@
   turn only what it adds to the turn it continues), the turns one row each, every part
   compressed, so a 40-turn result is neither a quadratic JSON blob nor one huge row;
 - instances: the servers using the store (a heartbeat each), so a server starting, or a replica
-  sharing a PostgreSQL store, can tell which running jobs lost their server.
+  sharing a PostgreSQL store, can tell which running jobs lost their server;
+- eval_runs: one row per `harness-env eval` run (what it evaluated: tasks, harness, endpoint without
+  its key, options, attempts); its attempts are rollouts rows whose `eval_run` names it.
+
+Schema 2 added eval_runs and rollouts.eval_run / eval_attempt; Store.create migrates a schema 1 store.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 metadata = MetaData()
 
 meta = Table(
@@ -60,6 +64,8 @@ rollouts = Table(
     Column("summary", Text),  # RolloutSummary JSON
     Column("request", LargeBinary),  # the prepared request (JSON, zlib), its key masked
     Column("stored_bytes", BigInteger, nullable=False, default=0),  # what retention counts
+    Column("eval_run", String(32)),  # the eval run this rollout is an attempt of (eval_runs.id)
+    Column("eval_attempt", Integer),  # which attempt of its task (0-based)
     sqlite_autoincrement=True,
 )
 Index("rollouts_status_seq", rollouts.c.status, rollouts.c.seq)
@@ -67,6 +73,9 @@ Index("rollouts_task_seq", rollouts.c.task_id, rollouts.c.seq)
 Index("rollouts_harness_seq", rollouts.c.harness, rollouts.c.seq)
 Index("rollouts_ended", rollouts.c.ended_at)
 Index("rollouts_instance", rollouts.c.instance, rollouts.c.status)
+Index("rollouts_eval_run", rollouts.c.eval_run, rollouts.c.task_id)
+# Columns added after schema 1, with the version that added them: Store.create adds them to an older store.
+ADDED_COLUMNS = {2: (rollouts.c.eval_run, rollouts.c.eval_attempt)}
 
 events = Table(
     "events", metadata,
@@ -97,4 +106,24 @@ instances = Table(
     Column("pid", Integer, nullable=False),
     Column("started_at", Float, nullable=False),
     Column("heartbeat_at", Float, nullable=False),
+)
+
+eval_runs = Table(
+    "eval_runs", metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),  # newest first is seq descending
+    Column("id", String(32), nullable=False, unique=True),  # the run's key (eval.json's run_key), kept across resumes
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("status", String(16), nullable=False),  # running, finished (every attempt ran), stopped
+    Column("out_dir", Text, nullable=False),
+    Column("harness", String(64), nullable=False),
+    Column("model", String(256), nullable=False),
+    Column("base_url", Text),  # the endpoint, never its key
+    Column("servers", Text),  # JSON list of the harness-env servers it ran on, or null (in process)
+    Column("tasks", Text, nullable=False),  # JSON list of task ids, in order
+    Column("options", Text, nullable=False),  # JSON: the first request's options (no task, no endpoint)
+    Column("attempts", Integer, nullable=False),
+    Column("threshold", Float, nullable=False),
+    Column("summary", Text),  # summary.json as last written
+    sqlite_autoincrement=True,
 )

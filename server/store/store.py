@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Engine, create_engine, delete, event, func, insert, select, update
+from sqlalchemy import Engine, create_engine, delete, event, func, insert, inspect, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
@@ -99,6 +99,27 @@ class Store:
                     raise
         if version is not None and int(version) > schema.SCHEMA_VERSION:
             raise StoreError(f"the store was written by a newer harness-env (schema {version}; this one knows {schema.SCHEMA_VERSION})")
+        if version is not None and int(version) < schema.SCHEMA_VERSION:
+            self._migrate(int(version))
+
+    def _migrate(self, version: int) -> None:
+        """Bring a store of an older schema up to this one: add the columns (and their index) later
+        versions added. Replicas starting at once may race: a column another one added is fine."""
+        for added in range(version + 1, schema.SCHEMA_VERSION + 1):
+            for column in schema.ADDED_COLUMNS.get(added, ()):
+                if column.name in {c["name"] for c in inspect(self.engine).get_columns(column.table.name)}:
+                    continue
+                kind = column.type.compile(dialect=self.engine.dialect)
+                try:
+                    with self.engine.begin() as conn:
+                        conn.exec_driver_sql(f"ALTER TABLE {column.table.name} ADD COLUMN {column.name} {kind}")
+                except (OperationalError, ProgrammingError):
+                    if column.name not in {c["name"] for c in inspect(self.engine).get_columns(column.table.name)}:
+                        raise
+        with self.engine.begin() as conn:
+            for index in schema.rollouts.indexes:
+                index.create(conn, checkfirst=True)
+            conn.execute(update(meta).where(meta.c.key == "schema_version").values(value=str(schema.SCHEMA_VERSION)))
 
     def close(self) -> None:
         self.engine.dispose()

@@ -4,6 +4,7 @@ scripted per task, so the pass@k and means are known by hand; resume after a kil
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -107,6 +108,29 @@ def test_eval_gives_the_hand_computed_pass_at_k_and_means_and_exports_a_dataset(
     assert policy.policy.started == {"always": 4, "never": 4, "half": 4, "partial": 4}
     assert "pass@4" in stdout and "overall" in stdout and "0.500 ± 0.289" in stdout
     assert "20/20 done" in stderr and "4 failed" in stderr and "4 of 20 attempts" in stdout
+    # Not a terminal: plain progress lines, with the running mean reward and, once known, an ETA.
+    lines = [line for line in stderr.splitlines() if line.startswith("[eval] ")]
+    assert "\r" not in stderr and any("running" in line and "mean reward 0." in line and "ETA" in line for line in lines), stderr
+    # One headline at the end: pass@1 over the graded tasks (1, 0, 0.5, 0) with its standard error.
+    se = math.sqrt(sum((v - 0.375) ** 2 for v in (1, 0, 0.5, 0)) / 3 / 4)
+    assert stdout.rstrip().splitlines()[-1] == (f"pass@1 0.375 ± {se:.3f} over 4 graded tasks of 5 (mean reward 0.500); "
+                                               "infrastructure failures: 4 of 20 attempts")
+    # The messages behind each error kind, read from the attempts' results.
+    messages = {json.loads(f.read_text())["error"] for f in (tmp_path / "run" / "results" / "down").glob("*.json")}
+    assert "endpoint:" in stdout and any(m.splitlines()[0][:200] in stdout for m in messages), stdout
+    # Recorded in the data directory's store: the run, and its 20 attempts as rollouts linked to it.
+    from harness_env.server.store import Store, default_data_dir, store_url
+    from harness_env.server.store import eval_runs as er
+
+    store = Store.open(store_url(default_data_dir()))
+    try:
+        run = er.get_run(store, json.loads((tmp_path / "run" / "eval.json").read_text())["run_key"])
+        assert (run["status"], run["harness"], run["model"], run["base_url"], run["attempts"]) == ("finished", "whitebox", "m",
+                                                                                                  policy.base_url, 4)
+        assert run["tasks"] == [t["task_id"] for t in TASKS] and er.stored_summary(store, run["id"]) == summary
+        assert len(er.run_attempts(store, run["id"])) == 20
+    finally:
+        store.close()
     assert len(list((tmp_path / "run" / "results").glob("*/*.json"))) == 20
 
     for fmt in ("jsonl", "parquet"):
@@ -241,6 +265,83 @@ def test_eval_on_a_server_runs_each_attempt_as_a_job_once(tmp_path, policy, star
     assert summary["overall"]["pass_at_k"] == {"1": 0.5, "2": 0.5} and summary["overall"]["infra_failures"] == 0
     assert policy.policy.started == {"always": 2, "never": 2}
     again = _eval(policy, tasks, tmp_path / "run", "-n", "2", "--server", server.url)  # all finished: nothing runs
-    assert again.communicate(timeout=120)[0] and again.returncode == 0
+    stdout, stderr = again.communicate(timeout=120)
+    assert stdout and again.returncode == 0
+    assert f"nothing to run: all 4 attempts in {tmp_path / 'run'} are finished" in stderr and "done," not in stderr, stderr
     assert policy.policy.started == {"always": 2, "never": 2}
     server.assert_no_rollout_left()
+    # The run is recorded in this process's data directory, its attempts under the server's job ids.
+    from harness_env.client.http import HarnessEnv
+    from harness_env.server.store import Store, default_data_dir, store_url
+    from harness_env.server.store import eval_runs as er
+
+    with HarnessEnv(server.url) as env:
+        jobs = {i["rollout_id"] for i in env.list_rollouts()["items"]}
+    store = Store.open(store_url(default_data_dir()))
+    try:
+        run = er.list_runs(store)[0]
+        assert run["servers"] == [server.url] and {a["id"] for a in er.run_attempts(store, run["id"])} == jobs
+    finally:
+        store.close()
+
+
+def test_eval_exits_1_when_every_attempt_failed_for_infrastructure_reasons(tmp_path, policy):
+    tasks = _write_jsonl(tmp_path / "tasks.jsonl", [TASKS[4]])  # the endpoint answers 500
+    p = _eval(policy, tasks, tmp_path / "run", "-n", "2")
+    stdout, stderr = p.communicate(timeout=240)
+    assert p.returncode == 1, stderr
+    assert "every attempt failed for infrastructure reasons" in stderr and "infrastructure failures: 2 of 2 attempts" in stdout
+    assert "Traceback" not in stderr
+
+
+def test_eval_on_a_terminal_redraws_one_progress_line(tmp_path, policy):
+    import pty
+
+    tasks = _write_jsonl(tmp_path / "tasks.jsonl", [TASKS[0]])
+    master, slave = pty.openpty()
+    p = subprocess.Popen([*CLI, "eval", str(tasks), "--harness", "whitebox", "--base-url", policy.base_url, "--model", "m",
+                          "--out", str(tmp_path / "run"), "-n", "2"], stdout=subprocess.PIPE, stderr=slave, text=True)
+    os.close(slave)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the terminal closed: the process exited
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(master)
+    p.communicate(timeout=240)
+    assert p.returncode == 0
+    text = shown.decode()
+    redraws = re.findall(r"\r(\d+)/2 done", text)  # a carriage return that starts a line again, not a newline's
+    assert len(redraws) >= 2 and redraws[-1] == "2" and "[eval]" not in text and "\x1b[K" in text, text
+    assert "\r2/2 done, 0 running, 0 failed" in text and "mean reward 1.000" in text
+
+
+def test_eval_stopped_by_ctrl_c_is_recorded_stopped_and_a_resume_finishes_it(tmp_path, policy):
+    from harness_env.server.store import Store, default_data_dir, store_url
+    from harness_env.server.store import eval_runs as er
+
+    tasks = _write_jsonl(tmp_path / "tasks.jsonl", [_task("slow", ["test -f out.txt"])])
+    out = tmp_path / "run"
+    p = _eval(policy, tasks, out, "-n", "4", "--concurrency", "1")
+    deadline = time.monotonic() + 120
+    while not list(out.glob("results/*/*.json")) and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    _, stderr = p.communicate(timeout=120)
+    assert p.returncode == 130 and "stopped by SIGINT" in stderr, stderr
+    key = json.loads((out / "eval.json").read_text())["run_key"]
+    store = Store.open(store_url(default_data_dir()))
+    try:
+        assert er.get_run(store, key)["status"] == "stopped"
+        assert er.stored_summary(store, key)["overall"]["attempts"] == len(list(out.glob("results/*/*.json"))) < 4
+        again = _eval(policy, tasks, out, "-n", "4")
+        again.communicate(timeout=240)
+        assert again.returncode == 0
+        assert er.get_run(store, key)["status"] == "finished" and len(er.run_attempts(store, key)) == 4
+        assert len(er.list_runs(store)) == 1  # the resumed run is the same run
+    finally:
+        store.close()
