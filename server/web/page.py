@@ -412,7 +412,7 @@ CSS = """
 #phase-log textarea { font-family: var(--font-mono), monospace; font-size: 0.85rem; }
 .he-reward-why { font-size: 0.9rem; margin-top: 6px; }
 .he-json pre { max-height: 640px; overflow: auto; font-size: 0.8rem; }
-.he-tokens { white-space: pre-wrap; font-family: var(--font-mono), monospace; font-size: 0.8rem; line-height: 1.6; }
+.he-tokens { white-space: pre-wrap; overflow-wrap: anywhere; font-family: var(--font-mono), monospace; font-size: 0.8rem; line-height: 1.6; }
 .he-tok { border-radius: 2px; color: #111; }
 .he-tok:hover { outline: 1px solid #111; }
 .he-chat-text { white-space: pre-wrap; word-break: break-word; }
