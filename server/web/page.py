@@ -28,6 +28,7 @@ from harness_env.models import PhaseEvent, RolloutResult
 from harness_env.models.jobs import ended_status
 from harness_env.server.service import RolloutService
 from harness_env.server.web import render
+from harness_env.server.web.compare import CompareView
 from harness_env.server.web.examples import example_names, get_example
 from harness_env.server.web.form import (
     EXPLICIT,
@@ -174,8 +175,11 @@ class WebPage:
                     self.history_df = gr.Dataframe(headers=render.HISTORY_HEADERS, value=[], interactive=False, elem_id="history")
                 with gr.Tab("Rollouts", id="rollouts-view", elem_id="rollouts-tab") as self.rollouts_tab:
                     self.rollouts = RolloutsView(getattr(self.service, "jobs", None), self._downloads.name, list(self.harness_groups))
+                with gr.Tab("Compare", id="compare-view", elem_id="compare-tab"):
+                    self.compare = CompareView(getattr(self.service, "jobs", None))
             self._wire(blocks)
             self.rollouts.wire(blocks, self.rollouts_tab, self.views)
+            self.compare.wire(blocks, self.views)
         return blocks
 
     @property

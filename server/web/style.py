@@ -16,5 +16,6 @@ VIEW_CSS = """
 .he-compare th, .he-compare td { border-bottom: 1px solid #e5e7eb; padding: 4px 6px; vertical-align: top; text-align: left; }
 .he-compare pre { white-space: pre-wrap; overflow-wrap: anywhere; max-height: 240px; overflow-y: auto; margin: 0; font-size: 0.8rem; }
 .he-compare td.he-differs { background: #fef9c3; }
+.he-compare thead th:first-child { width: 14%; }
 .he-request pre { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 0.8rem; }
 """

@@ -3,11 +3,19 @@ tool output, the turn graph's branches and links), escaped, bounded on a long ro
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+from pathlib import Path
+
+import pytest
 
 from harness_env.core.capture.graph import link_turns, summarise_rows
 from harness_env.models import RolloutResult, TopLogprob, Turn
 from harness_env.server.web.render_tokens import token_title, trajectory_tokens_html
+from tests.server.web.driver import LOAD_TIMEOUT_MS, WebDriver
+
+REPO = Path(__file__).resolve().parents[3]
 
 SYS = {"role": "system", "content": "You are an agent."}
 USER = {"role": "user", "content": "Write a.txt"}
@@ -102,3 +110,49 @@ def test_a_40_call_rollout_stays_light_collapsed_but_the_first_and_last_and_boun
 
 def test_nothing_captured_says_so():
     assert "no tokens were captured" in trajectory_tokens_html(RolloutResult(harness="pi"))
+
+
+LONG_WORD = "x" * 600  # one run of tokens with no space in it: nowhere to wrap but between tokens
+
+
+@pytest.mark.e2e
+def test_token_view_of_a_40_call_rollout_in_chromium(chromium, web_server, artifacts):
+    """A stored 41-call rollout's token view: every call, collapsed but the first and last, each
+    with its branch and link; what was trained apart from the prompt; nothing runs off the page."""
+    from tests.server.web.test_rollouts_view import submit, wait_ended
+
+    server, policy_server = web_server
+    script = [{"bash": f"echo {LONG_WORD}"}] + [{"bash": f"echo step {i}"} for i in range(39)] + [{"text": "done"}]
+    rollout = submit(server, policy_server, "tokens-40", script, "task-tokens")
+    assert wait_ended(server, rollout)["status"] == "finished"
+    web = WebDriver(chromium, server.url)
+    web.page.set_viewport_size({"width": 1440, "height": 900})
+    try:
+        web.page.goto(f"{server.url}/web/?rollout={rollout}", timeout=LOAD_TIMEOUT_MS)
+        web.page.wait_for_selector("#ro-reward .he-reward[data-reward='0.0'], #ro-reward .he-reward[data-reward='1.0']", timeout=60_000)
+        web.page.locator("#rollouts-tab").get_by_role("tab", name="tokens").click()
+        calls = web.page.locator("#ro-token-view details.he-tcall")
+        calls.first.wait_for()
+        assert calls.count() == 41
+        assert [calls.nth(i).get_attribute("data-link") for i in (0, 1, 40)] == ["new_thread", "extends", "extends"]
+        assert {calls.nth(i).get_attribute("data-branch") for i in range(41)} == {"0"}
+        opened = web.page.evaluate("[...document.querySelectorAll('#ro-token-view details.he-tcall')].filter(d => d.open).length")
+        assert opened == 2
+        first = calls.first
+        assert first.locator(".he-prompt").is_visible() and "Create hello.txt" in first.locator(".he-prompt").inner_text()
+        assert first.locator(".he-tokens.he-trained span.he-tok").count() > 150
+        assert re.match(r"id \d+ · logprob -?\d", first.locator("span.he-tok").first.get_attribute("title"))
+        # The long word wraps: the page and the token strip are no wider than the window.
+        strip = first.locator(".he-tokens")
+        assert strip.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), strip.evaluate("e => [e.scrollWidth, e.clientWidth]")
+        assert web.page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        assert "41 model call(s) · 1 branch(es)" in web.page.inner_text("#ro-token-view .he-graph")
+        web.page.locator("#ro-token-view .he-token-key").evaluate("e => e.scrollIntoView()")
+        web.page.screenshot(path=str(artifacts / "web-tokens.png"))
+        calls.nth(5).locator("summary").click()  # a collapsed call opens on a click
+        assert calls.nth(5).locator(".he-tokens").is_visible()
+        assert web.foreign_requests == []
+    finally:
+        web.close()
+    if os.environ.get("HARNESS_ENV_UPDATE_SCREENSHOT"):  # refresh the docs' picture
+        shutil.copy(artifacts / "web-tokens.png", REPO / "docs" / "web-tokens.png")
