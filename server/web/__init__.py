@@ -137,13 +137,13 @@ class WebUI:
             await asyncio.to_thread(_import_gradio)  # the slow part, off the event loop
             import gradio as gr
 
-            from harness_env.server.web.page import CSS, build_page
-            from harness_env.server.web.style import VIEW_CSS
+            from harness_env.server.web.page import build_page
+            from harness_env.server.web.style import CSS
 
             page = build_page(self.service)
             # run_history off: Gradio would otherwise keep every run's inputs (the API key among
             # them) in the browser's storage. No footer: its links lead to API docs and gradio.app.
-            gr.mount_gradio_app(self.app, page.blocks, path=WEB_PREFIX, css=CSS + VIEW_CSS, run_history=False, footer_links=[],
+            gr.mount_gradio_app(self.app, page.blocks, path=WEB_PREFIX, css=CSS, run_history=False, footer_links=[],
                                 ssr_mode=False, show_error=True, max_file_size=GRADIO_MAX_FILE_BYTES)
             # The server's lifespan has already run: start what mount_gradio_app would have
             # started there (Gradio's own lifespan, its queue), and stop it in aclose().
