@@ -187,6 +187,8 @@ class WebPage:
             self.compare.wire(blocks, self.views)
             self.rollouts.rerun.click(self._on_stored_request, inputs=[self.rollouts.opened], outputs=[self.views, self.status, *self._form_outputs],
                                       queue=False, api_name=False)
+            self.rollouts.compare.click(lambda rollout_id: [gr.update(selected="compare-view"), rollout_id], inputs=[self.rollouts.opened],
+                                        outputs=[self.views, self.compare.a], queue=False, api_name=False)
         return blocks
 
     @property

@@ -77,6 +77,7 @@ class RolloutsView:
         with gr.Row():
             self.cancel = gr.Button("Cancel", variant="stop", size="sm", visible=False, elem_id="ro-cancel")
             self.rerun = gr.Button("load into the form", size="sm", visible=False, elem_id="ro-rerun")
+            self.compare = gr.Button("compare with another", size="sm", visible=False, elem_id="ro-compare")
         self.request = gr.HTML("", elem_id="ro-request")
         self.opened = gr.State(None)  # the id of the stored rollout shown
         self.log = gr.Textbox(label="phase log", lines=10, max_lines=30, interactive=False, elem_id="ro-log", autoscroll=True)
@@ -86,8 +87,8 @@ class RolloutsView:
 
     @property
     def page_outputs(self) -> list[Any]:
-        return [self.title, self.status, self.log, *self.result.outputs, self.followed, self.timer, self.cancel, self.rerun, self.request,
-                self.opened]
+        return [self.title, self.status, self.log, *self.result.outputs, self.followed, self.timer, self.cancel, self.rerun, self.compare,
+                self.request, self.opened]
 
     def wire(self, blocks: gr.Blocks, tab: gr.Tab, views: gr.Tabs) -> None:
         filters = [self.status_filter, self.harness_filter, self.task_filter]
@@ -162,7 +163,7 @@ class RolloutsView:
         lines, after = await self._events(job.rollout_id, -1)
         request = await asyncio.to_thread(self.stored_request, job.rollout_id)
         out.update({self.title: self._title(job), self.log: "\n".join(lines), self.request: request_html(request),
-                    self.rerun: gr.update(visible=request is not None), self.opened: job.rollout_id})
+                    self.rerun: gr.update(visible=request is not None), self.compare: gr.update(visible=True), self.opened: job.rollout_id})
         out.update(await self._shown(job, {"id": job.rollout_id, "after": after, "log": lines}))
         return list(out.values())
 
@@ -205,7 +206,8 @@ class RolloutsView:
         return reference_path(request.get("task_family"), request.get("family_options"))
 
     def _no_request(self) -> dict[Any, Any]:
-        return {self.cancel: gr.update(visible=False), self.rerun: gr.update(visible=False), self.request: "", self.opened: None}
+        hidden = gr.update(visible=False)
+        return {self.cancel: hidden, self.rerun: hidden, self.compare: hidden, self.request: "", self.opened: None}
 
     async def on_cancel(self, opened: str | None) -> list[Any]:
         """Cancel the running rollout shown (wherever it runs); the timer shows how it ended."""

@@ -55,7 +55,12 @@ def test_a_pass_and_a_fail_side_by_side(chromium, web_server, artifacts):
         web.page.screenshot(path=str(artifacts / "web-compare.png"))
         web.page.goto(f"{server.url}/web/?compare={failed},{passed}", timeout=LOAD_TIMEOUT_MS)
         web.page.locator("#cmp-view table.he-compare-facts").wait_for(timeout=60_000)
-        assert web.page.locator("#cmp-view tr[data-fact='reward'] td").all_inner_texts() == ["0.0", "1.0"]
+        assert web.page.locator("#cmp-view tr[data-fact='reward'] > td").all_inner_texts() == ["0.0", "1.0"]
+        # From a stored rollout's page: "compare with another" opens the Compare tab with it as A.
+        web.page.goto(f"{server.url}/web/?rollout={failed}", timeout=LOAD_TIMEOUT_MS)
+        web.page.click("#ro-compare", timeout=60_000)
+        web.page.wait_for_function("(id) => document.querySelector('#cmp-a textarea').value === id", arg=failed, timeout=30_000)
+        assert web.page.locator("#cmp-b").is_visible()
         assert web.foreign_requests == []
     finally:
         web.close()
