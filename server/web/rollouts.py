@@ -192,7 +192,8 @@ class RolloutsView:
 
     def stored_request(self, rollout_id: str) -> dict[str, Any] | None:
         """The rollout's request as the store holds it (RolloutRequest's JSON, its key masked)."""
-        row = self.jobs.store.get(rollout_id) if self.jobs is not None else None
+        store = getattr(self.jobs, "store", None)  # a page built without a server has none
+        row = store.get(rollout_id) if store is not None else None
         try:
             request = decompress(row["request"]) if row and row.get("request") else None
         except (ValueError, TypeError, zlib.error):
