@@ -82,6 +82,17 @@ async def _cancel_on_disconnect(request: Request, task: asyncio.Task) -> None:
             return
 
 
+def api_description() -> str:
+    """/docs' description: what the server is, its harnesses (the registry's, so the list cannot go
+    stale) and its surfaces beyond the operations listed."""
+    return (f"{DESCRIPTION}\n\nHarnesses: {', '.join(sorted(HARNESSES))} (`GET /harnesses`: installed versions).\n\n"
+            "- `POST /rollout` runs one rollout and answers with its result; `POST /rollouts` queues one as a job "
+            "(`GET /rollouts/{id}`, its events, `DELETE` cancels), kept in the job store.\n"
+            "- `/web`: the web UI (run a rollout and watch it live; stored rollouts, their token view; compare two rollouts).\n"
+            "- `/mcp`: the same tools for agents (MCP, streamable HTTP); `/ws`: OpenEnv's WebSocket.\n"
+            "- `PUT /policy/weights`: a trainer announces its weight version; `/metrics`: Prometheus.")
+
+
 def create_app(
     *,
     public_url: str,
@@ -152,7 +163,7 @@ def create_app(
         await proxy.aclose()
 
     # /docs is served from the package (server/docs_page.py), not FastAPI's CDN page; no ReDoc.
-    app = FastAPI(title="harness-env", version=package_version(), lifespan=lifespan, description=DESCRIPTION,
+    app = FastAPI(title="harness-env", version=package_version(), lifespan=lifespan, description=api_description(),
                   docs_url=None, redoc_url=None)
     app.state.service = service
     app.state.jobs = jobs

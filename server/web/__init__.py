@@ -137,7 +137,8 @@ class WebUI:
             await asyncio.to_thread(_import_gradio)  # the slow part, off the event loop
             import gradio as gr
 
-            from harness_env.server.web.page import CSS, build_page
+            from harness_env.server.web.page import build_page
+            from harness_env.server.web.style import CSS
 
             page = build_page(self.service)
             # run_history off: Gradio would otherwise keep every run's inputs (the API key among

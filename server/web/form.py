@@ -248,6 +248,7 @@ def to_args(form: dict[str, Any]) -> RolloutArgs:
         "setup": lines(form.get("setup") or ""),
         "verify": [] if family else lines(form.get("verify") or ""),  # a family grades the submission itself, not commands
         "files": files,
+        "task_id": (form.get("task_id") or "").strip(),
     }
     try:
         return RolloutArgs(**fields)
@@ -276,3 +277,37 @@ def endpoint_note(catalog: list[dict], name: str) -> str:
 def disable_thinking_default(catalog: list[dict], name: str) -> bool:
     entry = next((e for e in catalog if e["name"] == name), None)
     return bool(entry and entry.get("disable_thinking_default"))
+
+
+def shown_value(c: Control, value: Any) -> Any:
+    """A field's value as control `c` shows it (the inverse of field_value): an object as JSON
+    text, none as empty (0 in a box where 0 means none)."""
+    if c.kind == "json":
+        return json.dumps(value, indent=1) if value else ""
+    if c.kind == "number":
+        return 0 if value is None and c.zero_is_none else value
+    if c.kind == "text":
+        return "" if value is None else str(value)
+    return value
+
+
+def request_form(request: dict[str, Any], catalog: list[dict]) -> dict[str, Any]:
+    """A stored rollout's request (RolloutRequest's JSON; its key masked) -> the form's values, to
+    run it again: the catalog endpoint it used when one has its base URL and model, else the
+    explicit one (whose key is never kept: it is typed again)."""
+    task, endpoint = request.get("task") or {}, request.get("endpoint") or {}
+    form = {c.name: shown_value(c, request.get(c.name, c.default)) for c in option_controls() if c.kind not in ("family", "harness group")}
+    harness, family = request.get("harness"), request.get("task_family")
+    for name, (_, controls) in harness_controls(with_choices=False).items():  # every harness's controls: the others' defaults
+        own = (request.get(HARNESS_OPTIONS) or {}) if name == harness else {}
+        form[name] = {c.name: shown_value(c, own.get(c.name, c.default)) for c in controls}
+    for name, (_, controls) in family_controls().items():
+        own = (request.get("family_options") or {}) if name == family else {}
+        form[name] = {c.name: shown_value(c, own.get(c.name, c.default)) for c in controls}
+    named = next((e["name"] for e in catalog if e.get("configured") and e.get("base_url") == endpoint.get("base_url")
+                  and e.get("model") == endpoint.get("model")), None)
+    form.update(endpoint=named or EXPLICIT, base_url="" if named else endpoint.get("base_url", ""), model="" if named else endpoint.get("model", ""),
+                task_family=family if family in family_names() else SHELL_TASK, instruction=task.get("instruction", ""),
+                setup="\n".join(task.get("setup") or []), verify="\n".join(task.get("verify") or []), task_id=task.get("task_id") or "",
+                files=list((task.get("files") or {}).items()), disable_thinking=bool(request.get("disable_thinking")))
+    return form

@@ -28,6 +28,7 @@ from harness_env.models import PhaseEvent, RolloutResult
 from harness_env.models.jobs import ended_status
 from harness_env.server.service import RolloutService
 from harness_env.server.web import render
+from harness_env.server.web.compare import CompareView
 from harness_env.server.web.evals import EvalsView
 from harness_env.server.web.examples import example_names, get_example
 from harness_env.server.web.form import (
@@ -42,6 +43,7 @@ from harness_env.server.web.form import (
     harness_controls,
     instruction_label,
     option_controls,
+    request_form,
     task_families,
     to_args,
 )
@@ -133,12 +135,21 @@ class WebPage:
                             self.disable_thinking = self.inputs["disable_thinking"]
                         with gr.Column(scale=2, min_width=480):
                             gr.Markdown("### Task")
+                            # Run, its status and the live log at the top, where the eye is (at 1440 x 857
+                            # the form's end is below the fold).
+                            with gr.Row():
+                                self.run_btn = gr.Button("Run", variant="primary", elem_id="run")
+                                self.cancel_btn = gr.Button("Cancel", variant="stop", interactive=False, elem_id="cancel")
+                            self.status = text_markdown("status", "idle")
+                            self.log = gr.Textbox(label="phase log (live)", lines=6, max_lines=30, interactive=False, elem_id="phase-log", autoscroll=True)
                             # The page opens with the first example loaded (a shell task), so Run works at once.
                             first = get_example(example_names()[0])
                             first_files = list(first.files.items())[:FILE_SLOTS]
                             self.example = gr.Dropdown(choices=example_names(), value=first.name, label="load an example task", elem_id="example")
                             self.task_family = gr.Radio(task_families(), value=SHELL_TASK, label="task family", elem_id="task-family")
                             self.instruction = gr.Textbox(value=first.instruction, label="instruction", lines=4, elem_id="instruction")
+                            self.task_id = gr.Textbox(label="task id", placeholder="(none) your name for the task: the Rollouts tab filters by it",
+                                                      elem_id="task-id")
                             # A family's own options, from its options model (families/base.py), shown for it only.
                             self.family_groups: dict[str, gr.Group] = {}
                             self.family_inputs: dict[str, dict[str, gr.components.Component]] = {}
@@ -163,11 +174,6 @@ class WebPage:
                                 self.file_paths.append(p)
                                 self.file_contents.append(c)
                             self.add_file = gr.Button("add file", size="sm")
-                            with gr.Row():
-                                self.run_btn = gr.Button("Run", variant="primary", elem_id="run")
-                                self.cancel_btn = gr.Button("Cancel", variant="stop", interactive=False, elem_id="cancel")
-                    self.status = text_markdown("status", "idle")
-                    self.log = gr.Textbox(label="phase log (live)", lines=12, max_lines=30, interactive=False, elem_id="phase-log", autoscroll=True)
                     gr.Markdown("### Result")
                     self.result = ResultArea(self._downloads.name, list(self.harness_groups))
                     gr.Markdown("### History (this browser session; click a row to reopen)")
@@ -175,11 +181,18 @@ class WebPage:
                     self.history_df = gr.Dataframe(headers=render.HISTORY_HEADERS, value=[], interactive=False, elem_id="history")
                 with gr.Tab("Rollouts", id="rollouts-view", elem_id="rollouts-tab") as self.rollouts_tab:
                     self.rollouts = RolloutsView(getattr(self.service, "jobs", None), self._downloads.name, list(self.harness_groups))
+                with gr.Tab("Compare", id="compare-view", elem_id="compare-tab"):
+                    self.compare = CompareView(getattr(self.service, "jobs", None))
                 with gr.Tab("Evals", id="evals-view", elem_id="evals-tab") as self.evals_tab:
                     self.evals = EvalsView(getattr(self.service, "jobs", None))
             self._wire(blocks)
             self.rollouts.wire(blocks, self.rollouts_tab, self.views)
+            self.compare.wire(blocks, self.views)
             self.evals.wire(blocks, self.evals_tab, self.views)
+            self.rollouts.rerun.click(self._on_stored_request, inputs=[self.rollouts.opened], outputs=[self.views, self.status, *self._form_outputs],
+                                      queue=False, api_name=False)
+            self.rollouts.compare.click(lambda rollout_id: [gr.update(selected="compare-view"), rollout_id], inputs=[self.rollouts.opened],
+                                        outputs=[self.views, self.compare.a], queue=False, api_name=False)
         return blocks
 
     @property
@@ -199,7 +212,7 @@ class WebPage:
                                 queue=False)
         self.add_file.click(self._on_add_file, inputs=[self.file_count], outputs=[self.file_count, *self.file_rows], queue=False)
         self.inputs.update(endpoint=self.endpoint, base_url=self.base_url, model=self.model, api_key=self.api_key,
-                           instruction=self.instruction, setup=self.setup, verify=self.verify, task_family=self.task_family)
+                           instruction=self.instruction, setup=self.setup, verify=self.verify, task_family=self.task_family, task_id=self.task_id)
         # A set: the handler gets one dict {component: value}, read back by field name (form_values).
         inputs = {*self.inputs.values(), *(c for fields in self.harness_inputs.values() for c in fields.values()),
                   *self._family_components, self.history, *self.file_paths, *self.file_contents}
@@ -265,6 +278,15 @@ class WebPage:
             return "nothing is running"
         task.cancel()  # the engine closes the sandbox and kills the harness on cancellation
         return "**cancelling...**"
+
+    async def _on_stored_request(self, rollout_id: str | None):
+        """A stored rollout's request in the form, to run it again (the Run tab opens on it)."""
+        request = await asyncio.to_thread(self.rollouts.stored_request, rollout_id) if rollout_id else None
+        if request is None:
+            return [gr.update(), "**no stored request to load**", *[gr.update()] * len(self._form_outputs)]
+        form = request_form(request, self.service.catalog())
+        again = "; type its API key again (a key is never kept)" if form["endpoint"] == EXPLICIT else ""
+        return [gr.update(selected="run-view"), f"loaded from rollout <code>{md_cell(rollout_id)}</code>{again}", *self._form_view(form)]
 
     def _on_reopen(self, history: list[dict[str, Any]], evt: gr.SelectData):
         """A run of the history, whole: its status line, its log, the form as it was run (but the
@@ -393,35 +415,6 @@ class WebPage:
                 del self.running[session]
 
 
-CSS = """
-.he-reward { text-align: center; padding: 12px 8px; border-radius: 8px; min-width: 180px; }
-.he-reward-label { display: block; font-size: 0.9rem; opacity: 0.8; }
-.he-reward-value { display: block; font-size: 3rem; font-weight: 700; line-height: 1.1; }
-.he-reward-error { font-size: 0.85rem; margin-top: 6px; word-break: break-word; }
-.he-pass { background: #dcfce7; color: #166534; }
-.he-fail { background: #fee2e2; color: #991b1b; }
-.he-partial { background: #fef3c7; color: #92400e; }
-.he-none { background: #f3f4f6; color: #4b5563; }
-.he-table { width: 100%; border-collapse: collapse; font-size: 0.9rem; }
-.he-table th, .he-table td { border-bottom: 1px solid #e5e7eb; padding: 4px 8px; text-align: left; vertical-align: top; }
-.he-table tr.he-bad td.he-code { color: #b91c1c; font-weight: 600; }
-.he-table tr.he-ok td.he-code { color: #15803d; font-weight: 600; }
-.he-table pre, .he-file pre { max-height: 320px; overflow: auto; white-space: pre-wrap; font-size: 0.8rem; }
-.he-empty { opacity: 0.7; font-style: italic; }
-.he-images { display: flex; gap: 16px; flex-wrap: wrap; }
-.he-images figure { margin: 0; text-align: center; }
-.he-images img { width: 256px; height: 256px; object-fit: contain; border: 1px solid #e5e7eb; background: #fff; }
-.he-trajectory pre { max-height: 120px; margin: 0; }
-.he-trajectory-head { font-size: 0.9rem; opacity: 0.8; }
-#phase-log textarea { font-family: var(--font-mono), monospace; font-size: 0.85rem; }
-.he-reward-why { font-size: 0.9rem; margin-top: 6px; }
-.he-json pre { max-height: 640px; overflow: auto; font-size: 0.8rem; }
-.he-tokens { white-space: pre-wrap; font-family: var(--font-mono), monospace; font-size: 0.8rem; line-height: 1.6; }
-.he-tok { border-radius: 2px; color: #111; }
-.he-tok:hover { outline: 1px solid #111; }
-.he-chat-text { white-space: pre-wrap; word-break: break-word; }
-.he-chat-code { white-space: pre-wrap; word-break: break-word; font-family: var(--font-mono), monospace; font-size: 0.85rem; margin: 0; }
-"""
 FOLLOW_LOG_JS = """() => setTimeout(() => {
   const t = document.querySelector('#phase-log textarea');
   if (t) t.scrollTop = t.scrollHeight;

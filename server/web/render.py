@@ -6,7 +6,7 @@ so each can be unit-tested without a browser. Everything that came from the sand
 markup into the page of the person watching it.
 
 The page imports this module alone; the pieces live by concern: render_turns.py (the conversation
-and the per-token logprobs), render_evidence.py (a task family's grading, a harness's own account),
+and the per-token logprobs), render_tokens.py (the token view), render_evidence.py (a task family's grading, a harness's own account),
 render_text.py (escaping, clipping, numbers) and here (live log, reward, summary, commands, files,
 history, redaction).
 """
@@ -28,6 +28,7 @@ from harness_env.server.web.render_evidence import (
     trajectory_html,
 )
 from harness_env.server.web.render_text import MAX_SHOWN_CHARS, clip, format_reward, md_cell
+from harness_env.server.web.render_tokens import trajectory_tokens_html
 from harness_env.server.web.render_turns import (
     LOWEST_TOKENS,
     TokenPoint,
@@ -35,7 +36,6 @@ from harness_env.server.web.render_turns import (
     logprob_points,
     logprob_summary_markdown,
     logprob_svg,
-    token_view_html,
 )
 
 __all__ = [
@@ -63,8 +63,8 @@ __all__ = [
     "reward_html",
     "status_line",
     "summary_markdown",
-    "token_view_html",
     "trajectory_html",
+    "trajectory_tokens_html",
 ]
 
 
@@ -110,13 +110,21 @@ def reward_html(result: RolloutResult | None, cancelled: bool = False) -> str:
             f'<span class="he-reward-label">reward</span><span class="he-reward-value">{escape(label)}</span>{why}</div>')
 
 
+def _training_line(result: RolloutResult) -> str:
+    """rollout_type in words: "eval" read as the mode it ran in, when it says whether its tokens
+    can be trained on."""
+    if result.rollout_type == "train":
+        return "certified for training (token ids and processed logprobs on every model call)"
+    return f"not certified for training: {result.rollout_type_reason or 'the endpoint gave no token ids and processed logprobs'}"
+
+
 def summary_markdown(result: RolloutResult) -> str:
     policy = [t for t in result.proxy_turns if t.purpose == "policy"]
     rows = [
         ("harness", result.harness),
         ("mode", result.mode),
         ("capture level", f"{result.capture_level} (tokens > logprobs > text)"),
-        ("rollout type", f"{result.rollout_type}: {result.rollout_type_reason}" if result.rollout_type_reason else result.rollout_type),
+        ("training", _training_line(result)),
         ("turn graph", f"{result.graph.branches} branch(es), {result.graph.auxiliary_turns} auxiliary turn(s), "
                        f"{result.graph.trainable_tokens} trainable tokens"),
         ("wall time", f"{result.wall_s:.2f} s"),

@@ -18,7 +18,6 @@ LOWEST_TOKENS = 10
 PLOT_W, PLOT_H, PLOT_PAD = 760, 260, 40
 TURN_COLOURS = ("#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2")
 LABEL_GAP = 48  # plot units between two turn labels ("turn 100" is about 40 wide at font size 10)
-MAX_TOKEN_VIEW = 8_000  # tokens shown in the token view (about 200 bytes of HTML each); the JSON download has all
 MAX_CHAT_MESSAGES = 5_000  # messages in the conversation pane (a Chatbot message costs the page far more than its text)
 MAX_PLOT_POINTS = 10_000  # circles in the logprob plot (about 150 bytes of SVG each); more are thinned evenly
 
@@ -128,9 +127,11 @@ class TokenPoint:
 
 
 def logprob_points(turns: list[Turn]) -> list[TokenPoint]:
-    """One point per completion token that has a logprob, numbered across the rollout's turns."""
+    """One point per completion token that has a logprob, numbered across the rollout's policy
+    turns. Auxiliary calls (titles, summaries) are left out: they are not the policy's samples,
+    and a short one before the first policy turn took that turn's label in the plot."""
     points: list[TokenPoint] = []
-    for turn in turns:
+    for turn in (t for t in turns if t.purpose == "policy"):
         for k, lp in enumerate(turn.per_token_logps):
             if k < len(turn.completion_tokens):
                 token = turn.completion_tokens[k]
@@ -203,46 +204,3 @@ def logprob_summary_markdown(points: list[TokenPoint], lowest: int = LOWEST_TOKE
         prob = math.exp(p.logprob) if math.isfinite(p.logprob) else 0.0
         lines.append(f"| {p.turn} | {p.position} | <code>{md_cell(repr(p.token))}</code> | {p.logprob:.4f} | {prob:.3f} |")
     return "\n".join(lines)
-
-
-def _token_colour(logprob: float) -> str:
-    """Red for an unlikely token, through yellow, to green for a sure one."""
-    prob = math.exp(logprob) if math.isfinite(logprob) else 0.0
-    return f"hsl({round(120 * prob)}, 85%, 82%)"
-
-
-def _token_title(turn: Turn, k: int) -> str:
-    tid = turn.completion_token_ids[k] if k < len(turn.completion_token_ids) else None
-    lp = turn.per_token_logps[k] if k < len(turn.per_token_logps) else None
-    head = [f"id {tid}" if tid is not None else "id ?"]
-    if lp is not None:
-        head.append(f"logprob {lp:.4f} (p {math.exp(lp) if math.isfinite(lp) else 0.0:.3f})")
-    alts = turn.top_logprobs[k] if k < len(turn.top_logprobs) else []
-    lines = [" · ".join(head)]
-    lines += [f"{a.token!r}{f' (id {a.token_id})' if a.token_id is not None else ''}: {a.logprob:.4f}" for a in alts]
-    return "\n".join(lines) if not alts else lines[0] + "\nalternatives:\n" + "\n".join(lines[1:])
-
-
-def token_view_html(turns: list[Turn], limit: int = MAX_TOKEN_VIEW) -> str:
-    """Each model call's completion token by token: the text coloured by its logprob, its id, its
-    logprob and the top alternatives in the hover title. Everything the model wrote is escaped."""
-    calls, shown = [], 0
-    for turn in turns:
-        n = max(len(turn.completion_token_ids), len(turn.completion_tokens), len(turn.per_token_logps))
-        if not n:
-            continue
-        spans = []
-        for k in range(min(n, limit - shown)):
-            text = turn.completion_tokens[k] if k < len(turn.completion_tokens) else f"<id {turn.completion_token_ids[k]}>"
-            lp = turn.per_token_logps[k] if k < len(turn.per_token_logps) else None
-            style = f' style="background: {_token_colour(lp)}"' if lp is not None else ""
-            spans.append(f'<span class="he-tok"{style} title="{escape(_token_title(turn, k))}">{escape(text)}</span>')
-        shown += len(spans)
-        more = f'<p class="he-empty">... {n - len(spans)} more tokens in the JSON download</p>' if len(spans) < n else ""
-        calls.append(f'<details class="he-call" data-turn="{turn.index}" open><summary>model call {turn.index} · {turn.purpose} · '
-                     f'{n} tokens</summary><div class="he-tokens">{"".join(spans)}</div>{more}</details>')
-        if shown >= limit:
-            break
-    if not calls:
-        return '<p class="he-empty">no completion tokens were captured (capture level text, or black_box mode)</p>'
-    return '<p class="he-token-key">hover a token for its id, logprob and the alternatives; red: unlikely, green: sure</p>' + "".join(calls)

@@ -106,7 +106,7 @@ class ResultArea:
             with gr.Tab("logprobs", id="logprobs"):
                 self.logprob_plot = gr.HTML("", elem_id=f"{p}logprob-plot")
                 self.logprob_md = text_markdown(f"{p}logprob-summary")
-                gr.Markdown("#### Tokens of each model call")
+            with gr.Tab("tokens", id="tokens"):
                 self.token_view = gr.HTML("", elem_id=f"{p}token-view")
             with gr.Tab("JSON", id="json"):
                 self.download = gr.DownloadButton("download RolloutResult JSON", value=None, visible=False, elem_id=f"{p}download")
@@ -139,7 +139,7 @@ class ResultArea:
             render.conversation(result),
             render.logprob_svg(points),
             render.logprob_summary_markdown(points),
-            render.token_view_html(result.proxy_turns),
+            render.trajectory_tokens_html(result),
             render.json_html(text, MAX_JSON_VIEW_CHARS),
             gr.update(value=str(path), visible=True),
             render.grading_html(result.grading, reference_b64(reference)),

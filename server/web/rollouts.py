@@ -20,6 +20,7 @@ import gradio as gr
 from harness_env.models import ENDED_STATUSES, PhaseEvent, RolloutJob, RolloutResult
 from harness_env.server.store.codec import decompress
 from harness_env.server.web import render
+from harness_env.server.web.render_request import request_html
 from harness_env.server.web.render_text import format_reward, md_cell
 from harness_env.server.web.result_area import ResultArea, reference_path, text_markdown
 from harness_env.server.web.result_file import MAX_RESULT_FILE_BYTES, parse_result_file
@@ -73,6 +74,12 @@ class RolloutsView:
         gr.Markdown("### Rollout")
         self.title = text_markdown("ro-title", NOT_OPEN)
         self.status = text_markdown("ro-status")
+        with gr.Row():
+            self.cancel = gr.Button("Cancel", variant="stop", size="sm", visible=False, elem_id="ro-cancel")
+            self.rerun = gr.Button("load into the form", size="sm", visible=False, elem_id="ro-rerun")
+            self.compare = gr.Button("compare with another", size="sm", visible=False, elem_id="ro-compare")
+        self.request = gr.HTML("", elem_id="ro-request")
+        self.opened = gr.State(None)  # the id of the stored rollout shown
         self.log = gr.Textbox(label="phase log", lines=10, max_lines=30, interactive=False, elem_id="ro-log", autoscroll=True)
         self.result = ResultArea(downloads, harness_names, prefix="ro-")
         self.followed = gr.State(None)  # {"id", "after", "log"}: the rollout the page shows while it runs
@@ -80,7 +87,8 @@ class RolloutsView:
 
     @property
     def page_outputs(self) -> list[Any]:
-        return [self.title, self.status, self.log, *self.result.outputs, self.followed, self.timer]
+        return [self.title, self.status, self.log, *self.result.outputs, self.followed, self.timer, self.cancel, self.rerun, self.compare,
+                self.request, self.opened]
 
     def wire(self, blocks: gr.Blocks, tab: gr.Tab, views: gr.Tabs) -> None:
         filters = [self.status_filter, self.harness_filter, self.task_filter]
@@ -95,6 +103,7 @@ class RolloutsView:
         self.file.upload(self.on_file, inputs=[self.file], outputs=[self.file_results, self.file_pick, *self.page_outputs],
                          queue=False, api_name=False)
         self.title.change(None, js=ADDRESS_JS, queue=False)
+        self.cancel.click(self.on_cancel, inputs=[self.opened], outputs=[self.status, self.cancel], queue=False, api_name=False)
         self.file_pick.input(self.on_pick, inputs=[self.file_results, self.file_pick], outputs=self.page_outputs, queue=False, api_name=False)
 
     # -- the list ------------------------------------------------------------------------------
@@ -149,10 +158,12 @@ class RolloutsView:
         if job is None:
             out.update(zip(self.result.outputs, self.result.view(None)))
             out.update({self.title: f"**no rollout <code>{md_cell(rollout_id)}</code>** here (never run here, or removed by retention)",
-                        self.status: "", self.log: "", self.followed: None, self.timer: gr.Timer(active=False)})
+                        self.status: "", self.log: "", self.followed: None, self.timer: gr.Timer(active=False), **self._no_request()})
             return list(out.values())
         lines, after = await self._events(job.rollout_id, -1)
-        out.update({self.title: self._title(job), self.log: "\n".join(lines)})
+        request = await asyncio.to_thread(self.stored_request, job.rollout_id)
+        out.update({self.title: self._title(job), self.log: "\n".join(lines), self.request: request_html(request),
+                    self.rerun: gr.update(visible=request is not None), self.compare: gr.update(visible=True), self.opened: job.rollout_id})
         out.update(await self._shown(job, {"id": job.rollout_id, "after": after, "log": lines}))
         return list(out.values())
 
@@ -164,7 +175,7 @@ class RolloutsView:
     async def _shown(self, job: RolloutJob, followed: dict[str, Any]) -> dict[Any, Any]:
         """Status and result of `job`: the whole result once it ended (the timer stops), else the
         result area cleared and the timer on."""
-        out: dict[Any, Any] = {self.status: self._status(job)}
+        out: dict[Any, Any] = {self.status: self._status(job), self.cancel: gr.update(visible=job.status not in ENDED_STATUSES)}
         if job.status in ENDED_STATUSES:
             full = await self.jobs.get(job.rollout_id, "full")
             result = full.result if full is not None else None
@@ -179,17 +190,32 @@ class RolloutsView:
             out.update({self.followed: followed, self.timer: gr.Timer(active=True)})
         return out
 
+    def stored_request(self, rollout_id: str) -> dict[str, Any] | None:
+        """The rollout's request as the store holds it (RolloutRequest's JSON, its key masked)."""
+        store = getattr(self.jobs, "store", None)  # a page built without a server has none
+        row = store.get(rollout_id) if store is not None else None
+        try:
+            request = decompress(row["request"]) if row and row.get("request") else None
+        except (ValueError, TypeError, zlib.error):
+            return None
+        return request if isinstance(request, dict) else None
+
     def _reference(self, rollout_id: str) -> str | None:
         """The reference PNG path of a task-family rollout: the one its stored request holds (the
         family resolved and checked it when the rollout was accepted; never sent to the page)."""
-        row = self.jobs.store.get(rollout_id)
-        try:
-            request = decompress(row["request"]) if row and row.get("request") else {}
-        except (ValueError, TypeError, zlib.error):
-            return None
-        if not isinstance(request, dict):
-            return None
+        request = self.stored_request(rollout_id) or {}
         return reference_path(request.get("task_family"), request.get("family_options"))
+
+    def _no_request(self) -> dict[Any, Any]:
+        hidden = gr.update(visible=False)
+        return {self.cancel: hidden, self.rerun: hidden, self.compare: hidden, self.request: "", self.opened: None}
+
+    async def on_cancel(self, opened: str | None) -> list[Any]:
+        """Cancel the running rollout shown (wherever it runs); the timer shows how it ended."""
+        job = await self.jobs.cancel(opened) if opened and self.jobs is not None else None
+        if job is None:
+            return ["nothing to cancel", gr.update(visible=False)]
+        return [self._status(job) if job.ended else "**cancelling...**", gr.update(visible=not job.ended)]
 
     async def on_tick(self, followed: dict[str, Any] | None) -> dict[Any, Any]:
         if not followed or self.jobs is None:
@@ -240,4 +266,4 @@ class RolloutsView:
         phases = "" if result is None else "\n".join(f"{p.name:<8} {'ok' if p.ok else 'failed'}  {p.duration_s:.2f} s  {p.detail}".rstrip()
                                                         for p in result.phases)
         key = f"file-{int(time.time() * 1000)}"
-        return [title, status, phases, *self.result.view(result, key=key), None, gr.Timer(active=False)]
+        return [title, status, phases, *self.result.view(result, key=key), None, gr.Timer(active=False), *self._no_request().values()]

@@ -82,6 +82,33 @@ def test_write_a_file_with_pi_live_log_logprob_plot_and_download(chromium, web_s
         shutil.copy(artifacts / "web-logprobs.png", REPO / "docs" / "web.png")
 
 
+IN_VIEW = "(sel) => { const r = document.querySelector(sel).getBoundingClientRect(); return r.height > 0 && r.top >= 0 && r.bottom <= innerHeight; }"
+
+
+def test_run_is_above_the_fold_and_its_live_log_beside_it(chromium, web_server):
+    """At 1440 x 857 the Run button shows without scrolling, and a click changes what is beside it:
+    the status and the live log, where the person who clicked is looking."""
+    server, policy_server = web_server
+    policy_server.policy.scripts["fold"] = [{"hang": 3, "bash": "echo hello > hello.txt"}, {"text": "done"}]
+    web = WebDriver(chromium, server.url)
+    web.page.set_viewport_size({"width": 1440, "height": 857})
+    try:
+        web.open()
+        assert web.page.evaluate("scrollY") == 0 and web.page.evaluate(IN_VIEW, "#run")
+        web.explicit_endpoint(policy_server.base_url, "fold")
+        web.choose("harness", re.compile(r"^whitebox\b"))
+        web.page.evaluate("scrollTo(0, 0)")
+        web.run()
+        web.page.wait_for_function("document.querySelector('#phase-log textarea').value.includes('setup')", timeout=60_000)
+        assert "running" in web.page.inner_text("#status")
+        assert web.page.evaluate("scrollY") == 0
+        assert web.page.evaluate(IN_VIEW, "#status") and web.page.evaluate(IN_VIEW, "#phase-log")
+        web.wait_reward("1.0")
+        web.wait_idle()
+    finally:
+        web.close()
+
+
 def _download(web: WebDriver) -> str:
     web.tab("JSON")
     with web.page.expect_download() as info:
@@ -237,13 +264,15 @@ def test_a_long_rollout_ended_by_the_turn_limit(chromium, web_server, artifacts)
             assert not web.page.get_by_role("tab", name=name, exact=True).is_visible()
 
         web.tab("logprobs")
-        tokens = web.page.locator("#token-view span.he-tok")
-        assert tokens.count() == web.page.locator("#logprob-plot circle.he-token").count() > 0
-        assert re.match(r"id \d+ · logprob -?\d", tokens.first.get_attribute("title"))
-        assert web.page.locator("#token-view details.he-call").count() == 24
+        points = web.page.locator("#logprob-plot circle.he-token").count()
         labels = web.page.locator("#logprob-plot text.he-turn-label")
         assert 0 < labels.count() < 24
         web.page.screenshot(path=str(artifacts / "web-long-logprobs.png"), full_page=True)
+        web.tab("tokens")
+        tokens = web.page.locator("#token-view span.he-tok")
+        assert tokens.count() == points > 0
+        assert re.match(r"id \d+ · logprob -?\d", tokens.first.get_attribute("title"))
+        assert web.page.locator("#token-view details.he-tcall").count() == 24
 
         web.tab("JSON")
         assert web.page.locator("#download").is_visible()

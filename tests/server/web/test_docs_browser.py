@@ -35,6 +35,10 @@ def test_docs_render_offline(chromium, server: ServerProcess) -> None:
         paths = page.locator(".opblock-summary-path").all_inner_texts()
         assert {"/rollout", "/health", "/metadata", "/schema"} <= {p.strip() for p in paths}, paths
         assert page.locator(".info .title").inner_text().startswith("harness-env")
+        # The description names every harness the server has and the surfaces beside the API.
+        about = page.locator(".info .description").inner_text()
+        assert all(name in about for name in ("pi", "opencode", "codex", "claude-code", "gemini-cli", "harbor", "whitebox")), about
+        assert all(surface in about for surface in ("POST /rollouts", "/web", "/mcp", "PUT /policy/weights")), about
         assert refused == [] and failed == [], (refused, failed)  # it never asked another host for anything
     finally:
         page.close()

@@ -190,3 +190,38 @@ def test_harbor_choices_put_the_local_ones_first():
                                     ("terminus-2 (provider sandbox)", "terminus-2")]
     assert sandbox_choices(["daytona", "local", "docker"]) == ["local", "daytona", "docker"]
     assert sandbox_choices([]) == ["local"]
+
+
+def _stored(**kw) -> dict:
+    """A request as the job store keeps it: RolloutRequest's JSON, the key masked."""
+    from harness_env.models import Endpoint, RolloutRequest, Task
+
+    task = Task(instruction="Create a.txt", setup=["git init -q ."], verify=["test -f a.txt"], files={"b.txt": "x"}, task_id="t-7")
+    request = RolloutRequest(task=task, endpoint=Endpoint(base_url="http://127.0.0.1:9/v1", model="m", api_key="sk-stored"), **kw)
+    return request.model_dump(mode="json")
+
+
+def test_a_stored_request_loads_into_the_form_and_runs_as_it_was():
+    from harness_env.server.web.form import request_form
+
+    stored = _stored(harness="pi", max_turns=5, top_logprobs=3, temperature=0.5, harness_config={"k": 1})
+    form = request_form(stored, catalog=[])
+    assert "sk-stored" not in json.dumps(form) and form["endpoint"] == EXPLICIT
+    assert (form["instruction"], form["setup"], form["verify"], form["task_id"]) == ("Create a.txt", "git init -q .", "test -f a.txt", "t-7")
+    args = to_args({**form, "api_key": "sk-again"})  # the key is typed again
+    assert (args.base_url, args.model, args.task_id, args.files) == ("http://127.0.0.1:9/v1", "m", "t-7", {"b.txt": "x"})
+    assert (args.max_turns, args.top_logprobs, args.temperature, args.harness_config) == (5, 3, 0.5, {"k": 1})
+    assert (args.setup, args.verify, args.harness) == (["git init -q ."], ["test -f a.txt"], "pi")
+
+
+def test_a_stored_request_of_a_catalog_endpoint_picks_it_again():
+    from harness_env.server.web.form import request_form
+
+    catalog = [{"name": "vllm", "configured": True, "base_url": "http://127.0.0.1:9/v1", "model": "m"}]
+    form = request_form(_stored(), catalog)
+    assert (form["endpoint"], form["base_url"], form["model"]) == ("vllm", "", "")
+    assert to_args(form).endpoint == "vllm"
+
+
+def test_the_form_sends_its_task_id():
+    assert to_args(WebForm(base_url="http://127.0.0.1:9/v1", model="m", instruction="x", task_id=" t-1 ")).task_id == "t-1"

@@ -6,7 +6,7 @@ import math
 import re
 
 from harness_env.envs.harbor.harness import HarborHarness
-from harness_env.models import CommandResult, HarborRunInfo, PhaseEvent, RolloutResult, TopLogprob, Turn
+from harness_env.models import CommandResult, HarborRunInfo, PhaseEvent, RolloutResult, Turn
 from harness_env.server.web import render
 
 
@@ -69,21 +69,6 @@ def test_a_turn_limit_end_says_so_beside_the_reward():
     assert "turn limit" not in render.reward_html(_result(reward=0.0))
 
 
-def test_token_view_colours_by_logprob_with_id_and_alternatives_on_hover():
-    alt = [TopLogprob(token="<b>", logprob=-1.2, token_id=9), TopLogprob(token="x", logprob=-3.0)]
-    turn = T0.model_copy(update={"top_logprobs": [alt, [], []]})
-    html = render.token_view_html([turn, T1])
-    spans = re.findall(r'<span class="he-tok" style="background: hsl\((\d+), [^"]*" title="([^"]*)">([^<]*)</span>', html)
-    assert [s[2] for s in spans] == ["{&quot;c", "omm", "and", "done"]
-    hues = [int(s[0]) for s in spans]
-    assert hues[1] < hues[2] < hues[0]  # the less likely, the redder
-    assert spans[0][1] == "id 1 · logprob -0.1000 (p 0.905)\nalternatives:\n&#x27;&lt;b&gt;&#x27; (id 9): -1.2000\n&#x27;x&#x27;: -3.0000"
-    assert spans[3][1].startswith("id 4 · logprob -0.0500")
-    assert html.count('<details class="he-call"') == 2
-    assert "2 more tokens in the JSON download" in render.token_view_html([turn], limit=1)
-    assert "no completion tokens" in render.token_view_html([])
-
-
 def test_turn_labels_keep_their_distance_on_a_long_rollout():
     turns = [_turn(i, [USER], logps=[-0.1, -0.2], tokens=["a", "b"], ids=[1, 2]) for i in range(60)]
     svg = render.logprob_svg(render.logprob_points(turns))
@@ -131,6 +116,17 @@ def test_logprob_points_fall_back_to_ids_and_survive_infinities():
     assert "mean logprob **-1.0000**" in render.logprob_summary_markdown(points)
 
 
+def test_auxiliary_calls_are_not_the_policys_in_the_plot_or_its_mean():
+    """A title call (3 tokens) before the policy's first turn took that turn's label and its mean."""
+    aux = _turn(0, [USER], logps=[-9.0, -9.0, -9.0], tokens=["T", "i", "t"], ids=[1, 2, 3]).model_copy(update={"purpose": "auxiliary"})
+    policy = [_turn(i, [USER], logps=[-0.5] * 40, tokens=["a"] * 40, ids=[5] * 40) for i in (1, 2)]
+    points = render.logprob_points([aux, *policy])
+    assert {p.turn for p in points} == {1, 2} and len(points) == 80
+    svg = render.logprob_svg(points)
+    assert re.findall(r'<text class="he-turn-label"[^>]*>turn (\d+)</text>', svg) == ["1", "2"]
+    assert "mean logprob **-0.5000**" in render.logprob_summary_markdown(points)
+
+
 def test_log_line_and_history_row():
     ev = PhaseEvent(rollout_id="r", phase="agent", status="info", elapsed_s=1.234, detail="model call 0 (policy): 3 tokens")
     assert render.log_line(ev) == "   1.23s  agent    · model call 0 (policy): 3 tokens"
@@ -153,7 +149,10 @@ def test_redact_and_json():
     summary = render.summary_markdown(_result(error="a | b", error_kind="agent_error"))
     assert "capture level | tokens" in summary and "a &#124; b" in summary
     labelled = html.unescape(render.summary_markdown(_result(rollout_type="eval", rollout_type_reason="its logprobs are raw")))
-    assert "rollout type | eval: its logprobs are raw" in labelled and "turn graph | 0 branch(es)" in labelled
+    # "eval" read as a mode: the summary says what it means for training, and why.
+    assert "training | not certified for training: its logprobs are raw" in labelled and "turn graph | 0 branch(es)" in labelled
+    assert "rollout type" not in labelled
+    assert "training | certified for training" in html.unescape(render.summary_markdown(_result(rollout_type="train")))
 
 
 PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
@@ -320,7 +319,7 @@ def test_data_in_markdown_components_is_inert():
 def test_every_html_renderer_escapes_the_agents_text():
     result = _hostile_result()
     shown = [render.reward_html(result), render.commands_html(result.verify_results), render.files_html(result.files),
-             render.token_view_html(result.proxy_turns), render.logprob_svg(render.logprob_points(result.proxy_turns)),
+             render.trajectory_tokens_html(result), render.logprob_svg(render.logprob_points(result.proxy_turns)),
              render.json_html(render.result_json(result), 10_000)]
     for markup in shown:
         assert not _tags(markup) & {"img", "video", "form", "a", "input", "audio", "iframe", "source"}, markup

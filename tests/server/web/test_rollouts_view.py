@@ -310,3 +310,38 @@ def test_the_agents_text_shows_as_text_in_every_pane(chromium, web_server, tmp_p
     finally:
         web.close()
     server.assert_no_rollout_left()
+
+
+def test_cancel_a_running_rollout_then_load_it_into_the_form_and_run_it_again(chromium, web_server):
+    server, policy_server = web_server
+    running = submit(server, policy_server, "ro-again", HANG, "task-again")
+    web = WebDriver(chromium, server.url)
+    try:
+        web.page.goto(f"{server.url}/web/?rollout={running}", timeout=LOAD_TIMEOUT_MS)
+        web.page.wait_for_selector("#ro-cancel", state="visible", timeout=60_000)
+        # The request it was sent with: task, harness, endpoint (never its key), the options set.
+        web.page.locator("#ro-request summary").click()
+        request = web.page.inner_text("#ro-request")
+        assert "task-again" in request and "whitebox" in request and policy_server.base_url in request
+        assert "agent_timeout_s" in request and "its key is never stored" in request
+        web.page.click("#ro-cancel")
+        web.page.wait_for_function("document.querySelector('#ro-status').innerText.includes('cancelled')", timeout=60_000)
+        web.page.wait_for_selector("#ro-cancel", state="hidden", timeout=10_000)
+        assert httpx.get(f"{server.url}/rollouts/{running}").json()["status"] == "cancelled"
+
+        web.page.click("#ro-rerun")
+        web.page.wait_for_function("document.querySelector('#task-id textarea, #task-id input').value === 'task-again'", timeout=30_000)
+        assert web.page.locator("#instruction textarea").input_value() == "Create hello.txt containing hello."
+        assert web.page.locator("#verify textarea").input_value() == "grep -qx hello hello.txt"
+        assert web.page.locator("#base-url textarea").input_value() == policy_server.base_url
+        assert web.page.locator("#model textarea").input_value() == "ro-again"
+        assert web.page.locator("#harness input").input_value().startswith("whitebox")
+        assert "loaded from rollout" in web.page.inner_text("#status")
+        policy_server.policy.scripts["ro-again"] = PASS  # this time the agent finishes
+        web.run()
+        web.wait_reward("1.0")
+        web.wait_idle()
+        again = httpx.get(f"{server.url}/rollouts", params={"task_id": "task-again"}).json()["items"]
+        assert [i["status"] for i in again] == ["finished", "cancelled"]
+    finally:
+        web.close()
