@@ -22,13 +22,13 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness_env.core.errors import SandboxError
+from harness_env.core.errors import InvalidRequestError, SandboxError
 from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.host import sandboxes_root
 from harness_env.core.sandbox.lease import TEMP_DIR_PREFIX, lease_path, write_lease
-from harness_env.models.base import is_loopback
+from harness_env.models.base import LOCAL_IMAGE_TRANSPORTS, is_loopback
 
-LOCAL_TRANSPORTS = ("oci:", "oci-archive:", "docker-archive:")
+LOCAL_TRANSPORTS = LOCAL_IMAGE_TRANSPORTS
 PULL_TIMEOUT_S = 1800.0
 INSPECT_TIMEOUT_S = 120.0
 INSTALL_HINT = "install them: apt-get install skopeo umoci"
@@ -71,6 +71,21 @@ def source_of(ref: str) -> tuple[str, bool]:
     first = ref.split("/", 1)[0]
     registry = first if "/" in ref and ("." in first or ":" in first or first == "localhost") else ""
     return f"docker://{ref}", bool(registry) and _is_loopback(registry)
+
+
+def check_remote_image(ref: str) -> str:
+    """`ref` as a caller of the server may name it: a registry reference. A local transport names a
+    file on the server's disk, which a remote caller may not read (as for task directories: only
+    the CLI and the in-process API, on the server's machine, name server paths)."""
+    if ref.startswith(LOCAL_TRANSPORTS):
+        raise InvalidRequestError(f"image {ref[:200]!r} names a file on the server's disk ({ref.split(':', 1)[0]}:), which callers of "
+                                  "the server may not name; push the image to a registry the server reaches and give its reference, "
+                                  "or run the task on that machine (harness-env run, or the in-process API)")
+    try:
+        source_of(ref)
+    except SandboxError as e:
+        raise InvalidRequestError(str(e)) from None
+    return ref
 
 
 def _tool(name: str) -> str:
