@@ -40,6 +40,7 @@ _locks_guard = threading.Lock()
 class TaskImage:
     """An unpacked image of the cache: its root filesystem and what its config asks for."""
 
+    ref: str  # as the task names it
     digest: str  # sha256:<hex> of the manifest, as its source serves it
     rootfs: str
     env: dict[str, str]
@@ -130,7 +131,7 @@ def ensure_image(ref: str) -> TaskImage:
     with _lock_of(digest):
         if not (entry / "config.json").is_file():
             _pull(ref, cache, entry, digest)
-    return _load(digest, entry)
+    return _load(ref, digest, entry)
 
 
 def pinned_source(source: str, digest: str) -> str:
@@ -181,7 +182,7 @@ def _pull(ref: str, cache: Path, entry: Path, digest: str) -> None:
             lease_path(tmp).unlink(missing_ok=True)
 
 
-def _load(digest: str, entry: Path) -> TaskImage:
+def _load(ref: str, digest: str, entry: Path) -> TaskImage:
     try:
         process = json.loads((entry / "config.json").read_text()).get("process") or {}
     except (OSError, ValueError) as e:
@@ -190,6 +191,7 @@ def _load(digest: str, entry: Path) -> TaskImage:
     user = process.get("user") or {}
     uid, gid = user.get("uid"), user.get("gid")
     return TaskImage(
+        ref=ref,
         digest=digest,
         rootfs=str(entry / "rootfs"),
         env=env,
