@@ -47,7 +47,7 @@ from harness_env.core.sandbox.host import (  # bwrap_available, sandboxes_root: 
     unmount_tree,
 )
 from harness_env.core.sandbox.imageroot import HOST_INSIDE, IMAGE_PRELOAD, host_helpers
-from harness_env.core.sandbox.images import TaskImage, ensure_image
+from harness_env.core.sandbox.images import TaskImage, ensure_image, release_image
 from harness_env.core.sandbox.lease import lease_path
 from harness_env.core.sandbox.limits import Limits, child_rlimits, entry_argv
 from harness_env.core.sandbox.processes import RolloutProcesses
@@ -406,7 +406,11 @@ def create_local_sandbox(
         run_as = (task_image.user[0], task_image.user[1] or run_as[1])
     if capture_socket is not None and (not bwrap or shutil.which("socat") is None):
         capture_socket = None  # no way to cut the network here; the sandbox's notes say so
-    made = make_rollout_dir(sandboxes_root(), limits, run_as, extra_binds, task_image, setup_layer)
+    try:
+        made = make_rollout_dir(sandboxes_root(), limits, run_as, extra_binds, task_image, setup_layer)
+    finally:
+        if task_image is not None:
+            release_image(task_image.digest)  # mounted now (the mount keeps it), or never
     sandbox = LocalSandbox(made.root, bwrap, ro_paths or [], limits, made.binds, run_as=run_as, cgroup=made.cgroup, tmpfs=made.tmpfs,
                            capture_socket=capture_socket, image=task_image, image_root=made.image_root,
                            ran_in=setup_layer.ran_in if setup_layer is not None else None)
