@@ -12,12 +12,14 @@ The engine is typed against the Sandbox protocol and takes a SandboxFactory: it 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from harness_env.core.agent_end import classify_agent_end, sandboxed_agent_end
 from harness_env.core.capture.probe import ProbeResult
@@ -26,16 +28,17 @@ from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.capture.session import MIB
 from harness_env.core.collect import close_sandbox, collect_capture, collect_files, tail
 from harness_env.core.endpoint_check import answers_after_pauses, check_endpoint_reachable, refuse_not_found
-from harness_env.core.errors import EndpointError, HarnessEnvError
+from harness_env.core.errors import EndpointError, HarnessEnvError, SandboxError
 from harness_env.core.harness import LaunchContext, OwnsEnvironment
 from harness_env.core.phases import EventSink, TimedPhase, send_event, turn_line
 from harness_env.core.pipeline import PreparedRollout
 from harness_env.core.reward import tool_efficiency_reward
 from harness_env.core.sandbox.base import Sandbox, SandboxFactory
 from harness_env.core.sandbox.policy import sandbox_limits
+from harness_env.core.sandbox.setupgroups import GROUPS, Outcome, SharesSetup, group_key
 from harness_env.core.start_gate import StartGate, StartPlace
 from harness_env.core.task_commands import run_setup, run_verify
-from harness_env.models import AGENT_CAUSED_KINDS, RolloutResult
+from harness_env.models import AGENT_CAUSED_KINDS, CommandResult, RolloutResult
 
 logger = logging.getLogger("harness_env.engine")
 
@@ -96,6 +99,7 @@ class RolloutRun:
         self.infra_failed = False  # set by fail(): the reward stays None
         self.session = None
         self.sandbox: Sandbox | None = None
+        self.limits: Any = None  # the sandbox's (prepare_sandbox)
         self.start_place = StartPlace(start_gate, lambda: self.session is not None and self.session.calls_started != 0)
 
     # -- events and failures ----------------------------------------------------------------
@@ -154,13 +158,14 @@ class RolloutRun:
         try:
             await self.check_endpoint()
             self.open_capture()
+            owns = isinstance(self.harness, OwnsEnvironment)
+            if not owns:
+                await self.prepare_sandbox()  # before a start place: an image's pull holds none
             await self.wait_to_start()
-            if isinstance(self.harness, OwnsEnvironment):
+            if owns:
                 await self.run_trial()
-            else:
-                await self.make_sandbox()
-                if await self.setup() and await self.run_agent():
-                    await self.verify()
+            elif await self.sandbox_and_setup() and await self.run_agent():
+                await self.verify()
         except HarnessEnvError as e:
             self.fail(e.kind, str(e))
         except asyncio.CancelledError:
@@ -225,10 +230,67 @@ class RolloutRun:
         )
         self.session = self.capture.proxy.open_session(request.endpoint, policy, on_turn=lambda t: self.emit("agent", "info", turn_line(t)))
 
-    async def make_sandbox(self) -> None:
+    async def prepare_sandbox(self) -> None:
+        """The sandbox's limits, and its factory's `prepare(limits) -> limits` if it has one: an image's pull."""
+        self.limits = sandbox_limits(self.request)
+        prepare = getattr(self.factory, "prepare", None)
+        if prepare is not None and self.request.task.image:
+            with self.phase("image") as ph:
+                self.limits = await asyncio.get_running_loop().run_in_executor(SANDBOX_MAKERS, prepare, self.limits)
+                ph.detail = self.request.task.image
+
+    async def sandbox_and_setup(self) -> bool:
+        """Make the sandbox and run setup: once per group where the factory shares setups
+        (core/sandbox/setupgroups.py): the first member runs it, the others start from a copy."""
+        task, factory = self.request.task, self.factory
+        part = factory.setup_group(self.limits, self.harness.readonly_paths()) if task.setup and isinstance(factory, SharesSetup) else None
+        if part is None:
+            await self.make_sandbox()
+            return await self.setup()
+        key = group_key(self.harness.name, part, task.files, task.setup, self.request.setup_timeout_s)
+        outcome, lead = await GROUPS.join(key, factory.find_setup)
+        if lead is not None:
+            return await self.lead_setup(key, lead)
+        assert outcome is not None
+        self.result.setup_results = [CommandResult.model_validate(r) for r in outcome.results]
+        if outcome.failure is None and not await asyncio.to_thread(factory.hold_setup, outcome.layer):
+            self.result.setup_results = []  # evicted meanwhile: this member runs its own
+            await self.make_sandbox()
+            return await self.setup()
+        with self.phase("setup") as ph:
+            ph.detail = "run once for the group: this rollout starts from a copy of what it left"
+            if outcome.failure is not None:
+                self.fail("setup", outcome.failure)
+                ph.ok = False
+                return False
+        try:
+            await self.make_sandbox(outcome.layer)
+        finally:
+            await asyncio.to_thread(factory.release_setup, outcome.layer)
+        return True
+
+    async def lead_setup(self, key: str, lead: asyncio.Future[Outcome]) -> bool:
+        """Run the group's setup here and save what it left for the others (a failure is not saved)."""
+        assert isinstance(self.factory, SharesSetup)
+        outcome = Outcome()  # the sandbox could not be made, or the layer saved: the others run their own
+        try:
+            await self.make_sandbox()
+            ok = await self.setup()
+            results = [r.model_dump(mode="json") for r in self.result.setup_results]
+            try:
+                layer = await asyncio.to_thread(self.factory.save_setup, self.sandbox, key, results) if ok else None
+                outcome = Outcome(layer=layer, failure=None if ok else self.result.error, results=results)
+            except SandboxError as e:
+                logger.warning("rollout %s: the group's setup could not be saved: %s", self.rollout_id, e)
+            return ok
+        finally:
+            GROUPS.settle(key, lead, outcome)
+
+    async def make_sandbox(self, setup_layer: Any = None) -> None:
+        """The rollout's sandbox (from a group's saved setup when given: the task's files are in it)."""
         request, res = self.request, self.result
         with self.phase("sandbox") as ph:
-            limits = sandbox_limits(request)
+            limits = dataclasses.replace(self.limits, setup_layer=setup_layer)
             socket = self.capture.socket_path if request.network == "proxy_only" else None
             make = functools.partial(self.factory, readonly_paths=self.harness.readonly_paths(), limits=limits, capture_socket=socket)
             made = asyncio.get_running_loop().run_in_executor(SANDBOX_MAKERS, make)
@@ -242,7 +304,7 @@ class RolloutRun:
             res.sandbox_id, res.sandbox_backend, res.sandbox_notes = sandbox.sandbox_id, sandbox.backend, list(sandbox.notes)
             if request.network == "proxy_only" and not sandbox.network_isolated:
                 res.sandbox_notes.append("network 'proxy_only' was asked for but needs bubblewrap, socat and the proxy's socket; the network is open")
-            for path, content in request.task.files.items():
+            for path, content in request.task.files.items() if setup_layer is None else ():
                 sandbox.write_file(path, content)
             ph.detail = f"{sandbox.backend} {sandbox.sandbox_id}"
 

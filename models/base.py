@@ -25,6 +25,13 @@ MAX_TOTAL_FILE_CHARS = 16_000_000
 MAX_PATH_CHARS = 512
 MAX_NAME_BYTES = 255  # one path component: what Linux file systems allow
 MAX_NESTING = 32  # levels of lists and objects in free-form values (harness_config, ...)
+MAX_IMAGE_CHARS = 1024
+# skopeo's transports that name a file on the server's disk (the rest are registry references)
+LOCAL_IMAGE_TRANSPORTS = ("oci:", "oci-archive:", "docker-archive:")
+IMAGE_DESCRIPTION = (
+    "the task's container image, the root of setup, agent and verify (local sandbox, bubblewrap): a registry "
+    "reference (a registry on loopback over plain HTTP) or, for callers on the server's machine only (CLI, in-process), "
+    "oci:PATH:TAG, oci-archive:PATH, docker-archive:PATH")
 
 Mode = Literal["transparent_proxy", "black_box"]
 WireApi = Literal["chat", "responses", "messages", "gemini"]
@@ -182,9 +189,7 @@ class Task(CheckedText):
     files: dict[str, str] = Field(default_factory=dict)
     task_id: str | None = Field(default=None, max_length=256)
     metadata: dict[str, Any] = Field(default_factory=dict)
-    image: str | None = Field(default=None, min_length=1, max_length=1024, description=(
-        "the task's container image, the root of setup, agent and verify (local sandbox, bubblewrap): a registry "
-        "reference (a registry on loopback over plain HTTP) or oci:PATH:TAG, oci-archive:PATH, docker-archive:PATH"))
+    image: str | None = Field(default=None, min_length=1, max_length=MAX_IMAGE_CHARS, description=IMAGE_DESCRIPTION)
 
     @field_validator("setup", "verify")
     @classmethod

@@ -33,6 +33,8 @@ from pydantic import (
 )
 
 from harness_env.models.base import (
+    IMAGE_DESCRIPTION,
+    MAX_IMAGE_CHARS,
     MAX_INSTRUCTION_CHARS,
     NO_MODEL_ENDPOINT,
     WIRE_API_DESCRIPTION,
@@ -355,6 +357,7 @@ class RolloutArgs(RolloutOptions):
     verify: list[str] | None = option(None, "shell commands run after the agent; the reward is what they score", group="task")
     files: dict[str, str] | None = option(None, "files written into the workspace first: relative path -> content", group="task")
     task_id: str = option("", "your name for the task, echoed in the result", group="task", max_length=256)
+    image: str = option("", IMAGE_DESCRIPTION, group="task", max_length=MAX_IMAGE_CHARS)  # Task.image; "": none
     disable_thinking: bool | None = option(None, "ask the endpoint not to think; none: the endpoint kind's default", group="capture")
 
     _loads_registry: ClassVar[bool] = False

@@ -131,6 +131,8 @@ class Sandbox(Protocol):
 class SandboxFactory(Protocol):
     """Makes one rollout's sandbox (blocking: called off the event loop). `readonly_paths`: host
     paths the harness needs (its CLI); `limits`: the rollout's Limits; `capture_socket`: the
-    proxy's Unix socket, for a sandbox that cuts the network."""
+    proxy's Unix socket, for a sandbox that cuts the network. Optional: `prepare(limits) -> limits`,
+    called before the rollout takes a start place (the local factory pulls a task's image there),
+    and setupgroups.SharesSetup (one setup per group)."""
 
     def __call__(self, *, readonly_paths: list[str], limits: Any, capture_socket: str | None) -> Sandbox: ...

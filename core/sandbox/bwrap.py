@@ -66,6 +66,8 @@ class BwrapSpec:
     helpers: dict[str, list[str]] = field(default_factory=dict)  # program name -> argv prefix that starts it
     # A task image's Env: set by `env` right before the command, after the drop to run_as.
     inner_env: dict[str, str] = field(default_factory=dict)
+    # inside path -> a path it links to: a group member's own directory where the group's setup ran
+    aliases: dict[str, str] = field(default_factory=dict)
 
 
 def bwrap_argv(bwrap: str, spec: BwrapSpec, command: list[str]) -> list[str]:
@@ -99,6 +101,8 @@ def bwrap_argv(bwrap: str, spec: BwrapSpec, command: list[str]) -> list[str]:
     if spec.image_root is not None:  # after the tmpfs over /run, which would hide them
         argv += [*_open_parents(spec.host_dir + "/x"), *_system_dirs(spec.root_entries, spec.host_dir)]
     argv += ["--tmpfs", spec.sandboxes_dir]
+    for inside, target in spec.aliases.items():
+        argv += ["--symlink", target, inside]
     if spec.writable_dirs:
         argv += ["--ro-bind", spec.rollout_dir, spec.rollout_dir]
         for d in spec.writable_dirs:

@@ -120,7 +120,7 @@ def unmount(path: Path) -> str | None:
     return f"could not unmount the rollout's tmpfs at {path}: {os.strerror(ctypes.get_errno())}"
 
 
-def _unescape_mount_path(field: str) -> str:
+def unescape_mount_path(field: str) -> str:
     """/proc/self/mounts writes space, tab, newline and backslash in a path as octal escapes."""
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
@@ -134,7 +134,7 @@ def mounts_at_or_below(path: Path) -> list[str]:
             lines = f.read().splitlines()
     except OSError:
         return []
-    found = {_unescape_mount_path(line.split()[1]) for line in lines if len(line.split()) > 1}
+    found = {unescape_mount_path(line.split()[1]) for line in lines if len(line.split()) > 1}
     below = [m for m in found if m == top or m.startswith(top + "/")]
     return sorted(below, key=lambda m: m.count("/"), reverse=True)
 

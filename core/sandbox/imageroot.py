@@ -22,6 +22,7 @@ from pathlib import Path
 from harness_env.core.errors import SandboxError
 from harness_env.core.sandbox.host import mount_overlay, mount_tmpfs
 from harness_env.core.sandbox.images import TaskImage
+from harness_env.core.sandbox.setuplayers import copy_tree
 
 HOST_INSIDE = "/run/harness-env/host"  # the host's system directories, read-only, in an image's root
 HELPERS = ("setpriv", "bash", "socat", "sleep", "env")
@@ -30,8 +31,9 @@ LAYER_DIR = "image"  # below the rollout directory: upper, work and the merged r
 NO_DISK_LIMIT_LAYER_BYTES = 4096 * 1024 * 1024  # the layer's size when the sandbox has no disk limit: disk_limit_mb's default
 
 
-def mount_image_root(image: TaskImage, rollout_dir: Path, on_tmpfs: bool) -> str:
-    """Mount `image` with a fresh writable layer below `rollout_dir`; the merged root's host path."""
+def mount_image_root(image: TaskImage, rollout_dir: Path, on_tmpfs: bool, seed: Path | None = None) -> str:
+    """Mount `image` with a fresh writable layer below `rollout_dir` (a copy of `seed`, a group's
+    setup layer, when given); the merged root's host path."""
     layer = rollout_dir / LAYER_DIR
     layer.mkdir(mode=0o700)  # the server's: inside, only the merged root bound at / is seen
     # An upper layer cannot live on the host's overlay root; a tmpfs of size 0 would be unbounded
@@ -44,6 +46,8 @@ def mount_image_root(image: TaskImage, rollout_dir: Path, on_tmpfs: bool) -> str
     st = os.stat(image.rootfs)
     os.chmod(upper, st.st_mode & 0o7777)  # the merged root takes its upper directory's owner and mode
     os.chown(upper, st.st_uid, st.st_gid)
+    if seed is not None:
+        copy_tree(seed, upper)
     problem = mount_overlay(image.rootfs, upper, work, merged)
     if problem:
         raise SandboxError(problem)

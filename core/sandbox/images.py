@@ -18,28 +18,35 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness_env.core.errors import SandboxError
+from harness_env.core.errors import InvalidRequestError, SandboxError
 from harness_env.core.sandbox import safefs
-from harness_env.core.sandbox.host import sandboxes_root
+from harness_env.core.sandbox.cachebound import CacheBound, evict
+from harness_env.core.sandbox.host import sandboxes_root, unescape_mount_path
 from harness_env.core.sandbox.lease import TEMP_DIR_PREFIX, lease_path, write_lease
-from harness_env.models.base import is_loopback
+from harness_env.models.base import LOCAL_IMAGE_TRANSPORTS, is_loopback
 
-LOCAL_TRANSPORTS = ("oci:", "oci-archive:", "docker-archive:")
+LOCAL_TRANSPORTS = LOCAL_IMAGE_TRANSPORTS
 PULL_TIMEOUT_S = 1800.0
 INSPECT_TIMEOUT_S = 120.0
 INSTALL_HINT = "install them: apt-get install skopeo umoci"
+SIZE_VAR, AGE_VAR = "HARNESS_ENV_IMAGE_CACHE_MB", "HARNESS_ENV_IMAGE_CACHE_AGE_S"
+DEFAULT_MB, DEFAULT_AGE_S = 20_480, 14 * 24 * 3600.0
 _locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
+_locks_guard = threading.RLock()  # also held while the cache is bounded: no entry is taken meanwhile
+_held: Counter[str] = Counter()  # digest -> rollouts between ensure_image and their overlay's mount
 
 
 @dataclass(frozen=True)
 class TaskImage:
     """An unpacked image of the cache: its root filesystem and what its config asks for."""
 
+    ref: str  # as the task names it
     digest: str  # sha256:<hex> of the manifest, as its source serves it
     rootfs: str
     env: dict[str, str]
@@ -71,6 +78,21 @@ def source_of(ref: str) -> tuple[str, bool]:
     first = ref.split("/", 1)[0]
     registry = first if "/" in ref and ("." in first or ":" in first or first == "localhost") else ""
     return f"docker://{ref}", bool(registry) and _is_loopback(registry)
+
+
+def check_remote_image(ref: str) -> str:
+    """`ref` as a caller of the server may name it: a registry reference. A local transport names a
+    file on the server's disk, which a remote caller may not read (as for task directories: only
+    the CLI and the in-process API, on the server's machine, name server paths)."""
+    if ref.startswith(LOCAL_TRANSPORTS):
+        raise InvalidRequestError(f"image {ref[:200]!r} names a file on the server's disk ({ref.split(':', 1)[0]}:), which callers of "
+                                  "the server may not name; push the image to a registry the server reaches and give its reference, "
+                                  "or run the task on that machine (harness-env run, or the in-process API)")
+    try:
+        source_of(ref)
+    except SandboxError as e:
+        raise InvalidRequestError(str(e)) from None
+    return ref
 
 
 def _tool(name: str) -> str:
@@ -109,13 +131,64 @@ def manifest_digest(ref: str) -> str:
 def ensure_image(ref: str) -> TaskImage:
     """The unpacked image `ref`, pulled and unpacked first unless the cache has it. Blocking."""
     _tool("skopeo"), _tool("umoci")
+    bound = image_cache_bound()  # a bad setting is said before any pull
     digest = manifest_digest(ref)
     cache = image_cache_root()
     entry = cache / digest.replace(":", "-")
-    with _lock_of(digest):
-        if not (entry / "config.json").is_file():
-            _pull(ref, cache, entry, digest)
-    return _load(digest, entry)
+    with _locks_guard:
+        _held[digest] += 1  # first: from here on it is not evicted
+    try:
+        with _lock_of(digest):
+            if not (entry / "config.json").is_file():
+                _pull(ref, cache, entry, digest)
+                evict_images(bound)
+            os.utime(entry)  # its last use: the least recently used are evicted first
+        return _load(ref, digest, entry)
+    except BaseException:
+        release_image(digest)
+        raise
+
+
+def release_image(digest: str) -> None:
+    """The rollout that ensure_image gave `digest` has mounted it (or will not): the mount, or
+    nothing, keeps it from eviction now."""
+    with _locks_guard:
+        _held[digest] -= 1
+        if _held[digest] <= 0:
+            del _held[digest]
+
+
+def image_cache_bound(env: dict[str, str] | None = None) -> CacheBound:
+    """The cache's bound from the server's environment (0: none of that kind)."""
+    return CacheBound.from_env(SIZE_VAR, AGE_VAR, DEFAULT_MB, DEFAULT_AGE_S, env)
+
+
+def mounted_entries(cache: Path) -> set[str]:
+    """Names of the cache's entries some overlay on this machine has as its lower layer."""
+    found, real = set(), cache.resolve()  # the mount table names real paths
+    try:
+        with open("/proc/self/mounts") as f:
+            mounts = f.read().splitlines()
+    except OSError:
+        return found
+    for line in mounts:
+        fields = line.split(" ")
+        if len(fields) > 3 and fields[2] == "overlay":
+            for opt in fields[3].split(","):
+                lower = Path(unescape_mount_path(opt.removeprefix("lowerdir="))) if opt.startswith("lowerdir=") else None
+                if lower is not None and lower.parent.parent in (cache, real):
+                    found.add(lower.parent.name)
+    return found
+
+
+def evict_images(bound: CacheBound | None = None, now: float | None = None) -> list[str]:
+    """Bound the cache: entries unused past the age, then the least recently used past the size,
+    go; never one a rollout holds or has mounted. The names removed."""
+    cache = image_cache_root()
+    with _locks_guard:
+        in_use = {d.replace(":", "-") for d in _held} | mounted_entries(cache)
+        return evict(cache, bound or image_cache_bound(), in_use, time.time() if now is None else now,
+                     entry=lambda name: name.startswith("sha256-"))
 
 
 def pinned_source(source: str, digest: str) -> str:
@@ -130,7 +203,7 @@ def pinned_source(source: str, digest: str) -> str:
     return f"docker://{name}@{digest}"
 
 
-def _lock_of(digest: str) -> threading.Lock:
+def _lock_of(digest: str) -> threading.Lock:  # one pull of a digest at a time
     with _locks_guard:
         return _locks.setdefault(digest, threading.Lock())
 
@@ -166,7 +239,7 @@ def _pull(ref: str, cache: Path, entry: Path, digest: str) -> None:
             lease_path(tmp).unlink(missing_ok=True)
 
 
-def _load(digest: str, entry: Path) -> TaskImage:
+def _load(ref: str, digest: str, entry: Path) -> TaskImage:
     try:
         process = json.loads((entry / "config.json").read_text()).get("process") or {}
     except (OSError, ValueError) as e:
@@ -175,6 +248,7 @@ def _load(digest: str, entry: Path) -> TaskImage:
     user = process.get("user") or {}
     uid, gid = user.get("uid"), user.get("gid")
     return TaskImage(
+        ref=ref,
         digest=digest,
         rootfs=str(entry / "rootfs"),
         env=env,

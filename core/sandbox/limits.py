@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import resource
 from dataclasses import dataclass
+from typing import Any
 
 from harness_env.core.sandbox.cgroups import ResourceLimits
 
@@ -27,6 +28,8 @@ class Limits:
     # Not a limit: the task's image (images.py), carried here because the engine hands every
     # sandbox factory exactly this per rollout. None: the host's own system directories.
     image: str | None = None
+    task_image: Any = None  # images.TaskImage: `image` pulled already (the factory's prepare, before a start place is taken)
+    setup_layer: Any = None  # setuplayers.SetupLayer: a group's setup to start from
 
     def cgroup_limits(self) -> ResourceLimits:
         return ResourceLimits(memory_bytes=self.memory_bytes, pids=self.pids, cpu_cores=self.cpu_cores)

@@ -27,7 +27,6 @@ import asyncio
 import os
 import re
 import shutil
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,30 +40,23 @@ from harness_env.core.sandbox.gitguard import neutralise_git
 from harness_env.core.sandbox.host import (  # bwrap_available, sandboxes_root: imported from here too
     bwrap_available,
     etc_secrets,
-    mount_tmpfs,
     pid_namespace_argv,
     root_entries,
     sandbox_user,
     sandboxes_root,
     unmount_tree,
 )
-from harness_env.core.sandbox.imageroot import (
-    HOST_INSIDE,
-    IMAGE_PRELOAD,
-    host_helpers,
-    mount_image_root,
-    seed_workspace,
-)
-from harness_env.core.sandbox.images import TaskImage, ensure_image
-from harness_env.core.sandbox.lease import lease_path, write_lease
+from harness_env.core.sandbox.imageroot import HOST_INSIDE, IMAGE_PRELOAD, host_helpers
+from harness_env.core.sandbox.images import TaskImage, ensure_image, release_image
+from harness_env.core.sandbox.lease import lease_path
 from harness_env.core.sandbox.limits import Limits, child_rlimits, entry_argv
 from harness_env.core.sandbox.processes import RolloutProcesses
 from harness_env.core.sandbox.processes import marked_pids as _marked_pids  # noqa: F401  (tests import it from here)
+from harness_env.core.sandbox.rolloutdir import AGENT_DIRS, XDG_DIRS, make_rollout_dir
+from harness_env.core.sandbox.setuplayers import SetupLayer
 
 REWARD_FILE_NAME = "reward.txt"
 SKIP_DIRS = frozenset({".git", "node_modules", "__pycache__", ".venv", ".cache"})
-AGENT_DIRS = ("workspace", "home", "tmp", "xdg", "logs")  # what commands may write
-XDG_DIRS = ("xdg/config", "xdg/cache", "xdg/data", "xdg/state")  # under a home root: the rollout's, verify's
 PLAIN_UNSAFE_NOTE = (
     "bubblewrap not available: commands run as plain processes of the server's user (own directory, "
     "scrubbed environment, process group, limits) without OS-level isolation; NOT SAFE for an untrusted "
@@ -92,10 +84,12 @@ class LocalSandbox:
         capture_socket: str | None = None,
         image: TaskImage | None = None,
         image_root: str | None = None,
+        ran_in: str | None = None,
     ) -> None:
         self.root = root
         self.image = image  # the task's image, whose overlay (image_root, below root) is the commands' root
         self._image_root = image_root
+        self.ran_in = ran_in  # the rollout directory the group's setup ran in: a link to this one inside
         self.sandbox_id = root.name
         self.limits = limits
         self._bwrap = bwrap
@@ -210,6 +204,7 @@ class LocalSandbox:
             host_dir=HOST_INSIDE,
             helpers=host_helpers() if self.image is not None else {},
             inner_env=inner_env or {},
+            aliases={self.ran_in: str(self.root)} if self.ran_in else {},
         )
         return bwrap_argv(self._bwrap, spec, command)
 
@@ -378,7 +373,8 @@ def create_local_sandbox(
     extra_binds: dict[str, str] | None = None,
     capture_socket: str | None = None,
     unprivileged: bool | None = None,
-    image: str | None = None,
+    image: str | TaskImage | None = None,
+    setup_layer: SetupLayer | None = None,
 ) -> LocalSandbox:
     """Make a fresh rollout directory. `use_bwrap=None` uses bubblewrap when it works here.
 
@@ -388,7 +384,8 @@ def create_local_sandbox(
     socat, commands then get no network but it. `unprivileged` (default: when possible and there
     are no extra binds, whose files the server writes as root): run commands as an unprivileged
     uid under bubblewrap. `image`: the task's image (images.py), pulled unless cached, as the root of
-    every command (needs bubblewrap and a root server); its non-root numeric User is the uid."""
+    every command (needs bubblewrap and a root server; a TaskImage: pulled already); its non-root
+    numeric User is the uid. `setup_layer`: a group's setup (setuplayers.py) to start from."""
     if extra_binds and use_bwrap is False:
         raise SandboxError("extra_binds need bubblewrap; use_bwrap=False cannot map absolute paths")
     bwrap = bwrap_available() if use_bwrap is not False else None
@@ -401,7 +398,7 @@ def create_local_sandbox(
         raise SandboxError(f"task image {image!r} needs bubblewrap, which is not usable here; install it: apt-get install bubblewrap")
     if image and os.geteuid() != 0:
         raise SandboxError(f"task image {image!r} needs a root server: its writable layer is an overlay mount")
-    task_image = ensure_image(image) if image else None
+    task_image = ensure_image(image) if isinstance(image, str) and image else image or None
     limits = limits or Limits()
     run_as = sandbox_user() if bwrap and (unprivileged if unprivileged is not None else not extra_binds) else None
     if run_as is not None and task_image is not None and task_image.user is not None and task_image.user[0] != 0:
@@ -409,39 +406,14 @@ def create_local_sandbox(
         run_as = (task_image.user[0], task_image.user[1] or run_as[1])
     if capture_socket is not None and (not bwrap or shutil.which("socat") is None):
         capture_socket = None  # no way to cut the network here; the sandbox's notes say so
-    base = sandboxes_root()
-    root = base / f"rollout-{uuid.uuid4().hex[:12]}"
-    tmpfs = False
-    leased = False
     try:
-        base.mkdir(parents=True, exist_ok=True)
-        write_lease(root)  # before the directory: none of ours is ever without its owner's name
-        leased = True
-        root.mkdir(mode=0o755)
-        if limits.disk_bytes:
-            tmpfs = mount_tmpfs(root, limits.disk_bytes)
-        os.chmod(root, 0o755)  # the server's: the agent can neither rename nor add entries here
-        (root / "verifier").mkdir()  # the server's until verify starts
-        for sub in (*AGENT_DIRS, *XDG_DIRS):
-            (root / sub).mkdir()
-            if run_as is not None:
-                os.chown(root / sub, *run_as)
-        binds = {}
-        for inside, rel in (extra_binds or {}).items():
-            (root / rel).mkdir(parents=True, exist_ok=True)
-            binds[inside] = str(root / rel)
-        image_root = mount_image_root(task_image, root, tmpfs) if task_image is not None else None
-        if task_image is not None and task_image.workdir is not None:
-            seed_workspace(task_image, root / "workspace", run_as)
-        cgroup = RolloutCgroup.create(root.name, limits.cgroup_limits())
-    except (OSError, SandboxError) as e:
-        if not (unmount_tree(root) or safefs.remove_tree(root)) and leased:
-            lease_path(root).unlink(missing_ok=True)
-        if isinstance(e, SandboxError):
-            raise
-        raise SandboxError(f"could not create the sandbox directory under {base}: {e}") from e
-    sandbox = LocalSandbox(root, bwrap, ro_paths or [], limits, binds, run_as=run_as, cgroup=cgroup, tmpfs=tmpfs,
-                           capture_socket=capture_socket, image=task_image, image_root=image_root)
+        made = make_rollout_dir(sandboxes_root(), limits, run_as, extra_binds, task_image, setup_layer)
+    finally:
+        if task_image is not None:
+            release_image(task_image.digest)  # mounted now (the mount keeps it), or never
+    sandbox = LocalSandbox(made.root, bwrap, ro_paths or [], limits, made.binds, run_as=run_as, cgroup=made.cgroup, tmpfs=made.tmpfs,
+                           capture_socket=capture_socket, image=task_image, image_root=made.image_root,
+                           ran_in=setup_layer.ran_in if setup_layer is not None else None)
     if task_image is not None:
-        sandbox.notes.append(f"root: task image {image} ({task_image.digest})")
+        sandbox.notes.append(f"root: task image {task_image.ref} ({task_image.digest})")
     return sandbox

@@ -16,8 +16,19 @@ import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
 from harness_env.core.errors import SandboxError
+from harness_env.core.sandbox.cachebound import CacheBound, tree_bytes
 from harness_env.core.sandbox.host import mounts_at_or_below, sandboxes_root
-from harness_env.core.sandbox.images import TEMP_DIR_PREFIX, ensure_image, image_cache_root, pinned_source, source_of
+from harness_env.core.sandbox.images import (
+    SIZE_VAR,
+    TEMP_DIR_PREFIX,
+    ensure_image,
+    evict_images,
+    image_cache_bound,
+    image_cache_root,
+    pinned_source,
+    release_image,
+    source_of,
+)
 from harness_env.core.sandbox.lease import lease_path, own_lease, write_lease
 from harness_env.core.sandbox.local import create_local_sandbox
 from harness_env.core.sandbox.sweep import sweep_sandboxes
@@ -299,3 +310,37 @@ async def test_an_images_user_never_runs_with_roots_group(tmp_path):
     finally:
         await sb.close()
     assert r.stdout.split() == ["4243", str(sandbox_user()[1])], r
+
+
+@pytest.mark.usefixtures("needs_bwrap")
+async def test_the_cache_keeps_its_bound_least_recently_used_first_never_an_image_in_use(image_layout, tmp_path, monkeypatch):
+    other = _build_image(tmp_path / "other", files={"other.txt": "other"})
+    third = _build_image(tmp_path / "third", files={"third.txt": "third"})
+    entry = {ref: ensure_image(ref) for ref in (image_layout, other)}
+    for image in entry.values():
+        release_image(image.digest)  # pulled, not in use
+    name = {ref: image.digest.replace(":", "-") for ref, image in entry.items()}
+    ensure_image(image_layout)  # used again: now `other` is the least recently used
+    release_image(entry[image_layout].digest)
+    one = max(tree_bytes(image_cache_root() / n) for n in name.values())
+    assert evict_images(CacheBound(max_bytes=one + 4096, max_age_s=0)) == [name[other]]
+    assert _cache_entries() == [name[image_layout]]
+
+    sandbox = create_local_sandbox(image=other)  # in use: its overlay is mounted
+    try:
+        monkeypatch.setenv(SIZE_VAR, "0.001")  # smaller than any image: whatever is not in use goes
+        pulled = ensure_image(third)  # a pull bounds the cache; it holds its own entry
+        assert _cache_entries() == sorted([name[other], pulled.digest.replace(":", "-")])
+        release_image(pulled.digest)
+    finally:
+        await sandbox.close()
+    # Unused for longer than the age bound: gone, whatever the size.
+    left = _cache_entries()
+    assert len(left) == 2 and sorted(evict_images(CacheBound(max_bytes=0, max_age_s=60), now=time.time() + 120)) == left
+    assert _cache_entries() == []
+
+
+def test_a_cache_bound_that_is_not_a_number_is_one_clear_error():
+    with pytest.raises(ValueError, match=r"\$HARNESS_ENV_IMAGE_CACHE_MB='lots' is not a number >= 0"):
+        image_cache_bound({SIZE_VAR: "lots"})
+    assert image_cache_bound({}) == CacheBound(max_bytes=20_480 * 1024**2, max_age_s=14 * 24 * 3600.0)
