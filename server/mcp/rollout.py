@@ -134,11 +134,11 @@ def run_rollout_schema() -> dict[str, Any]:
     return schema
 
 
-# The arguments an agent sees first (OpenEnv pi_env's, the task, the policy): every other option
+# The arguments an agent sees first (the task, the policy, the limits it most often sets): every other option
 # is listed under `options` with its type and default only, so the tool costs an agent's context
 # a few KB; run_rollout_schema (every description) stays the reference, and GET /schema serves it.
 TOOL_TOP = ("instruction", "endpoint", "base_url", "api_key", "model", "harness", "mode", "setup", "verify", "files", "task_id",
-            "agent_timeout_s", "max_tokens_cap", "top_logprobs", "disable_thinking", "detail")
+            "agent_timeout_s", "max_tokens_cap", "detail")
 SHORT_CHARS = 60
 OPTIONS_DESCRIPTION = "advanced options (limits, sampling and capture, reward, sandbox, the harness's own)"
 

@@ -5,8 +5,9 @@ the endpoint catalog and auth apply equally. The Run handler is an async generat
 rollout as an asyncio task, reads its PhaseEvents from a queue and yields the growing log (with
 elapsed time) until the result arrives. Cancel cancels that task; the engine then cleans up.
 
-Two tabs: Run (the form, the live log, the result area, this page's history) and Rollouts (the job
-store's rollouts, one rollout's page, result files: rollouts.py). Each holds a ResultArea.
+Four tabs: Run (the form, the live log, the result area, this page's history), Rollouts (the job
+store's rollouts, one rollout's page, result files: rollouts.py), Compare (two rollouts side by side:
+compare.py) and Evals (eval runs: evals.py).
 """
 
 from __future__ import annotations
