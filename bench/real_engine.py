@@ -42,6 +42,9 @@ async def measure(server: VllmServer, harness: str, plain_sampling: bool = False
             endpoint=Endpoint(base_url=srv.base_url, api_key="", model=server.model),
             harness=harness, top_logprobs=2, temperature=TEMPERATURE, max_turns=3, max_tokens_cap=96,
             structured_regex=tool_call_regex(harness), structured_calls=2, agent_timeout_s=1200, plain_sampling=plain_sampling,
+            # The chat path, whose exactness this table checks call by call; continuity by token ids
+            # (vLLM's generate route) is checked in tests/envs/test_vllm_contract.py.
+            continuity="messages",
         )
         res = await run_rollout(req)
     turns = [t for t in res.proxy_turns if t.purpose == "policy"]

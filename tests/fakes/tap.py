@@ -74,6 +74,13 @@ class Tap:
         probe and auxiliary calls carry none)."""
         return [x for x in self.exchanges if x.path.endswith("/chat/completions") and x.body.get("tools")]
 
+    def policy_answers(self) -> list[Exchange]:
+        """Where the engine answered the harness's policy calls, in order: the chat completions
+        with tools, and the derendered answers of the calls continued as token ids
+        (core/capture/continuity.py)."""
+        return [x for x in self.exchanges
+                if (x.path.endswith("/chat/completions") and x.body.get("tools")) or x.path.endswith("/chat/completions/derender")]
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
