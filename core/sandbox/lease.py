@@ -26,6 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness_env.core.procs import process_starttime
+from harness_env.core.sandbox import safefs
 
 LEASE_SUFFIX = ".lease"
 # A local rollout's directory; a trial's, of a harness that owns its environment (`harbor-`: the
@@ -146,3 +147,16 @@ def leased_temp_dir(purpose: str) -> Path:
     path = Path(tempfile.mkdtemp(prefix=f"{TEMP_DIR_PREFIX}{purpose}-"))
     write_lease(path)
     return path
+
+
+def remove_leased(path: Path) -> str | None:
+    """Remove a leased directory and then its lease; what could not be removed, or None."""
+    problem = safefs.remove_tree(path)
+    if problem is None:
+        try:
+            os.unlink(lease_path(path))
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            problem = f"could not remove its lease: {e.strerror}"
+    return problem

@@ -34,8 +34,7 @@ from typing import Any
 from harness_env.core.errors import SandboxError
 from harness_env.core.sandbox.cachebound import CacheBound, evict
 from harness_env.core.sandbox.images import image_cache_root
-from harness_env.core.sandbox.lease import TEMP_DIR_PREFIX, write_lease
-from harness_env.core.sandbox.sweep import remove_leased
+from harness_env.core.sandbox.lease import TEMP_DIR_PREFIX, remove_leased, write_lease
 
 SIZE_VAR, AGE_VAR = "HARNESS_ENV_SETUP_CACHE_MB", "HARNESS_ENV_SETUP_CACHE_AGE_S"
 DEFAULT_MB, DEFAULT_AGE_S = 4096, 3600.0

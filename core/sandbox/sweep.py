@@ -29,8 +29,8 @@ from harness_env.core.sandbox.lease import (
     ROLLOUT_NAME_RE,
     TEMP_DIR_PREFIX,
     is_stale,
-    lease_path,
     read_lease,
+    remove_leased,
     unreadable_is_stale,
 )
 from harness_env.core.sandbox.processes import marked_pids
@@ -97,19 +97,6 @@ def sweep_sandboxes(root: Path | None = None) -> list[str]:
     lease expired. Never raises; one sentence per rollout."""
     root = root or sandboxes_root()
     return [sweep_rollout(root, name) for name in _stale_rollouts(root, time.time())]
-
-
-def remove_leased(path: Path) -> str | None:
-    """Remove a leased directory and then its lease; what could not be removed, or None."""
-    problem = safefs.remove_tree(path)
-    if problem is None:
-        try:
-            os.unlink(lease_path(path))
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            problem = f"could not remove its lease: {e.strerror}"
-    return problem
 
 
 def sweep_temp_dirs(parent: Path | None = None) -> list[str]:

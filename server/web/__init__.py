@@ -25,8 +25,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from harness_env.core.capture.asgi import Receive, Reply, Scope, Send, error_reply, send_reply
-from harness_env.core.sandbox.lease import leased_temp_dir, write_lease
-from harness_env.core.sandbox.sweep import remove_leased
+from harness_env.core.sandbox.lease import leased_temp_dir, remove_leased, write_lease
 from harness_env.server.auth import WEB_LOGIN_PATH, WEB_PREFIX, AuthFailureLimiter, is_web_path
 from harness_env.server.loop_lag import freeze_long_lived
 from harness_env.server.service import RolloutService

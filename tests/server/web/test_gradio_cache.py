@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness_env.core.sandbox.lease import TEMP_DIR_PREFIX, lease_path, read_lease
-from harness_env.core.sandbox.sweep import remove_leased
+from harness_env.core.sandbox.lease import TEMP_DIR_PREFIX, lease_path, read_lease, remove_leased
 from harness_env.server import web
 
 
