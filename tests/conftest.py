@@ -1,5 +1,6 @@
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -15,16 +16,36 @@ from tests.vllm_engine import VllmServer
 # The fast tier, `pytest -m unit`: no harness CLI (e2e), no real model, no browser, no database
 # server, no server process. Derived from what a test uses, so a new test is sorted without a mark.
 HEAVY_MARKS = {"e2e", "real_model", "slow"}
+RAY_TESTS = Path(__file__).parent / "server" / "ray"
 HEAVY_FIXTURES = {"vllm_server", "raw_vllm_server", "tap", "postgres_server", "chromium", "web_server", "start_server", "module_server"}
+
+
+# `./dev test` runs the suite on several pytest-xdist workers (`--dist loadgroup`). What shares one
+# resource runs on one worker, in turn: the real model (one vLLM, and the CPU the training tests
+# need), a local Ray cluster, and a module's tests that share a module-scoped fixture (its server).
+MODEL_FIXTURES = {"vllm_server", "raw_vllm_server", "tap"}
+
+
+def _xdist_group(item: pytest.Item, marks: set[str]) -> str | None:
+    if "real_model" in marks or MODEL_FIXTURES & set(item.fixturenames):
+        return "model"
+    if item.path.is_relative_to(RAY_TESTS):
+        return "ray"
+    defs = getattr(item, "_fixtureinfo", None)
+    scopes = {d.scope for fixturedefs in (defs.name2fixturedefs.values() if defs else ()) for d in fixturedefs}
+    return str(item.path) if scopes & {"module", "package", "class"} else None
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         callspec = getattr(item, "callspec", None)
-        heavy = (HEAVY_MARKS & {m.name for m in item.iter_markers()} or HEAVY_FIXTURES & set(item.fixturenames)
+        marks = {m.name for m in item.iter_markers()}
+        heavy = (HEAVY_MARKS & marks or HEAVY_FIXTURES & set(item.fixturenames)
                  or (callspec is not None and callspec.params.get("store_url") == "postgresql"))
         if not heavy:
             item.add_marker(pytest.mark.unit)
+        if "xdist_group" not in marks and (group := _xdist_group(item, marks)):
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture

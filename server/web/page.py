@@ -278,7 +278,9 @@ class WebPage:
         if task is None or task.done():
             return "nothing is running"
         task.cancel()  # the engine closes the sandbox and kills the harness on cancellation
-        return "**cancelling...**"
+        # The run's own stream says "cancelling", then "cancelled": a status set here could reach the
+        # browser after the stream's last word and hide it.
+        return gr.update()
 
     async def _on_stored_request(self, rollout_id: str | None):
         """A stored rollout's request in the form, to run it again (the Run tab opens on it)."""
@@ -369,7 +371,8 @@ class WebPage:
                     log.append(render.log_line(ev))
                     if ev.phase != "done":
                         phase = ev.phase
-                update: dict[Any, Any] = {out["status"]: render.status_line("running", time.monotonic() - t0, phase)}
+                state = "cancelling" if task.cancelling() and not task.done() else "running"
+                update: dict[Any, Any] = {out["status"]: render.status_line(state, time.monotonic() - t0, phase)}
                 if batch:
                     update[out["log"]] = render.redact("\n".join(log), secrets)
                 if task.done() and events.empty():
