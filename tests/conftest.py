@@ -36,6 +36,7 @@ def _xdist_group(item: pytest.Item, marks: set[str]) -> str | None:
     return str(item.path) if scopes & {"module", "package", "class"} else None
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
 def pytest_collection_modifyitems(items):
     for item in items:
         callspec = getattr(item, "callspec", None)

@@ -19,6 +19,7 @@ teacher-forced `log_softmax(logits / T)` to about 1e-5 (bfloat16: up to 0.17).
 
 from __future__ import annotations
 
+import getpass
 import glob
 import json
 import os
@@ -145,6 +146,7 @@ class VllmServer:
     extra_args: list[str] = field(default_factory=list)
     port: int = 0
     proc: subprocess.Popen | None = None
+    tmp_dir: Path | None = None
     log_path: Path | None = None
     model: str = SERVED_NAME
 
@@ -183,6 +185,9 @@ class VllmServer:
         self.port = self.port or _free_port()
         fd, name = tempfile.mkstemp(prefix="vllm-", suffix=".log")
         self.log_path = Path(name)
+        # vLLM's processes talk over sockets in the temporary directory that a killed engine leaves
+        # behind: a directory of its own, removed at stop().
+        self.tmp_dir = Path(tempfile.mkdtemp(prefix="vllm-tmp-"))
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON", "UV_"))},
             "VLLM_CPU_KVCACHE_SPACE": "2",  # GiB: one 32k-token sequence is 1.5 GiB
@@ -194,6 +199,9 @@ class VllmServer:
             # Its weight routes (/pause, /collective_rpc reload_weights, /update_weight_version):
             # client/vllm_weights.py loads a trainer's weights through them.
             "VLLM_SERVER_DEV_MODE": "1",
+            "TMPDIR": str(self.tmp_dir),
+            # but torch's compile cache stays where it was, shared by every start
+            "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"),
         }
         self.proc = subprocess.Popen(self.argv(model), stdout=fd, stderr=subprocess.STDOUT, env=env, cwd="/", start_new_session=True)
         os.close(fd)
@@ -233,6 +241,8 @@ class VllmServer:
                 self.proc.wait(timeout=30)
         if self.log_path is not None:
             self.log_path.unlink(missing_ok=True)
+        if self.tmp_dir is not None:
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
     def post(self, path: str, body: dict, timeout: float = 300.0) -> dict:
         req = urllib.request.Request(self.root_url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
