@@ -40,7 +40,7 @@ def _add_run_flags(run: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness_env.core.errors import InvalidRequestError, ToolMissingError
+    from harness_env.core.errors import InvalidRequestError, SandboxError, ToolMissingError
     from harness_env.core.procs import make_undumpable
     from harness_env.core.serialisable import made_serialisable
     from harness_env.models import PhaseEvent
@@ -55,7 +55,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         result = _run_until_stopped(request, progress, use_bwrap)
-    except (InvalidRequestError, ToolMissingError) as e:  # e.g. a Harbor task that is not one, no Harbor extra
+    except (InvalidRequestError, ToolMissingError, SandboxError) as e:  # e.g. a Harbor task that is not one, no Harbor extra, TMPDIR too long
         bad_input(str(e))
     result = made_serialisable(result)  # a result that cannot be written is repaired, or failed with why: never a traceback
     if args.compact:

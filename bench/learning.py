@@ -41,6 +41,7 @@ def main() -> int:
     ap.add_argument("--out", default="runs/learning", help="curve.json and learning.png (default %(default)s)")
     ap.add_argument("--plot", default=None, help="also copy the plot here (e.g. docs/learning.png)")
     ap.add_argument("--measure-base", type=int, default=0, metavar="N", help="only the base success of every family over N attempts")
+    ap.add_argument("--families", default=",".join(sorted(train_cpu.FAMILIES)), help="with --measure-base: these (comma-separated)")
     ap.add_argument("rest", nargs=argparse.REMAINDER, help="-- then flags for examples/train_cpu.py")
     args = ap.parse_args()
     rest = [a for a in args.rest if a != "--"]
@@ -48,7 +49,10 @@ def main() -> int:
         example = train_cpu.parse_args([*DEFAULTS, *rest])
         print(f"base success over {args.measure_base} attempts per family (training tasks, T={example.temperature}, "
               f"max_turns={example.max_turns}, {example.max_tokens} tokens per call):")
-        found = train_cpu.measure_base(example, args.measure_base, log=lambda line: None)
+        families = [f for f in args.families.split(",") if f]
+        if unknown := set(families) - set(train_cpu.FAMILIES):
+            ap.error(f"--families: no family {sorted(unknown)}; the families are {sorted(train_cpu.FAMILIES)}")
+        found = train_cpu.measure_base(example, args.measure_base, log=lambda line: None, families=families)
         for family, ev in found.items():
             print(f"  {family:<11} {ev.line()}  mean reward {ev.mean_reward:.3f}  ({train_cpu.FAMILIES[family][1]})")
         return 0

@@ -422,11 +422,17 @@ def _regex_literal(text: str) -> str:
     return re.sub(r"([{}\[\]().|*+?^$\\])", r"\\\1", text)
 
 
+def _one_of(options: Sequence[str]) -> str:
+    return "(" + "|".join(_regex_literal(o) for o in sorted(options)) + ")"
+
+
 # The first answer's shape under --constrain-first-call: the shell tool (`bash`, as the white-box
-# loop and Pi name it) writing a lowercase word to a lowercase file name, in the Hermes format the
-# engine's tool parser reads. Which word and which file is the model's choice: the task is to pick them.
-FIRST_CALL_REGEX = (_regex_literal('<tool_call>\n{"name": "bash", "arguments": {"command": "echo ') + "[a-z]+"
-                    + _regex_literal(" > ") + "[a-z]+" + _regex_literal('.txt"}}\n</tool_call>'))
+# loop and Pi name it) writing one of the tasks' words (training and held-out alike) to one of their
+# file names, in the Hermes format the engine's tool parser reads. Which word and which file is the
+# model's choice: the task is to pick the pair the instruction asks for (1 in 144 by chance).
+FIRST_CALL_REGEX = (_regex_literal('<tool_call>\n{"name": "bash", "arguments": {"command": "echo ')
+                    + _one_of(TRAIN_WORDS + HELDOUT_WORDS) + _regex_literal(" > ") + _one_of(TRAIN_NAMES + HELDOUT_NAMES)
+                    + _regex_literal('.txt"}}\n</tool_call>'))
 
 
 def rollout_request(args: argparse.Namespace, base_url: str, model_name: str = MODEL_NAME) -> dict[str, Any]:
@@ -636,8 +642,10 @@ def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None
                total_seconds=time.monotonic() - began, trainer=trainer, rollout_func=func)
 
 
-def measure_base(args: argparse.Namespace, attempts: int, log: Callable[[str], None] | None = None) -> dict[str, Evaluation]:
-    """The base model's success on each family's training tasks (`attempts` rollouts, tasks cycled)."""
+def measure_base(args: argparse.Namespace, attempts: int, log: Callable[[str], None] | None = None,
+                 families: Sequence[str] = ()) -> dict[str, Evaluation]:
+    """The base model's success on each family's training tasks (`attempts` rollouts, tasks cycled);
+    `families`: these only (default: every one)."""
     from harness_env.rollout import run_many_sync
 
     log = log or functools.partial(print, flush=True)
@@ -649,7 +657,7 @@ def measure_base(args: argparse.Namespace, attempts: int, log: Callable[[str], N
             engine.load_weights(policy, version=0)
         request = rollout_request(args, engine.base_url, engine.model_name)
         run_many = functools.partial(run_many_sync, concurrency=args.concurrency)
-        for family in sorted(FAMILIES):
+        for family in sorted(families or FAMILIES):
             tasks = make_tasks(family, "train")
             rng = random.Random(args.seed)
             picked = [tasks[i % len(tasks)] for i in rng.sample(range(len(tasks)), len(tasks))] * (attempts // len(tasks) + 1)

@@ -1,5 +1,6 @@
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,16 @@ def pytest_collection_modifyitems(items):
 def needs_bwrap():
     """`pytest.mark.usefixtures("needs_bwrap")`: fails, saying how to install it, without bubblewrap."""
     needs.bwrap()
+
+
+@pytest.fixture
+def short_tmp():
+    """A directory with a short path, directly in the temporary directory, removed after the test:
+    a TMPDIR for a process whose capture socket lives there (a socket's path holds 107 bytes, and
+    pytest's own directories under xdist are too deep for it)."""
+    path = Path(tempfile.mkdtemp(prefix="he-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ DEEP = "python3 -c \"import os\nfor _ in range(1500): os.mkdir('d'); os.chdir('d
 
 
 def _run_cli(tmp_path, policy_server, harness, attack, *, setup=(), verify=("false",), last=None):
+    """`harness-env run` in `tmp_path` (a short_tmp: the CLI's TMPDIR too, which it must leave empty)."""
     policy_server.policy.scripts["m"] = [{"bash": attack}, last or {"text": "done"}]
     task = {"instruction": "do it", "setup": list(setup), "verify": list(verify), "task_id": "cli-attack"}
     (tmp_path / "task.json").write_text(json.dumps(task))
@@ -46,8 +47,8 @@ def _run_cli(tmp_path, policy_server, harness, attack, *, setup=(), verify=("fal
     (GIT_PLANTS, ["git status --porcelain | grep -q hello.txt"], ["git init -q ."], 0.0),
     (DEEP, ["true"], [], 1.0),
 ], ids=["link", "fifo", "git-config", "deep-tree"])
-def test_attacks_through_the_cli(tmp_path, policy_server, harness, attack, verify, setup, reward):
-    result = _run_cli(tmp_path, policy_server, harness, attack, setup=setup, verify=verify)
+def test_attacks_through_the_cli(short_tmp, policy_server, harness, attack, verify, setup, reward):
+    result = _run_cli(short_tmp, policy_server, harness, attack, setup=setup, verify=verify)
     assert result["error"] is None, result["error"]  # the agent did not run into its timeout
     assert result["reward"] == reward and result["reward_source"] == "verify_ratio"
     assert [r["timed_out"] for r in result["verify_results"]] == [False] * len(verify)  # nor did verify
@@ -63,25 +64,25 @@ SURROGATE_STREAM = ['data: {"id": "x", "object": "chat.completion.chunk", "model
 
 
 @pytest.mark.parametrize("harness", ["whitebox", "pi"])
-def test_what_cannot_be_encoded_still_gives_a_result(tmp_path, policy_server, harness):
+def test_what_cannot_be_encoded_still_gives_a_result(short_tmp, policy_server, harness):
     """A file name that is not UTF-8 and the policy's lone surrogate: the command prints the whole
     result (exit 0, no traceback), the name's byte kept as an escape, the text made valid."""
     last = {"raw": SURROGATE_WHOLE if harness == "whitebox" else SURROGATE_STREAM}
     attack = "echo hello > hello.txt && touch \"$(printf 'bad\\377name')\""
-    result = _run_cli(tmp_path, policy_server, harness, attack, verify=["grep -qx hello hello.txt"], last=last)
+    result = _run_cli(short_tmp, policy_server, harness, attack, verify=["grep -qx hello hello.txt"], last=last)
     assert result["reward"] == 1.0
     assert result["files"]["bad\\xffname"] == ""
     assert any(t["completion_text"] == "done \ufffd" for t in result["proxy_turns"])
 
 
-def test_sigterm_stops_the_cli_and_cleans_up(tmp_path, policy_server):
+def test_sigterm_stops_the_cli_and_cleans_up(short_tmp, policy_server):
     policy_server.policy.scripts["m"] = [{"bash": "sleep 300"}, {"text": "done"}]
-    (tmp_path / "task.json").write_text(json.dumps({"instruction": "wait", "verify": ["true"]}))
-    sandboxes = tmp_path / "sandboxes"
+    (short_tmp / "task.json").write_text(json.dumps({"instruction": "wait", "verify": ["true"]}))
+    sandboxes = short_tmp / "sandboxes"
     sandboxes.mkdir()
-    env = {**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(sandboxes), "TMPDIR": str(tmp_path)}
+    env = {**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(sandboxes), "TMPDIR": str(short_tmp)}
     p = subprocess.Popen([*CLI, "run", "--harness", "whitebox", "--task", "task.json", "--base-url", policy_server.base_url, "--model", "m"],
-                         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         cwd=short_tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while not any(os.scandir(sandboxes)) and time.monotonic() < deadline:
         time.sleep(0.1)

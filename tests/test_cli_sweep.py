@@ -53,16 +53,16 @@ def _cgroups_of(pid: int) -> list[str]:
 
 
 @pytest.mark.parametrize("sandbox", ["bwrap", "plain"])
-def test_a_run_killed_mid_agent_is_swept_by_the_next_run(tmp_path, policy_server, sandbox):
+def test_a_run_killed_mid_agent_is_swept_by_the_next_run(short_tmp, policy_server, sandbox):
     policy_server.policy.scripts["slow"] = [{"bash": "sleep 300"}, {"text": "done"}]
     policy_server.policy.scripts["quick"] = [{"text": "done"}]
-    (tmp_path / "task.json").write_text(json.dumps({"instruction": "wait", "verify": ["true"]}))
-    sandboxes = tmp_path / "sandboxes"
+    (short_tmp / "task.json").write_text(json.dumps({"instruction": "wait", "verify": ["true"]}))
+    sandboxes = short_tmp / "sandboxes"
     sandboxes.mkdir()
-    env = {**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(sandboxes), "TMPDIR": str(tmp_path)}
+    env = {**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(sandboxes), "TMPDIR": str(short_tmp)}
 
-    killed = _start_run(tmp_path, policy_server, "slow", sandbox, env)
-    live = _start_run(tmp_path, policy_server, "slow", sandbox, env)  # another run sharing the directory
+    killed = _start_run(short_tmp, policy_server, "slow", sandbox, env)
+    live = _start_run(short_tmp, policy_server, "slow", sandbox, env)  # another run sharing the directory
     try:
         names: set[str] = set()
         deadline = time.monotonic() + 60
@@ -81,11 +81,11 @@ def test_a_run_killed_mid_agent_is_swept_by_the_next_run(tmp_path, policy_server
         if os.geteuid() == 0:
             assert mounts_at_or_below((sandboxes / killed_name).resolve()) != []
         assert _cgroups_of(killed.pid) != [] or detect()[0] is None
-        assert any(n.startswith(f"harness-env-capture-{killed.pid}-") for n in os.listdir(tmp_path))
+        assert any(n.startswith(f"harness-env-capture-{killed.pid}-") for n in os.listdir(short_tmp))
 
         after = subprocess.run([*CLI, "run", "--harness", "whitebox", "--sandbox", sandbox, "--task", "task.json",
                                 "--base-url", policy_server.base_url, "--model", "quick"],
-                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, check=False)
+                               cwd=short_tmp, env=env, capture_output=True, text=True, timeout=240, check=False)
         assert after.returncode == 0, after.stderr
         assert f"removed rollout {killed_name} of a dead owner" in after.stderr
         assert json.loads(after.stdout)["reward"] == 1.0
@@ -93,7 +93,7 @@ def test_a_run_killed_mid_agent_is_swept_by_the_next_run(tmp_path, policy_server
         assert set(os.listdir(sandboxes)) == {live_name, live_name + ".lease"}  # the live run's is untouched
         assert mounts_at_or_below((sandboxes / killed_name).resolve()) == []
         assert _alive(killed_name) == [] and _cgroups_of(killed.pid) == []
-        assert not any(n.startswith(f"harness-env-capture-{killed.pid}-") for n in os.listdir(tmp_path))
+        assert not any(n.startswith(f"harness-env-capture-{killed.pid}-") for n in os.listdir(short_tmp))
         assert _alive(live_name, 0) != []  # its agent still runs
     finally:
         for p in (killed, live):
@@ -101,7 +101,7 @@ def test_a_run_killed_mid_agent_is_swept_by_the_next_run(tmp_path, policy_server
                 p.send_signal(signal.SIGTERM)
                 p.communicate(timeout=60)
     assert os.listdir(sandboxes) == [] and mounts_at_or_below(sandboxes.resolve()) == []
-    assert [n for n in os.listdir(tmp_path) if n.startswith("harness-env")] == []
+    assert [n for n in os.listdir(short_tmp) if n.startswith("harness-env")] == []
 
 
 def _owner(sandboxes: Path, name: str) -> int:

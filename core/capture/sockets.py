@@ -20,17 +20,26 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness_env.core.errors import SandboxError
 from harness_env.core.sandbox.lease import LEASE_SUFFIX, is_stale, lease_path, read_lease, unreadable_is_stale
 
 SOCKET_PREFIX = "harness-env-capture-"  # then the pid of the process serving it
 SOCKET_SUFFIX = ".sock"
+SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path is 108, with its terminating NUL)
 UNLEASED_GRACE_S = 60.0  # a lease-less socket is bound a moment before it listens
 
 
 def capture_socket_path() -> str:
-    """A fresh path for the proxy's Unix socket in the temporary directory (short: sun_path holds
-    107 bytes); serve_on_unix leases it, and removes both at exit."""
-    return os.path.join(tempfile.gettempdir(), f"{SOCKET_PREFIX}{os.getpid()}-{os.urandom(4).hex()}{SOCKET_SUFFIX}")
+    """A fresh path for the proxy's Unix socket in the temporary directory; serve_on_unix leases
+    it, and removes both at exit. A temporary directory too long for a socket's path is one clear
+    error (SandboxError), not the kernel's."""
+    directory = tempfile.gettempdir()
+    path = os.path.join(directory, f"{SOCKET_PREFIX}{os.getpid()}-{os.urandom(4).hex()}{SOCKET_SUFFIX}")
+    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+        raise SandboxError(f"the temporary directory {directory} is too long for the capture proxy's Unix socket "
+                           f"({len(os.fsencode(path))} bytes with the socket's name; at most {SOCKET_PATH_MAX}): "
+                           "set TMPDIR to a shorter directory, e.g. /tmp")
+    return path
 
 
 def listening(path: str | os.PathLike[str]) -> bool:

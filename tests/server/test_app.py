@@ -46,11 +46,11 @@ async def test_capture_calls_go_straight_to_the_proxy_with_their_route_below_cap
 
 
 @pytest.mark.slow  # starts the app in processes of its own
-def test_the_app_sweeps_what_a_killed_owner_left_however_it_is_started(tmp_path):
+def test_the_app_sweeps_what_a_killed_owner_left_however_it_is_started(short_tmp):
     """OpenEnv starts `harness_env.server.app:app` itself, and Ray Serve runs each replica's app's
     lifespan: the sweep is the app's, not the CLI's. A dead owner's rollout and capture socket are
     gone once the app serves; a live owner's stay."""
-    sandboxes, tmp = tmp_path / "sandboxes", tmp_path / "tmp"
+    sandboxes, tmp = short_tmp / "sandboxes", short_tmp / "tmp"
     sandboxes.mkdir()
     tmp.mkdir()
     dead = subprocess.Popen(["true"])
@@ -67,7 +67,7 @@ def test_the_app_sweeps_what_a_killed_owner_left_however_it_is_started(tmp_path)
     s.bind(str(sock))
     s.close()
     port = free_port()
-    env = {**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(sandboxes), "TMPDIR": str(tmp), "HARNESS_ENV_DATA_DIR": str(tmp_path / "data")}
+    env = {**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(sandboxes), "TMPDIR": str(tmp), "HARNESS_ENV_DATA_DIR": str(short_tmp / "data")}
     server = subprocess.Popen([sys.executable, "-m", "uvicorn", "harness_env.server.app:app", "--port", str(port), "--log-level", "warning"],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
