@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -76,7 +77,8 @@ def test_what_cannot_be_encoded_still_gives_a_result(short_tmp, policy_server, h
 
 
 def test_sigterm_stops_the_cli_and_cleans_up(short_tmp, policy_server):
-    policy_server.policy.scripts["m"] = [{"bash": "sleep 300"}, {"text": "done"}]
+    nap = f"sleep 300.{secrets.randbelow(10**9):09d}"  # this test's own: other tests sleep 300 at the same time
+    policy_server.policy.scripts["m"] = [{"bash": nap}, {"text": "done"}]
     (short_tmp / "task.json").write_text(json.dumps({"instruction": "wait", "verify": ["true"]}))
     sandboxes = short_tmp / "sandboxes"
     sandboxes.mkdir()
@@ -92,7 +94,7 @@ def test_sigterm_stops_the_cli_and_cleans_up(short_tmp, policy_server):
     assert p.returncode == 143, err
     assert "stopped by SIGTERM" in err and "Traceback" not in err
     assert os.listdir(sandboxes) == []
-    assert _alive_within("sleep 300", 5) == []  # killed (a zombie may wait a moment for its reaper)
+    assert _alive_within(nap.replace(".", "\\."), 5) == []  # killed (a zombie may wait a moment for its reaper)
 
 
 def _alive_within(pattern: str, seconds: float) -> list[str]:
