@@ -22,11 +22,13 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
 from ray import serve
 from ray.serve.config import HTTPOptions
+from ray.serve.schema import ProxyStatus
 
 from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, send_reply
 from harness_env.core.capture.serve import serve_on_loopback
@@ -53,6 +55,12 @@ REPLICA_CPUS = 1.0  # what Ray reserves per replica: with one CPU per node, one 
 # (server/slots.py answers 429 past those), since event streams and status reads count too.
 MAX_ONGOING_REQUESTS = 1000
 REPLICA_HEADER = b"x-harness-env-replica"
+# Ray Serve kills a proxy not ready within 3 x RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S (default 5 s)
+# and starts another, each with a longer wait. On a busy machine the first one is often slow: a
+# local cluster gets a longer wait, and `serve.start` failing on the killed one waits for its
+# replacement, this long at most.
+PROXY_READY_VAR, PROXY_READY_CHECK_S = "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "30"
+PROXY_START_S = 300.0
 
 
 class CaptureOnly:
@@ -152,6 +160,27 @@ def stop_on_signal() -> threading.Event:
     return stop
 
 
+def start_serve(host: str, port: int, stop: threading.Event, timeout_s: float = PROXY_START_S) -> None:
+    """serve.start with one HTTP proxy on the head node, waiting for it. When Ray Serve's controller
+    killed a proxy slow to start (serve.start then fails on it), wait for the one it starts instead."""
+    import ray
+
+    options = HTTPOptions(host=host, port=port)
+    try:
+        serve.start(proxy_location="HeadOnly", http_options=options)
+        return
+    except ray.exceptions.RayActorError:
+        print("harness-env: Ray Serve's HTTP proxy was slow to start and was replaced; waiting for the new one",
+              file=sys.stderr, flush=True)
+    serve.start(proxy_location="HeadOnly", http_options=options)  # the controller runs: this connects to it
+    deadline = time.monotonic() + timeout_s
+    while ProxyStatus.HEALTHY not in serve.status().proxies.values():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Ray Serve's HTTP proxy did not start in {timeout_s:.0f}s (see Ray's logs)")
+        if stop.wait(0.5):
+            return
+
+
 def serve_on_ray(*, host: str, port: int, address: str | None, scale: Scale, settings: ReplicaSettings, token: str | None) -> int:
     """Deploy the application on the Ray cluster at `address` (None: start a local one), Ray
     Serve's HTTP proxy on host:port (the head node), until SIGINT/SIGTERM; then remove it (and stop
@@ -167,6 +196,7 @@ def serve_on_ray(*, host: str, port: int, address: str | None, scale: Scale, set
     if address is None and token:
         os.environ[TOKEN_VAR] = token  # the local nodes inherit this process's environment
     if address is None:
+        os.environ.setdefault(PROXY_READY_VAR, PROXY_READY_CHECK_S)  # the local nodes inherit this too
         # Small and quiet: no dashboard; the object store holds nothing of ours (requests are small).
         # On loopback: a one-machine cluster has no business on the host's network address.
         ray.init(address="local", include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False,
@@ -177,7 +207,7 @@ def serve_on_ray(*, host: str, port: int, address: str | None, scale: Scale, set
     try:
         # One proxy, on the head node: the port is this command's (a cluster that runs Serve
         # already keeps its own proxies).
-        serve.start(proxy_location="HeadOnly", http_options=HTTPOptions(host=host, port=port))
+        start_serve(host, port, stop)
         serve.run(application(settings, scale), name=APP_NAME, route_prefix="/", blocking=False)
         print(where_to_go(host, port, settings.public_url), file=sys.stderr, flush=True)
         while not stop.wait(1.0):  # a stop asked for while deploying is seen here too

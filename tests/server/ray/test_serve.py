@@ -20,12 +20,15 @@ import httpx
 import psutil
 import psycopg
 import pytest
+import ray.exceptions
 from ray.cluster_utils import Cluster
+from ray.serve.schema import ProxyStatus
 
 from harness_env.cli import main as cli_main
 from harness_env.core.sandbox.processes import marked_pids
 from harness_env.server.jobs.upkeep import remove_sandbox
-from harness_env.server.ray.serve import REPLICA_HEADER, BadRayArgs, CaptureOnly, build
+from harness_env.server.ray import serve as ray_serve
+from harness_env.server.ray.serve import REPLICA_HEADER, BadRayArgs, CaptureOnly, build, start_serve
 from harness_env.server.ray.settings import capture_address
 from tests.server.jobs.test_manager import SLOW, agent_started, args, wait_for
 from tests.server_process import ServerProcess
@@ -269,7 +272,9 @@ def test_a_killed_replica_s_rollouts_end_interrupted_and_ray_serve_replaces_it(r
 
 def test_serve_ray_alone_starts_a_local_cluster_and_stops_it(tmp_path_factory, policy_server, postgres_server) -> None:
     """Without --ray-address: a local Ray cluster, started and stopped by the command itself; with
-    a token, which every replica asks for and which reaches neither a sandbox nor a result."""
+    a token, which every replica asks for and which reaches neither a sandbox nor a result. Ray
+    Serve's first HTTP proxy gets too little time to start, as on a busy machine: the controller
+    kills it and starts another, and the command still comes up."""
     root = tmp_path_factory.mktemp("local")
     sandboxes = root / "sandboxes"
     sandboxes.mkdir()
@@ -277,7 +282,8 @@ def test_serve_ray_alone_starts_a_local_cluster_and_stops_it(tmp_path_factory, p
     server = None
     try:
         server = ServerProcess(sandboxes, "--ray", "--token", TOKEN, start_timeout_s=120, stop_timeout_s=60,
-                               env={"HARNESS_ENV_STORE_URL": postgres_server.new_database(), "RAY_TMPDIR": ray_tmp})
+                               env={"HARNESS_ENV_STORE_URL": postgres_server.new_database(), "RAY_TMPDIR": ray_tmp,
+                                    "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "0.2"})
         body = args(policy_server, "ray-local", BRIEF)
         assert httpx.post(server.url + "/rollout", json=body, timeout=120).status_code == 401
         r = httpx.post(server.url + "/rollout", json=body, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
@@ -295,6 +301,42 @@ def test_serve_ray_alone_starts_a_local_cluster_and_stops_it(tmp_path_factory, p
     assert server.proc.returncode == 0 and "Traceback" not in log, log[-4000:]
     assert left == [], f"the local Ray cluster was left running: {left}"
     assert os.listdir(sandboxes) == []
+
+
+class SlowProxyServe:
+    """Ray Serve as it behaves when its controller killed the first HTTP proxy, slow to start, before
+    `serve.start` saw it ready (which real Ray does only by the timing of a busy machine): the first
+    start fails on the killed proxy, and the replacement is STARTING for `starting` looks."""
+
+    def __init__(self, starting: int) -> None:
+        self.starts = 0
+        self.looks = 0
+        self.starting = starting
+
+    def start(self, **_: object) -> None:
+        self.starts += 1
+        if self.starts == 1:
+            raise ray.exceptions.ActorDiedError()
+
+    def status(self) -> object:
+        self.looks += 1
+        up = ProxyStatus.HEALTHY if self.looks > self.starting else ProxyStatus.STARTING
+        return type("Status", (), {"proxies": {"node": up}})()
+
+
+def test_a_proxy_replaced_while_starting_is_waited_for(monkeypatch, capsys) -> None:
+    fake = SlowProxyServe(starting=2)
+    monkeypatch.setattr(ray_serve, "serve", fake)
+    start_serve("127.0.0.1", 1, threading.Event())
+    assert fake.looks == 3 and "HTTP proxy was slow to start and was replaced" in capsys.readouterr().err
+
+    fake = SlowProxyServe(starting=10**9)  # never up: one clear error once the wait is over
+    monkeypatch.setattr(ray_serve, "serve", fake)
+    with pytest.raises(RuntimeError, match=r"HTTP proxy did not start in 1s \(see Ray's logs\)"):
+        start_serve("127.0.0.1", 1, threading.Event(), timeout_s=1)
+    stop = threading.Event()
+    stop.set()  # a stop asked for while waiting ends the wait
+    start_serve("127.0.0.1", 1, stop)
 
 
 def test_bad_ray_settings_get_one_clear_error(tmp_path, monkeypatch, capsys) -> None:
