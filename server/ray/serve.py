@@ -56,11 +56,15 @@ REPLICA_CPUS = 1.0  # what Ray reserves per replica: with one CPU per node, one 
 MAX_ONGOING_REQUESTS = 1000
 REPLICA_HEADER = b"x-harness-env-replica"
 # Ray Serve kills a proxy not ready within 3 x RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S (default 5 s)
-# and starts another, each with a longer wait. On a busy machine the first one is often slow: a
-# local cluster gets a longer wait, and `serve.start` failing on the killed one waits for its
-# replacement, this long at most.
+# and starts another, each with a longer wait; `serve.start` waits 60 s at most. On a busy machine
+# the first proxy is often slower: a local cluster gets a longer check, and when `serve.start`
+# gives up, the command waits for a proxy to be up, this long at most.
 PROXY_READY_VAR, PROXY_READY_CHECK_S = "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "30"
 PROXY_START_S = 300.0
+# Ray starts its workers at nice 15, and every process of a replica (Serve's controller and proxy,
+# the replicas, their rollouts' sandboxes) is one: on a machine busy with anything else they get a
+# few percent of the CPU (CI saw Ray Serve take minutes to start). A local cluster's run at 0.
+NICENESS_VAR, NICENESS = "RAY_worker_niceness", "0"
 
 
 class CaptureOnly:
@@ -161,16 +165,17 @@ def stop_on_signal() -> threading.Event:
 
 
 def start_serve(host: str, port: int, stop: threading.Event, timeout_s: float = PROXY_START_S) -> None:
-    """serve.start with one HTTP proxy on the head node, waiting for it. When Ray Serve's controller
-    killed a proxy slow to start (serve.start then fails on it), wait for the one it starts instead."""
+    """serve.start with one HTTP proxy on the head node, waiting for it. A proxy slow to start makes
+    serve.start fail (Ray Serve's controller killed it and starts another, or it was not ready within
+    serve.start's own 60 s): then wait for a proxy to be up."""
     import ray
 
     options = HTTPOptions(host=host, port=port)
     try:
         serve.start(proxy_location="HeadOnly", http_options=options)
         return
-    except ray.exceptions.RayActorError:
-        print("harness-env: Ray Serve's HTTP proxy was slow to start and was replaced; waiting for the new one",
+    except (ray.exceptions.RayActorError, TimeoutError):  # killed while starting; or not ready in serve.start's 60 s
+        print(f"harness-env: Ray Serve's HTTP proxy is slow to start; waiting for it (or its replacement) up to {timeout_s:.0f}s",
               file=sys.stderr, flush=True)
     serve.start(proxy_location="HeadOnly", http_options=options)  # the controller runs: this connects to it
     deadline = time.monotonic() + timeout_s
@@ -197,6 +202,7 @@ def serve_on_ray(*, host: str, port: int, address: str | None, scale: Scale, set
         os.environ[TOKEN_VAR] = token  # the local nodes inherit this process's environment
     if address is None:
         os.environ.setdefault(PROXY_READY_VAR, PROXY_READY_CHECK_S)  # the local nodes inherit this too
+        os.environ.setdefault(NICENESS_VAR, NICENESS)
         # Small and quiet: no dashboard; the object store holds nothing of ours (requests are small).
         # On loopback: a one-machine cluster has no business on the host's network address.
         ray.init(address="local", include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False,
