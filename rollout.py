@@ -77,40 +77,50 @@ async def run_rollout(
     on_event: EventSink | None = None,
     use_bwrap: bool | None = None,
     sandbox_factory: SandboxFactory | None = None,
+    weight_version: int | None = None,
 ) -> RolloutResult:
     """Run one rollout in this process. Always returns a result; bad input raises InvalidRequestError.
     `sandbox_factory`: another sandbox backend (default: the local sandbox, bubblewrap when it
-    works here unless `use_bwrap` says otherwise)."""
+    works here unless `use_bwrap` says otherwise). `weight_version`: the version of the weights
+    the policy serves now, which every model call records (as PUT /policy/weights tells a server;
+    the loop's rollouts share one proxy, so one version at a time)."""
     prepared = await asyncio.to_thread(prepare, request, trusted=True)  # may read task directories
     async with loopback_proxy() as (proxy, base_url, socket_path):
+        if weight_version is not None:
+            proxy.weights.update(version=weight_version)
         return await execute(prepared, CaptureAccess(proxy, base_url, socket_path), on_event=on_event,
                              sandbox_factory=sandbox_factory or LocalSandboxFactory(use_bwrap))
 
 
-def run_rollout_sync(request: RolloutRequest | dict, *, on_event: EventSink | None = None, use_bwrap: bool | None = None) -> RolloutResult:
+def run_rollout_sync(request: RolloutRequest | dict, *, on_event: EventSink | None = None, use_bwrap: bool | None = None,
+                     weight_version: int | None = None) -> RolloutResult:
     """The synchronous twin of `run_rollout` (runs its own event loop, uvloop when installed)."""
+    run = run_rollout(request, on_event=on_event, use_bwrap=use_bwrap, weight_version=weight_version)
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(run_rollout(request, on_event=on_event, use_bwrap=use_bwrap))
-    return uvloop.run(run_rollout(request, on_event=on_event, use_bwrap=use_bwrap))
+        return asyncio.run(run)
+    return uvloop.run(run)
 
 
-async def run_many(requests: list[RolloutRequest | dict], *, concurrency: int = 8, use_bwrap: bool | None = None) -> list[RolloutResult]:
+async def run_many(requests: list[RolloutRequest | dict], *, concurrency: int = 8, use_bwrap: bool | None = None,
+                   weight_version: int | None = None) -> list[RolloutResult]:
     """Run rollouts in this process, `concurrency` at a time; results in request order. Bad input
-    becomes a result with `error_kind: "invalid_request"` (a batch never raises midway)."""
+    becomes a result with `error_kind: "invalid_request"` (a batch never raises midway).
+    `weight_version`: as for run_rollout, the whole batch's."""
     sem = asyncio.Semaphore(max(1, concurrency))
 
     async def one(request: RolloutRequest | dict) -> RolloutResult:
         async with sem:
             try:
-                return await run_rollout(request, use_bwrap=use_bwrap)
+                return await run_rollout(request, use_bwrap=use_bwrap, weight_version=weight_version)
             except InvalidRequestError as e:
                 return RolloutResult(error=str(e), error_kind="invalid_request")
 
     return list(await asyncio.gather(*(one(r) for r in requests)))
 
 
-def run_many_sync(requests: list[RolloutRequest | dict], *, concurrency: int = 8, use_bwrap: bool | None = None) -> list[RolloutResult]:
+def run_many_sync(requests: list[RolloutRequest | dict], *, concurrency: int = 8, use_bwrap: bool | None = None,
+                  weight_version: int | None = None) -> list[RolloutResult]:
     """The synchronous twin of `run_many` (e.g. the RunMany of client.trl's adapters)."""
-    return asyncio.run(run_many(requests, concurrency=concurrency, use_bwrap=use_bwrap))
+    return asyncio.run(run_many(requests, concurrency=concurrency, use_bwrap=use_bwrap, weight_version=weight_version))

@@ -67,7 +67,8 @@ def main() -> int:
         shutil.copyfile(out / "learning.png", args.plot)
 
     steps = curve["steps"]
-    on_policy = all(s["turn_versions"] == [s["step"] - 1] and s["unmatched_turns"] == 0 for s in steps)
+    on_policy = all(s["turn_versions"] == [s["step"] - 1] and s["unmatched_turns"] == 0
+                    and s["served_version_after"] in (None, s["step"] - 1) for s in steps)
     walls = [s["wall_s"] for s in steps if s["wall_s"]]
     gen = [s["generation_s"] for s in steps]
     checks = [s["check_s"] + s["probe_s"] + s["sync_s"] for s in steps]
@@ -86,8 +87,10 @@ def main() -> int:
     mean = lambda xs: statistics.fmean(xs) if xs else float("nan")  # noqa: E731
     print(f"training rollouts' mean reward: first half {mean([s['reward_mean'] for s in first if s['reward_mean'] is not None]):.3f}, "
           f"second half {mean([s['reward_mean'] for s in last if s['reward_mean'] is not None]):.3f}")
+    constrained = [s["constrained_logp_gap_max"] for s in steps if s["constrained_logp_gap_max"] is not None]
+    apart = f" (turns under structured outputs apart: {max(constrained):.1f}, the grammar's masking)" if constrained else ""
     print(f"on-policy: every captured turn of every step sampled from the weights the step started with: {on_policy}; "
-          f"largest captured-vs-trainer logprob gap {max((s['logp_gap_max'] or 0) for s in steps):.1e}; "
+          f"largest captured-vs-trainer logprob gap {max((s['logp_gap_max'] or 0) for s in steps):.1e}{apart}; "
           f"KL to the initial weights at the last step {steps[-1]['kl'] if steps[-1]['kl'] is not None else float('nan'):.3g}")
     print(f"wall time per step: {mean(walls):.0f} s (rollouts {mean(gen):.0f} s, sync + probe + checks {mean(checks):.0f} s, "
           f"training the rest); sampled tokens/s {mean(rates):.1f}")

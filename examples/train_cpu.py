@@ -21,14 +21,22 @@ trained on harness-env's rollouts get better at a task inside a harness:
   a load never lands inside an answer, and nothing trains while rollouts run: every turn of
   generation step k is sampled from the weights after k optimiser steps. To prove it, each
   answer the server gives is recorded with the version it was sampled from, and the captured
-  turns are joined to those answers on their exact token ids (the capture proxy records what vLLM
-  sends, and vLLM sends no weight version; the ids are the engine's, never re-tokenized, so the
-  join is exact). `StepRecord.turn_versions` holds the result; tests/examples/test_train_cpu.py
-  checks it, and a control without the load shows the versions and the logprobs standing still.
+  turns are joined to those answers on their exact token ids (the ids are the engine's, never
+  re-tokenized, so the join is exact). `StepRecord.turn_versions` holds the result;
+  tests/examples/test_train_cpu.py checks it, and a control without the load shows the versions
+  and the logprobs standing still.
+- With `--vllm-url` (a real vLLM; `--harness pi` runs the rollouts inside Pi) the weights reach
+  vLLM through its own reload (client/vllm_weights.py) under the version k, which vLLM reports
+  back; the rollouts name that version (`run_many_sync(weight_version=k)`), every captured turn
+  records it, and vLLM is asked again after the rollouts. tests/examples/test_train_cpu_vllm.py.
 - Diagnostics per step, on `--check-rollouts` rollouts: the largest gap between a captured logprob
   and the trainer's own logprob of that token (TRL logs the same as
   `sampling/sampling_logp_difference/max` in vLLM mode; ~1e-5 here, float32 summation order), and
   the KL of the sampling policy to the initial weights (TRL's k3 estimator, as its `kl` metric).
+  Turns sampled under `--constrain-first-call` are apart: their logprobs are the grammar-masked
+  sampler's (a forced token has logprob 0), which the model alone does not give, so their gap is
+  the grammar's doing, not an off-policy weight. TRL's importance-sampling correction weighs
+  those tokens by the ratio of the two.
 - CPU budget: the white-box prompt (system prompt and tool schemas) is ~1,050 tokens, so one
   forward and backward pass over a rollout costs ~8.5 s on one core for the whole model; only the
   top `--train-layers` decoder blocks are trained (the rest, the embeddings and the tied output
@@ -131,6 +139,7 @@ class StepRecord:
     step: int  # generation steps before this one = the trainer's optimiser steps so far
     served_version: int  # the served weights' version when the rollouts ran
     synced: bool
+    served_version_after: int | None = None  # vLLM's, asked again after the rollouts (the example server records every answer's)
     rewards: list[float | None] = field(default_factory=list)
     turn_versions: list[list[int]] = field(default_factory=list)  # per rollout, the version of each captured policy turn
     unmatched_turns: int = 0  # captured turns found in no answer of this step (must be 0)
@@ -142,7 +151,8 @@ class StepRecord:
     generation_s: float = 0.0
     check_s: float = 0.0
     logp_gap_max: float | None = None  # captured vs the trainer's own logprobs, sampled tokens of the checked rollouts
-    kl: float | None = None  # KL(sampling policy || initial weights), k3 estimator, on the same tokens
+    constrained_gap_max: float | None = None  # the same for turns sampled under structured outputs (the grammar's sampler)
+    kl: float | None = None  # KL(sampling policy || initial weights), k3 estimator, on the unconstrained tokens
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -229,6 +239,20 @@ class VllmPolicy(ServedPolicy):
 
 
 @dataclass
+class VersionedRunMany:
+    """In-process rollouts (run_many_sync) naming the version of the weights the policy serves,
+    which every captured turn records; OnPolicyRolloutFunc sets it after every sync."""
+
+    concurrency: int
+    version: int | None = None
+
+    def __call__(self, requests: list[dict[str, Any]]) -> list[RolloutResult]:
+        from harness_env.rollout import run_many_sync
+
+        return run_many_sync(requests, concurrency=self.concurrency, weight_version=self.version)
+
+
+@dataclass
 class OnPolicyRolloutFunc:
     """GRPOTrainer's rollout_func: load the trainer's weights into the served model, then the
     project's HarnessRolloutFunc; record which weights every captured turn was sampled from.
@@ -252,6 +276,8 @@ class OnPolicyRolloutFunc:
         if self.sync:
             record.sync_s = self.served.load_weights(unwrap(trainer), version=step)
             record.served_version = self.served.version
+        if isinstance(self.inner.run_many, VersionedRunMany):
+            self.inner.run_many.version = record.served_version
         if self.probe_body is not None and self.probe_url:
             started = time.monotonic()
             record.probe_top_logprobs, record.probe_version = self.probe()
@@ -265,12 +291,14 @@ class OnPolicyRolloutFunc:
             answers = self.served.answers[start:]
             record.sampled_tokens = sum(len(a.completion_token_ids) for a in answers)
             record.turn_versions, record.unmatched_turns = join_versions(results, answers)
-        else:  # vLLM keeps no record of its answers: count the captured policy turns' tokens
+        else:  # vLLM keeps no record of its answers: the version each turn recorded, and vLLM's own after them
             record.sampled_tokens = sum(len(t.completion_token_ids or []) for r in results for t in r.proxy_turns if t.purpose == "policy")
+            record.turn_versions, record.unmatched_turns = recorded_versions(results)
+            record.served_version_after = self.served.version
         record.rewards = list(out["harness_reward"])
         record.errors = sorted({e for e in out["harness_error"] if e})
         started = time.monotonic()
-        record.logp_gap_max, record.kl = self.check(results, unwrap(trainer))
+        record.logp_gap_max, record.constrained_gap_max, record.kl = self.check(results, unwrap(trainer))
         record.check_s = time.monotonic() - started
         self.records.append(record)
         return out
@@ -286,12 +314,15 @@ class OnPolicyRolloutFunc:
         body = r.json()
         entry = body["choices"][0]["logprobs"]["content"][0]
         tops = {int(t["token"].removeprefix("token_id:")): float(t["logprob"]) for t in entry["top_logprobs"]}
-        return tops, int(body["system_fingerprint"].removeprefix("weights-v"))
+        fingerprint = body.get("system_fingerprint") or ""  # the example server names the weights; vLLM's is asked
+        return tops, int(fingerprint.removeprefix("weights-v")) if fingerprint.startswith("weights-v") else self.served.version
 
-    def check(self, results: Sequence[RolloutResult], model: Any) -> tuple[float | None, float | None]:
-        """(largest |captured - trainer| logprob, mean k3 KL to the reference) over the sampled
-        tokens of the first `check_rollouts` trainable rollouts."""
-        gaps: list[float] = []
+    def check(self, results: Sequence[RolloutResult], model: Any) -> tuple[float | None, float | None, float | None]:
+        """Over the sampled tokens of the main branch of the first `check_rollouts` trainable
+        rollouts: the largest |captured - trainer| logprob of the unconstrained turns, the same of
+        the constrained ones (their logprobs are the grammar-masked sampler's, which the model
+        alone does not give), and the mean k3 KL to the reference on the unconstrained tokens."""
+        gaps: dict[bool, list[float]] = {False: [], True: []}
         kls: list[float] = []
         checked = 0
         was_training = model.training
@@ -304,23 +335,31 @@ class OnPolicyRolloutFunc:
                 if row is None or not row.trainable or res.error is not None:
                     continue
                 checked += 1
-                p = row.prompt_length
-                prompt, completion = row.token_ids[:p], row.token_ids[p:]
-                mask, captured = row.loss_mask[p:], row.logprobs[p:]
-                mine = teacher_forced_logprobs(model, prompt, completion, self.temperature)
-                gaps += [abs(a - b) for a, b, m in zip(captured, mine, mask) if m]
-                if self.reference is not None:
-                    ref = teacher_forced_logprobs(self.reference, prompt, completion, self.temperature)
-                    kls += [math.exp(r - c) - (r - c) - 1 for r, c, m in zip(ref, captured, mask) if m]
+                for turn in res.proxy_turns:
+                    if turn.branch != row.branch or turn.purpose != "policy" or not turn.completion_token_ids:
+                        continue
+                    prompt, completion, captured = turn.prompt_token_ids, turn.completion_token_ids, turn.per_token_logps
+                    mine = teacher_forced_logprobs(model, prompt, completion, self.temperature)
+                    gaps[turn.constrained] += [abs(a - b) for a, b in zip(captured, mine)]
+                    if self.reference is not None and not turn.constrained:
+                        ref = teacher_forced_logprobs(self.reference, prompt, completion, self.temperature)
+                        kls += [math.exp(r - c) - (r - c) - 1 for r, c in zip(ref, captured)]
         finally:
             model.train(was_training)
-        return (max(gaps) if gaps else None), (statistics.fmean(kls) if kls else None)
+        return (max(gaps[False], default=None), max(gaps[True], default=None), statistics.fmean(kls) if kls else None)
 
 
 def unwrap(trainer: Any) -> Any:
     """The trainer's model itself (accelerate may wrap it)."""
     model = trainer.model
     return getattr(model, "module", model)
+
+
+def recorded_versions(results: Sequence[RolloutResult]) -> tuple[list[list[int]], int]:
+    """The weight version each captured policy turn recorded (VersionedRunMany's), per rollout;
+    and how many recorded none."""
+    versions = [[t.weight_version for t in r.proxy_turns if t.purpose == "policy" and t.completion_token_ids] for r in results]
+    return [[v for v in vs if v is not None] for vs in versions], sum(v is None for vs in versions for v in vs)
 
 
 def join_versions(results: Sequence[RolloutResult], answers: Sequence[Answer]) -> tuple[list[list[int]], int]:
@@ -517,6 +556,7 @@ class Run:
             wall = self.step_seconds[i] if i < len(self.step_seconds) else None
             steps.append({
                 "step": i + 1, "sampled_from_version": rec.step, "served_version": rec.served_version,
+                "served_version_after": rec.served_version_after, "constrained_logp_gap_max": rec.constrained_gap_max,
                 "turn_versions": sorted({v for vs in rec.turn_versions for v in vs}), "unmatched_turns": rec.unmatched_turns,
                 "reward_mean": rec.reward_mean, "success_rate": rec.success_rate, "scored": len(rec.scored), "rollouts": len(rec.rewards),
                 "loss": log.get("loss"), "grad_norm": log.get("grad_norm"), "kl": rec.kl, "logp_gap_max": rec.logp_gap_max,
@@ -572,7 +612,6 @@ def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None
 
     from harness_env.envs.whitebox.loop import initial_messages
     from harness_env.envs.whitebox.schema import TOOL_SPECS
-    from harness_env.rollout import run_many_sync
 
     log = log or functools.partial(print, flush=True)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16: known, and pinned
@@ -587,7 +626,7 @@ def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None
     load_seconds = time.monotonic() - began
     log(f"model loaded in {load_seconds:.0f}s; training {trainable / 1e6:.1f}M of {sum(p.numel() for p in policy.parameters()) / 1e6:.1f}M parameters")
 
-    run_many = functools.partial(run_many_sync, concurrency=args.concurrency)
+    run_many = VersionedRunMany(args.concurrency)
     with engine:
         if not engine.records_answers:  # a vLLM serves what it was started with, or a previous run's weights
             engine.load_weights(policy, version=0)
@@ -600,11 +639,10 @@ def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None
         by_instruction = {t["instruction"]: t for t in tasks}
         lookup = task_for_prompt or (lambda p: by_instruction[p[-1]["content"]])
         inner = HarnessRolloutFunc(run_many=run_many, task_for_prompt=lookup, request=request)
-        probe = {"model": MODEL_NAME, "messages": initial_messages(tasks[0]["instruction"]), "tools": TOOL_SPECS, "max_tokens": 1,
+        probe = {"model": engine.model_name, "messages": initial_messages(tasks[0]["instruction"]), "tools": TOOL_SPECS, "max_tokens": 1,
                  "temperature": args.temperature, "logprobs": True, "top_logprobs": 20, "return_tokens_as_token_ids": True, "seed": 0}
-        # The probe reads the version from the example server's answers (vLLM's chat answers carry none)
         func = OnPolicyRolloutFunc(inner, engine, args.temperature, sync=not args.no_sync, check_rollouts=args.check_rollouts,
-                                   reference=reference, probe_body=probe if engine.records_answers else None, probe_url=engine.base_url)
+                                   reference=reference, probe_body=probe, probe_url=engine.base_url)
         ticks: list[float] = []
 
         class Clock(TrainerCallback):

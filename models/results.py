@@ -96,6 +96,9 @@ class Turn(BaseModel):
     # more than the rollout's max_weight_lag.
     weight_version: int | None = None
     stale: bool = False
+    # Sampled under the rollout's `structured_regex`: its logprobs are the constrained sampler's
+    # (the distribution the tokens were drawn from), not the model's own over the whole vocabulary.
+    constrained: bool = False
 
     @property
     def answered(self) -> bool:

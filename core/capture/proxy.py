@@ -281,8 +281,9 @@ class CaptureProxy:
             engine_body = dialect.engine_body(request)
         for _attempt in range(MAX_FIELD_RETRIES + 1):
             known = quirks.snapshot()
+            call.request.constrained = session.constrains(call.request.purpose)
             upstream_body, added, dropped = rewrite_request(
-                engine_body, session.policy, quirks, endpoint.model, constrained=session.constrains(call.request.purpose))
+                engine_body, session.policy, quirks, endpoint.model, constrained=call.request.constrained)
             session.note_dropped(dropped)
             held_from = time.monotonic() if self.weights.syncing else None
             call.request.weight_version = await self.weights.current(lambda: session.closed or session.quiesced)  # after a sync

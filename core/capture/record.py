@@ -26,6 +26,7 @@ class CallRequest:
     request_messages: list[dict[str, Any]]
     request_tools: list[dict[str, Any]]
     weight_version: int | None = None  # the policy's, when the call was sent (core/capture/weights.py)
+    constrained: bool = False  # sent with the rollout's structured_regex
 
 
 @dataclass(slots=True)
@@ -65,6 +66,7 @@ class CapturedTurn:
     usage: dict[str, Any] | None = None
     capture_level: CaptureLevel = "none"
     weight_version: int | None = None
+    constrained: bool = False
     retry_of: int | None = None  # a retry answered with this turn's answer (core/capture/retries.py): no tokens of its own
 
     @property
@@ -92,5 +94,6 @@ class CapturedTurn:
             completion_text=self.completion_text, reasoning_text=self.reasoning_text, tool_calls=self.tool_calls,
             finish_reason=self.finish_reason, latency_s=self.latency_s, ttft_s=self.ttft_s, usage=self.usage,
             upstream_status=self.upstream_status, upstream_error=self.upstream_error, capture_level=self.capture_level,
-            weight_version=self.weight_version, stale=stale, parent=self.retry_of, branch=None, link="retry" if self.retry_of is not None else None,
+            weight_version=self.weight_version, constrained=self.constrained, stale=stale,
+            parent=self.retry_of, branch=None, link="retry" if self.retry_of is not None else None,
         )

@@ -300,7 +300,8 @@ class CaptureSession:
         captured = CapturedTurn(
             index=request.index, purpose=request.purpose, stream=request.stream, request_messages=messages, request_tools=tools,
             upstream_status=outcome.upstream_status, upstream_error=outcome.upstream_error, latency_s=outcome.latency_s,
-            ttft_s=outcome.ttft_s, weight_version=request.weight_version, prompt=prompt, completion=pack_ids(answer.pop("completion_token_ids", [])),
+            ttft_s=outcome.ttft_s, weight_version=request.weight_version, constrained=request.constrained,
+            prompt=prompt, completion=pack_ids(answer.pop("completion_token_ids", [])),
             logps=pack_logps(answer.pop("per_token_logps", [])), **answer,
         )
         return self._keep(captured)
@@ -313,6 +314,7 @@ class CaptureSession:
             index=self.next_index(), purpose=purpose, stream=stream, request_messages=[], request_tools=[],
             upstream_status=answer.status, upstream_error=None, latency_s=latency_s, ttft_s=None,
             capture_level=original.capture_level if original else "none", weight_version=original.weight_version if original else None,
+            constrained=original.constrained if original else False,
             retry_of=answer.index,
         )
         self.log(f"turn {captured.index}: a retry of turn {answer.index}, given its answer again")

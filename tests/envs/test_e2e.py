@@ -8,7 +8,7 @@ import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout, run_rollout_sync
 from harness_env.core.sandbox.local import _marked_pids
-from harness_env.rollout import loopback_proxy
+from harness_env.rollout import loopback_proxy, run_many_sync
 from tests.envs.harnesses import CLI_HARNESSES, HARNESSES, installed
 from tests.fakes.policy import _text_of, compact_arguments
 
@@ -193,6 +193,21 @@ def test_sync_twin_and_dict_input(policy_server, make_request):
     req = make_request([{"bash": "echo hello > hello.txt"}, {"text": "ok"}], verify=["test -f hello.txt"])
     res = run_rollout_sync(req.model_dump(mode="json") | {"endpoint": {"base_url": policy_server.base_url, "api_key": "k", "model": "policy-m"}})
     assert res.reward == 1.0
+
+
+def test_in_process_rollouts_record_the_weight_version_they_are_given(policy_server) -> None:
+    """A trainer running rollouts in its own process names the version its policy serves (as PUT
+    /policy/weights tells a server): every model call of the batch records it; unnamed, none."""
+    policy_server.policy.scripts["policy-m"] = [{"bash": "echo hello > hello.txt"}, {"text": "ok"}]
+    task = Task(instruction="Create hello.txt containing hello.", verify=["test -f hello.txt"])
+    req = RolloutRequest(task=task, endpoint=Endpoint(base_url=policy_server.base_url, model="policy-m"), harness="whitebox")
+
+    def versions(results) -> list[list[int | None]]:
+        assert all(r.reward == 1.0 for r in results), [r.error for r in results]
+        return [[t.weight_version for t in r.proxy_turns if t.purpose == "policy"] for r in results]
+
+    assert versions(run_many_sync([req, req], concurrency=2, weight_version=3)) == [[3, 3], [3, 3]]
+    assert versions(run_many_sync([req])) == [[None, None]]
 
 
 async def test_tool_efficiency_reward_uses_the_harness_verified_count(policy_server, make_request):

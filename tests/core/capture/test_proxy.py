@@ -540,3 +540,6 @@ async def test_structured_outputs_constrain_only_the_first_policy_calls(proxy_en
         assert r.status_code == 200, r.text
     sent = [s.request.get("structured_outputs") for s in policy.sent]
     assert sent == [{"regex": "x+"}, {"regex": "x+"}, None, None]
+    # and each turn says whether it was: its logprobs are then the constrained sampler's
+    assert [(t.purpose, t.constrained) for t in session.turns] == [("policy", True), ("policy", True), ("auxiliary", False), ("policy", False)]
+    assert [t.to_turn().constrained for t in session.turns] == [True, True, False, False]
