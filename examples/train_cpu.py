@@ -633,6 +633,7 @@ def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None
         request = rollout_request(args, engine.base_url, engine.model_name)
         base = None
         if args.eval_attempts > 0:
+            run_many.version = engine.version  # what the evaluation's turns record
             base = evaluate(heldout, args.eval_attempts, request, run_many, engine.version)
             log(f"base held-out success: {base.line()} in {base.seconds:.0f}s")
 
@@ -673,6 +674,7 @@ def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None
         if args.eval_attempts > 0:
             if func.sync:
                 engine.load_weights(unwrap(trainer), version=trainer.state.global_step)
+            run_many.version = engine.version  # what the evaluation's turns record
             final = evaluate(heldout, args.eval_attempts, request, run_many, engine.version)
             log(f"held-out success after {trainer.state.global_step} steps: {final.line()} in {final.seconds:.0f}s")
     return Run(args=vars(args), base=base, final=final, records=func.records, log_history=list(trainer.state.log_history),
