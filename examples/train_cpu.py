@@ -35,8 +35,8 @@ trained on harness-env's rollouts get better at a task inside a harness:
   the KL of the sampling policy to the initial weights (TRL's k3 estimator, as its `kl` metric).
   Turns sampled under `--constrain-first-call` are apart: their logprobs are the grammar-masked
   sampler's (a forced token has logprob 0), which the model alone does not give, so their gap is
-  the grammar's doing, not an off-policy weight. TRL's importance-sampling correction weighs
-  those tokens by the ratio of the two.
+  the grammar's doing, not stale weights. This loop trains them uncorrected (no importance
+  sampling without TRL's vLLM mode).
 - CPU budget: the white-box prompt (system prompt and tool schemas) is ~1,050 tokens, so one
   forward and backward pass over a rollout costs ~8.5 s on one core for the whole model; only the
   top `--train-layers` decoder blocks are trained (the rest, the embeddings and the tied output
@@ -144,7 +144,7 @@ class StepRecord:
     turn_versions: list[list[int]] = field(default_factory=list)  # per rollout, the version of each captured policy turn
     unmatched_turns: int = 0  # captured turns found in no answer of this step (must be 0)
     probe_top_logprobs: dict[int, float] = field(default_factory=dict)  # the served first-token distribution of a fixed prompt
-    probe_version: int | None = None
+    probe_version: int | None = None  # as the probe's answer names it (None: vLLM's names none)
     sampled_tokens: int = 0
     sync_s: float = 0.0
     probe_s: float = 0.0
@@ -314,8 +314,8 @@ class OnPolicyRolloutFunc:
         body = r.json()
         entry = body["choices"][0]["logprobs"]["content"][0]
         tops = {int(t["token"].removeprefix("token_id:")): float(t["logprob"]) for t in entry["top_logprobs"]}
-        fingerprint = body.get("system_fingerprint") or ""  # the example server names the weights; vLLM's is asked
-        return tops, int(fingerprint.removeprefix("weights-v")) if fingerprint.startswith("weights-v") else self.served.version
+        fingerprint = body.get("system_fingerprint") or ""  # the example server names the weights; vLLM's answers do not
+        return tops, int(fingerprint.removeprefix("weights-v")) if fingerprint.startswith("weights-v") else None
 
     def check(self, results: Sequence[RolloutResult], model: Any) -> tuple[float | None, float | None, float | None]:
         """Over the sampled tokens of the main branch of the first `check_rollouts` trainable

@@ -281,7 +281,8 @@ class CaptureProxy:
             engine_body = dialect.engine_body(request)
         for _attempt in range(MAX_FIELD_RETRIES + 1):
             known = quirks.snapshot()
-            call.request.constrained = session.constrains(call.request.purpose)
+            if _attempt == 0:  # its retries keep it, whatever calls the session admitted meanwhile
+                call.request.constrained = session.constrains(call.request.purpose)
             upstream_body, added, dropped = rewrite_request(
                 engine_body, session.policy, quirks, endpoint.model, constrained=call.request.constrained)
             session.note_dropped(dropped)

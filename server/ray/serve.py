@@ -214,6 +214,8 @@ def serve_on_ray(*, host: str, port: int, address: str | None, scale: Scale, set
         # One proxy, on the head node: the port is this command's (a cluster that runs Serve
         # already keeps its own proxies).
         start_serve(host, port, stop)
+        if stop.is_set():  # asked to stop while Serve started: nothing to deploy
+            return 0
         serve.run(application(settings, scale), name=APP_NAME, route_prefix="/", blocking=False)
         print(where_to_go(host, port, settings.public_url), file=sys.stderr, flush=True)
         while not stop.wait(1.0):  # a stop asked for while deploying is seen here too
