@@ -279,10 +279,10 @@ class CaptureProxy:
         url = endpoint.base_url + "/chat/completions"
         if engine_body is None:  # the probe's own request; a harness's was checked by request_guard
             engine_body = dialect.engine_body(request)
+        # Decided once: the call's retries keep it, whatever calls the session admitted meanwhile.
+        call.request.constrained = session.constrains(call.request.purpose)
         for _attempt in range(MAX_FIELD_RETRIES + 1):
             known = quirks.snapshot()
-            if _attempt == 0:  # its retries keep it, whatever calls the session admitted meanwhile
-                call.request.constrained = session.constrains(call.request.purpose)
             upstream_body, added, dropped = rewrite_request(
                 engine_body, session.policy, quirks, endpoint.model, constrained=call.request.constrained)
             session.note_dropped(dropped)
