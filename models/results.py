@@ -126,6 +126,11 @@ class GraphSummary(BaseModel):
     auxiliary_turns: int = 0  # e.g. title generation: kept in the trace, never trained on
     failed_turns: int = 0  # no answer from the endpoint
     trainable_tokens: int = 0  # sampled tokens in rows that can be trained on
+    # Tokens the engine sampled for the policy's answered turns, and for auxiliary calls (never
+    # trained). trainable_tokens / sampled_tokens is the share of the policy's samples a trainer
+    # gets (1.0 unless a branch is untrainable).
+    sampled_tokens: int = 0
+    auxiliary_tokens: int = 0
     untrainable_branches: int = 0
     # Turns per link kind (LinkKind): how the harness's calls followed from one another.
     links: dict[str, int] = Field(default_factory=dict)
@@ -134,6 +139,11 @@ class GraphSummary(BaseModel):
     weight_versions: list[int] = Field(default_factory=list)
     spans_weight_versions: bool = False
     stale_branches: list[int] = Field(default_factory=list)
+
+    @property
+    def trained_share(self) -> float | None:
+        """The share of the policy's sampled tokens that reach a trainable row (None: none sampled)."""
+        return self.trainable_tokens / self.sampled_tokens if self.sampled_tokens else None
 
 
 class TrainingRow(BaseModel):

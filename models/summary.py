@@ -110,6 +110,8 @@ class RolloutSummary(BaseModel):
     # compaction, retry, ...: docs/training.md).
     branches: int = 0
     links: dict[str, int] = Field(default_factory=dict, max_length=len(LINK_KINDS))
+    trainable_tokens: int = 0  # of the policy's sampled tokens (graph.sampled_tokens), those a trainer gets
+    sampled_tokens: int = 0
 
     def text(self) -> str:
         """A few lines for a person or an agent: reward, error, counts, the final text's head."""
@@ -123,7 +125,8 @@ class RolloutSummary(BaseModel):
                      f"{tools}, {_count(len(self.files) + self.files_left_off, 'file')} in the workspace")
         if self.links:
             kinds = ", ".join(f"{n} {kind}" for kind, n in self.links.items())
-            lines.append(f"turn graph: {_count(self.branches, 'branch')}; links: {kinds}")
+            trained = f"; {self.trainable_tokens} of {self.sampled_tokens} sampled tokens trainable" if self.sampled_tokens else ""
+            lines.append(f"turn graph: {_count(self.branches, 'branch')}; links: {kinds}{trained}")
         if self.agent_final_text:
             lines.append(f"final text: {clip(' '.join(self.agent_final_text.split()), 300)}")
         return "\n".join(lines)
@@ -167,6 +170,7 @@ def summarize(result: RolloutResult) -> RolloutSummary:
         rollout_type_reason=clip(result.rollout_type_reason, REASON_BYTES),
         branches=result.graph.branches,
         links={kind: result.graph.links[kind] for kind in LINK_KINDS if result.graph.links.get(kind)},  # the known kinds only
+        trainable_tokens=result.graph.trainable_tokens, sampled_tokens=result.graph.sampled_tokens,
     )
 
 

@@ -39,6 +39,8 @@ def link_turns(turns: list[Turn]) -> GraphSummary:
     summary.weight_versions = sorted({t.weight_version for t in turns if t.purpose == "policy" and t.weight_version is not None})
     summary.spans_weight_versions = len(summary.weight_versions) > 1
     summary.stale_branches = sorted({t.branch for t in turns if t.stale and t.branch is not None})
+    summary.sampled_tokens = sum(len(t.completion_token_ids) for t in turns if t.purpose == "policy" and t.answered)
+    summary.auxiliary_tokens = sum(len(t.completion_token_ids) for t in turns if t.purpose == "auxiliary")
     return summary
 
 
@@ -82,7 +84,9 @@ def _why_new(t: Turn, earlier: list[Turn]) -> tuple[int | None, str]:
             return e.index, "subagent"
     system = _system(t.request_messages)
     for e in reversed(earlier):
-        if system is not None and _system(e.request_messages) == system and _history(t) < _history(e):
+        # Shorter than e's thread had grown to when t was sent: e's history, its answer and a result
+        # per tool call (Codex compacts right after the first call: its summary replaces those two).
+        if system is not None and _system(e.request_messages) == system and _history(t) < _history(e) + 1 + len(e.tool_calls):
             return e.index, "compaction"
     return None, "new_thread"
 

@@ -118,6 +118,13 @@ def _training_line(result: RolloutResult) -> str:
     return f"not certified for training: {result.rollout_type_reason or 'the endpoint gave no token ids and processed logprobs'}"
 
 
+def _trained_line(graph) -> str:
+    share = graph.trained_share
+    trained = f"{graph.trainable_tokens} of {graph.sampled_tokens} sampled tokens trainable"
+    return trained + (f" ({share:.0%})" if share is not None else "") + (f"; {graph.auxiliary_tokens} auxiliary, never trained"
+                                                                         if graph.auxiliary_tokens else "")
+
+
 def summary_markdown(result: RolloutResult) -> str:
     policy = [t for t in result.proxy_turns if t.purpose == "policy"]
     rows = [
@@ -126,7 +133,7 @@ def summary_markdown(result: RolloutResult) -> str:
         ("capture level", f"{result.capture_level} (tokens > logprobs > text)"),
         ("training", _training_line(result)),
         ("turn graph", f"{result.graph.branches} branch(es), {result.graph.auxiliary_turns} auxiliary turn(s), "
-                       f"{result.graph.trainable_tokens} trainable tokens"),
+                       f"{_trained_line(result.graph)}"),
         ("wall time", f"{result.wall_s:.2f} s"),
         ("model calls", f"{len(result.proxy_turns)} ({len(policy)} policy)"),
         ("agent tool calls", "-" if result.agent_tool_calls is None else str(result.agent_tool_calls)),

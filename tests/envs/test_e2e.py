@@ -79,7 +79,8 @@ async def test_agent_doing_the_work_gets_reward_1_and_exact_tokens(policy_server
     assert rows and all(r.trainable and r.reward == 1.0 for r in rows)
     assert sorted(i for r in rows for i in r.turn_indices) == [t.index for t in policy_turns]
     assert res.graph.auxiliary_turns == len(auxiliary) and res.graph.branches == len(rows)
-    assert res.graph.trainable_tokens == sum(len(t.completion_token_ids) for t in policy_turns)
+    assert res.graph.trainable_tokens == res.graph.sampled_tokens == sum(len(t.completion_token_ids) for t in policy_turns)
+    assert res.graph.trained_share == 1.0 and res.graph.auxiliary_tokens == sum(len(t.completion_token_ids) for t in auxiliary)
     # Phases happened in order and were emitted live, before the end.
     assert [p.name for p in res.phases] == ["endpoint", "sandbox", "setup", "agent", "verify", "collect"]
     started = [e.phase for e in events if e.status == "started"]

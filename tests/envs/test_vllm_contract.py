@@ -142,7 +142,15 @@ def check_contract(vllm_server, tap: Tap, res, label: str) -> None:
     assert res.graph.branches == 1 + len(token_splits), (res.graph, token_splits)
     if res.continuity == "tokens":  # the proxy sent the ids it had: no re-tokenisation splits a thread
         assert token_splits == [] and res.graph.branches == 1, token_splits
-    print(f"\n{label}: {len(turns)} policy calls, {res.graph.branches} branches ({len(token_splits)} re-tokenised: {token_splits})")
+    # Every token the policy sampled reaches a trainable row, once; an auxiliary call's never does.
+    rows = [r for r in res.training_rows() if r.trainable]
+    sampled = sum(len(t.completion_token_ids) for t in turns)
+    assert sum(sum(r.loss_mask) for r in rows) == res.graph.trainable_tokens == res.graph.sampled_tokens == sampled > 0
+    assert sorted(i for r in rows for i in r.turn_indices) == [t.index for t in turns]
+    auxiliary = sum(len(t.completion_token_ids) for t in res.proxy_turns if t.purpose == "auxiliary")
+    print(f"\n{label}: {len(turns)} policy calls, {res.graph.branches} branches ({len(token_splits)} re-tokenised: {token_splits}); "
+          f"{res.graph.trainable_tokens} of {sampled} sampled policy tokens in rows ({res.graph.trained_share:.0%}), "
+          f"0 of {auxiliary} auxiliary")
 
 
 def continuity(vllm_server, turns) -> tuple[list[str], list[str]]:

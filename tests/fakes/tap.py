@@ -1,11 +1,13 @@
 """A recording pass-through in front of a real engine: every request body the capture proxy sent
 and every answer the engine gave, byte for byte, so a test can check the captured turns against
 what the engine really received and returned. Not a fake: it changes nothing (an answer is relayed
-chunk by chunk as the engine sends it)."""
+chunk by chunk as the engine sends it), unless a test gives it `shape`, a rewrite of the request
+bodies it relays (it then records what it sent)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +70,9 @@ class Tap:
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream.rstrip("/")
         self.exchanges: list[Exchange] = []
+        # (path, body) -> the body to send instead: what a test injects that the engine will not do
+        # on demand. None: relay as received.
+        self.shape: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
 
     def chat_calls(self) -> list[Exchange]:
         """The chat completions that carried tools: the harness's policy calls (the proxy's own
@@ -90,6 +95,8 @@ class Tap:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
+        if self.shape is not None and body:
+            body = json.dumps(self.shape(scope["path"], json.loads(body))).encode()
         headers = {k.decode(): v.decode() for k, v in scope["headers"] if k.decode().lower() in ("content-type", "authorization", "accept")}
         # Recorded in the order the proxy sent them (the order of its turns), not the order the
         # engine finished them: two calls in flight at once finish in either order.

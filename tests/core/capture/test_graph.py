@@ -2,7 +2,7 @@
 
 import json
 
-from harness_env.core.capture.graph import link_turns
+from harness_env.core.capture.graph import link_turns, summarise_rows
 from harness_env.models import RolloutResult, Turn
 from harness_env.storage import pack, unpack
 
@@ -60,6 +60,20 @@ def test_auxiliary_and_failed_turns_belong_to_no_branch_and_no_row():
     assert turns[1].branch is None and turns[2].branch is None and turns[3].parent == 0
     (row,) = RolloutResult(proxy_turns=turns).training_rows()
     assert row.turn_indices == [0, 3]
+
+
+def test_the_trained_share_counts_the_policy_s_samples_that_reach_a_trainable_row():
+    """graph.sampled_tokens: the policy's answered turns only; a branch with a turn that lost its
+    logprobs keeps its samples out of trainable_tokens, so the share says what a trainer lost."""
+    lost = turn(3, [1, 9], [7, 7])
+    lost.per_token_logps = []
+    turns = [turn(0, [1], [2, 3]), turn(1, [5], [6, 6, 6], purpose="auxiliary"), turn(2, [1, 2, 3, 4], [5]), lost,
+             turn(4, [1, 2, 3], [], upstream_status=500, upstream_error="boom")]
+    res = RolloutResult(proxy_turns=turns)
+    g = summarise_rows(link_turns(turns), res.training_rows())
+    assert (g.sampled_tokens, g.trainable_tokens, g.auxiliary_tokens) == (5, 3, 3)
+    assert g.trained_share == 3 / 5
+    assert link_turns([]).trained_share is None
 
 
 def test_turns_without_token_ids_make_the_row_untrainable_never_zero_filled():
@@ -170,6 +184,11 @@ def test_the_same_system_prompt_with_a_shorter_history_is_a_compaction():
     assert links[2] == ("compaction", 1, 1) and graph.branches == 2
     other = said(3, [70], [71], [{"role": "system", "content": "another agent"}, summary])
     assert kinds([first, other])[0][1] == ("new_thread", None, 1)
+    # Compacted right after the first call (Codex): the task and a summary instead of the task, the
+    # call and its result, so one message more than the first call sent, fewer than its thread had.
+    early = said(2, [1, 2, 80], [81], [SYSTEM, ASK, summary])
+    assert kinds([first_call(), early])[0][1] == ("compaction", 0, 1)
+    assert kinds([first_call(), said(2, [1, 2, 80], [81], [SYSTEM, ASK, summary, summary])])[0][1] == ("new_thread", None, 1)
 
 
 def test_auxiliary_retry_and_failed_turns_are_counted_apart():
