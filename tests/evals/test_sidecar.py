@@ -137,6 +137,7 @@ def _read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow  # the command in processes of its own: not in the fast tier
 def test_export_round_trip_through_the_command(tmp_path, captured):
     """`harness-env export`, then its files read back: the results' sidecars rebuild the rows table,
     and both equal row_records of the stored attempts; each sidecar step names its ATIF step."""
