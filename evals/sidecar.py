@@ -55,6 +55,20 @@ def token_sidecar(result: RolloutResult, steps: dict[int, int] | None = None) ->
     return out
 
 
+def prompts(sidecar: list[dict[str, Any]]) -> dict[int, list[int]]:
+    """Each record's whole prompt (turn index -> ids), as the engine saw it: the branch's previous
+    record's prompt + completion up to `prompt_offset`, then `prompt_ids`. For a trainer that wants
+    ATIF's `prompt_token_ids` (the whole prompt) back, or trains per call."""
+    so_far: dict[int, list[int]] = {}  # per branch: its previous record's prompt + completion
+    out = {}
+    for rec in sorted(sidecar, key=lambda r: r["turn_index"]):
+        whole = so_far.get(rec["branch"], [])[: rec["prompt_offset"]] + rec["prompt_ids"]
+        if rec["branch"] is not None:
+            so_far[rec["branch"]] = whole + rec["completion_ids"]
+        out[rec["turn_index"]] = whole
+    return out
+
+
 def _untrainable(rec: dict[str, Any], so_far: int, first: bool) -> str | None:
     """Why a record breaks its branch's row, in the words of TrainingRow.untrainable_reason."""
     i = rec["turn_index"]

@@ -18,7 +18,7 @@ from harness_env.core.capture.serve import serve_on_loopback
 from harness_env.evals.atif import build_trajectory
 from harness_env.evals.export import export
 from harness_env.evals.run import attempt_path, write_atomic
-from harness_env.evals.sidecar import rows_from_export, rows_from_sidecar, token_sidecar
+from harness_env.evals.sidecar import prompts, rows_from_export, rows_from_sidecar, token_sidecar
 from harness_env.models import RolloutResult, Turn
 from harness_env.storage import pack, row_records
 from tests.fakes.policy import FakePolicy, FakePolicyServer
@@ -90,6 +90,7 @@ def test_rows_rebuilt_from_the_sidecar_equal_the_rows_exactly(captured):
         assert rec["loss_mask"] == [0] * len(rec["prompt_ids"]) + [1] * len(t.completion_token_ids)
         assert (rec["link"], rec["parent"], rec["branch"], rec["weight_version"], rec["stale"]) == (t.link, t.parent, t.branch,
                                                                                                    t.weight_version, t.stale)
+    assert prompts(sidecar) == {i: by_turn[i].prompt_token_ids for i in (0, 1, 3, 4, 5)}  # the whole prompts, as ATIF means them
     firsts = {r["turn_index"]: r["prompt_offset"] for r in sidecar}
     assert firsts[0] == firsts[3] == 0 and firsts[1] == len(by_turn[0].prompt_token_ids) + len(by_turn[0].completion_token_ids)
     assert [r["link"] for r in sidecar] == ["new_thread", "extends", "compaction", "extends", "retry"]
@@ -124,6 +125,29 @@ def test_the_trajectory_carries_the_step_ids_harbor_validates_and_no_prompt_ids(
     assert all(s.metrics.prompt_token_ids is None for s in agent)  # ATIF's means the whole prompt: the sidecar has the new ones
     assert agent[2].extra["link"] == "compaction" and agent[2].extra["weight_version"] == 2
     assert agent[0].metrics.prompt_tokens == len(captured.proxy_turns[0].prompt_token_ids)
+
+
+def _chat(turns):
+    """A conversation of `turns` calls on one branch, each adding a 100-token tool result."""
+    prompt, out = list(range(500)), []
+    for i in range(turns):
+        completion = [1000 + i] * 50
+        out.append(Turn(index=i, prompt_token_ids=list(prompt), completion_token_ids=completion, per_token_logps=[-0.1] * 50,
+                        upstream_status=200, capture_level="tokens", request_messages=[{"role": "user", "content": "go"}]))
+        prompt = prompt + completion + [7] * 100
+    result = RolloutResult(proxy_turns=out, reward=1.0)
+    link_turns(result.proxy_turns)
+    return result
+
+
+def test_the_trajectory_and_its_sidecar_grow_linearly_with_the_conversation():
+    """Not quadratically, as whole prompts per step would (ATIF's prompt_token_ids)."""
+    def size(result):
+        return len(json.dumps(build_trajectory(result))) + len(json.dumps(token_sidecar(result)))
+
+    assert size(_chat(40)) / size(_chat(20)) < 2.2
+    whole = sum(len(t.prompt_token_ids) for t in _chat(40).proxy_turns) / sum(len(t.prompt_token_ids) for t in _chat(20).proxy_turns)
+    assert whole > 3  # what storing the whole prompts would have grown by
 
 
 def _eval_dir(root, results):
