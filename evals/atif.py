@@ -2,9 +2,12 @@
 
 For a rollout whose agent wrote no trajectory of its own: the first policy turn's request gives
 the system and user steps, each policy turn one agent step (its text, reasoning and tool calls),
-and the tool results the next turn sends back become that step's observation. Our token fields go
-in each agent step's metrics (prompt_token_ids, completion_token_ids, logprobs, as ATIF names
-them), the turn graph's place in its `extra`. Plain dicts: Harbor is not needed to build or read it.
+and the tool results the next turn sends back become that step's observation. Each agent step's
+metrics hold its completion_token_ids and logprobs, as ATIF names them, and its prompt's length
+but not its prompt_token_ids: ATIF means the whole prompt by them, history included, which grows
+with the square of the conversation; the export's token sidecar (evals/sidecar.py) holds each
+step's new prompt ids instead. The turn graph's place (turn, parent, branch, link, weight version)
+is in the step's `extra`. Plain dicts: Harbor is not needed to build or read it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 from harness_env.models import RolloutResult, Turn
 
-SCHEMA_VERSION = "ATIF-v1.8"  # the version of the Harbor this package pins
+SCHEMA_VERSION = "ATIF-v1.8"  # the newest Harbor publishes: 0.25 and 0.26 have the same trajectory models
 
 
 def _text(content: Any) -> str:
@@ -65,10 +68,10 @@ def build_trajectory(result: RolloutResult, model: str = "") -> dict[str, Any]:
             "reasoning_content": t.reasoning_text or None, "tool_calls": calls or None,
             "observation": _observation(calls, turns[n + 1] if n + 1 < len(turns) else None),
             "metrics": {"prompt_tokens": len(t.prompt_token_ids) or None, "completion_tokens": len(t.completion_token_ids) or None,
-                        "prompt_token_ids": t.prompt_token_ids or None, "completion_token_ids": t.completion_token_ids or None,
+                        "completion_token_ids": t.completion_token_ids or None,
                         "logprobs": t.per_token_logps or None},
-            "extra": {"turn_index": t.index, "parent": t.parent, "branch": t.branch, "finish_reason": t.finish_reason,
-                      "capture_level": t.capture_level},
+            "extra": {"turn_index": t.index, "parent": t.parent, "branch": t.branch, "link": t.link, "weight_version": t.weight_version,
+                      "finish_reason": t.finish_reason, "capture_level": t.capture_level},
         }
         steps.append({k: v for k, v in step.items() if v is not None})
     return {
@@ -79,6 +82,11 @@ def build_trajectory(result: RolloutResult, model: str = "") -> dict[str, Any]:
                           "total_completion_tokens": sum(len(t.completion_token_ids) for t in turns), "total_steps": len(steps)},
         "extra": {"reward": result.reward, "error_kind": result.error_kind, "built_by": "harness-env from the captured turns"},
     }
+
+
+def turn_steps(trajectory: dict[str, Any]) -> dict[int, int]:
+    """Turn index -> step_id of the agent steps of a trajectory `build_trajectory` made."""
+    return {s["extra"]["turn_index"]: s["step_id"] for s in trajectory.get("steps", []) if "turn_index" in (s.get("extra") or {})}
 
 
 def trajectory_of(result: RolloutResult, model: str = "") -> dict[str, Any]:

@@ -3,8 +3,10 @@
 Two tables, in JSON lines or parquet, that load with `datasets`:
   results  one row per attempt: task_id, attempt, rollout_id, harness, model, reward, passed,
            error_kind, error, mask_sample, wall_s, turns, `trajectory` (ATIF, a JSON string: the agent's own
-           for Harbor rollouts, else built from the captured turns, token fields in its metrics)
-           and `result` (the whole compact RolloutResult, a JSON string);
+           for Harbor rollouts, else built from the captured turns, completion ids and logprobs in
+           its metrics), `tokens` (the token sidecar of evals/sidecar.py, a JSON string: per step its
+           new prompt ids, completion ids, logprobs, loss mask, weight version and link; the rows
+           rebuild from it) and `result` (the whole compact RolloutResult, a JSON string);
   rows     one row per branch of each attempt's turn graph, in the layout `harness-env run
            --rows-out` writes too (storage.row_records): prompt_ids, completion_ids, loss_mask and
            logprobs (aligned with completion_ids), reward, trainable, mask_sample (true: an
@@ -20,8 +22,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Literal
 
-from harness_env.evals.atif import trajectory_of
+from harness_env.evals.atif import trajectory_of, turn_steps
 from harness_env.evals.run import RESULTS, write_atomic
+from harness_env.evals.sidecar import token_sidecar
 from harness_env.storage import load, pack, row_records
 
 Format = Literal["jsonl", "parquet"]
@@ -40,11 +43,14 @@ def tables(out: Path, threshold: float, model: str) -> dict[str, list[dict[str, 
     results, rows = [], []
     for task_id, attempt, path in attempts(out):
         r = load(path)
+        trajectory = trajectory_of(r, model)
+        steps = None if r.agent_trajectory else turn_steps(trajectory)  # an agent's own steps are not our turns
         results.append({
             "task_id": task_id, "attempt": attempt, "rollout_id": r.rollout_id, "harness": r.harness, "model": model,
             "reward": r.reward, "passed": r.reward is not None and r.reward >= threshold, "error_kind": r.error_kind, "error": r.error,
             "mask_sample": r.mask_sample,
-            "wall_s": r.wall_s, "turns": len(r.proxy_turns), "trajectory": json.dumps(trajectory_of(r, model)),
+            "wall_s": r.wall_s, "turns": len(r.proxy_turns), "trajectory": json.dumps(trajectory),
+            "tokens": json.dumps(token_sidecar(r, steps), separators=(",", ":")),
             "result": json.dumps(pack(r), separators=(",", ":")),
         })
         rows += row_records(r, task_id=task_id, attempt=attempt)
@@ -73,7 +79,8 @@ def dataset_card(meta: dict[str, Any], summary: dict[str, Any], fmt: Format, cou
             f"{meta.get('attempts', '?')} attempts per task, pass threshold {meta.get('threshold', 1.0)}.\n\n"
             f"## Summary\n\nMean reward {mean} over {o.get('scored', 0)} scored attempts; {passk or 'no pass@k'}; "
             f"{o.get('infra_failures', 0)} infrastructure failures (no reward, `mask_sample` true) left out; errors: {json.dumps(o.get('errors', {}))}.\n\n"
-            f"## Tables\n\n- `results` ({counts['results']} rows): one per attempt, with its ATIF trajectory and whole result "
+            f"## Tables\n\n- `results` ({counts['results']} rows): one per attempt, with its ATIF trajectory, its token sidecar "
+            f"(`tokens`: per step the new prompt ids, completion ids, logprobs, loss mask, weight version and link) and whole result "
             f"(JSON strings).\n- `rows` ({counts['rows']} rows): training rows, one per branch of a rollout's turn graph: "
             "prompt_ids, completion_ids, loss_mask and logprobs aligned with completion_ids, reward.\n\n"
             f"## Tasks ({len(meta.get('tasks', []))})\n\n{tasks}\n")

@@ -147,6 +147,11 @@ def test_eval_gives_the_hand_computed_pass_at_k_and_means_and_exports_a_dataset(
         assert sum(results["passed"]) == 6
         assert len(rows) >= 16 and all(len(r["completion_ids"]) == len(r["loss_mask"]) == len(r["logprobs"]) for r in rows)
         assert all(r["trainable"] and r["prompt_ids"] and sum(r["loss_mask"]) > 0 for r in rows if r["task_id"] != "down")
+    # Each attempt's token sidecar rebuilds its rows exactly (evals/sidecar.py), read back as written.
+    from harness_env.evals.sidecar import rows_from_export
+
+    lines = {t: [json.loads(x) for x in (tmp_path / "jsonl" / f"{t}.jsonl").read_text().splitlines()] for t in ("results", "rows")}
+    assert [r for rec in lines["results"] for r in rows_from_export(rec)] == lines["rows"] and len(lines["rows"]) >= 16
     # The dataset card's configs name both tables: the directory loads by config name.
     card = (tmp_path / "parquet" / "README.md").read_text()
     assert "config_name: rows" in card and "whitebox" in card and "`half`" in card
