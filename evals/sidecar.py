@@ -21,8 +21,9 @@ of the conversation; the new ids are not what that field means. And a Harbor rol
 trajectory its agent wrote, which we do not rewrite, while its rows come from our captured turns.
 So the trajectory stays what ATIF says (valid against Harbor's models, completion ids and
 logprobs in each agent step's metrics, no prompt ids) and the sidecar holds what a trainer needs,
-readable as plain JSON without Harbor. `rows_from_export` concatenates a branch's records into
-exactly the rows `storage.row_records` writes to the `rows` table.
+readable as plain JSON without Harbor. `rows_from_export` rebuilds exactly the rows
+`storage.row_records` writes to the `rows` table (a trainer without this package concatenates a
+branch's records: the first record's prompt, then each completion and the next new prompt ids).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import json
 from typing import Any
 
 from harness_env.models import RolloutResult, Turn
-from harness_env.storage import ROW_COLUMNS
+from harness_env.storage import row_records
 
 
 def token_sidecar(result: RolloutResult, steps: dict[int, int] | None = None) -> list[dict[str, Any]]:
@@ -69,50 +70,17 @@ def prompts(sidecar: list[dict[str, Any]]) -> dict[int, list[int]]:
     return out
 
 
-def _untrainable(rec: dict[str, Any], so_far: int, first: bool) -> str | None:
-    """Why a record breaks its branch's row, in the words of TrainingRow.untrainable_reason."""
-    i = rec["turn_index"]
-    if not (rec["prompt_offset"] or rec["prompt_ids"]) or not rec["completion_ids"]:
-        return f"turn {i} has no token ids (capture level {rec['capture_level']})"
-    if len(rec["logprobs"]) != len(rec["completion_ids"]):
-        return f"turn {i} has {len(rec['logprobs'])} logprobs for {len(rec['completion_ids'])} tokens"
-    if not first and rec["prompt_offset"] != so_far:  # 0 when it does not continue the branch's tokens
-        return f"turn {i} does not extend its branch's tokens"
-    return None
-
-
-def branch_row(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """One branch's records (in turn order) as a row's token fields: the first record's prompt, then
-    every record's completion and the next one's new prompt tokens, mask and logprobs alike."""
-    ids: list[int] = []
-    mask: list[int] = []
-    logprobs: list[float] = []
-    for n, rec in enumerate(records):
-        reason = _untrainable(rec, len(ids), n == 0)
-        if reason is not None:
-            return {"prompt_ids": [], "completion_ids": [], "loss_mask": [], "logprobs": [], "trainable": False, "untrainable_reason": reason}
-        ids += rec["prompt_ids"] + rec["completion_ids"]
-        mask += rec["loss_mask"]
-        logprobs += [0.0] * len(rec["prompt_ids"]) + rec["logprobs"]
-    p = len(records[0]["prompt_ids"])
-    return {"prompt_ids": ids[:p], "completion_ids": ids[p:], "loss_mask": mask[p:], "logprobs": logprobs[p:], "trainable": True,
-            "untrainable_reason": None}
-
-
 def rows_from_sidecar(sidecar: list[dict[str, Any]], *, task_id: str | None, attempt: int, rollout_id: str, reward: float | None,
                       mask_sample: bool) -> list[dict[str, Any]]:
-    """The training rows (storage.ROW_COLUMNS, one per branch, by branch) a sidecar holds."""
-    by_branch: dict[int, list[dict[str, Any]]] = {}
-    for rec in sorted(sidecar, key=lambda r: r["turn_index"]):
-        if rec["branch"] is not None:
-            by_branch.setdefault(rec["branch"], []).append(rec)
-    rows = []
-    for branch, records in sorted(by_branch.items()):
-        row = {"task_id": task_id, "attempt": attempt, "rollout_id": rollout_id, "branch": branch,
-               "turn_indices": [r["turn_index"] for r in records], **branch_row(records), "reward": reward, "mask_sample": mask_sample,
-               "stale": any(r["stale"] for r in records)}
-        rows.append({k: row[k] for k in ROW_COLUMNS})
-    return rows
+    """The training rows (storage.ROW_COLUMNS, one per branch, by branch) a sidecar holds: its turns
+    rebuilt with their whole prompts, then the same row builder the `rows` table comes from."""
+    whole = prompts(sidecar)
+    turns = [Turn(index=r["turn_index"], branch=r["branch"], parent=r["parent"], link=r["link"], prompt_token_ids=whole[r["turn_index"]],
+                  completion_token_ids=r["completion_ids"], per_token_logps=r["logprobs"], capture_level=r["capture_level"],
+                  weight_version=r["weight_version"], stale=r["stale"], constrained=r["constrained"])
+             for r in sidecar]
+    result = RolloutResult(rollout_id=rollout_id, task_id=task_id, reward=reward, proxy_turns=turns)
+    return [{**row, "mask_sample": mask_sample} for row in row_records(result, task_id=task_id, attempt=attempt)]
 
 
 def rows_from_export(record: dict[str, Any]) -> list[dict[str, Any]]:
