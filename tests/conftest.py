@@ -22,14 +22,18 @@ HEAVY_FIXTURES = {"vllm_server", "raw_vllm_server", "tap", "postgres_server", "c
 
 
 # `./dev test` runs the suite on several pytest-xdist workers (`--dist loadgroup`). What shares one
-# resource runs on one worker, in turn: the real model (one vLLM, and the CPU the training tests
-# need), a local Ray cluster, and a module's tests that share a module-scoped fixture (its server).
+# resource runs on one worker, in turn: the one vLLM ("model": its tests load weights into it and
+# time its answers), the real model in torch without vLLM ("torch": the CPU training tests, kept
+# apart from each other, not from vLLM's, which was the suite's critical path), a local Ray
+# cluster, and a module's tests that share a module-scoped fixture (its server).
 MODEL_FIXTURES = {"vllm_server", "raw_vllm_server", "tap"}
 
 
 def _xdist_group(item: pytest.Item, marks: set[str]) -> str | None:
-    if "real_model" in marks or MODEL_FIXTURES & set(item.fixturenames):
+    if MODEL_FIXTURES & set(item.fixturenames):
         return "model"
+    if "real_model" in marks:
+        return "torch"
     if item.path.is_relative_to(RAY_TESTS):
         return "ray"
     defs = getattr(item, "_fixtureinfo", None)
