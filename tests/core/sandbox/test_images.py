@@ -62,8 +62,10 @@ def image_layout(tmp_path_factory) -> str:
     return _build_image(tmp_path_factory.mktemp("image"))
 
 
-def _build_image(work: Path, env: tuple[str, ...] = (), files: dict[str, str] | None = None, user: str = "4242:4242") -> str:
-    """The image of `image_layout`, with `env` ("NAME=VALUE") added to its config and `files` to its root."""
+def _build_image(work: Path, env: tuple[str, ...] = (), files: dict[str, str] | None = None, user: str = "4242:4242",
+                 libraries_of: tuple[str, ...] = ()) -> str:
+    """The image of `image_layout`, with `env` ("NAME=VALUE") added to its config, `files` to its root
+    and the shared libraries the programs `libraries_of` load (not the programs)."""
     _needs_tools()
     layout, bundle = work / "layout", work / "bundle"
     _run("umoci", "init", "--layout", layout)
@@ -71,7 +73,7 @@ def _build_image(work: Path, env: tuple[str, ...] = (), files: dict[str, str] | 
     _run("umoci", "unpack", "--image", f"{layout}:tiny", bundle)
     rootfs = bundle / "rootfs"
     bash = os.path.realpath(shutil.which("bash") or "/bin/bash")
-    for path in [bash, *_libraries(bash)]:
+    for path in [bash, *_libraries(bash), *(lib for program in libraries_of for lib in _libraries(program))]:
         for name in {path, os.path.realpath(path)}:  # the loader's and libraries' names as ldd gives them
             dest = rootfs / name.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -344,3 +346,34 @@ def test_a_cache_bound_that_is_not_a_number_is_one_clear_error():
     with pytest.raises(ValueError, match=r"\$HARNESS_ENV_IMAGE_CACHE_MB='lots' is not a number >= 0"):
         image_cache_bound({SIZE_VAR: "lots"})
     assert image_cache_bound({}) == CacheBound(max_bytes=20_480 * 1024**2, max_age_s=14 * 24 * 3600.0)
+
+
+@pytest.fixture(scope="module")
+def distro_layout(tmp_path_factory) -> str:
+    """`image_layout` with what a distribution's base image has for Node (glibc, libstdc++), but
+    neither Node nor any harness CLI."""
+    from harness_env.core import toolchain
+    from harness_env.envs import get_harness
+
+    get_harness("pi")  # registers the pins
+    node = toolchain.harness_command("pi")[0]
+    return _build_image(tmp_path_factory.mktemp("distro"), libraries_of=(node,))
+
+
+@pytest.mark.e2e
+@pytest.mark.usefixtures("needs_bwrap")
+@pytest.mark.parametrize("harness", ["pi", "codex"])
+async def test_a_harness_cli_runs_inside_an_image_that_has_none_of_the_toolchain(policy_server, distro_layout, harness):
+    """The CLI and Node come from the host's tools directory (read-only); the command the model
+    asks for runs in the image: its program, its WorkingDir and its environment."""
+    from tests.envs.harnesses import installed
+
+    harness = installed(harness)
+    model = f"image-{harness}"
+    policy_server.policy.scripts[model] = [{"bash": "only-in-image > made.txt"}, {"text": "done"}]
+    res = await run_rollout(RolloutRequest(task=Task(instruction="run only-in-image", verify=VERIFY, image=distro_layout), harness=harness,
+                                           endpoint=Endpoint(base_url=policy_server.base_url, model=model), agent_timeout_s=120))
+    assert (res.reward, res.error) == (1.0, None), (res.error, res.verify_results, res.agent_log_tail)
+    assert res.files.get("made.txt") == "image-ok\n"
+    assert res.graph.branches == 1 and res.graph.trained_share == 1.0
+    _nothing_mounted()
