@@ -11,8 +11,9 @@ environment refuses to start without it, with a message saying how to install it
 /tmp is <rollout>/tmp (the sandbox's TMPDIR too), so it persists between exec calls as it would in
 a container (Harbor's agents keep their config there, e.g. /tmp/harbor-pi-agent).
 
-What is not honoured: the task's Dockerfile / docker_image (commands run on the host's system,
-read-only). A task directory written by envs/harbor/task_dir.task_to_task_dir carries
+The task's `docker_image` is the sandbox's root (pulled with skopeo, core/sandbox/images.py), the
+pinned CLIs mounted read-only from the host's tools directory. What is not honoured: a Dockerfile
+without a docker_image (commands run on the host's system, read-only; it is not built). A task directory written by envs/harbor/task_dir.task_to_task_dir carries
 environment/files (copied into the workdir) and environment/setup.sh (run from the workdir at
 start); for other tasks the Dockerfile is ignored and a note is logged. `user` is ignored
 (everything runs as the calling user); resource limits are the sandbox's own. Harbor reads the
@@ -131,6 +132,7 @@ class LocalHarborEnvironment(BaseEnvironment):
             use_bwrap=True,
             extra_binds=self._binds(),
             ro_paths=[str(toolchain.tools_dir())],
+            image=self.task_env_config.docker_image or None,  # the task's image as the root (core/sandbox/images.py)
         )
         self.sandbox_id = self._sandbox.sandbox_id
         try:
@@ -182,10 +184,10 @@ class LocalHarborEnvironment(BaseEnvironment):
             if result.exit_code != 0:
                 what = "timed out" if result.timed_out else f"failed with exit code {result.exit_code}"
                 raise RuntimeError(f"environment/setup.sh {what}: {(result.stderr or result.stdout)[-2000:]}")
-        elif (env_dir / "Dockerfile").is_file() or self.task_env_config.docker_image:
+        elif (env_dir / "Dockerfile").is_file() and not self.task_env_config.docker_image:
             self.logger.warning(
-                f"{ENV_TYPE}: the task's Dockerfile/docker_image is ignored; commands run on the host's "
-                "system (read-only) in a bubblewrap sandbox"
+                f"{ENV_TYPE}: the task's Dockerfile is not built; commands run on the host's system (read-only) in a "
+                "bubblewrap sandbox. Build and push it, then name it in task.toml's [environment] docker_image"
             )
 
     def _remove_in_rollout(self, parent: str, name: str) -> None:

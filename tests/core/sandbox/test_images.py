@@ -63,9 +63,10 @@ def image_layout(tmp_path_factory) -> str:
 
 
 def _build_image(work: Path, env: tuple[str, ...] = (), files: dict[str, str] | None = None, user: str = "4242:4242",
-                 libraries_of: tuple[str, ...] = ()) -> str:
-    """The image of `image_layout`, with `env` ("NAME=VALUE") added to its config, `files` to its root
-    and the shared libraries the programs `libraries_of` load (not the programs)."""
+                 libraries_of: tuple[str, ...] = (), programs: tuple[str, ...] = ()) -> str:
+    """The image of `image_layout`, with `env` ("NAME=VALUE") added to its config, `files` to its root,
+    the shared libraries the programs `libraries_of` load (not the programs) and the host's
+    `programs` (names on PATH) with theirs."""
     _needs_tools()
     layout, bundle = work / "layout", work / "bundle"
     _run("umoci", "init", "--layout", layout)
@@ -73,7 +74,8 @@ def _build_image(work: Path, env: tuple[str, ...] = (), files: dict[str, str] | 
     _run("umoci", "unpack", "--image", f"{layout}:tiny", bundle)
     rootfs = bundle / "rootfs"
     bash = os.path.realpath(shutil.which("bash") or "/bin/bash")
-    for path in [bash, *_libraries(bash), *(lib for program in libraries_of for lib in _libraries(program))]:
+    found = [shutil.which(p) or p for p in programs]
+    for path in [bash, *found, *(lib for program in (bash, *libraries_of, *found) for lib in _libraries(program))]:
         for name in {path, os.path.realpath(path)}:  # the loader's and libraries' names as ldd gives them
             dest = rootfs / name.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -107,8 +109,9 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def registry(tmp_path_factory, image_layout):
-    """A real docker-registry on a loopback port holding the image as test/tiny:1; its reference."""
+def registry_host(tmp_path_factory):
+    """A real docker-registry on a loopback port: its host:port."""
+    _needs_tools()
     work = tmp_path_factory.mktemp("registry")
     port = _free_port()
     config = work / "config.yml"
@@ -122,12 +125,22 @@ def registry(tmp_path_factory, image_layout):
                 break
             except OSError:
                 time.sleep(0.05)
-        ref = f"127.0.0.1:{port}/test/tiny:1"
-        _run("skopeo", "copy", "--insecure-policy", "--dest-tls-verify=false", image_layout, f"docker://{ref}")
-        yield ref
+        yield f"127.0.0.1:{port}"
     finally:
         proc.kill()
         proc.wait()
+
+
+def push(layout: str, ref: str) -> str:
+    """`layout` pushed with skopeo to `ref` (on the loopback registry); returns `ref`."""
+    _run("skopeo", "copy", "--insecure-policy", "--dest-tls-verify=false", layout, f"docker://{ref}")
+    return ref
+
+
+@pytest.fixture(scope="module")
+def registry(registry_host, image_layout):
+    """The registry holding the image as test/tiny:1; its reference."""
+    return push(image_layout, f"{registry_host}/test/tiny:1")
 
 
 def _request(policy_server, image: str | None) -> RolloutRequest:
@@ -363,15 +376,17 @@ def distro_layout(tmp_path_factory) -> str:
 @pytest.mark.e2e
 @pytest.mark.usefixtures("needs_bwrap")
 @pytest.mark.parametrize("harness", ["pi", "codex"])
-async def test_a_harness_cli_runs_inside_an_image_that_has_none_of_the_toolchain(policy_server, distro_layout, harness):
+async def test_a_harness_cli_runs_inside_an_image_that_has_none_of_the_toolchain(policy_server, distro_layout, registry_host, harness):
     """The CLI and Node come from the host's tools directory (read-only); the command the model
-    asks for runs in the image: its program, its WorkingDir and its environment."""
+    asks for runs in the image (pulled from the loopback registry): its program, its WorkingDir and
+    its environment."""
     from tests.envs.harnesses import installed
 
     harness = installed(harness)
+    image = push(distro_layout, f"{registry_host}/test/distro:1")
     model = f"image-{harness}"
     policy_server.policy.scripts[model] = [{"bash": "only-in-image > made.txt"}, {"text": "done"}]
-    res = await run_rollout(RolloutRequest(task=Task(instruction="run only-in-image", verify=VERIFY, image=distro_layout), harness=harness,
+    res = await run_rollout(RolloutRequest(task=Task(instruction="run only-in-image", verify=VERIFY, image=image), harness=harness,
                                            endpoint=Endpoint(base_url=policy_server.base_url, model=model), agent_timeout_s=120))
     assert (res.reward, res.error) == (1.0, None), (res.error, res.verify_results, res.agent_log_tail)
     assert res.files.get("made.txt") == "image-ok\n"

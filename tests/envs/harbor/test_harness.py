@@ -14,6 +14,7 @@ from harness_env.envs.harbor.resolve import list_tasks, prepare
 from harness_env.envs.harbor.task_dir import task_to_task_dir
 from harness_env.models import HarborOptions
 from tests import needs
+from tests.core.sandbox.test_images import _build_image, push, registry_host  # noqa: F401 - the loopback registry
 
 needs.module("harbor.trial.trial", "uv sync --extra harbor")
 pytestmark = [
@@ -594,3 +595,29 @@ def test_logs_and_verify_output_that_are_links_or_fifos_are_skipped_without_wait
     (agent / "trajectory.json").symlink_to(secret)
     trajectory, note = read_trajectory(agent)
     assert trajectory is None and "symbolic link" in note
+
+
+@pytest.fixture(scope="module")
+def agent_image(tmp_path_factory, registry_host):  # noqa: F811 - the fixture imported above
+    """An image on the loopback registry with a Harbor trial's programs and what a distribution has
+    for Node (glibc, libstdc++), but neither Node nor any agent's CLI: `only-in-image`, WorkingDir /srv/app."""
+    from tests.envs.harbor.test_local_trial import TRIAL_PROGRAMS
+
+    layout = _build_image(tmp_path_factory.mktemp("agent-image"), programs=TRIAL_PROGRAMS, libraries_of=(toolchain.harness_command("pi")[0],))
+    return push(layout, f"{registry_host}/test/agents:1")  # pulled from the loopback registry
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("agent", ["pi", "codex"])
+async def test_harbors_agents_run_in_the_tasks_docker_image(policy_server, tmp_path, agent_image, agent):
+    from tests.envs.harnesses import installed
+
+    installed(agent)
+    task_dir = hello_task_dir(tmp_path, solve=False, test_sh=(
+        "#!/bin/bash\nif grep -qx image-ok /app/hello.txt; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"))
+    toml = task_dir / "task.toml"
+    toml.write_text(toml.read_text().replace("[environment]", f"[environment]\ndocker_image = {json.dumps(agent_image)}", 1))
+    script = [{"bash": "only-in-image > /app/hello.txt"}, {"text": "done"}]
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": agent}, script=script))
+    assert (res.reward, res.error) == (1.0, None), (res.error, res.agent_log_tail)
+    assert [t.purpose for t in res.proxy_turns].count("policy") == 2

@@ -1,6 +1,7 @@
 """Harbor's own Trial (oracle / nop agents, Harbor's verifier) on our bubblewrap environment."""
 
 import asyncio
+import json
 import os
 
 import pytest
@@ -193,3 +194,30 @@ def test_links_in_place_of_the_agent_logs_dir_neither_leak_nor_write_outside(tmp
     assert sorted(p.name for p in secret.iterdir()) == before  # Harbor's upload of the logs wrote nothing there
     assert not any("host-secret-77aa" in p.read_text(errors="replace") for p in out.agent_dir.rglob("*") if p.is_file())
     _no_rollout_left()
+
+
+# Programs a Harbor trial's own scripts run (its verifier's test.sh, its agents' setup), copied from
+# the host with their libraries into an image that has nothing else but `only-in-image`.
+TRIAL_PROGRAMS = ("timeout", "mkdir", "cat", "chmod", "rm", "date", "grep", "tee", "env", "ls", "cp", "mv", "touch", "sh", "head", "tail", "id",
+                  "chown", "ln", "sed", "/bin/sh", "stdbuf", "/usr/libexec/coreutils/libstdbuf.so")
+
+
+@pytest.fixture(scope="module")
+def trial_image(tmp_path_factory):
+    from tests.core.sandbox.test_images import _build_image
+
+    return _build_image(tmp_path_factory.mktemp("trial-image"), programs=TRIAL_PROGRAMS)
+
+
+def test_a_tasks_docker_image_is_the_trials_root(tmp_path, trial_image):
+    """task.toml's docker_image: the oracle's solve.sh and the verifier run the image's program;
+    without the image the same task fails its tests on the host."""
+    out = _native_task(tmp_path / "img", "only-in-image > /app/hello.txt; echo hello >> /app/hello.txt\n",
+                       NATIVE_TEST_SH.replace("grep -qx hello /app/hello.txt", "grep -qx image-ok /app/hello.txt && test -x /usr/local/bin/only-in-image"))
+    toml = out / "task.toml"
+    toml.write_text(toml.read_text().replace("[environment]", f"[environment]\ndocker_image = {json.dumps(trial_image)}", 1))
+    res = _run(out, "oracle", tmp_path)
+    assert res.exception is None and res.reward == 1.0, res.notes
+    _no_rollout_left()
+    toml.write_text(toml.read_text().replace(f"docker_image = {json.dumps(trial_image)}\n", ""))
+    assert _run(out, "oracle", tmp_path / "host").reward == 0.0
