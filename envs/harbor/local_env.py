@@ -13,9 +13,10 @@ a container (Harbor's agents keep their config there, e.g. /tmp/harbor-pi-agent)
 
 The task's `docker_image` is the sandbox's root (pulled with skopeo, core/sandbox/images.py), the
 pinned CLIs mounted read-only from the host's tools directory. What is not honoured: a Dockerfile
-without a docker_image (commands run on the host's system, read-only; it is not built). A task directory written by envs/harbor/task_dir.task_to_task_dir carries
-environment/files (copied into the workdir) and environment/setup.sh (run from the workdir at
-start); for other tasks the Dockerfile is ignored and a note is logged. `user` is ignored
+without a docker_image (commands run on the host's system, read-only; it is not built). A task
+directory written by envs/harbor/task_dir.task_to_task_dir carries environment/files (copied into
+the workdir) and environment/setup.sh (run from the workdir at start); for other tasks the
+Dockerfile is ignored and a note is logged. `user` is ignored
 (everything runs as the calling user); resource limits are the sandbox's own. Harbor reads the
 verifier and agent directories through download_dir (capabilities.mounted stays False: the host
 copies are Harbor's own trial dirs, ours live in the rollout directory).
