@@ -102,7 +102,7 @@ def _tool(name: str) -> str:
     return path
 
 
-def _run(argv: list[str], what: str, timeout: float) -> bytes:
+def run_tool(argv: list[str], what: str, timeout: float) -> bytes:
     try:
         proc = subprocess.run(argv, capture_output=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
@@ -123,7 +123,7 @@ def _skopeo(*args: str, plain_http: bool, flag: str) -> list[str]:
 def manifest_digest(ref: str) -> str:
     """sha256:<hex> of the image's manifest as its source serves it; one clear error when it cannot be read."""
     source, plain = source_of(ref)
-    raw = _run(_skopeo("inspect", "--raw", source, plain_http=plain, flag="--tls-verify=false"),
+    raw = run_tool(_skopeo("inspect", "--raw", source, plain_http=plain, flag="--tls-verify=false"),
                f"could not read image {ref!r}", INSPECT_TIMEOUT_S)
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
@@ -138,7 +138,7 @@ def ensure_image(ref: str) -> TaskImage:
     with _locks_guard:
         _held[digest] += 1  # first: from here on it is not evicted
     try:
-        with _lock_of(digest):
+        with lock_of(digest):
             if not (entry / "config.json").is_file():
                 _pull(ref, cache, entry, digest)
                 evict_images(bound)
@@ -188,7 +188,7 @@ def evict_images(bound: CacheBound | None = None, now: float | None = None) -> l
     with _locks_guard:
         in_use = {d.replace(":", "-") for d in _held} | mounted_entries(cache)
         return evict(cache, bound or image_cache_bound(), in_use, time.time() if now is None else now,
-                     entry=lambda name: name.startswith("sha256-"))
+                     entry=lambda name: name.startswith(("sha256-", "build-")))  # unpacked images, built layouts (build.py)
 
 
 def pinned_source(source: str, digest: str) -> str:
@@ -203,7 +203,7 @@ def pinned_source(source: str, digest: str) -> str:
     return f"docker://{name}@{digest}"
 
 
-def _lock_of(digest: str) -> threading.Lock:  # one pull of a digest at a time
+def lock_of(digest: str) -> threading.Lock:  # one pull (or build) of an entry at a time
     with _locks_guard:
         return _locks.setdefault(digest, threading.Lock())
 
@@ -219,11 +219,11 @@ def _pull(ref: str, cache: Path, entry: Path, digest: str) -> None:
     write_lease(tmp)  # before the directory: a killed pull is swept at the next start
     try:
         tmp.mkdir(mode=0o755)
-        _run(_skopeo("copy", "--quiet", source, f"oci:{tmp / 'layout'}:image", plain_http=plain, flag="--src-tls-verify=false"),
+        run_tool(_skopeo("copy", "--quiet", source, f"oci:{tmp / 'layout'}:image", plain_http=plain, flag="--src-tls-verify=false"),
              f"could not pull image {ref!r}", PULL_TIMEOUT_S)
         # As root the image's owners are kept (its root-owned files stay out of the agent's reach).
         rootless = [] if os.geteuid() == 0 else ["--rootless"]
-        _run([_tool("umoci"), "unpack", *rootless, "--image", f"{tmp / 'layout'}:image", str(tmp / "bundle")],
+        run_tool([_tool("umoci"), "unpack", *rootless, "--image", f"{tmp / 'layout'}:image", str(tmp / "bundle")],
              f"could not unpack image {ref!r}", PULL_TIMEOUT_S)
         bundle = tmp / "bundle"
         os.chmod(bundle, 0o755)  # umoci makes it 0700: the sandbox's uid must cross it to reach rootfs

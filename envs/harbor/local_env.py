@@ -12,8 +12,9 @@ environment refuses to start without it, with a message saying how to install it
 a container (Harbor's agents keep their config there, e.g. /tmp/harbor-pi-agent).
 
 The task's `docker_image` is the sandbox's root (pulled with skopeo, core/sandbox/images.py), the
-pinned CLIs mounted read-only from the host's tools directory. What is not honoured: a Dockerfile
-without a docker_image (commands run on the host's system, read-only; it is not built). A task
+pinned CLIs mounted read-only from the host's tools directory; without one, its Dockerfile is built
+with buildah when the operator allows it (core/sandbox/build.py), else ignored (commands run on the
+host's system, read-only, and a note says how to change that). A task
 directory written by envs/harbor/task_dir.task_to_task_dir carries environment/files (copied into
 the workdir) and environment/setup.sh (run from the workdir at start); for other tasks the
 Dockerfile is ignored and a note is logged. `user` is ignored
@@ -46,6 +47,7 @@ from harbor.utils.path_filter import filter_paths_by_patterns
 from harness_env.core import toolchain
 from harness_env.core.errors import SandboxError, ToolMissingError
 from harness_env.core.sandbox import safefs
+from harness_env.core.sandbox.build import BUILD_TIMEOUT_S, BUILD_VAR, build_image, builds_allowed
 from harness_env.core.sandbox.envvars import SYSTEM_PATH
 from harness_env.core.sandbox.local import LocalSandbox, bwrap_available, create_local_sandbox
 from harness_env.envs.harbor.env_paths import ENV_TYPE, VERIFIER_REL, check_workdir, container_binds
@@ -129,11 +131,12 @@ class LocalHarborEnvironment(BaseEnvironment):
     async def start(self, force_build: bool) -> None:
         if self._sandbox is not None:
             return
+        image = self.task_env_config.docker_image or await self._built_image()
         self._sandbox = create_local_sandbox(
             use_bwrap=True,
             extra_binds=self._binds(),
             ro_paths=[str(toolchain.tools_dir())],
-            image=self.task_env_config.docker_image or None,  # the task's image as the root (core/sandbox/images.py)
+            image=image or None,  # the task's image as the root (core/sandbox/images.py)
         )
         self.sandbox_id = self._sandbox.sandbox_id
         try:
@@ -142,6 +145,14 @@ class LocalHarborEnvironment(BaseEnvironment):
         except BaseException:
             await self.stop(delete=True)
             raise
+
+    async def _built_image(self) -> str | None:
+        """The image the task's Dockerfile builds, when the operator allows builds (core/sandbox/build.py)
+        and the task is not one of ours (a converted task's files and setup.sh are applied instead)."""
+        env_dir = Path(self.environment_dir)
+        if not (env_dir / "Dockerfile").is_file() or (env_dir / SETUP_SCRIPT).is_file() or not builds_allowed():
+            return None
+        return await asyncio.to_thread(build_image, env_dir, self.task_env_config.build_timeout_sec or BUILD_TIMEOUT_S)
 
     def _make_dirs_and_wrappers(self) -> None:
         for sub in ("agent", "artifacts"):
@@ -185,10 +196,11 @@ class LocalHarborEnvironment(BaseEnvironment):
             if result.exit_code != 0:
                 what = "timed out" if result.timed_out else f"failed with exit code {result.exit_code}"
                 raise RuntimeError(f"environment/setup.sh {what}: {(result.stderr or result.stdout)[-2000:]}")
-        elif (env_dir / "Dockerfile").is_file() and not self.task_env_config.docker_image:
+        elif (env_dir / "Dockerfile").is_file() and not self.task_env_config.docker_image and not builds_allowed():
             self.logger.warning(
                 f"{ENV_TYPE}: the task's Dockerfile is not built; commands run on the host's system (read-only) in a "
-                "bubblewrap sandbox. Build and push it, then name it in task.toml's [environment] docker_image"
+                f"bubblewrap sandbox. Allow builds with {BUILD_VAR}=1 (buildah), or build and push it and name it in "
+                "task.toml's [environment] docker_image"
             )
 
     def _remove_in_rollout(self, parent: str, name: str) -> None:

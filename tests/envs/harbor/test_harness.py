@@ -3,6 +3,7 @@ environment, through the engine and the capture proxy, against the scripted fake
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -621,3 +622,85 @@ async def test_harbors_agents_run_in_the_tasks_docker_image(policy_server, tmp_p
     res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": agent}, script=script))
     assert (res.reward, res.error) == (1.0, None), (res.error, res.agent_log_tail)
     assert [t.purpose for t in res.proxy_turns].count("policy") == 2
+
+
+# -- a task's Dockerfile, built with buildah when the operator allows it (core/sandbox/build.py)
+
+BUILT_TEST_SH = "#!/bin/bash\nif grep -qx built /app/hello.txt && grep -qx copied /opt/note.txt; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
+
+
+def dockerfile_task(root, base: str, run: str):
+    """A Harbor task whose environment is a Dockerfile only: FROM `base`, then `run`; its oracle
+    runs `built-here`, a program the RUN step makes."""
+    task_dir = hello_task_dir(root, solve=False, test_sh=BUILT_TEST_SH)
+    env = task_dir / "environment"
+    for p in env.iterdir():
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    (env / "Dockerfile").write_text(f"FROM {base}\nUSER 0\nRUN {run}\nCOPY note.txt /opt/note.txt\n")
+    (env / "note.txt").write_text("copied\n")
+    (task_dir / "solution").mkdir()
+    (task_dir / "solution" / "solve.sh").write_text("#!/usr/bin/env bash\nbuilt-here > /app/hello.txt\n")
+    return task_dir
+
+
+MAKE_PROGRAM = "mkdir -p /usr/local/bin && printf '#!/bin/sh\\necho built\\n' > /usr/local/bin/built-here && chmod 755 /usr/local/bin/built-here"
+
+
+@pytest.fixture(scope="module")
+def base_image(agent_image):
+    return agent_image  # on the loopback registry: the build pulls it over plain HTTP
+
+
+def _cache_names() -> list[str]:
+    from harness_env.core.sandbox.images import image_cache_root
+
+    root = image_cache_root()
+    return sorted(os.listdir(root)) if root.exists() else []
+
+
+async def test_a_dockerfile_is_built_once_when_builds_are_allowed_and_ignored_when_not(policy_server, tmp_path, base_image, monkeypatch):
+    from harness_env.core.sandbox.build import BUILD_VAR
+    from harness_env.core.sandbox.images import image_cache_root
+
+    task_dir = dockerfile_task(tmp_path, base_image, MAKE_PROGRAM)
+    monkeypatch.delenv(BUILD_VAR, raising=False)
+    on_host = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle"}))
+    assert on_host.reward == 0.0 and [n for n in _cache_names() if n.startswith("build-")] == []  # built-here exists nowhere
+    monkeypatch.setenv(BUILD_VAR, "1")
+    built = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle"}))
+    assert (built.reward, built.error) == (1.0, None), built.error
+    [entry] = [n for n in _cache_names() if n.startswith("build-")]
+    stamp = os.stat(image_cache_root() / entry).st_ino
+    again = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle"}))
+    assert again.reward == 1.0 and os.stat(image_cache_root() / entry).st_ino == stamp  # not built again
+    assert not any(n.startswith("harness-env-tmp-") for n in _cache_names())
+
+
+async def test_a_build_that_fails_or_cannot_run_is_one_sandbox_error_and_leaves_nothing(policy_server, tmp_path, base_image, monkeypatch):
+    from harness_env.core.sandbox import build
+    from harness_env.core.sandbox.build import BUILD_VAR
+
+    monkeypatch.setenv(BUILD_VAR, "1")
+    failing = dockerfile_task(tmp_path / "a", base_image, "echo nope >&2; exit 3")
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(failing), "agent": "oracle"}))
+    assert (res.reward, res.error_kind) == (None, "sandbox") and "could not build the task's Dockerfile" in res.error, res.error
+    assert not any(n.startswith(("build-", "harness-env-tmp-")) for n in _cache_names())
+    monkeypatch.setattr(build.shutil, "which", lambda name: None)
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(dockerfile_task(tmp_path / "b", base_image, MAKE_PROGRAM)),
+                                                           "agent": "oracle"}))
+    assert (res.reward, res.error_kind) == (None, "sandbox") and "apt-get install buildah" in res.error, res.error
+
+
+def test_the_build_key_and_the_base_images_a_dockerfile_names(tmp_path):
+    from harness_env.core.sandbox.build import base_images, context_key, plain_http
+
+    (tmp_path / "Dockerfile").write_text("FROM a\n")
+    (tmp_path / "f").write_text("1")
+    key = context_key(tmp_path, tmp_path / "Dockerfile")
+    (tmp_path / "f").write_text("2")
+    assert context_key(tmp_path, tmp_path / "Dockerfile") != key  # a context file's content is part of the key
+    (tmp_path / "f").write_text("1")
+    assert context_key(tmp_path, tmp_path / "Dockerfile") == key
+    text = "FROM --platform=linux/amd64 127.0.0.1:5000/a/b:1 AS build\nRUN x\nFROM build\nFROM scratch\n"
+    assert base_images(text) == ["127.0.0.1:5000/a/b:1"] and plain_http(text)
+    assert not plain_http(text + "FROM registry.example/c:2\n") and not plain_http("FROM scratch\n")
