@@ -626,7 +626,8 @@ async def test_harbors_agents_run_in_the_tasks_docker_image(policy_server, tmp_p
 
 # -- a task's Dockerfile, built with buildah when the operator allows it (core/sandbox/build.py)
 
-BUILT_TEST_SH = "#!/bin/bash\nif grep -qx built /app/hello.txt && grep -qx copied /opt/note.txt; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
+BUILT_TEST_SH = ("#!/bin/bash\nif grep -qx built /app/hello.txt && grep -qx copied /opt/note.txt; then echo 1 > /logs/verifier/reward.txt; "
+                 "else echo 0 > /logs/verifier/reward.txt; fi\n")
 
 
 def dockerfile_task(root, base: str, run: str):
