@@ -17,7 +17,7 @@ import functools
 import logging
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ from harness_env.core.reward import tool_efficiency_reward
 from harness_env.core.sandbox.base import Sandbox, SandboxFactory
 from harness_env.core.sandbox.policy import sandbox_limits
 from harness_env.core.sandbox.setupgroups import GROUPS, Outcome, SharesSetup, group_key
+from harness_env.core.sandbox.threads import in_thread
 from harness_env.core.start_gate import StartGate, StartPlace
 from harness_env.core.task_commands import run_setup, run_verify
 from harness_env.models import AGENT_CAUSED_KINDS, CommandResult, RolloutResult
@@ -67,21 +68,6 @@ async def execute(
     return await RolloutRun(prepared, capture, sandbox_factory, on_event, start_gate).execute()
 
 
-# Making a sandbox may take minutes (a task image's pull) and blocks its thread: on threads of its
-# own, so rollouts making theirs never hold up the server's other blocking work (the event loop's
-# default pool has a handful of threads).
-SANDBOX_MAKERS = ThreadPoolExecutor(max_workers=256, thread_name_prefix="harness-env-sandbox")
-_CLOSING: set[asyncio.Task] = set()  # closes of sandboxes made after their rollout was cancelled
-
-
-def _close_when_made(made: asyncio.Future) -> None:
-    if made.cancelled() or made.exception() is not None:
-        return  # nothing was made (a failure cleans up after itself)
-    task = asyncio.ensure_future(made.result().close())
-    _CLOSING.add(task)
-    task.add_done_callback(_CLOSING.discard)
-
-
 class RolloutRun:
     """One rollout while it runs: its request, harness, capture session, sandbox and result."""
 
@@ -100,6 +86,8 @@ class RolloutRun:
         self.session = None
         self.sandbox: Sandbox | None = None
         self.limits: Any = None  # the sandbox's (prepare_sandbox)
+        # What the factory's prepare holds (a pulled image) that no sandbox has taken yet: let go at the end.
+        self.held: Callable[[], Any] | None = None
         self.start_place = StartPlace(start_gate, lambda: self.session is not None and self.session.calls_started != 0)
 
     # -- events and failures ----------------------------------------------------------------
@@ -180,6 +168,9 @@ class RolloutRun:
             # (anyio, as in the MCP SDK: every later await in this task raises again), and the
             # sandbox must be closed all the same.
             self.start_place.release()
+            held, self.held = self.held, None
+            if held is not None:  # ended before its sandbox was made from what prepare gave
+                held()
             await asyncio.shield(asyncio.ensure_future(self.collect_and_close()))
         return self.result
 
@@ -234,9 +225,11 @@ class RolloutRun:
         """The sandbox's limits, and its factory's `prepare(limits) -> limits` if it has one: an image's pull."""
         self.limits = sandbox_limits(self.request)
         prepare = getattr(self.factory, "prepare", None)
+        release = getattr(self.factory, "release", lambda limits: None)  # what prepare holds, given back
         if prepare is not None and self.request.task.image:
             with self.phase("image") as ph:
-                self.limits = await asyncio.get_running_loop().run_in_executor(SANDBOX_MAKERS, prepare, self.limits)
+                self.limits = await in_thread(functools.partial(prepare, self.limits), release)
+                self.held = functools.partial(release, self.limits)
                 ph.detail = self.request.task.image
 
     async def sandbox_and_setup(self) -> bool:
@@ -293,14 +286,8 @@ class RolloutRun:
             limits = dataclasses.replace(self.limits, setup_layer=setup_layer)
             socket = self.capture.socket_path if request.network == "proxy_only" else None
             make = functools.partial(self.factory, readonly_paths=self.harness.readonly_paths(), limits=limits, capture_socket=socket)
-            made = asyncio.get_running_loop().run_in_executor(SANDBOX_MAKERS, make)
-            try:
-                self.sandbox = sandbox = await asyncio.shield(made)
-            except asyncio.CancelledError:
-                # The thread goes on making it (an image pull can take minutes): closed once made,
-                # never left for a restart's sweep.
-                made.add_done_callback(_close_when_made)
-                raise
+            self.held = None  # the factory takes over what prepare held, whatever becomes of the sandbox
+            self.sandbox = sandbox = await in_thread(make, lambda late: late.close())
             res.sandbox_id, res.sandbox_backend, res.sandbox_notes = sandbox.sandbox_id, sandbox.backend, list(sandbox.notes)
             if request.network == "proxy_only" and not sandbox.network_isolated:
                 res.sandbox_notes.append("network 'proxy_only' was asked for but needs bubblewrap, socat and the proxy's socket; the network is open")

@@ -133,6 +133,7 @@ class SandboxFactory(Protocol):
     paths the harness needs (its CLI); `limits`: the rollout's Limits; `capture_socket`: the
     proxy's Unix socket, for a sandbox that cuts the network. Optional: `prepare(limits) -> limits`,
     called before the rollout takes a start place (the local factory pulls a task's image there),
-    and setupgroups.SharesSetup (one setup per group)."""
+    with `release(limits)` for a rollout that ends before its sandbox is made from what prepare
+    gave (making the sandbox takes it over), and setupgroups.SharesSetup (one setup per group)."""
 
     def __call__(self, *, readonly_paths: list[str], limits: Any, capture_socket: str | None) -> Sandbox: ...

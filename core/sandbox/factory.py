@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness_env.core.sandbox.images import ensure_image
+from harness_env.core.sandbox.images import ensure_image, release_image
 from harness_env.core.sandbox.local import Limits, LocalSandbox, create_local_sandbox
 from harness_env.core.sandbox.rolloutdir import AGENT_DIRS, image_upper
 from harness_env.core.sandbox.setuplayers import SetupLayer, SetupLayers, process_setup_layers
@@ -26,10 +26,16 @@ class LocalSandboxFactory:
                                     image=limits.task_image or limits.image, setup_layer=limits.setup_layer)
 
     def prepare(self, limits: Limits) -> Limits:
-        """`limits` with the task's image pulled (blocking: minutes for a large image, the first time)."""
+        """`limits` with the task's image pulled (blocking: minutes for a large image, the first time)
+        and held from eviction until a sandbox mounts it, or `release`."""
         if limits.image and limits.task_image is None:
             return dataclasses.replace(limits, task_image=ensure_image(limits.image))
         return limits
+
+    def release(self, limits: Limits) -> None:
+        """What `prepare` held for a rollout that will make no sandbox from it."""
+        if limits.task_image is not None:
+            release_image(limits.task_image.digest)
 
     # -- SharesSetup ------------------------------------------------------------------------
     def setup_group(self, limits: Limits, readonly_paths: list[str]) -> str | None:

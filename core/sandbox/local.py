@@ -365,6 +365,23 @@ class LocalSandbox:
         return "; ".join(problems) or None
 
 
+def _usable_bwrap(use_bwrap: bool | None, extra_binds: dict[str, str] | None, image: str | TaskImage | None) -> str | None:
+    """The bubblewrap to use (None: plain processes), or one SandboxError for arguments this host cannot serve."""
+    if extra_binds and use_bwrap is False:
+        raise SandboxError("extra_binds need bubblewrap; use_bwrap=False cannot map absolute paths")
+    bwrap = bwrap_available() if use_bwrap is not False else None
+    if (use_bwrap or extra_binds) and not bwrap:
+        raise SandboxError("bubblewrap was required but `bwrap` is not usable; install it: apt-get install bubblewrap")
+    for inside, rel in (extra_binds or {}).items():
+        if not inside.startswith("/") or Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise SandboxError(f"extra bind {inside!r} -> {rel!r}: need an absolute inside path and a relative host dir")
+    if image and not bwrap:
+        raise SandboxError(f"task image {image!r} needs bubblewrap, which is not usable here; install it: apt-get install bubblewrap")
+    if image and os.geteuid() != 0:
+        raise SandboxError(f"task image {image!r} needs a root server: its writable layer is an overlay mount")
+    return bwrap
+
+
 def create_local_sandbox(
     *,
     use_bwrap: bool | None = None,
@@ -386,18 +403,12 @@ def create_local_sandbox(
     uid under bubblewrap. `image`: the task's image (images.py), pulled unless cached, as the root of
     every command (needs bubblewrap and a root server; a TaskImage: pulled already); its non-root
     numeric User is the uid. `setup_layer`: a group's setup (setuplayers.py) to start from."""
-    if extra_binds and use_bwrap is False:
-        raise SandboxError("extra_binds need bubblewrap; use_bwrap=False cannot map absolute paths")
-    bwrap = bwrap_available() if use_bwrap is not False else None
-    if (use_bwrap or extra_binds) and not bwrap:
-        raise SandboxError("bubblewrap was required but `bwrap` is not usable; install it: apt-get install bubblewrap")
-    for inside, rel in (extra_binds or {}).items():
-        if not inside.startswith("/") or Path(rel).is_absolute() or ".." in Path(rel).parts:
-            raise SandboxError(f"extra bind {inside!r} -> {rel!r}: need an absolute inside path and a relative host dir")
-    if image and not bwrap:
-        raise SandboxError(f"task image {image!r} needs bubblewrap, which is not usable here; install it: apt-get install bubblewrap")
-    if image and os.geteuid() != 0:
-        raise SandboxError(f"task image {image!r} needs a root server: its writable layer is an overlay mount")
+    try:
+        bwrap = _usable_bwrap(use_bwrap, extra_binds, image)
+    except SandboxError:
+        if isinstance(image, TaskImage):
+            release_image(image.digest)  # held since its pull: it will not be mounted
+        raise
     task_image = ensure_image(image) if isinstance(image, str) and image else image or None
     limits = limits or Limits()
     run_as = sandbox_user() if bwrap and (unprivileged if unprivileged is not None else not extra_binds) else None

@@ -72,3 +72,44 @@ async def test_a_slow_pull_leaves_the_start_place_to_the_others(policy_server, i
     assert result.error is None and result.reward == 1.0, (result.error, result.verify_results)
     names = [p.name for p in result.phases]
     assert names.index("image") < names.index("start_wait") < names.index("sandbox")
+
+
+
+async def _held_counts_settle(images, want: dict) -> dict:
+    for _ in range(200):  # the late release runs on the loop once the pull's thread is done
+        if dict(images._held) == want:
+            break
+        await asyncio.sleep(0.05)
+    return dict(images._held)
+
+
+async def test_a_rollout_cancelled_after_or_during_its_pull_lets_go_of_its_image(policy_server, image_layout):  # noqa: F811
+    """An image is held from eviction from its pull until a sandbox mounts it. A rollout cancelled
+    while it waits for a start place (after its pull), or while its pull still runs, lets go of it:
+    else it would stay unevictable until the server restarts."""
+    from harness_env.core.sandbox import images
+
+    endpoint = Endpoint(base_url=policy_server.base_url, model="m")
+    req = RolloutRequest(task=Task(instruction="x", verify=VERIFY, image=image_layout), harness="whitebox", endpoint=endpoint)
+    gate = OnePlace()
+    await gate.acquire()  # the only start place is taken: the rollout waits after its pull
+    async with loopback_proxy() as (proxy, base_url, socket):
+        capture = CaptureAccess(proxy, base_url, socket)
+        at_gate = asyncio.Event()
+        waiting = asyncio.ensure_future(execute(prepare(req, trusted=True), capture, sandbox_factory=LocalSandboxFactory(), start_gate=gate,
+                                                on_event=lambda e: e.phase == "start_wait" and at_gate.set()))
+        await asyncio.wait_for(at_gate.wait(), 120)
+        assert list(images._held.values()) == [1]  # pulled, held, not mounted: waiting for the place
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert dict(images._held) == {}
+        PULLING.clear(), PULL_MAY_END.clear()
+        pulling = asyncio.ensure_future(execute(prepare(req, trusted=True), capture, sandbox_factory=SlowPull(), start_gate=gate))
+        assert await asyncio.to_thread(PULLING.wait, 60)
+        pulling.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await pulling
+        PULL_MAY_END.set()  # the pull ends after its rollout did
+        assert await _held_counts_settle(images, {}) == {}
+    gate.release()
