@@ -14,22 +14,30 @@ a killed server left). Built layouts are bounded with the images (evict_images).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import stat
+import subprocess
+import time
 import uuid
 from pathlib import Path
 
 from harness_env.core.errors import SandboxError
 from harness_env.core.sandbox import safefs
-from harness_env.core.sandbox.images import LOCAL_TRANSPORTS, image_cache_root, lock_of, run_tool, source_of
+from harness_env.core.sandbox.images import LOCAL_TRANSPORTS, image_cache_root, images_locked, lock_of, source_of
 from harness_env.core.sandbox.lease import TEMP_DIR_PREFIX, lease_path, write_lease
 
 BUILD_VAR = "HARNESS_ENV_BUILD_DOCKERFILES"
 BUILD_PREFIX = "build-"  # a built layout's entry in the image cache
 BUILD_TIMEOUT_S = 1800.0
 TAG = "localhost/harness-env-task:build"
+
+
+def find_buildah() -> str | None:
+    return shutil.which("buildah")
 
 
 def builds_allowed(env: dict[str, str] | None = None) -> bool:
@@ -91,34 +99,61 @@ def buildah_argv(buildah: str, storage: Path, context: Path, dockerfile: Path, p
 def build_image(context: Path, timeout: float = BUILD_TIMEOUT_S) -> str:
     """The image `context`/Dockerfile builds, as an `oci:` reference in the image cache (built now
     unless the cache has it). Blocking; one SandboxError says what failed."""
-    buildah = shutil.which("buildah")
+    buildah = find_buildah()
     if buildah is None:
         raise SandboxError(f"building the task's Dockerfile needs buildah, which is not installed here; apt-get install buildah "
                            f"(or unset {BUILD_VAR} and name a prebuilt image as docker_image)")
     dockerfile = context / "Dockerfile"
-    key = context_key(context, dockerfile)
+    try:
+        key = context_key(context, dockerfile)
+    except OSError as e:
+        raise SandboxError(f"could not read the task's build context {context}: {e.strerror or e}") from e
     cache = image_cache_root()
     entry = cache / f"{BUILD_PREFIX}{key}"
     with lock_of(entry.name):
-        if not (entry / "index.json").is_file():
-            _build(buildah, context, dockerfile, cache, entry, timeout)
-        os.utime(entry)  # its last use: the least recently used are evicted first
+        # Under the cache's lock from the check to the touch: no eviction (images.py) comes between.
+        with images_locked():
+            built = (entry / "index.json").is_file()
+            if built:
+                os.utime(entry)  # its last use: the least recently used are evicted first
+        if not built:
+            _build(buildah, context, dockerfile, cache, entry, time.monotonic() + timeout)
     return f"oci:{entry}:image"
 
 
-def _build(buildah: str, context: Path, dockerfile: Path, cache: Path, entry: Path, timeout: float) -> None:
+def _run_until(argv: list[str], deadline: float) -> None:
+    """Run one buildah command; past `deadline` its whole process group (a RUN step's children,
+    root in their chroot) is killed, not buildah alone."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise SandboxError("could not build the task's Dockerfile: not done within its build timeout (build_timeout_sec)") from None
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever a step left running in the background
+    if proc.returncode != 0:
+        lines = err.decode("utf-8", "replace").strip().splitlines()
+        raise SandboxError(f"could not build the task's Dockerfile: {(lines[-1] if lines else f'exit {proc.returncode}')[:500]}")
+
+
+def _build(buildah: str, context: Path, dockerfile: Path, cache: Path, entry: Path, deadline: float) -> None:
     cache.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = cache / f"{TEMP_DIR_PREFIX}build-{uuid.uuid4().hex[:12]}"
     write_lease(tmp)  # before the directory: a killed build is swept at the next start
     try:
         tmp.mkdir(mode=0o700)
         for argv in buildah_argv(buildah, tmp, context, dockerfile, plain_http(dockerfile.read_text(errors="replace"))):
-            run_tool(argv, "could not build the task's Dockerfile", timeout)
-        try:
-            os.rename(tmp / "layout", entry)
-        except OSError:
-            if not (entry / "index.json").is_file():  # another server won the race: its entry is whole
-                raise
+            _run_until(argv, deadline)
+        with images_locked():  # renamed and touched before any eviction can see it
+            try:
+                os.rename(tmp / "layout", entry)
+            except OSError:
+                if not (entry / "index.json").is_file():  # another server won the race: its entry is whole
+                    raise
+            os.utime(entry)
     except OSError as e:
         raise SandboxError(f"could not store the built image in the cache {cache}: {e.strerror or e}") from e
     finally:

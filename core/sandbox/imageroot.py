@@ -51,8 +51,9 @@ def mount_image_root(image: TaskImage, rollout_dir: Path, on_tmpfs: bool, seed: 
     # bubblewrap makes a missing parent of what it masks (IMAGE_PRELOAD) mode 0700: an image without
     # /etc would leave its user nothing readable there (openssl.cnf, a CLI's config). A distribution's is 0755.
     etc = os.path.dirname(IMAGE_PRELOAD).lstrip("/")
-    if not os.path.lexists(os.path.join(image.rootfs, etc)) and not (upper / etc).exists():
-        (upper / etc).mkdir(mode=0o755)
+    if not os.path.lexists(os.path.join(image.rootfs, etc)) and not os.path.lexists(upper / etc):
+        (upper / etc).mkdir()
+        os.chmod(upper / etc, 0o755)  # whatever the server's umask
     problem = mount_overlay(image.rootfs, upper, work, merged)
     if problem:
         raise SandboxError(problem)

@@ -203,6 +203,11 @@ def pinned_source(source: str, digest: str) -> str:
     return f"docker://{name}@{digest}"
 
 
+def images_locked() -> threading.RLock:
+    """The lock eviction holds: what is done under it sees no entry removed meanwhile."""
+    return _locks_guard
+
+
 def lock_of(digest: str) -> threading.Lock:  # one pull (or build) of an entry at a time
     with _locks_guard:
         return _locks.setdefault(digest, threading.Lock())

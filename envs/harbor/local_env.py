@@ -33,6 +33,7 @@ fresh HOME, the system PATH: nothing the agent left in its home runs in the veri
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shlex
 from collections.abc import Sequence
@@ -50,11 +51,12 @@ from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.build import BUILD_TIMEOUT_S, BUILD_VAR, build_image, builds_allowed
 from harness_env.core.sandbox.envvars import SYSTEM_PATH
 from harness_env.core.sandbox.local import LocalSandbox, bwrap_available, create_local_sandbox
+from harness_env.core.sandbox.threads import in_thread
 from harness_env.envs.harbor.env_paths import ENV_TYPE, VERIFIER_REL, check_workdir, container_binds
 from harness_env.envs.harbor.env_paths import rel_path as map_rel_path
 from harness_env.envs.harbor.env_transfers import Select, copy_dir_out, exclusion_select, left_out_note
 from harness_env.envs.harbor.env_transfers import tar_excluded as _tar_excluded  # noqa: F401  (tests import it from here)
-from harness_env.envs.harbor.task_dir import DEFAULT_WORKDIR, FILES_DIRNAME, SETUP_SCRIPT
+from harness_env.envs.harbor.task_dir import DEFAULT_WORKDIR, FILES_DIRNAME, SETUP_SCRIPT, is_converted
 
 DEFAULT_EXEC_TIMEOUT_S = 3600.0
 SETUP_TIMEOUT_S = 600.0
@@ -82,6 +84,7 @@ class LocalHarborEnvironment(BaseEnvironment):
     # The workspace's files as they stood when the environment stopped (the sandbox is gone then).
     collected_files: dict[str, str] | None = None
     sandbox_id: str | None = None
+    _built: str | None = None  # the image the task's Dockerfile built (core/sandbox/build.py), if it did
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -132,12 +135,11 @@ class LocalHarborEnvironment(BaseEnvironment):
         if self._sandbox is not None:
             return
         image = self.task_env_config.docker_image or await self._built_image()
-        self._sandbox = create_local_sandbox(
-            use_bwrap=True,
-            extra_binds=self._binds(),
-            ro_paths=[str(toolchain.tools_dir())],
-            image=image or None,  # the task's image as the root (core/sandbox/images.py)
-        )
+        # A pull (or a build) takes minutes and blocks: on the sandbox threads, never the event loop
+        # the trial and the capture proxy run on (core/sandbox/threads.py).
+        make = functools.partial(create_local_sandbox, use_bwrap=True, extra_binds=self._binds(), ro_paths=[str(toolchain.tools_dir())],
+                                 image=image or None)  # the task's image as the root (core/sandbox/images.py)
+        self._sandbox = await in_thread(make, lambda late: late.close())
         self.sandbox_id = self._sandbox.sandbox_id
         try:
             await asyncio.to_thread(self._make_dirs_and_wrappers)
@@ -150,9 +152,11 @@ class LocalHarborEnvironment(BaseEnvironment):
         """The image the task's Dockerfile builds, when the operator allows builds (core/sandbox/build.py)
         and the task is not one of ours (a converted task's files and setup.sh are applied instead)."""
         env_dir = Path(self.environment_dir)
-        if not (env_dir / "Dockerfile").is_file() or (env_dir / SETUP_SCRIPT).is_file() or not builds_allowed():
+        if not (env_dir / "Dockerfile").is_file() or is_converted(env_dir) or not builds_allowed():
             return None
-        return await asyncio.to_thread(build_image, env_dir, self.task_env_config.build_timeout_sec or BUILD_TIMEOUT_S)
+        build = functools.partial(build_image, env_dir, self.task_env_config.build_timeout_sec or BUILD_TIMEOUT_S)
+        self._built = await in_thread(build, lambda ref: None)  # the layout stays in the cache for the next
+        return self._built
 
     def _make_dirs_and_wrappers(self) -> None:
         for sub in ("agent", "artifacts"):
@@ -181,6 +185,8 @@ class LocalHarborEnvironment(BaseEnvironment):
 
     async def _prepare_workdir(self) -> None:
         env_dir = Path(self.environment_dir)
+        if self._built is not None:
+            return  # the Dockerfile's own steps made the environment
         files, setup = env_dir / FILES_DIRNAME, env_dir / SETUP_SCRIPT
         if files.is_dir():
             await asyncio.to_thread(safefs.copy_in, files, self._require().root, "workspace")  # links stay links

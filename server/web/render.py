@@ -120,9 +120,10 @@ def _training_line(result: RolloutResult) -> str:
 
 def _trained_line(graph) -> str:
     share = graph.trained_share
-    trained = f"{graph.trainable_tokens} of {graph.sampled_tokens} sampled tokens trainable"
-    return trained + (f" ({share:.0%})" if share is not None else "") + (f"; {graph.auxiliary_tokens} auxiliary, never trained"
-                                                                         if graph.auxiliary_tokens else "")
+    if share is None:  # nothing sampled, or stored before the graph counted it
+        return f"{graph.trainable_tokens} trainable tokens"
+    auxiliary = f"; {graph.auxiliary_tokens} auxiliary, never trained" if graph.auxiliary_tokens else ""
+    return f"{graph.trainable_tokens} of {graph.sampled_tokens} sampled tokens trainable ({share:.0%}){auxiliary}"
 
 
 def summary_markdown(result: RolloutResult) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -17,7 +17,7 @@ from harness_env.rollout import loopback_proxy
 from tests.core.sandbox.test_images import VERIFY, image_layout  # noqa: F401 - the tiny image
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("needs_bwrap")]
-PULLING, PULL_MAY_END = threading.Event(), threading.Event()
+PULLING, PULL_MAY_END, PULLED = threading.Event(), threading.Event(), threading.Event()
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,10 @@ class SlowPull(LocalSandboxFactory):
     def prepare(self, limits):
         PULLING.set()
         PULL_MAY_END.wait(120)
-        return super().prepare(limits)
+        try:
+            return super().prepare(limits)
+        finally:
+            PULLED.set()
 
 
 class OnePlace:
@@ -75,6 +78,17 @@ async def test_a_slow_pull_leaves_the_start_place_to_the_others(policy_server, i
 
 
 
+@dataclass(frozen=True)
+class Counting(SlowPull):
+    """SlowPull that counts what it is given back."""
+
+    released: list = field(default_factory=list, compare=False)
+
+    def release(self, limits):
+        self.released.append(limits.task_image.digest)
+        super().release(limits)
+
+
 async def _held_counts_settle(images, want: dict) -> dict:
     for _ in range(200):  # the late release runs on the loop once the pull's thread is done
         if dict(images._held) == want:
@@ -104,12 +118,15 @@ async def test_a_rollout_cancelled_after_or_during_its_pull_lets_go_of_its_image
         with pytest.raises(asyncio.CancelledError):
             await waiting
         assert dict(images._held) == {}
-        PULLING.clear(), PULL_MAY_END.clear()
-        pulling = asyncio.ensure_future(execute(prepare(req, trusted=True), capture, sandbox_factory=SlowPull(), start_gate=gate))
+        PULLING.clear(), PULL_MAY_END.clear(), PULLED.clear()
+        released = []
+        factory = Counting(released=released)
+        pulling = asyncio.ensure_future(execute(prepare(req, trusted=True), capture, sandbox_factory=factory, start_gate=gate))
         assert await asyncio.to_thread(PULLING.wait, 60)
         pulling.cancel()
         with pytest.raises(asyncio.CancelledError):
             await pulling
-        PULL_MAY_END.set()  # the pull ends after its rollout did
-        assert await _held_counts_settle(images, {}) == {}
+        PULL_MAY_END.set()  # the pull ends after its rollout did: it holds the image then
+        assert await asyncio.to_thread(PULLED.wait, 60)
+        assert await _held_counts_settle(images, {}) == {} and len(released) == 1
     gate.release()
