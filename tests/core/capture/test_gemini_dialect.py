@@ -9,7 +9,8 @@ import time
 import pytest
 
 from harness_env.core.capture.assemble import TurnDraft
-from harness_env.core.capture.dialects.gemini import Gemini, json_schema
+from harness_env.core.capture.dialects.gemini import Gemini
+from harness_env.core.capture.dialects.gemini_request import json_schema
 from harness_env.core.capture.dialects.responses_request import decode_reasoning, encode_reasoning
 from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.capture.rewrite import CapturePolicy

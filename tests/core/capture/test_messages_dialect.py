@@ -9,7 +9,8 @@ import time
 import pytest
 
 from harness_env.core.capture.assemble import TurnDraft
-from harness_env.core.capture.dialects.messages import BILLING_HEADER, Messages, thinking_signature
+from harness_env.core.capture.dialects.messages import Messages
+from harness_env.core.capture.dialects.messages_request import BILLING_HEADER, thinking_signature
 from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.errors import InvalidRequestError
