@@ -298,14 +298,18 @@ class HarnessSession:
         """The rollout's reward as OpenEnv's VerifyResult (env_reward None: unscored)."""
         from openenv.core.harness import VerifyResult
 
+        return VerifyResult(**self.verdict())
+
+    def verdict(self) -> dict[str, Any]:
+        """verify()'s fields as plain data: the rollout's vote, done, and its metrics."""
         self.wait_for_completion()
         res = self.result
         assert res is not None
         # None (masked or unscored): TRL's worker leaves it out of its group's mean and std.
-        return VerifyResult(env_reward=vote(res), done=True,
-                            metrics={"agent_tool_calls": res.agent_tool_calls, "wall_s": res.wall_s, "error_kind": res.error_kind,
-                                     "mask_sample": res.mask_sample, "failure_kind": res.failure_kind,
-                                     "rollout_type": res.rollout_type, "branches": res.graph.branches})
+        return {"env_reward": vote(res), "done": True,
+                "metrics": {"agent_tool_calls": res.agent_tool_calls, "wall_s": res.wall_s, "error_kind": res.error_kind,
+                            "mask_sample": res.mask_sample, "failure_kind": res.failure_kind,
+                            "rollout_type": res.rollout_type, "branches": res.graph.branches}}
 
     def close(self) -> None:
         """Nothing to release here: the engine removes the sandbox when the rollout ends (a rollout

@@ -85,7 +85,7 @@ def test_mcp_example_runs(index, readme_server):
 
 def test_the_pages_name_every_mcp_tool_the_server_lists(readme_server):
     code = ("import asyncio\nfrom mcp import ClientSession\nfrom mcp.client.streamable_http import streamable_http_client\n"
-            "async def main():\n    async with streamable_http_client(%r) as (r, w, _):\n        async with ClientSession(r, w) as s:\n"
+            "async def main():\n    async with streamable_http_client(%r) as (r, w):\n        async with ClientSession(r, w) as s:\n"
             "            await s.initialize()\n            print(' '.join(t.name for t in (await s.list_tools()).tools))\n"
             "asyncio.run(main())\n") % (readme_server.url + "/mcp")
     tools = set(_run_python(code)[0].split())

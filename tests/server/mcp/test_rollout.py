@@ -22,23 +22,23 @@ async def test_the_rollout_tools_are_listed_in_4_kb_with_every_option_reachable(
     policy_server.policy.scripts["options-nested"] = QUICK
     args = {"instruction": "Create hello.txt containing hello.", "base_url": policy_server.base_url, "model": "options-nested",
             "harness": "whitebox", "verify": ["grep -qx hello hello.txt"]}
-    async with streamable_http_client(server.url + "/mcp") as (read, write, _):
+    async with streamable_http_client(server.url + "/mcp") as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
             tools = {t.name: t for t in (await session.list_tools()).tools}
             for name in ("run_rollout", "submit_rollout"):
                 tool = tools[name]
-                listed = json.dumps({"name": tool.name, "description": tool.description, "inputSchema": tool.inputSchema})
+                listed = json.dumps({"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema})
                 assert len(listed.encode()) <= MAX_TOOL_BYTES, (name, len(listed))
-                props = tool.inputSchema["properties"]
+                props = tool.input_schema["properties"]
                 reachable = set(props) | set(props["options"]["properties"])
                 assert set(RolloutOptions.model_fields) <= reachable, set(RolloutOptions.model_fields) - reachable
             out = await session.call_tool("run_rollout", {**args, "options": {"max_turns": 1, "temperature": 0.0}})
-            assert not out.isError, out.content
+            assert not out.is_error, out.content
             # max_turns=1 under options was applied: the second model call was refused, the work stands.
-            assert out.structuredContent["reward"] == 1.0 and out.structuredContent["model_calls"] == 1
+            assert out.structured_content["reward"] == 1.0 and out.structured_content["model_calls"] == 1
             twice = await session.call_tool("run_rollout", {**args, "max_turns": 2, "options": {"max_turns": 1}})
-            assert twice.isError and "max_turns given both in options and at the top" in twice.content[0].text
+            assert twice.is_error and "max_turns given both in options and at the top" in twice.content[0].text
             bad = await session.call_tool("run_rollout", {**args, "options": {"max_turns": 0}})
-            assert bad.isError and "max_turns" in bad.content[0].text and "\n" not in bad.content[0].text
+            assert bad.is_error and "max_turns" in bad.content[0].text and "\n" not in bad.content[0].text
     server.assert_no_rollout_left()

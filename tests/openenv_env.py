@@ -1,0 +1,128 @@
+"""OpenEnv 0.10.0 in a venv of its own: the client and validator the suite checks the server against.
+
+OpenEnv 0.10.0 needs fastmcp < 4, while Harbor 0.26 (the `harbor` extra) needs fastmcp >= 4.1.6, so
+the two cannot share the project's lock. OpenEnv lives in a venv under the tools directory
+(core/toolchain.tools_dir) with nothing of ours in it, the way a user's own OpenEnv install would
+be: the tests run its code there as a subprocess, against a real `harness-env serve`. Each check is
+a small script in tests/openenv_checks/ that reads its input as JSON on stdin and prints its answer
+as JSON on stdout; `openenv validate` is OpenEnv's own console script.
+
+    python -m tests.openenv_env install    # what ./dev test runs: the venv, once
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from harness_env.core.toolchain import tools_dir
+
+OPENENV_PIN = "openenv==0.10.0"
+INSTALL_HINT = "./dev test (or: .venv/bin/python -m tests.openenv_env install)"
+CHECKS = Path(__file__).resolve().parent / "openenv_checks"
+
+
+def venv_dir() -> Path:
+    return tools_dir() / ("openenv-" + OPENENV_PIN.split("==")[1])
+
+
+def venv_python() -> Path:
+    return venv_dir() / "bin" / "python"
+
+
+def _marker() -> Path:
+    return venv_dir() / ".installed"
+
+
+def installed() -> bool:
+    return _marker().exists() and venv_python().exists()
+
+
+def install(log=print) -> Path:
+    """The OpenEnv venv, made once (about a minute: OpenEnv brings gradio and huggingface_hub)."""
+    if installed():
+        return venv_python()
+    target = venv_dir()
+    if target.exists():
+        shutil.rmtree(target)  # a half-made one, from an install that was killed
+    target.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    log(f"openenv: installing {OPENENV_PIN} into {target}")
+    # The interpreter this venv was made from (Python >= 3.12, as the project needs), not the venv's.
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", str(target)], check=True, cwd="/")
+    py = str(venv_python())
+    quiet = ["--quiet", "--disable-pip-version-check", "--progress-bar", "off"]
+    subprocess.run([py, "-m", "pip", "install", *quiet, OPENENV_PIN], check=True, cwd="/")
+    subprocess.run([py, "-c", "import openenv.core.mcp_client, openenv.core.harness, openenv.cli.__main__"], check=True, cwd="/")
+    _marker().write_text(OPENENV_PIN + "\n")
+    log(f"openenv: installed in {time.monotonic() - started:.0f}s")
+    return venv_python()
+
+
+def _require() -> Path:
+    """OpenEnv's python; a missing venv is an error that says how to make it, never a skip."""
+    if not installed():
+        raise RuntimeError(f"no OpenEnv installed at {venv_dir()}: run {INSTALL_HINT}")
+    return venv_python()
+
+
+def _env() -> dict[str, str]:
+    # Nothing of the project's venv leaks in (PYTHONPATH, VIRTUAL_ENV), so OpenEnv runs on its own packages.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    return {**env, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
+
+
+def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`openenv ARGS` (OpenEnv's console script), run from `/`: its exit code and output."""
+    openenv = _require().parent / "openenv"
+    return subprocess.run([str(openenv), *args], capture_output=True, text=True, timeout=timeout, cwd="/", env=_env())
+
+
+def check(name: str, payload: Any, timeout: float = 600) -> Any:
+    """Run tests/openenv_checks/<name>.py in OpenEnv's venv with `payload` as JSON on stdin: its JSON answer."""
+    script = CHECKS / f"{name}.py"
+    proc = subprocess.run([str(_require()), str(script)], input=json.dumps(payload), capture_output=True, text=True,
+                          timeout=timeout, cwd="/", env=_env())
+    if proc.returncode != 0:
+        raise RuntimeError(f"OpenEnv check {name} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def site_packages() -> Path:
+    """OpenEnv's venv's packages directory."""
+    [found] = (venv_dir() / "lib").glob("python3*/site-packages")
+    return found
+
+
+def check_beside_trl(name: str, payload: Any, timeout: float = 600) -> Any:
+    """Run tests/openenv_checks/<name>.py with the project's python (TRL, from the `train` extra) and
+    OpenEnv importable after the project's own packages, as on a trainer host whose TRL harness worker
+    imports `openenv.core.harness`: stdin and stdout as check()."""
+    _require()
+    boot = ("import runpy, sys; sys.path.append(sys.argv[1]); sys.argv = sys.argv[2:]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")
+    script = CHECKS / f"{name}.py"
+    proc = subprocess.run([sys.executable, "-c", boot, str(site_packages()), str(script)], input=json.dumps(payload),
+                          capture_output=True, text=True, timeout=timeout, cwd="/", env=_env())
+    if proc.returncode != 0:
+        raise RuntimeError(f"check {name} beside TRL failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["install"]:
+        install()
+        return 0
+    print("usage: python -m tests.openenv_env install", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
