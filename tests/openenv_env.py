@@ -66,6 +66,11 @@ def install(log=print) -> Path:
     return venv_python()
 
 
+def python() -> Path:
+    """OpenEnv's python (for an example that imports OpenEnv, as a user would run it)."""
+    return _require()
+
+
 def _require() -> Path:
     """OpenEnv's python; a missing venv is an error that says how to make it, never a skip."""
     if not installed():
@@ -79,10 +84,10 @@ def _env() -> dict[str, str]:
     return {**env, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
 
 
-def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """`openenv ARGS` (OpenEnv's console script), run from `/`: its exit code and output."""
+def cli(*args: str, timeout: float = 600, cwd: Path | str = "/") -> subprocess.CompletedProcess[str]:
+    """`openenv ARGS` (OpenEnv's console script): its exit code and output."""
     openenv = _require().parent / "openenv"
-    return subprocess.run([str(openenv), *args], capture_output=True, text=True, timeout=timeout, cwd="/", env=_env())
+    return subprocess.run([str(openenv), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=_env())
 
 
 def check(name: str, payload: Any, timeout: float = 600) -> Any:

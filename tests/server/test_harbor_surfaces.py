@@ -134,7 +134,8 @@ async def test_openenv_json_rpc_face_routes_list_tasks(harbor_server):
     steps = [{"list_tools": True}, {"call": "list_tasks", "arguments": {"dataset": "splits", "split": "train"}},
              {"call": "list_tasks", "arguments": {"dataset": "../outside"}}, {"call": "list_tasks", "arguments": {"datset": "suite"}}]
     spec = {"base_url": harbor_server.url, "message_timeout_s": 60, "style": "plain", "steps": steps}
-    tools, listed, outside, misspelt = await asyncio.to_thread(openenv_env.check, "mcp_client", spec)  # OpenEnv's own venv
+    answers = await asyncio.to_thread(openenv_env.check, "mcp_client", spec)  # in OpenEnv's own venv
+    tools, listed, outside, misspelt = answers["results"]
     assert "list_tasks" in tools["tools"]
     assert _names(listed["data"]) == [(0, "gamma")]
     assert outside["error"]["type"] == "RuntimeError" and "must lie under" in outside["error"]["message"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from harness_env.models import RolloutOptions
@@ -41,4 +41,21 @@ async def test_the_rollout_tools_are_listed_in_4_kb_with_every_option_reachable(
             assert twice.is_error and "max_turns given both in options and at the top" in twice.content[0].text
             bad = await session.call_tool("run_rollout", {**args, "options": {"max_turns": 0}})
             assert bad.is_error and "max_turns" in bad.content[0].text and "\n" not in bad.content[0].text
+    server.assert_no_rollout_left()
+
+
+async def test_the_sdks_high_level_client_negotiates_and_runs_a_rollout(start_server, policy_server) -> None:
+    """mcp 2's `Client` (mode "auto": it probes `server/discover`, the 2026-07-28 protocol, before the
+    initialize handshake) finds the same tools and gets the same answer as ClientSession."""
+    server = start_server()
+    policy_server.policy.scripts["high-level"] = QUICK
+    args = {"instruction": "Create hello.txt containing hello.", "base_url": policy_server.base_url, "model": "high-level",
+            "harness": "whitebox", "verify": ["grep -qx hello hello.txt"]}
+    async with Client(server.url + "/mcp") as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert names == {"run_rollout", "submit_rollout", "get_rollout", "list_harnesses", "list_tasks", "catalog"}
+        out = await client.call_tool("run_rollout", args)
+        assert not out.is_error and out.structured_content["reward"] == 1.0, out.content
+        bad = await client.call_tool("run_rollout", {**args, "options": {"max_turns": 0}})
+        assert bad.is_error and "max_turns" in bad.content[0].text
     server.assert_no_rollout_left()

@@ -168,7 +168,8 @@ def mcp_answers(server, policy) -> dict[str, object]:
     """The same 40-turn rollout asked through the MCP SDK's client: by default, and in full."""
 
     async def call() -> dict[str, object]:
-        async with streamable_http_client(server.url + "/mcp") as (read, write):
+        # The SDK's client reads SSE events of up to 1 MiB unless told otherwise; a whole 40-turn result is more.
+        async with streamable_http_client(server.url + "/mcp", max_sse_event_size=None) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 return {"summary": await session.call_tool("run_rollout", _args(policy)),
