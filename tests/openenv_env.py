@@ -14,56 +14,37 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from harness_env.core.toolchain import tools_dir
+from tests.pinned_venv import PinnedVenv
 
 OPENENV_PIN = "openenv==0.10.0"
 INSTALL_HINT = "./dev test (or: .venv/bin/python -m tests.openenv_env install)"
 CHECKS = Path(__file__).resolve().parent / "openenv_checks"
 
 
-def venv_dir() -> Path:
-    return tools_dir() / ("openenv-" + OPENENV_PIN.split("==")[1])
+def _base_python() -> str:
+    # The interpreter the project's venv was made from (Python >= 3.12, as the project needs).
+    return getattr(sys, "_base_executable", sys.executable)
 
 
-def venv_python() -> Path:
-    return venv_dir() / "bin" / "python"
-
-
-def _marker() -> Path:
-    return venv_dir() / ".installed"
+VENV = PinnedVenv(OPENENV_PIN, "openenv", _base_python)
 
 
 def installed() -> bool:
-    return _marker().exists() and venv_python().exists()
+    return VENV.installed()
 
 
 def install(log=print) -> Path:
     """The OpenEnv venv, made once (about a minute: OpenEnv brings gradio and huggingface_hub)."""
-    if installed():
-        return venv_python()
-    target = venv_dir()
-    if target.exists():
-        shutil.rmtree(target)  # a half-made one, from an install that was killed
-    target.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    log(f"openenv: installing {OPENENV_PIN} into {target}")
-    # The interpreter this venv was made from (Python >= 3.12, as the project needs), not the venv's.
-    base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", str(target)], check=True, cwd="/")
-    py = str(venv_python())
-    quiet = ["--quiet", "--disable-pip-version-check", "--progress-bar", "off"]
-    subprocess.run([py, "-m", "pip", "install", *quiet, OPENENV_PIN], check=True, cwd="/")
-    subprocess.run([py, "-c", "import openenv.core.mcp_client, openenv.core.harness, openenv.cli.__main__"], check=True, cwd="/")
-    _marker().write_text(OPENENV_PIN + "\n")
-    log(f"openenv: installed in {time.monotonic() - started:.0f}s")
-    return venv_python()
+
+    def finish(py: str) -> None:
+        subprocess.run([py, "-c", "import openenv.core.mcp_client, openenv.core.harness, openenv.cli.__main__"], check=True, cwd="/")
+
+    return VENV.install(finish, log)
 
 
 def python() -> Path:
@@ -74,8 +55,8 @@ def python() -> Path:
 def _require() -> Path:
     """OpenEnv's python; a missing venv is an error that says how to make it, never a skip."""
     if not installed():
-        raise RuntimeError(f"no OpenEnv installed at {venv_dir()}: run {INSTALL_HINT}")
-    return venv_python()
+        raise RuntimeError(f"no OpenEnv installed at {VENV.dir}: run {INSTALL_HINT}")
+    return VENV.python
 
 
 def _env() -> dict[str, str]:
@@ -102,7 +83,7 @@ def check(name: str, payload: Any, timeout: float = 600) -> Any:
 
 def site_packages() -> Path:
     """OpenEnv's venv's packages directory."""
-    [found] = (venv_dir() / "lib").glob("python3*/site-packages")
+    [found] = (VENV.dir / "lib").glob("python3*/site-packages")
     return found
 
 
