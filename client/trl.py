@@ -289,7 +289,11 @@ class HarnessSession:
         return entries
 
     def fetch_training_trace(self) -> Any:
-        """The same turns as OpenEnv's TrainingTrace (what TRL's HarnessRolloutWorker reads)."""
+        """The same turns as OpenEnv's TrainingTrace (what TRL's HarnessRolloutWorker reads).
+
+        OpenEnv is imported here, not required by harness-env: the trainer host running TRL's
+        harness worker installs `openenv` itself, and not beside the `harbor` extra (OpenEnv 0.10
+        needs fastmcp < 4, Harbor 0.26 fastmcp >= 4.1.6)."""
         from openenv.core.harness import TrainingTrace
 
         return TrainingTrace.from_entries(self.fetch_proxy_trace())
