@@ -289,7 +289,11 @@ class HarnessSession:
         return entries
 
     def fetch_training_trace(self) -> Any:
-        """The same turns as OpenEnv's TrainingTrace (what TRL's HarnessRolloutWorker reads)."""
+        """The same turns as OpenEnv's TrainingTrace (what TRL's HarnessRolloutWorker reads).
+
+        OpenEnv is imported here, not required by harness-env: the trainer host running TRL's
+        harness worker installs `openenv` itself, and not beside the `harbor` extra (OpenEnv 0.10
+        needs fastmcp < 4, Harbor 0.26 fastmcp >= 4.1.6)."""
         from openenv.core.harness import TrainingTrace
 
         return TrainingTrace.from_entries(self.fetch_proxy_trace())
@@ -298,14 +302,18 @@ class HarnessSession:
         """The rollout's reward as OpenEnv's VerifyResult (env_reward None: unscored)."""
         from openenv.core.harness import VerifyResult
 
+        return VerifyResult(**self.verdict())
+
+    def verdict(self) -> dict[str, Any]:
+        """verify()'s fields as plain data: the rollout's vote, done, and its metrics."""
         self.wait_for_completion()
         res = self.result
         assert res is not None
         # None (masked or unscored): TRL's worker leaves it out of its group's mean and std.
-        return VerifyResult(env_reward=vote(res), done=True,
-                            metrics={"agent_tool_calls": res.agent_tool_calls, "wall_s": res.wall_s, "error_kind": res.error_kind,
-                                     "mask_sample": res.mask_sample, "failure_kind": res.failure_kind,
-                                     "rollout_type": res.rollout_type, "branches": res.graph.branches})
+        return {"env_reward": vote(res), "done": True,
+                "metrics": {"agent_tool_calls": res.agent_tool_calls, "wall_s": res.wall_s, "error_kind": res.error_kind,
+                            "mask_sample": res.mask_sample, "failure_kind": res.failure_kind,
+                            "rollout_type": res.rollout_type, "branches": res.graph.branches}}
 
     def close(self) -> None:
         """Nothing to release here: the engine removes the sandbox when the rollout ends (a rollout

@@ -10,7 +10,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 from harness_env import envs  # noqa: F401 - registers the harnesses: their pins are the table
 from harness_env.cli import build_parser
 from harness_env.core.toolchain import NODE_VERSION, pins
+from tests import openenv_env
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
@@ -246,12 +246,12 @@ def source_copy(dest: Path) -> Path:
 
 @pytest.mark.slow  # runs openenv validate in a process of its own
 def test_openenv_validate_passes(tmp_path):
-    openenv = Path(sys.executable).parent / "openenv"
     # On a copy: the validator hashes the whole tree before and after, and the checkout's caches
     # (.pytest_cache, .hypothesis, tests/artifacts) change while tests run.
     src = source_copy(tmp_path / "src")
     # Runtime checks need a Docker build (no engine here): they are skipped, the verdict is WARN.
-    p = subprocess.run([str(openenv), "validate", str(src)], cwd=src, capture_output=True, text=True, timeout=180)
+    # OpenEnv's own console script, from its venv (tests/openenv_env.py).
+    p = openenv_env.cli("validate", str(src), cwd=src, timeout=180)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "PASS  static.manifest" in p.stdout and "FAIL" not in p.stdout
 

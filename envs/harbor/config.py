@@ -1,4 +1,4 @@
-"""Pure builders for Harbor's trial configuration (harbor.models.trial.config, Harbor 0.25).
+"""Pure builders for Harbor's trial configuration (harbor.models.trial.config, Harbor 0.26).
 
 The agent is Harbor's own, pointed at our capture proxy through Harbor's custom-endpoint options:
 `base_url` = the proxy, `model_api_format` = the wire format the agent speaks among those the
@@ -72,7 +72,7 @@ def check_agent_and_sandbox(opts: HarborOptions) -> None:
     """Unknown names, or an agent the local sandbox cannot run: InvalidRequestError saying what to use."""
     agents = harbor_agent_names()
     if opts.agent not in agents:
-        raise InvalidRequestError(f"unknown Harbor agent {opts.agent!r}; Harbor 0.25 has: {', '.join(agents)}")
+        raise InvalidRequestError(f"unknown Harbor agent {opts.agent!r}; Harbor 0.26 has: {', '.join(agents)}")
     sandboxes = harbor_sandbox_names()
     if opts.sandbox not in sandboxes:
         raise InvalidRequestError(f"unknown sandbox {opts.sandbox!r}; choose one of: {', '.join(sandboxes)}")

@@ -1,4 +1,4 @@
-"""Harbor task directories: read one (as Harbor 0.25 does), and write one from our uniform Task.
+"""Harbor task directories: read one (as Harbor 0.26 does), and write one from our uniform Task.
 
 A Harbor task directory (harbor/models/task/paths.py, TaskPaths):
 
@@ -121,7 +121,7 @@ def harbor_task_model():
         from harbor.models.task.task import Task as HarborTaskModel
     except ImportError as e:  # the optional extra is not installed
         raise ToolMissingError(
-            "Harbor is not installed: install the extra with `uv sync --extra harbor` (harbor==0.25.0)"
+            "Harbor is not installed: install the extra with `uv sync --extra harbor` (harbor==0.26.0)"
         ) from e
     return HarborTaskModel
 
@@ -200,7 +200,7 @@ def check_split(split: str) -> None:
 def find_task_in_dataset(dataset_dir: str | Path, split: str | None, task_index: int) -> Path:
     """The `task_index`-th task of a local Harbor dataset directory.
 
-    Harbor 0.25 lists a local dataset as `sorted(dataset_dir.iterdir())` kept where
+    Harbor 0.26 lists a local dataset as `sorted(dataset_dir.iterdir())` kept where
     `Task.is_valid_dir(path)` (harbor/models/job/config.py, _get_local_task_configs); we index that
     same list. Harbor has no splits: a non-empty `split` names a subdirectory of the dataset
     (e.g. dataset/train/<task>/), which must exist."""

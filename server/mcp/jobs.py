@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
@@ -41,7 +41,7 @@ def submit_schema() -> dict[str, Any]:
 
 
 def _answer(data: RolloutAccepted | RolloutJob, text: str) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=text)], structuredContent=data.model_dump(mode="json"), isError=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data.model_dump(mode="json"), is_error=False)
 
 
 def job_text(job: RolloutJob) -> str:

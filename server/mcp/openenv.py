@@ -14,7 +14,7 @@ import json
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from harness_env.server.mcp.http import cancel_and_wait

@@ -18,8 +18,8 @@ import json
 import types
 from typing import Annotated, Any, Union, get_args, get_origin
 
-from mcp.server.fastmcp.exceptions import ToolError
-from mcp.server.fastmcp.utilities.func_metadata import ArgModelBase
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.types import CallToolResult, TextContent
 from pydantic import ConfigDict, RootModel, ValidationError
 
@@ -215,7 +215,7 @@ def tool_result(result: RolloutResult, detail: Detail) -> CallToolResult:
     second time nor re-checks it against the output schema with jsonschema (seconds of the event
     loop for a 40-turn result)."""
     data, text = answer_data(result, detail)
-    return CallToolResult(content=[TextContent(type="text", text=text)], structuredContent=data, isError=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data, is_error=False)
 
 
 def rpc_result(data: Any, text: str) -> dict[str, Any]:

@@ -24,8 +24,8 @@ from typing import Any
 
 import anyio
 from mcp import types as mcp_types
-from mcp.server.fastmcp import Context, FastMCP
-from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route, WebSocketRoute
@@ -75,11 +75,14 @@ class McpToolServer:
         # The app sits behind our own auth; the SDK's Host check would refuse Spaces and proxies.
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         # The SDK logs every malformed request as a large rich dump at WARNING: errors only.
-        self.mcp = FastMCP("harness-env", stateless_http=True, transport_security=security, log_level="ERROR")
+        self.mcp = MCPServer("harness-env", log_level="ERROR")
         self._register()
         self.rpc_tools: dict[str, Any] = {}  # more tools' plain JSON-RPC calls (server/mcp/jobs.py): name -> async fn(arguments)
-        low = self.mcp._mcp_server
-        self._sse = StreamableHTTPSessionManager(app=low, json_response=False, stateless=True, security_settings=security)
+        # Our own session manager over the SDK's low-level server (stateless: replicas behind a load
+        # balancer); bodies up to our own limit, which endpoint() has already enforced (the SDK's is 4 MiB).
+        low = self.mcp._lowlevel_server
+        self._sse = StreamableHTTPSessionManager(app=low, json_response=False, stateless=True, security_settings=security,
+                                                 max_request_body_size=MAX_RPC_BYTES)
         self.openenv = OpenEnvFace(self)
 
     # -- the tools (one implementation, used by both faces) ------------------------------------

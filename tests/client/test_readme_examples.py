@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import openenv_env
+
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = {name: (ROOT / name).read_text() for name in ("README.md", "docs/server.md")}
@@ -49,7 +51,9 @@ def test_there_are_the_examples_the_tests_run():
 
 
 def _run_python(code: str) -> tuple[str, str]:
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    # An example with OpenEnv's client runs in OpenEnv's venv (tests/openenv_env.py), as its users run it.
+    python = str(openenv_env.python()) if "openenv" in code else sys.executable
+    p = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert p.returncode == 0, p.stderr
     # A library's complaint (the MCP SDK logs an ERROR when a progress callback cannot be awaited)
     # is a broken example even when it exits 0.
@@ -85,7 +89,7 @@ def test_mcp_example_runs(index, readme_server):
 
 def test_the_pages_name_every_mcp_tool_the_server_lists(readme_server):
     code = ("import asyncio\nfrom mcp import ClientSession\nfrom mcp.client.streamable_http import streamable_http_client\n"
-            "async def main():\n    async with streamable_http_client(%r) as (r, w, _):\n        async with ClientSession(r, w) as s:\n"
+            "async def main():\n    async with streamable_http_client(%r) as (r, w):\n        async with ClientSession(r, w) as s:\n"
             "            await s.initialize()\n            print(' '.join(t.name for t in (await s.list_tools()).tools))\n"
             "asyncio.run(main())\n") % (readme_server.url + "/mcp")
     tools = set(_run_python(code)[0].split())

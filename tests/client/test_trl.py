@@ -2,6 +2,7 @@
 harness, in-process, against the scripted fake policy)."""
 
 import functools
+import inspect
 import itertools
 import pickle
 
@@ -16,6 +17,7 @@ from harness_env.client.trl import (
 )
 from harness_env.models import RolloutArgs, RolloutResult, Turn
 from harness_env.rollout import run_many_sync
+from tests import openenv_env
 
 pytestmark = pytest.mark.e2e
 
@@ -81,8 +83,8 @@ def test_a_masked_rollout_gives_the_async_worker_no_row_and_no_vote():
                                                          proxy_turns=[Turn(index=0, branch=0, prompt_token_ids=[1], completion_token_ids=[2],
                                                                            per_token_logps=[-0.1], upstream_status=200)])], {}, "ep")
     assert session.fetch_proxy_trace() == []
-    verdict = session.verify([])
-    assert verdict.env_reward is None and verdict.metrics["mask_sample"] is True
+    verdict = session.verdict()  # verify()'s VerifyResult fields
+    assert verdict["env_reward"] is None and verdict["metrics"]["mask_sample"] is True
 
 
 def test_an_agent_caused_end_and_an_untrainable_row_still_vote_in_the_group():
@@ -96,21 +98,23 @@ def test_an_agent_caused_end_and_an_untrainable_row_still_vote_in_the_group():
 
 
 def test_loop_owning_session_matches_openenv_and_trl_protocols(request_for, policy_server):
-    from openenv.core.harness import LoopOwningSession, TrainableSession, TrainingTrace, VerifyResult
-
+    """Our session's turns and verdict, read by OpenEnv's own TrainingTrace and VerifyResult (in
+    OpenEnv's venv: openenv 0.10 cannot share the project's lock), and its methods held to
+    OpenEnv's TrainableSession and LoopOwningSession protocols, parameter names and all."""
     factory = HarnessSessionFactory(run_many=functools.partial(run_many_sync, concurrency=1), request=request_for)
     factory = pickle.loads(pickle.dumps(factory))(sampling={"temperature": 0.7})  # TRL pickles it into its worker, then calls it
     session = factory.create({"instruction": "make a", "verify": ["test -f a"]}, seed=3, episode_id="ep1")
-    assert isinstance(session, TrainableSession) and isinstance(session, LoopOwningSession)
     assert session.wait_for_completion(60) == 0
-    trace = session.fetch_training_trace()
-    assert isinstance(trace, TrainingTrace) and len(trace.turns) == 2
-    assert [t.node_id for t in trace.turns] == ["ep1:0", "ep1:1"]
-    first = trace.turns[0]
-    assert len(first.loss_mask) == len(first.prompt_token_ids) + len(first.completion_token_ids)
-    verdict = session.verify([])
-    assert isinstance(verdict, VerifyResult) and verdict.env_reward == 1.0
+    read = openenv_env.check("trl_session", {"entries": session.fetch_proxy_trace(), "verdict": session.verdict()})
     session.close()
+    for protocol, members in read["protocols"].items():
+        for name, params in members.items():
+            assert list(inspect.signature(getattr(HarnessSession, name)).parameters) == params, (protocol, name)
+    assert set(read["protocols"]) == {"TrainableSession", "LoopOwningSession"} and "fetch_training_trace" in read["protocols"]["TrainableSession"]
+    turns = read["turns"]
+    assert [t["node_id"] for t in turns] == ["ep1:0", "ep1:1"]
+    assert all(len(t["loss_mask"]) == len(t["prompt_token_ids"]) + len(t["completion_token_ids"]) for t in turns)
+    assert read["verify"]["env_reward"] == 1.0 and read["verify"]["done"] is True
     # The temperature TRL trains with is the one every policy call was sampled at.
     assert [r["temperature"] for r in policy_server.policy.tool_requests()] == [0.7, 0.7]
 
@@ -157,13 +161,12 @@ def test_every_trainable_branch_becomes_a_row_sharing_the_rollouts_reward(reques
     assert out["harness_reward"] == [1.0, 1.0] and out["dropped_branches"] == [0, 0]
     assert rollout_batch([res], 1)["dropped_branches"] == [1]  # one slot: the other branch is reported lost
 
-    # TRL's AsyncGRPO worker chains the session's trace entries into rows: one per branch, the same rows.
-    from trl.experimental.async_grpo.openenv_harness import _chain_to_sequences, _turns_from_training_trace
-
+    # TRL's AsyncGRPO worker chains the session's trace entries into rows: one per branch, the same rows
+    # (TRL's worker imports OpenEnv, which has a venv of its own: tests/openenv_env.py).
     session = HarnessSession(lambda reqs: [res], {}, "ep")
-    sequences, _ = _chain_to_sequences(_turns_from_training_trace(session.fetch_training_trace()), "ep", 0)
-    assert [list(s.input_ids) for s in sequences] == [rows[0].token_ids, rows[1].token_ids]
-    assert [list(s.completion_mask) for s in sequences] == [rows[0].loss_mask, rows[1].loss_mask]
+    sequences = openenv_env.check_beside_trl("trl_worker_rows", {"entries": session.fetch_proxy_trace(), "episode_id": "ep"})["rows"]
+    assert [s["input_ids"] for s in sequences] == [rows[0].token_ids, rows[1].token_ids]
+    assert [s["completion_mask"] for s in sequences] == [rows[0].loss_mask, rows[1].loss_mask]
 
 
 def test_branch_slots_must_divide_the_group_and_need_a_token_level_loss(request_for):

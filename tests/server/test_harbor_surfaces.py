@@ -1,17 +1,17 @@
 """Harbor tasks through the real server: list_tasks over MCP, OpenEnv's JSON-RPC, HTTP and the
 client; harness="harbor" rollouts over MCP with Harbor's oracle and nop agents (local sandbox)."""
 
+import asyncio
 import os
 
 import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from openenv.core.mcp_client import MCPToolClient
 
 from harness_env.client import AsyncHarnessEnv, HarnessEnv, HarnessEnvClientError
 from harness_env.models import HarborTaskInfo, Task
-from tests import needs
+from tests import needs, openenv_env
 from tests.fakes.policy import FakePolicyServer
 from tests.server_process import ServerProcess
 
@@ -67,52 +67,52 @@ def _names(tasks: list) -> list[tuple[int, str]]:
 
 
 async def test_mcp_list_tasks_and_confinement(harbor_server, tasks):
-    async with streamable_http_client(harbor_server.url + "/mcp") as (read, write, _):
+    async with streamable_http_client(harbor_server.url + "/mcp") as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
             tools = {t.name: t for t in (await session.list_tools()).tools}
             assert "list_tasks" in tools
-            run_schema = tools["run_rollout"].inputSchema
+            run_schema = tools["run_rollout"].input_schema
             assert "harbor" in run_schema["properties"]["options"]["properties"] and "instruction" not in run_schema.get("required", [])
 
             out = await session.call_tool("list_tasks", {"dataset": "suite"})
-            assert not out.isError, out.content
-            listed = out.structuredContent["result"]
+            assert not out.is_error, out.content
+            listed = out.structured_content["result"]
             assert _names(listed) == [(0, "alpha"), (1, "beta")]
             assert listed[0]["path"] == "alpha" and listed[0]["has_solution"] is True
             assert listed[0]["instruction"].startswith("Write the word hello") and listed[0]["agent_timeout_s"] == 60.0
 
             out = await session.call_tool("list_tasks", {"dataset": "splits", "split": "train"})
-            assert _names(out.structuredContent["result"]) == [(0, "gamma")]
+            assert _names(out.structured_content["result"]) == [(0, "gamma")]
             out = await session.call_tool("list_tasks", {})  # the root itself holds datasets, not tasks
-            assert not out.isError and out.structuredContent["result"] == []
+            assert not out.is_error and out.structured_content["result"] == []
 
             for dataset in ("../outside", str(tasks.parent / "outside"), "suite/../../outside"):
                 bad = await session.call_tool("list_tasks", {"dataset": dataset})
-                assert bad.isError and UNDER_ROOT in bad.content[0].text, bad.content
+                assert bad.is_error and UNDER_ROOT in bad.content[0].text, bad.content
             bad = await session.call_tool("list_tasks", {"dataset": "missing"})
-            assert bad.isError and "does not exist" in bad.content[0].text
+            assert bad.is_error and "does not exist" in bad.content[0].text
             bad = await session.call_tool("list_tasks", {"dataset": "suite", "split": ".."})
-            assert bad.isError and "plain subdirectory name" in bad.content[0].text
+            assert bad.is_error and "plain subdirectory name" in bad.content[0].text
 
             bad = await session.call_tool("run_rollout", {"harness": "harbor", "harbor": {"task_dir": "../outside/secret", "agent": "oracle"},
                                                           "base_url": "http://127.0.0.1:9/v1", "model": "m"})
-            assert bad.isError and UNDER_ROOT in bad.content[0].text, bad.content
+            assert bad.is_error and UNDER_ROOT in bad.content[0].text, bad.content
             bad = await session.call_tool("run_rollout", {"harness": "harbor", "harbor": {"dataset": "suite", "task_index": 7, "agent": "oracle"},
                                                           "base_url": "http://127.0.0.1:9/v1", "model": "m"})
-            assert bad.isError and "out of range" in bad.content[0].text and "holds 2 tasks" in bad.content[0].text
+            assert bad.is_error and "out of range" in bad.content[0].text and "holds 2 tasks" in bad.content[0].text
             bad = await session.call_tool("run_rollout", {"harness": "pi", "harbor": {"dataset": "suite"}, "base_url": "http://127.0.0.1:9/v1", "model": "m"})
-            assert bad.isError and "`harbor` options are for harness='harbor', not 'pi'" in bad.content[0].text, bad.content
+            assert bad.is_error and "`harbor` options are for harness='harbor', not 'pi'" in bad.content[0].text, bad.content
             bad = await session.call_tool("run_rollout", {"harness": "harbor", "harbor": {"dataset": "suite", "agnet": "oracle"},
                                                           "base_url": "http://127.0.0.1:9/v1", "model": "m"})
-            assert bad.isError and "harbor.agnet" in bad.content[0].text, bad.content
+            assert bad.is_error and "harbor.agnet" in bad.content[0].text, bad.content
             bad = await session.call_tool("run_rollout", {"base_url": "http://127.0.0.1:9/v1", "model": "m"})  # no task at all
-            assert bad.isError and "instruction is required" in bad.content[0].text
+            assert bad.is_error and "instruction is required" in bad.content[0].text
 
 
 @needs_bwrap
 async def test_mcp_harbor_rollouts_oracle_passes_nop_fails(harbor_server, policy):
-    async with streamable_http_client(harbor_server.url + "/mcp") as (read, write, _):
+    async with streamable_http_client(harbor_server.url + "/mcp") as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
             for agent, index, reward in (("oracle", 1, 1.0), ("nop", 0, 0.0)):
@@ -120,8 +120,8 @@ async def test_mcp_harbor_rollouts_oracle_passes_nop_fails(harbor_server, policy
                     "harness": "harbor", "harbor": {"dataset": "suite", "task_index": index, "agent": agent},
                     "base_url": policy.base_url, "model": "m", "agent_timeout_s": 60, "verify_timeout_s": 60, "detail": "full",
                 })
-                assert not out.isError, out.content
-                result = out.structuredContent
+                assert not out.is_error, out.content
+                result = out.structured_content
                 assert result["error"] is None, result["error"]
                 assert result["reward"] == reward, result
                 assert result["harness"] == "harbor" and result["task_id"] == ("alpha", "beta")[index]
@@ -131,17 +131,15 @@ async def test_mcp_harbor_rollouts_oracle_passes_nop_fails(harbor_server, policy
 
 
 async def test_openenv_json_rpc_face_routes_list_tasks(harbor_server):
-    env = MCPToolClient(base_url=harbor_server.url, message_timeout_s=60)
-    try:
-        assert "list_tasks" in {t.name for t in await env.list_tools()}
-        listed = await env.call_tool("list_tasks", dataset="splits", split="train")
-        assert _names(listed) == [(0, "gamma")]
-        with pytest.raises(RuntimeError, match="must lie under"):
-            await env.call_tool("list_tasks", dataset="../outside")
-        with pytest.raises(RuntimeError, match="takes dataset and split"):
-            await env.call_tool("list_tasks", datset="suite")
-    finally:
-        await env.close()
+    steps = [{"list_tools": True}, {"call": "list_tasks", "arguments": {"dataset": "splits", "split": "train"}},
+             {"call": "list_tasks", "arguments": {"dataset": "../outside"}}, {"call": "list_tasks", "arguments": {"datset": "suite"}}]
+    spec = {"base_url": harbor_server.url, "message_timeout_s": 60, "style": "plain", "steps": steps}
+    answers = await asyncio.to_thread(openenv_env.check, "mcp_client", spec)  # in OpenEnv's own venv
+    tools, listed, outside, misspelt = answers["results"]
+    assert "list_tasks" in tools["tools"]
+    assert _names(listed["data"]) == [(0, "gamma")]
+    assert outside["error"]["type"] == "RuntimeError" and "must lie under" in outside["error"]["message"]
+    assert misspelt["error"]["type"] == "RuntimeError" and "takes dataset and split" in misspelt["error"]["message"]
     # The plain JSON-RPC an OpenEnv client posts, as the wire shows it.
     rpc = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "list_tasks", "arguments": {"dataset": "suite"}}}
     async with httpx.AsyncClient(base_url=harbor_server.url, timeout=30) as http:

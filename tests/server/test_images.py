@@ -51,10 +51,10 @@ def test_an_http_caller_runs_a_registry_image_and_may_not_name_a_local_one(serve
 
 
 async def test_an_mcp_caller_is_refused_a_local_image_and_a_malformed_reference(server, policy, image_layout):  # noqa: F811
-    async with streamable_http_client(server.url + "/mcp") as (read, write, _):
+    async with streamable_http_client(server.url + "/mcp") as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
             bad = await session.call_tool("run_rollout", _args(policy, image_layout))
-            assert bad.isError and REFUSED in bad.content[0].text, bad.content
+            assert bad.is_error and REFUSED in bad.content[0].text, bad.content
             bad = await session.call_tool("run_rollout", _args(policy, "-x registry/name"))
-            assert bad.isError and "neither a registry reference" in bad.content[0].text, bad.content
+            assert bad.is_error and "neither a registry reference" in bad.content[0].text, bad.content

@@ -1,6 +1,7 @@
-"""OpenEnv conformance, checked with the real `openenv` package (0.10, a dev dependency): its
-`openenv validate` CLI on the repo (static checks) and against a real `harness-env serve` process
-(`--url`: every runtime criterion), and openenv.yaml held to the code it describes."""
+"""OpenEnv conformance, checked with the real `openenv` package (0.10, in a venv of its own:
+tests/openenv_env.py): its `openenv validate` CLI on the repo (static checks) and against a real
+`harness-env serve` process (`--url`: every runtime criterion), the routes read with its own types,
+and openenv.yaml held to the code it describes."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from harness_env.core.sandbox.policy import LIMIT_FIELDS
 from harness_env.families.svg_icon import judge as svg_judge
 from harness_env.models import CommandResult, RolloutArgs, RolloutResult
 from harness_env.server.openenv_routes import DESCRIPTION, ServerState
+from tests import openenv_env
 from tests.server_process import ServerProcess
 
 REPO = Path(harness_env.__file__).resolve().parent
@@ -36,13 +38,18 @@ SANDBOX_INTERNAL = {"HARNESS_ENV_REWARD_FILE", "HARNESS_ENV_SANDBOX_ID", "HARNES
 NOT_SOURCE = (".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", "*.egg-info", "node_modules", "artifacts")
 
 
-def openenv_cli(*args: str):
-    """`openenv ARGS` through OpenEnv's own Typer app, in this process (its import costs ~10 s of
-    CPU, paid once): the exit code and output are the CLI's."""
-    from openenv.cli.__main__ import app
-    from typer.testing import CliRunner
+def openenv_cli(*args: str) -> tuple[int, str]:
+    """`openenv ARGS`, OpenEnv's own console script in its venv: the exit code and what it printed
+    (stdout, then stderr)."""
+    run = openenv_env.cli(*args)
+    return run.returncode, run.stdout + run.stderr
 
-    return CliRunner().invoke(app, list(args))
+
+def openenv_json(*args: str) -> tuple[int, dict]:
+    """`openenv ARGS --json`: the exit code and the report (stdout is the JSON alone)."""
+    run = openenv_env.cli(*args, "--json")
+    assert run.stdout.strip(), run.stderr
+    return run.returncode, json.loads(run.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +80,8 @@ def package(tmp_path_factory) -> Path:
 
 
 def test_static_validation_passes_on_the_repo(package: Path) -> None:
-    run = openenv_cli("validate", str(package), "--level", "static", "--json")
-    assert run.exit_code == 0, run.output
-    report = json.loads(run.output)
+    code, report = openenv_json("validate", str(package), "--level", "static")
+    assert code == 0, report
     results = {r["check_id"]: r["status"] for r in report["results"]}
     assert results == {"static.manifest": "pass"}, report
     assert report["verdict"] == "pass" and report["manifest"]["name"] == "harness-env"
@@ -86,9 +92,8 @@ def test_default_validation_without_docker_fails_nothing(package: Path) -> None:
     """Plain `openenv validate` (up to the semantic level): the runtime and semantic checks of a
     package need a `validation.execution` plan and a Docker build, which this environment does not
     declare (its runtime face is checked by `--url` below): they are skipped, nothing fails (exit 0)."""
-    run = openenv_cli("validate", str(package), "--json")
-    assert run.exit_code == 0, run.output
-    report = json.loads(run.output)
+    code, report = openenv_json("validate", str(package))
+    assert code == 0, report
     statuses = {r["check_id"]: r["status"] for r in report["results"]}
     assert statuses.pop("static.manifest") == "pass" and set(statuses.values()) == {"skip"}, statuses
     startup = next(r for r in report["results"] if r["check_id"] == "runtime.startup")
@@ -100,15 +105,14 @@ def test_static_validation_fails_a_broken_manifest(tmp_path: Path) -> None:
     """The check above can fail: the same validator refuses a range that is not increasing."""
     broken = {**MANIFEST, "validation": {**MANIFEST["validation"], "reward": {"range": [1.0, 1.0], "floor_margin": 0.1}}}
     (tmp_path / "openenv.yaml").write_text(yaml.safe_dump(broken))
-    run = openenv_cli("validate", str(tmp_path), "--level", "static")
-    assert run.exit_code == 1 and "strictly increasing" in run.output, run.output
+    code, output = openenv_cli("validate", str(tmp_path), "--level", "static")
+    assert code == 1 and "strictly increasing" in output, output
 
 
 def test_runtime_validation_passes_every_criterion(server: ServerProcess) -> None:
-    run = openenv_cli("validate", "--url", server.url, "--json")
-    report = json.loads(run.output)
+    code, report = openenv_json("validate", "--url", server.url)
     failed = [c for c in report["criteria"] if not c["passed"]]
-    assert run.exit_code == 0 and report["passed"] and not failed, failed
+    assert code == 0 and report["passed"] and not failed, failed
     assert {c["id"] for c in report["criteria"]} == RUNTIME_CRITERIA
     assert report["mode"] == "production"  # stateless: no /reset, /step, /state
     assert report["standard_version"] == package_version()
@@ -118,7 +122,7 @@ def test_against_a_server_with_a_token_only_what_acts_is_closed(start_server) ->
     """A Space must have a token, and the validator sends none. What describes the API runs
     nothing and is open; /mcp runs rollouts and stays closed (the one criterion that then fails)."""
     s = start_server(env={"HARNESS_ENV_TOKEN": "tok"})
-    report = json.loads(openenv_cli("validate", "--url", s.url, "--json").output)
+    _, report = openenv_json("validate", "--url", s.url)
     assert [c["id"] for c in report["criteria"] if not c["passed"]] == ["mcp_endpoint"]
     for method, path in (("GET", "/harnesses"), ("POST", "/rollout"), ("POST", "/mcp"), ("GET", "/web/config"), ("GET", "/catalog")):
         assert httpx.request(method, s.url + path, json={}).status_code == 401, path
@@ -127,34 +131,35 @@ def test_against_a_server_with_a_token_only_what_acts_is_closed(start_server) ->
 # -- the routes, as OpenEnv's own types read them -------------------------------------------------
 
 
-def test_health_is_healthy_and_keeps_the_load_fields(server: ServerProcess) -> None:
-    from openenv.core.env_server.types import HealthStatus
+@pytest.fixture(scope="module")
+def as_openenv_reads(server: ServerProcess) -> dict:
+    """/health, /metadata and /schema as the server answers them, and as OpenEnv's own types read
+    them (HealthStatus, EnvironmentMetadata, SchemaResponse: the last two forbid extra fields)."""
+    answers = {name: httpx.get(f"{server.url}/{name}").json() for name in ("health", "metadata", "schema")}
+    return {"served": answers, "read": openenv_env.check("env_server_types", answers)}
 
-    health = httpx.get(server.url + "/health").json()
-    assert HealthStatus(health["status"]) is HealthStatus.HEALTHY
+
+def test_health_is_healthy_and_keeps_the_load_fields(as_openenv_reads: dict) -> None:
+    health = as_openenv_reads["served"]["health"]
+    assert as_openenv_reads["read"]["health_status"] == "HEALTHY"
     state = ServerState.model_validate({k: v for k, v in health.items() if k != "status"})
     assert state.rollouts_running == 0 and state.max_concurrent >= 1 and "whitebox" in state.harnesses
 
 
-def test_metadata_is_openenvs_environment_metadata(server: ServerProcess) -> None:
-    from openenv.core.env_server.types import EnvironmentMetadata
-
-    meta = EnvironmentMetadata.model_validate(httpx.get(server.url + "/metadata").json())  # extra fields forbidden
-    assert meta.name == MANIFEST["name"] == "harness-env"
-    assert meta.description == MANIFEST["description"] == DESCRIPTION
-    assert meta.version == str(MANIFEST["version"]) == package_version()
-    assert meta.readme_content and "harness-env" in meta.readme_content  # the README, from the installed metadata
+def test_metadata_is_openenvs_environment_metadata(as_openenv_reads: dict) -> None:
+    meta = as_openenv_reads["read"]["metadata"]
+    assert meta["name"] == MANIFEST["name"] == "harness-env"
+    assert meta["description"] == MANIFEST["description"] == DESCRIPTION
+    assert meta["version"] == str(MANIFEST["version"]) == package_version()
+    assert meta["readme_content"] and "harness-env" in meta["readme_content"]  # the README, from the installed metadata
 
 
-def test_schema_is_openenvs_schema_response(server: ServerProcess) -> None:
-    from openenv.core.env_server.types import SchemaResponse
-
-    body = httpx.get(server.url + "/schema").json()
-    schemas = SchemaResponse.model_validate(body)  # extra fields forbidden
-    assert schemas.action == RolloutArgs.model_json_schema()
-    assert schemas.observation == RolloutResult.model_json_schema(mode="serialization")
-    assert schemas.state == ServerState.model_json_schema(mode="serialization")
-    assert {"reward", "proxy_turns", "error"} <= set(schemas.observation["properties"])
+def test_schema_is_openenvs_schema_response(as_openenv_reads: dict) -> None:
+    schemas = as_openenv_reads["read"]["schema"]
+    assert schemas["action"] == json.loads(json.dumps(RolloutArgs.model_json_schema()))
+    assert schemas["observation"] == json.loads(json.dumps(RolloutResult.model_json_schema(mode="serialization")))
+    assert schemas["state"] == json.loads(json.dumps(ServerState.model_json_schema(mode="serialization")))
+    assert {"reward", "proxy_turns", "error"} <= set(schemas["observation"]["properties"])
 
 
 def test_mcp_answers_openenvs_probe_and_lists_the_declared_tools(server: ServerProcess) -> None:

@@ -10,9 +10,9 @@ import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from openenv.core.mcp_client import MCPToolClient
 
 from harness_env.client import AsyncHarnessEnv, HarnessEnv, HarnessEnvClientError
+from tests import openenv_env
 
 pytestmark = pytest.mark.e2e
 WRITE = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
@@ -40,50 +40,51 @@ async def test_official_mcp_client_lists_tools_runs_a_rollout_and_gets_progress(
     async def on_progress(p, total, message):
         progress.append(message or "")
 
-    async with streamable_http_client(server.url + "/mcp") as (read, write, _):
+    async with streamable_http_client(server.url + "/mcp") as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
             names = {t.name for t in (await session.list_tools()).tools}
             assert names == {"run_rollout", "list_harnesses", "list_tasks", "catalog", "submit_rollout", "get_rollout"}
             out = await session.call_tool("run_rollout", _args(policy_server, detail="full"), progress_callback=on_progress)
-            assert not out.isError
-            _check_result(out.structuredContent, policy_server)
+            assert not out.is_error
+            _check_result(out.structured_content, policy_server)
             assert out.content[0].text.startswith("reward 1 (verify_ratio)")  # a few lines; the data is in structuredContent
             phases = [m.split(":")[0] for m in progress]
             for phase in ("setup", "agent", "verify", "collect"):
                 assert phase in phases, progress
             assert phases.index("setup") < phases.index("agent") < phases.index("verify") < phases.index("collect")
             whitebox = await session.call_tool("run_rollout", {**_args(policy_server), "harness": "whitebox"})  # its summary
-            assert not whitebox.isError and whitebox.structuredContent["reward"] == 1.0 and whitebox.structuredContent["detail"] == "summary"
-            assert whitebox.structuredContent["harness"] == "whitebox" and whitebox.structuredContent["rollout_type"] == "train"
+            assert not whitebox.is_error and whitebox.structured_content["reward"] == 1.0 and whitebox.structured_content["detail"] == "summary"
+            assert whitebox.structured_content["harness"] == "whitebox" and whitebox.structured_content["rollout_type"] == "train"
             harnesses = await session.call_tool("list_harnesses", {})
-            assert {h["name"] for h in harnesses.structuredContent["result"]} == {"pi", "opencode", "whitebox", "harbor", "codex", "claude-code", "gemini-cli"}
+            assert {h["name"] for h in harnesses.structured_content["result"]} == {"pi", "opencode", "whitebox", "harbor", "codex", "claude-code", "gemini-cli"}
             bad = await session.call_tool("run_rollout", {"instruction": "x", "endpoint": "nowhere"})
-            assert bad.isError and "unknown endpoint 'nowhere'" in bad.content[0].text
+            assert bad.is_error and "unknown endpoint 'nowhere'" in bad.content[0].text
             bad = await session.call_tool("run_rollout", {"instruction": "x", "base_url": policy_server.base_url, "model": "m", "max_turns": 0})
-            assert bad.isError and "max_turns" in bad.content[0].text
+            assert bad.is_error and "max_turns" in bad.content[0].text
 
 
-async def test_openenv_mcp_tool_client_with_and_without_async_with(start_server, policy_server):
+def _openenv_client(server, style: str, steps: list[dict]) -> list[dict]:
+    """OpenEnv's MCPToolClient (in OpenEnv's own venv) running `steps` against `server`: what each gave."""
+    return openenv_env.check("mcp_client", {"base_url": server.url, "style": style, "steps": steps})["results"]
+
+
+def test_openenv_mcp_tool_client_with_and_without_async_with(start_server, policy_server):
     server = start_server()
-    async with MCPToolClient(base_url=server.url, message_timeout_s=300) as env:  # opens /ws too
-        tools = await env.list_tools()
-        assert {t.name for t in tools} == {"run_rollout", "list_harnesses", "list_tasks", "catalog", "submit_rollout", "get_rollout"}
-        _check_result(await env.call_tool("run_rollout", **_args(policy_server, detail="full")), policy_server)
-    env = MCPToolClient(base_url=server.url, message_timeout_s=300)
-    try:
-        summary = await env.call_tool("run_rollout", **_args(policy_server))
-        assert summary["detail"] == "summary" and summary["reward"] == 1.0 and summary["error"] is None
-        with pytest.raises(RuntimeError, match="unknown endpoint"):
-            await env.call_tool("run_rollout", instruction="x", endpoint="nowhere")
-    finally:
-        await env.close()
+    listed, full = _openenv_client(server, "async_with", [{"list_tools": True}, {"call": "run_rollout", "arguments": _args(policy_server, detail="full")}])
+    assert set(listed["tools"]) == {"run_rollout", "list_harnesses", "list_tasks", "catalog", "submit_rollout", "get_rollout"}
+    _check_result(full["data"], policy_server)
+    summary, bad = _openenv_client(server, "plain", [{"call": "run_rollout", "arguments": _args(policy_server)},
+                                                     {"call": "run_rollout", "arguments": {"instruction": "x", "endpoint": "nowhere"}}])
+    summary = summary["data"]
+    assert summary["detail"] == "summary" and summary["reward"] == 1.0 and summary["error"] is None
+    assert bad["error"]["type"] == "RuntimeError" and "unknown endpoint" in bad["error"]["message"]
 
 
 def test_openenv_mcp_tool_client_sync(start_server, policy_server):
     server = start_server()
-    with MCPToolClient(base_url=server.url, message_timeout_s=300).sync() as env:
-        _check_result(env.call_tool("run_rollout", **_args(policy_server, detail="full")), policy_server)
+    [full] = _openenv_client(server, "sync", [{"call": "run_rollout", "arguments": _args(policy_server, detail="full")}])
+    _check_result(full["data"], policy_server)
 
 
 def test_sync_client_and_http_errors(start_server, policy_server):
@@ -141,11 +142,11 @@ async def test_full_queue_is_refused_at_once(start_server, policy_server):
             await env.run_rollout(**_args(policy_server))
         assert e.value.status == 429 and "server busy: 1 running, 0 queued" in e.value.message
         assert not first.done() and (await env.health())["rollouts_running"] == 1  # at once: not after waiting for the first
-        async with streamable_http_client(server.url + "/mcp") as (read, write, _):
+        async with streamable_http_client(server.url + "/mcp") as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 out = await session.call_tool("run_rollout", _args(policy_server))
-                assert out.isError and "server busy" in out.content[0].text
+                assert out.is_error and "server busy" in out.content[0].text
         assert (await first).error_kind == "agent_timeout"
 
 
@@ -204,7 +205,7 @@ async def test_mcp_client_that_goes_away_cancels_its_rollout(start_server, polic
     policy_server.policy.scripts["slow"] = [{"hang": 120}]
 
     async def call():
-        async with streamable_http_client(server.url + "/mcp") as (read, write, _):
+        async with streamable_http_client(server.url + "/mcp") as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 await session.call_tool("run_rollout", _args(policy_server, model="slow", agent_timeout_s=120))

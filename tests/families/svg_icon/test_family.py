@@ -139,14 +139,14 @@ async def test_through_the_server_references_come_only_from_its_reference_dir(st
         server = start_server(env={"HARNESS_ENV_JUDGE_BASE_URL": jsrv.base_url, "HARNESS_ENV_JUDGE_MODEL": "vl",
                                    "HARNESS_ENV_REFERENCE_DIR": str(refs)})
         args = {"instruction": "a red square", "base_url": policy_server.base_url, "model": "m", "task_family": "svg_icon"}
-        async with streamable_http_client(server.url + "/mcp") as (read, write, _):  # an agent's MCP call
+        async with streamable_http_client(server.url + "/mcp") as (read, write):  # an agent's MCP call
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 out = await session.call_tool("run_rollout", {**args, "family_options": {"reference_png": "square.png", "renderer": "resvg"}})
         async with AsyncHarnessEnv(server.url) as env:  # a trainer's client call
             with pytest.raises(HarnessEnvClientError) as e:
                 await env.run_rollout(**args, family_options={"reference_png": str(outside), "renderer": "resvg"})
-    assert not out.isError and out.structuredContent["reward"] == 0.8 and out.structuredContent["reward_source"] == "judge"
+    assert not out.is_error and out.structured_content["reward"] == 0.8 and out.structured_content["reward_source"] == "judge"
     assert judge.problems == [] and judge.calls == 1
     assert e.value.status == 422 and "HARNESS_ENV_REFERENCE_DIR" in e.value.message
 

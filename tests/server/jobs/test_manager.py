@@ -132,30 +132,30 @@ def test_cancel_running_and_queued_and_busy_refused_at_once(start_server, policy
 
 async def test_mcp_submit_rollout_and_get_rollout(start_server, policy_server) -> None:
     server = start_server()
-    async with streamable_http_client(server.url + "/mcp") as (read, write, _):
+    async with streamable_http_client(server.url + "/mcp") as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
             tools = {t.name: t for t in (await session.list_tools()).tools}
             assert {"submit_rollout", "get_rollout", "run_rollout"} <= set(tools)
-            assert "idempotency_key" in tools["submit_rollout"].inputSchema["properties"]
-            assert "detail" not in tools["submit_rollout"].inputSchema["properties"]
+            assert "idempotency_key" in tools["submit_rollout"].input_schema["properties"]
+            assert "detail" not in tools["submit_rollout"].input_schema["properties"]
             out = await session.call_tool("submit_rollout", {**args(policy_server, "mcp-a", QUICK), "idempotency_key": "m1"})
-            assert not out.isError and out.structuredContent["created"] is True
-            rid = out.structuredContent["rollout_id"]
+            assert not out.is_error and out.structured_content["created"] is True
+            rid = out.structured_content["rollout_id"]
             again = await session.call_tool("submit_rollout", {**args(policy_server, "mcp-a", QUICK), "idempotency_key": "m1"})
-            assert again.structuredContent["rollout_id"] == rid and again.structuredContent["created"] is False
+            assert again.structured_content["rollout_id"] == rid and again.structured_content["created"] is False
             job = await session.call_tool("get_rollout", {"rollout_id": rid, "wait_s": 30})
-            assert not job.isError and job.structuredContent["status"] == "finished" and job.structuredContent["summary"]["reward"] == 1.0
-            assert job.structuredContent["result"] is None and f"rollout {rid}: finished" in job.content[0].text
+            assert not job.is_error and job.structured_content["status"] == "finished" and job.structured_content["summary"]["reward"] == 1.0
+            assert job.structured_content["result"] is None and f"rollout {rid}: finished" in job.content[0].text
             # The whole result of a rollout whose summary run_rollout gave.
-            summary = (await session.call_tool("run_rollout", args(policy_server, "mcp-b", QUICK))).structuredContent
+            summary = (await session.call_tool("run_rollout", args(policy_server, "mcp-b", QUICK))).structured_content
             full = await session.call_tool("get_rollout", {"rollout_id": summary["rollout_id"], "detail": "full"})
-            assert full.structuredContent["result"]["rollout_id"] == summary["rollout_id"]
-            assert len(full.structuredContent["result"]["proxy_turns"]) == summary["model_calls"]
+            assert full.structured_content["result"]["rollout_id"] == summary["rollout_id"]
+            assert len(full.structured_content["result"]["proxy_turns"]) == summary["model_calls"]
             missing = await session.call_tool("get_rollout", {"rollout_id": "0123456789abcdef"})
-            assert missing.isError and "no rollout" in missing.content[0].text
+            assert missing.is_error and "no rollout" in missing.content[0].text
             bad = await session.call_tool("submit_rollout", {"instruction": "x", "endpoint": "nowhere"})
-            assert bad.isError and "unknown endpoint 'nowhere'" in bad.content[0].text
+            assert bad.is_error and "unknown endpoint 'nowhere'" in bad.content[0].text
 
     # OpenEnv's plain JSON-RPC face routes them too.
     def rpc(name: str, arguments: dict) -> dict:

@@ -12,8 +12,7 @@ import jsonschema
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server.fastmcp.exceptions import ToolError
-from openenv.core.mcp_client import MCPToolClient
+from mcp.server.mcpserver.exceptions import ToolError
 from websockets.sync.client import connect as ws_connect
 
 from harness_env.models import (
@@ -30,6 +29,7 @@ from harness_env.models import summary as models_summary
 from harness_env.models.summary import FINAL_TEXT_BYTES, MAX_FILES_SHOWN, MAX_NOTES, MAX_PHASES, clip, json_size
 from harness_env.server.mcp.rollout import rollout_args, run_rollout_output_schema
 from harness_env.server.mcp.tools import McpToolServer
+from tests import openenv_env
 from tests.fakes.policy import FakePolicy, FakePolicyServer
 from tests.server_process import ServerProcess
 
@@ -123,9 +123,9 @@ def test_detail_is_declared_once_checked_and_summary_by_default():
     assert str(e.value).count("\n") == 0 and "detail" in str(e.value) and "'summary' or 'full'" in str(e.value)
     tools = McpToolServer(service=None)
     listed = {t.name: t for t in asyncio.run(tools.mcp.list_tools())}["run_rollout"]
-    prop = listed.inputSchema["properties"]["detail"]
+    prop = listed.input_schema["properties"]["detail"]
     assert prop["default"] == "summary" and prop["enum"] == ["summary", "full"] and "16 KB" in prop["description"]
-    assert listed.outputSchema == json.loads(json.dumps(run_rollout_output_schema())) and listed.outputSchema["type"] == "object"
+    assert listed.output_schema == json.loads(json.dumps(run_rollout_output_schema())) and listed.output_schema["type"] == "object"
 
 
 def test_the_output_schema_holds_both_answers_and_tells_them_apart():
@@ -168,7 +168,8 @@ def mcp_answers(server, policy) -> dict[str, object]:
     """The same 40-turn rollout asked through the MCP SDK's client: by default, and in full."""
 
     async def call() -> dict[str, object]:
-        async with streamable_http_client(server.url + "/mcp") as (read, write, _):
+        # The SDK's client reads SSE events of up to 1 MiB unless told otherwise; a whole 40-turn result is more.
+        async with streamable_http_client(server.url + "/mcp", max_sse_event_size=None) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 return {"summary": await session.call_tool("run_rollout", _args(policy)),
@@ -180,8 +181,8 @@ def mcp_answers(server, policy) -> dict[str, object]:
 @SERVED
 def test_a_40_turn_rollout_summary_is_at_most_16_kb_over_mcp(mcp_answers):
     out = mcp_answers["summary"]
-    assert not out.isError, out.content
-    summary = out.structuredContent
+    assert not out.is_error, out.content
+    summary = out.structured_content
     assert summary["detail"] == "summary" and summary["error"] is None and summary["reward"] == 1.0
     assert summary["model_calls"] == TURNS and summary["tool_calls"] == TURNS - 1 and summary["harness"] == "whitebox"
     assert summary["prompt_tokens"] > 0 and summary["completion_tokens"] > 0 and summary["rollout_type"] == "train"
@@ -198,9 +199,9 @@ def test_a_40_turn_rollout_summary_is_at_most_16_kb_over_mcp(mcp_answers):
 @SERVED
 def test_detail_full_gives_the_whole_result_once(mcp_answers):
     out = mcp_answers["full"]
-    assert not out.isError, out.content
-    result = RolloutResult.model_validate(out.structuredContent)
-    assert "detail" not in out.structuredContent and len(result.proxy_turns) == TURNS and result.reward == 1.0
+    assert not out.is_error, out.content
+    result = RolloutResult.model_validate(out.structured_content)
+    assert "detail" not in out.structured_content and len(result.proxy_turns) == TURNS and result.reward == 1.0
     assert all(t.completion_token_ids and t.prompt_token_ids for t in result.proxy_turns)
     answer = out.model_dump_json(by_alias=True)
     assert answer.count("prompt_token_ids") == TURNS  # the turns once: not in the text a second time
@@ -211,26 +212,26 @@ def test_detail_full_gives_the_whole_result_once(mcp_answers):
 @SERVED
 def test_a_bad_detail_is_one_clear_tool_error(server, policy):
     async def call():
-        async with streamable_http_client(server.url + "/mcp") as (read, write, _):
+        async with streamable_http_client(server.url + "/mcp") as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 return await session.call_tool("run_rollout", _args(policy, detail="everything"))
 
     out = asyncio.run(call())
-    assert out.isError and "detail" in out.content[0].text and "summary" in out.content[0].text, out.content
+    assert out.is_error and "detail" in out.content[0].text and "summary" in out.content[0].text, out.content
     assert len(out.content[0].text) < 300
 
 
 @SERVED
-async def test_openenv_client_gets_the_summary_by_default_and_the_whole_result_when_asked(server, policy):
-    async with MCPToolClient(base_url=server.url, message_timeout_s=300) as env:
-        summary = await env.call_tool("run_rollout", **_args(policy))
-        assert summary["detail"] == "summary" and summary["reward"] == 1.0 and summary["model_calls"] == TURNS
-        assert max(_sizes(summary)) <= MAX_SUMMARY_BYTES
-        full = await env.call_tool("run_rollout", **_args(policy, detail="full"))
-        assert full["reward"] == 1.0 and len(full["proxy_turns"]) == TURNS
-        with pytest.raises(RuntimeError, match="detail"):
-            await env.call_tool("run_rollout", **_args(policy, detail="everything"))
+def test_openenv_client_gets_the_summary_by_default_and_the_whole_result_when_asked(server, policy):
+    steps = [{"call": "run_rollout", "arguments": _args(policy)}, {"call": "run_rollout", "arguments": _args(policy, detail="full")},
+             {"call": "run_rollout", "arguments": _args(policy, detail="everything")}]
+    summary, full, bad = openenv_env.check("mcp_client", {"base_url": server.url, "style": "async_with", "steps": steps})["results"]
+    summary, full = summary["data"], full["data"]
+    assert summary["detail"] == "summary" and summary["reward"] == 1.0 and summary["model_calls"] == TURNS
+    assert max(_sizes(summary)) <= MAX_SUMMARY_BYTES
+    assert full["reward"] == 1.0 and len(full["proxy_turns"]) == TURNS
+    assert bad["error"]["type"] == "RuntimeError" and "detail" in bad["error"]["message"]
 
 
 @SERVED
