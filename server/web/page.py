@@ -51,10 +51,10 @@ from harness_env.server.web.form import (
 from harness_env.server.web.render_text import md_cell
 from harness_env.server.web.result_area import ResultArea, reference_path, text_markdown
 from harness_env.server.web.rollouts import RolloutsView
+from harness_env.server.web.run_follow import follow, history_entry, outcome
 
 FILE_SLOTS = 8  # file rows the form offers (shown one by one with "Add file")
 HISTORY_LIMIT = 50  # rollouts kept per browser session
-TICK_S = 0.25  # how often the elapsed time refreshes while nothing else happens
 ACCORDIONS = {"limits": ("limits", True), "capture": ("capture", True), "reward": ("reward", False), "sandbox": ("sandbox limits", False)}
 
 
@@ -349,45 +349,13 @@ class WebPage:
         task = asyncio.create_task(self.service.run(prepared, on_event=events.put_nowait))
         self.running[session] = task
         log: list[str] = []
-        phase = "queued"
-        result: RolloutResult | None = None
-        cancelled = False
-        error = ""
         try:
             cleared = dict(zip(self._result_outputs, self.result.view(None)))
-            yield {**cleared, out["status"]: render.status_line("running", 0.0, phase), out["log"]: "",
+            yield {**cleared, out["status"]: render.status_line("running", 0.0, "queued"), out["log"]: "",
                    out["run"]: gr.update(interactive=False), out["cancel"]: gr.update(interactive=True)}
-            while True:
-                getter = asyncio.ensure_future(events.get())
-                await asyncio.wait({getter, task}, timeout=TICK_S, return_when=asyncio.FIRST_COMPLETED)
-                if getter.done():
-                    batch = [getter.result()]
-                else:
-                    getter.cancel()
-                    batch = []
-                while not events.empty():
-                    batch.append(events.get_nowait())
-                for ev in batch:
-                    log.append(render.log_line(ev))
-                    if ev.phase != "done":
-                        phase = ev.phase
-                state = "cancelling" if task.cancelling() and not task.done() else "running"
-                update: dict[Any, Any] = {out["status"]: render.status_line(state, time.monotonic() - t0, phase)}
-                if batch:
-                    update[out["log"]] = render.redact("\n".join(log), secrets)
-                if task.done() and events.empty():
-                    if batch:  # the last phases (collect, done) show before the result does
-                        yield update
-                    break
-                yield update
-            try:
-                result = task.result()
-            except asyncio.CancelledError:
-                cancelled = True
-            except HarnessEnvError as e:  # the server is busy
-                error = str(e)
-            if result is not None:
-                result = RolloutResult.model_validate(render.redact(result.model_dump(mode="json"), secrets))
+            async for status, shown_log in follow(task, events, log, secrets, t0):
+                yield {out["status"]: status, **({out["log"]: shown_log} if shown_log is not None else {})}
+            result, cancelled, error = outcome(task, secrets)
             wall = time.monotonic() - t0
             state = f"not run: {error}" if error else "cancelled" if cancelled or result is None else ended_status(result)
             if cancelled:
@@ -396,11 +364,7 @@ class WebPage:
             # The resolved, checked reference path stays in the server-side session state (gr.State).
             reference = reference_path(prepared.request.task_family, prepared.request.family_options)
             shown_log = render.redact("\n".join(log), secrets)
-            entry = {"id": key, "cancelled": cancelled, "result": result.model_dump(mode="json") if result else None,
-                     "reference_png": reference, "status": render.status_line(state, wall), "log": shown_log,
-                     "form": {k: v for k, v in form.items() if k != "api_key"},
-                     "row": render.history_row(len(history) + 1, result, form.get("harness") or "", result.wall_s if result else wall,
-                                               form.get("instruction") or (result.task_id if result else ""), cancelled)}
+            entry = history_entry(len(history) + 1, key, form, result, cancelled, render.status_line(state, wall), shown_log, reference, wall)
             history = ([*history, entry])[-HISTORY_LIMIT:]
             shown = await asyncio.to_thread(self.result.view, result, cancelled=cancelled, key=key, reference=reference)  # off the loop
             yield {
