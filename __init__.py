@@ -7,29 +7,9 @@ in only the wire types and httpx.
 
 from typing import Any
 
-from harness_env.models import (
-    CommandResult,
-    Endpoint,
-    PhaseEvent,
-    RolloutArgs,
-    RolloutRequest,
-    RolloutResult,
-    Task,
-    Turn,
-)
+from harness_env.models import CommandResult, Endpoint, PhaseEvent, RolloutArgs, RolloutRequest, RolloutResult, Task, Turn
 
-__all__ = [
-    "CommandResult",
-    "Endpoint",
-    "PhaseEvent",
-    "RolloutArgs",
-    "RolloutRequest",
-    "RolloutResult",
-    "Task",
-    "Turn",
-    "run_rollout",
-    "run_rollout_sync",
-]
+__all__ = ["CommandResult", "Endpoint", "PhaseEvent", "RolloutArgs", "RolloutRequest", "RolloutResult", "Task", "Turn", "run_rollout", "run_rollout_sync"]
 
 
 def __getattr__(name: str) -> Any:

@@ -31,8 +31,12 @@ EPILOG = """examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = CliParser(prog="harness-env", description="Run coding-agent harnesses on tasks and capture exact token trajectories.",
-                  epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CliParser(
+        prog="harness-env",
+        description="Run coding-agent harnesses on tasks and capture exact token trajectories.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"harness-env {package_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=CliParser)
 

@@ -100,15 +100,21 @@ def add_rollout_flags(run: argparse.ArgumentParser) -> None:
     from harness_env.models import HARNESS_OPTIONS, RolloutArgs, RolloutOptions, RolloutRequest, option_group
 
     models = harness_option_models()
-    endpoint = run.add_argument_group("endpoint", "the policy: --base-url and --model, or --endpoint (not needed for an agent "
-                                      "that calls no model, e.g. Harbor's oracle)")
+    endpoint = run.add_argument_group(
+        "endpoint", "the policy: --base-url and --model, or --endpoint (not needed for an agent that calls no model, e.g. Harbor's oracle)"
+    )
     args_fields = RolloutArgs.model_fields
-    endpoint.add_argument("--endpoint", choices=list(CATALOG), help="a catalog entry whose URL, model and key come from this "
-                          "process's environment, as on a server (vllm: VLLM_URL, VLLM_MODEL; openai: OPENAI_API_KEY, ...)")
+    endpoint.add_argument(
+        "--endpoint",
+        choices=list(CATALOG),
+        help="a catalog entry whose URL, model and key come from this "
+        "process's environment, as on a server (vllm: VLLM_URL, VLLM_MODEL; openai: OPENAI_API_KEY, ...)",
+    )
     endpoint.add_argument("--base-url", default="", help=args_fields["base_url"].description)
     endpoint.add_argument("--model", default="", help=args_fields["model"].description)
-    endpoint.add_argument("--wire-api", choices=list(get_args(args_fields["wire_api"].annotation)), default="chat",
-                          help=f"{args_fields['wire_api'].description} (default: chat)")
+    endpoint.add_argument(
+        "--wire-api", choices=list(get_args(args_fields["wire_api"].annotation)), default="chat", help=f"{args_fields['wire_api'].description} (default: chat)"
+    )
     key = endpoint.add_mutually_exclusive_group()
     key.add_argument("--api-key", help="upstream key (prefer --api-key-env: command lines are visible to other users)")
     key.add_argument("--api-key-env", help="name of an environment variable holding the upstream key")
@@ -120,12 +126,14 @@ def add_rollout_flags(run: argparse.ArgumentParser) -> None:
             continue
         spec = flag_spec(info)
         if name == "harness":
-            spec["help"] = (f"{info.description}: {', '.join(HARNESSES)} (default: {info.default}; a harness's own flags, or "
-                            "a task directory it claims, select it)")
+            spec["help"] = (
+                f"{info.description}: {', '.join(HARNESSES)} (default: {info.default}; a harness's own flags, or a task directory it claims, select it)"
+            )
         actions[name] = groups[option_group(info)].add_argument(flag_name(name), **spec)
     actions["disable_thinking"] = groups["capture"].add_argument("--disable-thinking", **flag_spec(RolloutRequest.model_fields["disable_thinking"]))
     actions["sandbox"] = groups["sandbox"].add_argument(
-        "--sandbox", metavar="NAME", help=f"{'|'.join(LOCAL_ISOLATION)}: the local sandbox's isolation (default auto: bubblewrap when available)")
+        "--sandbox", metavar="NAME", help=f"{'|'.join(LOCAL_ISOLATION)}: the local sandbox's isolation (default auto: bubblewrap when available)"
+    )
     for name, model in models:
         group = run.add_argument_group(f"{model.label or name} options (--harness {name})")
         for field, info in model.model_fields.items():

@@ -147,8 +147,14 @@ def catalog_endpoint(args: argparse.Namespace, api_key: str, agent_calls_model: 
     from harness_env.core.catalog import EndpointChoice, resolve_endpoint
     from harness_env.core.errors import InvalidRequestError
 
-    given = EndpointChoice(endpoint=args.endpoint or "", base_url=args.base_url or "", api_key=SecretStr(api_key), model=args.model or "",
-                           wire_api=args.wire_api, agent_calls_model=agent_calls_model)
+    given = EndpointChoice(
+        endpoint=args.endpoint or "",
+        base_url=args.base_url or "",
+        api_key=SecretStr(api_key),
+        model=args.model or "",
+        wire_api=args.wire_api,
+        agent_calls_model=agent_calls_model,
+    )
     try:
         return resolve_endpoint(given)[0]
     except InvalidRequestError as e:

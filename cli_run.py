@@ -25,17 +25,26 @@ def add_run_parser(sub: Any) -> None:
 
 def _add_run_flags(run: argparse.ArgumentParser) -> None:
     """The run command's flags: the task, the rollout's flags, the output."""
-    claims = "".join(f"; for harness {name}: {info.description}" for name, model in harness_option_models()
-                     for info in model.model_fields.values() if field_cli(info) == "--task")
+    claims = "".join(
+        f"; for harness {name}: {info.description}"
+        for name, model in harness_option_models()
+        for info in model.model_fields.values()
+        if field_cli(info) == "--task"
+    )
     task = run.add_argument_group("task")
-    task.add_argument("--task", required=True, help="task JSON file (instruction, setup, verify, files, task_id, metadata; "
-                      f"or a task family's record: task_family, prompt, ...){claims}")
+    task.add_argument(
+        "--task",
+        required=True,
+        help=f"task JSON file (instruction, setup, verify, files, task_id, metadata; or a task family's record: task_family, prompt, ...){claims}",
+    )
     add_rollout_flags(run)
     out = run.add_argument_group("output")
     out.add_argument("--out", help="write the result JSON to this file instead of stdout")
     out.add_argument("--compact", action="store_true", help="write the result compactly (each turn's new tokens once; read it with harness_env.storage.load)")
-    out.add_argument("--rows-out", help="also write the training rows (one per branch of the turn graph) as JSON lines to this file, "
-                     "in the layout of the export's rows table")
+    out.add_argument(
+        "--rows-out",
+        help="also write the training rows (one per branch of the turn graph) as JSON lines to this file, in the layout of the export's rows table",
+    )
     out.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 

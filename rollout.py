@@ -88,12 +88,14 @@ async def run_rollout(
     async with loopback_proxy() as (proxy, base_url, socket_path):
         if weight_version is not None:
             proxy.weights.update(version=weight_version)
-        return await execute(prepared, CaptureAccess(proxy, base_url, socket_path), on_event=on_event,
-                             sandbox_factory=sandbox_factory or LocalSandboxFactory(use_bwrap))
+        return await execute(
+            prepared, CaptureAccess(proxy, base_url, socket_path), on_event=on_event, sandbox_factory=sandbox_factory or LocalSandboxFactory(use_bwrap)
+        )
 
 
-def run_rollout_sync(request: RolloutRequest | dict, *, on_event: EventSink | None = None, use_bwrap: bool | None = None,
-                     weight_version: int | None = None) -> RolloutResult:
+def run_rollout_sync(
+    request: RolloutRequest | dict, *, on_event: EventSink | None = None, use_bwrap: bool | None = None, weight_version: int | None = None
+) -> RolloutResult:
     """The synchronous twin of `run_rollout` (runs its own event loop, uvloop when installed)."""
     run = run_rollout(request, on_event=on_event, use_bwrap=use_bwrap, weight_version=weight_version)
     try:
@@ -103,8 +105,9 @@ def run_rollout_sync(request: RolloutRequest | dict, *, on_event: EventSink | No
     return uvloop.run(run)
 
 
-async def run_many(requests: list[RolloutRequest | dict], *, concurrency: int = 8, use_bwrap: bool | None = None,
-                   weight_version: int | None = None) -> list[RolloutResult]:
+async def run_many(
+    requests: list[RolloutRequest | dict], *, concurrency: int = 8, use_bwrap: bool | None = None, weight_version: int | None = None
+) -> list[RolloutResult]:
     """Run rollouts in this process, `concurrency` at a time; results in request order. Bad input
     becomes a result with `error_kind: "invalid_request"` (a batch never raises midway).
     `weight_version`: as for run_rollout, the whole batch's."""
@@ -120,7 +123,8 @@ async def run_many(requests: list[RolloutRequest | dict], *, concurrency: int = 
     return list(await asyncio.gather(*(one(r) for r in requests)))
 
 
-def run_many_sync(requests: list[RolloutRequest | dict], *, concurrency: int = 8, use_bwrap: bool | None = None,
-                  weight_version: int | None = None) -> list[RolloutResult]:
+def run_many_sync(
+    requests: list[RolloutRequest | dict], *, concurrency: int = 8, use_bwrap: bool | None = None, weight_version: int | None = None
+) -> list[RolloutResult]:
     """The synchronous twin of `run_many` (e.g. the RunMany of client.trl's adapters)."""
     return asyncio.run(run_many(requests, concurrency=concurrency, use_bwrap=use_bwrap, weight_version=weight_version))

@@ -17,8 +17,22 @@ from harness_env.models import RolloutResult, Turn
 
 FORMAT = "harness-env.compact/1"
 # The training rows' one layout: `harness-env run --rows-out` and the export's `rows` table.
-ROW_COLUMNS = ("task_id", "attempt", "rollout_id", "branch", "turn_indices", "prompt_ids", "completion_ids", "loss_mask", "logprobs",
-               "reward", "trainable", "untrainable_reason", "mask_sample", "stale")
+ROW_COLUMNS = (
+    "task_id",
+    "attempt",
+    "rollout_id",
+    "branch",
+    "turn_indices",
+    "prompt_ids",
+    "completion_ids",
+    "loss_mask",
+    "logprobs",
+    "reward",
+    "trainable",
+    "untrainable_reason",
+    "mask_sample",
+    "stale",
+)
 
 
 def row_records(result: RolloutResult, *, task_id: str | None = None, attempt: int = 0) -> list[dict[str, Any]]:
@@ -29,11 +43,24 @@ def row_records(result: RolloutResult, *, task_id: str | None = None, attempt: i
     out = []
     for row in result.training_rows():
         p = row.prompt_length
-        out.append({"task_id": result.task_id if task_id is None else task_id, "attempt": attempt, "rollout_id": result.rollout_id,
-                    "branch": row.branch, "turn_indices": row.turn_indices, "prompt_ids": row.token_ids[:p],
-                    "completion_ids": row.token_ids[p:], "loss_mask": row.loss_mask[p:], "logprobs": row.logprobs[p:],
-                    "reward": row.reward, "trainable": row.trainable, "untrainable_reason": row.untrainable_reason,
-                    "mask_sample": result.mask_sample, "stale": row.stale})
+        out.append(
+            {
+                "task_id": result.task_id if task_id is None else task_id,
+                "attempt": attempt,
+                "rollout_id": result.rollout_id,
+                "branch": row.branch,
+                "turn_indices": row.turn_indices,
+                "prompt_ids": row.token_ids[:p],
+                "completion_ids": row.token_ids[p:],
+                "loss_mask": row.loss_mask[p:],
+                "logprobs": row.logprobs[p:],
+                "reward": row.reward,
+                "trainable": row.trainable,
+                "untrainable_reason": row.untrainable_reason,
+                "mask_sample": result.mask_sample,
+                "stale": row.stale,
+            }
+        )
     return out
 
 

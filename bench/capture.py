@@ -52,11 +52,23 @@ def conversation(turns: int, seed: int = 0) -> RolloutResult:
     for i in range(turns):
         completion = ids(COMPLETION_TOKENS)
         call = {"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": "ls -la " + "x" * 40})}}
-        out.append(Turn(index=i, prompt_token_ids=list(prompt), completion_token_ids=completion,
-                        per_token_logps=[-rng.random() for _ in completion], upstream_status=200, capture_level="tokens",
-                        request_messages=list(messages), tool_calls=[call], completion_text="thinking " * 20))
-        messages = messages + [{"role": "assistant", "content": "thinking " * 20, "tool_calls": [call]},
-                               {"role": "tool", "tool_call_id": f"call_{i}", "content": "output line\n" * 100}]
+        out.append(
+            Turn(
+                index=i,
+                prompt_token_ids=list(prompt),
+                completion_token_ids=completion,
+                per_token_logps=[-rng.random() for _ in completion],
+                upstream_status=200,
+                capture_level="tokens",
+                request_messages=list(messages),
+                tool_calls=[call],
+                completion_text="thinking " * 20,
+            )
+        )
+        messages = messages + [
+            {"role": "assistant", "content": "thinking " * 20, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": "output line\n" * 100},
+        ]
         prompt = prompt + completion + ids(TOOL_TOKENS)
     return RolloutResult(proxy_turns=out, reward=1.0)
 
@@ -78,8 +90,7 @@ def measure(turns: int, repeats: int) -> dict[str, float]:
     packed = pack(fresh)
     compact = len(json.dumps(packed, separators=(",", ":")).encode())
     assert unpack(packed) == fresh, "compact storage must round-trip exactly"
-    return {"turns": turns, "rows_ms": statistics.median(times) * 1000, "peak_mb": peak / 2**20,
-            "whole_mb": whole / 2**20, "compact_mb": compact / 2**20}
+    return {"turns": turns, "rows_ms": statistics.median(times) * 1000, "peak_mb": peak / 2**20, "whole_mb": whole / 2**20, "compact_mb": compact / 2**20}
 
 
 def wire_calls(turns: int, first_prompt: int, seed: int = 1) -> list[tuple[bytes, bytes]]:
@@ -94,14 +105,28 @@ def wire_calls(turns: int, first_prompt: int, seed: int = 1) -> list[tuple[bytes
         completion = ids(COMPLETION_TOKENS)
         call = {"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": "ls " + "x" * 580})}}
         request = dumps({"model": "m", "messages": messages, "tools": [{"type": "function", "function": {"name": "bash"}}], "stream": False})
-        answer = dumps({"id": f"chatcmpl-{i}", "object": "chat.completion", "prompt_token_ids": prompt,
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [call]}, "finish_reason": "tool_calls",
-                                     "token_ids": completion,
-                                     "logprobs": {"content": [{"token": "t", "logprob": -rng.random(), "top_logprobs": []} for _ in completion]}}],
-                        "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(completion)}})
+        answer = dumps(
+            {
+                "id": f"chatcmpl-{i}",
+                "object": "chat.completion",
+                "prompt_token_ids": prompt,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                        "finish_reason": "tool_calls",
+                        "token_ids": completion,
+                        "logprobs": {"content": [{"token": "t", "logprob": -rng.random(), "top_logprobs": []} for _ in completion]},
+                    }
+                ],
+                "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(completion)},
+            }
+        )
         calls.append((request, answer))
-        messages = messages + [{"role": "assistant", "content": None, "tool_calls": [call]},
-                               {"role": "tool", "tool_call_id": call["id"], "content": "output line\n" * 100}]
+        messages = messages + [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": "output line\n" * 100},
+        ]
         prompt = prompt + completion + ids(TOOL_TOKENS)
     return calls
 
@@ -123,9 +148,18 @@ def record_lists(held: list[Turn], i: int, request: bytes, answer: bytes) -> Non
     body = fastjson.loads(request)
     parsed = fastjson.loads(answer)
     choice = parsed["choices"][0]
-    held.append(Turn(index=i, request_messages=body["messages"], request_tools=body["tools"], upstream_status=200,
-                     prompt_token_ids=parsed["prompt_token_ids"], completion_token_ids=choice["token_ids"],
-                     per_token_logps=[float(c["logprob"]) for c in choice["logprobs"]["content"]], capture_level="tokens"))
+    held.append(
+        Turn(
+            index=i,
+            request_messages=body["messages"],
+            request_tools=body["tools"],
+            upstream_status=200,
+            prompt_token_ids=parsed["prompt_token_ids"],
+            completion_token_ids=choice["token_ids"],
+            per_token_logps=[float(c["logprob"]) for c in choice["logprobs"]["content"]],
+            capture_level="tokens",
+        )
+    )
 
 
 def held(calls: list[tuple[bytes, bytes]], record: Callable[[int, bytes, bytes], None]) -> tuple[int, float]:
@@ -155,11 +189,14 @@ def memory(turns: int, first_prompt: int) -> None:
     t0 = time.perf_counter()
     wire = session.sorted_turns()
     build_s = time.perf_counter() - t0
-    assert [(t.prompt_token_ids, t.completion_token_ids, t.per_token_logps) for t in wire] == \
-        [(t.prompt_token_ids, t.completion_token_ids, t.per_token_logps) for t in lists[:turns]], "packed turns must give the same lists"
+    assert [(t.prompt_token_ids, t.completion_token_ids, t.per_token_logps) for t in wire] == [
+        (t.prompt_token_ids, t.completion_token_ids, t.per_token_logps) for t in lists[:turns]
+    ], "packed turns must give the same lists"
     last = len(fastjson.loads(calls[-1][1])["prompt_token_ids"])
-    print(f"Memory while a rollout runs: {turns} turns, prompts {first_prompt:,} -> {last:,} tokens, {captured:,} captured tokens "
-          f"(prompt + completion over all turns)")
+    print(
+        f"Memory while a rollout runs: {turns} turns, prompts {first_prompt:,} -> {last:,} tokens, {captured:,} captured tokens "
+        f"(prompt + completion over all turns)"
+    )
     print(f"{'held as':<34}{'MB held':>9}{'bytes/captured token':>22}{'CPU per recorded turn':>23}")
     for name, size, cpu in (("lists (before)", lists_bytes, lists_s), ("packed, shared prefixes (now)", packed_bytes, packed_s)):
         print(f"{name:<34}{size / 2**20:>9.2f}{size / captured:>22.3f}{cpu * 1000:>20.3f} ms")
@@ -167,11 +204,15 @@ def memory(turns: int, first_prompt: int) -> None:
     pieces = {id(p): len(p) for t in session.turns if t.prompt is not None for p in t.prompt.pieces}
     arrays = sum(t.completion.itemsize * len(t.completion) + t.logps.itemsize * len(t.logps) for t in session.turns)
     tokens_only = sum(pieces.values()) + arrays
-    print(f"packed: the token storage alone (prompt id text, completion id and logprob arrays) {tokens_only / 2**20:.2f} MB, "
-          f"{tokens_only / captured:.3f} bytes per captured token, {tokens_only / unique:.2f} per distinct token; "
-          f"everything held (the history too) {packed_bytes / unique:.2f} bytes per distinct token ({unique:,})")
-    print(f"lists/packed: memory x{lists_bytes / packed_bytes:.1f}, CPU per turn x{lists_s / packed_s:.2f}; "
-          f"the wire's Turns for the result made in {build_s * 1000:.0f} ms\n")
+    print(
+        f"packed: the token storage alone (prompt id text, completion id and logprob arrays) {tokens_only / 2**20:.2f} MB, "
+        f"{tokens_only / captured:.3f} bytes per captured token, {tokens_only / unique:.2f} per distinct token; "
+        f"everything held (the history too) {packed_bytes / unique:.2f} bytes per distinct token ({unique:,})"
+    )
+    print(
+        f"lists/packed: memory x{lists_bytes / packed_bytes:.1f}, CPU per turn x{lists_s / packed_s:.2f}; "
+        f"the wire's Turns for the result made in {build_s * 1000:.0f} ms\n"
+    )
 
 
 def main() -> None:
@@ -185,12 +226,16 @@ def main() -> None:
     rows = [measure(int(n), args.repeats) for n in args.turns.split(",")]
     print(f"{'turns':>6} {'graph+rows ms':>14} {'peak MB':>8} {'whole MB':>9} {'compact MB':>11} {'whole/compact':>14}")
     for r in rows:
-        print(f"{r['turns']:>6} {r['rows_ms']:>14.2f} {r['peak_mb']:>8.2f} {r['whole_mb']:>9.2f} {r['compact_mb']:>11.3f} "
-              f"{r['whole_mb'] / r['compact_mb']:>14.1f}")
+        print(
+            f"{r['turns']:>6} {r['rows_ms']:>14.2f} {r['peak_mb']:>8.2f} {r['whole_mb']:>9.2f} {r['compact_mb']:>11.3f} "
+            f"{r['whole_mb'] / r['compact_mb']:>14.1f}"
+        )
     for a, b in zip(rows, rows[1:]):
         k = b["turns"] / a["turns"]
-        print(f"{a['turns']}->{b['turns']} turns (x{k:g}): whole x{b['whole_mb'] / a['whole_mb']:.2f}, compact x{b['compact_mb'] / a['compact_mb']:.2f}, "
-              f"graph+rows time x{b['rows_ms'] / a['rows_ms']:.2f}")
+        print(
+            f"{a['turns']}->{b['turns']} turns (x{k:g}): whole x{b['whole_mb'] / a['whole_mb']:.2f}, compact x{b['compact_mb'] / a['compact_mb']:.2f}, "
+            f"graph+rows time x{b['rows_ms'] / a['rows_ms']:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -157,8 +157,16 @@ async def run_level(server: ServerProcess, idle: ServerProcess, policy_url: str,
         for _ in range(n):
             tag = uuid.uuid4().hex[:10]
             tags.append(tag)
-            bodies.append({"harness": harness, "instruction": instruction(tag, a.prompt_kb), "base_url": policy_url, "model": "m",
-                           "verify": [f"test $(wc -l < steps.txt) -eq {a.calls - 1}"], "agent_timeout_s": a.agent_timeout})
+            bodies.append(
+                {
+                    "harness": harness,
+                    "instruction": instruction(tag, a.prompt_kb),
+                    "base_url": policy_url,
+                    "model": "m",
+                    "verify": [f"test $(wc -l < steps.txt) -eq {a.calls - 1}"],
+                    "agent_timeout_s": a.agent_timeout,
+                }
+            )
         load0 = os.getloadavg()[0]
         cpu0 = cpu_seconds(proc)
         with TreeSampler(proc.pid) as sampler:
@@ -194,36 +202,51 @@ async def run_level(server: ServerProcess, idle: ServerProcess, policy_url: str,
         result_bytes.append(len(json.dumps(res)))
     ok = kinds.pop("ok", 0)
     return {
-        "harness": harness, "n": n, "ok": ok, "failed": dict(kinds), "makespan_s": makespan,
-        "per_min": 60 * ok / makespan, "ideal_per_min": 60 * n / ideal_s,
-        "overhead_p50": pct(overhead, 0.5), "overhead_p99": pct(overhead, 0.99),
-        "first_call_p50": pct(first_call, 0.5), "first_call_p99": pct(first_call, 0.99),
-        "server_rss_mb": sampler.server_peak / 2**20, "server_cpu_s": cpu1[0] - cpu0[0],
+        "harness": harness,
+        "n": n,
+        "ok": ok,
+        "failed": dict(kinds),
+        "makespan_s": makespan,
+        "per_min": 60 * ok / makespan,
+        "ideal_per_min": 60 * n / ideal_s,
+        "overhead_p50": pct(overhead, 0.5),
+        "overhead_p99": pct(overhead, 0.99),
+        "first_call_p50": pct(first_call, 0.5),
+        "first_call_p99": pct(first_call, 0.99),
+        "server_rss_mb": sampler.server_peak / 2**20,
+        "server_cpu_s": cpu1[0] - cpu0[0],
         "tree_rss_per_mb": max(0, sampler.tree_peak - sampler.server_peak) / 2**20 / n,
         # Processes the server reaped count in its children's times; those reaped elsewhere (a
         # sandbox's own init) only as last sampled: the larger of the two is the nearer.
         "cpu_per_rollout_s": (cpu1[0] - cpu0[0] + max(cpu1[1] - cpu1[0] - cpu0[1] + cpu0[0], sum(sampler.child_cpu.values()))) / n,
-        "lag_p50_ms": 1000 * bucket_quantile(before, after, 0.5), "lag_p99_ms": 1000 * bucket_quantile(before, after, 0.99),
+        "lag_p50_ms": 1000 * bucket_quantile(before, after, 0.5),
+        "lag_p99_ms": 1000 * bucket_quantile(before, after, 0.99),
         # The same measure in a server with nothing to do, over the same time: the machine's share.
         "idle_lag_p99_ms": 1000 * bucket_quantile(idle_before, idle_after, 0.99),
-        "proxy_extra_p50_ms": 1000 * pct(extra, 0.5), "proxy_extra_p99_ms": 1000 * pct(extra, 0.99),
+        "proxy_extra_p50_ms": 1000 * pct(extra, 0.5),
+        "proxy_extra_p99_ms": 1000 * pct(extra, 0.99),
         "result_kb": statistics.mean(result_bytes) / 1024 if result_bytes else float("nan"),
-        "load": (load0, load1), "examples": examples,
+        "load": (load0, load1),
+        "examples": examples,
     }
 
 
-HEADER = ("| harness | N | ok | failed | rollouts/min (ideal) | overhead p50/p99 s | first call p50/p99 s | server RSS MB | server CPU s "
-          "| per rollout: RSS MB, CPU s | loop lag p50/p99 ms (idle server p99) | proxy +ms p50/p99 | load 1m |")
+HEADER = (
+    "| harness | N | ok | failed | rollouts/min (ideal) | overhead p50/p99 s | first call p50/p99 s | server RSS MB | server CPU s "
+    "| per rollout: RSS MB, CPU s | loop lag p50/p99 ms (idle server p99) | proxy +ms p50/p99 | load 1m |"
+)
 
 
 def row(r: dict) -> str:
     failed = ", ".join(f"{k} {v}" for k, v in sorted(r["failed"].items())) or "0"
-    return (f"| {r['harness']} | {r['n']} | {r['ok']} | {failed} | {r['per_min']:.0f} ({r['ideal_per_min']:.0f}) "
-            f"| {r['overhead_p50']:.1f} / {r['overhead_p99']:.1f} | {r['first_call_p50']:.1f} / {r['first_call_p99']:.1f} "
-            f"| {r['server_rss_mb']:.0f} | {r['server_cpu_s']:.0f} | {r['tree_rss_per_mb']:.1f}, {r['cpu_per_rollout_s']:.2f} "
-            f"| {r['lag_p50_ms']:.1f} / {r['lag_p99_ms']:.1f} ({r.get('idle_lag_p99_ms', float('nan')):.1f}) "
-            f"| {r['proxy_extra_p50_ms']:.0f} / {r['proxy_extra_p99_ms']:.0f} "
-            f"| {r['load'][0]:.1f} -> {r['load'][1]:.1f} |")
+    return (
+        f"| {r['harness']} | {r['n']} | {r['ok']} | {failed} | {r['per_min']:.0f} ({r['ideal_per_min']:.0f}) "
+        f"| {r['overhead_p50']:.1f} / {r['overhead_p99']:.1f} | {r['first_call_p50']:.1f} / {r['first_call_p99']:.1f} "
+        f"| {r['server_rss_mb']:.0f} | {r['server_cpu_s']:.0f} | {r['tree_rss_per_mb']:.1f}, {r['cpu_per_rollout_s']:.2f} "
+        f"| {r['lag_p50_ms']:.1f} / {r['lag_p99_ms']:.1f} ({r.get('idle_lag_p99_ms', float('nan')):.1f}) "
+        f"| {r['proxy_extra_p50_ms']:.0f} / {r['proxy_extra_p99_ms']:.0f} "
+        f"| {r['load'][0]:.1f} -> {r['load'][1]:.1f} |"
+    )
 
 
 async def main() -> int:
@@ -241,8 +264,7 @@ async def main() -> int:
         ap.error("--calls must be at least 1 and --delay at least 0")
     plan = [(h, [int(x) for x in getattr(a, h).split(",") if x]) for h in ("whitebox", "pi", "opencode")]
     top = max((n for _, ns in plan for n in ns), default=1)
-    print(f"D={a.delay}s T={a.calls} prompt~{a.prompt_kb}KB cpus={os.cpu_count()} serve flags: {' '.join(a.serve_args) or '(defaults)'}",
-          flush=True)
+    print(f"D={a.delay}s T={a.calls} prompt~{a.prompt_kb}KB cpus={os.cpu_count()} serve flags: {' '.join(a.serve_args) or '(defaults)'}", flush=True)
     rows = []
     with scripted_policy(script(a.calls), delay_s=a.delay) as policy_url:
         # One directory for everything the two servers keep (sandboxes, logs, job stores), removed after.

@@ -34,10 +34,12 @@ SCRIPT = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
 async def group(base_url: str, n: int, shared: bool) -> tuple[float, int]:
     """Wall seconds of a group of `n`, and how many members ran setup themselves."""
     nonce = uuid.uuid4().hex[:8]  # a group of its own: never one a former round saved
-    task = Task(instruction="Create hello.txt containing hello.", setup=[f": {nonce}", "python3 -m venv .venv"],
-                verify=["grep -qx hello hello.txt", ".venv/bin/pip --version"])
-    req = RolloutRequest(task=task, endpoint=Endpoint(base_url=base_url, model="m"), harness="whitebox", agent_timeout_s=120,
-                         setup_timeout_s=600)
+    task = Task(
+        instruction="Create hello.txt containing hello.",
+        setup=[f": {nonce}", "python3 -m venv .venv"],
+        verify=["grep -qx hello hello.txt", ".venv/bin/pip --version"],
+    )
+    req = RolloutRequest(task=task, endpoint=Endpoint(base_url=base_url, model="m"), harness="whitebox", agent_timeout_s=120, setup_timeout_s=600)
     factory = LocalSandboxFactory(setup_layers=SetupLayers.from_env() if shared else None)
     started = time.monotonic()
     results = await asyncio.gather(*(run_rollout(req, sandbox_factory=factory) for _ in range(n)))

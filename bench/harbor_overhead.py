@@ -31,10 +31,15 @@ async def main() -> int:
     args = ap.parse_args()
     with scripted_policy([{"bash": "echo hello > /app/hello.txt; echo hello > hello.txt"}, {"text": "done"}]) as url:
         endpoint = Endpoint(base_url=url, model="m")
-        native = RolloutRequest(task=Task(instruction="Create hello.txt containing hello.", verify=["grep -qx hello hello.txt"]),
-                                endpoint=endpoint, harness="pi")
-        harbor = RolloutRequest(task=Task(instruction="Create /app/hello.txt containing hello.", verify=["grep -qx hello /app/hello.txt"]),
-                                endpoint=endpoint, harness="harbor", harbor={"agent": "pi"})
+        native = RolloutRequest(
+            task=Task(instruction="Create hello.txt containing hello.", verify=["grep -qx hello hello.txt"]), endpoint=endpoint, harness="pi"
+        )
+        harbor = RolloutRequest(
+            task=Task(instruction="Create /app/hello.txt containing hello.", verify=["grep -qx hello /app/hello.txt"]),
+            endpoint=endpoint,
+            harness="harbor",
+            harbor={"agent": "pi"},
+        )
         t = time.perf_counter()
         first = await run_rollout(harbor)
         first_s = time.perf_counter() - t

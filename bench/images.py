@@ -75,10 +75,11 @@ async def main() -> None:
         cached, host = statistics.median(walls[True]), statistics.median(walls[False])
         print(f"{os.cpu_count()} CPUs; image of {size / 1e6:.1f} MB ({len(PROGRAMS) + 1} programs and their libraries)")
         print(f"first pull + unpack into the cache: {pull:.2f} s")
-        print(f"sandbox start + one command + close, median of {args.repeats}: cached image {cached:.3f} s, host root {host:.3f} s, "
-              f"ratio {cached / host:.2f}")
-        print(f"disk per rollout (its directory and writable layer): {statistics.median(layers) / 1e3:.1f} kB; "
-              f"the image's {size / 1e6:.1f} MB is one copy for all")
+        print(f"sandbox start + one command + close, median of {args.repeats}: cached image {cached:.3f} s, host root {host:.3f} s, ratio {cached / host:.2f}")
+        print(
+            f"disk per rollout (its directory and writable layer): {statistics.median(layers) / 1e3:.1f} kB; "
+            f"the image's {size / 1e6:.1f} MB is one copy for all"
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

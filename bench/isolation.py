@@ -58,8 +58,10 @@ async def main() -> None:
                     for network in ("open", "proxy_only"):
                         walls[network].append(await one(base_url, harness, network))
                 o, p = statistics.median(walls["open"]), statistics.median(walls["proxy_only"])
-                print(f"{harness:10} {o:8.4f} {p:13.4f} {p / o:7.3f}   (open {min(walls["open"]):.3f}-{max(walls["open"]):.3f}, "
-                      f"proxy_only {min(walls["proxy_only"]):.3f}-{max(walls["proxy_only"]):.3f})")
+                print(
+                    f"{harness:10} {o:8.4f} {p:13.4f} {p / o:7.3f}   (open {min(walls['open']):.3f}-{max(walls['open']):.3f}, "
+                    f"proxy_only {min(walls['proxy_only']):.3f}-{max(walls['proxy_only']):.3f})"
+                )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -243,19 +243,40 @@ def _request(api: str, stream: bool, shape: Shape, prompt_bytes: int) -> tuple[s
     first line)."""
     prompt = json.dumps(shape) + "\n" + "hi " * max(50, prompt_bytes // 3)
     if api == "responses":
-        path, body = "/responses", {"model": "m", "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}],
-                                    "tools": [{"type": "function", "name": "bash", "parameters": {"type": "object", "properties": {}}}],
-                                    "stream": stream, "store": False}
+        path, body = (
+            "/responses",
+            {
+                "model": "m",
+                "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}],
+                "tools": [{"type": "function", "name": "bash", "parameters": {"type": "object", "properties": {}}}],
+                "stream": stream,
+                "store": False,
+            },
+        )
     elif api == "gemini":
-        path, body = "/models/m:" + ("streamGenerateContent?alt=sse" if stream else "generateContent"), {
-            "contents": [{"role": "user", "parts": [{"text": prompt}]}],
-            "tools": [{"functionDeclarations": [{"name": "bash", "parametersJsonSchema": {"type": "object", "properties": {}}}]}]}
+        path, body = (
+            "/models/m:" + ("streamGenerateContent?alt=sse" if stream else "generateContent"),
+            {
+                "contents": [{"role": "user", "parts": [{"text": prompt}]}],
+                "tools": [{"functionDeclarations": [{"name": "bash", "parametersJsonSchema": {"type": "object", "properties": {}}}]}],
+            },
+        )
     elif api == "messages":
-        path, body = "/messages", {"model": "m", "max_tokens": 1024, "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}],
-                                   "tools": [{"name": "bash", "input_schema": {"type": "object", "properties": {}}}], "stream": stream}
+        path, body = (
+            "/messages",
+            {
+                "model": "m",
+                "max_tokens": 1024,
+                "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}],
+                "tools": [{"name": "bash", "input_schema": {"type": "object", "properties": {}}}],
+                "stream": stream,
+            },
+        )
     else:
-        path, body = "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": prompt}],
-                                           "tools": [{"type": "function", "function": {"name": "bash"}}], "stream": stream}
+        path, body = (
+            "/chat/completions",
+            {"model": "m", "messages": [{"role": "user", "content": prompt}], "tools": [{"type": "function", "function": {"name": "bash"}}], "stream": stream},
+        )
     return path, json.dumps(body).encode()  # encoded once: the load generator's own cost stays small
 
 
@@ -276,8 +297,17 @@ async def _call(client: aiohttp.ClientSession, url: str, key: str, path: str, bo
 Target = tuple[str, list[str], str, int | None]  # base URL, keys (round robin), dialect, pid whose CPU is counted
 
 
-async def _measure(targets: dict[str, Target], *, stream: bool, concurrency: int, n: int, shape: Shape = (0.0, 0, 0.0, 0), prompt_bytes: int = 0,
-                   bodies: dict[str, tuple[str, bytes]] | None = None, rounds: int = 4) -> dict[str, dict[str, float]]:
+async def _measure(
+    targets: dict[str, Target],
+    *,
+    stream: bool,
+    concurrency: int,
+    n: int,
+    shape: Shape = (0.0, 0, 0.0, 0),
+    prompt_bytes: int = 0,
+    bodies: dict[str, tuple[str, bytes]] | None = None,
+    rounds: int = 4,
+) -> dict[str, dict[str, float]]:
     """Interleave the targets' rounds; per target: p50/p99 latency, p50 TTFT, calls/s, and the CPU
     its process used per call during its own rounds. `bodies`: each target's path and body, if not
     the modelled engine's `_request`."""
@@ -344,8 +374,12 @@ def _check(value: float, op: str, bound: float) -> bool:
 async def _start_proxy(procs: list[subprocess.Popen], tree: str, upstream: str, sessions: int, model: str, profile: list[str]) -> Target:
     """The capture proxy (transparent_proxy, `sessions` open) in a process of its own, relaying to `upstream`."""
     port = _free_port()
-    px = subprocess.Popen([sys.executable, "-c", PROXY, str(port), upstream, str(sessions), model, *profile],
-                          env={**os.environ, "PYTHONPATH": tree}, stdout=subprocess.PIPE, text=True)
+    px = subprocess.Popen(
+        [sys.executable, "-c", PROXY, str(port), upstream, str(sessions), model, *profile],
+        env={**os.environ, "PYTHONPATH": tree},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     procs.append(px)
     keys = px.stdout.readline().split()  # type: ignore[union-attr]
     await _wait_up(f"http://127.0.0.1:{port}/")
@@ -376,8 +410,10 @@ def _vllm_bodies(model: str, stream: bool) -> dict[str, tuple[str, bytes]]:
     """The same call both ways; direct, it asks vLLM for what the proxy adds to the proxied one
     (logprobs and return_token_ids; top_logprobs 0 is not sent)."""
     body = {"model": model, "messages": [{"role": "user", "content": VLLM_PROMPT}], "max_tokens": VLLM_MAX_TOKENS, "temperature": 0, "stream": stream}
-    return {"direct": ("/chat/completions", json.dumps({**body, "logprobs": True, "return_token_ids": True}).encode()),
-            "proxy": ("/chat/completions", json.dumps(body).encode())}
+    return {
+        "direct": ("/chat/completions", json.dumps({**body, "logprobs": True, "return_token_ids": True}).encode()),
+        "proxy": ("/chat/completions", json.dumps(body).encode()),
+    }
 
 
 async def _vllm_cases(args: argparse.Namespace, procs: list[subprocess.Popen], figures: dict[str, dict]) -> None:
@@ -392,18 +428,27 @@ async def _vllm_cases(args: argparse.Namespace, procs: list[subprocess.Popen], f
                 n = args.vllm_rounds * (3 if conc == 1 else 2 * conc)
                 m = await _measure(targets, stream=stream, concurrency=conc, n=n, bodies=_vllm_bodies(model, stream), rounds=args.vllm_rounds)
                 _row(figures, "vllm proxy", _label("vllm: added latency, " + ("stream" if stream else "non-stream"), stream, conc), m["direct"], m["proxy"])
-        print(f"\nvllm proxy: peak RSS {_peak_rss_mb(proxy[3]):.0f} MB; {VLLM_MAX_TOKENS} tokens per call from {base_url} "
-              "(shared: other work may call this engine too)")
+        print(
+            f"\nvllm proxy: peak RSS {_peak_rss_mb(proxy[3]):.0f} MB; {VLLM_MAX_TOKENS} tokens per call from {base_url} "
+            "(shared: other work may call this engine too)"
+        )
 
 
 def _row(figures: dict[str, dict], name: str, label: str, d: dict[str, float], p: dict[str, float]) -> None:
     """A proxied target's figures against the direct ones of the same rounds: kept and printed."""
     f = figures.setdefault(name, {})[label] = {
-        "direct": d, "proxy": p, "added_p50_ms": p["p50_ms"] - d["p50_ms"], "added_p99_ms": p["p99_ms"] - d["p99_ms"],
-        "ttft_ratio": p["ttft_p50_ms"] / d["ttft_p50_ms"], "throughput_ratio": p["rps"] / d["rps"],
-        "cpu_ms_per_call": p["cpu_ms_per_call"]}
-    print(f"{label:<50}{name:<16}{p['p50_ms']:>7.2f}ms{f['added_p50_ms']:>9.2f}ms{f['added_p99_ms']:>9.2f}ms"
-          f"{f['ttft_ratio']:>8.3f}{f['throughput_ratio']:>8.3f}{p['cpu_ms_per_call']:>8.2f}ms{d['cpu_ms_per_call']:>17.2f}ms")
+        "direct": d,
+        "proxy": p,
+        "added_p50_ms": p["p50_ms"] - d["p50_ms"],
+        "added_p99_ms": p["p99_ms"] - d["p99_ms"],
+        "ttft_ratio": p["ttft_p50_ms"] / d["ttft_p50_ms"],
+        "throughput_ratio": p["rps"] / d["rps"],
+        "cpu_ms_per_call": p["cpu_ms_per_call"],
+    }
+    print(
+        f"{label:<50}{name:<16}{p['p50_ms']:>7.2f}ms{f['added_p50_ms']:>9.2f}ms{f['added_p99_ms']:>9.2f}ms"
+        f"{f['ttft_ratio']:>8.3f}{f['throughput_ratio']:>8.3f}{p['cpu_ms_per_call']:>8.2f}ms{d['cpu_ms_per_call']:>17.2f}ms"
+    )
 
 
 async def main() -> int:
@@ -487,14 +532,14 @@ async def main() -> int:
         if args.only:
             cases = [c for c in cases if args.only in _label(c[0], c[1], c[2])]
         figures: dict[str, dict] = {}
-        print(f"{'case':<50}{'target':<16}{'p50':>9}{'added p50':>11}{'added p99':>11}{'ttft x':>8}{'rps x':>8}{'cpu/call':>10}"
-              f"{'upstream cpu/call':>19}")
+        print(f"{'case':<50}{'target':<16}{'p50':>9}{'added p50':>11}{'added p99':>11}{'ttft x':>8}{'rps x':>8}{'cpu/call':>10}{'upstream cpu/call':>19}")
         for title, stream, conc, shape, api, sessions, pbytes in cases:
             # The upstream's CPU per call in the direct rounds: what serving the same bytes costs a
             # minimal ASGI app, a floor for a relay that must also read them.
             targets: dict[str, Target] = {"direct": (upstream, ["sk-bench"], "chat", procs[0].pid)}
-            targets.update({name: (url, keys[:sessions], api, pid) for name, (url, keys, _, pid) in proxies.items()
-                            if api == "chat" or name != "bare relay"})  # the bare relay speaks only chat completions
+            targets.update(
+                {name: (url, keys[:sessions], api, pid) for name, (url, keys, _, pid) in proxies.items() if api == "chat" or name != "bare relay"}
+            )  # the bare relay speaks only chat completions
             n = args.requests if conc > 1 else max(100, args.requests // 2)
             m = await _measure(targets, stream=stream, concurrency=conc, n=n, shape=shape, prompt_bytes=pbytes)
             d = m["direct"]

@@ -40,8 +40,15 @@ async def measure(server: VllmServer, harness: str, plain_sampling: bool = False
         req = RolloutRequest(
             task=Task(instruction="List the files in this directory, then say what you found.", task_id="bench", verify=["true"]),
             endpoint=Endpoint(base_url=srv.base_url, api_key="", model=server.model),
-            harness=harness, top_logprobs=2, temperature=TEMPERATURE, max_turns=3, max_tokens_cap=96,
-            structured_regex=tool_call_regex(harness), structured_calls=2, agent_timeout_s=1200, plain_sampling=plain_sampling,
+            harness=harness,
+            top_logprobs=2,
+            temperature=TEMPERATURE,
+            max_turns=3,
+            max_tokens_cap=96,
+            structured_regex=tool_call_regex(harness),
+            structured_calls=2,
+            agent_timeout_s=1200,
+            plain_sampling=plain_sampling,
             # The chat path, whose exactness this table checks call by call; continuity by token ids
             # (vLLM's generate route) is checked in tests/envs/test_vllm_contract.py.
             continuity="messages",
@@ -61,10 +68,19 @@ async def measure(server: VllmServer, harness: str, plain_sampling: bool = False
         forced = teacher_forced(t.prompt_token_ids, t.completion_token_ids, TEMPERATURE)
         gap = max([gap or 0.0, *(abs(a - b) for a, b in zip(t.per_token_logps, forced))])
     return {
-        "harness": harness, "dialect": _dialect(harness), "calls": len(turns), "branches": res.graph.branches,
-        "retokenised": len(token_splits), "text_splits": len(text_splits), "exact": exact, "gap": gap,
-        "prompt_tokens": len(turns[0].prompt_token_ids) if turns else 0, "verdict": res.rollout_type,
-        "error_kind": res.error_kind, "seconds": time.monotonic() - started, "splits": text_splits + token_splits,
+        "harness": harness,
+        "dialect": _dialect(harness),
+        "calls": len(turns),
+        "branches": res.graph.branches,
+        "retokenised": len(token_splits),
+        "text_splits": len(text_splits),
+        "exact": exact,
+        "gap": gap,
+        "prompt_tokens": len(turns[0].prompt_token_ids) if turns else 0,
+        "verdict": res.rollout_type,
+        "error_kind": res.error_kind,
+        "seconds": time.monotonic() - started,
+        "splits": text_splits + token_splits,
     }
 
 
@@ -73,13 +89,17 @@ def _dialect(harness: str) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| harness | dialect | model calls | branches (re-tokenised) | text splits | ids and logprobs exact | "
-           "largest logprob gap to teacher forcing (free answer) | first prompt, tokens | probe | s |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| harness | dialect | model calls | branches (re-tokenised) | text splits | ids and logprobs exact | "
+        "largest logprob gap to teacher forcing (free answer) | first prompt, tokens | probe | s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         gap = f"{r['gap']:.1e}" if r["gap"] is not None else "no free answer"
-        out.append(f"| {r['harness']} | {r['dialect']} | {r['calls']} | {r['branches']} ({r['retokenised']}) | {r['text_splits']} | "
-                   f"{'yes' if r['exact'] else 'NO'} | {gap} | {r['prompt_tokens']:,} | {r['verdict']} | {r['seconds']:.0f} |")
+        out.append(
+            f"| {r['harness']} | {r['dialect']} | {r['calls']} | {r['branches']} ({r['retokenised']}) | {r['text_splits']} | "
+            f"{'yes' if r['exact'] else 'NO'} | {gap} | {r['prompt_tokens']:,} | {r['verdict']} | {r['seconds']:.0f} |"
+        )
     return "\n".join(out)
 
 

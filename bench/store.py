@@ -47,13 +47,22 @@ REQUEST = {"task": {"instruction": "Fix the failing test. " * 20, "verify": ["py
 
 
 def row(job_id: str) -> dict:
-    return {"id": job_id, "status": "queued", "created_at": time.time(), "task_id": "task-1", "harness": "pi", "model": "m",
-            "instance": "bench", "request": request_blob(REQUEST)}
+    return {
+        "id": job_id,
+        "status": "queued",
+        "created_at": time.time(),
+        "task_id": "task-1",
+        "harness": "pi",
+        "model": "m",
+        "instance": "bench",
+        "request": request_blob(REQUEST),
+    }
 
 
 def event(job_id: str, i: int) -> str:
-    return PhaseEvent(rollout_id=job_id, phase="agent", status="info", elapsed_s=i * 0.5,
-                      detail=f"model call {i} (policy): 150 tokens, 1 tool calls, 0.42s").model_dump_json()
+    return PhaseEvent(
+        rollout_id=job_id, phase="agent", status="info", elapsed_s=i * 0.5, detail=f"model call {i} (policy): 150 tokens, 1 tool calls, 0.42s"
+    ).model_dump_json()
 
 
 def linked(turns: int) -> RolloutResult:
@@ -112,11 +121,27 @@ def fill(store: Store, rows: int) -> None:
     now = time.time() - rows
     with store.engine.begin() as conn:
         for start in range(0, rows, 2000):
-            conn.execute(rollouts.insert(), [
-                {"id": f"{i:012x}", "status": rng.choice(statuses), "created_at": now + i, "started_at": now + i, "ended_at": now + i + 60,
-                 "task_id": f"task-{rng.randrange(1000)}", "harness": rng.choice(["pi", "opencode", "whitebox"]), "model": "m",
-                 "reward": rng.choice([0.0, 1.0]), "wall_s": 60.0, "instance": "old", "summary": summary, "stored_bytes": 20_000}
-                for i in range(start, min(start + 2000, rows))])
+            conn.execute(
+                rollouts.insert(),
+                [
+                    {
+                        "id": f"{i:012x}",
+                        "status": rng.choice(statuses),
+                        "created_at": now + i,
+                        "started_at": now + i,
+                        "ended_at": now + i + 60,
+                        "task_id": f"task-{rng.randrange(1000)}",
+                        "harness": rng.choice(["pi", "opencode", "whitebox"]),
+                        "model": "m",
+                        "reward": rng.choice([0.0, 1.0]),
+                        "wall_s": 60.0,
+                        "instance": "old",
+                        "summary": summary,
+                        "stored_bytes": 20_000,
+                    }
+                    for i in range(start, min(start + 2000, rows))
+                ],
+            )
 
 
 def time_get(url: str, params: dict) -> float:
@@ -137,9 +162,14 @@ def listing(url_env: dict[str, str], rows: int, work: Path) -> dict[str, float]:
     try:
         first = httpx.get(server.url + "/rollouts", params={"limit": 50}).json()
         deep = str(rows // 50)  # a cursor near the oldest rows
-        cases = {"first page (50)": {"limit": 50}, "status=failed": {"status": "failed"}, "task_id=task-7": {"task_id": "task-7"},
-                 "harness=opencode": {"harness": "opencode"}, "page 1,999 (before=cursor)": {"before": deep},
-                 "next page": {"before": first["next_cursor"]}}
+        cases = {
+            "first page (50)": {"limit": 50},
+            "status=failed": {"status": "failed"},
+            "task_id=task-7": {"task_id": "task-7"},
+            "harness=opencode": {"harness": "opencode"},
+            "page 1,999 (before=cursor)": {"before": deep},
+            "next page": {"before": first["next_cursor"]},
+        }
         return {name: time_get(server.url, params) for name, params in cases.items()}
     finally:
         server.stop()
@@ -157,8 +187,10 @@ def bench(backend: str, args: argparse.Namespace, work: Path, pg: PostgresServer
     store = Store.open(url)
     seq = one_at_a_time(store, args.rollouts, args.events, args.turns)
     par = asyncio.run(in_flight(store, args.rollouts, args.events, args.turns))
-    print(f"\n{backend}: write overhead per rollout ({args.events} events, a {args.turns}-turn result of "
-          f"{store.get('seq000000')['stored_bytes'] / 1024:.0f} KB stored)")
+    print(
+        f"\n{backend}: write overhead per rollout ({args.events} events, a {args.turns}-turn result of "
+        f"{store.get('seq000000')['stored_bytes'] / 1024:.0f} KB stored)"
+    )
     result = linked(args.turns)
     t0 = time.perf_counter()
     for _ in range(10):

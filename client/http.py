@@ -24,40 +24,12 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from harness_env.client.jobs import (
-    SseParser,
-    cancel_steps,
-    failed,
-    get_steps,
-    parse_event,
-    rollout_steps,
-    submit_steps,
-    wait_steps,
-)
+from harness_env.client.jobs import SseParser, cancel_steps, failed, get_steps, parse_event, rollout_steps, submit_steps, wait_steps
 from harness_env.client.listing import list_steps
 from harness_env.client.servers import Servers, locate_steps, routed_steps, server_urls
-from harness_env.client.steps import (
-    DEFAULT_RECONNECT_FOR_S,
-    TRANSIENT,
-    Call,
-    HarnessEnvClientError,
-    Patience,
-    Steps,
-    invalid_request,
-    raise_for,
-)
+from harness_env.client.steps import DEFAULT_RECONNECT_FOR_S, TRANSIENT, Call, HarnessEnvClientError, Patience, Steps, invalid_request, raise_for
 from harness_env.client.weights import weight_steps
-from harness_env.models import (
-    DatasetTaskInfo,
-    Detail,
-    HarnessInfo,
-    JobEnd,
-    PhaseEvent,
-    RolloutAccepted,
-    RolloutArgs,
-    RolloutJob,
-    RolloutResult,
-)
+from harness_env.models import DatasetTaskInfo, Detail, HarnessInfo, JobEnd, PhaseEvent, RolloutAccepted, RolloutArgs, RolloutJob, RolloutResult
 
 DEFAULT_TIMEOUT_S = 3600.0
 EVENTS_TIMEOUT = httpx.Timeout(10.0, read=60.0)  # the server sends a keep-alive every 15 s: a silent minute is a dead connection
@@ -121,8 +93,7 @@ def auth_headers(base_url: str, token: str | None, hf_token: str | None, headers
     return out
 
 
-def _client_options(base_url: str, token: str | None, hf_token: str | None, headers: dict[str, str] | None,
-                    timeout: float) -> dict[str, Any]:
+def _client_options(base_url: str, token: str | None, hf_token: str | None, headers: dict[str, str] | None, timeout: float) -> dict[str, Any]:
     """httpx client keywords shared by the sync and async clients (one httpx client per server:
     the headers are each address's own, a Space's Hugging Face token going to Space addresses only)."""
     return {
@@ -153,9 +124,17 @@ class AsyncHarnessEnv(_Common):
     """`async with AsyncHarnessEnv(url) as env: result = await env.run_rollout(instruction=..., ...)`;
     several servers: `AsyncHarnessEnv(base_urls=[url1, url2])`."""
 
-    def __init__(self, base_url: str | None = None, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
-                 base_urls: Sequence[str] | None = None, hf_token: str | None = None, headers: dict[str, str] | None = None,
-                 reconnect_for_s: float = DEFAULT_RECONNECT_FOR_S) -> None:
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        *,
+        base_urls: Sequence[str] | None = None,
+        hf_token: str | None = None,
+        headers: dict[str, str] | None = None,
+        reconnect_for_s: float = DEFAULT_RECONNECT_FOR_S,
+    ) -> None:
         """`base_url`: the server; or `base_urls`: several (each rollout to the one with the fewest
         in flight; a busy or unreachable one passes it on). `token`: the server's HARNESS_ENV_TOKEN
         (the same for every server); `hf_token`: for a private Hugging Face Space (default: the
@@ -205,13 +184,15 @@ class AsyncHarnessEnv(_Common):
         All busy: HarnessEnvClientError 429."""
         return await self._drive(rollout_steps(self._servers, _args(args, kwargs)))
 
-    async def submit(self, args: RolloutArgs | dict[str, Any] | None = None, *, idempotency_key: str | None = None,
-                     retry_busy: bool = False, **kwargs: Any) -> RolloutAccepted:
+    async def submit(
+        self, args: RolloutArgs | dict[str, Any] | None = None, *, idempotency_key: str | None = None, retry_busy: bool = False, **kwargs: Any
+    ) -> RolloutAccepted:
         """Submit a rollout; it runs on the server whether or not this client stays. Retried after
         a dropped connection with the same idempotency key (one is made if not given), so it never
         runs twice; every server busy raises HarnessEnvClientError 429 unless `retry_busy`."""
-        steps = submit_steps(self._servers, _args(args, kwargs), idempotency_key or uuid.uuid4().hex, retry_busy=retry_busy,
-                             patience=Patience(self.reconnect_for_s))
+        steps = submit_steps(
+            self._servers, _args(args, kwargs), idempotency_key or uuid.uuid4().hex, retry_busy=retry_busy, patience=Patience(self.reconnect_for_s)
+        )
         return await self._drive(steps)
 
     async def get(self, rollout_id: str, detail: Detail = "summary", wait_s: float = 0.0) -> RolloutJob:
@@ -308,9 +289,17 @@ class HarnessEnv(_Common):
     """The synchronous client: `HarnessEnv(url).run_rollout(instruction=..., endpoint="vllm")`;
     several servers: `HarnessEnv(base_urls=[url1, url2])`."""
 
-    def __init__(self, base_url: str | None = None, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
-                 base_urls: Sequence[str] | None = None, hf_token: str | None = None, headers: dict[str, str] | None = None,
-                 reconnect_for_s: float = DEFAULT_RECONNECT_FOR_S) -> None:
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        *,
+        base_urls: Sequence[str] | None = None,
+        hf_token: str | None = None,
+        headers: dict[str, str] | None = None,
+        reconnect_for_s: float = DEFAULT_RECONNECT_FOR_S,
+    ) -> None:
         """As AsyncHarnessEnv."""
         super().__init__(base_url, base_urls, reconnect_for_s)
         self._clients = {url: httpx.Client(**_client_options(url, token, hf_token, headers, timeout)) for url in self.base_urls}
@@ -352,11 +341,13 @@ class HarnessEnv(_Common):
         """As AsyncHarnessEnv.run_rollout."""
         return self._drive(rollout_steps(self._servers, _args(args, kwargs)))
 
-    def submit(self, args: RolloutArgs | dict[str, Any] | None = None, *, idempotency_key: str | None = None,
-               retry_busy: bool = False, **kwargs: Any) -> RolloutAccepted:
+    def submit(
+        self, args: RolloutArgs | dict[str, Any] | None = None, *, idempotency_key: str | None = None, retry_busy: bool = False, **kwargs: Any
+    ) -> RolloutAccepted:
         """As AsyncHarnessEnv.submit."""
-        steps = submit_steps(self._servers, _args(args, kwargs), idempotency_key or uuid.uuid4().hex, retry_busy=retry_busy,
-                             patience=Patience(self.reconnect_for_s))
+        steps = submit_steps(
+            self._servers, _args(args, kwargs), idempotency_key or uuid.uuid4().hex, retry_busy=retry_busy, patience=Patience(self.reconnect_for_s)
+        )
         return self._drive(steps)
 
     def get(self, rollout_id: str, detail: Detail = "summary", wait_s: float = 0.0) -> RolloutJob:

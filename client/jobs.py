@@ -20,17 +20,7 @@ from typing import Any
 import httpx
 
 from harness_env.client.servers import Servers, locate_steps, routed_steps
-from harness_env.client.steps import (
-    BUSY,
-    NEVER_REACHED,
-    TRANSIENT,
-    Call,
-    HarnessEnvClientError,
-    Patience,
-    Steps,
-    error_of,
-    raise_for,
-)
+from harness_env.client.steps import BUSY, NEVER_REACHED, TRANSIENT, Call, HarnessEnvClientError, Patience, Steps, error_of, raise_for
 from harness_env.models import MAX_WAIT_S, JobEnd, PhaseEvent, RolloutAccepted, RolloutJob, RolloutResult
 
 POLL_SLACK_S = 30.0  # a long poll's read timeout beyond the wait it asked for

@@ -62,7 +62,8 @@ def list_steps(servers: Servers, filters: dict[str, Any]) -> Steps:
 def merge_pages(pages: dict[int, list[dict[str, Any]]], limit: int) -> tuple[Counter[int], list[dict[str, Any]]]:
     """Up to `limit` items, newest first, each rollout once; how many of each server's were used."""
     stream: Iterator[tuple[int, dict[str, Any]]] = heapq.merge(
-        *([(i, item) for item in items] for i, items in pages.items()), key=lambda pair: -pair[1]["created_at"])
+        *([(i, item) for item in items] for i, items in pages.items()), key=lambda pair: -pair[1]["created_at"]
+    )
     used: Counter[int] = Counter()
     seen: set[str] = set()
     items: list[dict[str, Any]] = []
@@ -90,12 +91,13 @@ def read_cursor(cursor: str | None, urls: Sequence[str]) -> Positions:
     """Where each server's listing stands; ValueError for a cursor this client did not make."""
     if cursor is None:
         return {i: (None, 0) for i in range(len(urls))}
-    wrong = ValueError(f"before={str(cursor)[:40]!r} is not a next_cursor of this client's listing: pass the next_cursor "
-                       "list_rollouts answered, with the same base_urls")
+    wrong = ValueError(
+        f"before={str(cursor)[:40]!r} is not a next_cursor of this client's listing: pass the next_cursor list_rollouts answered, with the same base_urls"
+    )
     if not isinstance(cursor, str) or not cursor.startswith(CURSOR_PREFIX):
         raise wrong
     try:
-        encoded = cursor[len(CURSOR_PREFIX):]
+        encoded = cursor[len(CURSOR_PREFIX) :]
         data = json.loads(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)))
         positions = {int(i): (before, int(skip)) for i, (before, skip) in data["p"].items()}
     except (ValueError, binascii.Error, KeyError, TypeError, AttributeError):

@@ -156,8 +156,7 @@ class Servers:
             server.in_flight = max(0, server.in_flight - 1)
 
 
-def routed_steps(servers: Servers, method: str, path: str, kw: dict[str, Any], *, count: bool = False,
-                 only: str | None = None) -> Steps:
+def routed_steps(servers: Servers, method: str, path: str, kw: dict[str, Any], *, count: bool = False, only: str | None = None) -> Steps:
     """One call, on the best server that takes it (`only`: on that one); returns (server, response).
     A server that answers busy (429) or is never reached is left for the next. When every server
     refused, the caller gets the last refusal, as from one server; when none was reached, the
@@ -199,8 +198,9 @@ def locate_steps(servers: Servers, rollout_id: str) -> Steps:
     its id (each asked in turn; on a shared store, any). None knows it: their 404; one could not
     be reached: its error (the rollout may be there). A string that cannot be an id: 404 at once."""
     if not is_rollout_id(rollout_id):
-        raise HarnessEnvClientError(404, f"no rollout with id {str(rollout_id)[:80]!r}: a rollout id is up to 32 hexadecimal "
-                                         "digits, as run_rollout's result or submit gave it")
+        raise HarnessEnvClientError(
+            404, f"no rollout with id {str(rollout_id)[:80]!r}: a rollout id is up to 32 hexadecimal digits, as run_rollout's result or submit gave it"
+        )
     if (url := servers.owner(rollout_id)) is not None:
         return url
     if len(servers.urls) == 1:

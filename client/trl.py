@@ -153,8 +153,10 @@ class HarnessRolloutFunc:
         if k < 1 or n % k or len(prompts) % k:
             raise ValueError(f"branch_slots={k} must divide num_generations ({n}) and the prompts handed over ({len(prompts)})")
         if k > 1 and loss is not None and loss not in TOKEN_LEVEL_LOSSES:
-            raise ValueError(f"branch_slots={k} needs a token-level loss ({', '.join(sorted(TOKEN_LEVEL_LOSSES))}): "
-                             f"with loss_type={loss!r} each row weighs as a whole sequence, so a rollout's rows would weigh as several")
+            raise ValueError(
+                f"branch_slots={k} needs a token-level loss ({', '.join(sorted(TOKEN_LEVEL_LOSSES))}): "
+                f"with loss_type={loss!r} each row weighs as a whole sequence, so a rollout's rows would weigh as several"
+            )
         requests = [{**self.request, "task": self.task_for_prompt(p)} for p in prompts[::k]]  # one rollout per k entries
         results = self.run_many(requests)
         self.last_results = results
@@ -171,15 +173,32 @@ def _filler(trainer: Any) -> int:
     return 0
 
 
-def rollout_batch(results: Sequence[RolloutResult], num_generations: int, filler_token_id: int = 0,
-                  min_valid: int = DEFAULT_MIN_VALID, branch_slots: int = 1) -> dict[str, list[Any]]:
+def rollout_batch(
+    results: Sequence[RolloutResult], num_generations: int, filler_token_id: int = 0, min_valid: int = DEFAULT_MIN_VALID, branch_slots: int = 1
+) -> dict[str, list[Any]]:
     """TRL's rollout_func output for `results` (consecutive groups of `num_generations` rollouts):
     `branch_slots` rows per rollout, its trainable branches (main first), then filler rows; every
     row of a rollout carries its reward, so TRL's group mean is the rollouts' mean and each row
     gets the rollout's advantage."""
-    out: dict[str, list[Any]] = {k: [] for k in (
-        "prompt_ids", "completion_ids", "logprobs", "env_mask", "harness_reward", "harness_error", "rollout_type",
-        "group_status", "dropped_branches", "agent_tool_calls", "mask_sample", "failure_kind", "harness_branch", "harness_advantage")}
+    out: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "prompt_ids",
+            "completion_ids",
+            "logprobs",
+            "env_mask",
+            "harness_reward",
+            "harness_error",
+            "rollout_type",
+            "group_status",
+            "dropped_branches",
+            "agent_tool_calls",
+            "mask_sample",
+            "failure_kind",
+            "harness_branch",
+            "harness_advantage",
+        )
+    }
     rewards: list[float | None] = []
     for res in results:
         reward = vote(res)  # None: TRL leaves it out of the group's mean and std, advantage 0
@@ -190,9 +209,15 @@ def rollout_batch(results: Sequence[RolloutResult], num_generations: int, filler
             _add_row(out, row, filler_token_id)
             out["harness_branch"].append(row.branch if row is not None else None)
         why = res.error or next((r.untrainable_reason for r in untrainable), None) or (None if rows or untrainable else "no model call")
-        for name, value in (("harness_reward", reward), ("harness_error", why), ("rollout_type", res.rollout_type),
-                            ("dropped_branches", len(rows) + len(untrainable) - len(kept)), ("agent_tool_calls", res.agent_tool_calls),
-                            ("mask_sample", res.mask_sample), ("failure_kind", res.failure_kind)):
+        for name, value in (
+            ("harness_reward", reward),
+            ("harness_error", why),
+            ("rollout_type", res.rollout_type),
+            ("dropped_branches", len(rows) + len(untrainable) - len(kept)),
+            ("agent_tool_calls", res.agent_tool_calls),
+            ("mask_sample", res.mask_sample),
+            ("failure_kind", res.failure_kind),
+        ):
             out[name] += [value] * branch_slots
         rewards.append(reward)
     for start in range(0, len(rewards), max(1, num_generations)):
@@ -275,17 +300,26 @@ class HarnessSession:
         # TRL's worker chains consecutive entries that extend each other into one row and starts a
         # new row where one does not, so each trainable branch becomes exactly one row.
         for t in (by_index[i] for row in [*rows[1:], *rows[:1]] for i in row.turn_indices):
-            entries.append({
-                "request": {"messages": t.request_messages, "tools": t.request_tools},
-                "response": {"content": t.completion_text, "tool_calls": t.tool_calls, "finish_reason": t.finish_reason},
-                "prompt_token_ids": list(t.prompt_token_ids),
-                "completion_token_ids": list(t.completion_token_ids),
-                "per_token_logps": list(t.per_token_logps),
-                "loss_mask": [0] * len(t.prompt_token_ids) + [1] * len(t.completion_token_ids),
-                "reward": res.reward,
-                "metadata": {"node_id": f"{self.episode_id or res.sandbox_id}:{t.index}", "turn": t.index, "branch": t.branch,
-                             "parent": t.parent, "task_id": res.task_id, "harness": res.harness, "rollout_type": res.rollout_type},
-            })
+            entries.append(
+                {
+                    "request": {"messages": t.request_messages, "tools": t.request_tools},
+                    "response": {"content": t.completion_text, "tool_calls": t.tool_calls, "finish_reason": t.finish_reason},
+                    "prompt_token_ids": list(t.prompt_token_ids),
+                    "completion_token_ids": list(t.completion_token_ids),
+                    "per_token_logps": list(t.per_token_logps),
+                    "loss_mask": [0] * len(t.prompt_token_ids) + [1] * len(t.completion_token_ids),
+                    "reward": res.reward,
+                    "metadata": {
+                        "node_id": f"{self.episode_id or res.sandbox_id}:{t.index}",
+                        "turn": t.index,
+                        "branch": t.branch,
+                        "parent": t.parent,
+                        "task_id": res.task_id,
+                        "harness": res.harness,
+                        "rollout_type": res.rollout_type,
+                    },
+                }
+            )
         return entries
 
     def fetch_training_trace(self) -> Any:
@@ -310,10 +344,19 @@ class HarnessSession:
         res = self.result
         assert res is not None
         # None (masked or unscored): TRL's worker leaves it out of its group's mean and std.
-        return {"env_reward": vote(res), "done": True,
-                "metrics": {"agent_tool_calls": res.agent_tool_calls, "wall_s": res.wall_s, "error_kind": res.error_kind,
-                            "mask_sample": res.mask_sample, "failure_kind": res.failure_kind,
-                            "rollout_type": res.rollout_type, "branches": res.graph.branches}}
+        return {
+            "env_reward": vote(res),
+            "done": True,
+            "metrics": {
+                "agent_tool_calls": res.agent_tool_calls,
+                "wall_s": res.wall_s,
+                "error_kind": res.error_kind,
+                "mask_sample": res.mask_sample,
+                "failure_kind": res.failure_kind,
+                "rollout_type": res.rollout_type,
+                "branches": res.graph.branches,
+            },
+        }
 
     def close(self) -> None:
         """Nothing to release here: the engine removes the sandbox when the rollout ends (a rollout

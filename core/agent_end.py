@@ -29,8 +29,10 @@ def classify_agent_end(end: AgentEnd, session, timeout_s: float) -> tuple[str, s
     Every other end is one the agent can bring about (AGENT_CAUSED_KINDS): the engine grades it all
     the same."""
     if end.timed_out and session.sync_held_s >= 1.0:  # the clock ran while the trainer held its calls
-        return "internal", (f"the agent did not finish within agent_timeout_s={timeout_s}, {session.sync_held_s:.0f} s of which its model "
-                            "calls waited for a weight sync (the trainer's doing, not the agent's): not graded")
+        return "internal", (
+            f"the agent did not finish within agent_timeout_s={timeout_s}, {session.sync_held_s:.0f} s of which its model "
+            "calls waited for a weight sync (the trainer's doing, not the agent's): not graded"
+        )
     if end.timed_out:
         return "agent_timeout", end.timeout_message or f"the agent did not finish within agent_timeout_s={timeout_s}; its processes were killed"
     if (session.limit_reached or end.turn_limit_hit) and end.failure is None:
@@ -54,5 +56,11 @@ def sandboxed_agent_end(harness: str, r: ExecResult, outcome: AgentOutcome) -> A
         error = f"{harness} exited {r.exit_code}: {(r.stderr or r.stdout)[-500:]}"
     elif outcome.error:
         error = f"{harness} reported a failed model call: {outcome.error}"
-    return AgentEnd(exit_code=r.exit_code, timed_out=r.timed_out, stopped=r.stopped, turn_limit_hit=outcome.turn_limit_hit,
-                    error=error, endpoint_detail=outcome.error or r.stderr[-300:])
+    return AgentEnd(
+        exit_code=r.exit_code,
+        timed_out=r.timed_out,
+        stopped=r.stopped,
+        turn_limit_hit=outcome.turn_limit_hit,
+        error=error,
+        endpoint_detail=outcome.error or r.stderr[-300:],
+    )

@@ -221,15 +221,17 @@ def describe(env: dict[str, str] | None = None) -> list[dict]:
         model = env.get(e.model_var) or e.default_model
         has_key = bool(catalog_key_of(e, env))
         problem = url_problem(e, url) if url else None
-        out.append({
-            "name": e.name,
-            "base_url": None if not url else url_without_credentials(url if problem else normalise_base_url(url)),
-            "model": model,
-            "api_key_set": has_key,
-            "configured": bool(url and model and (has_key or e.name == "vllm") and not problem),
-            "problem": problem,
-            "variables": [e.url_var, e.key_var, e.model_var],
-            "disable_thinking_default": e.disable_thinking,
-            "top_logprobs_cap": e.top_logprobs_cap,
-        })
+        out.append(
+            {
+                "name": e.name,
+                "base_url": None if not url else url_without_credentials(url if problem else normalise_base_url(url)),
+                "model": model,
+                "api_key_set": has_key,
+                "configured": bool(url and model and (has_key or e.name == "vllm") and not problem),
+                "problem": problem,
+                "variables": [e.url_var, e.key_var, e.model_var],
+                "disable_thinking_default": e.disable_thinking,
+                "top_logprobs_cap": e.top_logprobs_cap,
+            }
+        )
     return out

@@ -71,16 +71,22 @@ async def execute(
 class RolloutRun:
     """One rollout while it runs: its request, harness, capture session, sandbox and result."""
 
-    def __init__(self, prepared: PreparedRollout, capture: CaptureAccess, factory: SandboxFactory, on_event: EventSink | None,
-                 start_gate: StartGate | None = None, rollout_id: str | None = None) -> None:
+    def __init__(
+        self,
+        prepared: PreparedRollout,
+        capture: CaptureAccess,
+        factory: SandboxFactory,
+        on_event: EventSink | None,
+        start_gate: StartGate | None = None,
+        rollout_id: str | None = None,
+    ) -> None:
         self.request, self.harness, self.grader = prepared.request, prepared.harness, prepared.grader
         self.capture = capture
         self.factory = factory
         self.on_event = on_event
         self.rollout_id = rollout_id or uuid.uuid4().hex[:12]  # a job's own id: one id for the job and its result
         self.t0 = time.monotonic()
-        self.result = RolloutResult(rollout_id=self.rollout_id, task_id=self.request.task.task_id, mode=self.request.mode,
-                                    harness=self.harness.name)
+        self.result = RolloutResult(rollout_id=self.rollout_id, task_id=self.request.task.task_id, mode=self.request.mode, harness=self.harness.name)
         self.probe: ProbeResult | None = None
         self.infra_failed = False  # set by fail(): the reward stays None
         self.session = None
@@ -307,8 +313,9 @@ class RolloutRun:
     def launch_context(self, workspace: str = "", home: str = "") -> LaunchContext:
         host_url = self.capture.base_url
         sandbox_url = self.sandbox.capture_base_url(host_url) if self.sandbox is not None else host_url
-        return LaunchContext(request=self.request, workspace=workspace, home=home, proxy_base_url=sandbox_url,
-                             session_key=self.session.key, host_proxy_base_url=host_url)
+        return LaunchContext(
+            request=self.request, workspace=workspace, home=home, proxy_base_url=sandbox_url, session_key=self.session.key, host_proxy_base_url=host_url
+        )
 
     async def run_agent(self) -> bool:
         sandbox, session, res = self.sandbox, self.session, self.result

@@ -212,9 +212,7 @@ class OwnsEnvironment(Protocol):
         """Raise a HarnessEnvError (what is missing, how to fix it) before any work starts."""
         ...
 
-    async def run_trial(
-        self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None], result: RolloutResult
-    ) -> TrialEnd:
+    async def run_trial(self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None], result: RolloutResult) -> TrialEnd:
         """Run setup, agent and verify, filling `result`; never raise for what the trial itself did."""
         ...
 
@@ -267,14 +265,7 @@ class PinnedCliHarness(HarnessBase):
             sandbox.write_file(stdin_path, spec.stdin)
             argv = reading_stdin_from(stdin_path, argv)
         parser = self.parser()
-        r = await sandbox.exec(
-            argv,
-            timeout=ctx.request.agent_timeout_s,
-            env=spec.env,
-            max_output=256 * 1024,
-            on_stdout_line=parser.feed_line,
-            stop=stop,
-        )
+        r = await sandbox.exec(argv, timeout=ctx.request.agent_timeout_s, env=spec.env, max_output=256 * 1024, on_stdout_line=parser.feed_line, stop=stop)
         outcome = parser.outcome()
         if self.reason_in_events and r.exit_code not in (0, None) and outcome.error:
             r = replace(r, stderr=f"{r.stderr.rstrip()}\n{outcome.error}")

@@ -24,8 +24,7 @@ def _as_path(path: str, what: str, *, expand_home: bool) -> Path:
     p = Path(path)
     # Checking a longer name would raise ENAMETOOLONG from the first stat, not a clear error.
     if len(os.fsencode(path)) > PATH_MAX or any(len(os.fsencode(part)) > NAME_MAX for part in p.parts):
-        raise InvalidRequestError(f"{what} {path[:80]!r}... is too long: at most {NAME_MAX} bytes a name and "
-                                  f"{PATH_MAX} in all; name a directory path")
+        raise InvalidRequestError(f"{what} {path[:80]!r}... is too long: at most {NAME_MAX} bytes a name and {PATH_MAX} in all; name a directory path")
     if not expand_home:
         return p
     try:

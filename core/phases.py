@@ -39,9 +39,7 @@ class TimedPhase:
         ok = self.ok and exc_type is None
         if exc is not None and not self.detail:
             self.detail = str(exc)[:300]
-        self.phases.append(
-            Phase(name=self.name, started=self.started_wall, duration_s=round(time.monotonic() - self.started, 4), ok=ok, detail=self.detail)
-        )
+        self.phases.append(Phase(name=self.name, started=self.started_wall, duration_s=round(time.monotonic() - self.started, 4), ok=ok, detail=self.detail))
         self.emit(self.name, "finished" if ok else "failed", self.detail)
 
 

@@ -44,8 +44,9 @@ def prepare(request: RolloutRequest | dict[str, Any], *, trusted: bool) -> Prepa
     request = validate(request)
     harness = get_harness(request.harness)
     if request.task.image and isinstance(harness, OwnsEnvironment):  # its environment is its own: the image would be ignored
-        raise InvalidRequestError(f"harness {harness.name!r} runs the task in an environment of its own; a task image is for the "
-                                  "local sandbox's harnesses: leave image out")
+        raise InvalidRequestError(
+            f"harness {harness.name!r} runs the task in an environment of its own; a task image is for the local sandbox's harnesses: leave image out"
+        )
     if harness.options_model is None and request.harness_options:
         raise InvalidRequestError(f"harness_options given, but harness {request.harness!r} takes none")
     if harness.options_model is not None:

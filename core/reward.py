@@ -40,9 +40,7 @@ def out_of_range(value: float) -> bool:
     return abs(value) > MAX_ABS_REWARD
 
 
-def compute_reward(
-    verify_results: list[CommandResult], reward_file_text: str | None
-) -> tuple[float | None, str | None, list[str]]:
+def compute_reward(verify_results: list[CommandResult], reward_file_text: str | None) -> tuple[float | None, str | None, list[str]]:
     """(reward, source, notes) where source is "reward_file", "verify_ratio" or None."""
     notes: list[str] = []
     if reward_file_text is not None:

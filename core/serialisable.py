@@ -46,8 +46,14 @@ def repaired_copy(result: RolloutResult) -> RolloutResult | None:
 def failed_copy(result: RolloutResult, why: str) -> RolloutResult:
     """`result`'s identity without its data, failed as an internal error: `why`, and what to do."""
     return RolloutResult(
-        rollout_id=result.rollout_id, task_id=valid_unicode(result.task_id), harness=valid_unicode(result.harness),
-        mode=result.mode, wall_s=result.wall_s, served_by=result.served_by, error_kind="internal", reward=None,
+        rollout_id=result.rollout_id,
+        task_id=valid_unicode(result.task_id),
+        harness=valid_unicode(result.harness),
+        mode=result.mode,
+        wall_s=result.wall_s,
+        served_by=result.served_by,
+        error_kind="internal",
+        reward=None,
         error=f"internal error: {why}; its data is lost, run the rollout again",
     )
 

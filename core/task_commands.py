@@ -37,9 +37,7 @@ async def run_setup(sandbox: Sandbox, commands: list[str], timeout: float, resul
     return None
 
 
-async def run_verify(
-    sandbox: Sandbox, commands: list[str], timeout: float, results: list[CommandResult]
-) -> tuple[float | None, str | None, list[str]]:
+async def run_verify(sandbox: Sandbox, commands: list[str], timeout: float, results: list[CommandResult]) -> tuple[float | None, str | None, list[str]]:
     """Run the verify commands (appending to `results`) and compute (reward, source, notes). Every
     process the agent left is killed and the verifier directory made anew first, so the agent
     cannot forge the reward."""

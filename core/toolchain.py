@@ -92,10 +92,7 @@ def node_binary(min_version: str, root: Path | None = None) -> str:
     system = _system_node()
     if system and _version_tuple(system[1]) >= _version_tuple(min_version):
         return system[0]
-    raise ToolMissingError(
-        f"Node >= {min_version} is needed but not installed (machine has {system[1] if system else 'none'}); "
-        "run `harness-env install`"
-    )
+    raise ToolMissingError(f"Node >= {min_version} is needed but not installed (machine has {system[1] if system else 'none'}); run `harness-env install`")
 
 
 def _package_dir(root: Path, pin: ToolPin) -> Path:

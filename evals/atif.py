@@ -40,8 +40,13 @@ def _tool_calls(turn: Turn) -> list[dict[str, Any]]:
     calls = []
     for n, c in enumerate(turn.tool_calls):
         fn = c.get("function") or {}
-        calls.append({"tool_call_id": str(c.get("id") or f"call_{turn.index}_{n}"), "function_name": str(fn.get("name", c.get("name", ""))),
-                      "arguments": _arguments(fn.get("arguments", c.get("arguments")))})
+        calls.append(
+            {
+                "tool_call_id": str(c.get("id") or f"call_{turn.index}_{n}"),
+                "function_name": str(fn.get("name", c.get("name", ""))),
+                "arguments": _arguments(fn.get("arguments", c.get("arguments"))),
+            }
+        )
     return calls
 
 
@@ -49,8 +54,11 @@ def _observation(calls: list[dict[str, Any]], later: Turn | None) -> dict[str, A
     if later is None or not calls:
         return None
     ids = {c["tool_call_id"] for c in calls}
-    results = [{"source_call_id": m["tool_call_id"], "content": _text(m.get("content"))}
-               for m in later.request_messages if m.get("role") == "tool" and m.get("tool_call_id") in ids]
+    results = [
+        {"source_call_id": m["tool_call_id"], "content": _text(m.get("content"))}
+        for m in later.request_messages
+        if m.get("role") == "tool" and m.get("tool_call_id") in ids
+    ]
     return {"results": results} if results else None
 
 
@@ -64,22 +72,40 @@ def build_trajectory(result: RolloutResult, model: str = "") -> dict[str, Any]:
     for n, t in enumerate(turns):
         calls = _tool_calls(t)
         step: dict[str, Any] = {
-            "step_id": len(steps) + 1, "source": "agent", "model_name": model or None, "message": t.completion_text,
-            "reasoning_content": t.reasoning_text or None, "tool_calls": calls or None,
+            "step_id": len(steps) + 1,
+            "source": "agent",
+            "model_name": model or None,
+            "message": t.completion_text,
+            "reasoning_content": t.reasoning_text or None,
+            "tool_calls": calls or None,
             "observation": _observation(calls, turns[n + 1] if n + 1 < len(turns) else None),
-            "metrics": {"prompt_tokens": len(t.prompt_token_ids) or None, "completion_tokens": len(t.completion_token_ids) or None,
-                        "completion_token_ids": t.completion_token_ids or None,
-                        "logprobs": t.per_token_logps or None},
-            "extra": {"turn_index": t.index, "parent": t.parent, "branch": t.branch, "link": t.link, "weight_version": t.weight_version,
-                      "finish_reason": t.finish_reason, "capture_level": t.capture_level},
+            "metrics": {
+                "prompt_tokens": len(t.prompt_token_ids) or None,
+                "completion_tokens": len(t.completion_token_ids) or None,
+                "completion_token_ids": t.completion_token_ids or None,
+                "logprobs": t.per_token_logps or None,
+            },
+            "extra": {
+                "turn_index": t.index,
+                "parent": t.parent,
+                "branch": t.branch,
+                "link": t.link,
+                "weight_version": t.weight_version,
+                "finish_reason": t.finish_reason,
+                "capture_level": t.capture_level,
+            },
         }
         steps.append({k: v for k, v in step.items() if v is not None})
     return {
-        "schema_version": SCHEMA_VERSION, "session_id": result.rollout_id or None,
+        "schema_version": SCHEMA_VERSION,
+        "session_id": result.rollout_id or None,
         "agent": {"name": result.harness or "unknown", "version": "unknown", "model_name": model or None},
         "steps": steps,
-        "final_metrics": {"total_prompt_tokens": sum(len(t.prompt_token_ids) for t in turns),
-                          "total_completion_tokens": sum(len(t.completion_token_ids) for t in turns), "total_steps": len(steps)},
+        "final_metrics": {
+            "total_prompt_tokens": sum(len(t.prompt_token_ids) for t in turns),
+            "total_completion_tokens": sum(len(t.completion_token_ids) for t in turns),
+            "total_steps": len(steps),
+        },
         "extra": {"reward": result.reward, "error_kind": result.error_kind, "built_by": "harness-env from the captured turns"},
     }
 

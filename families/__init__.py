@@ -21,8 +21,10 @@ def _svg_dataset() -> Callable[[list[str]], int]:
     return main
 
 
-register_family("svg_icon", _svg_icon, commands={
-    "svg-dataset": ("build svg_icon task records from icon parquet shards or a CSV of briefs (--help for its options)", _svg_dataset),
-})
+register_family(
+    "svg_icon",
+    _svg_icon,
+    commands={"svg-dataset": ("build svg_icon task records from icon parquet shards or a CSV of briefs (--help for its options)", _svg_dataset)},
+)
 
 __all__ = ["FAMILY_COMMANDS", "family_names", "get_family"]

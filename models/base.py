@@ -31,7 +31,8 @@ LOCAL_IMAGE_TRANSPORTS = ("oci:", "oci-archive:", "docker-archive:")
 IMAGE_DESCRIPTION = (
     "the task's container image, the root of setup, agent and verify (local sandbox, bubblewrap): a registry "
     "reference (a registry on loopback over plain HTTP) or, for callers on the server's machine only (CLI, in-process), "
-    "oci:PATH:TAG, oci-archive:PATH, docker-archive:PATH")
+    "oci:PATH:TAG, oci-archive:PATH, docker-archive:PATH"
+)
 
 Mode = Literal["transparent_proxy", "black_box"]
 WireApi = Literal["chat", "responses", "messages", "gemini"]
@@ -94,7 +95,7 @@ def url_without_credentials(url: str) -> str:
     if not sep:
         scheme, rest = "", url
     authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
-    shown = scheme + sep + authority.rpartition("@")[2] + rest[len(authority):]
+    shown = scheme + sep + authority.rpartition("@")[2] + rest[len(authority) :]
     return re.split(r"[?#]", shown, maxsplit=1)[0]
 
 
@@ -103,11 +104,11 @@ def check_http_url(url: str, name: str = "base_url", key_name: str = "api_key") 
     Credentials are refused, in the URL's user info or its query string: the URL is shown (phases,
     results, the store, the catalog), only the key (`key_name`) is kept secret."""
     if "@" in url_authority(url):
-        raise ValueError(f"{name} holds a user name or password ('user:pass@host'): give the URL without it "
-                         f"and pass the key as {key_name} (it is kept secret; a URL is not)")
+        raise ValueError(
+            f"{name} holds a user name or password ('user:pass@host'): give the URL without it and pass the key as {key_name} (it is kept secret; a URL is not)"
+        )
     if "?" in url or "#" in url:
-        raise ValueError(f"{name} has a query string or fragment ('?...', '#...'): give http(s)://host[:port]/path "
-                         f"and pass a key as {key_name}")
+        raise ValueError(f"{name} has a query string or fragment ('?...', '#...'): give http(s)://host[:port]/path and pass a key as {key_name}")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - a port out of range or not a number raises here
@@ -148,13 +149,14 @@ def check_text(value: Any, name: str) -> Any:
             if not v.isascii() and (m := SURROGATE.search(v)):
                 raise ValueError(f"{where} contains a lone surrogate (U+{ord(m.group()):04X} at character {m.start()}); send valid Unicode text")
             if not content and "\x00" in v:
-                raise ValueError(f"{where} contains a NUL byte (at character {v.index(chr(0))}); remove it: no command line, "
-                                 "environment variable, path or name can hold one")
+                raise ValueError(
+                    f"{where} contains a NUL byte (at character {v.index(chr(0))}); remove it: no command line, environment variable, path or name can hold one"
+                )
         elif isinstance(v, (dict, list, tuple)):
             if depth >= MAX_NESTING:
                 raise ValueError(f"{name} is nested more than {MAX_NESTING} levels deep; flatten it")
             contents = depth == 0 and isinstance(v, dict) and name in CONTENT_FIELDS
-            for k, item in (v.items() if isinstance(v, dict) else enumerate(v)):
+            for k, item in v.items() if isinstance(v, dict) else enumerate(v):
                 key = f"{where}[{k[:40]!r}]" if isinstance(k, str) else f"{where}[{k!r}]"
                 if isinstance(k, str):
                     stack.append((k, f"a key of {where}", depth + 1, False))

@@ -21,16 +21,7 @@ import re
 import sys
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import (
-    AliasChoices,
-    BaseModel,
-    Field,
-    SecretStr,
-    ValidationInfo,
-    WithJsonSchema,
-    field_validator,
-    model_validator,
-)
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationInfo, WithJsonSchema, field_validator, model_validator
 
 from harness_env.models.base import (
     IMAGE_DESCRIPTION,
@@ -156,66 +147,111 @@ class RolloutOptions(CheckedText):
     """How a rollout runs, shared by the resolved request and the flat tool arguments."""
 
     # The harness, first: harness_options are validated by its options model.
-    harness: str = option(DEFAULT_HARNESS, "the harness that runs the agent (the server's harnesses: list_harnesses)",
-                          group="harness", min_length=1, max_length=64)
-    mode: Mode = option("transparent_proxy", "transparent_proxy: the capture proxy asks the endpoint for token ids and "
-                        "logprobs of every model call; black_box: it records the calls and asks for nothing extra", group="harness")
-    harness_config: dict[str, Any] = option({}, "extra harness configuration, deep-merged last into the harness's own config "
-                                            "(OpenCode's opencode.json, the white-box loop's tool_timeout_s and "
-                                            "max_tool_output_bytes); harnesses without one ignore it", group="harness")
+    harness: str = option(
+        DEFAULT_HARNESS, "the harness that runs the agent (the server's harnesses: list_harnesses)", group="harness", min_length=1, max_length=64
+    )
+    mode: Mode = option(
+        "transparent_proxy",
+        "transparent_proxy: the capture proxy asks the endpoint for token ids and "
+        "logprobs of every model call; black_box: it records the calls and asks for nothing extra",
+        group="harness",
+    )
+    harness_config: dict[str, Any] = option(
+        {},
+        "extra harness configuration, deep-merged last into the harness's own config "
+        "(OpenCode's opencode.json, the white-box loop's tool_timeout_s and "
+        "max_tool_output_bytes); harnesses without one ignore it",
+        group="harness",
+    )
     harness_options: Annotated[Any, WithJsonSchema({"anyOf": [{"type": "object"}, {"type": "null"}]})] = Field(
-        None, validation_alias=AliasChoices(HARNESS_OPTIONS, *LEGACY_OPTION_KEYS),
+        None,
+        validation_alias=AliasChoices(HARNESS_OPTIONS, *LEGACY_OPTION_KEYS),
         description="the harness's own options (an object; only for a harness that has options: see its options model)",
-        json_schema_extra={"group": "harness"})
+        json_schema_extra={"group": "harness"},
+    )
     max_turns: int | None = option(None, "the most model calls the agent may make; none: no limit", group="limits", ge=1, le=10_000)
     # Calls without tools (titles, summaries, token counts) are not turns; these two bound them and
     # what the capture proxy holds for the rollout (core/capture/session.py). Past either, the
     # proxy refuses the call with a 429 naming the option, and the rollout is graded as it stands.
-    max_auxiliary_calls: int = option(1000, "the most model calls without tools (titles, summaries, token counts) the agent may "
-                                      "make; past it the capture proxy refuses them", group="limits", ge=0, le=100_000)
-    max_recorded_mb: int = option(256, "MiB of model calls (messages, answers, token ids and logprobs) the capture proxy may "
-                                  "record for the rollout; past it the proxy refuses the agent's model calls", group="limits",
-                                  ge=1, le=65_536)
-    agent_timeout_s: float = option(600.0, "seconds the agent may run before it is stopped", group="limits",
-                                    gt=0, le=86_400, allow_inf_nan=False)
+    max_auxiliary_calls: int = option(
+        1000,
+        "the most model calls without tools (titles, summaries, token counts) the agent may make; past it the capture proxy refuses them",
+        group="limits",
+        ge=0,
+        le=100_000,
+    )
+    max_recorded_mb: int = option(
+        256,
+        "MiB of model calls (messages, answers, token ids and logprobs) the capture proxy may "
+        "record for the rollout; past it the proxy refuses the agent's model calls",
+        group="limits",
+        ge=1,
+        le=65_536,
+    )
+    agent_timeout_s: float = option(600.0, "seconds the agent may run before it is stopped", group="limits", gt=0, le=86_400, allow_inf_nan=False)
     setup_timeout_s: float = option(300.0, "seconds each setup command may run", group="limits", gt=0, le=86_400, allow_inf_nan=False)
     verify_timeout_s: float = option(300.0, "seconds each verify command may run", group="limits", gt=0, le=86_400, allow_inf_nan=False)
-    max_tokens_cap: int | None = option(None, "caps max_tokens of every model call; none: the harness's own", group="limits",
-                                        ge=1, le=1_000_000)
-    max_weight_lag: int | None = option(None, "weight versions a model call may lag the policy's at the rollout's end (as a trainer "
-                                        "announces them: PUT /policy/weights) before its branch is marked stale; none: never",
-                                        group="capture", ge=0, le=1_000_000)
+    max_tokens_cap: int | None = option(None, "caps max_tokens of every model call; none: the harness's own", group="limits", ge=1, le=1_000_000)
+    max_weight_lag: int | None = option(
+        None,
+        "weight versions a model call may lag the policy's at the rollout's end (as a trainer "
+        "announces them: PUT /policy/weights) before its branch is marked stale; none: never",
+        group="capture",
+        ge=0,
+        le=1_000_000,
+    )
     # core/capture/continuity.py: the earlier prompt's ids + the sampled ids + the new messages'
     # ids, so a chat template that re-renders earlier turns never splits a thread.
     continuity: Literal["tokens", "messages"] = option(
-        "tokens", "tokens: a model call that continues an earlier one is sent to the engine as that call's prompt and sampled "
+        "tokens",
+        "tokens: a model call that continues an earlier one is sent to the engine as that call's prompt and sampled "
         "token ids + the new messages' ids (where the endpoint offers vLLM's render and generate routes: --enable-scale-out; "
-        "elsewhere messages); messages: every call's messages are rendered again by the chat template", group="capture")
+        "elsewhere messages); messages: every call's messages are rendered again by the chat template",
+        group="capture",
+    )
     top_logprobs: int = option(0, "alternatives recorded per sampled token, besides its own logprob", group="capture", ge=0, le=20)
     # Set on every policy call by the proxy: a trainer's logprobs match the sampler's only at the
     # temperature it trains with.
-    temperature: float | None = option(None, "sampling temperature forced on every policy call, whatever the harness asks "
-                                       "(train at the same one); none: the harness's own", group="capture",
-                                       ge=0, le=10, allow_inf_nan=False)
+    temperature: float | None = option(
+        None,
+        "sampling temperature forced on every policy call, whatever the harness asks (train at the same one); none: the harness's own",
+        group="capture",
+        ge=0,
+        le=10,
+        allow_inf_nan=False,
+    )
     # vLLM's processed logprobs are taken after nucleus truncation and penalties: a harness that asks
     # for them (Gemini CLI sends top_p 0.95) records logprobs a plain log_softmax(logits / T) misses.
-    plain_sampling: bool = option(False, "drop what the harness asks that reshapes the distribution tokens are drawn from "
-                                  "beyond temperature (top_p, presence and frequency penalties), so the recorded logprobs "
-                                  "are log_softmax(logits / T), what a trainer computes", group="capture")
+    plain_sampling: bool = option(
+        False,
+        "drop what the harness asks that reshapes the distribution tokens are drawn from "
+        "beyond temperature (top_p, presence and frequency penalties), so the recorded logprobs "
+        "are log_softmax(logits / T), what a trainer computes",
+        group="capture",
+    )
     # A small model (a test's, a curriculum's first steps) seldom writes a tool call by itself; vLLM's
     # structured outputs make it. The answer's logprobs are then those of the constrained sampler.
-    structured_regex: str | None = option(None, "a regular expression the policy's answers must match (vLLM's structured "
-                                          "outputs), e.g. a tool call in the model's format; none: free answers",
-                                          group="capture", min_length=1, max_length=8192)
-    structured_calls: int | None = option(None, "how many of the first policy calls `structured_regex` constrains; none: every one",
-                                          group="capture", ge=0, le=100_000)
+    structured_regex: str | None = option(
+        None,
+        "a regular expression the policy's answers must match (vLLM's structured outputs), e.g. a tool call in the model's format; none: free answers",
+        group="capture",
+        min_length=1,
+        max_length=8192,
+    )
+    structured_calls: int | None = option(
+        None, "how many of the first policy calls `structured_regex` constrains; none: every one", group="capture", ge=0, le=100_000
+    )
     reward_mode: Literal["correctness", "tool_efficiency"] = option(
-        "correctness", "correctness: the verify reward; tool_efficiency: correctness * (1 + 0.1 * 15 / (15 + tool calls))", group="reward")
-    task_family: str | None = option(None, "a task family (e.g. svg_icon) that prepares what the agent gets from the instruction "
-                                     "and grades the submission instead of the verify commands", group="reward",
-                                     min_length=1, max_length=64)
-    family_options: dict[str, Any] = option({}, "the task family's own options (svg_icon: reference_png, source_prompt, rubric, renderer)",
-                                            group="reward")
+        "correctness", "correctness: the verify reward; tool_efficiency: correctness * (1 + 0.1 * 15 / (15 + tool calls))", group="reward"
+    )
+    task_family: str | None = option(
+        None,
+        "a task family (e.g. svg_icon) that prepares what the agent gets from the instruction and grades the submission instead of the verify commands",
+        group="reward",
+        min_length=1,
+        max_length=64,
+    )
+    family_options: dict[str, Any] = option({}, "the task family's own options (svg_icon: reference_png, source_prompt, rubric, renderer)", group="reward")
     # Where the machine has them, cgroups and a size-limited filesystem; the result's sandbox_notes
     # say which applied and which were hit. A server caps each with HARNESS_ENV_MAX_<NAME>.
     memory_limit_mb: int = option(4096, "memory of all the rollout's processes together, MiB", group="sandbox", ge=64, le=1_048_576)
@@ -225,7 +261,8 @@ class RolloutOptions(CheckedText):
     # proxy_only: bubblewrap's network namespace, the capture proxy's socket its only way out
     # (setup commands keep the host network).
     network: Literal["proxy_only", "open"] = option(
-        "proxy_only", "what agent and verify commands reach: proxy_only (the capture proxy) or open (the host's network)", group="sandbox")
+        "proxy_only", "what agent and verify commands reach: proxy_only (the capture proxy) or open (the host's network)", group="sandbox"
+    )
 
     _loads_registry: ClassVar[bool] = True  # RolloutArgs, which clients build too, leaves it alone
 
@@ -348,8 +385,7 @@ class RolloutArgs(RolloutOptions):
 
     instruction: str = option("", "what the agent must do", group="task", max_length=MAX_INSTRUCTION_CHARS)
     endpoint: str = option("", "a catalog shorthand (vllm, openai, hf_router) whose values the server holds", group="endpoint", max_length=64)
-    base_url: str = option("", "an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (wins over endpoint's)", group="endpoint",
-                           max_length=2048)
+    base_url: str = option("", "an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (wins over endpoint's)", group="endpoint", max_length=2048)
     api_key: SecretStr = option(SecretStr(""), "the endpoint's key; it never leaves the server process", group="endpoint")
     model: str = option("", "the model to call (wins over endpoint's)", group="endpoint", max_length=512)
     wire_api: WireApi = option("chat", WIRE_API_DESCRIPTION, group="capture")  # Endpoint.wire_api; beside mode on the web form

@@ -15,9 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, computed_fiel
 
 from harness_env.models.base import Mode
 
-ErrorKind = Literal[
-    "invalid_request", "endpoint", "sandbox", "setup", "agent_timeout", "agent_error", "verify", "judge", "internal", "cancelled"
-]
+ErrorKind = Literal["invalid_request", "endpoint", "sandbox", "setup", "agent_timeout", "agent_error", "verify", "judge", "internal", "cancelled"]
 # Ends the agent can bring about (its harness dying, a timeout, verify broken by what it left):
 # such a rollout is still graded (verify ran on what was there, or the reward is 0) and
 # error_kind says what happened. Every other kind is a failure of the endpoint, the sandbox or
@@ -34,9 +32,7 @@ def is_masked(error_kind: str | None) -> bool:
 CaptureLevel = Literal["tokens", "logprobs", "text", "none"]
 TurnPurpose = Literal["policy", "auxiliary"]
 # How a turn follows from the turns before it (core/capture/graph.py; docs/training.md shows each).
-LinkKind = Literal[
-    "extends", "template_rerender", "reasoning_dropped", "compaction", "subagent", "retry", "auxiliary", "new_thread"
-]
+LinkKind = Literal["extends", "template_rerender", "reasoning_dropped", "compaction", "subagent", "retry", "auxiliary", "new_thread"]
 LINK_KINDS: tuple[str, ...] = LinkKind.__args__  # type: ignore[attr-defined]
 
 
@@ -286,8 +282,9 @@ class RolloutResult(BaseModel):
 
 
 def _branch_row(branch: int, turns: list[Turn], reward: float | None, task_id: str | None, rollout_id: str) -> TrainingRow:
-    row = TrainingRow(rollout_id=rollout_id, task_id=task_id, branch=branch, turn_indices=[t.index for t in turns], reward=reward,
-                      stale=any(t.stale for t in turns))
+    row = TrainingRow(
+        rollout_id=rollout_id, task_id=task_id, branch=branch, turn_indices=[t.index for t in turns], reward=reward, stale=any(t.stale for t in turns)
+    )
     for previous, t in zip([None, *turns], turns):
         if not t.prompt_token_ids or not t.completion_token_ids:
             row.trainable, row.untrainable_reason = False, f"turn {t.index} has no token ids (capture level {t.capture_level})"
@@ -298,7 +295,7 @@ def _branch_row(branch: int, turns: list[Turn], reward: float | None, task_id: s
         if not row.trainable:
             row.token_ids, row.loss_mask, row.logprobs, row.prompt_length = [], [], [], 0
             return row
-        new_prompt = t.prompt_token_ids[len(row.token_ids):]  # the turn extends the branch so far
+        new_prompt = t.prompt_token_ids[len(row.token_ids) :]  # the turn extends the branch so far
         if not row.token_ids:
             row.prompt_length = len(new_prompt)
         row.token_ids += new_prompt + t.completion_token_ids

@@ -121,8 +121,10 @@ class RolloutSummary(BaseModel):
         if self.error is not None:
             lines.append(f"error ({self.error_kind}): {clip(self.error, 300)}")
         tools = "" if self.tool_calls is None else f", {_count(self.tool_calls, 'tool call')}"
-        lines.append(f"{_count(self.model_calls, 'model call')} ({self.prompt_tokens} prompt + {self.completion_tokens} completion tokens)"
-                     f"{tools}, {_count(len(self.files) + self.files_left_off, 'file')} in the workspace")
+        lines.append(
+            f"{_count(self.model_calls, 'model call')} ({self.prompt_tokens} prompt + {self.completion_tokens} completion tokens)"
+            f"{tools}, {_count(len(self.files) + self.files_left_off, 'file')} in the workspace"
+        )
         if self.links:
             kinds = ", ".join(f"{n} {kind}" for kind, n in self.links.items())
             trained = f"; {self.trainable_tokens} of {self.sampled_tokens} sampled tokens trainable" if self.sampled_tokens else ""
@@ -151,8 +153,10 @@ def summarize(result: RolloutResult) -> RolloutSummary:
         error_kind=result.error_kind,
         error=None if result.error is None else clip(result.error, ERROR_BYTES),
         wall_s=result.wall_s,
-        phases=[SummaryPhase(name=clip(p.name, PHASE_NAME_BYTES), duration_s=p.duration_s, ok=p.ok, detail=clip(p.detail, PHASE_DETAIL_BYTES))
-                for p in result.phases[:MAX_PHASES]],
+        phases=[
+            SummaryPhase(name=clip(p.name, PHASE_NAME_BYTES), duration_s=p.duration_s, ok=p.ok, detail=clip(p.detail, PHASE_DETAIL_BYTES))
+            for p in result.phases[:MAX_PHASES]
+        ],
         phases_left_off=max(0, len(result.phases) - MAX_PHASES),
         agent_final_text=clip(final, FINAL_TEXT_BYTES),
         agent_exit_code=result.agent_exit_code,
@@ -162,15 +166,18 @@ def summarize(result: RolloutResult) -> RolloutSummary:
         completion_tokens=sum(len(t.completion_token_ids) or _usage(t.usage, "completion_tokens") for t in turns),
         tool_calls=tool_calls,
         turn_limit_hit=result.turn_limit_hit,
-        files=[SummaryFile(path=clip(path, PATH_BYTES), bytes=len(content.encode("utf-8", "replace")), truncated=content.endswith(TRUNCATED_MARK))
-               for path, content in files[:MAX_FILES_SHOWN]],
+        files=[
+            SummaryFile(path=clip(path, PATH_BYTES), bytes=len(content.encode("utf-8", "replace")), truncated=content.endswith(TRUNCATED_MARK))
+            for path, content in files[:MAX_FILES_SHOWN]
+        ],
         files_left_off=max(0, len(files) - MAX_FILES_SHOWN),
         capture_level=result.capture_level,
         rollout_type=result.rollout_type,
         rollout_type_reason=clip(result.rollout_type_reason, REASON_BYTES),
         branches=result.graph.branches,
         links={kind: result.graph.links[kind] for kind in LINK_KINDS if result.graph.links.get(kind)},  # the known kinds only
-        trainable_tokens=result.graph.trainable_tokens, sampled_tokens=result.graph.sampled_tokens,
+        trainable_tokens=result.graph.trainable_tokens,
+        sampled_tokens=result.graph.sampled_tokens,
     )
 
 

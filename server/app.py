@@ -85,12 +85,14 @@ async def _cancel_on_disconnect(request: Request, task: asyncio.Task) -> None:
 def api_description() -> str:
     """/docs' description: what the server is, its harnesses (the registry's, so the list cannot go
     stale) and its surfaces beyond the operations listed."""
-    return (f"{DESCRIPTION}\n\nHarnesses: {', '.join(sorted(HARNESSES))} (`GET /harnesses`: installed versions).\n\n"
-            "- `POST /rollout` runs one rollout and answers with its result; `POST /rollouts` queues one as a job "
-            "(`GET /rollouts/{id}`, its events, `DELETE` cancels), kept in the job store.\n"
-            "- `/web`: the web UI (run a rollout and watch it live; stored rollouts, their token view; compare two rollouts).\n"
-            "- `/mcp`: the same tools for agents (MCP, streamable HTTP); `/ws`: OpenEnv's WebSocket.\n"
-            "- `PUT /policy/weights`: a trainer announces its weight version; `/metrics`: Prometheus.")
+    return (
+        f"{DESCRIPTION}\n\nHarnesses: {', '.join(sorted(HARNESSES))} (`GET /harnesses`: installed versions).\n\n"
+        "- `POST /rollout` runs one rollout and answers with its result; `POST /rollouts` queues one as a job "
+        "(`GET /rollouts/{id}`, its events, `DELETE` cancels), kept in the job store.\n"
+        "- `/web`: the web UI (run a rollout and watch it live; stored rollouts, their token view; compare two rollouts).\n"
+        "- `/mcp`: the same tools for agents (MCP, streamable HTTP); `/ws`: OpenEnv's WebSocket.\n"
+        "- `PUT /policy/weights`: a trainer announces its weight version; `/metrics`: Prometheus."
+    )
 
 
 def create_app(
@@ -163,8 +165,7 @@ def create_app(
         await proxy.aclose()
 
     # /docs is served from the package (server/docs_page.py), not FastAPI's CDN page; no ReDoc.
-    app = FastAPI(title="harness-env", version=package_version(), lifespan=lifespan, description=api_description(),
-                  docs_url=None, redoc_url=None)
+    app = FastAPI(title="harness-env", version=package_version(), lifespan=lifespan, description=api_description(), docs_url=None, redoc_url=None)
     app.state.service = service
     app.state.jobs = jobs
 
@@ -192,11 +193,15 @@ def create_app(
         return RedirectResponse(request.scope.get("root_path", "") + "/web", status_code=307)
 
     def server_state() -> ServerState:
-        return ServerState(harnesses={h.name: h.version for h in service.list_harnesses()},
-                           # The local backend says which of its two kinds it is (as its rollouts' sandbox_backend does).
-                           sandbox_backend=backend if backend != DEFAULT_BACKEND else "bwrap" if bwrap_available() else "plain",
-                           rollouts_running=slots.running, rollouts_queued=slots.queued,
-                           max_concurrent=slots.max_concurrent, max_queue=slots.max_queue)
+        return ServerState(
+            harnesses={h.name: h.version for h in service.list_harnesses()},
+            # The local backend says which of its two kinds it is (as its rollouts' sandbox_backend does).
+            sandbox_backend=backend if backend != DEFAULT_BACKEND else "bwrap" if bwrap_available() else "plain",
+            rollouts_running=slots.running,
+            rollouts_queued=slots.queued,
+            max_concurrent=slots.max_concurrent,
+            max_queue=slots.max_queue,
+        )
 
     add_openenv_routes(app, server_state)  # /health, /metadata, /schema
     add_docs_routes(app, app.title)
@@ -262,7 +267,7 @@ def capture_first(proxy_app, app):
             below = route_path(scope)
             if below.startswith(prefix):
                 root = scope.get("root_path", "") + CAPTURE_PREFIX
-                await proxy_app({**scope, "root_path": root, "path": root + below[len(CAPTURE_PREFIX):]}, receive, send)
+                await proxy_app({**scope, "root_path": root, "path": root + below[len(CAPTURE_PREFIX) :]}, receive, send)
                 return
         await app(scope, receive, send)
 
@@ -271,8 +276,11 @@ def capture_first(proxy_app, app):
 
 def validation_problem(err: dict) -> dict:
     """One of FastAPI's validation errors without its `input`, `ctx` and `url`, in JSON-safe text."""
-    return {"type": err.get("type", ""), "loc": [x if isinstance(x, int) else safe_text(str(x), 200) for x in err.get("loc", ())],
-            "msg": safe_text(str(err.get("msg", "")), 2000)}
+    return {
+        "type": err.get("type", ""),
+        "loc": [x if isinstance(x, int) else safe_text(str(x), 200) for x in err.get("loc", ())],
+        "msg": safe_text(str(err.get("msg", "")), 2000),
+    }
 
 
 def _too_large(limit: int):
@@ -338,10 +346,7 @@ def __getattr__(name: str):
     if name == "app":
         # As `harness-env serve` reads them; 8000 is uvicorn's own default port.
         port = os.environ.get("HARNESS_ENV_PORT") or os.environ.get("PORT") or "8000"
-        return create_app(
-            public_url=os.environ.get("HARNESS_ENV_PUBLIC_URL") or f"http://127.0.0.1:{port}",
-            token=os.environ.get("HARNESS_ENV_TOKEN") or None,
-        )
+        return create_app(public_url=os.environ.get("HARNESS_ENV_PUBLIC_URL") or f"http://127.0.0.1:{port}", token=os.environ.get("HARNESS_ENV_TOKEN") or None)
     raise AttributeError(name)
 
 

@@ -102,9 +102,16 @@ class AuthFailureLimiter:
     counted nor slowed (`known_wrong`). In memory, bounded to `max_addresses` (the oldest
     forgotten first): a restart forgets, which only helps the guesser once."""
 
-    def __init__(self, max_failures: int = 10, window_s: float = 60.0, backoff_s: float = 60.0,
-                 slow_interval_s: float = 5.0, max_addresses: int = 10_000, max_remembered: int = 8,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        max_failures: int = 10,
+        window_s: float = 60.0,
+        backoff_s: float = 60.0,
+        slow_interval_s: float = 5.0,
+        max_addresses: int = 10_000,
+        max_remembered: int = 8,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_failures = max_failures
         self.window_s = window_s
         self.backoff_s = backoff_s
@@ -214,8 +221,7 @@ def _query_token(scope: Scope) -> str | None:
 
 
 class TokenAuth:
-    def __init__(self, app, token: str | None, *, own_origins: Iterable[str] = (),
-                 limiter: AuthFailureLimiter | None = None) -> None:
+    def __init__(self, app, token: str | None, *, own_origins: Iterable[str] = (), limiter: AuthFailureLimiter | None = None) -> None:
         self.app = app
         self.token = token
         self.own_origins = frozenset(o.lower() for o in own_origins)
@@ -241,9 +247,16 @@ class TokenAuth:
             return
         path = scope.get("path", "")
         if not path.startswith(OPEN_PREFIXES) and is_foreign_origin(scope, self.own_origins):
-            await self._refuse(scope, send, error_reply(
-                403, "cross-origin request refused: only pages served by this server may call it "
-                "(a proxy in front that rewrites Host: list the page's origin in HARNESS_ENV_ALLOWED_ORIGINS)", "forbidden_origin"))
+            await self._refuse(
+                scope,
+                send,
+                error_reply(
+                    403,
+                    "cross-origin request refused: only pages served by this server may call it "
+                    "(a proxy in front that rewrites Host: list the page's origin in HARNESS_ENV_ALLOWED_ORIGINS)",
+                    "forbidden_origin",
+                ),
+            )
             return
         if not self.token or path in OPEN_PATHS or path.startswith(OPEN_PREFIXES) or path == WEB_LOGIN_PATH:
             await self.app(scope, receive, send)
@@ -268,9 +281,16 @@ class TokenAuth:
             await send({"type": "http.response.start", "status": 303, "headers": [(b"location", location), (b"content-length", b"0")]})
             await send({"type": "http.response.body", "body": b""})
             return
-        await self._refuse(scope, send, error_reply(
-            401, "missing or wrong token: send 'Authorization: Bearer <token>' (the server's HARNESS_ENV_TOKEN; behind a private "
-            "Space, in 'X-Harness-Env-Token: <token>')", "unauthorized"))
+        await self._refuse(
+            scope,
+            send,
+            error_reply(
+                401,
+                "missing or wrong token: send 'Authorization: Bearer <token>' (the server's HARNESS_ENV_TOKEN; behind a private "
+                "Space, in 'X-Harness-Env-Token: <token>')",
+                "unauthorized",
+            ),
+        )
 
     @staticmethod
     async def _refuse(scope: Scope, send: Send, reply: Reply) -> None:

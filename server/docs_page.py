@@ -52,10 +52,14 @@ def add_docs_routes(app: FastAPI, title: str) -> None:
         swagger_ui_dir()  # a clear 501 instead of a page whose scripts all fail
         root = request.scope.get("root_path", "").rstrip("/")  # behind a proxy that strips a prefix
         return get_swagger_ui_html(
-            openapi_url=root + (app.openapi_url or "/openapi.json"), title=f"{title} - API",
-            swagger_js_url=f"{root}{ASSETS_PATH}/swagger-ui-bundle.js", swagger_css_url=f"{root}{ASSETS_PATH}/swagger-ui.css",
-            swagger_favicon_url=f"{root}{ASSETS_PATH}/favicon.png", oauth2_redirect_url=None,
-            swagger_ui_parameters={"validatorUrl": None})
+            openapi_url=root + (app.openapi_url or "/openapi.json"),
+            title=f"{title} - API",
+            swagger_js_url=f"{root}{ASSETS_PATH}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{ASSETS_PATH}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{ASSETS_PATH}/favicon.png",
+            oauth2_redirect_url=None,
+            swagger_ui_parameters={"validatorUrl": None},
+        )
 
     @app.get(ASSETS_PATH + "/{name}", include_in_schema=False)
     async def asset(name: str) -> FileResponse:

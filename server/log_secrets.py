@@ -54,9 +54,11 @@ def _capture_key_spellings() -> re.Pattern[str]:
     """Capture keys are many and short-lived, so they are masked by their shape: as is, and in hex
     or base64 (its prefix's spellings, then what the rest of a key takes in them)."""
     prefix = CAPTURE_KEY_PREFIX.encode()
-    forms = [re.escape(CAPTURE_KEY_PREFIX) + r"[A-Za-z0-9_-]{32}",
-             "(?i:" + prefix.hex() + ")[0-9A-Fa-f]{64}",
-             *(re.escape(run) + r"[A-Za-z0-9+/_-]{40,}" for run in sorted(_base64_runs(prefix)))]
+    forms = [
+        re.escape(CAPTURE_KEY_PREFIX) + r"[A-Za-z0-9_-]{32}",
+        "(?i:" + prefix.hex() + ")[0-9A-Fa-f]{64}",
+        *(re.escape(run) + r"[A-Za-z0-9+/_-]{40,}" for run in sorted(_base64_runs(prefix))),
+    ]
     return re.compile("|".join(forms))
 
 

@@ -23,8 +23,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 # Seconds: fine below 50 ms, where a healthy loop stays, coarse above.
-LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1,
-               0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 INTERVAL_S = 0.05
 WINDOW = 1200  # samples: the last minute at the default interval
 
@@ -53,8 +52,9 @@ class LoopLagMonitor(Collector):
     def __init__(self, registry: CollectorRegistry, interval_s: float = INTERVAL_S, window: int = WINDOW) -> None:
         self.interval_s = interval_s
         self.recent: deque[float] = deque(maxlen=window)
-        self.histogram = Histogram("harness_env_event_loop_lag_seconds", f"How late the server's event loop woke from a {interval_s}s sleep",
-                                   buckets=LAG_BUCKETS, registry=registry)
+        self.histogram = Histogram(
+            "harness_env_event_loop_lag_seconds", f"How late the server's event loop woke from a {interval_s}s sleep", buckets=LAG_BUCKETS, registry=registry
+        )
         registry.register(self)
         self._task: asyncio.Task | None = None
 
@@ -80,9 +80,11 @@ class LoopLagMonitor(Collector):
 
     def collect(self) -> Iterator[Metric]:
         values = sorted(self.recent)
-        gauge = GaugeMetricFamily("harness_env_event_loop_lag_recent_seconds",
-                                  f"The event loop's lag over its last {self.recent.maxlen} samples (quantile 1 is the maximum)",
-                                  labels=["quantile"])
+        gauge = GaugeMetricFamily(
+            "harness_env_event_loop_lag_recent_seconds",
+            f"The event loop's lag over its last {self.recent.maxlen} samples (quantile 1 is the maximum)",
+            labels=["quantile"],
+        )
         for q in (0.5, 0.99, 1.0):
             gauge.add_metric([str(q)], quantile(values, q))
         yield gauge

@@ -42,13 +42,15 @@ def where_to_go(host: str, port: int, public_url: str | None) -> str:
     """The lines `harness-env serve` prints when it starts: the addresses of its faces."""
     base = public_url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     base = base.rstrip("/")
-    return "\n".join([
-        f"harness-env {package_version()} serving on {host}:{port}",
-        f"  web UI     {base}/web",
-        f"  MCP        {base}/mcp   (streamable HTTP; tools: run_rollout, submit_rollout, get_rollout, list_harnesses, list_tasks, catalog)",
-        f"  HTTP API   {base}/docs",
-        f"  health     {base}/health",
-    ])
+    return "\n".join(
+        [
+            f"harness-env {package_version()} serving on {host}:{port}",
+            f"  web UI     {base}/web",
+            f"  MCP        {base}/mcp   (streamable HTTP; tools: run_rollout, submit_rollout, get_rollout, list_harnesses, list_tasks, catalog)",
+            f"  HTTP API   {base}/docs",
+            f"  health     {base}/health",
+        ]
+    )
 
 
 def raise_open_files_limit() -> str | None:
@@ -63,11 +65,10 @@ def raise_open_files_limit() -> str | None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, OPEN_FILES_WANTED), hard))
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft != resource.RLIM_INFINITY and soft < OPEN_FILES_WANTED:
-        return (f"open files are limited to {soft} (ulimit -n); a few hundred concurrent rollouts need more: "
-                f"raise the hard limit to at least {OPEN_FILES_WANTED}")
+        return (
+            f"open files are limited to {soft} (ulimit -n); a few hundred concurrent rollouts need more: raise the hard limit to at least {OPEN_FILES_WANTED}"
+        )
     return None
-
-
 
 
 def serve(
@@ -97,9 +98,17 @@ def serve(
     # Sandboxes on this machine reach the capture proxy over loopback, unless a public URL is given
     # (Harbor's remote sandbox providers need one they can reach).
     capture_url = public_url or f"http://127.0.0.1:{port}"
-    app = create_app(public_url=url, capture_url=capture_url, token=token, max_concurrent=max_concurrent, max_queue=max_queue,
-                     max_starting=max_starting, data_dir=data_dir, retention=retention,
-                     sandbox_backend=sandbox_backend)
+    app = create_app(
+        public_url=url,
+        capture_url=capture_url,
+        token=token,
+        max_concurrent=max_concurrent,
+        max_queue=max_queue,
+        max_starting=max_starting,
+        data_dir=data_dir,
+        retention=retention,
+        sandbox_backend=sandbox_backend,
+    )
     # X-Forwarded-For names the client (for the failed-authentication limit) only when the operator
     # names the proxies that set it (uvicorn's FORWARDED_ALLOW_IPS); uvicorn alone trusts loopback,
     # where any local process could claim to be any address.
@@ -110,8 +119,7 @@ def serve(
     make_undumpable()  # the token and keys in this process stay out of reach of its own uid (the plain sandbox's)
     freeze_long_lived()
     print(where_to_go(host, port, public_url or (url if os.environ.get("SPACE_HOST") else None)), file=sys.stderr, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level=os.environ.get("HARNESS_ENV_LOG_LEVEL", "info"), timeout_graceful_shutdown=10,
-                proxy_headers=trust_proxy)
+    uvicorn.run(app, host=host, port=port, log_level=os.environ.get("HARNESS_ENV_LOG_LEVEL", "info"), timeout_graceful_shutdown=10, proxy_headers=trust_proxy)
     return 0
 
 

@@ -52,26 +52,40 @@ class ServerMetrics:
 
     def __init__(self, slots: RolloutSlots, jobs: JobManager) -> None:
         self.registry = registry = CollectorRegistry()
-        self.rollouts = Counter("harness_env_rollouts", "Rollouts this server ran to an end, by status, error kind ('none': no error) and harness",
-                                ["status", "error_kind", "harness"], registry=registry)
-        self.rollout_seconds = Histogram("harness_env_rollout_wall_seconds", "Wall time of the rollouts that ended",
-                                         buckets=PHASE_BUCKETS, registry=registry)
-        self.phase_seconds = Histogram("harness_env_phase_duration_seconds", "Duration of each phase of the rollouts that ended",
-                                       ["phase"], buckets=PHASE_BUCKETS, registry=registry)
-        self.model_calls = Counter("harness_env_model_calls", "Model calls the capture proxy recorded for rollouts that ended, "
-                                   "by purpose (policy, auxiliary) and outcome (answered, failed)", ["purpose", "outcome"], registry=registry)
-        self.model_call_seconds = Histogram("harness_env_model_call_latency_seconds", "Latency of those model calls (to the last byte)",
-                                            ["purpose"], buckets=CALL_BUCKETS, registry=registry)
+        self.rollouts = Counter(
+            "harness_env_rollouts",
+            "Rollouts this server ran to an end, by status, error kind ('none': no error) and harness",
+            ["status", "error_kind", "harness"],
+            registry=registry,
+        )
+        self.rollout_seconds = Histogram("harness_env_rollout_wall_seconds", "Wall time of the rollouts that ended", buckets=PHASE_BUCKETS, registry=registry)
+        self.phase_seconds = Histogram(
+            "harness_env_phase_duration_seconds", "Duration of each phase of the rollouts that ended", ["phase"], buckets=PHASE_BUCKETS, registry=registry
+        )
+        self.model_calls = Counter(
+            "harness_env_model_calls",
+            "Model calls the capture proxy recorded for rollouts that ended, by purpose (policy, auxiliary) and outcome (answered, failed)",
+            ["purpose", "outcome"],
+            registry=registry,
+        )
+        self.model_call_seconds = Histogram(
+            "harness_env_model_call_latency_seconds", "Latency of those model calls (to the last byte)", ["purpose"], buckets=CALL_BUCKETS, registry=registry
+        )
         # Masked rollouts (mask_sample: an end the agent did not cause) never train; their count
         # over harness_env_rollouts is the masked share, and it is the reward lost to
         # infrastructure (a masked rollout's reward is unknown, so what is lost is counted in rollouts).
-        self.masked = Counter("harness_env_rollouts_masked", "Rollouts whose sample is masked (mask_sample: reward lost to "
-                              "infrastructure or a cancel, never trained), by failure kind and harness", ["failure_kind", "harness"],
-                              registry=registry)
-        self.masked_tokens = Counter("harness_env_masked_completion_tokens", "Policy tokens sampled in masked rollouts (sampling lost "
-                                     "to infrastructure)", registry=registry)
-        self.completion_tokens = Counter("harness_env_model_completion_tokens", "Completion token ids those model calls returned",
-                                         ["purpose"], registry=registry)
+        self.masked = Counter(
+            "harness_env_rollouts_masked",
+            "Rollouts whose sample is masked (mask_sample: reward lost to infrastructure or a cancel, never trained), by failure kind and harness",
+            ["failure_kind", "harness"],
+            registry=registry,
+        )
+        self.masked_tokens = Counter(
+            "harness_env_masked_completion_tokens", "Policy tokens sampled in masked rollouts (sampling lost to infrastructure)", registry=registry
+        )
+        self.completion_tokens = Counter(
+            "harness_env_model_completion_tokens", "Completion token ids those model calls returned", ["purpose"], registry=registry
+        )
         registry.register(_Levels(slots, jobs))
         self.loop_lag = LoopLagMonitor(registry)  # sampling while the app runs (its lifespan)
 
@@ -108,13 +122,15 @@ class _Levels(Collector):
 
     def collect(self) -> Iterator[Metric]:
         s = self.slots
-        for name, doc, value in (("running", "Rollouts running in this server", s.running),
-                                 ("queued", "Rollouts admitted and waiting for a slot in this server (the queue depth)", s.queued),
-                                 ("max_concurrent", "Rollouts this server runs at once (--max-concurrent)", s.max_concurrent),
-                                 ("max_queue", "Rollouts this server lets wait (--max-queue)", s.max_queue),
-                                 ("starting", "Rollouts in their start-up (sandbox, setup, harness launch) in this server", s.starting.active),
-                                 ("waiting_to_start", "Rollouts waiting for a start-up place (--max-starting)", s.starting.waiting),
-                                 ("max_starting", "Rollouts this server starts at once (--max-starting)", s.starting.limit)):
+        for name, doc, value in (
+            ("running", "Rollouts running in this server", s.running),
+            ("queued", "Rollouts admitted and waiting for a slot in this server (the queue depth)", s.queued),
+            ("max_concurrent", "Rollouts this server runs at once (--max-concurrent)", s.max_concurrent),
+            ("max_queue", "Rollouts this server lets wait (--max-queue)", s.max_queue),
+            ("starting", "Rollouts in their start-up (sandbox, setup, harness launch) in this server", s.starting.active),
+            ("waiting_to_start", "Rollouts waiting for a start-up place (--max-starting)", s.starting.waiting),
+            ("max_starting", "Rollouts this server starts at once (--max-starting)", s.starting.limit),
+        ):
             yield GaugeMetricFamily(f"harness_env_rollouts_{name}", doc, value=value)
         store = self.jobs.store
         if store is None:
@@ -126,13 +142,13 @@ class _Levels(Collector):
         except Exception as e:  # a scrape must answer even when the store does not
             store_logger.warning("metrics: could not read the job store: %s", type(e).__name__)
             return
-        by_status = GaugeMetricFamily("harness_env_store_rollouts", "Rollouts in the job store, by status (a shared store: every replica's)",
-                                      labels=["status"])
+        by_status = GaugeMetricFamily("harness_env_store_rollouts", "Rollouts in the job store, by status (a shared store: every replica's)", labels=["status"])
         for status, count in sorted(counts):
             by_status.add_metric([status], count)
         yield by_status
-        yield GaugeMetricFamily("harness_env_store_result_bytes", "Bytes the ended rollouts take in the store (what retention's size limit counts)",
-                                value=stored)
+        yield GaugeMetricFamily(
+            "harness_env_store_result_bytes", "Bytes the ended rollouts take in the store (what retention's size limit counts)", value=stored
+        )
         path = store.engine.url.database if store.is_sqlite else None
         if path and path != ":memory:":
             size = sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
@@ -162,8 +178,16 @@ def _value(v: object) -> str:
 def rollout_line(job_id: str, status: str, result: RolloutResult) -> str:
     """`rollout_end id=... task=... harness=... status=... reward=... error_kind=... wall_s=...`:
     values with spaces, quotes or '=' are JSON strings; secrets are masked."""
-    fields = {"id": job_id, "task": result.task_id or "", "harness": result.harness, "status": status,
-              "reward": result.reward, "error_kind": result.error_kind, "mask_sample": result.mask_sample, "wall_s": round(result.wall_s, 3)}
+    fields = {
+        "id": job_id,
+        "task": result.task_id or "",
+        "harness": result.harness,
+        "status": status,
+        "reward": result.reward,
+        "error_kind": result.error_kind,
+        "mask_sample": result.mask_sample,
+        "wall_s": round(result.wall_s, 3),
+    }
     return "rollout_end " + " ".join(f"{k}={_value(v)}" for k, v in fields.items())
 
 

@@ -23,9 +23,11 @@ from harness_env.core.distribution import DIST_NAME, package_version
 from harness_env.models import RolloutArgs, RolloutResult
 
 # Also openenv.yaml's `description` (a test holds them equal).
-DESCRIPTION = ("Runs real coding-agent harnesses (Pi, OpenCode, Harbor's agents, a white-box tool loop) on tasks in "
-               "sandboxes against any OpenAI-compatible policy endpoint, and returns the reward plus the exact token "
-               "ids and logprobs of every model call.")
+DESCRIPTION = (
+    "Runs real coding-agent harnesses (Pi, OpenCode, Harbor's agents, a white-box tool loop) on tasks in "
+    "sandboxes against any OpenAI-compatible policy endpoint, and returns the reward plus the exact token "
+    "ids and logprobs of every model call."
+)
 
 
 class ServerState(BaseModel):
@@ -72,16 +74,23 @@ def environment_metadata() -> EnvironmentMetadata:
         return EnvironmentMetadata(name=DIST_NAME, description=DESCRIPTION, version=package_version())
     urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL") or [] if ", " in u)
     docs = next((urls[k] for k in ("Documentation", "Homepage", "Repository", "Source") if k in urls), None)
-    return EnvironmentMetadata(name=DIST_NAME, description=DESCRIPTION, readme_content=meta.get_payload() or None,  # type: ignore[attr-defined]
-                               version=package_version(), author=meta.get("Author") or meta.get("Author-email"),
-                               documentation_url=docs)
+    return EnvironmentMetadata(
+        name=DIST_NAME,
+        description=DESCRIPTION,
+        readme_content=meta.get_payload() or None,  # type: ignore[attr-defined]
+        version=package_version(),
+        author=meta.get("Author") or meta.get("Author-email"),
+        documentation_url=docs,
+    )
 
 
 @cache
 def schemas() -> SchemaResponse:
-    return SchemaResponse(action=RolloutArgs.model_json_schema(),
-                          observation=RolloutResult.model_json_schema(mode="serialization"),
-                          state=ServerState.model_json_schema(mode="serialization"))
+    return SchemaResponse(
+        action=RolloutArgs.model_json_schema(),
+        observation=RolloutResult.model_json_schema(mode="serialization"),
+        state=ServerState.model_json_schema(mode="serialization"),
+    )
 
 
 def add_openenv_routes(app: FastAPI, state: Callable[[], ServerState]) -> None:

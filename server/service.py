@@ -19,8 +19,9 @@ from harness_env.server.slots import RolloutSlots
 
 
 class RolloutService:
-    def __init__(self, proxy: CaptureProxy, proxy_base_url: str, slots: RolloutSlots, use_bwrap: bool | None = None,
-                 sandbox_backend: str = DEFAULT_BACKEND) -> None:
+    def __init__(
+        self, proxy: CaptureProxy, proxy_base_url: str, slots: RolloutSlots, use_bwrap: bool | None = None, sandbox_backend: str = DEFAULT_BACKEND
+    ) -> None:
         self.proxy = proxy
         self.proxy_base_url = proxy_base_url
         self.slots = slots
@@ -44,8 +45,7 @@ class RolloutService:
         """Raises ServerBusy when the queue is full; otherwise always returns a result."""
         async with self.slots.slot():
             capture = CaptureAccess(self.proxy, self.proxy_base_url, self.capture_socket)
-            return await execute(prepared, capture, sandbox_factory=self.sandbox_factory, on_event=on_event,
-                                 start_gate=self.slots.starting)
+            return await execute(prepared, capture, sandbox_factory=self.sandbox_factory, on_event=on_event, start_gate=self.slots.starting)
 
     @staticmethod
     def list_harnesses() -> list[HarnessInfo]:
@@ -54,10 +54,16 @@ class RolloutService:
             h = cls()
             version = h.version()
             pin = h.pin
-            out.append(HarnessInfo(name=name, installed=version is not None, version=version,
-                                   # No pin: the harness is bundled with this package (whitebox).
-                                   pinned_version=pin.version if pin else version,
-                                   capabilities=list(h.capabilities)))
+            out.append(
+                HarnessInfo(
+                    name=name,
+                    installed=version is not None,
+                    version=version,
+                    # No pin: the harness is bundled with this package (whitebox).
+                    pinned_version=pin.version if pin else version,
+                    capabilities=list(h.capabilities),
+                )
+            )
         return out
 
     @staticmethod

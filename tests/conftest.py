@@ -46,8 +46,7 @@ def pytest_collection_modifyitems(items):
     for item in items:
         callspec = getattr(item, "callspec", None)
         marks = {m.name for m in item.iter_markers()}
-        heavy = (HEAVY_MARKS & marks or HEAVY_FIXTURES & set(item.fixturenames)
-                 or (callspec is not None and callspec.params.get("store_url") == "postgresql"))
+        heavy = HEAVY_MARKS & marks or HEAVY_FIXTURES & set(item.fixturenames) or (callspec is not None and callspec.params.get("store_url") == "postgresql")
         if not heavy:
             item.add_marker(pytest.mark.unit)
         if "xdist_group" not in marks and (group := _xdist_group(item, marks)):

@@ -74,8 +74,7 @@ def cli(*args: str, timeout: float = 600, cwd: Path | str = "/") -> subprocess.C
 def check(name: str, payload: Any, timeout: float = 600) -> Any:
     """Run tests/openenv_checks/<name>.py in OpenEnv's venv with `payload` as JSON on stdin: its JSON answer."""
     script = CHECKS / f"{name}.py"
-    proc = subprocess.run([str(_require()), str(script)], input=json.dumps(payload), capture_output=True, text=True,
-                          timeout=timeout, cwd="/", env=_env())
+    proc = subprocess.run([str(_require()), str(script)], input=json.dumps(payload), capture_output=True, text=True, timeout=timeout, cwd="/", env=_env())
     if proc.returncode != 0:
         raise RuntimeError(f"OpenEnv check {name} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -92,11 +91,17 @@ def check_beside_trl(name: str, payload: Any, timeout: float = 600) -> Any:
     OpenEnv importable after the project's own packages, as on a trainer host whose TRL harness worker
     imports `openenv.core.harness`: stdin and stdout as check()."""
     _require()
-    boot = ("import runpy, sys; sys.path.append(sys.argv[1]); sys.argv = sys.argv[2:]; "
-            "runpy.run_path(sys.argv[0], run_name='__main__')")
+    boot = "import runpy, sys; sys.path.append(sys.argv[1]); sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')"
     script = CHECKS / f"{name}.py"
-    proc = subprocess.run([sys.executable, "-c", boot, str(site_packages()), str(script)], input=json.dumps(payload),
-                          capture_output=True, text=True, timeout=timeout, cwd="/", env=_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", boot, str(site_packages()), str(script)],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd="/",
+        env=_env(),
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"check {name} beside TRL failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -44,8 +44,7 @@ class PinnedVenv:
         log(f"{self.name}: installing {self.pin} into {self.dir}")
         subprocess.run([self.base_python(), "-m", "venv", str(self.dir)], check=True, cwd="/")
         py = str(self.python)
-        subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--progress-bar", "off", self.pin],
-                       check=True, cwd="/")
+        subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--progress-bar", "off", self.pin], check=True, cwd="/")
         finish(py)
         (self.dir / ".installed").write_text(self.pin + "\n")
         log(f"{self.name}: installed in {time.monotonic() - started:.0f}s")

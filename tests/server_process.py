@@ -35,8 +35,7 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, sandbox_dir: Path, *args: str, env: dict[str, str] | None = None, start_timeout_s: float = 30,
-                 stop_timeout_s: float = 15) -> None:
+    def __init__(self, sandbox_dir: Path, *args: str, env: dict[str, str] | None = None, start_timeout_s: float = 30, stop_timeout_s: float = 15) -> None:
         self.stop_timeout_s = stop_timeout_s
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -46,15 +45,24 @@ class ServerProcess:
         self.tmp_dir.mkdir()
         # Its own job store unless told (a restart test passes the same one again).
         self.data_dir = Path((env or {}).get("HARNESS_ENV_DATA_DIR") or sandbox_dir.parent / f"server-{self.port}-data")
-        full_env = {**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(sandbox_dir), "HARNESS_ENV_LOG_LEVEL": "warning",
-                    "HARNESS_ENV_DATA_DIR": str(self.data_dir),
-                    "HARNESS_ENV_ALLOWED_HOSTS": "127.0.0.1,localhost", "TMPDIR": str(self.tmp_dir), **(env or {})}
+        full_env = {
+            **os.environ,
+            "HARNESS_ENV_SANDBOX_DIR": str(sandbox_dir),
+            "HARNESS_ENV_LOG_LEVEL": "warning",
+            "HARNESS_ENV_DATA_DIR": str(self.data_dir),
+            "HARNESS_ENV_ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "TMPDIR": str(self.tmp_dir),
+            **(env or {}),
+        }
         # Output goes to a file: a pipe nobody reads fills up and blocks the server's event loop.
         self.log_path = sandbox_dir.parent / f"server-{self.port}.log"
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "harness_env.cli", "serve", "--port", str(self.port), *args],
-            env=full_env, stdout=self._log, stderr=subprocess.STDOUT, text=True,
+            env=full_env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         deadline = time.monotonic() + start_timeout_s
         while time.monotonic() < deadline:

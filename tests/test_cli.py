@@ -42,8 +42,9 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, setup, args, expect):
     assert "Traceback" not in p.stderr
 
 
-@pytest.mark.parametrize("flag,env,given", [(["--sandbox-backend", "nope"], {}, "--sandbox-backend"),
-                                             ([], {"HARNESS_ENV_SANDBOX_BACKEND": "nope"}, "$HARNESS_ENV_SANDBOX_BACKEND")])
+@pytest.mark.parametrize(
+    "flag,env,given", [(["--sandbox-backend", "nope"], {}, "--sandbox-backend"), ([], {"HARNESS_ENV_SANDBOX_BACKEND": "nope"}, "$HARNESS_ENV_SANDBOX_BACKEND")]
+)
 def test_an_unknown_sandbox_backend_stops_serve_in_one_line(flag, env, given):
     p = _run(["serve", "--port", "0", *flag], env={**os.environ, **env})
     assert p.returncode == 2 and p.stderr.strip() == f"harness-env: error: unknown {given} 'nope'; choose one of: local", p.stderr
@@ -55,7 +56,8 @@ def test_missing_required_flag_is_one_line(tmp_path):
     (tmp_path / "t.json").write_text('{"instruction": "x"}')
     p = _run(["run", "--task", "t.json"], cwd=tmp_path)  # an agent that calls a model needs an endpoint
     assert p.returncode == 2 and p.stderr.strip() == (
-        "harness-env: error: no policy endpoint: pass --base-url and --model, or --endpoint vllm|openai|hf_router")
+        "harness-env: error: no policy endpoint: pass --base-url and --model, or --endpoint vllm|openai|hf_router"
+    )
 
 
 def test_version():
@@ -83,8 +85,11 @@ def test_every_flag_of_every_command_has_help():
     for path, action in walk(cli.build_parser(), ["harness-env"]):
         seen += 1
         assert action.help and action.help != argparse.SUPPRESS, (path, action.option_strings)
-        if path[1:] in (["run"], ["serve"]) and not isinstance(action, (argparse._HelpAction, argparse._StoreTrueAction)) \
-                and action.option_strings[0] not in ("--task", "--api-key", "--api-key-env", "--out", "--rows-out", "--endpoint", "--base-url", "--model"):
+        if (
+            path[1:] in (["run"], ["serve"])
+            and not isinstance(action, (argparse._HelpAction, argparse._StoreTrueAction))
+            and action.option_strings[0] not in ("--task", "--api-key", "--api-key-env", "--out", "--rows-out", "--endpoint", "--base-url", "--model")
+        ):
             assert "default" in action.help, (path, action.option_strings)
     assert seen > 40
     serve_help = _run(["serve", "--help"]).stdout
@@ -129,8 +134,28 @@ def test_an_agent_that_calls_no_model_needs_no_endpoint(tmp_path, monkeypatch):
 def test_run_prints_result_json_and_progress(tmp_path, policy_server):
     policy_server.policy.scripts["m"] = [{"bash": "printf 'hello\\n' > hello.txt"}, {"text": "done"}]
     (tmp_path / "task.json").write_text(json.dumps({"instruction": "make hello.txt", "verify": ["grep -q hello hello.txt"], "task_id": "cli-1"}))
-    p = _run(["run", "--harness", "pi", "--task", "task.json", "--base-url", policy_server.base_url, "--api-key", "KEY", "--model", "m",
-              "--max-turns", "5", "--top-logprobs", "1", "--max-tokens-cap", "256"], cwd=tmp_path)
+    p = _run(
+        [
+            "run",
+            "--harness",
+            "pi",
+            "--task",
+            "task.json",
+            "--base-url",
+            policy_server.base_url,
+            "--api-key",
+            "KEY",
+            "--model",
+            "m",
+            "--max-turns",
+            "5",
+            "--top-logprobs",
+            "1",
+            "--max-tokens-cap",
+            "256",
+        ],
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     result = json.loads(p.stdout)
     assert result["reward"] == 1.0 and result["task_id"] == "cli-1" and result["error"] is None
@@ -154,8 +179,27 @@ def test_infrastructure_failure_still_exits_0_with_a_result(tmp_path):
 def test_whitebox_run_writes_training_rows(tmp_path, policy_server):
     policy_server.policy.scripts["m"] = [{"bash": "echo hi > hello.txt"}, {"text": "done"}]
     (tmp_path / "task.json").write_text(json.dumps({"instruction": "make hello.txt", "verify": ["test -f hello.txt"]}))
-    p = _run(["run", "--harness", "whitebox", "--task", "task.json", "--base-url", policy_server.base_url, "--model", "m",
-              "--rows-out", "rows.jsonl", "--out", "r.json", "--max-tokens", "77", "--quiet"], cwd=tmp_path)
+    p = _run(
+        [
+            "run",
+            "--harness",
+            "whitebox",
+            "--task",
+            "task.json",
+            "--base-url",
+            policy_server.base_url,
+            "--model",
+            "m",
+            "--rows-out",
+            "rows.jsonl",
+            "--out",
+            "r.json",
+            "--max-tokens",
+            "77",
+            "--quiet",
+        ],
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     assert [r["max_tokens"] for r in policy_server.policy.tool_requests()] == [77, 77]  # the white-box option, from its flag
     result = json.loads((tmp_path / "r.json").read_text())
@@ -166,14 +210,31 @@ def test_whitebox_run_writes_training_rows(tmp_path, policy_server):
     assert tuple(row) == ROW_COLUMNS and row["attempt"] == 0  # the export's rows table's layout
     assert row["prompt_ids"] and len(row["completion_ids"]) == len(row["loss_mask"]) == len(row["logprobs"])
     assert sum(row["loss_mask"]) == result["graph"]["trainable_tokens"] > 0
-    compact = _run(["run", "--harness", "whitebox", "--task", "task.json", "--base-url", policy_server.base_url, "--model", "m",
-                    "--compact", "--out", "c.json", "--quiet"], cwd=tmp_path)
+    compact = _run(
+        [
+            "run",
+            "--harness",
+            "whitebox",
+            "--task",
+            "task.json",
+            "--base-url",
+            policy_server.base_url,
+            "--model",
+            "m",
+            "--compact",
+            "--out",
+            "c.json",
+            "--quiet",
+        ],
+        cwd=tmp_path,
+    )
     assert compact.returncode == 0, compact.stderr
     from harness_env.storage import load
 
     stored = load(tmp_path / "c.json")
-    assert stored.reward == 1.0 and (stored.proxy_turns[1].prompt_token_ids[: len(stored.proxy_turns[0].prompt_token_ids)]
-                                     == stored.proxy_turns[0].prompt_token_ids)
+    assert stored.reward == 1.0 and (
+        stored.proxy_turns[1].prompt_token_ids[: len(stored.proxy_turns[0].prompt_token_ids)] == stored.proxy_turns[0].prompt_token_ids
+    )
 
 
 def test_svg_dataset_subcommand_reports_bad_input_in_one_line(tmp_path):
@@ -190,8 +251,9 @@ def test_svg_icon_task_file(tmp_path, policy_server):
     svg = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 10 10"><circle cx="5" cy="5" r="4" fill="#00f"/></svg>'
     policy_server.policy.scripts["m"] = [{"bash": f"printf '%s' '{svg}' > icon.svg"}, {"text": "drawn"}]
     (tmp_path / "ref.png").write_bytes(resvg_py.svg_to_bytes(svg_string=svg, width=64, height=64, background="#ffffff"))
-    (tmp_path / "icon.json").write_text(json.dumps({"task_family": "svg_icon", "prompt": "a blue dot", "reference_png": "ref.png",
-                                                    "renderer": "resvg", "max_turns": 4}))
+    (tmp_path / "icon.json").write_text(
+        json.dumps({"task_family": "svg_icon", "prompt": "a blue dot", "reference_png": "ref.png", "renderer": "resvg", "max_turns": 4})
+    )
     judge = FakeJudge(expect_images=2)
     with FakeJudgeServer(judge) as srv:
         env = {**os.environ, "HARNESS_ENV_JUDGE_BASE_URL": srv.base_url, "HARNESS_ENV_JUDGE_MODEL": "vl"}
@@ -223,10 +285,44 @@ def test_flags_not_given_leave_the_fields_defaults(tmp_path, monkeypatch):
 
 def test_every_option_flag_reaches_the_request(tmp_path, monkeypatch):
     request, use_bwrap = _request(
-        tmp_path, monkeypatch, "--harness", "opencode", "--mode", "black_box", "--harness-config", '{"a": {"b": 1}}', "--max-turns", "7",
-        "--agent-timeout-s", "60", "--setup-timeout-s", "30", "--verify-timeout-s", "20", "--max-tokens-cap", "256", "--top-logprobs", "3",
-        "--temperature", "0", "--reward-mode", "tool_efficiency", "--memory-limit-mb", "512", "--pids-limit", "64", "--disk-limit-mb",
-        "128", "--cpu-limit", "1.5", "--network", "open", "--disable-thinking", "--sandbox", "plain")
+        tmp_path,
+        monkeypatch,
+        "--harness",
+        "opencode",
+        "--mode",
+        "black_box",
+        "--harness-config",
+        '{"a": {"b": 1}}',
+        "--max-turns",
+        "7",
+        "--agent-timeout-s",
+        "60",
+        "--setup-timeout-s",
+        "30",
+        "--verify-timeout-s",
+        "20",
+        "--max-tokens-cap",
+        "256",
+        "--top-logprobs",
+        "3",
+        "--temperature",
+        "0",
+        "--reward-mode",
+        "tool_efficiency",
+        "--memory-limit-mb",
+        "512",
+        "--pids-limit",
+        "64",
+        "--disk-limit-mb",
+        "128",
+        "--cpu-limit",
+        "1.5",
+        "--network",
+        "open",
+        "--disable-thinking",
+        "--sandbox",
+        "plain",
+    )
     assert (request.harness, request.mode, request.harness_config, request.max_turns) == ("opencode", "black_box", {"a": {"b": 1}}, 7)
     assert (request.agent_timeout_s, request.setup_timeout_s, request.verify_timeout_s) == (60, 30, 20)
     assert (request.max_tokens_cap, request.top_logprobs, request.temperature, request.reward_mode) == (256, 3, 0.0, "tool_efficiency")
@@ -244,11 +340,16 @@ def test_a_family_record_s_limits_apply_unless_given(tmp_path, monkeypatch):
 
 
 def test_a_harness_s_own_flags_select_it_and_fill_its_options(tmp_path, monkeypatch):
-    request, use_bwrap = _request(tmp_path, monkeypatch, "--agent", "oracle", "--agent-kwargs", '{"max_turns": 3}', "--sandbox", "docker",
-                                  "--reward-key", "score")
+    request, use_bwrap = _request(
+        tmp_path, monkeypatch, "--agent", "oracle", "--agent-kwargs", '{"max_turns": 3}', "--sandbox", "docker", "--reward-key", "score"
+    )
     assert request.harness == "harbor" and use_bwrap is None
-    assert request.harness_options.model_dump(exclude_defaults=True) == {"agent": "oracle", "agent_kwargs": {"max_turns": 3},
-                                                                         "sandbox": "docker", "reward_key": "score"}
+    assert request.harness_options.model_dump(exclude_defaults=True) == {
+        "agent": "oracle",
+        "agent_kwargs": {"max_turns": 3},
+        "sandbox": "docker",
+        "reward_key": "score",
+    }
     assert request.harbor is request.harness_options  # the former name still reads them
     request, _ = _request(tmp_path, monkeypatch, "--harness", "harbor", "--sandbox", "bwrap")  # the command's own value: Harbor's default
     assert request.harness_options.model_dump(exclude_defaults=True) == {} and request.task.instruction == "x"
@@ -258,7 +359,12 @@ def test_help_shows_each_flag_s_default(tmp_path):
     p = _run(["run", "--help"])
     assert p.returncode == 0
     help_text = " ".join(p.stdout.split())
-    for expected in ("--agent-timeout-s AGENT_TIMEOUT_S seconds the agent may run before it is stopped (default: 600.0)",
-                     "--top-logprobs TOP_LOGPROBS", "(default: transparent_proxy)", "Harbor options (--harness harbor):",
-                     "--task-index TASK_INDEX", "sandbox limits:"):
+    for expected in (
+        "--agent-timeout-s AGENT_TIMEOUT_S seconds the agent may run before it is stopped (default: 600.0)",
+        "--top-logprobs TOP_LOGPROBS",
+        "(default: transparent_proxy)",
+        "Harbor options (--harness harbor):",
+        "--task-index TASK_INDEX",
+        "sandbox limits:",
+    ):
         assert expected in help_text, expected

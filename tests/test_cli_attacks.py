@@ -32,9 +32,30 @@ def _run_cli(tmp_path, policy_server, harness, attack, *, setup=(), verify=("fal
     sandboxes = tmp_path / "sandboxes"
     sandboxes.mkdir(exist_ok=True)
     env = {**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(sandboxes), "TMPDIR": str(tmp_path)}
-    p = subprocess.run([*CLI, "run", "--harness", harness, "--task", "task.json", "--base-url", policy_server.base_url, "--model", "m",
-                        "--agent-timeout-s", "120", "--verify-timeout-s", "30", "--quiet"],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)  # a hang fails
+    p = subprocess.run(
+        [
+            *CLI,
+            "run",
+            "--harness",
+            harness,
+            "--task",
+            "task.json",
+            "--base-url",
+            policy_server.base_url,
+            "--model",
+            "m",
+            "--agent-timeout-s",
+            "120",
+            "--verify-timeout-s",
+            "30",
+            "--quiet",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )  # a hang fails
     assert p.returncode == 0, p.stderr
     assert os.listdir(sandboxes) == []
     assert [n for n in os.listdir(tmp_path) if n.startswith("harness-env")] == []  # no socket or temp dir left
@@ -42,12 +63,16 @@ def _run_cli(tmp_path, policy_server, harness, attack, *, setup=(), verify=("fal
 
 
 @pytest.mark.parametrize("harness", ["whitebox", "pi"])
-@pytest.mark.parametrize("attack,verify,setup,reward", [
-    (LINK_FORGE, ["false"], [], 0.0),
-    (FIFO_FORGE, ["false"], [], 0.0),
-    (GIT_PLANTS, ["git status --porcelain | grep -q hello.txt"], ["git init -q ."], 0.0),
-    (DEEP, ["true"], [], 1.0),
-], ids=["link", "fifo", "git-config", "deep-tree"])
+@pytest.mark.parametrize(
+    "attack,verify,setup,reward",
+    [
+        (LINK_FORGE, ["false"], [], 0.0),
+        (FIFO_FORGE, ["false"], [], 0.0),
+        (GIT_PLANTS, ["git status --porcelain | grep -q hello.txt"], ["git init -q ."], 0.0),
+        (DEEP, ["true"], [], 1.0),
+    ],
+    ids=["link", "fifo", "git-config", "deep-tree"],
+)
 def test_attacks_through_the_cli(short_tmp, policy_server, harness, attack, verify, setup, reward):
     result = _run_cli(short_tmp, policy_server, harness, attack, setup=setup, verify=verify)
     assert result["error"] is None, result["error"]  # the agent did not run into its timeout
@@ -58,10 +83,15 @@ def test_attacks_through_the_cli(short_tmp, policy_server, harness, attack, veri
 
 # The policy's last answer holds a lone surrogate, escaped as JSON allows (whole, and streamed).
 SURROGATE_TEXT = '"done \\udfff"'
-SURROGATE_WHOLE = ('{"id": "x", "object": "chat.completion", "model": "m", "choices": [{"index": 0, "message": '
-                   '{"role": "assistant", "content": ' + SURROGATE_TEXT + '}, "finish_reason": "stop"}]}')
-SURROGATE_STREAM = ['data: {"id": "x", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": '
-                    '{"role": "assistant", "content": ' + SURROGATE_TEXT + '}, "finish_reason": "stop"}]}\n\n', "data: [DONE]\n\n"]
+SURROGATE_WHOLE = (
+    '{"id": "x", "object": "chat.completion", "model": "m", "choices": [{"index": 0, "message": '
+    '{"role": "assistant", "content": ' + SURROGATE_TEXT + '}, "finish_reason": "stop"}]}'
+)
+SURROGATE_STREAM = [
+    'data: {"id": "x", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": '
+    '{"role": "assistant", "content": ' + SURROGATE_TEXT + '}, "finish_reason": "stop"}]}\n\n',
+    "data: [DONE]\n\n",
+]
 
 
 @pytest.mark.parametrize("harness", ["whitebox", "pi"])
@@ -83,8 +113,14 @@ def test_sigterm_stops_the_cli_and_cleans_up(short_tmp, policy_server):
     sandboxes = short_tmp / "sandboxes"
     sandboxes.mkdir()
     env = {**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(sandboxes), "TMPDIR": str(short_tmp)}
-    p = subprocess.Popen([*CLI, "run", "--harness", "whitebox", "--task", "task.json", "--base-url", policy_server.base_url, "--model", "m"],
-                         cwd=short_tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [*CLI, "run", "--harness", "whitebox", "--task", "task.json", "--base-url", policy_server.base_url, "--model", "m"],
+        cwd=short_tmp,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 30
     while not any(os.scandir(sandboxes)) and time.monotonic() < deadline:
         time.sleep(0.1)

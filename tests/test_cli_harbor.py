@@ -40,9 +40,13 @@ def test_run_harbor_task_dir_dataset_and_converted_task(tmp_path, policy_server)
     }
     procs = {
         # The oracle of "dir" calls no model: it is given no endpoint at all.
-        name: subprocess.Popen([*CLI, "run", *args, *([] if name == "dir" else ["--base-url", policy_server.base_url, "--model", "m"]),
-                                "--agent-timeout-s", "60"],
-                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        name: subprocess.Popen(
+            [*CLI, "run", *args, *([] if name == "dir" else ["--base-url", policy_server.base_url, "--model", "m"]), "--agent-timeout-s", "60"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for name, args in runs.items()
     }
     out = {name: p.communicate(timeout=240) for name, p in procs.items()}
@@ -100,12 +104,18 @@ def test_harbor_tasks_json_and_splits(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize(
     "args,expect",
     [
-        (["run", "--task", "ds/alpha", "--harness", "pi"],
-         "Harbor task directory: it runs with --harness harbor, not --harness pi (to run pi inside Harbor, use --agent pi)"),
-        (["run", "--task", "ds", "--task-index", "0", "--harness", "whitebox"],
-         "Harbor dataset directory: it runs with --harness harbor, not --harness whitebox"),
-        (["run", "--task", "t.json", "--harness", "opencode", "--agent", "oracle"],
-         "--agent is a Harbor option: it is for --harness harbor, not --harness opencode"),
+        (
+            ["run", "--task", "ds/alpha", "--harness", "pi"],
+            "Harbor task directory: it runs with --harness harbor, not --harness pi (to run pi inside Harbor, use --agent pi)",
+        ),
+        (
+            ["run", "--task", "ds", "--task-index", "0", "--harness", "whitebox"],
+            "Harbor dataset directory: it runs with --harness harbor, not --harness whitebox",
+        ),
+        (
+            ["run", "--task", "t.json", "--harness", "opencode", "--agent", "oracle"],
+            "--agent is a Harbor option: it is for --harness harbor, not --harness opencode",
+        ),
         (["run", "--task", "t.json", "--harness", "pi", "--sandbox", "docker"], "with --harness pi choose auto, bwrap or plain"),
         (["run", "--task", "ds"], "Harbor dataset directory: pick one of its tasks with --task-index N (list them with: harness-env harbor-tasks ds)"),
         (["run", "--task", "ds/alpha", "--task-index", "1"], "--task-index and --split are for a dataset directory"),
@@ -140,5 +150,7 @@ def test_bad_combination_from_the_command_line(tmp_path):
     _dataset(tmp_path)
     p = _run(["run", "--task", "ds/alpha", "--harness", "opencode", *NO_ENDPOINT], cwd=tmp_path)
     assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr
-    assert p.stderr.strip() == ("harness-env: error: --task ds/alpha is a Harbor task directory: it runs with --harness harbor, "
-                                "not --harness opencode (to run opencode inside Harbor, use --agent opencode)")
+    assert p.stderr.strip() == (
+        "harness-env: error: --task ds/alpha is a Harbor task directory: it runs with --harness harbor, "
+        "not --harness opencode (to run opencode inside Harbor, use --agent opencode)"
+    )

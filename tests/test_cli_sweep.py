@@ -24,9 +24,29 @@ pytestmark = pytest.mark.e2e
 
 
 def _start_run(tmp_path: Path, policy_server, model: str, sandbox: str, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([*CLI, "run", "--harness", "whitebox", "--sandbox", sandbox, "--task", "task.json", "--base-url", policy_server.base_url,
-                             "--model", model, "--agent-timeout-s", "300"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "--harness",
+            "whitebox",
+            "--sandbox",
+            sandbox,
+            "--task",
+            "task.json",
+            "--base-url",
+            policy_server.base_url,
+            "--model",
+            model,
+            "--agent-timeout-s",
+            "300",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _cmdline(pid: int) -> bytes:
@@ -83,9 +103,15 @@ def test_a_run_killed_mid_agent_is_swept_by_the_next_run(short_tmp, policy_serve
         assert _cgroups_of(killed.pid) != [] or detect()[0] is None
         assert any(n.startswith(f"harness-env-capture-{killed.pid}-") for n in os.listdir(short_tmp))
 
-        after = subprocess.run([*CLI, "run", "--harness", "whitebox", "--sandbox", sandbox, "--task", "task.json",
-                                "--base-url", policy_server.base_url, "--model", "quick"],
-                               cwd=short_tmp, env=env, capture_output=True, text=True, timeout=240, check=False)
+        after = subprocess.run(
+            [*CLI, "run", "--harness", "whitebox", "--sandbox", sandbox, "--task", "task.json", "--base-url", policy_server.base_url, "--model", "quick"],
+            cwd=short_tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
         assert after.returncode == 0, after.stderr
         assert f"removed rollout {killed_name} of a dead owner" in after.stderr
         assert json.loads(after.stdout)["reward"] == 1.0

@@ -105,8 +105,13 @@ def test_the_dockerfile_parser():
     text = "FROM x\n# a comment\nRUN a \\\n  # inside\n    && b\nenv A=1 \\\n    B=2\n"
     assert parse_dockerfile(text) == [("FROM", "x"), ("RUN", "a && b"), ("ENV", "A=1 B=2")]
     assert {i for i, _ in INSTRUCTIONS} <= {"FROM", "RUN", "USER", "ENV", "WORKDIR", "COPY", "EXPOSE", "HEALTHCHECK", "CMD"}
-    for pattern, path, matches in [("**/__pycache__", "__pycache__", True), ("**/__pycache__", "a/b/__pycache__", True),
-                                   ("*.egg-info", "x.egg-info", True), ("*.egg-info", "a/x.egg-info", False), ("a*", "ab/c", False)]:
+    for pattern, path, matches in [
+        ("**/__pycache__", "__pycache__", True),
+        ("**/__pycache__", "a/b/__pycache__", True),
+        ("*.egg-info", "x.egg-info", True),
+        ("*.egg-info", "a/x.egg-info", False),
+        ("a*", "ab/c", False),
+    ]:
         assert bool(_ignore_pattern(pattern).fullmatch(path)) is matches, (pattern, path)
 
 
@@ -270,8 +275,7 @@ def package_files(root: Path = ROOT) -> list[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
         rel = Path(dirpath).relative_to(root)
         dirnames[:] = sorted(
-            d for d in dirnames
-            if not (d.startswith(".") or d == "__pycache__" or d.endswith(".egg-info") or (rel == Path(".") and d in NOT_SHIPPED))
+            d for d in dirnames if not (d.startswith(".") or d == "__pycache__" or d.endswith(".egg-info") or (rel == Path(".") and d in NOT_SHIPPED))
         )
         found += [rel / f for f in filenames if not f.endswith(".pyc")]
     packages = {p.parent for p in found if p.suffix == ".py"} - {Path(".")}

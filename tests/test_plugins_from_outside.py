@@ -180,8 +180,7 @@ def _request(policy_server, script: list[dict], **kw) -> RolloutRequest:
 
 async def test_an_outside_harness_runs_in_the_default_sandbox(outside, policy_server):
     task = Task(instruction="make hello.txt", verify=["grep -qx hello hello.txt"])
-    res = await run_rollout(_request(policy_server, [{"bash": "echo hello > hello.txt"}, {"text": "done"}], task=task,
-                                     harness=LoopHarness.name))
+    res = await run_rollout(_request(policy_server, [{"bash": "echo hello > hello.txt"}, {"text": "done"}], task=task, harness=LoopHarness.name))
     assert res.error is None, res.error
     assert res.reward == 1.0 and res.harness == LoopHarness.name and res.agent_final_text == "done" and res.agent_tool_calls == 1
     assert len(res.proxy_turns) == 2 and res.capture_level == "tokens"  # captured like any harness's
@@ -190,8 +189,7 @@ async def test_an_outside_harness_runs_in_the_default_sandbox(outside, policy_se
 
 async def test_an_outside_harness_speaking_an_outside_dialect_is_captured_from_the_engine(outside, policy_server):
     task = Task(instruction="make hello.txt", verify=["grep -qx hello hello.txt"])
-    res = await run_rollout(_request(policy_server, [{"bash": "echo hello > hello.txt"}, {"text": "done"}], task=task,
-                                     harness=PlainLoopHarness.name))
+    res = await run_rollout(_request(policy_server, [{"bash": "echo hello > hello.txt"}, {"text": "done"}], task=task, harness=PlainLoopHarness.name))
     assert res.error is None, res.error
     assert res.reward == 1.0 and res.agent_final_text == "done" and res.agent_tool_calls == 1
     # Translated to the engine's chat completions and recorded from its token ids, like any dialect.
@@ -203,8 +201,9 @@ async def test_an_outside_harness_speaking_an_outside_dialect_is_captured_from_t
 
 async def test_an_outside_family_grades_what_an_outside_harness_made(outside, policy_server):
     script = [{"bash": "printf apple > word.txt"}, {"text": "written"}]
-    res = await run_rollout(_request(policy_server, script, task=Task(instruction="-"), harness=LoopHarness.name,
-                                     task_family=WordFamily.name, family_options={"word": "apple"}))
+    res = await run_rollout(
+        _request(policy_server, script, task=Task(instruction="-"), harness=LoopHarness.name, task_family=WordFamily.name, family_options={"word": "apple"})
+    )
     assert res.error is None, res.error
     assert res.reward == 1.0 and res.reward_source == "judge" and res.grading == {"read": "apple"}
     assert policy_server.policy.tool_requests()[0]["messages"][0]["content"] == "Write the word apple into word.txt."  # as prepared
@@ -214,8 +213,7 @@ def test_the_web_form_offers_an_outside_family_s_options(outside):
     from harness_env.server.web.form import family_controls, task_families, to_args
 
     assert WordFamily.name in task_families() and [c.name for c in family_controls()[WordFamily.name][1]] == ["word"]
-    args = to_args({"base_url": "http://127.0.0.1:9/v1", "model": "m", "instruction": "-", "task_family": WordFamily.name,
-                    WordFamily.name: {"word": " pear "}})
+    args = to_args({"base_url": "http://127.0.0.1:9/v1", "model": "m", "instruction": "-", "task_family": WordFamily.name, WordFamily.name: {"word": " pear "}})
     assert args.task_family == WordFamily.name and args.family_options == {"word": "pear"}
 
 
@@ -233,8 +231,14 @@ async def test_a_server_told_an_outside_backend_runs_its_rollouts_there(outside,
 
     make_app = partial(create_app, data_dir=tmp_path / "data", sandbox_backend="test-dir")
     policy_server.policy.scripts["m"] = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
-    body = {"instruction": "make hello.txt", "verify": ["grep -qx hello hello.txt"], "base_url": policy_server.base_url, "model": "m",
-            "harness": LoopHarness.name, "agent_timeout_s": 60}
+    body = {
+        "instruction": "make hello.txt",
+        "verify": ["grep -qx hello hello.txt"],
+        "base_url": policy_server.base_url,
+        "model": "m",
+        "harness": LoopHarness.name,
+        "agent_timeout_s": 60,
+    }
     async with served_in_process(lambda url: make_app(public_url=url)) as url, httpx.AsyncClient(base_url=url, timeout=120) as client:
         health = (await client.get("/health")).json()
         r = await client.post("/rollout", json=body)

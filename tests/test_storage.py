@@ -14,8 +14,17 @@ def chat(turns: int) -> RolloutResult:
     prompt, messages, out = list(range(500)), [{"role": "user", "content": "go " * 100}], []
     for i in range(turns):
         completion = [1000 + i] * 50
-        out.append(Turn(index=i, prompt_token_ids=list(prompt), completion_token_ids=completion, per_token_logps=[-0.1] * 50,
-                        upstream_status=200, capture_level="tokens", request_messages=list(messages)))
+        out.append(
+            Turn(
+                index=i,
+                prompt_token_ids=list(prompt),
+                completion_token_ids=completion,
+                per_token_logps=[-0.1] * 50,
+                upstream_status=200,
+                capture_level="tokens",
+                request_messages=list(messages),
+            )
+        )
         messages = messages + [{"role": "assistant", "content": "a" * 200}, {"role": "tool", "content": "t" * 400}]
         prompt = prompt + completion + [7] * 100
     res = RolloutResult(proxy_turns=out, reward=0.5)
@@ -45,8 +54,9 @@ def test_compact_storage_grows_linearly_whole_results_do_not():
 @pytest.mark.e2e
 async def test_a_real_rollout_round_trips(policy_server):
     policy_server.policy.scripts["m"] = [{"bash": "echo 1"}, {"bash": "echo 2"}, {"text": "ok"}]
-    res = await run_rollout(RolloutRequest(task=Task(instruction="x", verify=["true"]), harness="whitebox",
-                                           endpoint=Endpoint(base_url=policy_server.base_url, model="m")))
+    res = await run_rollout(
+        RolloutRequest(task=Task(instruction="x", verify=["true"]), harness="whitebox", endpoint=Endpoint(base_url=policy_server.base_url, model="m"))
+    )
     assert res.graph.branches == 1 and len(res.proxy_turns) == 3
     packed = pack(res)
     assert unpack(json.loads(json.dumps(packed))) == res

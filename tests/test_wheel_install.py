@@ -168,13 +168,23 @@ def test_serve_and_a_whitebox_rollout_over_http(installed, policy_server, tmp_pa
     server_tmp = tmp_path_factory.mktemp("wsrv")
     token, port = secrets.token_hex(16), free_port()
     url = f"http://127.0.0.1:{port}"
-    env = clean_env(HARNESS_ENV_TOKEN=token, HARNESS_ENV_SANDBOX_DIR=str(sandbox_dir), TMPDIR=str(server_tmp),
-                    HARNESS_ENV_LOG_LEVEL="warning", HARNESS_ENV_ALLOWED_HOSTS="127.0.0.1,localhost")
+    env = clean_env(
+        HARNESS_ENV_TOKEN=token,
+        HARNESS_ENV_SANDBOX_DIR=str(sandbox_dir),
+        TMPDIR=str(server_tmp),
+        HARNESS_ENV_LOG_LEVEL="warning",
+        HARNESS_ENV_ALLOWED_HOSTS="127.0.0.1,localhost",
+    )
     log_path = server_tmp.parent / f"{server_tmp.name}.log"
     started = time.monotonic()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([installed.bin("harness-env"), "serve", "--host", "127.0.0.1", "--port", str(port)],
-                                cwd=installed.cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [installed.bin("harness-env"), "serve", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=installed.cwd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             deadline = time.monotonic() + 90
             while True:
@@ -191,8 +201,12 @@ def test_serve_and_a_whitebox_rollout_over_http(installed, policy_server, tmp_pa
             started = time.monotonic()
             with HarnessEnv(url, token=token, timeout=180) as env_client:
                 result = env_client.run_rollout(
-                    harness="whitebox", instruction="Create hello.txt containing hello.", verify=["grep -qx hello hello.txt"],
-                    base_url=policy_server.base_url, model="m", agent_timeout_s=60,
+                    harness="whitebox",
+                    instruction="Create hello.txt containing hello.",
+                    verify=["grep -qx hello hello.txt"],
+                    base_url=policy_server.base_url,
+                    model="m",
+                    agent_timeout_s=60,
                 )
                 assert result.error is None, result.error
                 assert result.reward == 1.0

@@ -105,8 +105,11 @@ def model_dir() -> Path:
                 os.link(item, tmp / item.name)
         config = json.loads((src / "config.json").read_text())
         theta = (config.get("rope_parameters") or {}).get("rope_theta", 100000.0)
-        config.update(max_position_embeddings=LONG_CONTEXT, architectures=["LlamaForCausalLM"],
-                      rope_parameters={"rope_theta": theta, "rope_type": "linear", "factor": float(ROPE_FACTOR)})
+        config.update(
+            max_position_embeddings=LONG_CONTEXT,
+            architectures=["LlamaForCausalLM"],
+            rope_parameters={"rope_theta": theta, "rope_type": "linear", "factor": float(ROPE_FACTOR)},
+        )
         (tmp / "config.json").write_text(json.dumps(config))
         try:
             os.replace(tmp, path)
@@ -148,18 +151,40 @@ class VllmServer:
 
     def argv(self, model: Path) -> list[str]:
         return [
-            str(venv_python()), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(model), "--served-model-name", self.model,
-            "--host", "127.0.0.1", "--port", str(self.port),
-            "--dtype", self.dtype, "--max-model-len", str(self.max_model_len),
+            str(venv_python()),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--served-model-name",
+            self.model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dtype",
+            self.dtype,
+            "--max-model-len",
+            str(self.max_model_len),
             # Eager: ready in under a minute (compiling costs 2 minutes at every start).
             "--enforce-eager",
             # Chunked prefill with a seeded request over 2,048 prompt tokens kills this engine.
-            "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(self.max_model_len),
-            "--logprobs-mode", self.logprobs_mode, "--max-logprobs", "20",
-            "--chat-template", str(model / "chat_template_tools.jinja"),
-            "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-            "--enable-prefix-caching", "--seed", "0", "--disable-log-stats",
+            "--no-enable-chunked-prefill",
+            "--max-num-batched-tokens",
+            str(self.max_model_len),
+            "--logprobs-mode",
+            self.logprobs_mode,
+            "--max-logprobs",
+            "20",
+            "--chat-template",
+            str(model / "chat_template_tools.jinja"),
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "hermes",
+            "--enable-prefix-caching",
+            "--seed",
+            "0",
+            "--disable-log-stats",
             # Token-in chat continuation (core/capture/continuity.py): the render, generate and
             # derender routes.
             "--enable-scale-out",
@@ -182,8 +207,10 @@ class VllmServer:
             # One step prefills a whole prompt (chunked prefill is off): Claude Code's ~20k tokens take
             # minutes on 2 busy cores, past vLLM's default 300 s per step, when the engine core dies.
             "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "1800",
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
             # Its weight routes (/pause, /collective_rpc reload_weights, /update_weight_version):
             # client/vllm_weights.py loads a trainer's weights through them.
             "VLLM_SERVER_DEV_MODE": "1",
@@ -250,6 +277,7 @@ def main(argv: list[str]) -> int:
         model_dir()
         return 0
     if argv[:1] == ["serve"]:
+
         def stop(*_: object) -> None:
             raise KeyboardInterrupt  # a plain kill stops the engine too, never leaves it serving
 

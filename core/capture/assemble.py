@@ -134,8 +134,7 @@ class TurnDraft:
     def _tool_call_deltas(self, calls: list[dict[str, Any]]) -> None:
         for call in calls:
             slot = self.tool_calls.setdefault(
-                call.get("index", len(self.tool_calls)),
-                {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+                call.get("index", len(self.tool_calls)), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
             )
             if call.get("id"):
                 slot["id"] = call["id"]
@@ -184,17 +183,17 @@ class TurnDraft:
                 logp = _finite(item.get("logprob"))
                 if logp is None and not self.logprobs_invalid:
                     self.logprobs_invalid = True
-                    self.errors.append(f"the engine sent a logprob that is not a finite number ({item.get('logprob')!r}) "
-                                       f"at completion token {len(logps)}: the turn's logprobs are left out")
+                    self.errors.append(
+                        f"the engine sent a logprob that is not a finite number ({item.get('logprob')!r}) "
+                        f"at completion token {len(logps)}: the turn's logprobs are left out"
+                    )
                 logps.append(logp if logp is not None else 0.0)
                 tops = item.get("top_logprobs")
                 if tops:
                     self.top_logprobs.append(
                         [
                             TopLogprob.model_construct(  # plain JSON values: no validation per token
-                                token=str(t.get("token", "")),
-                                logprob=lp,
-                                token_id=_token_id_from_str(str(t.get("token", ""))),
+                                token=str(t.get("token", "")), logprob=lp, token_id=_token_id_from_str(str(t.get("token", "")))
                             )
                             for t in tops
                             if (lp := _finite(t.get("logprob"))) is not None

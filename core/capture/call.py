@@ -44,8 +44,14 @@ def over_limit(dialect: Dialect, session: CaptureSession, purpose: TurnPurpose, 
 
 
 def admit(
-    dialect: Dialect, session: CaptureSession, http: Callable[[], aiohttp.ClientSession], raw: bytes, purpose: TurnPurpose,
-    stream: bool, messages: list[Any], tools: list[Any],
+    dialect: Dialect,
+    session: CaptureSession,
+    http: Callable[[], aiohttp.ClientSession],
+    raw: bytes,
+    purpose: TurnPurpose,
+    stream: bool,
+    messages: list[Any],
+    tools: list[Any],
 ) -> ModelCall | Reply:
     """The call about to go upstream, or a 429 once a limit of the rollout is reached (the turn
     limit, or a budget: auxiliary calls, recorded bytes). `http`: the proxy's client, made on use."""
@@ -189,8 +195,7 @@ class ModelCall:
         session.log(
             f"turn {turn.index} ({turn.purpose}, stream={turn.stream}): {turn.upstream_status} in {turn.latency_s:.2f}s, "
             f"{len(turn.completion)} completion ids, {len(turn.logps)} logprobs, "
-            f"{len(turn.tool_calls)} tool calls, finish={turn.finish_reason}"
-            + (f", error: {turn.upstream_error[:200]}" if turn.upstream_error else "")
+            f"{len(turn.tool_calls)} tool calls, finish={turn.finish_reason}" + (f", error: {turn.upstream_error[:200]}" if turn.upstream_error else "")
         )
         for call in turn.tool_calls:  # what a harness handed them as text may write back otherwise
             session.sampled_arguments.wrote(call.get("id"), (call.get("function") or {}).get("arguments"))

@@ -23,17 +23,27 @@ TEXT_PARTS = frozenset({"text", "refusal"})
 URL_PARTS = frozenset({"image_url", "audio_url", "video_url"})  # {"type": T, T: {"url": ...} or "..."}
 INLINE = "send the data inline: a data: URL or base64"
 # Keys whose string value names something to fetch or a stored file, in any dialect's native body.
-REMOTE_KEYS = frozenset({
-    "url", "uri", "image_url", "audio_url", "video_url", "file_url", "fileUri", "file_uri", "file_id", "fileId",
-    "server_url", "mcp_servers",
-})
+REMOTE_KEYS = frozenset(
+    {"url", "uri", "image_url", "audio_url", "video_url", "file_url", "fileUri", "file_uri", "file_id", "fileId", "server_url", "mcp_servers"}
+)
 STORED_KEYS = frozenset({"file_id", "fileId"})  # any value names a file of the upstream's account
 # Not searched: what a tool call carried or a function returned (a `fetch(url)` call in the history
 # is the harness's own tool, run in the sandbox), and JSON schemas (a property may be named `url`).
-OPAQUE_KEYS = frozenset({
-    "args", "response", "arguments", "input_schema", "parameters", "parametersJsonSchema", "parameters_json_schema",
-    "responseSchema", "response_schema", "responseJsonSchema", "schema",
-})
+OPAQUE_KEYS = frozenset(
+    {
+        "args",
+        "response",
+        "arguments",
+        "input_schema",
+        "parameters",
+        "parametersJsonSchema",
+        "parameters_json_schema",
+        "responseSchema",
+        "response_schema",
+        "responseJsonSchema",
+        "schema",
+    }
+)
 CALL_BLOCKS = frozenset({"tool_use", "server_tool_use"})  # Anthropic blocks whose `input` is a call's arguments
 
 

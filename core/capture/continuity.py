@@ -53,8 +53,14 @@ def continued_turn(messages: list[dict[str, Any]], tools: list[Any], turns: Sequ
     for t in reversed(turns):
         n = len(t.request_messages)
         if (
-            t.upstream_status != 200 or t.upstream_error or t.prompt is None or not t.completion or t.finish_reason not in ENDED
-            or len(messages) <= n + 1 or t.request_tools != tools or not isinstance(messages[n], dict)
+            t.upstream_status != 200
+            or t.upstream_error
+            or t.prompt is None
+            or not t.completion
+            or t.finish_reason not in ENDED
+            or len(messages) <= n + 1
+            or t.request_tools != tools
+            or not isinstance(messages[n], dict)
             or messages[n].get("role") != "assistant"
         ):
             continue
@@ -123,8 +129,15 @@ def as_chunks(answer: dict[str, Any]) -> bytes:
             delta["reasoning_content"] = message.get("reasoning") or message.get("reasoning_content")
         if message.get("tool_calls"):
             delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
-        choices.append({"index": choice.get("index", 0), "delta": delta, "logprobs": choice.get("logprobs"),
-                        "finish_reason": choice.get("finish_reason"), "token_ids": choice.get("token_ids")})
+        choices.append(
+            {
+                "index": choice.get("index", 0),
+                "delta": delta,
+                "logprobs": choice.get("logprobs"),
+                "finish_reason": choice.get("finish_reason"),
+                "token_ids": choice.get("token_ids"),
+            }
+        )
     events = [{**base, "choices": choices, "prompt_token_ids": answer.get("prompt_token_ids")}]
     if answer.get("usage"):
         events.append({**base, "choices": [], "usage": answer["usage"]})
@@ -191,8 +204,13 @@ class Continuity:
         generated = await self._post(call, engine_root(base) + GENERATE, body, headers)
         if not isinstance(generated, dict):
             return generated
-        derender = {"generate_response": generated, "prompt_token_ids": ids, "prompt_tokens": len(ids),
-                    "chat_request": render_body(chat), "model": chat.get("model")}
+        derender = {
+            "generate_response": generated,
+            "prompt_token_ids": ids,
+            "prompt_tokens": len(ids),
+            "chat_request": render_body(chat),
+            "model": chat.get("model"),
+        }
         derendered = await self._post(call, base + DERENDER, derender, headers)
         if not isinstance(derendered, dict):
             return derendered
@@ -217,4 +235,3 @@ class Continuity:
         except ValueError:
             return None
         return answer if isinstance(answer, dict) else None
-

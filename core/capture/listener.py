@@ -110,8 +110,10 @@ def peer_of(transport: asyncio.BaseTransport) -> str | None:
 
 def refusal(message: str) -> bytes:
     body = ('{"error": {"message": "harness-env: ' + message + '", "type": "too_many_connections", "code": "too_many_connections"}}').encode()
-    return (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
-            b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    return (
+        b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
 
 
 def bounded_protocol(bounds: ConnectionBounds) -> type[asyncio.Protocol]:

@@ -44,9 +44,7 @@ def bounded_body(native: NativeAPI, path: str, body: dict[str, Any], max_tokens_
     """A copy of `body` bounded as the module docstring says, or InvalidRequestError."""
     where = remote_reference(body)
     if where is not None:
-        raise InvalidRequestError(
-            f"{where} names a remote URL or stored file, which the upstream would fetch; it is never made to fetch anything: {INLINE}"
-        )
+        raise InvalidRequestError(f"{where} names a remote URL or stored file, which the upstream would fetch; it is never made to fetch anything: {INLINE}")
     out = copy.deepcopy(body)
     if native.counts_tokens(path):  # it generates nothing, and its API refuses generation fields
         return out

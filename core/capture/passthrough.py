@@ -42,10 +42,25 @@ from harness_env.models import RolloutRequest
 
 # Not relayed to the upstream: the capture key (whatever header carries it), connection-level
 # headers, and encodings we would have to undo (bytes are relayed as they come).
-DROPPED_HEADERS = frozenset({
-    "authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie", "host", "content-length", "connection",
-    "keep-alive", "transfer-encoding", "te", "upgrade", "proxy-authorization", "accept-encoding", "expect",
-})
+DROPPED_HEADERS = frozenset(
+    {
+        "authorization",
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "cookie",
+        "host",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "upgrade",
+        "proxy-authorization",
+        "accept-encoding",
+        "expect",
+    }
+)
 VERSION_SEGMENTS = ("v1", "v1beta", "v1alpha")
 
 
@@ -176,15 +191,16 @@ def _recorded_view(dialect: Dialect, scope: Scope, body: dict[str, Any]) -> tupl
 
 
 async def pass_through(
-    dialect: Dialect, session: CaptureSession, http: Callable[[], aiohttp.ClientSession], scope: Scope, raw: bytes, body: dict[str, Any],
+    dialect: Dialect, session: CaptureSession, http: Callable[[], aiohttp.ClientSession], scope: Scope, raw: bytes, body: dict[str, Any]
 ) -> Reply:
     """Serve one model call of `dialect` by the session's native upstream (see the module docstring);
     `http`: the proxy's client."""
     wire_api = session.endpoint.wire_api
     native = dialect.native
     if native is None or native.wire_api != wire_api:  # check_wire_api refuses this up front; a stray call gets it here
-        return dialect.error(400, f"this rollout's endpoint speaks {wire_api!r}, passed through untranslated; it cannot answer {dialect.name}",
-                             "invalid_request")
+        return dialect.error(
+            400, f"this rollout's endpoint speaks {wire_api!r}, passed through untranslated; it cannot answer {dialect.name}", "invalid_request"
+        )
     try:  # bounded as the engine's body is (core/capture/native_guard.py): off the loop, a body may be large
         sent = await asyncio.to_thread(native_guard.bounded_body, native, route_path(scope), body, session.policy.max_tokens_cap)
     except InvalidRequestError as e:

@@ -65,9 +65,7 @@ def _gap(turn: Turn, k: int) -> float | None:
     return ranked[0] - ranked[-1]
 
 
-def classify(
-    hot: Turn, cold: Turn, hot_t: float = PROBE_TEMPERATURES[0], cold_t: float = PROBE_TEMPERATURES[1], k: int = PROBE_TOP_LOGPROBS
-) -> ProbeResult:
+def classify(hot: Turn, cold: Turn, hot_t: float = PROBE_TEMPERATURES[0], cold_t: float = PROBE_TEMPERATURES[1], k: int = PROBE_TOP_LOGPROBS) -> ProbeResult:
     """Read the two probe answers (at temperatures hot_t > cold_t, each asked for k top logprobs)."""
     for t in (hot, cold):
         if not t.answered:

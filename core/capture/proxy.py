@@ -26,38 +26,13 @@ from typing import Any
 import aiohttp
 
 from harness_env.core.capture import fastjson, request_guard
-from harness_env.core.capture.asgi import (
-    BodyTooLarge,
-    Receive,
-    Reply,
-    Scope,
-    Send,
-    error_reply,
-    read_body,
-    route_path,
-    send_reply,
-)
+from harness_env.core.capture.asgi import BodyTooLarge, Receive, Reply, Scope, Send, error_reply, read_body, route_path, send_reply
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.call import ModelCall, admit, over_limit
 from harness_env.core.capture.continuity import Continuity, as_chunks, continued_turn
-from harness_env.core.capture.dialects import (
-    CHAT_COMPLETIONS,
-    ChatRequest,
-    Dialect,
-    Route,
-    RouteTable,
-    registered_dialects,
-)
+from harness_env.core.capture.dialects import CHAT_COMPLETIONS, ChatRequest, Dialect, Route, RouteTable, registered_dialects
 from harness_env.core.capture.passthrough import pass_through
-from harness_env.core.capture.probe import (
-    PROBE_TEMPERATURES,
-    PROBE_TIMEOUT_S,
-    PROBE_TOP_LOGPROBS,
-    ProbeResult,
-    classify,
-    probe_body,
-    probe_rejected_fields,
-)
+from harness_env.core.capture.probe import PROBE_TEMPERATURES, PROBE_TIMEOUT_S, PROBE_TOP_LOGPROBS, ProbeResult, classify, probe_body, probe_rejected_fields
 from harness_env.core.capture.record import CallRequest, CapturedTurn
 from harness_env.core.capture.redact import masked
 from harness_env.core.capture.request_bytes import RequestBytes, TooManyBytes
@@ -77,7 +52,11 @@ class CaptureProxy:
     (those registered when it is made, unless `dialects` names others)."""
 
     def __init__(
-        self, *, read_timeout_s: float = 900.0, connect_timeout_s: float = 10.0, dialects: Iterable[Dialect] | None = None,
+        self,
+        *,
+        read_timeout_s: float = 900.0,
+        connect_timeout_s: float = 10.0,
+        dialects: Iterable[Dialect] | None = None,
         request_bytes: RequestBytes | None = None,
     ) -> None:
         self._routes = RouteTable(registered_dialects() if dialects is None else dialects)
@@ -93,9 +72,7 @@ class CaptureProxy:
         self.app = self  # the proxy is its own ASGI app (an async __call__, detected as ASGI 3)
 
     # -- sessions ---------------------------------------------------------------------------
-    def open_session(
-        self, endpoint: Endpoint, policy: CapturePolicy, on_turn: Callable[[CapturedTurn], None] | None = None
-    ) -> CaptureSession:
+    def open_session(self, endpoint: Endpoint, policy: CapturePolicy, on_turn: Callable[[CapturedTurn], None] | None = None) -> CaptureSession:
         session = CaptureSession(key=new_session_key(), endpoint=endpoint, policy=policy, on_turn=on_turn, weights=self.weights)
         self._sessions[session.key] = session
         return session
@@ -163,10 +140,7 @@ class CaptureProxy:
         # policy traffic.
         if self._client is None:
             self._client = aiohttp.ClientSession(
-                timeout=self._timeout,
-                connector=aiohttp.TCPConnector(limit=1024, ttl_dns_cache=300),
-                auto_decompress=False,
-                skip_auto_headers=("User-Agent",),
+                timeout=self._timeout, connector=aiohttp.TCPConnector(limit=1024, ttl_dns_cache=300), auto_decompress=False, skip_auto_headers=("User-Agent",)
             )
         return self._client
 
@@ -267,7 +241,8 @@ class CaptureProxy:
         task = self._field_probes.get(key)
         if task is None:
             task = self._field_probes[key] = asyncio.ensure_future(
-                probe_rejected_fields(self._http(), endpoint, self._headers(endpoint, False), policy, self._endpoint_quirks(endpoint)))
+                probe_rejected_fields(self._http(), endpoint, self._headers(endpoint, False), policy, self._endpoint_quirks(endpoint))
+            )
         if await asyncio.shield(task) is None:
             self._field_probes.pop(key, None)
 
@@ -283,8 +258,7 @@ class CaptureProxy:
         call.request.constrained = session.constrains(call.request.purpose)
         for _attempt in range(MAX_FIELD_RETRIES + 1):
             known = quirks.snapshot()
-            upstream_body, added, dropped = rewrite_request(
-                engine_body, session.policy, quirks, endpoint.model, constrained=call.request.constrained)
+            upstream_body, added, dropped = rewrite_request(engine_body, session.policy, quirks, endpoint.model, constrained=call.request.constrained)
             session.note_dropped(dropped)
             held_from = time.monotonic() if self.weights.syncing else None
             call.request.weight_version = await self.weights.current(lambda: session.closed or session.quiesced)  # after a sync
@@ -307,8 +281,10 @@ class CaptureProxy:
                 if may_name_an_added_field(resp.status, content, added, quirks):
                     await self._probe_fields(endpoint, session.policy)
                     if quirks.snapshot() != known:
-                        session.log(f"turn {call.index}: the endpoint rejects fields the proxy adds "
-                                    f"({', '.join(sorted(quirks.dropped)) or 'max_tokens'}); retrying without them")
+                        session.log(
+                            f"turn {call.index}: the endpoint rejects fields the proxy adds "
+                            f"({', '.join(sorted(quirks.dropped)) or 'max_tokens'}); retrying without them"
+                        )
                         continue
                 content = await call.refused(resp.status, content)
                 return dialect.upstream_error(resp.status, content, call.content_type(resp))

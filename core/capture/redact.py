@@ -233,8 +233,7 @@ class Redactor:
                 spans += n.spans(text)
         return spans
 
-    def _all_spans[T: (str, bytes)](self, text: T, needles: list[_Needle[T]],
-                                    escapes: tuple[tuple[T, re.Pattern[T]], ...]) -> list[tuple[int, int]]:
+    def _all_spans[T: (str, bytes)](self, text: T, needles: list[_Needle[T]], escapes: tuple[tuple[T, re.Pattern[T]], ...]) -> list[tuple[int, int]]:
         """Where the secrets are in `text`: as written, and as a reader decodes it (each kind of
         escape decoded in turn, looked for by a plain search first)."""
         spans = self._spans(text, needles)

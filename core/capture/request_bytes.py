@@ -43,11 +43,16 @@ class RequestBytes:
             nonlocal taken
             mine = self._by_session.get(key, 0)
             if mine + n > self.per_session:
-                raise TooManyBytes(429, f"this rollout's model calls hold over {self.per_session // MIB} MiB of request bodies in the "
-                                        "proxy at once; send fewer large requests at a time", "request_bytes_limit")
+                raise TooManyBytes(
+                    429,
+                    f"this rollout's model calls hold over {self.per_session // MIB} MiB of request bodies in the "
+                    "proxy at once; send fewer large requests at a time",
+                    "request_bytes_limit",
+                )
             if self._all + n > self.total:
-                raise TooManyBytes(503, f"the capture proxy holds its limit of {self.total // MIB} MiB of request bodies for all "
-                                        "rollouts; retry shortly", "proxy_busy")
+                raise TooManyBytes(
+                    503, f"the capture proxy holds its limit of {self.total // MIB} MiB of request bodies for all rollouts; retry shortly", "proxy_busy"
+                )
             self._by_session[key] = mine + n
             self._all += n
             taken += n

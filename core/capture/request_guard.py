@@ -42,9 +42,18 @@ NUMBER: Types = (int, float)
 # rewrite.ENGINE_FIELDS (the allow-list of what the engine gets, each field's check) and the fields
 # the rollout adds (rewrite.ADDED_FIELDS): every name here is one of theirs.
 ENGINE_FIELD_TYPES: dict[str, Types] = {
-    "messages": LIST, "tools": LIST, "stream": BOOL, "stream_options": OBJECT, "max_tokens": INT,
-    "max_completion_tokens": INT, "logprobs": BOOL, "top_logprobs": INT, "return_token_ids": BOOL,
-    "chat_template_kwargs": OBJECT, "temperature": NUMBER, "n": INT,
+    "messages": LIST,
+    "tools": LIST,
+    "stream": BOOL,
+    "stream_options": OBJECT,
+    "max_tokens": INT,
+    "max_completion_tokens": INT,
+    "logprobs": BOOL,
+    "top_logprobs": INT,
+    "return_token_ids": BOOL,
+    "chat_template_kwargs": OBJECT,
+    "temperature": NUMBER,
+    "n": INT,
 }
 TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", bool: "true or false", int: "an integer", float: "a number"}
 # What a reader raises when a value deeper down has a shape it did not expect.

@@ -84,6 +84,7 @@ def _number(lo: float, hi: float, *, above_lo: bool = False) -> Callable[[Any], 
     def check(v: Any) -> Any:
         ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
         return v if ok and (v > lo if above_lo else v >= lo) and v <= hi else DROP
+
     return check
 
 
@@ -176,9 +177,7 @@ def allowed_fields(body: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
 
 
 # -- the rollout's policy -------------------------------------------------------------------------
-def rewrite_request(
-    body: dict[str, Any], policy: CapturePolicy, quirks: EndpointQuirks, model: str, *, constrained: bool = False
-) -> Rewrite:
+def rewrite_request(body: dict[str, Any], policy: CapturePolicy, quirks: EndpointQuirks, model: str, *, constrained: bool = False) -> Rewrite:
     """The upstream body: the allowed fields of `body`, then the policy's own (`constrained`: this
     call's answer must match the policy's structured_regex)."""
     out, dropped = allowed_fields(body)

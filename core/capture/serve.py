@@ -72,8 +72,7 @@ async def _serving(app: Any, sock: socket.socket, bounds: ConnectionBounds | Non
     """Serve `app` on the bound socket `sock` until the block ends; the one way uvicorn is started.
     Its connections are bounded (core/capture/listener.py): per peer, in all, and in idle time."""
     bounds = bounds or process_bounds()  # one per process: every listener's connections count in one total
-    config = _EmbeddedConfig(app, lifespan="off", access_log=False, timeout_keep_alive=int(bounds.idle_timeout_s),
-                             http=bounded_protocol(bounds))
+    config = _EmbeddedConfig(app, lifespan="off", access_log=False, timeout_keep_alive=int(bounds.idle_timeout_s), http=bounded_protocol(bounds))
     server = _EmbeddedServer(config)
     task = asyncio.create_task(_serve_embedded(server, sock))
     try:

@@ -74,10 +74,15 @@ def answer_bytes(answer: dict[str, Any], error: str | None) -> int:
     """About what a turn's answer (TurnDraft.record_fields) and error add to the record, as JSON."""
     top = sum(len(position) for position in answer.get("top_logprobs", ()))
     return (
-        len(answer.get("completion_token_ids", ())) * BYTES_PER_COMPLETION_ID + len(answer.get("per_token_logps", ())) * BYTES_PER_LOGPROB
-        + top * BYTES_PER_TOP_LOGPROB + sum(len(t) + 3 for t in answer.get("completion_tokens", ()))
-        + len(answer.get("completion_text", "")) + len(answer.get("reasoning_text", "")) + len(error or "")
-        + (json_bytes(answer["tool_calls"]) if answer.get("tool_calls") else 0) + (json_bytes(answer["usage"]) if answer.get("usage") else 0)
+        len(answer.get("completion_token_ids", ())) * BYTES_PER_COMPLETION_ID
+        + len(answer.get("per_token_logps", ())) * BYTES_PER_LOGPROB
+        + top * BYTES_PER_TOP_LOGPROB
+        + sum(len(t) + 3 for t in answer.get("completion_tokens", ()))
+        + len(answer.get("completion_text", ""))
+        + len(answer.get("reasoning_text", ""))
+        + len(error or "")
+        + (json_bytes(answer["tool_calls"]) if answer.get("tool_calls") else 0)
+        + (json_bytes(answer["usage"]) if answer.get("usage") else 0)
     )
 
 
@@ -298,11 +303,21 @@ class CaptureSession:
         self._held_for_calls.pop(request.index, None)
         self.recorded_bytes += held
         captured = CapturedTurn(
-            index=request.index, purpose=request.purpose, stream=request.stream, request_messages=messages, request_tools=tools,
-            upstream_status=outcome.upstream_status, upstream_error=outcome.upstream_error, latency_s=outcome.latency_s,
-            ttft_s=outcome.ttft_s, weight_version=request.weight_version, constrained=request.constrained,
-            prompt=prompt, completion=pack_ids(answer.pop("completion_token_ids", [])),
-            logps=pack_logps(answer.pop("per_token_logps", [])), **answer,
+            index=request.index,
+            purpose=request.purpose,
+            stream=request.stream,
+            request_messages=messages,
+            request_tools=tools,
+            upstream_status=outcome.upstream_status,
+            upstream_error=outcome.upstream_error,
+            latency_s=outcome.latency_s,
+            ttft_s=outcome.ttft_s,
+            weight_version=request.weight_version,
+            constrained=request.constrained,
+            prompt=prompt,
+            completion=pack_ids(answer.pop("completion_token_ids", [])),
+            logps=pack_logps(answer.pop("per_token_logps", [])),
+            **answer,
         )
         return self._keep(captured)
 
@@ -311,9 +326,17 @@ class CaptureSession:
         to the turn that holds the request and the answer (core/capture/retries.py)."""
         original = next((t for t in self.turns if t.index == answer.index), None)
         captured = CapturedTurn(
-            index=self.next_index(), purpose=purpose, stream=stream, request_messages=[], request_tools=[],
-            upstream_status=answer.status, upstream_error=None, latency_s=latency_s, ttft_s=None,
-            capture_level=original.capture_level if original else "none", weight_version=original.weight_version if original else None,
+            index=self.next_index(),
+            purpose=purpose,
+            stream=stream,
+            request_messages=[],
+            request_tools=[],
+            upstream_status=answer.status,
+            upstream_error=None,
+            latency_s=latency_s,
+            ttft_s=None,
+            capture_level=original.capture_level if original else "none",
+            weight_version=original.weight_version if original else None,
             constrained=original.constrained if original else False,
             retry_of=answer.index,
         )

@@ -36,9 +36,11 @@ def capture_socket_path() -> str:
     directory = tempfile.gettempdir()
     path = os.path.join(directory, f"{SOCKET_PREFIX}{os.getpid()}-{os.urandom(4).hex()}{SOCKET_SUFFIX}")
     if len(os.fsencode(path)) > SOCKET_PATH_MAX:
-        raise SandboxError(f"the temporary directory {directory} is too long for the capture proxy's Unix socket "
-                           f"({len(os.fsencode(path))} bytes with the socket's name; at most {SOCKET_PATH_MAX}): "
-                           "set TMPDIR to a shorter directory, e.g. /tmp")
+        raise SandboxError(
+            f"the temporary directory {directory} is too long for the capture proxy's Unix socket "
+            f"({len(os.fsencode(path))} bytes with the socket's name; at most {SOCKET_PATH_MAX}): "
+            "set TMPDIR to a shorter directory, e.g. /tmp"
+        )
     return path
 
 

@@ -36,6 +36,7 @@ def canonical_ids_text(inner: bytes) -> bytes | None:
         inner = inner.translate(None, _WHITESPACE)
     return inner
 
+
 def cut_prompt_ids(body: bytes) -> tuple[bytes, bytes | None]:
     """`body` with its first `"prompt_token_ids": [...]` emptied (to `[]`), and that list's
     canonical text; (body, None) when there is no such list or it is not plain integers.
@@ -126,6 +127,7 @@ class PromptIds:
             out = ids_from_text(self.text())
         made[id(self)] = out
         return list(out)
+
 
 def pack_ids(ids: list[int]) -> array | list[int]:
     """Completion ids as an array of 32-bit ints; a list if one does not fit (never truncated)."""

@@ -42,11 +42,7 @@ class TailBuffer:
         return body
 
 
-async def pump(
-    stream: asyncio.StreamReader,
-    buf: TailBuffer,
-    on_line: Callable[[str], None] | None = None,
-) -> None:
+async def pump(stream: asyncio.StreamReader, buf: TailBuffer, on_line: Callable[[str], None] | None = None) -> None:
     """Read a pipe to EOF into `buf`, calling `on_line` per complete line (for live parsing)."""
     pending = b""
     while True:

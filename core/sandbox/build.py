@@ -90,8 +90,7 @@ def buildah_argv(buildah: str, storage: Path, context: Path, dockerfile: Path, p
     and write the image as an OCI layout `storage`/layout:image."""
     store = ["--root", str(storage / "root"), "--runroot", str(storage / "run"), "--storage-driver", "vfs"]
     return [
-        [buildah, *store, "build", "--isolation", "chroot", *(["--tls-verify=false"] if plain else []), "-f", str(dockerfile),
-         "-t", TAG, str(context)],
+        [buildah, *store, "build", "--isolation", "chroot", *(["--tls-verify=false"] if plain else []), "-f", str(dockerfile), "-t", TAG, str(context)],
         [buildah, *store, "push", TAG, f"oci:{storage / 'layout'}:image"],
     ]
 
@@ -101,8 +100,10 @@ def build_image(context: Path, timeout: float = BUILD_TIMEOUT_S) -> str:
     unless the cache has it). Blocking; one SandboxError says what failed."""
     buildah = find_buildah()
     if buildah is None:
-        raise SandboxError(f"building the task's Dockerfile needs buildah, which is not installed here; apt-get install buildah "
-                           f"(or unset {BUILD_VAR} and name a prebuilt image as docker_image)")
+        raise SandboxError(
+            f"building the task's Dockerfile needs buildah, which is not installed here; apt-get install buildah "
+            f"(or unset {BUILD_VAR} and name a prebuilt image as docker_image)"
+        )
     dockerfile = context / "Dockerfile"
     try:
         key = context_key(context, dockerfile)

@@ -71,23 +71,10 @@ class BwrapSpec:
 
 
 def bwrap_argv(bwrap: str, spec: BwrapSpec, command: list[str]) -> list[str]:
-    argv = [
-        bwrap,
-        "--die-with-parent",
-        "--new-session",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--hostname", "sandbox",
-    ]
+    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
     if spec.image_root is not None:
         argv += ["--bind", spec.image_root, "/"]  # first: every mount below lands on it
-    argv += [
-        "--proc", "/proc",
-        "--dev", "/dev",
-        "--ro-bind-try", "/sys", "/sys",
-    ]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--ro-bind-try", "/sys", "/sys"]
     if spec.run_as is None:
         argv += ["--cap-drop", "ALL"]  # otherwise setpriv drops them, after switching uid
     if spec.capture_socket is not None:
@@ -127,8 +114,16 @@ def bwrap_argv(bwrap: str, spec: BwrapSpec, command: list[str]) -> list[str]:
     argv += ["--chdir", spec.workdir, "--"]
     if spec.run_as is not None:
         uid, gid = spec.run_as
-        argv += [*spec.helpers.get("setpriv", ["setpriv"]), f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-                 "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
+        argv += [
+            *spec.helpers.get("setpriv", ["setpriv"]),
+            f"--reuid={uid}",
+            f"--regid={gid}",
+            "--clear-groups",
+            "--bounding-set=-all",
+            "--inh-caps=-all",
+            "--no-new-privs",
+            "--",
+        ]
     if spec.capture_socket is not None:
         script = forwarder_script(spec.capture_port, spec.helpers.get("socat", ["socat"]), spec.helpers.get("sleep", ["sleep"]))
         argv += [*spec.helpers.get("bash", ["bash"]), "-c", script, "harness-env-net"]

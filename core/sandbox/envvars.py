@@ -12,15 +12,7 @@ MARKER_VAR = "HARNESS_ENV_SANDBOX_ID"
 REWARD_FILE_VAR = "HARNESS_ENV_REWARD_FILE"
 
 
-def sandbox_env(
-    *,
-    sandbox_id: str,
-    home: str,
-    tmp: str,
-    xdg_root: str,
-    workspace: str,
-    extra_path: list[str] | None = None,
-) -> dict[str, str]:
+def sandbox_env(*, sandbox_id: str, home: str, tmp: str, xdg_root: str, workspace: str, extra_path: list[str] | None = None) -> dict[str, str]:
     path = ":".join([*(extra_path or []), SYSTEM_PATH])
     return {
         "PATH": path,

@@ -22,8 +22,14 @@ class LocalSandboxFactory:
     setup_layers: SetupLayers | None = field(default_factory=process_setup_layers, compare=False)
 
     def __call__(self, *, readonly_paths: list[str], limits: Limits, capture_socket: str | None) -> LocalSandbox:
-        return create_local_sandbox(use_bwrap=self.use_bwrap, ro_paths=readonly_paths, limits=limits, capture_socket=capture_socket,
-                                    image=limits.task_image or limits.image, setup_layer=limits.setup_layer)
+        return create_local_sandbox(
+            use_bwrap=self.use_bwrap,
+            ro_paths=readonly_paths,
+            limits=limits,
+            capture_socket=capture_socket,
+            image=limits.task_image or limits.image,
+            setup_layer=limits.setup_layer,
+        )
 
     def prepare(self, limits: Limits) -> Limits:
         """`limits` with the task's image pulled (blocking: minutes for a large image, the first time)

@@ -31,12 +31,37 @@ from harness_env.core.sandbox.envvars import SYSTEM_PATH
 # "*" allows every key of the section. Sections with a subsection (remote "origin") are listed by
 # their section name. None of these names a program, a command, a hook or another config file.
 ALLOWED_KEYS: dict[str, frozenset[str]] = {
-    "core": frozenset({
-        "repositoryformatversion", "filemode", "bare", "logallrefupdates", "ignorecase", "precomposeunicode", "symlinks",
-        "autocrlf", "eol", "safecrlf", "quotepath", "worktree", "checkstat", "trustctime", "sharedrepository", "abbrev",
-        "commentchar", "whitespace", "protecthfs", "protectntfs", "longpaths", "splitindex", "untrackedcache",
-        "compression", "loosecompression", "bigfilethreshold", "excludesfile",
-    }),
+    "core": frozenset(
+        {
+            "repositoryformatversion",
+            "filemode",
+            "bare",
+            "logallrefupdates",
+            "ignorecase",
+            "precomposeunicode",
+            "symlinks",
+            "autocrlf",
+            "eol",
+            "safecrlf",
+            "quotepath",
+            "worktree",
+            "checkstat",
+            "trustctime",
+            "sharedrepository",
+            "abbrev",
+            "commentchar",
+            "whitespace",
+            "protecthfs",
+            "protectntfs",
+            "longpaths",
+            "splitindex",
+            "untrackedcache",
+            "compression",
+            "loosecompression",
+            "bigfilethreshold",
+            "excludesfile",
+        }
+    ),
     # An unknown extension makes git refuse the repository: harmless. partialClone is not kept: a
     # missing object would start a fetch from a remote the agent named.
     "extensions": frozenset({"objectformat", "worktreeconfig", "preciousobjects", "noop", "refstorage"}),
@@ -152,7 +177,10 @@ def read_entries(path: Path) -> list[tuple[str, str | None]] | None:
     try:
         proc = subprocess.run(
             ["git", "config", "--file", str(path), "--list", "--null", "--no-includes"],
-            capture_output=True, env=_git_env(), timeout=GIT_TIMEOUT_S, stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=_git_env(),
+            timeout=GIT_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ConfigUnreadable(f"{path.name}: {type(e).__name__}") from e

@@ -25,11 +25,7 @@ def bwrap_available() -> str | None:
     if path is None:
         return None
     try:
-        proc = subprocess.run(
-            [path, "--ro-bind", "/", "/", "--unshare-pid", "--proc", "/proc", "--dev", "/dev", "true"],
-            capture_output=True,
-            timeout=10,
-        )
+        proc = subprocess.run([path, "--ro-bind", "/", "/", "--unshare-pid", "--proc", "/proc", "--dev", "/dev", "true"], capture_output=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return path if proc.returncode == 0 else None

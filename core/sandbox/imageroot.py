@@ -72,8 +72,7 @@ def seed_workspace(image: TaskImage, workspace: Path, owner: tuple[int, int] | N
         return  # Docker makes it on first use: an empty workspace is the same
     proc = subprocess.run(["cp", "-a", "--", f"{src}/.", f"{workspace}/"], capture_output=True, text=True, timeout=600, check=False)
     if proc.returncode == 0 and owner is not None:
-        proc = subprocess.run(["chown", "-R", "-h", f"{owner[0]}:{owner[1]}", "--", str(workspace)], capture_output=True, text=True,
-                              timeout=600, check=False)
+        proc = subprocess.run(["chown", "-R", "-h", f"{owner[0]}:{owner[1]}", "--", str(workspace)], capture_output=True, text=True, timeout=600, check=False)
     if proc.returncode != 0:
         raise SandboxError(f"could not copy the image's WorkingDir {image.workdir!r} into the workspace: {proc.stderr.strip()[-300:]}")
 
@@ -85,7 +84,7 @@ def elf_interpreter(path: str) -> str | None:
             head = f.read(64)
             if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
                 return None
-            phoff, = struct.unpack_from("<Q", head, 0x20)
+            (phoff,) = struct.unpack_from("<Q", head, 0x20)
             phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
             for i in range(phnum):
                 f.seek(phoff + i * phentsize)

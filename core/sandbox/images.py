@@ -63,7 +63,7 @@ def image_cache_root() -> Path:
 def _is_loopback(registry: str) -> bool:
     """`registry` (host, host:port, [v6]:port) names this machine."""
     if registry.startswith("[") and "]" in registry:
-        host = registry[1:registry.index("]")]
+        host = registry[1 : registry.index("]")]
     else:
         host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
     return is_loopback(host)
@@ -85,9 +85,11 @@ def check_remote_image(ref: str) -> str:
     file on the server's disk, which a remote caller may not read (as for task directories: only
     the CLI and the in-process API, on the server's machine, name server paths)."""
     if ref.startswith(LOCAL_TRANSPORTS):
-        raise InvalidRequestError(f"image {ref[:200]!r} names a file on the server's disk ({ref.split(':', 1)[0]}:), which callers of "
-                                  "the server may not name; push the image to a registry the server reaches and give its reference, "
-                                  "or run the task on that machine (harness-env run, or the in-process API)")
+        raise InvalidRequestError(
+            f"image {ref[:200]!r} names a file on the server's disk ({ref.split(':', 1)[0]}:), which callers of "
+            "the server may not name; push the image to a registry the server reaches and give its reference, "
+            "or run the task on that machine (harness-env run, or the in-process API)"
+        )
     try:
         source_of(ref)
     except SandboxError as e:
@@ -123,8 +125,7 @@ def _skopeo(*args: str, plain_http: bool, flag: str) -> list[str]:
 def manifest_digest(ref: str) -> str:
     """sha256:<hex> of the image's manifest as its source serves it; one clear error when it cannot be read."""
     source, plain = source_of(ref)
-    raw = run_tool(_skopeo("inspect", "--raw", source, plain_http=plain, flag="--tls-verify=false"),
-               f"could not read image {ref!r}", INSPECT_TIMEOUT_S)
+    raw = run_tool(_skopeo("inspect", "--raw", source, plain_http=plain, flag="--tls-verify=false"), f"could not read image {ref!r}", INSPECT_TIMEOUT_S)
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
@@ -187,8 +188,9 @@ def evict_images(bound: CacheBound | None = None, now: float | None = None) -> l
     cache = image_cache_root()
     with _locks_guard:
         in_use = {d.replace(":", "-") for d in _held} | mounted_entries(cache)
-        return evict(cache, bound or image_cache_bound(), in_use, time.time() if now is None else now,
-                     entry=lambda name: name.startswith(("sha256-", "build-")))  # unpacked images, built layouts (build.py)
+        return evict(
+            cache, bound or image_cache_bound(), in_use, time.time() if now is None else now, entry=lambda name: name.startswith(("sha256-", "build-"))
+        )  # unpacked images, built layouts (build.py)
 
 
 def pinned_source(source: str, digest: str) -> str:
@@ -197,7 +199,7 @@ def pinned_source(source: str, digest: str) -> str:
     does not say); a local transport as it is (the server's own files)."""
     if not source.startswith("docker://"):
         return source
-    name = source[len("docker://"):].split("@", 1)[0]
+    name = source[len("docker://") :].split("@", 1)[0]
     if ":" in name.rsplit("/", 1)[-1]:
         name = name[: name.rfind(":")]
     return f"docker://{name}@{digest}"
@@ -224,12 +226,16 @@ def _pull(ref: str, cache: Path, entry: Path, digest: str) -> None:
     write_lease(tmp)  # before the directory: a killed pull is swept at the next start
     try:
         tmp.mkdir(mode=0o755)
-        run_tool(_skopeo("copy", "--quiet", source, f"oci:{tmp / 'layout'}:image", plain_http=plain, flag="--src-tls-verify=false"),
-             f"could not pull image {ref!r}", PULL_TIMEOUT_S)
+        run_tool(
+            _skopeo("copy", "--quiet", source, f"oci:{tmp / 'layout'}:image", plain_http=plain, flag="--src-tls-verify=false"),
+            f"could not pull image {ref!r}",
+            PULL_TIMEOUT_S,
+        )
         # As root the image's owners are kept (its root-owned files stay out of the agent's reach).
         rootless = [] if os.geteuid() == 0 else ["--rootless"]
-        run_tool([_tool("umoci"), "unpack", *rootless, "--image", f"{tmp / 'layout'}:image", str(tmp / "bundle")],
-             f"could not unpack image {ref!r}", PULL_TIMEOUT_S)
+        run_tool(
+            [_tool("umoci"), "unpack", *rootless, "--image", f"{tmp / 'layout'}:image", str(tmp / "bundle")], f"could not unpack image {ref!r}", PULL_TIMEOUT_S
+        )
         bundle = tmp / "bundle"
         os.chmod(bundle, 0o755)  # umoci makes it 0700: the sandbox's uid must cross it to reach rootfs
         try:

@@ -41,22 +41,14 @@ class Limits:
 # of a few hundred MB (about 30 ms a command, during which no other rollout's I/O moved); without
 # one, Popen vforks (about 1.5 ms). The rlimits are soft=hard; one the OS refuses is left as it is.
 SHELL = "/bin/sh"
-_JOIN = (
-    'while [ "$1" != -- ]; do echo $$ > "$1" || { echo "harness-env: could not join the rollout\'s cgroup $1" >&2; exit 126; };'
-    " shift; done; shift;"
-)
+_JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || { echo "harness-env: could not join the rollout\'s cgroup $1" >&2; exit 126; }; shift; done; shift;'
 # dash's (and POSIX sh's) ulimit flags; -f counts 512-byte blocks.
-_ULIMIT_FLAGS = {resource.RLIMIT_NOFILE: ("-n", 1), resource.RLIMIT_FSIZE: ("-f", 512), resource.RLIMIT_CORE: ("-c", 512),
-                 resource.RLIMIT_NPROC: ("-p", 1)}
+_ULIMIT_FLAGS = {resource.RLIMIT_NOFILE: ("-n", 1), resource.RLIMIT_FSIZE: ("-f", 512), resource.RLIMIT_CORE: ("-c", 512), resource.RLIMIT_NPROC: ("-p", 1)}
 
 
 def child_rlimits(limits: Limits) -> list[tuple[int, int]]:
     """The rlimits a command gets, each capped by the hard limit this process (so its child) has."""
-    wanted = [
-        (resource.RLIMIT_NOFILE, limits.open_files),
-        (resource.RLIMIT_FSIZE, limits.file_size_bytes),
-        (resource.RLIMIT_CORE, 0),
-    ]
+    wanted = [(resource.RLIMIT_NOFILE, limits.open_files), (resource.RLIMIT_FSIZE, limits.file_size_bytes), (resource.RLIMIT_CORE, 0)]
     if os.geteuid() != 0:  # per real uid: shared by every rollout of an unprivileged uid, ignored for root
         wanted.append((resource.RLIMIT_NPROC, limits.processes))
     capped = []

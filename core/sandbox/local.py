@@ -111,8 +111,9 @@ class LocalSandbox:
         if not bwrap:
             self.notes.append(PLAIN_UNSAFE_NOTE)
             if not self._pid_namespace:
-                self.notes.append("no PID namespace here (`unshare --pid` refused): a process that leaves the rollout's cgroup and drops "
-                                  "its marker can outlive it")
+                self.notes.append(
+                    "no PID namespace here (`unshare --pid` refused): a process that leaves the rollout's cgroup and drops its marker can outlive it"
+                )
         if cgroup is None:
             self.notes.append("no cgroups here: memory, process and CPU limits are not enforced (rlimits only)")
         if limits.disk_bytes and not tmpfs:
@@ -422,9 +423,20 @@ def create_local_sandbox(
     finally:
         if task_image is not None:
             release_image(task_image.digest)  # mounted now (the mount keeps it), or never
-    sandbox = LocalSandbox(made.root, bwrap, ro_paths or [], limits, made.binds, run_as=run_as, cgroup=made.cgroup, tmpfs=made.tmpfs,
-                           capture_socket=capture_socket, image=task_image, image_root=made.image_root,
-                           ran_in=setup_layer.ran_in if setup_layer is not None else None)
+    sandbox = LocalSandbox(
+        made.root,
+        bwrap,
+        ro_paths or [],
+        limits,
+        made.binds,
+        run_as=run_as,
+        cgroup=made.cgroup,
+        tmpfs=made.tmpfs,
+        capture_socket=capture_socket,
+        image=task_image,
+        image_root=made.image_root,
+        ran_in=setup_layer.ran_in if setup_layer is not None else None,
+    )
     if task_image is not None:
         sandbox.notes.append(f"root: task image {task_image.ref} ({task_image.digest})")
     return sandbox

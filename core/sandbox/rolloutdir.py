@@ -33,8 +33,9 @@ class RolloutDir:
     cgroup: RolloutCgroup | None
 
 
-def make_rollout_dir(base: Path, limits: Limits, run_as: tuple[int, int] | None, extra_binds: dict[str, str] | None,
-                     task_image: TaskImage | None, setup_layer: SetupLayer | None) -> RolloutDir:
+def make_rollout_dir(
+    base: Path, limits: Limits, run_as: tuple[int, int] | None, extra_binds: dict[str, str] | None, task_image: TaskImage | None, setup_layer: SetupLayer | None
+) -> RolloutDir:
     root = base / f"rollout-{uuid.uuid4().hex[:12]}"
     tmpfs = leased = False
     try:

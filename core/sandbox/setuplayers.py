@@ -55,8 +55,7 @@ class SetupLayer:
 def copy_tree(src: Path, dest: Path) -> None:
     """`src`'s contents into the existing directory `dest`, owners, modes, links, device nodes (an
     overlay's whiteouts) and extended attributes kept."""
-    proc = subprocess.run(["cp", "-a", "--reflink=auto", "--", f"{src}/.", f"{dest}/"], capture_output=True, text=True,
-                          timeout=COPY_TIMEOUT_S, check=False)
+    proc = subprocess.run(["cp", "-a", "--reflink=auto", "--", f"{src}/.", f"{dest}/"], capture_output=True, text=True, timeout=COPY_TIMEOUT_S, check=False)
     if proc.returncode != 0:
         raise SandboxError(f"could not copy the group's setup layer: {proc.stderr.strip()[-300:]}")
 

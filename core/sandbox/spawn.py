@@ -82,8 +82,7 @@ def _start(argv: list[str], env: dict[str, str], cwd: str) -> tuple[subprocess.P
     held) until it exits, as asyncio's ThreadedChildWatcher does but pooled. Handed to the pool
     here, not on the loop: a pool that grows starts a thread and waits for it to run. (A pidfd
     watched by the loop lost its wake-up when uvloop met a reused fd number.)"""
-    popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             env=env, cwd=cwd, start_new_session=True)
+    popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True)
     return popen, WAITERS.submit(popen.wait)
 
 

@@ -24,15 +24,7 @@ from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.cgroups import sweep_stale
 from harness_env.core.sandbox.host import sandboxes_root, unmount_tree
 from harness_env.core.sandbox.images import image_cache_root
-from harness_env.core.sandbox.lease import (
-    LEASE_SUFFIX,
-    ROLLOUT_NAME_RE,
-    TEMP_DIR_PREFIX,
-    is_stale,
-    read_lease,
-    remove_leased,
-    unreadable_is_stale,
-)
+from harness_env.core.sandbox.lease import LEASE_SUFFIX, ROLLOUT_NAME_RE, TEMP_DIR_PREFIX, is_stale, read_lease, remove_leased, unreadable_is_stale
 from harness_env.core.sandbox.processes import marked_pids
 
 

@@ -72,9 +72,11 @@ def claude_argv(cmd: list[str], *, model: str, instruction: str) -> list[str]:
     return [
         *cmd,
         "-p",
-        "--output-format", "stream-json",
+        "--output-format",
+        "stream-json",
         "--verbose",
-        "--model", model,
+        "--model",
+        model,
         "--dangerously-skip-permissions",
         "--no-session-persistence",
         "--strict-mcp-config",

@@ -122,14 +122,4 @@ def codex_argv(cmd: list[str], *, instruction: str) -> list[str]:
     it), nothing persisted. `--` ends the options, so a prompt starting with "-" (or named like a
     subcommand) stays the prompt; a lone "-" would mean "read stdin", so it gets a space."""
     prompt = " -" if instruction == "-" else instruction
-    return [
-        *cmd,
-        "exec",
-        "--json",
-        "--skip-git-repo-check",
-        "--dangerously-bypass-approvals-and-sandbox",
-        "--ephemeral",
-        "--color", "never",
-        "--",
-        prompt,
-    ]
+    return [*cmd, "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "--ephemeral", "--color", "never", "--", prompt]

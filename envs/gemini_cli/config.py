@@ -20,11 +20,7 @@ from harness_env.envs.claude_code.config import proxy_root
 from harness_env.envs.opencode.config import deep_merge, keep_listed
 
 KEY_ENV = "GEMINI_API_KEY"  # sent as x-goog-api-key: the capture session's key
-OFFLINE_ENV: dict[str, str] = {
-    "GEMINI_TELEMETRY_ENABLED": "false",
-    "GEMINI_CLI_TRUST_WORKSPACE": "true",
-    "GEMINI_CLI_NO_RELAUNCH": "true",
-}
+OFFLINE_ENV: dict[str, str] = {"GEMINI_TELEMETRY_ENABLED": "false", "GEMINI_CLI_TRUST_WORKSPACE": "true", "GEMINI_CLI_NO_RELAUNCH": "true"}
 DENIED_TOOLS = ("web_fetch", "google_web_search")
 SETTINGS: dict[str, Any] = {
     "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
@@ -52,12 +48,7 @@ def settings_json(extra: dict[str, Any] | None = None) -> str:
 
 
 def gemini_env(*, proxy_base_url: str, session_key: str, cli_home: str) -> dict[str, str]:
-    return {
-        "GOOGLE_GEMINI_BASE_URL": proxy_root(proxy_base_url),
-        KEY_ENV: session_key,
-        "GEMINI_CLI_HOME": cli_home,
-        **OFFLINE_ENV,
-    }
+    return {"GOOGLE_GEMINI_BASE_URL": proxy_root(proxy_base_url), KEY_ENV: session_key, "GEMINI_CLI_HOME": cli_home, **OFFLINE_ENV}
 
 
 def gemini_argv(cmd: list[str], *, model: str, instruction: str) -> list[str]:

@@ -42,9 +42,7 @@ class _Preinstalled:
         command = toolchain.pin_of(self.TOOL).bin
         r = await environment.exec(command=f"command -v {shlex.quote(command)}")
         if r.return_code != 0:
-            raise RuntimeError(
-                f"{self.TOOL} is not available in the environment; run `harness-env install {self.TOOL}` on the server"
-            )
+            raise RuntimeError(f"{self.TOOL} is not available in the environment; run `harness-env install {self.TOOL}` on the server")
         if getattr(self, "_version", None) is None:
             self._version = toolchain.installed_version(self.TOOL)  # type: ignore[attr-defined]
 

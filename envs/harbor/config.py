@@ -42,8 +42,7 @@ AGENT_API_FORMATS = {
     "gemini-cli": "google_generate_content",
 }
 # Each served format's dialect (core/capture/dialects): what a native upstream must speak to be passed through.
-FORMAT_DIALECTS = {CHAT_API_FORMAT: "chat_completions", "openai_responses": "responses", "anthropic_messages": "messages",
-                   "google_generate_content": "gemini"}
+FORMAT_DIALECTS = {CHAT_API_FORMAT: "chat_completions", "openai_responses": "responses", "anthropic_messages": "messages", "google_generate_content": "gemini"}
 MODEL_PROVIDER = "harness-env"
 LOCAL_SANDBOX = "local"
 LOCAL_ENV_IMPORT_PATH = "harness_env.envs.harbor.local_env:LocalHarborEnvironment"
@@ -240,9 +239,7 @@ def trial_config(
     )
 
 
-def trial_deadline(
-    agent_timeout_s: float, setup_timeout_s: float, verify_timeout_s: float, *, environment_setup_s: float | None = None
-) -> float:
+def trial_deadline(agent_timeout_s: float, setup_timeout_s: float, verify_timeout_s: float, *, environment_setup_s: float | None = None) -> float:
     """One deadline for the whole trial: environment start (`environment_setup_s`, default the
     setup timeout), agent install (setup), the agent, the verifier, plus slack. Nothing waits past it."""
     environment_s = setup_timeout_s if environment_setup_s is None else environment_setup_s

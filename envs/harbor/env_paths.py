@@ -27,8 +27,9 @@ ENV_TYPE = "harness-env-local"
 VERIFIER_REL = "verifier"  # the sandbox's verifier directory, relative to the rollout directory
 # Top-level directories a workdir may not live under: bwrap can't create a mount point inside the
 # host's read-only system directories, and the others are the sandbox's own mounts.
-FORBIDDEN_WORKDIR_TOPS = frozenset({"", "usr", "bin", "sbin", "lib", "lib64", "etc", "var", "opt", "proc", "dev", "sys",
-                                    "tmp", "logs", "tests", "solution", "root", "home", "run", "boot"})
+FORBIDDEN_WORKDIR_TOPS = frozenset(
+    {"", "usr", "bin", "sbin", "lib", "lib64", "etc", "var", "opt", "proc", "dev", "sys", "tmp", "logs", "tests", "solution", "root", "home", "run", "boot"}
+)
 
 
 def check_workdir(workdir: str) -> None:

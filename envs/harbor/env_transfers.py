@@ -46,8 +46,7 @@ def copy_dir_out(
     link or a file where the directory was is copied as an empty directory, noted in the report."""
     try:
         return safefs.copy_out(
-            root, rel, target, select=select, max_file_bytes=max_file_bytes,
-            max_total_bytes=max_total_bytes, max_files=max_files, max_depth=max_depth,
+            root, rel, target, select=select, max_file_bytes=max_file_bytes, max_total_bytes=max_total_bytes, max_files=max_files, max_depth=max_depth
         )
     except FileNotFoundError:  # nothing there: nothing to copy, as before
         target.mkdir(parents=True, exist_ok=True)

@@ -41,13 +41,7 @@ from harness_env.envs.harbor.config import (
     trial_deadline,
 )
 from harness_env.envs.harbor.options import HarborOptions, HarborRunInfo
-from harness_env.envs.harbor.task_dir import (
-    VERIFY_RESULTS_FILE,
-    harbor_task_model,
-    load_task_dir,
-    script_budget,
-    task_to_task_dir,
-)
+from harness_env.envs.harbor.task_dir import VERIFY_RESULTS_FILE, harbor_task_model, load_task_dir, script_budget, task_to_task_dir
 from harness_env.envs.harbor.trial import HarborTrialOutcome, count_tool_calls, read_trajectory, run_harbor_trial
 from harness_env.models import CommandResult, DatasetTaskInfo, Phase, RolloutRequest, RolloutResult
 
@@ -209,9 +203,14 @@ def _verify_results(out: HarborTrialOutcome, verify: list[str] | None) -> list[C
                 if not isinstance(entry, dict):
                     continue
                 timed_out = entry.get("timed_out") is True
-                results.append(CommandResult(cmd=verify[entry["index"]], timed_out=timed_out,  # as natively: no exit code
-                                             exit_code=None if timed_out else int(entry["exit_code"]),
-                                             duration_s=float(entry.get("duration_s") or 0)))
+                results.append(
+                    CommandResult(
+                        cmd=verify[entry["index"]],
+                        timed_out=timed_out,  # as natively: no exit code
+                        exit_code=None if timed_out else int(entry["exit_code"]),
+                        duration_s=float(entry.get("duration_s") or 0),
+                    )
+                )
             except (ValueError, KeyError, IndexError, TypeError, OverflowError):
                 continue
         if results:
@@ -291,9 +290,7 @@ class HarborHarness(HarnessBase):
             check_wire_api(request, FORMAT_DIALECTS[AGENT_API_FORMATS.get(agent, CHAT_API_FORMAT)])
         return request
 
-    async def run_trial(
-        self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None], result: RolloutResult
-    ) -> TrialEnd:
+    async def run_trial(self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None], result: RolloutResult) -> TrialEnd:
         """The trial runs in a task of its own: if the caller is cancelled, the trial is told to
         stop and still cancels Harbor's work, stops the environment and removes its files, however
         often the caller's cancellation is delivered."""
@@ -313,9 +310,7 @@ class HarborHarness(HarnessBase):
         finally:
             relay_task.cancel()
 
-    async def _run_trial(
-        self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None], result: RolloutResult
-    ) -> TrialEnd:
+    async def _run_trial(self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None], result: RolloutResult) -> TrialEnd:
         request = ctx.request
         opts = HarborOptions.of(request)
         work = sandboxes_root() / f"trial-{uuid.uuid4().hex[:12]}"  # the name the start-up sweep knows (core/sandbox/lease.py)
@@ -331,7 +326,9 @@ class HarborHarness(HarnessBase):
             verify_s, setup_s = request.verify_timeout_s, request.setup_timeout_s
             if converted:  # a uniform Task: written as a Harbor task directory
                 task_dir = await asyncio.to_thread(
-                    task_to_task_dir, request.task, work / "task",
+                    task_to_task_dir,
+                    request.task,
+                    work / "task",
                     agent_timeout_s=request.agent_timeout_s,
                     verify_timeout_s=request.verify_timeout_s,
                     setup_timeout_s=request.setup_timeout_s,

@@ -137,8 +137,9 @@ class LocalHarborEnvironment(BaseEnvironment):
         image = self.task_env_config.docker_image or await self._built_image()
         # A pull (or a build) takes minutes and blocks: on the sandbox threads, never the event loop
         # the trial and the capture proxy run on (core/sandbox/threads.py).
-        make = functools.partial(create_local_sandbox, use_bwrap=True, extra_binds=self._binds(), ro_paths=[str(toolchain.tools_dir())],
-                                 image=image or None)  # the task's image as the root (core/sandbox/images.py)
+        make = functools.partial(
+            create_local_sandbox, use_bwrap=True, extra_binds=self._binds(), ro_paths=[str(toolchain.tools_dir())], image=image or None
+        )  # the task's image as the root (core/sandbox/images.py)
         self._sandbox = await in_thread(make, lambda late: late.close())
         self.sandbox_id = self._sandbox.sandbox_id
         try:
@@ -195,8 +196,7 @@ class LocalHarborEnvironment(BaseEnvironment):
             script = sb.root / "tmp" / ".harness-env-setup.sh"
             await asyncio.to_thread(safefs.copy_in, setup, sb.root, f"tmp/{script.name}")
             result = await sb.exec(
-                ["bash", str(script)], timeout=self.task_env_config.build_timeout_sec or SETUP_TIMEOUT_S,
-                env=self._persistent_env, cwd=sb.workspace
+                ["bash", str(script)], timeout=self.task_env_config.build_timeout_sec or SETUP_TIMEOUT_S, env=self._persistent_env, cwd=sb.workspace
             )
             await asyncio.to_thread(self._remove_in_rollout, "tmp", script.name)  # no link followed
             if result.exit_code != 0:
@@ -250,23 +250,13 @@ class LocalHarborEnvironment(BaseEnvironment):
         }
 
     async def exec(
-        self,
-        command: str,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        timeout_sec: int | None = None,
-        user: str | int | None = None,
+        self, command: str, cwd: str | None = None, env: dict[str, str] | None = None, timeout_sec: int | None = None, user: str | int | None = None
     ) -> ExecResult:
         sb = self._require()
         self._check_binds()
         merged = {**self._container_env(), **(self._merge_env(env) or {})}
         host_cwd = self.host_path(cwd) if cwd else Path(sb.workspace)
-        result = await sb.exec(
-            command,
-            timeout=float(timeout_sec) if timeout_sec else DEFAULT_EXEC_TIMEOUT_S,
-            env=merged,
-            cwd=str(host_cwd),
-        )
+        result = await sb.exec(command, timeout=float(timeout_sec) if timeout_sec else DEFAULT_EXEC_TIMEOUT_S, env=merged, cwd=str(host_cwd))
         stderr = result.stderr
         if result.timed_out:
             stderr += f"\n[{ENV_TYPE}: command timed out after {timeout_sec}s and was killed]"
@@ -330,8 +320,15 @@ class LocalHarborEnvironment(BaseEnvironment):
         root, rel = self._require().root, self.rel_path(source_dir)
 
         report = await asyncio.to_thread(
-            copy_dir_out, root, rel, target, select, max_file_bytes=DOWNLOAD_MAX_FILE_BYTES,
-            max_total_bytes=DOWNLOAD_MAX_TOTAL_BYTES, max_files=DOWNLOAD_MAX_FILES, max_depth=DOWNLOAD_MAX_DEPTH,
+            copy_dir_out,
+            root,
+            rel,
+            target,
+            select,
+            max_file_bytes=DOWNLOAD_MAX_FILE_BYTES,
+            max_total_bytes=DOWNLOAD_MAX_TOTAL_BYTES,
+            max_files=DOWNLOAD_MAX_FILES,
+            max_depth=DOWNLOAD_MAX_DEPTH,
         )
         if report is not None:
             self._note_transfer(source_dir, report)
@@ -384,4 +381,3 @@ class LocalHarborEnvironment(BaseEnvironment):
             os.close(pfd)
         if problem:
             raise SandboxError(f"{ENV_TYPE}: could not reset {rel} before verify: {problem}")
-

@@ -46,26 +46,76 @@ class HarborOptions(HarnessOptions):
     label: ClassVar[str] = "Harbor"
     names_task_hint: ClassVar[str] = "harbor.task_dir or harbor.dataset names a Harbor task"
 
-    task_dir: str | None = option(None, f"a Harbor task directory (task.toml, instruction.md, tests/); {_ON_SERVER}",
-                                  group="harness", cli="--task", title="task dir (empty: the task of this form)", min_length=1, max_length=1024)
-    dataset: str | None = option(None, f"a dataset directory of Harbor task directories; {_ON_SERVER}", group="harness",
-                                 cli="--task", title="or a dataset dir", min_length=1, max_length=1024)
-    split: str | None = option(None, "the subdirectory of the dataset holding its tasks (Harbor has no splits of its own)",
-                               group="harness", title="split (a subdirectory)", min_length=1, max_length=128, pattern=HARBOR_NAME_PATTERN)
-    task_index: int = option(0, "which task of the dataset, in Harbor's order (sorted names; see list_tasks)", group="harness",
-                             title="task index in the dataset", ge=0, le=10_000_000)
-    agent: str = option(DEFAULT_AGENT, "the Harbor agent: pi, opencode, oracle, nop, terminus-2, mini-swe-agent, ... (one that "
-                        "speaks chat completions)", group="harness", title="Harbor agent", min_length=1, max_length=64,
-                        pattern=HARBOR_NAME_PATTERN)
-    agent_kwargs: dict[str, Any] = option({}, "Harbor's options for the agent (a remote caller may set only "
-                                          f"{', '.join(sorted(REMOTE_AGENT_KWARGS))})", group="harness", title="agent options")
-    sandbox: str = option(LOCAL_SANDBOX, "the Harbor environment: local (ours, bubblewrap) or a provider: docker, daytona, e2b, "
-                          "modal, runloop, gke, ...", group="harness", title="sandbox", min_length=1, max_length=64,
-                          pattern=HARBOR_NAME_PATTERN)
-    sandbox_kwargs: dict[str, Any] = Field({}, description="the provider's own options (trusted callers only: the CLI, in-process)",
-                                           json_schema_extra={"group": "harness", "remote": False}, title="sandbox options")
-    reward_key: str | None = option(None, "which entry of the verifier's reward.json map is the reward; none: its only key, "
-                                    "else `reward`", group="harness", title="reward key (reward.json map)", min_length=1, max_length=256)
+    task_dir: str | None = option(
+        None,
+        f"a Harbor task directory (task.toml, instruction.md, tests/); {_ON_SERVER}",
+        group="harness",
+        cli="--task",
+        title="task dir (empty: the task of this form)",
+        min_length=1,
+        max_length=1024,
+    )
+    dataset: str | None = option(
+        None,
+        f"a dataset directory of Harbor task directories; {_ON_SERVER}",
+        group="harness",
+        cli="--task",
+        title="or a dataset dir",
+        min_length=1,
+        max_length=1024,
+    )
+    split: str | None = option(
+        None,
+        "the subdirectory of the dataset holding its tasks (Harbor has no splits of its own)",
+        group="harness",
+        title="split (a subdirectory)",
+        min_length=1,
+        max_length=128,
+        pattern=HARBOR_NAME_PATTERN,
+    )
+    task_index: int = option(
+        0,
+        "which task of the dataset, in Harbor's order (sorted names; see list_tasks)",
+        group="harness",
+        title="task index in the dataset",
+        ge=0,
+        le=10_000_000,
+    )
+    agent: str = option(
+        DEFAULT_AGENT,
+        "the Harbor agent: pi, opencode, oracle, nop, terminus-2, mini-swe-agent, ... (one that speaks chat completions)",
+        group="harness",
+        title="Harbor agent",
+        min_length=1,
+        max_length=64,
+        pattern=HARBOR_NAME_PATTERN,
+    )
+    agent_kwargs: dict[str, Any] = option(
+        {}, f"Harbor's options for the agent (a remote caller may set only {', '.join(sorted(REMOTE_AGENT_KWARGS))})", group="harness", title="agent options"
+    )
+    sandbox: str = option(
+        LOCAL_SANDBOX,
+        "the Harbor environment: local (ours, bubblewrap) or a provider: docker, daytona, e2b, modal, runloop, gke, ...",
+        group="harness",
+        title="sandbox",
+        min_length=1,
+        max_length=64,
+        pattern=HARBOR_NAME_PATTERN,
+    )
+    sandbox_kwargs: dict[str, Any] = Field(
+        {},
+        description="the provider's own options (trusted callers only: the CLI, in-process)",
+        json_schema_extra={"group": "harness", "remote": False},
+        title="sandbox options",
+    )
+    reward_key: str | None = option(
+        None,
+        "which entry of the verifier's reward.json map is the reward; none: its only key, else `reward`",
+        group="harness",
+        title="reward key (reward.json map)",
+        min_length=1,
+        max_length=256,
+    )
 
     @field_validator("agent_kwargs", "sandbox_kwargs")
     @classmethod
@@ -109,8 +159,10 @@ class HarborOptions(HarnessOptions):
             if source is not None:
                 why = f"--task {task} is a Harbor {'task' if 'task_dir' in source else 'dataset'} directory: it runs with"
             elif list(own) == ["sandbox"]:
-                raise ValueError(f"--sandbox {sandbox}: with --harness {harness} choose {', '.join(native[:-1])} or {native[-1]} "
-                                 f"(Harbor environments such as local, docker or e2b are for --harness {name})")
+                raise ValueError(
+                    f"--sandbox {sandbox}: with --harness {harness} choose {', '.join(native[:-1])} or {native[-1]} "
+                    f"(Harbor environments such as local, docker or e2b are for --harness {name})"
+                )
             else:
                 names = [f"--{k.replace('_', '-')}" + (f" {sandbox}" if k == "sandbox" else "") for k in own]
                 verb = "is a Harbor option: it is" if len(names) == 1 else "are Harbor options: they are"
@@ -119,8 +171,10 @@ class HarborOptions(HarnessOptions):
             hint = f" (to run {harness} inside Harbor, use --agent {harness})" if harness in pinned and "agent" not in own else ""
             raise ValueError(f"{why} --harness {name}, not --harness {harness}{hint}")
         if sandbox == "plain":
-            raise ValueError(f"--sandbox plain: harness {name}'s local environment always runs in bubblewrap; "
-                             "give a Harbor environment instead (local, docker, e2b, daytona, modal, ...)")
+            raise ValueError(
+                f"--sandbox plain: harness {name}'s local environment always runs in bubblewrap; "
+                "give a Harbor environment instead (local, docker, e2b, daytona, modal, ...)"
+            )
         return {**(source or {}), **own}
 
     @classmethod
@@ -159,8 +213,7 @@ class HarborRunInfo(HarnessRunInfo):
         if self.task_path:
             task += f" ({self.task_path})"
         agent = f"{self.agent or '-'} {self.agent_version}" if self.agent_version else (self.agent or "-")
-        return [("task", task), ("agent", agent), ("sandbox", self.sandbox or "-"), ("exception", self.exception),
-                ("verifier rewards", self.verifier_rewards)]
+        return [("task", task), ("agent", agent), ("sandbox", self.sandbox or "-"), ("exception", self.exception), ("verifier rewards", self.verifier_rewards)]
 
 
 def agent_choices(names: list[str]) -> list[tuple[str, str]]:
@@ -205,12 +258,16 @@ def _task_source(task: str, task_index: int | None, split: str | None) -> dict[s
         return {"task_dir": str(path.resolve())}
     tasks_here = _holds_task_dirs(path)
     if not tasks_here and not any(_holds_task_dirs(d) for d in _subdirs(path)):
-        raise ValueError(f"--task {task} is a directory but neither a Harbor task directory (no task.toml) "
-                         "nor a Harbor dataset (no task directories in it or in its split subdirectories)")
+        raise ValueError(
+            f"--task {task} is a directory but neither a Harbor task directory (no task.toml) "
+            "nor a Harbor dataset (no task directories in it or in its split subdirectories)"
+        )
     if task_index is None:
         hint = "" if tasks_here or split else " --split NAME"
-        raise ValueError(f"--task {task} is a Harbor dataset directory: pick one of its tasks with{hint} --task-index N "
-                         f"(list them with: harness-env harbor-tasks {task}{hint})")
+        raise ValueError(
+            f"--task {task} is a Harbor dataset directory: pick one of its tasks with{hint} --task-index N "
+            f"(list them with: harness-env harbor-tasks {task}{hint})"
+        )
     source: dict[str, Any] = {"dataset": str(path.resolve()), "task_index": task_index}
     if split is not None:
         source["split"] = split
@@ -238,8 +295,9 @@ def _tasks_command(args: Any) -> int:
 
     path = Path(args.dataset).expanduser()
     if (path / "task.toml").is_file():
-        raise ValueError(f"{args.dataset} is one Harbor task directory (it has task.toml), not a dataset of them; "
-                         f"run it with: harness-env run --task {args.dataset} ...")
+        raise ValueError(
+            f"{args.dataset} is one Harbor task directory (it has task.toml), not a dataset of them; run it with: harness-env run --task {args.dataset} ..."
+        )
     tasks = list_tasks(str(path), args.split, trusted=True)
     if args.json:
         print(json.dumps([t.model_dump(mode="json") for t in tasks], indent=2))

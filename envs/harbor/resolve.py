@@ -30,8 +30,7 @@ def check_remote_kwargs(opts: HarborOptions) -> None:
     refused = sorted(set(opts.agent_kwargs) - REMOTE_AGENT_KWARGS)
     if refused:
         raise InvalidRequestError(
-            f"harbor.agent_kwargs {refused} are not accepted from remote callers (they can name server files); "
-            f"allowed: {sorted(REMOTE_AGENT_KWARGS)}"
+            f"harbor.agent_kwargs {refused} are not accepted from remote callers (they can name server files); allowed: {sorted(REMOTE_AGENT_KWARGS)}"
         )
     if opts.sandbox_kwargs:
         raise InvalidRequestError(
@@ -81,11 +80,7 @@ def prepare(request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
     path = locate_task(opts, trusted=trusted)
     ht = load_task_dir(path)
     task = request.task
-    task = Task(
-        instruction=ht.instruction,
-        task_id=task.task_id or ht.name,
-        metadata={**task.metadata, "harbor_task": ht.name},
-    )
+    task = Task(instruction=ht.instruction, task_id=task.task_id or ht.name, metadata={**task.metadata, "harbor_task": ht.name})
     return request.model_copy(update={"task": task, "harness_options": opts.model_copy(update={"task_dir": str(path)})})
 
 

@@ -73,19 +73,14 @@ def _pick_from_map(rewards: dict[str, Any], reward_key: str | None, notes: list[
     keys = sorted(rewards)
     if reward_key is not None:
         if reward_key not in rewards:
-            raise InvalidRequestError(
-                f"reward_key {reward_key!r} is not in the verifier's reward.json; its keys are {keys}"
-            )
+            raise InvalidRequestError(f"reward_key {reward_key!r} is not in the verifier's reward.json; its keys are {keys}")
         key = reward_key
     elif len(rewards) == 1:
         key = keys[0]
     elif DEFAULT_KEY in rewards:
         key = DEFAULT_KEY
     else:
-        notes.append(
-            f"reward.json holds several rewards {keys} and none is named {DEFAULT_KEY!r}: "
-            "set reward_key to pick one"
-        )
+        notes.append(f"reward.json holds several rewards {keys} and none is named {DEFAULT_KEY!r}: set reward_key to pick one")
         return None
     for other in keys:
         if other != key and not _is_finite_number(rewards[other]):
@@ -148,9 +143,7 @@ def reward_map(verifier_dir: Path | None) -> dict[str, float] | None:
     return {k: float(v) for k, v in data.items() if _is_finite_number(v)}
 
 
-def read_verifier_reward(
-    verifier_dir: Path, reward_key: str | None = None
-) -> tuple[float | None, RewardSource | None, list[str]]:
+def read_verifier_reward(verifier_dir: Path, reward_key: str | None = None) -> tuple[float | None, RewardSource | None, list[str]]:
     """(reward, source, notes) from a Harbor verifier directory (the trial's verifier/ dir, which is
     /logs/verifier inside the environment). Raises InvalidRequestError only for an explicit
     `reward_key` that reward.json does not hold. Blocking reads: call it off the event loop."""
@@ -177,7 +170,5 @@ def read_verifier_reward(
         notes.append((note or "reward file unreadable").replace("reward file", "reward.txt"))
         return None, None, notes
     if not json_there:
-        notes.append(
-            f"no {REWARD_JSON} or {REWARD_TXT} in the verifier directory: the verifier never ran or wrote no reward"
-        )
+        notes.append(f"no {REWARD_JSON} or {REWARD_TXT} in the verifier directory: the verifier never ran or wrote no reward")
     return None, None, notes

@@ -120,9 +120,7 @@ def harbor_task_model():
     try:
         from harbor.models.task.task import Task as HarborTaskModel
     except ImportError as e:  # the optional extra is not installed
-        raise ToolMissingError(
-            "Harbor is not installed: install the extra with `uv sync --extra harbor` (harbor==0.26.0)"
-        ) from e
+        raise ToolMissingError("Harbor is not installed: install the extra with `uv sync --extra harbor` (harbor==0.26.0)") from e
     return HarborTaskModel
 
 
@@ -152,16 +150,12 @@ def load_task_dir(path: str | Path) -> HarborTask:
     except (ValueError, OSError, RuntimeError) as e:  # TOML errors, pydantic errors, path escapes
         raise InvalidRequestError(f"invalid Harbor task directory {str(task_dir)!r}: {e}") from e
     if ht.has_steps:
-        raise InvalidRequestError(
-            f"Harbor task {ht.name!r} is a multi-step task ([[steps]] in task.toml); only single-step tasks are supported"
-        )
+        raise InvalidRequestError(f"Harbor task {ht.name!r} is a multi-step task ([[steps]] in task.toml); only single-step tasks are supported")
     cfg = ht.config
     paths = ht.paths
     test_script = paths.discovered_test_path_for(cfg.environment.os)
     if test_script is None:  # bundled tests in a separate verifier environment
-        raise InvalidRequestError(
-            f"Harbor task {ht.name!r} has no tests/test.sh (tests bundled in a verifier environment are not supported)"
-        )
+        raise InvalidRequestError(f"Harbor task {ht.name!r} has no tests/test.sh (tests bundled in a verifier environment are not supported)")
     env_dir = paths.environment_dir if paths.environment_dir.is_dir() else None
     dockerfile = env_dir / "Dockerfile" if env_dir and (env_dir / "Dockerfile").is_file() else None
     files_dir = env_dir / FILES_DIRNAME if env_dir and (env_dir / FILES_DIRNAME).is_dir() else None
@@ -238,9 +232,9 @@ def build_test_sh(verify: list[str], workdir: str, command_timeout_s: float) -> 
         'VERIFIER_DIR="${HARNESS_ENV_VERIFIER_DIR:-/logs/verifier}"',
         f'WORKDIR="${{HARNESS_ENV_WORKDIR:-{workdir}}}"',
         'mkdir -p "$VERIFIER_DIR"',
-        '# The agent cannot forge a reward: whatever is there before verify runs is dropped.',
+        "# The agent cannot forge a reward: whatever is there before verify runs is dropped.",
         'rm -rf -- "$VERIFIER_DIR/reward.txt" "$VERIFIER_DIR/reward.json"',
-        f"export {REWARD_FILE_ENV}=\"$VERIFIER_DIR/reward.txt\"",
+        f'export {REWARD_FILE_ENV}="$VERIFIER_DIR/reward.txt"',
         f'RESULTS="$VERIFIER_DIR/{VERIFY_RESULTS_FILE}"',
         ': > "$RESULTS"',
         "passed=0",
@@ -251,18 +245,18 @@ def build_test_sh(verify: list[str], workdir: str, command_timeout_s: float) -> 
         lines += [
             *_timed(f"verify #{i + 1}", cmd, command_timeout_s, workdir_var="WORKDIR"),
             '[ "$rc" -eq 0 ] && passed=$((passed + 1))',
-            f"printf '{{\"index\": {i}, \"exit_code\": %d, \"duration_s\": %d.%06d, \"timed_out\": %s}}\\n' "
+            f'printf \'{{"index": {i}, "exit_code": %d, "duration_s": %d.%06d, "timed_out": %s}}\\n\' '
             '"$rc" $((took / 1000000)) $((took % 1000000)) "$timed_out" >> "$RESULTS"',
         ]
     lines += [
         "# A reward file that is not a regular file (a link, a FIFO, a directory) is no reward: dropped",
         "# before anything reads it (test -f follows links; grep would wait on a FIFO for ever).",
-        'for f in reward.json reward.txt; do',
+        "for f in reward.json reward.txt; do",
         '  if [ -L "$VERIFIER_DIR/$f" ] || { [ -e "$VERIFIER_DIR/$f" ] && [ ! -f "$VERIFIER_DIR/$f" ]; }; then rm -rf -- "$VERIFIER_DIR/$f"; fi',
-        'done',
+        "done",
         "# A reward a verify command wrote wins (reward.json, or one finite-looking number in reward.txt).",
         'if [ -s "$VERIFIER_DIR/reward.json" ]; then exit 0; fi',
-        f"if [ -f \"${REWARD_FILE_ENV}\" ] && [ \"$(grep -c . \"${REWARD_FILE_ENV}\")\" -eq 1 ] "
+        f'if [ -f "${REWARD_FILE_ENV}" ] && [ "$(grep -c . "${REWARD_FILE_ENV}")" -eq 1 ] '
         f"&& grep -Eq '^[[:space:]]*[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?[[:space:]]*$' \"${REWARD_FILE_ENV}\"; then exit 0; fi",
         'rm -f "$VERIFIER_DIR/reward.txt"',
         'if [ "$total" -gt 0 ]; then',
@@ -289,12 +283,7 @@ def is_converted(env_dir: Path) -> bool:
 
 def build_setup_sh(setup: list[str], workdir: str, command_timeout_s: float) -> str:
     """environment/setup.sh for the setup commands (pure, for tests)."""
-    lines = [
-        "#!/usr/bin/env bash",
-        GENERATED_SETUP,
-        f"cd {shlex.quote(workdir)} || exit 1",
-        NOW_US_FN,
-    ]
+    lines = ["#!/usr/bin/env bash", GENERATED_SETUP, f"cd {shlex.quote(workdir)} || exit 1", NOW_US_FN]
     # Not `set -e`: each command's exit is checked by hand, so a timeout can be told from a failure.
     for i, cmd in enumerate(setup):
         lines += [
@@ -303,7 +292,6 @@ def build_setup_sh(setup: list[str], workdir: str, command_timeout_s: float) -> 
             'if [ "$rc" -ne 0 ]; then exit "$rc"; fi',
         ]
     return "\n".join(lines) + "\n"
-
 
 
 def build_dockerfile(base_image: str, workdir: str) -> str:
@@ -319,9 +307,7 @@ def build_dockerfile(base_image: str, workdir: str) -> str:
     )
 
 
-def build_task_toml(
-    task: Task, *, agent_timeout_s: float, verify_timeout_s: float, setup_timeout_s: float, workdir: str
-) -> str:
+def build_task_toml(task: Task, *, agent_timeout_s: float, verify_timeout_s: float, setup_timeout_s: float, workdir: str) -> str:
     meta_id = f"task_id = {_toml_str(task.task_id)}\n" if task.task_id else ""
     return (
         'schema_version = "1.4"\n\n'
@@ -355,7 +341,7 @@ def task_to_task_dir(
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InvalidRequestError(f"{str(out)!r} exists and is not an empty directory")
-    if not workdir.startswith("/") or any(c in workdir for c in "\"$`\\{} \t\n"):
+    if not workdir.startswith("/") or any(c in workdir for c in '"$`\\{} \t\n'):
         raise InvalidRequestError(f"workdir must be a plain absolute path, got {workdir!r}")
     env_dir, tests_dir, files_dir = out / "environment", out / "tests", out / "environment" / FILES_DIRNAME
     files_dir.mkdir(parents=True)
@@ -371,12 +357,6 @@ def task_to_task_dir(
     test_sh.chmod(0o755)
     (out / "instruction.md").write_text(task.instruction)
     (out / "task.toml").write_text(
-        build_task_toml(
-            task,
-            agent_timeout_s=agent_timeout_s,
-            verify_timeout_s=verify_timeout_s,
-            setup_timeout_s=setup_timeout_s,
-            workdir=workdir,
-        )
+        build_task_toml(task, agent_timeout_s=agent_timeout_s, verify_timeout_s=verify_timeout_s, setup_timeout_s=setup_timeout_s, workdir=workdir)
     )
     return out

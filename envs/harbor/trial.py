@@ -82,12 +82,7 @@ def count_tool_calls(trajectory: dict[str, Any] | None) -> int | None:
 
 
 async def run_harbor_trial(
-    config: Any,
-    *,
-    timeout_s: float,
-    stop: asyncio.Event | None = None,
-    on_event: Callable[[str, str], None] | None = None,
-    reward_key: str | None = None,
+    config: Any, *, timeout_s: float, stop: asyncio.Event | None = None, on_event: Callable[[str, str], None] | None = None, reward_key: str | None = None
 ) -> HarborTrialOutcome:
     """Run the trial `config` (a harbor TrialConfig). `on_event(phase, status)` follows Harbor's
     lifecycle hooks; `stop` ends the trial early (Harbor cleans up as on cancellation)."""
@@ -119,6 +114,7 @@ async def run_harbor_trial(
         nonlocal trial
         trial = await Trial.create(config)
         for event in TrialEvent:
+
             async def hook(_ev, value=event.value) -> None:
                 await follow(value)
 
@@ -171,8 +167,5 @@ async def run_harbor_trial(
         out.reward_error = str(e)
     out.rewards = await asyncio.to_thread(reward_map, out.verifier_dir)
     if out.reward is None and out.reward_error is None and out.rewards:
-        out.reward_error = (
-            f"the verifier's reward.json holds {sorted(out.rewards)} and no single reward: "
-            "name the one to use with harbor.reward_key"
-        )
+        out.reward_error = f"the verifier's reward.json holds {sorted(out.rewards)} and no single reward: name the one to use with harbor.reward_key"
     return out

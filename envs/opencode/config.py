@@ -52,9 +52,7 @@ def keep_listed(config: dict[str, Any], path: tuple[str, ...], ours: tuple[str, 
     return config
 
 
-def opencode_json(
-    *, proxy_base_url: str, session_key: str, model: str, max_tokens: int | None = None, extra: dict[str, Any] | None = None
-) -> str:
+def opencode_json(*, proxy_base_url: str, session_key: str, model: str, max_tokens: int | None = None, extra: dict[str, Any] | None = None) -> str:
     model_entry: dict[str, Any] = {"name": model}
     if max_tokens:
         model_entry["limit"] = {"context": 131_072, "output": max_tokens}

@@ -61,7 +61,8 @@ def pi_argv(pi_cmd: list[str], *, model: str, instruction: str) -> list[str]:
     return [
         *pi_cmd,
         "--print",
-        "--mode", "json",
+        "--mode",
+        "json",
         "--no-session",
         "--offline",
         "--no-context-files",
@@ -69,8 +70,10 @@ def pi_argv(pi_cmd: list[str], *, model: str, instruction: str) -> list[str]:
         "--no-skills",
         "--no-prompt-templates",
         "--no-themes",
-        "--provider", PROVIDER,
-        "--model", model,
+        "--provider",
+        PROVIDER,
+        "--model",
+        model,
         *prompt,
     ]
 

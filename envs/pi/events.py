@@ -41,9 +41,4 @@ class PiEventParser(JsonEventParser):
 
     def outcome(self) -> AgentOutcome:
         # A call counts when it both started and finished (completed or errored).
-        return AgentOutcome(
-            final_text=self.final_text,
-            tool_calls=len(self.started & self.finished),
-            error=self.error,
-            events=self.events,
-        )
+        return AgentOutcome(final_text=self.final_text, tool_calls=len(self.started & self.finished), error=self.error, events=self.events)

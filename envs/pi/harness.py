@@ -24,10 +24,7 @@ class PiHarness(PinnedCliHarness):
             env=pi_env(agent_dir),
             files={
                 os.path.join(agent_dir, "models.json"): models_json(
-                    proxy_base_url=ctx.proxy_base_url,
-                    session_key=ctx.session_key,
-                    model=req.endpoint.model,
-                    max_tokens=req.max_tokens_cap,
+                    proxy_base_url=ctx.proxy_base_url, session_key=ctx.session_key, model=req.endpoint.model, max_tokens=req.max_tokens_cap
                 ),
                 os.path.join(agent_dir, "settings.json"): settings_json(),
             },

@@ -103,8 +103,10 @@ class Page:
             out.append(f"{n:6d}\t{text}")
         nxt = self.lines[-1][0] + 1 if self.lines else self.offset
         if self.more_unknown:
-            out.append(f"[more lines follow: {path} is {self.size} bytes, more than one read looks at "
-                       f"({READ_SCAN_BYTES // _MIB} MiB); read again with offset={nxt}, or use bash (head, tail, sed -n, grep -n)]")
+            out.append(
+                f"[more lines follow: {path} is {self.size} bytes, more than one read looks at "
+                f"({READ_SCAN_BYTES // _MIB} MiB); read again with offset={nxt}, or use bash (head, tail, sed -n, grep -n)]"
+            )
         elif self.more:
             out.append(f"[{self.more} more lines; read again with offset={nxt}]")
         return ToolReply("\n".join(out))

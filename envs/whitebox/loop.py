@@ -154,8 +154,18 @@ async def run_loop(
     return result, outcome
 
 
-async def _turns(state: LoopState, outcome: AgentOutcome, toolbox: ToolBox, http: httpx.AsyncClient, url: str,
-                 key: str, model: str, max_turns: int | None, max_tokens: int, stop: asyncio.Event) -> None:
+async def _turns(
+    state: LoopState,
+    outcome: AgentOutcome,
+    toolbox: ToolBox,
+    http: httpx.AsyncClient,
+    url: str,
+    key: str,
+    model: str,
+    max_turns: int | None,
+    max_tokens: int,
+    stop: asyncio.Event,
+) -> None:
     while not stop.is_set():
         if max_turns is not None and state.turns >= max_turns:
             outcome.turn_limit_hit = True

@@ -19,5 +19,11 @@ class WhiteboxOptions(HarnessOptions):
 
     label: ClassVar[str] = "white-box"
 
-    max_tokens: int = option(DEFAULT_MAX_TOKENS, "max_tokens of each white-box model call (the rollout's max_tokens_cap, "
-                             "if lower, still caps it)", group="harness", title="max tokens per call", ge=1, le=1_000_000)
+    max_tokens: int = option(
+        DEFAULT_MAX_TOKENS,
+        "max_tokens of each white-box model call (the rollout's max_tokens_cap, if lower, still caps it)",
+        group="harness",
+        title="max tokens per call",
+        ge=1,
+        le=1_000_000,
+    )

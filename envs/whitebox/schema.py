@@ -39,29 +39,50 @@ def _i(description: str) -> dict[str, str]:
 
 
 TOOL_SPECS: list[dict[str, Any]] = [
-    _fn("bash", "Run a shell command (bash -c) in the workspace and return its output and exit code.",
-        {"command": _s("The command line to run.")}, ["command"]),
-    _fn("read", "Read a text file, with line numbers.",
-        {"path": _s("The file to read."),
-         "offset": _i("The first line to return (1-based)."),
-         "limit": _i("How many lines to return at most.")}, ["path"]),
-    _fn("write", "Create or overwrite a file with the given content (parent directories are created).",
-        {"path": _s("The file to write."), "content": _s("The whole new content of the file.")}, ["path", "content"]),
-    _fn("edit", "Replace an exact piece of text in a file. old_string must occur exactly once unless replace_all is true.",
-        {"path": _s("The file to edit."),
-         "old_string": _s("The exact text to replace."),
-         "new_string": _s("The text to put in its place."),
-         "replace_all": {"type": "boolean", "description": "Replace every occurrence instead of exactly one."}},
-        ["path", "old_string", "new_string"]),
+    _fn(
+        "bash", "Run a shell command (bash -c) in the workspace and return its output and exit code.", {"command": _s("The command line to run.")}, ["command"]
+    ),
+    _fn(
+        "read",
+        "Read a text file, with line numbers.",
+        {"path": _s("The file to read."), "offset": _i("The first line to return (1-based)."), "limit": _i("How many lines to return at most.")},
+        ["path"],
+    ),
+    _fn(
+        "write",
+        "Create or overwrite a file with the given content (parent directories are created).",
+        {"path": _s("The file to write."), "content": _s("The whole new content of the file.")},
+        ["path", "content"],
+    ),
+    _fn(
+        "edit",
+        "Replace an exact piece of text in a file. old_string must occur exactly once unless replace_all is true.",
+        {
+            "path": _s("The file to edit."),
+            "old_string": _s("The exact text to replace."),
+            "new_string": _s("The text to put in its place."),
+            "replace_all": {"type": "boolean", "description": "Replace every occurrence instead of exactly one."},
+        },
+        ["path", "old_string", "new_string"],
+    ),
     _fn("ls", "List a directory (directories end in /).", {"path": _s("The directory to list.")}, []),
-    _fn("grep", "Search file contents for a regular expression (extended syntax); returns file:line:text matches.",
-        {"pattern": _s("The regular expression to search for."),
-         "path": _s("The file or directory to search."),
-         "include": _s("Only search files whose name matches this glob, e.g. *.py.")}, ["pattern"]),
-    _fn("glob", "List the files whose paths match a glob pattern, e.g. **/*.py.",
-        {"pattern": _s("The glob pattern, relative to the workspace.")}, ["pattern"]),
-    _fn("submit", "Finish the task and hand in the answer. Call it once, when the work is done.",
-        {"answer": _s("A short summary of what was done, or the answer the task asks for.")}, ["answer"]),
+    _fn(
+        "grep",
+        "Search file contents for a regular expression (extended syntax); returns file:line:text matches.",
+        {
+            "pattern": _s("The regular expression to search for."),
+            "path": _s("The file or directory to search."),
+            "include": _s("Only search files whose name matches this glob, e.g. *.py."),
+        },
+        ["pattern"],
+    ),
+    _fn("glob", "List the files whose paths match a glob pattern, e.g. **/*.py.", {"pattern": _s("The glob pattern, relative to the workspace.")}, ["pattern"]),
+    _fn(
+        "submit",
+        "Finish the task and hand in the answer. Call it once, when the work is done.",
+        {"answer": _s("A short summary of what was done, or the answer the task asks for.")},
+        ["answer"],
+    ),
 ]
 TOOL_NAMES = tuple(spec["function"]["name"] for spec in TOOL_SPECS)
 _PARAMS = {spec["function"]["name"]: spec["function"]["parameters"] for spec in TOOL_SPECS}

@@ -34,14 +34,7 @@ from harness_env.envs.whitebox.files import (
     read_page,
     write_file,
 )
-from harness_env.envs.whitebox.schema import (
-    SYSTEM_PROMPT,
-    TOOL_NAMES,
-    TOOL_SPECS,
-    ToolError,
-    ToolReply,
-    check_arguments,
-)
+from harness_env.envs.whitebox.schema import SYSTEM_PROMPT, TOOL_NAMES, TOOL_SPECS, ToolError, ToolReply, check_arguments
 
 __all__ = [
     "EDIT_MAX_BYTES",
@@ -76,12 +69,12 @@ class ToolLimits:
         unknown = sorted(set(cfg) - {"tool_timeout_s", "max_tool_output_bytes"})
         if unknown:
             raise InvalidRequestError(
-                f"harness_config for whitebox has unknown keys {unknown}; it takes tool_timeout_s (seconds per "
-                "command) and max_tool_output_bytes"
+                f"harness_config for whitebox has unknown keys {unknown}; it takes tool_timeout_s (seconds per command) and max_tool_output_bytes"
             )
         try:
-            limits = cls(timeout_s=float(cfg.get("tool_timeout_s", cls.timeout_s)),
-                         max_output_bytes=int(cfg.get("max_tool_output_bytes", cls.max_output_bytes)))
+            limits = cls(
+                timeout_s=float(cfg.get("tool_timeout_s", cls.timeout_s)), max_output_bytes=int(cfg.get("max_tool_output_bytes", cls.max_output_bytes))
+            )
         except (TypeError, ValueError) as e:
             raise InvalidRequestError(f"harness_config for whitebox: tool_timeout_s and max_tool_output_bytes must be numbers ({e})") from e
         if not (0 < limits.timeout_s <= 3600 and 256 <= limits.max_output_bytes <= 1_000_000):
@@ -252,13 +245,16 @@ class ToolBox:
             return ToolReply("error: the pattern must be relative to the workspace, without ..", ok=False)
         timeout = min(self._timeout(), FS_TIMEOUT_S)
         found = await self._fs(
-            lambda: safefs.glob(self._root, pattern, max_entries=MAX_SCAN_ENTRIES, max_depth=MAX_GLOB_DEPTH,
-                                deadline=time.monotonic() + timeout * 0.8)
+            lambda: safefs.glob(self._root, pattern, max_entries=MAX_SCAN_ENTRIES, max_depth=MAX_GLOB_DEPTH, deadline=time.monotonic() + timeout * 0.8)
         )
         body = self._listing(found.matches, "", "matches", "narrow the pattern") if found.matches else ""
         if found.stopped:
-            why = {"entries": f"after looking at {MAX_SCAN_ENTRIES} entries", "time": "when its time was up",
-                   "depth": f"at depth {MAX_GLOB_DEPTH}", "matches": "after too many matches"}[found.stopped]
+            why = {
+                "entries": f"after looking at {MAX_SCAN_ENTRIES} entries",
+                "time": "when its time was up",
+                "depth": f"at depth {MAX_GLOB_DEPTH}",
+                "matches": "after too many matches",
+            }[found.stopped]
             body += f"\n[the search stopped {why}; the list may be incomplete: narrow the pattern or use bash (find)]"
         return ToolReply(body.strip("\n") or "no files match")
 
@@ -269,7 +265,7 @@ class ToolBox:
 def _uncut(text: str, dropped: int) -> str:
     """A stream's text without the sandbox's own '[... N bytes cut ...]' line (counted separately)."""
     marker = f"[... {dropped} bytes cut ...]\n"
-    return text[len(marker):] if dropped and text.startswith(marker) else text
+    return text[len(marker) :] if dropped and text.startswith(marker) else text
 
 
 def _unsafe_message(tool: str, e: safefs.UnsafeEntry) -> str:

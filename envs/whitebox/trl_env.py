@@ -59,8 +59,15 @@ def _release(runner: _LoopThread, box: dict[str, LocalSandbox | None]) -> None:
 class WhiteboxEnv:
     """One rollout's sandbox and the white-box tools, as TRL's `environment_factory` expects."""
 
-    def __init__(self, *, use_bwrap: bool | None = None, tool_timeout_s: float = 60.0, max_tool_output_bytes: int = 16 * 1024,
-                 setup_timeout_s: float = 300.0, verify_timeout_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        *,
+        use_bwrap: bool | None = None,
+        tool_timeout_s: float = 60.0,
+        max_tool_output_bytes: int = 16 * 1024,
+        setup_timeout_s: float = 300.0,
+        verify_timeout_s: float = 300.0,
+    ) -> None:
         self._use_bwrap = use_bwrap
         self._limits = ToolLimits.from_config({"tool_timeout_s": tool_timeout_s, "max_tool_output_bytes": max_tool_output_bytes})
         self._setup_timeout_s = setup_timeout_s
@@ -108,9 +115,7 @@ class WhiteboxEnv:
         if self._task is None or sandbox is None or self.error is not None:
             return None
         self.verify_results = []
-        reward, _source, self.reward_notes = self._runner.run(
-            run_verify(sandbox, self._task.verify, self._verify_timeout_s, self.verify_results)
-        )
+        reward, _source, self.reward_notes = self._runner.run(run_verify(sandbox, self._task.verify, self._verify_timeout_s, self.verify_results))
         return reward
 
     # Closing is not a public method: TRL would offer it to the model as a tool.

@@ -204,12 +204,7 @@ def is_blank(png: bytes, tolerance: float = BLANK_FRACTION, threshold: int = PIX
     return image_stats(png, threshold=threshold, top=0, with_bbox=False).drawn_fraction < tolerance
 
 
-def page_reasons(
-    png: bytes | None,
-    width: int | None = None,
-    height: int | None = None,
-    tolerance: float = BLANK_FRACTION,
-) -> list[str]:
+def page_reasons(png: bytes | None, width: int | None = None, height: int | None = None, tolerance: float = BLANK_FRACTION) -> list[str]:
     """Zero reasons for a rendered page: no image, not a PNG, the wrong size, or blank."""
     if not png:
         return [reason(UNRENDERABLE, "the renderer produced no image")]

@@ -15,7 +15,7 @@ import shutil
 CHROMIUM_ENV = "HARNESS_ENV_CHROMIUM"
 CHROMIUM_INSTALL_HINT = (
     "install it with `apt-get install chromium` (the project's ./dev does), set HARNESS_ENV_CHROMIUM "
-    "to its path, or choose the pure-Python renderer explicitly with renderer=\"resvg\""
+    'to its path, or choose the pure-Python renderer explicitly with renderer="resvg"'
 )
 
 # The SVG is shown through <img>, never inlined or opened as a document: an SVG used as an image
@@ -83,9 +83,7 @@ def chromium_argv(chromium: str, page: str, out_png: str, user_data_dir: str, wi
     ]
 
 
-def prepare_screenshot(
-    chromium: str, directory: str, svg: bytes, width: int, height: int, background: str = "#ffffff"
-) -> tuple[list[str], str]:
+def prepare_screenshot(chromium: str, directory: str, svg: bytes, width: int, height: int, background: str = "#ffffff") -> tuple[list[str], str]:
     """Write the icon and the page showing it into `directory` (a fresh temporary directory, which
     also receives the browser's profile); the command line that screenshots the page, and the path
     the screenshot goes to (read it with read_screenshot)."""

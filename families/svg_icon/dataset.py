@@ -42,12 +42,7 @@ from typing import NoReturn
 from harness_env.core.distribution import package_version
 from harness_env.families.svg_icon import checks
 from harness_env.families.svg_icon.dataset_inputs import DatasetError, Input, Row, Settings, open_inputs
-from harness_env.families.svg_icon.records import (
-    MAX_PROMPT_CHARS,
-    MAX_SOURCE_PROMPT_CHARS,
-    SvgTaskRecord,
-    write_records,
-)
+from harness_env.families.svg_icon.records import MAX_PROMPT_CHARS, MAX_SOURCE_PROMPT_CHARS, SvgTaskRecord, write_records
 
 __all__ = ["DatasetError", "Report", "Settings", "build_parser", "generate", "main", "render_with_resvg"]
 
@@ -128,11 +123,11 @@ class Report:
         n_pq = sum(1 for i in inputs if i["kind"] == "parquet")
         n_csv = len(inputs) - n_pq
         limit = " (stopped at --limit)" if self.provenance["stopped_at_limit"] else ""
-        return (f"kept {c['kept']} of {c['examined']} rows examined ({c['rows_total']} in {n_pq} parquet and "
-                f"{n_csv} csv files){limit}; filtered: {dropped}; wrote {self.out_dir / 'tasks.jsonl'}, "
-                f"{self.out_dir / 'refs'}/, {self.out_dir / 'provenance.json'}")
-
-
+        return (
+            f"kept {c['kept']} of {c['examined']} rows examined ({c['rows_total']} in {n_pq} parquet and "
+            f"{n_csv} csv files){limit}; filtered: {dropped}; wrote {self.out_dir / 'tasks.jsonl'}, "
+            f"{self.out_dir / 'refs'}/, {self.out_dir / 'provenance.json'}"
+        )
 
 
 def _prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
@@ -270,12 +265,19 @@ def generate(
             ref_rel = f"refs/{task_id}.png"
             (out_dir / ref_rel).write_bytes(png)
         source_prompt = text[:MAX_SOURCE_PROMPT_CHARS]
-        records.append(SvgTaskRecord(
-            task_id=task_id, prompt=prompt, source_prompt=source_prompt, reference_png=ref_rel,
-            source_svg=svg if settings.include_source_svg else None, max_turns=settings.max_turns,
-            agent_timeout_s=settings.agent_timeout_s, verify_timeout_s=settings.verify_timeout_s,
-            source=row.source,
-        ))
+        records.append(
+            SvgTaskRecord(
+                task_id=task_id,
+                prompt=prompt,
+                source_prompt=source_prompt,
+                reference_png=ref_rel,
+                source_svg=svg if settings.include_source_svg else None,
+                max_turns=settings.max_turns,
+                agent_timeout_s=settings.agent_timeout_s,
+                verify_timeout_s=settings.verify_timeout_s,
+                source=row.source,
+            )
+        )
         if svg_key is not None:
             seen_svg[svg_key] = row.where
         seen_prompt[prompt_key] = row.where
@@ -287,8 +289,7 @@ def generate(
         "inputs": [inp.describe() for inp in inputs],
         "settings": asdict(settings),
         "filter_order": list(FILTERS),
-        "counts": {"rows_total": sum(i.rows for i in inputs), "examined": examined, "filtered": counts,
-                   "kept": len(records)},
+        "counts": {"rows_total": sum(i.rows for i in inputs), "examined": examined, "filtered": counts, "kept": len(records)},
         "stopped_at_limit": stopped,
         "examples": {k: v for k, v in examples.items() if v},
         "outputs": {"tasks": "tasks.jsonl", "refs_dir": "refs", "references": sum(1 for r in records if r.reference_png)},
@@ -307,18 +308,19 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(prog: str = "harness-env svg-dataset") -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, description="Build SVG icon task records (tasks.jsonl, refs/, provenance.json) from "
-                                       "local parquet shards of an icon dataset and/or a CSV of briefs.")
-    p.add_argument("--parquet", action="append", default=[], metavar="FILE",
-                   help="a parquet shard (repeat for several), e.g. of OmniSVG/MMSVG-Icon")
-    p.add_argument("--csv", action="append", default=[], metavar="FILE",
-                   help="a CSV of briefs: prompt|description|brief, optional task_id|id and reference_image columns")
+    p = _Parser(
+        prog=prog,
+        description="Build SVG icon task records (tasks.jsonl, refs/, provenance.json) from local parquet shards of an icon dataset and/or a CSV of briefs.",
+    )
+    p.add_argument("--parquet", action="append", default=[], metavar="FILE", help="a parquet shard (repeat for several), e.g. of OmniSVG/MMSVG-Icon")
+    p.add_argument(
+        "--csv", action="append", default=[], metavar="FILE", help="a CSV of briefs: prompt|description|brief, optional task_id|id and reference_image columns"
+    )
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.add_argument("--overwrite", action="store_true", help="replace a previous output in --out")
     d = Settings()
     p.add_argument("--svg-column", default=d.svg_column, help=f"parquet column with the SVG (default {d.svg_column})")
-    p.add_argument("--text-column", default=d.text_column,
-                   help=f"parquet column with the description (default {d.text_column})")
+    p.add_argument("--text-column", default=d.text_column, help=f"parquet column with the description (default {d.text_column})")
     p.add_argument("--id-column", default=None, help="parquet column with a row id (default: 'id' when present)")
     p.add_argument("--csv-prompt-column", default=None, help="CSV column with the prompt")
     p.add_argument("--csv-image-column", default=None, help="CSV column with a reference image path")
@@ -339,9 +341,15 @@ def main(argv: list[str] | None = None) -> int:
     """Exit 0 with a summary on stdout; exit 2 with one line on stderr for bad input."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    positive = {"--max-svg-bytes": args.max_svg_bytes, "--max-prompt-chars": args.max_prompt_chars,
-                "--render-size": args.render_size, "--limit": args.limit, "--max-turns": args.max_turns,
-                "--agent-timeout-s": args.agent_timeout_s, "--verify-timeout-s": args.verify_timeout_s}
+    positive = {
+        "--max-svg-bytes": args.max_svg_bytes,
+        "--max-prompt-chars": args.max_prompt_chars,
+        "--render-size": args.render_size,
+        "--limit": args.limit,
+        "--max-turns": args.max_turns,
+        "--agent-timeout-s": args.agent_timeout_s,
+        "--verify-timeout-s": args.verify_timeout_s,
+    }
     for flag, value in positive.items():
         if value is not None and not value > 0:
             parser.error(f"{flag} must be positive")
@@ -350,16 +358,24 @@ def main(argv: list[str] | None = None) -> int:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,26}", args.task_id_prefix):
         parser.error("--task-id-prefix must be 1-27 characters of letters, digits, '.', '_' or '-'")
     settings = Settings(
-        svg_column=args.svg_column, text_column=args.text_column, id_column=args.id_column,
-        csv_prompt_column=args.csv_prompt_column, csv_image_column=args.csv_image_column,
-        max_svg_bytes=args.max_svg_bytes, max_prompt_chars=args.max_prompt_chars, render_size=args.render_size,
-        limit=args.limit, seed=args.seed, task_id_prefix=args.task_id_prefix, max_turns=args.max_turns,
-        agent_timeout_s=args.agent_timeout_s, verify_timeout_s=args.verify_timeout_s,
+        svg_column=args.svg_column,
+        text_column=args.text_column,
+        id_column=args.id_column,
+        csv_prompt_column=args.csv_prompt_column,
+        csv_image_column=args.csv_image_column,
+        max_svg_bytes=args.max_svg_bytes,
+        max_prompt_chars=args.max_prompt_chars,
+        render_size=args.render_size,
+        limit=args.limit,
+        seed=args.seed,
+        task_id_prefix=args.task_id_prefix,
+        max_turns=args.max_turns,
+        agent_timeout_s=args.agent_timeout_s,
+        verify_timeout_s=args.verify_timeout_s,
         include_source_svg=not args.no_source_svg,
     )
     try:
-        report = generate(args.out, parquet=args.parquet, csv_files=args.csv, settings=settings,
-                          overwrite=args.overwrite)
+        report = generate(args.out, parquet=args.parquet, csv_files=args.csv, settings=settings, overwrite=args.overwrite)
     except DatasetError as e:
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

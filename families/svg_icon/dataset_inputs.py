@@ -77,8 +77,15 @@ class Input:
     bytes: int = 0
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "path": str(self.path), "sha256": self.sha256, "bytes": self.bytes,
-                "rows": self.rows, "rows_examined": self.rows_examined, "columns": self.columns}
+        return {
+            "kind": self.kind,
+            "path": str(self.path),
+            "sha256": self.sha256,
+            "bytes": self.bytes,
+            "rows": self.rows,
+            "rows_examined": self.rows_examined,
+            "columns": self.columns,
+        }
 
 
 def _file_digest(path: Path) -> tuple[str, int]:
@@ -116,13 +123,11 @@ def _parquet_rows(inp: Input, settings: Settings) -> Iterator[Row]:
     id_col = settings.id_column if settings.id_column is not None else ("id" if "id" in present else None)
     for role, name in (("svg", settings.svg_column), ("text", settings.text_column)):
         t = schema.field(name).type
-        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
-                or pa.types.is_large_binary(t) or pa.types.is_null(t)):
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_null(t)):
             raise DatasetError(f"{inp.path}: column {name!r} ({role}) has type {t}, expected strings")
     inp.columns = {"svg": settings.svg_column, "text": settings.text_column, "id": id_col}
     inp.rows = pf.metadata.num_rows
-    columns = [settings.svg_column, settings.text_column] + ([id_col] if id_col and id_col not in
-                                                             (settings.svg_column, settings.text_column) else [])
+    columns = [settings.svg_column, settings.text_column] + ([id_col] if id_col and id_col not in (settings.svg_column, settings.text_column) else [])
     row = 0
     name = inp.path.name
     batches = pf.iter_batches(batch_size=1024, columns=columns)
@@ -137,13 +142,17 @@ def _parquet_rows(inp: Input, settings: Settings) -> Iterator[Row]:
         for i in range(batch.num_rows):
             raw_id = data[id_col][i] if id_col else None
             ds_id = None if raw_id is None else str(raw_id)
-            yield Row(where=f"{name} row {row}", text=data[settings.text_column][i], svg=data[settings.svg_column][i],
-                       dataset_id=ds_id, source=SvgTaskSource(kind="parquet", file=name, row=row, dataset_id=ds_id))
+            yield Row(
+                where=f"{name} row {row}",
+                text=data[settings.text_column][i],
+                svg=data[settings.svg_column][i],
+                dataset_id=ds_id,
+                source=SvgTaskSource(kind="parquet", file=name, row=row, dataset_id=ds_id),
+            )
             row += 1
 
 
-def _pick_column(fieldnames: list[str], explicit: str | None, candidates: tuple[str, ...], flag: str,
-                 path: Path, required: bool) -> str | None:
+def _pick_column(fieldnames: list[str], explicit: str | None, candidates: tuple[str, ...], flag: str, path: Path, required: bool) -> str | None:
     if explicit is not None:
         if explicit not in fieldnames:
             raise DatasetError(f"{path}: no column {explicit!r} ({flag}); columns present: {', '.join(fieldnames) or '(none)'}")
@@ -152,8 +161,7 @@ def _pick_column(fieldnames: list[str], explicit: str | None, candidates: tuple[
         if c in fieldnames:
             return c
     if required:
-        raise DatasetError(f"{path}: no prompt column (one of {', '.join(candidates)}, or {flag}); "
-                           f"columns present: {', '.join(fieldnames) or '(none)'}")
+        raise DatasetError(f"{path}: no prompt column (one of {', '.join(candidates)}, or {flag}); columns present: {', '.join(fieldnames) or '(none)'}")
     return None
 
 
@@ -165,10 +173,8 @@ def _csv_rows(inp: Input, settings: Settings) -> Iterator[Row]:
     reader = csv.DictReader(io.StringIO(text, newline=""))
     fieldnames = [f.strip() for f in (reader.fieldnames or [])]
     reader.fieldnames = fieldnames
-    prompt_col = _pick_column(fieldnames, settings.csv_prompt_column, CSV_PROMPT_COLUMNS, "--csv-prompt-column",
-                              inp.path, required=True)
-    image_col = _pick_column(fieldnames, settings.csv_image_column, CSV_IMAGE_COLUMNS, "--csv-image-column",
-                             inp.path, required=False)
+    prompt_col = _pick_column(fieldnames, settings.csv_prompt_column, CSV_PROMPT_COLUMNS, "--csv-prompt-column", inp.path, required=True)
+    image_col = _pick_column(fieldnames, settings.csv_image_column, CSV_IMAGE_COLUMNS, "--csv-image-column", inp.path, required=False)
     id_col = next((c for c in CSV_ID_COLUMNS if c in fieldnames), None)
     inp.columns = {"prompt": prompt_col, "image": image_col, "id": id_col}
     base = inp.path.parent
@@ -182,8 +188,12 @@ def _csv_rows(inp: Input, settings: Settings) -> Iterator[Row]:
     out: list[Row] = []
     for lineno, rec in rows:
         where = f"{inp.path.name}:{lineno}"
-        row = Row(where=where, text=rec.get(prompt_col), dataset_id=(rec.get(id_col) or None) if id_col else None,
-                   source=SvgTaskSource(kind="csv", file=inp.path.name, row=lineno))
+        row = Row(
+            where=where,
+            text=rec.get(prompt_col),
+            dataset_id=(rec.get(id_col) or None) if id_col else None,
+            source=SvgTaskSource(kind="csv", file=inp.path.name, row=lineno),
+        )
         row.source.dataset_id = row.dataset_id
         ref = (rec.get(image_col) or "").strip() if image_col else ""
         if ref:

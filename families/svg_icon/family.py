@@ -42,12 +42,18 @@ class SvgIconOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # Declared once: the web form's controls are derived from these fields (server/web/form.py).
-    reference_png: str | None = Field(default=None, max_length=4096, title="reference PNG path (optional)",
-                                      description=f"a file on the server under its `{REFERENCE_DIR_VAR}` (absolute, or relative to "
-                                                  "that directory); only the judge sees it, never the agent")
+    reference_png: str | None = Field(
+        default=None,
+        max_length=4096,
+        title="reference PNG path (optional)",
+        description=f"a file on the server under its `{REFERENCE_DIR_VAR}` (absolute, or relative to that directory); only the judge sees it, never the agent",
+    )
     source_prompt: str | None = Field(default=None, max_length=20_000, title="source prompt for the judge (optional; default: what to draw)")
-    rubric: Rubric | None = Field(default=None, title="rubric (JSON: dimensions with name, description, weight; blank: the default)",
-                                  json_schema_extra={"example": DEFAULT_RUBRIC.model_dump(mode="json")})
+    rubric: Rubric | None = Field(
+        default=None,
+        title="rubric (JSON: dimensions with name, description, weight; blank: the default)",
+        json_schema_extra={"example": DEFAULT_RUBRIC.model_dump(mode="json")},
+    )
     renderer: Literal["chromium", "resvg"] = Field(default="chromium", title="renderer")
     max_svg_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024, title="largest icon.svg read (bytes)")
 
@@ -127,11 +133,13 @@ class SvgIconFamily:
             render.chromium_path()  # a clear error naming the install command, before any work
         JudgeConfig.from_env().require()
         prompt = request.task.instruction
-        task = request.task.model_copy(update={
-            "instruction": instruction_for(prompt),
-            "files": {**request.task.files, ICON_FILE: "", **preview_files()},
-            "metadata": {**request.task.metadata, "task_family": self.name, "prompt": prompt},
-        })
+        task = request.task.model_copy(
+            update={
+                "instruction": instruction_for(prompt),
+                "files": {**request.task.files, ICON_FILE: "", **preview_files()},
+                "metadata": {**request.task.metadata, "task_family": self.name, "prompt": prompt},
+            }
+        )
         return request.model_copy(update={"task": task, "family_options": options.model_dump(mode="json", exclude_none=True)})
 
     def reference_image(self, family_options: dict[str, Any]) -> str | None:
@@ -166,8 +174,11 @@ class SvgIconGrader:
         reference = await asyncio.to_thread(Path(opts.reference_png).read_bytes) if opts.reference_png else None
         rubric = opts.rubric or DEFAULT_RUBRIC
         outcome = await Judge(JudgeConfig.from_env()).score(
-            opts.source_prompt or self.prompt, rendered.png, reference,
-            {"renderer": opts.renderer, "svg_bytes": len(data or b""), "size": [rendered.width, rendered.height]}, rubric,
+            opts.source_prompt or self.prompt,
+            rendered.png,
+            reference,
+            {"renderer": opts.renderer, "svg_bytes": len(data or b""), "size": [rendered.width, rendered.height]},
+            rubric,
         )
         evidence["judge"] = outcome.to_evidence(rubric)
         evidence["timings"]["judge_s"] = round(outcome.seconds, 3)

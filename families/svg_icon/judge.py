@@ -127,8 +127,7 @@ class JudgeConfig(BaseModel):
         missing = [name for name, value in ((ENV_BASE_URL, self.base_url), (ENV_MODEL, self.model)) if not value]
         if missing:
             raise JudgeConfigError(
-                f"the SVG icon judge is not configured: set {' and '.join(missing)} "
-                f"(an OpenAI-compatible vision model; {ENV_API_KEY} if it needs a key)"
+                f"the SVG icon judge is not configured: set {' and '.join(missing)} (an OpenAI-compatible vision model; {ENV_API_KEY} if it needs a key)"
             )
         return self
 
@@ -141,7 +140,7 @@ class JudgeConfig(BaseModel):
             "api_key": SecretStr(env.get(ENV_API_KEY, "").strip()),
         }
         register_secret(values["api_key"])  # masked by the capture proxy wherever it could show up
-        if (raw := env.get(ENV_TIMEOUT, "").strip()):
+        if raw := env.get(ENV_TIMEOUT, "").strip():
             try:
                 t = float(raw)
             except ValueError:
@@ -149,16 +148,17 @@ class JudgeConfig(BaseModel):
             if not (math.isfinite(t) and 0 < t <= 3600):
                 raise JudgeConfigError(f"{ENV_TIMEOUT} must be a number of seconds in (0, 3600], got {raw!r}")
             values["timeout_s"] = t
-        if (raw := env.get(ENV_CONCURRENCY, "").strip()):
+        if raw := env.get(ENV_CONCURRENCY, "").strip():
             if not re.fullmatch(r"\d+", raw) or not 1 <= int(raw) <= 1024:
                 raise JudgeConfigError(f"{ENV_CONCURRENCY} must be an integer in [1, 1024], got {raw!r}")
             values["concurrency"] = int(raw)
-        if (raw := env.get(ENV_REQUEST_OPTIONS, "").strip()):
+        if raw := env.get(ENV_REQUEST_OPTIONS, "").strip():
             try:
                 options = json.loads(raw)
             except json.JSONDecodeError as e:
-                raise JudgeConfigError(f"{ENV_REQUEST_OPTIONS} is not valid JSON ({e.msg} at position {e.pos}); "
-                                       "it must be a JSON object such as '{\"max_tokens\": 2048}'") from None
+                raise JudgeConfigError(
+                    f"{ENV_REQUEST_OPTIONS} is not valid JSON ({e.msg} at position {e.pos}); it must be a JSON object such as '{{\"max_tokens\": 2048}}'"
+                ) from None
             if not isinstance(options, dict):
                 raise JudgeConfigError(f"{ENV_REQUEST_OPTIONS} must be a JSON object such as '{{\"max_tokens\": 2048}}', got {type(options).__name__}")
             values["request_options"] = options
@@ -190,7 +190,6 @@ def _answer_text(payload: Any) -> str:
     if choice.get("finish_reason") == "length":
         raise JudgeAnswerError("the answer was cut off (finish_reason=length); raise max_tokens in " + ENV_REQUEST_OPTIONS)
     return content
-
 
 
 # --------------------------------------------------------------------------------------- limiter
@@ -274,18 +273,13 @@ class Judge:
         return delay
 
     async def score(
-        self,
-        prompt: str,
-        candidate_png: bytes,
-        reference_png: bytes | None = None,
-        evidence: Mapping[str, Any] | None = None,
-        rubric: Rubric = DEFAULT_RUBRIC,
+        self, prompt: str, candidate_png: bytes, reference_png: bytes | None = None, evidence: Mapping[str, Any] | None = None, rubric: Rubric = DEFAULT_RUBRIC
     ) -> JudgeOutcome:
         """Judge one candidate. Never raises for a judge failure: reward=None and `error` instead."""
         cfg = self.config
         body = build_judge_request(prompt, candidate_png, reference_png, evidence, rubric, cfg.model, cfg.request_options)
         headers = {"Content-Type": "application/json"}
-        if (key := cfg.api_key.get_secret_value()):
+        if key := cfg.api_key.get_secret_value():
             headers["Authorization"] = f"Bearer {key}"
         limiter = shared_limiter(cfg.base_url, cfg.model, cfg.concurrency)
         start = time.monotonic()

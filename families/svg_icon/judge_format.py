@@ -72,10 +72,12 @@ DEFAULT_RUBRIC = Rubric(
     dimensions=(
         RubricDimension(name="semantic_match", description="The icon depicts what the prompt asks for (and, with a reference, the same subject)."),
         RubricDimension(name="composition", description="Layout, framing, balance and use of the canvas suit an icon; nothing is cut off or lost."),
-        RubricDimension(name="geometry", description="Shapes are clean and well formed: correct proportions, alignment, symmetry where "
-                                                     "expected, no stray or broken paths."),
-        RubricDimension(name="style", description="A coherent icon style (stroke widths, palette, level of detail) that matches the prompt "
-                                                  "and the reference if any."),
+        RubricDimension(
+            name="geometry", description="Shapes are clean and well formed: correct proportions, alignment, symmetry where expected, no stray or broken paths."
+        ),
+        RubricDimension(
+            name="style", description="A coherent icon style (stroke widths, palette, level of detail) that matches the prompt and the reference if any."
+        ),
         RubricDimension(name="aesthetics", description="Overall visual quality: legible at small sizes, pleasing, professional."),
     )
 )
@@ -157,10 +159,7 @@ def build_judge_request(
     ]
     body: dict[str, Any] = {
         "model": model,
-        "messages": [
-            {"role": "system", "content": SYSTEM_PROMPT.format(rubric=rubric_text)},
-            {"role": "user", "content": content},
-        ],
+        "messages": [{"role": "system", "content": SYSTEM_PROMPT.format(rubric=rubric_text)}, {"role": "user", "content": content}],
         "temperature": 0,
         "response_format": {"type": "json_schema", "json_schema": {"name": "icon_judgement", "strict": True, "schema": answer_schema(rubric)}},
     }
@@ -204,7 +203,7 @@ def parse_judge_answer(text: str, rubric: Rubric) -> JudgeScores:
     not clamped: a judge that answers 7 probably meant a 0-10 scale, and guessing would be wrong).
     """
     s = (text or "").strip()
-    if (m := _FENCE.match(s)):
+    if m := _FENCE.match(s):
         s = m.group(1).strip()
     try:
         data = json.loads(s)

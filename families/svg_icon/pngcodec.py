@@ -143,12 +143,7 @@ def encode_png(width: int, height: int, rgb: bytes) -> bytes:
     def chunk(ctype: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + ctype + body + struct.pack(">I", zlib.crc32(ctype + body) & 0xFFFFFFFF)
 
-    return (
-        PNG_SIGNATURE
-        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-        + chunk(b"IDAT", zlib.compress(raw, 6))
-        + chunk(b"IEND", b"")
-    )
+    return PNG_SIGNATURE + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
 
 
 def paste_centered(width: int, height: int, png: bytes, background: tuple[int, int, int] = (255, 255, 255)) -> bytes:

@@ -76,15 +76,7 @@ def render_with_chromium(svg: bytes, width: int, height: int, timeout_s: float =
         env = dict(os.environ)
         env.setdefault("HOME", tmp)
         env["TMPDIR"] = tmp  # Chromium's singleton socket goes here: a short path (see chromium_tmp_root)
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=tmp,
-            start_new_session=True,
-        )
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=tmp, start_new_session=True)
         try:
             _, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -150,8 +142,10 @@ def report(path: str, out_png: str, width: int, height: int, max_bytes: int, tim
         stats = None
     lines.append(f"render: {width}x{height} with Chromium in {seconds:.1f}s -> {_shown(out_png)}")
     if stats is not None:
-        lines.append(f"blank: {'yes' if stats.drawn_fraction < checks.BLANK_FRACTION else 'no'} "
-                     f"({stats.drawn_fraction:.1%} of the pixels differ from the background {stats.background})")
+        lines.append(
+            f"blank: {'yes' if stats.drawn_fraction < checks.BLANK_FRACTION else 'no'} "
+            f"({stats.drawn_fraction:.1%} of the pixels differ from the background {stats.background})"
+        )
         if stats.bbox is not None:
             x0, y0, x1, y1 = stats.bbox
             lines.append(f"drawn area: x {x0}..{x1}, y {y0}..{y1} ({x1 - x0}x{y1 - y0} of {stats.width}x{stats.height})")

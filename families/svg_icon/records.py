@@ -44,15 +44,9 @@ class SvgTaskRecord(BaseModel):
 
     task_id: str = Field(pattern=TASK_ID_PATTERN)
     prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS, description="What to draw.")
-    source_prompt: str | None = Field(
-        default=None, max_length=MAX_SOURCE_PROMPT_CHARS, description="The dataset's original description, verbatim."
-    )
-    reference_png: str | None = Field(
-        default=None, max_length=4096, description="Path of the reference PNG (relative to the JSONL file when written)."
-    )
-    source_svg: str | None = Field(
-        default=None, max_length=MAX_SOURCE_SVG_BYTES, description="The dataset's SVG; never shown to the agent."
-    )
+    source_prompt: str | None = Field(default=None, max_length=MAX_SOURCE_PROMPT_CHARS, description="The dataset's original description, verbatim.")
+    reference_png: str | None = Field(default=None, max_length=4096, description="Path of the reference PNG (relative to the JSONL file when written).")
+    source_svg: str | None = Field(default=None, max_length=MAX_SOURCE_SVG_BYTES, description="The dataset's SVG; never shown to the agent.")
     max_turns: int | None = Field(default=None, ge=1, le=10_000)
     agent_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
     verify_timeout_s: float = Field(default=120.0, gt=0, le=86_400)

@@ -138,14 +138,7 @@ def _render_resvg(svg_text: str, width: int, height: int, background: str) -> by
     if refs:
         # Chromium never loads these inside <img>; resvg would read local files. Refuse.
         raise ValueError(f"external references are not rendered (embed them as data: URIs): {refs[:3]}")
-    png = resvg_py.svg_to_bytes(
-        svg_string=svg_text,
-        width=width,
-        height=height,
-        background=background,
-        skip_system_fonts=False,
-        **resvg_fonts(),
-    )
+    png = resvg_py.svg_to_bytes(svg_string=svg_text, width=width, height=height, background=background, skip_system_fonts=False, **resvg_fonts())
     # resvg fits the image inside width x height keeping its aspect ratio; centre it on the page
     # like Chromium's object-fit: contain.
     return pngcodec.paste_centered(width, height, bytes(png), _rgb(background))
@@ -181,19 +174,11 @@ async def _render_chromium_now(svg_text: str, width: int, height: int, backgroun
     browser = chromium_path()
     tmp = await asyncio.to_thread(tempfile.mkdtemp, prefix="harness-env-render-", dir=chromium.chromium_tmp_root())
     try:
-        argv, out = await asyncio.to_thread(
-            chromium.prepare_screenshot, browser, tmp, svg_text.encode("utf-8"), width, height, background
-        )
+        argv, out = await asyncio.to_thread(chromium.prepare_screenshot, browser, tmp, svg_text.encode("utf-8"), width, height, background)
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "FONTCONFIG_FILE", "FONTCONFIG_PATH")}
         env.update(HOME=tmp, TMPDIR=tmp, XDG_CONFIG_HOME=tmp, XDG_CACHE_HOME=tmp)
         proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            cwd=tmp,
-            start_new_session=True,
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env, cwd=tmp, start_new_session=True
         )
         try:
             _, stderr = await asyncio.wait_for(proc.communicate(), timeout_s)
@@ -212,12 +197,7 @@ async def _render_chromium_now(svg_text: str, width: int, height: int, backgroun
 
 
 async def render_png_async(
-    svg_text: str,
-    *,
-    renderer: Renderer,
-    size: tuple[int, int] = DEFAULT_SIZE,
-    background: str = "#ffffff",
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    svg_text: str, *, renderer: Renderer, size: tuple[int, int] = DEFAULT_SIZE, background: str = "#ffffff", timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> RenderResult:
     """Render `svg_text` to a `size` PNG on `background`, fitted and centred. A submission that
     cannot be rendered gives `error`; a renderer that cannot run raises RendererMissingError."""
@@ -232,9 +212,7 @@ async def render_png_async(
         try:
             import resvg_py  # noqa: F401
         except ImportError as e:
-            raise RendererMissingError(
-                "renderer 'resvg' needs resvg-py: install the server extra (uv sync --extra server)"
-            ) from e
+            raise RendererMissingError("renderer 'resvg' needs resvg-py: install the server extra (uv sync --extra server)") from e
         try:
             png, error = await asyncio.to_thread(_render_resvg, svg_text, width, height, background), None
         except (ValueError, pngcodec.PngError) as e:
@@ -257,9 +235,7 @@ async def zero_reasons(svg_text: str | bytes | None, settings: RenderSettings = 
         return reasons, None
     assert svg_text is not None
     text = svg_text.decode("utf-8", "replace") if isinstance(svg_text, bytes) else svg_text
-    result = await render_png_async(
-        text, renderer=settings.renderer, size=settings.size, background=settings.background, timeout_s=settings.timeout_s
-    )
+    result = await render_png_async(text, renderer=settings.renderer, size=settings.size, background=settings.background, timeout_s=settings.timeout_s)
     if result.error is not None:
         return [checks.reason(checks.UNRENDERABLE, result.error)], result
     return checks.page_reasons(result.png, settings.width, settings.height), result

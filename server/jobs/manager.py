@@ -181,9 +181,17 @@ class JobManager:
     async def _accept(self, job: Job, key: str | None) -> RolloutAccepted:
         store, writer = self._store()
         request = job.prepared.request
-        row = {"id": job.id, "status": "queued", "created_at": time.time(), "task_id": request.task.task_id,
-               "harness": job.prepared.harness.name, "model": request.endpoint.model or "", "idempotency_key": key,
-               "instance": self.instance, "request": request_blob(request.model_dump(mode="json"))}  # the key masked by SecretStr
+        row = {
+            "id": job.id,
+            "status": "queued",
+            "created_at": time.time(),
+            "task_id": request.task.task_id,
+            "harness": job.prepared.harness.name,
+            "model": request.endpoint.model or "",
+            "idempotency_key": key,
+            "instance": self.instance,
+            "request": request_blob(request.model_dump(mode="json")),
+        }  # the key masked by SecretStr
         try:
             stored_as = await writer.call(job.id, store.insert_job, row, new_id)
         except BaseException as e:
@@ -247,11 +255,18 @@ class JobManager:
             async with self.slots.slot(admitted=True):
                 writer.post(job.id, store.mark_running, job.id, time.time())
                 capture = CaptureAccess(self.service.proxy, self.service.proxy_base_url, self.service.capture_socket)
-                run = RolloutRun(job.prepared, capture, self._factory(job), lambda ev: self._on_event(job, ev),
-                                 start_gate=self.slots.starting, rollout_id=job.id)
+                run = RolloutRun(
+                    job.prepared, capture, self._factory(job), lambda ev: self._on_event(job, ev), start_gate=self.slots.starting, rollout_id=job.id
+                )
                 # The wait for a running place (--max-concurrent), before the engine's own phases.
-                run.result.phases.append(Phase(name="queue", started=queued_wall, duration_s=round(time.monotonic() - queued, 4),
-                                               detail=f"waited for one of {self.slots.max_concurrent} running places"))
+                run.result.phases.append(
+                    Phase(
+                        name="queue",
+                        started=queued_wall,
+                        duration_s=round(time.monotonic() - queued, 4),
+                        detail=f"waited for one of {self.slots.max_concurrent} running places",
+                    )
+                )
                 result = await run.execute()
         except asyncio.CancelledError:  # DELETE, the caller gone, or the server stopping
             cancelled = True
@@ -323,8 +338,9 @@ class JobManager:
 
     def _unstarted(self, job: Job) -> RolloutResult:
         request = job.prepared.request
-        return RolloutResult(rollout_id=job.id, task_id=request.task.task_id, harness=job.prepared.harness.name, mode=request.mode,
-                             error=NOT_STARTED, error_kind="cancelled")
+        return RolloutResult(
+            rollout_id=job.id, task_id=request.task.task_id, harness=job.prepared.harness.name, mode=request.mode, error=NOT_STARTED, error_kind="cancelled"
+        )
 
     def cancel_local(self, job: Job) -> None:
         """Cancel a job of this server once (a second cancel would cut its clean-up short)."""
@@ -403,9 +419,19 @@ class JobManager:
 
 
 def list_item(row: dict) -> RolloutListItem:
-    return RolloutListItem(rollout_id=row["id"], status=row["status"], created_at=row["created_at"], started_at=row["started_at"],
-                           ended_at=row["ended_at"], task_id=row["task_id"], harness=row["harness"] or "", model=row["model"] or "",
-                           reward=row["reward"], error_kind=row["error_kind"], wall_s=row["wall_s"])
+    return RolloutListItem(
+        rollout_id=row["id"],
+        status=row["status"],
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        task_id=row["task_id"],
+        harness=row["harness"] or "",
+        model=row["model"] or "",
+        reward=row["reward"],
+        error_kind=row["error_kind"],
+        wall_s=row["wall_s"],
+    )
 
 
 class JobService(RolloutService):

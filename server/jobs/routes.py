@@ -30,9 +30,15 @@ from harness_env.server.jobs.manager import JobManager
 
 KEEP_ALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
 RolloutId = Annotated[str, Path(pattern=ROLLOUT_ID_PATTERN, description="the rollout's id")]
-IdempotencyKey = Annotated[str | None, Header(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_CHARS, pattern=r"^[\x21-\x7e]+$",
-                                              description="a key of the caller's choosing: a submission repeated with the same key "
-                                              "runs nothing new and answers the first one's id")]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        min_length=1,
+        max_length=MAX_IDEMPOTENCY_KEY_CHARS,
+        pattern=r"^[\x21-\x7e]+$",
+        description="a key of the caller's choosing: a submission repeated with the same key runs nothing new and answers the first one's id",
+    ),
+]
 NOT_FOUND = "no rollout with this id (never submitted here, or removed by retention)"
 
 
@@ -62,9 +68,16 @@ async def sse(events: AsyncIterator[tuple[int, str] | JobEnd | None]) -> AsyncIt
 
 
 def add_job_routes(app: FastAPI, jobs: JobManager) -> None:
-    @app.post("/rollouts", status_code=202, response_model=RolloutAccepted, tags=["Jobs"],
-              responses={200: {"model": RolloutAccepted, "description": "the idempotency key named an earlier submission"},
-                         429: {"description": "server busy: nothing was accepted"}})
+    @app.post(
+        "/rollouts",
+        status_code=202,
+        response_model=RolloutAccepted,
+        tags=["Jobs"],
+        responses={
+            200: {"model": RolloutAccepted, "description": "the idempotency key named an earlier submission"},
+            429: {"description": "server busy: nothing was accepted"},
+        },
+    )
     async def submit(args: RolloutArgs, response: Response, idempotency_key: IdempotencyKey = None) -> RolloutAccepted:
         """Submit a rollout (the arguments of POST /rollout); it runs whether or not the caller
         stays. Beyond the queue the answer is 429 at once and nothing is kept."""
@@ -80,7 +93,8 @@ def add_job_routes(app: FastAPI, jobs: JobManager) -> None:
     @app.get("/rollouts", response_model=RolloutPage, tags=["Jobs"])
     async def list_rollouts(
         status: list[JobStatus] = Query([], description="only these statuses (repeat the parameter for several)"),
-        task_id: str | None = Query(None, max_length=256), harness: str | None = Query(None, max_length=64),
+        task_id: str | None = Query(None, max_length=256),
+        harness: str | None = Query(None, max_length=64),
         limit: int = Query(50, ge=1, le=MAX_LIST_LIMIT),
         before: str | None = Query(None, pattern=r"^\d{1,18}$", description="the previous page's next_cursor"),
     ) -> RolloutPage:
@@ -88,21 +102,29 @@ def add_job_routes(app: FastAPI, jobs: JobManager) -> None:
         return await jobs.list(statuses=list(status), task_id=task_id, harness=harness, before=int(before) if before else None, limit=limit)
 
     @app.get("/rollouts/{rollout_id}", response_model=RolloutJob, tags=["Jobs"])
-    async def get_rollout(rollout_id: RolloutId, detail: Detail = Query("summary", description="full: the whole result too"),
-                          wait: float = Query(0.0, ge=0.0, le=MAX_WAIT_S, description="wait up to this many seconds for it to end")) -> Response:
+    async def get_rollout(
+        rollout_id: RolloutId,
+        detail: Detail = Query("summary", description="full: the whole result too"),
+        wait: float = Query(0.0, ge=0.0, le=MAX_WAIT_S, description="wait up to this many seconds for it to end"),
+    ) -> Response:
         """The rollout's status, phases so far and, once it ended, its summary (and with
         detail=full its whole result)."""
         return await _found(await jobs.get(rollout_id, detail, wait))
 
-    @app.get("/rollouts/{rollout_id}/events", tags=["Jobs"], response_class=StreamingResponse,
-             responses={200: {"content": {"text/event-stream": {}}, "description": "phase events, then `end`"}})
+    @app.get(
+        "/rollouts/{rollout_id}/events",
+        tags=["Jobs"],
+        response_class=StreamingResponse,
+        responses={200: {"content": {"text/event-stream": {}}, "description": "phase events, then `end`"}},
+    )
     async def rollout_events(rollout_id: RolloutId, last_event_id: str | None = Header(None, pattern=r"^\d{1,9}$")) -> StreamingResponse:
         """Server-Sent Events: the events so far, then live ones, ending when the rollout ends."""
         if await jobs.get(rollout_id) is None:
             raise HTTPException(404, NOT_FOUND)
         after = int(last_event_id) if last_event_id else -1
-        return StreamingResponse(sse(jobs.follow(rollout_id, after)), media_type="text/event-stream",
-                                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+        return StreamingResponse(
+            sse(jobs.follow(rollout_id, after)), media_type="text/event-stream", headers={"cache-control": "no-cache", "x-accel-buffering": "no"}
+        )
 
     @app.delete("/rollouts/{rollout_id}", response_model=RolloutJob, tags=["Jobs"])
     async def cancel_rollout(rollout_id: RolloutId) -> Response:

@@ -33,8 +33,22 @@ HEARTBEAT_S = 10.0
 LEASE_S = 60.0  # a replica silent this long is taken for dead (a shared store only)
 DIED = "the server running this rollout stopped before it ended (it died or was killed); submit it again"
 _AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def _amount(text: str, units: dict[str, int], what: str) -> float | None:

@@ -36,6 +36,7 @@ async def cancel_and_wait(task: asyncio.Task) -> None:
 async def unless_disconnected(receive: Receive, work) -> Any:
     """Run `work` (after the request body was read) while watching the connection: a client that
     goes away cancels it (None). The plain JSON-RPC face has no SDK doing this for it."""
+
     async def until_disconnect() -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
@@ -65,7 +66,7 @@ def unrepresentable(value: Any, where: str) -> str | None:
         if isinstance(v, (dict, list)):
             if depth >= MAX_NESTING + 2:  # params.arguments.<name> is at depth 2
                 return f"{at} is nested more than {MAX_NESTING} levels deep; flatten it"
-            for k, item in (v.items() if isinstance(v, dict) else enumerate(v)):
+            for k, item in v.items() if isinstance(v, dict) else enumerate(v):
                 if isinstance(k, str) and not k.isascii() and SURROGATE.search(k):
                     return f"a key in {at} contains a lone surrogate; send valid Unicode text"
                 name = k[:40] if isinstance(k, str) else str(k)

@@ -35,8 +35,12 @@ def submit_schema() -> dict[str, Any]:
     """run_rollout's input schema (as listed) with idempotency_key in place of detail."""
     schema = run_rollout_tool_schema()
     schema["properties"].pop("detail", None)
-    schema["properties"]["idempotency_key"] = {"type": ["string", "null"], "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY_CHARS,
-                                               "description": "a key of yours: the same key again runs nothing new"}
+    schema["properties"]["idempotency_key"] = {
+        "type": ["string", "null"],
+        "minLength": 1,
+        "maxLength": MAX_IDEMPOTENCY_KEY_CHARS,
+        "description": "a key of yours: the same key again runs nothing new",
+    }
     return schema
 
 

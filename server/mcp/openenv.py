@@ -77,9 +77,17 @@ class OpenEnvFace:
             elif method == "ping":
                 result = {}
             else:
-                return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": (
-                    f"method {method!r} not found; this endpoint serves MCP over streamable HTTP (send Accept: application/json, "
-                    "text/event-stream) and OpenEnv's openenv/session/create, tools/list, tools/call")}}
+                return {
+                    "jsonrpc": "2.0",
+                    "id": rid,
+                    "error": {
+                        "code": -32601,
+                        "message": (
+                            f"method {method!r} not found; this endpoint serves MCP over streamable HTTP (send Accept: application/json, "
+                            "text/event-stream) and OpenEnv's openenv/session/create, tools/list, tools/call"
+                        ),
+                    },
+                }
         except ToolError as e:
             return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32000, "message": str(e)}}
         return {"jsonrpc": "2.0", "id": rid, "result": result}
@@ -142,7 +150,6 @@ class OpenEnvFace:
         else:
             return {"type": "error", "data": {"message": f"unknown step {data.get('type')!r}", "code": "bad_step"}}
         return {"type": "observation", "data": {"observation": obs, "reward": None, "done": False}}
-
 
 
 def _list_tasks_arguments(arguments: dict[str, Any]) -> tuple[str, str | None]:

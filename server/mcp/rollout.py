@@ -43,9 +43,13 @@ class RunRolloutArgs(RolloutArgs):
     """run_rollout's arguments: the rollout's own, and how much of its result the answer carries
     (not a rollout option: the CLI, HTTP and the web form give the whole result)."""
 
-    detail: Detail = option("summary", f"summary: the rollout in at most {MAX_SUMMARY_BYTES // 1024} KB (reward, error, "
-                            "reward notes, phases, the agent's final text, counts, files changed: names and sizes); full: the "
-                            "whole result (captured turns with token ids and logprobs, file contents, logs)", group="answer")
+    detail: Detail = option(
+        "summary",
+        f"summary: the rollout in at most {MAX_SUMMARY_BYTES // 1024} KB (reward, error, "
+        "reward notes, phases, the agent's final text, counts, files changed: names and sizes); full: the "
+        "whole result (captured turns with token ids and logprobs, file contents, logs)",
+        group="answer",
+    )
 
 
 def _holds_json(annotation: Any) -> bool:
@@ -137,8 +141,22 @@ def run_rollout_schema() -> dict[str, Any]:
 # The arguments an agent sees first (the task, the policy, the limits it most often sets): every other option
 # is listed under `options` with its type and default only, so the tool costs an agent's context
 # a few KB; run_rollout_schema (every description) stays the reference, and GET /schema serves it.
-TOOL_TOP = ("instruction", "endpoint", "base_url", "api_key", "model", "harness", "mode", "setup", "verify", "files", "task_id",
-            "agent_timeout_s", "max_tokens_cap", "detail")
+TOOL_TOP = (
+    "instruction",
+    "endpoint",
+    "base_url",
+    "api_key",
+    "model",
+    "harness",
+    "mode",
+    "setup",
+    "verify",
+    "files",
+    "task_id",
+    "agent_timeout_s",
+    "max_tokens_cap",
+    "detail",
+)
 SHORT_CHARS = 60
 OPTIONS_DESCRIPTION = "advanced options (limits, sampling and capture, reward, sandbox, the harness's own)"
 
@@ -149,9 +167,9 @@ def short(description: str) -> str:
     text = description.split("; ")[0]
     if len(text) <= SHORT_CHARS:
         return text
-    cut = text[:SHORT_CHARS + 1].rsplit(" ", 1)[0]
+    cut = text[: SHORT_CHARS + 1].rsplit(" ", 1)[0]
     if cut.count("(") > cut.count(")"):
-        cut = cut[:cut.rindex("(")]
+        cut = cut[: cut.rindex("(")]
     return cut.rstrip(" ,:") + " ..."
 
 

@@ -30,27 +30,10 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route, WebSocketRoute
 
-from harness_env.core.capture.asgi import (
-    BodyTooLarge,
-    Receive,
-    Reply,
-    Scope,
-    Send,
-    header,
-    json_reply,
-    read_body,
-    send_reply,
-)
+from harness_env.core.capture.asgi import BodyTooLarge, Receive, Reply, Scope, Send, header, json_reply, read_body, send_reply
 from harness_env.core.errors import HarnessEnvError
 from harness_env.models import DatasetTaskInfo, HarnessInfo, PhaseEvent, RolloutArgs, RolloutResult
-from harness_env.server.mcp.http import (
-    MAX_RPC_BYTES,
-    AsgiEndpoint,
-    invalid_request,
-    replay_body,
-    unless_disconnected,
-    unrepresentable,
-)
+from harness_env.server.mcp.http import MAX_RPC_BYTES, AsgiEndpoint, invalid_request, replay_body, unless_disconnected, unrepresentable
 from harness_env.server.mcp.openenv import OpenEnvFace
 from harness_env.server.mcp.rollout import (
     ArgumentsAsSent,
@@ -81,8 +64,7 @@ class McpToolServer:
         # Our own session manager over the SDK's low-level server (stateless: replicas behind a load
         # balancer); bodies up to our own limit, which endpoint() has already enforced (the SDK's is 4 MiB).
         low = self.mcp._lowlevel_server
-        self._sse = StreamableHTTPSessionManager(app=low, json_response=False, stateless=True, security_settings=security,
-                                                 max_request_body_size=MAX_RPC_BYTES)
+        self._sse = StreamableHTTPSessionManager(app=low, json_response=False, stateless=True, security_settings=security, max_request_body_size=MAX_RPC_BYTES)
         self.openenv = OpenEnvFace(self)
 
     # -- the tools (one implementation, used by both faces) ------------------------------------
@@ -140,21 +122,25 @@ class McpToolServer:
         tool.parameters = run_rollout_tool_schema()
         # The answer is built here (CallToolResult); its schema covers both details.
         tool.fn_metadata = tool.fn_metadata.model_copy(
-            update={"arg_model": ArgumentsAsSent, "output_schema": run_rollout_output_schema(), "output_model": RunRolloutAnswer})
+            update={"arg_model": ArgumentsAsSent, "output_schema": run_rollout_output_schema(), "output_model": RunRolloutAnswer}
+        )
 
         @self.mcp.tool(description="Harnesses this server can run: installed or not, versions, pinned versions, capabilities.")
         async def list_harnesses() -> list[HarnessInfo]:
             return tools.service.list_harnesses()
 
-        @self.mcp.tool(description="Tasks of a dataset directory on the server, in task_index order (index, name, path, the instruction's "
-                       "first 500 characters, timeouts, whether it has a solution). `dataset` is relative to the server's tasks directory "
-                       "(empty: that directory itself); `split` names a subdirectory of it. Run one with run_rollout, naming the dataset "
-                       "and task_index in the harness options (see run_rollout).")
+        @self.mcp.tool(
+            description="Tasks of a dataset directory on the server, in task_index order (index, name, path, the instruction's "
+            "first 500 characters, timeouts, whether it has a solution). `dataset` is relative to the server's tasks directory "
+            "(empty: that directory itself); `split` names a subdirectory of it. Run one with run_rollout, naming the dataset "
+            "and task_index in the harness options (see run_rollout)."
+        )
         async def list_tasks(dataset: str = "", split: str = "") -> list[DatasetTaskInfo]:
             return await tools.list_tasks_tool(dataset, split)
 
-        @self.mcp.tool(description="Endpoint shorthands (vllm, openai, hf_router): where their values come from and whether they are "
-                       "configured. Never shows keys.")
+        @self.mcp.tool(
+            description="Endpoint shorthands (vllm, openai, hf_router): where their values come from and whether they are configured. Never shows keys."
+        )
         async def catalog() -> list[dict]:
             return tools.service.catalog()
 

@@ -38,15 +38,7 @@ from harness_env.server.jobs.manager import STOP_WAIT_S
 from harness_env.server.jobs.upkeep import Retention
 from harness_env.server.loop_lag import freeze_long_lived
 from harness_env.server.placement import ray_placement
-from harness_env.server.ray.settings import (
-    TOKEN_VAR,
-    BadRayArgs,
-    ReplicaSettings,
-    Scale,
-    capture_address,
-    replica_problem,
-    settings_from_args,
-)
+from harness_env.server.ray.settings import TOKEN_VAR, BadRayArgs, ReplicaSettings, Scale, capture_address, replica_problem, settings_from_args
 
 APP_NAME = "harness-env"
 DEPLOYMENT = "HarnessEnv"
@@ -121,9 +113,14 @@ class HarnessEnvReplica:
         capture = CaptureOnly()
         port = urlsplit(await self._exit.enter_async_context(serve_on_loopback(capture, bind))).port
         s = self.settings
-        app = create_app(public_url=s.public_url, capture_url=f"http://{reach}:{port}", token=env.get(TOKEN_VAR) or None,
-                         max_concurrent=s.max_concurrent, max_queue=s.max_queue,
-                         retention=Retention.from_env(s.retention_max_age, s.retention_max_size))
+        app = create_app(
+            public_url=s.public_url,
+            capture_url=f"http://{reach}:{port}",
+            token=env.get(TOKEN_VAR) or None,
+            max_concurrent=s.max_concurrent,
+            max_queue=s.max_queue,
+            retention=Retention.from_env(s.retention_max_age, s.retention_max_size),
+        )
         capture.app = app
         make_undumpable()  # as `harness-env serve`: the token and keys out of reach of the plain sandbox's uid
         freeze_long_lived()
@@ -141,9 +138,12 @@ def application(settings: ReplicaSettings, scale: Scale, replica_cpus: float = R
     if problem:
         raise BadRayArgs(problem)
     deployment = serve.deployment(
-        name=DEPLOYMENT, ray_actor_options={"num_cpus": replica_cpus}, max_ongoing_requests=MAX_ONGOING_REQUESTS,
+        name=DEPLOYMENT,
+        ray_actor_options={"num_cpus": replica_cpus},
+        max_ongoing_requests=MAX_ONGOING_REQUESTS,
         graceful_shutdown_timeout_s=STOP_WAIT_S + 10,  # a stopping replica's jobs end `interrupted`, cleaned up
-        **scale.options(settings.max_concurrent))(serve.ingress()(HarnessEnvReplica))
+        **scale.options(settings.max_concurrent),
+    )(serve.ingress()(HarnessEnvReplica))
     return deployment.bind(settings)
 
 
@@ -175,8 +175,7 @@ def start_serve(host: str, port: int, stop: threading.Event, timeout_s: float = 
         serve.start(proxy_location="HeadOnly", http_options=options)
         return
     except (ray.exceptions.RayActorError, TimeoutError):  # killed while starting; or not ready in serve.start's 60 s
-        print(f"harness-env: Ray Serve's HTTP proxy is slow to start; waiting for it (or its replacement) up to {timeout_s:.0f}s",
-              file=sys.stderr, flush=True)
+        print(f"harness-env: Ray Serve's HTTP proxy is slow to start; waiting for it (or its replacement) up to {timeout_s:.0f}s", file=sys.stderr, flush=True)
     serve.start(proxy_location="HeadOnly", http_options=options)  # the controller runs: this connects to it
     deadline = time.monotonic() + timeout_s
     while ProxyStatus.HEALTHY not in serve.status().proxies.values():
@@ -205,8 +204,7 @@ def serve_on_ray(*, host: str, port: int, address: str | None, scale: Scale, set
         os.environ.setdefault(NICENESS_VAR, NICENESS)
         # Small and quiet: no dashboard; the object store holds nothing of ours (requests are small).
         # On loopback: a one-machine cluster has no business on the host's network address.
-        ray.init(address="local", include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False,
-                 _node_ip_address="127.0.0.1")
+        ray.init(address="local", include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False, _node_ip_address="127.0.0.1")
     else:
         ray.init(address=address, log_to_driver=False)
     stop = stop_on_signal()

@@ -26,8 +26,9 @@ class ReplicaSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    public_url: str = Field("http://127.0.0.1:8100", description="the application's address, where users and pages reach it "
-                            "(Ray Serve's proxy, or the ingress in front of it)")
+    public_url: str = Field(
+        "http://127.0.0.1:8100", description="the application's address, where users and pages reach it (Ray Serve's proxy, or the ingress in front of it)"
+    )
     token_required: bool = Field(False, description=f"refuse to start a replica whose node has no ${TOKEN_VAR}")
     max_concurrent: int | None = Field(None, ge=1, description="rollouts one replica runs at once (default: 2 x its CPUs)")
     max_queue: int | None = Field(None, ge=0, description="rollouts that may wait in one replica beyond those")
@@ -62,16 +63,17 @@ class Scale:
         long as it runs."""
         if self.min_replicas is None or self.max_replicas is None:
             return {"num_replicas": self.replicas or 1}
-        return {"autoscaling_config": {"min_replicas": self.min_replicas, "max_replicas": self.max_replicas,
-                                       "target_ongoing_requests": max_concurrent or 2}}
+        return {"autoscaling_config": {"min_replicas": self.min_replicas, "max_replicas": self.max_replicas, "target_ongoing_requests": max_concurrent or 2}}
 
 
 def replica_problem(settings: ReplicaSettings, env: dict[str, str], token: str | None) -> str | None:
     """Why a replica cannot serve with this node's environment (and `token`, its node's), or None."""
     url = env.get(STORE_URL_VAR, "")
     if not url.startswith(("postgresql://", "postgresql+psycopg://")):
-        return (f"Ray replicas share one job store: set {STORE_URL_VAR}=postgresql://USER:PASSWORD@HOST/DB in the environment of "
-                "every Ray node (a SQLite store is one server's)")
+        return (
+            f"Ray replicas share one job store: set {STORE_URL_VAR}=postgresql://USER:PASSWORD@HOST/DB in the environment of "
+            "every Ray node (a SQLite store is one server's)"
+        )
     if settings.token_required and not token:
         return f"the application requires a token but this Ray node has no ${TOKEN_VAR}: set it in every node's environment"
     return None

@@ -22,8 +22,17 @@ from harness_env.server.store.schema import eval_runs, rollouts
 from harness_env.server.store.store import Store, request_blob
 
 RUN_COLUMNS = [c for c in eval_runs.c if c.name != "summary"]
-ATTEMPT_COLUMNS = (rollouts.c.id, rollouts.c.task_id, rollouts.c.eval_attempt, rollouts.c.status, rollouts.c.reward, rollouts.c.error_kind,
-                   rollouts.c.error, rollouts.c.wall_s, rollouts.c.ended_at)
+ATTEMPT_COLUMNS = (
+    rollouts.c.id,
+    rollouts.c.task_id,
+    rollouts.c.eval_attempt,
+    rollouts.c.status,
+    rollouts.c.reward,
+    rollouts.c.error_kind,
+    rollouts.c.error,
+    rollouts.c.wall_s,
+    rollouts.c.ended_at,
+)
 
 
 def options_of(request: RolloutRequest) -> dict[str, Any]:
@@ -38,14 +47,24 @@ class EvalRecorder:
         self.store = store
         self.run_id = ""
 
-    def begin(self, run_id: str, out_dir: str, first: RolloutRequest | None, tasks: list[str], attempts: int, threshold: float,
-              servers: list[str] | None) -> None:
+    def begin(
+        self, run_id: str, out_dir: str, first: RolloutRequest | None, tasks: list[str], attempts: int, threshold: float, servers: list[str] | None
+    ) -> None:
         """Create the run, or mark a resumed one running again with what it evaluates now."""
         self.run_id, now = run_id, time.time()
-        values = {"updated_at": now, "status": "running", "out_dir": out_dir, "tasks": json.dumps(tasks), "attempts": attempts,
-                  "threshold": threshold, "servers": json.dumps(servers) if servers else None,
-                  "harness": first.harness if first else "", "model": first.endpoint.model if first else "",
-                  "base_url": first.endpoint.base_url if first else None, "options": json.dumps(options_of(first) if first else {})}
+        values = {
+            "updated_at": now,
+            "status": "running",
+            "out_dir": out_dir,
+            "tasks": json.dumps(tasks),
+            "attempts": attempts,
+            "threshold": threshold,
+            "servers": json.dumps(servers) if servers else None,
+            "harness": first.harness if first else "",
+            "model": first.endpoint.model if first else "",
+            "base_url": first.endpoint.base_url if first else None,
+            "options": json.dumps(options_of(first) if first else {}),
+        }
         with self.store.engine.begin() as conn:
             if conn.execute(select(eval_runs.c.id).where(eval_runs.c.id == run_id)).first() is None:
                 conn.execute(insert(eval_runs).values(id=run_id, created_at=now, **values))
@@ -64,10 +83,18 @@ class EvalRecorder:
         if self.store.get(rid) is None:  # else: the job of a server that shares this store
             # Inserted ended: a server sharing the store never sees it active (it would take it for a dead server's job).
             now, status = time.time(), ended_status(result)
-            row = {"id": rid, "status": status, "ended_at": now, "created_at": now - (result.wall_s or 0.0),
-                   "started_at": now - (result.wall_s or 0.0),
-                   "task_id": task_id, "harness": result.harness or request.harness, "model": request.endpoint.model, "instance": "eval",
-                   "request": request_blob(request.model_dump(mode="json"))}  # the key masked by SecretStr
+            row = {
+                "id": rid,
+                "status": status,
+                "ended_at": now,
+                "created_at": now - (result.wall_s or 0.0),
+                "started_at": now - (result.wall_s or 0.0),
+                "task_id": task_id,
+                "harness": result.harness or request.harness,
+                "model": request.endpoint.model,
+                "instance": "eval",
+                "request": request_blob(request.model_dump(mode="json")),
+            }  # the key masked by SecretStr
             rid = self.store.insert_job(row, lambda: uuid.uuid4().hex[:12])
             self.store.finish(rid, status, result, summarize(result).model_dump_json(), now)
         with self.store.engine.begin() as conn:
@@ -75,8 +102,7 @@ class EvalRecorder:
 
     def end(self, status: str, summary: dict[str, Any]) -> None:
         with self.store.engine.begin() as conn:
-            conn.execute(update(eval_runs).where(eval_runs.c.id == self.run_id).values(
-                status=status, updated_at=time.time(), summary=json.dumps(summary)))
+            conn.execute(update(eval_runs).where(eval_runs.c.id == self.run_id).values(status=status, updated_at=time.time(), summary=json.dumps(summary)))
 
 
 # -- reads (the Evals view) ------------------------------------------------------------------------

@@ -61,8 +61,10 @@ class DataDirLock:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self._fd)
-            raise RuntimeError(f"another harness-env server uses the data directory {data_dir}; give this one its own "
-                               f"(--data-dir or ${DATA_DIR_VAR}), or share a PostgreSQL store (${STORE_URL_VAR})") from None
+            raise RuntimeError(
+                f"another harness-env server uses the data directory {data_dir}; give this one its own "
+                f"(--data-dir or ${DATA_DIR_VAR}), or share a PostgreSQL store (${STORE_URL_VAR})"
+            ) from None
 
     def release(self) -> None:
         if self._fd >= 0:

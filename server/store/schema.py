@@ -16,31 +16,16 @@ Schema 2 added eval_runs and rollouts.eval_run / eval_attempt; Store.create migr
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    BigInteger,
-    Boolean,
-    Column,
-    Float,
-    Index,
-    Integer,
-    LargeBinary,
-    MetaData,
-    String,
-    Table,
-    Text,
-)
+from sqlalchemy import BigInteger, Boolean, Column, Float, Index, Integer, LargeBinary, MetaData, String, Table, Text
 
 SCHEMA_VERSION = 2
 metadata = MetaData()
 
-meta = Table(
-    "harness_env_meta", metadata,
-    Column("key", String(64), primary_key=True),
-    Column("value", String(256), nullable=False),
-)
+meta = Table("harness_env_meta", metadata, Column("key", String(64), primary_key=True), Column("value", String(256), nullable=False))
 
 rollouts = Table(
-    "rollouts", metadata,
+    "rollouts",
+    metadata,
     # The order of acceptance: newest first is seq descending, and the listing's cursor. SQLite's
     # AUTOINCREMENT never reuses a removed row's number, so a cursor stays valid under retention.
     Column("seq", Integer, primary_key=True, autoincrement=True),
@@ -78,7 +63,8 @@ Index("rollouts_eval_run", rollouts.c.eval_run, rollouts.c.task_id)
 ADDED_COLUMNS = {2: (rollouts.c.eval_run, rollouts.c.eval_attempt)}
 
 events = Table(
-    "events", metadata,
+    "events",
+    metadata,
     Column("rollout_id", String(32), primary_key=True),
     Column("seq", Integer, primary_key=True, autoincrement=False),
     Column("at", Float, nullable=False),
@@ -86,21 +72,24 @@ events = Table(
 )
 
 results = Table(
-    "results", metadata,
+    "results",
+    metadata,
     Column("rollout_id", String(32), primary_key=True),
     Column("encoding", String(32), nullable=False),
     Column("header", LargeBinary, nullable=False),  # the packed result but its turns
 )
 
 result_turns = Table(
-    "result_turns", metadata,
+    "result_turns",
+    metadata,
     Column("rollout_id", String(32), primary_key=True),
     Column("position", Integer, primary_key=True, autoincrement=False),
     Column("body", LargeBinary, nullable=False),  # one packed turn
 )
 
 instances = Table(
-    "instances", metadata,
+    "instances",
+    metadata,
     Column("id", String(64), primary_key=True),
     Column("host", String(256), nullable=False),
     Column("pid", Integer, nullable=False),
@@ -109,7 +98,8 @@ instances = Table(
 )
 
 eval_runs = Table(
-    "eval_runs", metadata,
+    "eval_runs",
+    metadata,
     Column("seq", Integer, primary_key=True, autoincrement=True),  # newest first is seq descending
     Column("id", String(32), nullable=False, unique=True),  # the run's key (eval.json's run_key), kept across resumes
     Column("created_at", Float, nullable=False),

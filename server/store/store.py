@@ -26,8 +26,20 @@ from harness_env.server.store.codec import ENCODING, compress, decode_result, en
 from harness_env.server.store.schema import events, instances, meta, result_turns, results, rollouts
 
 MAX_ERROR_CHARS = 2000  # the row keeps the error's head; the whole text is in the result
-LIST_COLUMNS = (rollouts.c.seq, rollouts.c.id, rollouts.c.status, rollouts.c.created_at, rollouts.c.started_at, rollouts.c.ended_at,
-                rollouts.c.task_id, rollouts.c.harness, rollouts.c.model, rollouts.c.reward, rollouts.c.error_kind, rollouts.c.wall_s)
+LIST_COLUMNS = (
+    rollouts.c.seq,
+    rollouts.c.id,
+    rollouts.c.status,
+    rollouts.c.created_at,
+    rollouts.c.started_at,
+    rollouts.c.ended_at,
+    rollouts.c.task_id,
+    rollouts.c.harness,
+    rollouts.c.model,
+    rollouts.c.reward,
+    rollouts.c.error_kind,
+    rollouts.c.wall_s,
+)
 
 
 class DuplicateKey(Exception):
@@ -143,12 +155,15 @@ class Store:
         this host as a process that no longer exists. Servers gone with nothing left are forgotten."""
         with self.engine.begin() as conn:
             known = {r.id: r for r in conn.execute(select(instances))}
-            dead = {i: r for i, r in known.items() if i != me and (exclusive or r.heartbeat_at < now - lease_s
-                                                                     or (r.host == host and not _alive(r.pid)))}
+            dead = {i: r for i, r in known.items() if i != me and (exclusive or r.heartbeat_at < now - lease_s or (r.host == host and not _alive(r.pid)))}
             q = select(rollouts.c.id, rollouts.c.task_id, rollouts.c.harness, rollouts.c.instance, rollouts.c.sandbox_dir).where(
-                rollouts.c.status.in_(ACTIVE_STATUSES), rollouts.c.instance != me)
-            found = [Orphan(r.id, r.task_id, r.harness, dead[r.instance].host if r.instance in dead else None, r.sandbox_dir)
-                     for r in conn.execute(q) if r.instance in dead or r.instance not in known]
+                rollouts.c.status.in_(ACTIVE_STATUSES), rollouts.c.instance != me
+            )
+            found = [
+                Orphan(r.id, r.task_id, r.harness, dead[r.instance].host if r.instance in dead else None, r.sandbox_dir)
+                for r in conn.execute(q)
+                if r.instance in dead or r.instance not in known
+            ]
             if dead:
                 conn.execute(delete(instances).where(instances.c.id.in_(list(dead))))
         return found
@@ -207,18 +222,33 @@ class Store:
                 conn.execute(insert(result_turns), [{"rollout_id": job_id, "position": i, "body": b} for i, b in enumerate(turns)])
             event_bytes = conn.execute(select(func.coalesce(func.sum(func.length(events.c.data)), 0)).where(events.c.rollout_id == job_id)).scalar()
             size = len(header) + sum(map(len, turns)) + len(row.request or b"") + len(summary_json) + int(event_bytes or 0)
-            conn.execute(update(rollouts).where(rollouts.c.id == job_id).values(
-                status=status, ended_at=now, reward=result.reward, error_kind=result.error_kind,
-                error=None if result.error is None else result.error[:MAX_ERROR_CHARS], wall_s=result.wall_s,
-                summary=summary_json, stored_bytes=size, sandbox_dir=None, **({"task_id": result.task_id} if result.task_id else {})))
+            conn.execute(
+                update(rollouts)
+                .where(rollouts.c.id == job_id)
+                .values(
+                    status=status,
+                    ended_at=now,
+                    reward=result.reward,
+                    error_kind=result.error_kind,
+                    error=None if result.error is None else result.error[:MAX_ERROR_CHARS],
+                    wall_s=result.wall_s,
+                    summary=summary_json,
+                    stored_bytes=size,
+                    sandbox_dir=None,
+                    **({"task_id": result.task_id} if result.task_id else {}),
+                )
+            )
         return True
 
     def end_without_result(self, job_id: str, status: str, error: str, now: float) -> None:
         """End the job with `status` and `error` but no stored result: the last resort when the
         store refused its result (a job must never stay running for ever)."""
         with self.engine.begin() as conn:
-            conn.execute(update(rollouts).where(rollouts.c.id == job_id).values(
-                status=status, ended_at=now, reward=None, error_kind="internal", error=error[:MAX_ERROR_CHARS], sandbox_dir=None))
+            conn.execute(
+                update(rollouts)
+                .where(rollouts.c.id == job_id)
+                .values(status=status, ended_at=now, reward=None, error_kind="internal", error=error[:MAX_ERROR_CHARS], sandbox_dir=None)
+            )
 
     def request_cancel(self, job_id: str) -> None:
         with self.engine.begin() as conn:
@@ -226,8 +256,11 @@ class Store:
 
     def cancel_requests(self, instance: str) -> list[str]:
         with self.engine.connect() as conn:
-            return list(conn.execute(select(rollouts.c.id).where(
-                rollouts.c.instance == instance, rollouts.c.cancel_requested.is_(True), rollouts.c.status.in_(ACTIVE_STATUSES))).scalars())
+            return list(
+                conn.execute(
+                    select(rollouts.c.id).where(rollouts.c.instance == instance, rollouts.c.cancel_requested.is_(True), rollouts.c.status.in_(ACTIVE_STATUSES))
+                ).scalars()
+            )
 
     # -- reads ---------------------------------------------------------------------------------
     def get(self, job_id: str) -> dict[str, Any] | None:
@@ -242,8 +275,7 @@ class Store:
     def events_after(self, job_id: str, after: int, limit: int = 500) -> list[tuple[int, str]]:
         """Events with seq > `after`, oldest first: (seq, PhaseEvent JSON)."""
         with self.engine.connect() as conn:
-            q = (select(events.c.seq, events.c.data).where(events.c.rollout_id == job_id, events.c.seq > after)
-                 .order_by(events.c.seq).limit(limit))
+            q = select(events.c.seq, events.c.data).where(events.c.rollout_id == job_id, events.c.seq > after).order_by(events.c.seq).limit(limit)
             return [(r.seq, r.data) for r in conn.execute(q)]
 
     def phases(self, job_id: str) -> list[dict[str, Any]]:
@@ -257,12 +289,12 @@ class Store:
             head = conn.execute(select(results.c.encoding, results.c.header).where(results.c.rollout_id == job_id)).first()
             if head is None:
                 return None
-            turns = conn.execute(select(result_turns.c.body).where(result_turns.c.rollout_id == job_id)
-                                 .order_by(result_turns.c.position)).scalars().all()
+            turns = conn.execute(select(result_turns.c.body).where(result_turns.c.rollout_id == job_id).order_by(result_turns.c.position)).scalars().all()
         return decode_result(head.encoding, head.header, list(turns))
 
-    def list(self, *, statuses: Iterable[str] = (), task_id: str | None = None, harness: str | None = None,
-             before: int | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    def list(
+        self, *, statuses: Iterable[str] = (), task_id: str | None = None, harness: str | None = None, before: int | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
         """Newest first; `before`: a seq (the previous page's last)."""
         q = select(*LIST_COLUMNS)
         if statuses := list(statuses):
@@ -288,8 +320,9 @@ class Store:
         with self.engine.connect() as conn:
             ids: list[str] = []
             if older_than is not None:
-                ids = list(conn.execute(select(rollouts.c.id).where(ended, rollouts.c.ended_at < older_than)
-                                        .order_by(rollouts.c.ended_at).limit(batch)).scalars())
+                ids = list(
+                    conn.execute(select(rollouts.c.id).where(ended, rollouts.c.ended_at < older_than).order_by(rollouts.c.ended_at).limit(batch)).scalars()
+                )
             if max_bytes is not None and len(ids) < batch:
                 excess = int(conn.execute(select(func.coalesce(func.sum(rollouts.c.stored_bytes), 0))).scalar() or 0) - max_bytes
                 q = select(rollouts.c.id, rollouts.c.stored_bytes).where(ended).order_by(rollouts.c.ended_at, rollouts.c.seq)
@@ -333,4 +366,3 @@ def _alive(pid: int) -> bool:
 
 def request_blob(request_json: dict[str, Any]) -> bytes:
     return compress(request_json)
-

@@ -101,10 +101,13 @@ class WebUI:
         """An ASGI app that mounts the page before the first /web request reaches `inner`."""
 
         async def web_on_demand(scope: Scope, receive: Receive, send: Send) -> None:
-            if self.page is None and scope["type"] in ("http", "websocket") and is_web_path(scope.get("path", "")) \
-                    and scope.get("path") != WEB_LOGIN_PATH:
-                if scope["type"] == "http" and scope.get("method") == "GET" and scope.get("path") in (WEB_PREFIX, WEB_PREFIX + "/") \
-                        and not await self._mounted_soon():
+            if self.page is None and scope["type"] in ("http", "websocket") and is_web_path(scope.get("path", "")) and scope.get("path") != WEB_LOGIN_PATH:
+                if (
+                    scope["type"] == "http"
+                    and scope.get("method") == "GET"
+                    and scope.get("path") in (WEB_PREFIX, WEB_PREFIX + "/")
+                    and not await self._mounted_soon()
+                ):
                     await send_reply(send, Reply(200, LOADING_PAGE, "text/html; charset=utf-8", headers=[(b"cache-control", b"no-store")]))
                     return
                 try:
@@ -142,8 +145,17 @@ class WebUI:
             page = build_page(self.service)
             # run_history off: Gradio would otherwise keep every run's inputs (the API key among
             # them) in the browser's storage. No footer: its links lead to API docs and gradio.app.
-            gr.mount_gradio_app(self.app, page.blocks, path=WEB_PREFIX, css=CSS, run_history=False, footer_links=[],
-                                ssr_mode=False, show_error=True, max_file_size=GRADIO_MAX_FILE_BYTES)
+            gr.mount_gradio_app(
+                self.app,
+                page.blocks,
+                path=WEB_PREFIX,
+                css=CSS,
+                run_history=False,
+                footer_links=[],
+                ssr_mode=False,
+                show_error=True,
+                max_file_size=GRADIO_MAX_FILE_BYTES,
+            )
             # The server's lifespan has already run: start what mount_gradio_app would have
             # started there (Gradio's own lifespan, its queue), and stop it in aclose().
             gradio_app = self.app.router.routes[-1].app

@@ -24,8 +24,9 @@ class CompareView:
 
     def __init__(self, jobs: Any) -> None:
         self.jobs = jobs
-        gr.Markdown("### Compare two rollouts\nTwo stored rollouts side by side (a pass and a fail of one task, two harnesses, "
-                    "two models): ids from the Rollouts tab.")
+        gr.Markdown(
+            "### Compare two rollouts\nTwo stored rollouts side by side (a pass and a fail of one task, two harnesses, two models): ids from the Rollouts tab."
+        )
         with gr.Row():
             self.a = gr.Textbox(label="rollout A", placeholder="rollout id", elem_id="cmp-a")
             self.b = gr.Textbox(label="rollout B", placeholder="rollout id", elem_id="cmp-b")
@@ -66,5 +67,4 @@ class CompareView:
             return [f"**cannot compare:** {'; '.join(w for w in (why_a, why_b) if w)}", ""]
         html = await asyncio.to_thread(compare_html, ra, rb, f"A: {a}", f"B: {b}")  # long rollouts: off the loop
         link = f"?compare={a},{b}"
-        return [f"**A** <code>{md_cell(a)}</code> · **B** <code>{md_cell(b)}</code> · <a id=\"cmp-share\" href=\"{link}\">link to this comparison</a>",
-                html]
+        return [f'**A** <code>{md_cell(a)}</code> · **B** <code>{md_cell(b)}</code> · <a id="cmp-share" href="{link}">link to this comparison</a>', html]

@@ -59,8 +59,14 @@ class EvalsView:
             trigger(self.on_list, outputs=listed, queue=False, api_name=False, show_progress="hidden")
         self.table.select(self.on_select, inputs=[self.ids], outputs=self.page_outputs, queue=False, api_name=False)
         for control in (self.task_filter, self.outcome_filter):
-            control.input(self.on_filter, inputs=[self.opened, self.task_filter, self.outcome_filter], outputs=[self.attempts],
-                          queue=False, api_name=False, show_progress="hidden")
+            control.input(
+                self.on_filter,
+                inputs=[self.opened, self.task_filter, self.outcome_filter],
+                outputs=[self.attempts],
+                queue=False,
+                api_name=False,
+                show_progress="hidden",
+            )
         self.compare.click(self.on_compare, inputs=[self.run_a, self.run_b], outputs=[self.compared], queue=False, api_name=False)
         blocks.load(self.on_load, outputs=[views, *listed, *self.page_outputs], queue=False, api_name=False)
 
@@ -101,12 +107,16 @@ class EvalsView:
     async def open(self, run_id: str) -> list[Any]:
         found = await asyncio.to_thread(self._run, run_id) if self.jobs is not None and len(run_id) <= 32 else None
         if found is None:
-            return [f"<p>no eval run <code>{escape(run_id)}</code> here</p>", gr.update(choices=["all"], value="all"),
-                    gr.update(value="all"), "", None]
+            return [f"<p>no eval run <code>{escape(run_id)}</code> here</p>", gr.update(choices=["all"], value="all"), gr.update(value="all"), "", None]
         run, attempts, summary = found
         page = await asyncio.to_thread(render_evals.run_page, run, summary, attempts)
-        return [page, gr.update(choices=["all", *run["tasks"]], value="all"), gr.update(value="all"),
-                render_evals.attempts_html(attempts, run["threshold"], None, None), run["id"]]
+        return [
+            page,
+            gr.update(choices=["all", *run["tasks"]], value="all"),
+            gr.update(value="all"),
+            render_evals.attempts_html(attempts, run["threshold"], None, None),
+            run["id"],
+        ]
 
     async def on_filter(self, run_id: str | None, task: str | None, outcome: str | None) -> str:
         found = await asyncio.to_thread(self._run, run_id) if run_id and self.jobs is not None else None

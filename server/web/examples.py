@@ -21,15 +21,15 @@ class ExampleTask:
     family_options: dict[str, Any] = field(default_factory=dict)
 
 
-_CALC = '''def add(a, b):
+_CALC = """def add(a, b):
     return a - b
 
 
 def mul(a, b):
     return a * b
-'''
+"""
 
-_TEST_CALC = '''import unittest
+_TEST_CALC = """import unittest
 
 from calc import add, mul
 
@@ -44,7 +44,7 @@ class CalcTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
-'''
+"""
 
 EXAMPLES: list[ExampleTask] = [
     ExampleTask(
@@ -67,15 +67,20 @@ EXAMPLES: list[ExampleTask] = [
         "to show what a failed verify looks like.)",
         verify=["test -f answer.txt", 'test "$(cat answer.txt)" = "8675309-not-guessable"'],
     ),
-
 ]
 
 
 def examples() -> list[ExampleTask]:
     """The shell examples, then one of each registered family that offers one."""
     registered = (get_family(name) for name in family_names())
-    return [*EXAMPLES, *(ExampleTask(f.example.name, f.example.instruction, task_family=f.name, family_options=dict(f.example.family_options))
-                         for f in registered if f.example is not None)]
+    return [
+        *EXAMPLES,
+        *(
+            ExampleTask(f.example.name, f.example.instruction, task_family=f.name, family_options=dict(f.example.family_options))
+            for f in registered
+            if f.example is not None
+        ),
+    ]
 
 
 def example_names() -> list[str]:

@@ -21,15 +21,7 @@ from pydantic import BaseModel, SecretStr, ValidationError
 
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
 from harness_env.families import family_names, get_family
-from harness_env.models import (
-    DEFAULT_HARNESS,
-    HARNESS_OPTIONS,
-    OPTION_GROUPS,
-    HarnessInfo,
-    RolloutArgs,
-    harness_options_models,
-    option_group,
-)
+from harness_env.models import DEFAULT_HARNESS, HARNESS_OPTIONS, OPTION_GROUPS, HarnessInfo, RolloutArgs, harness_options_models, option_group
 
 EXPLICIT = "explicit base URL"
 SHELL_TASK = "shell task (verify commands)"
@@ -90,8 +82,14 @@ def control(name: str, info: Any, choices: list | None = None) -> Control:
         zero_is_none = info.default is None and low is not None and (low > 0 or Gt in bounds)
         if info.default is None and not zero_is_none:
             return Control(kind="text", **base)
-        return Control(kind="number", minimum=0 if zero_is_none else low, maximum=high, integer=kind_type is int,
-                       zero_is_none=zero_is_none, **{**base, "label": base["label"] + (" (0: none)" if zero_is_none else "")})
+        return Control(
+            kind="number",
+            minimum=0 if zero_is_none else low,
+            maximum=high,
+            integer=kind_type is int,
+            zero_is_none=zero_is_none,
+            **{**base, "label": base["label"] + (" (0: none)" if zero_is_none else "")},
+        )
     if kind_type is dict or get_origin(kind_type) is dict or (isinstance(kind_type, type) and issubclass(kind_type, BaseModel)):
         example = (info.json_schema_extra or {}).get("example") if isinstance(info.json_schema_extra, dict) else None
         return Control(kind="json", placeholder=json.dumps(example, indent=1) if example is not None else "", **base)
@@ -111,8 +109,10 @@ def harness_controls(*, with_choices: bool = True) -> dict[str, tuple[type, list
     out = {}
     for harness, model in harness_options_models().items():
         choices = model.choices() if with_choices else {}
-        out[harness] = (model, [control(name, info, choices.get(name)) for name, info in model.model_fields.items()
-                                if (info.json_schema_extra or {}).get("remote", True)])
+        out[harness] = (
+            model,
+            [control(name, info, choices.get(name)) for name, info in model.model_fields.items() if (info.json_schema_extra or {}).get("remote", True)],
+        )
     return out
 
 
@@ -146,7 +146,7 @@ def parse_json_object(text: str, what: str) -> dict | None:
     except RecursionError:
         raise InvalidRequestError(f"{what} is nested too deeply") from None
     if not isinstance(data, dict):
-        raise InvalidRequestError(f"{what} must be a JSON object, e.g. {{\"key\": value}}")
+        raise InvalidRequestError(f'{what} must be a JSON object, e.g. {{"key": value}}')
     return data
 
 
@@ -235,8 +235,11 @@ def to_args(form: dict[str, Any]) -> RolloutArgs:
             raise InvalidRequestError(f"file {path!r} is listed twice")
         files[path] = content or ""
     endpoint = form.get("endpoint") or EXPLICIT
-    endpoint_fields = {"endpoint": endpoint} if endpoint != EXPLICIT else {
-        "base_url": (form.get("base_url") or "").strip(), "model": (form.get("model") or "").strip(), "api_key": SecretStr(form.get("api_key") or "")}
+    endpoint_fields = (
+        {"endpoint": endpoint}
+        if endpoint != EXPLICIT
+        else {"base_url": (form.get("base_url") or "").strip(), "model": (form.get("model") or "").strip(), "api_key": SecretStr(form.get("api_key") or "")}
+    )
     family = family_fields(form)
     check_instruction(form)
     fields = {
@@ -304,10 +307,19 @@ def request_form(request: dict[str, Any], catalog: list[dict]) -> dict[str, Any]
     for name, (_, controls) in family_controls().items():
         own = (request.get("family_options") or {}) if name == family else {}
         form[name] = {c.name: shown_value(c, own.get(c.name, c.default)) for c in controls}
-    named = next((e["name"] for e in catalog if e.get("configured") and e.get("base_url") == endpoint.get("base_url")
-                  and e.get("model") == endpoint.get("model")), None)
-    form.update(endpoint=named or EXPLICIT, base_url="" if named else endpoint.get("base_url", ""), model="" if named else endpoint.get("model", ""),
-                task_family=family if family in family_names() else SHELL_TASK, instruction=task.get("instruction", ""),
-                setup="\n".join(task.get("setup") or []), verify="\n".join(task.get("verify") or []), task_id=task.get("task_id") or "",
-                files=list((task.get("files") or {}).items()), disable_thinking=bool(request.get("disable_thinking")))
+    named = next(
+        (e["name"] for e in catalog if e.get("configured") and e.get("base_url") == endpoint.get("base_url") and e.get("model") == endpoint.get("model")), None
+    )
+    form.update(
+        endpoint=named or EXPLICIT,
+        base_url="" if named else endpoint.get("base_url", ""),
+        model="" if named else endpoint.get("model", ""),
+        task_family=family if family in family_names() else SHELL_TASK,
+        instruction=task.get("instruction", ""),
+        setup="\n".join(task.get("setup") or []),
+        verify="\n".join(task.get("verify") or []),
+        task_id=task.get("task_id") or "",
+        files=list((task.get("files") or {}).items()),
+        disable_thinking=bool(request.get("disable_thinking")),
+    )
     return form

@@ -20,15 +20,7 @@ from urllib.parse import parse_qs
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from harness_env.server.auth import (
-    WEB_COOKIE,
-    WEB_LOGIN_PATH,
-    WEB_PREFIX,
-    AuthFailureLimiter,
-    client_address,
-    same_secret,
-    web_session_value,
-)
+from harness_env.server.auth import WEB_COOKIE, WEB_LOGIN_PATH, WEB_PREFIX, AuthFailureLimiter, client_address, same_secret, web_session_value
 
 MAX_FORM_BYTES = 8192
 FAILED_LOGIN_DELAY_S = 0.5  # slows guessing down; a right token is not delayed
@@ -105,8 +97,7 @@ def add_login_routes(app: FastAPI, token: str | None, limiter: AuthFailureLimite
         address = client_address(request.scope)
         wait = limiter.retry_after(address)
         if wait is not None:
-            return HTMLResponse(_page(request, f"too many wrong tokens: try again in {wait} s"), status_code=429,
-                                headers={"retry-after": str(wait)})
+            return HTMLResponse(_page(request, f"too many wrong tokens: try again in {wait} s"), status_code=429, headers={"retry-after": str(wait)})
         body = b""
         async for chunk in request.stream():
             body += chunk
@@ -118,8 +109,7 @@ def add_login_routes(app: FastAPI, token: str | None, limiter: AuthFailureLimite
             await asyncio.sleep(FAILED_LOGIN_DELAY_S)
             return HTMLResponse(_page(request, "wrong token"), status_code=401)
         reply = RedirectResponse(root + web_root, status_code=303)
-        reply.set_cookie(WEB_COOKIE, web_session_value(token), max_age=COOKIE_MAX_AGE_S, path=root + WEB_PREFIX,
-                         httponly=True, **cookie_attributes(request))
+        reply.set_cookie(WEB_COOKIE, web_session_value(token), max_age=COOKIE_MAX_AGE_S, path=root + WEB_PREFIX, httponly=True, **cookie_attributes(request))
         if embedded(request):
             partition_last_cookie(reply)
         return reply

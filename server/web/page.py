@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import os
 import tempfile
 import time
@@ -30,12 +29,12 @@ from harness_env.models.jobs import ended_status
 from harness_env.server.service import RolloutService
 from harness_env.server.web import render
 from harness_env.server.web.compare import CompareView
+from harness_env.server.web.controls import component, shown_value
 from harness_env.server.web.evals import EvalsView
 from harness_env.server.web.examples import example_names, get_example
 from harness_env.server.web.form import (
     EXPLICIT,
     SHELL_TASK,
-    Control,
     disable_thinking_default,
     endpoint_choices,
     endpoint_note,
@@ -56,30 +55,6 @@ from harness_env.server.web.run_follow import follow, history_entry, outcome
 FILE_SLOTS = 8  # file rows the form offers (shown one by one with "Add file")
 HISTORY_LIMIT = 50  # rollouts kept per browser session
 ACCORDIONS = {"limits": ("limits", True), "capture": ("capture", True), "reward": ("reward", False), "sandbox": ("sandbox limits", False)}
-
-
-def component(c: Control, prefix: str = "") -> gr.components.Component:
-    """The Gradio control of a form Control: its label, its description as info, its default."""
-    common = {"label": c.label, "info": c.info or None, "elem_id": c.elem_id(prefix)}
-    if c.kind == "checkbox":
-        return gr.Checkbox(value=bool(c.default), **common)
-    if c.kind == "radio":
-        return gr.Radio(list(c.choices), value=c.default, **common)
-    if c.kind == "dropdown":
-        return gr.Dropdown(choices=list(c.choices), value=c.default if c.choices else None, **common)
-    if c.kind == "number":
-        return gr.Number(value=c.default, precision=0 if c.integer else None, minimum=c.minimum, maximum=c.maximum, **common)
-    if c.kind == "json":
-        value = "" if not c.default else json.dumps(c.default)
-        return gr.Textbox(value=value, placeholder=c.placeholder or "{} (a JSON object)", lines=8 if c.placeholder else 1, max_lines=24, **common)
-    return gr.Textbox(value=c.default or "", placeholder="(none)" if c.default is None else "", **common)
-
-
-def _shown(value: Any) -> Any:
-    """A family option's value as its control shows it: an object as JSON text, none as empty."""
-    if isinstance(value, dict):
-        return json.dumps(value, indent=1)
-    return "" if value is None else value
 
 
 class WebPage:
@@ -149,8 +124,9 @@ class WebPage:
                             self.example = gr.Dropdown(choices=example_names(), value=first.name, label="load an example task", elem_id="example")
                             self.task_family = gr.Radio(task_families(), value=SHELL_TASK, label="task family", elem_id="task-family")
                             self.instruction = gr.Textbox(value=first.instruction, label="instruction", lines=4, elem_id="instruction")
-                            self.task_id = gr.Textbox(label="task id", placeholder="(none) your name for the task: the Rollouts tab filters by it",
-                                                      elem_id="task-id")
+                            self.task_id = gr.Textbox(
+                                label="task id", placeholder="(none) your name for the task: the Rollouts tab filters by it", elem_id="task-id"
+                            )
                             # A family's own options, from its options model (families/base.py), shown for it only.
                             self.family_groups: dict[str, gr.Group] = {}
                             self.family_inputs: dict[str, dict[str, gr.components.Component]] = {}
@@ -190,10 +166,16 @@ class WebPage:
             self.rollouts.wire(blocks, self.rollouts_tab, self.views)
             self.compare.wire(blocks, self.views)
             self.evals.wire(blocks, self.evals_tab, self.views)
-            self.rollouts.rerun.click(self._on_stored_request, inputs=[self.rollouts.opened], outputs=[self.views, self.status, *self._form_outputs],
-                                      queue=False, api_name=False)
-            self.rollouts.compare.click(lambda rollout_id: [gr.update(selected="compare-view"), rollout_id], inputs=[self.rollouts.opened],
-                                        outputs=[self.views, self.compare.a], queue=False, api_name=False)
+            self.rollouts.rerun.click(
+                self._on_stored_request, inputs=[self.rollouts.opened], outputs=[self.views, self.status, *self._form_outputs], queue=False, api_name=False
+            )
+            self.rollouts.compare.click(
+                lambda rollout_id: [gr.update(selected="compare-view"), rollout_id],
+                inputs=[self.rollouts.opened],
+                outputs=[self.views, self.compare.a],
+                queue=False,
+                api_name=False,
+            )
         return blocks
 
     @property
@@ -202,27 +184,54 @@ class WebPage:
 
     def _wire(self, blocks: gr.Blocks) -> None:
         blocks.load(self._on_load, outputs=[self.endpoint, self.harness], queue=False)
-        self.endpoint.change(self._on_endpoint, inputs=[self.endpoint],
-                             outputs=[self.explicit_group, self.endpoint_note, self.disable_thinking], queue=False)
+        self.endpoint.change(self._on_endpoint, inputs=[self.endpoint], outputs=[self.explicit_group, self.endpoint_note, self.disable_thinking], queue=False)
         self.harness.change(self._on_harness, inputs=[self.harness], outputs=list(self.harness_groups.values()), queue=False)
-        self.example.change(self._on_example, inputs=[self.example],
-                            outputs=[self.instruction, self.setup, self.verify, self.file_count, *self.file_paths, *self.file_contents, *self.file_rows,
-                                     self.task_family, *self.family_groups.values(), *self._family_components],
-                            queue=False)
-        self.task_family.change(self._on_family, inputs=[self.task_family], outputs=[*self.family_groups.values(), self.verify, self.instruction],
-                                queue=False)
+        self.example.change(
+            self._on_example,
+            inputs=[self.example],
+            outputs=[
+                self.instruction,
+                self.setup,
+                self.verify,
+                self.file_count,
+                *self.file_paths,
+                *self.file_contents,
+                *self.file_rows,
+                self.task_family,
+                *self.family_groups.values(),
+                *self._family_components,
+            ],
+            queue=False,
+        )
+        self.task_family.change(self._on_family, inputs=[self.task_family], outputs=[*self.family_groups.values(), self.verify, self.instruction], queue=False)
         self.add_file.click(self._on_add_file, inputs=[self.file_count], outputs=[self.file_count, *self.file_rows], queue=False)
-        self.inputs.update(endpoint=self.endpoint, base_url=self.base_url, model=self.model, api_key=self.api_key,
-                           instruction=self.instruction, setup=self.setup, verify=self.verify, task_family=self.task_family, task_id=self.task_id)
+        self.inputs.update(
+            endpoint=self.endpoint,
+            base_url=self.base_url,
+            model=self.model,
+            api_key=self.api_key,
+            instruction=self.instruction,
+            setup=self.setup,
+            verify=self.verify,
+            task_family=self.task_family,
+            task_id=self.task_id,
+        )
         # A set: the handler gets one dict {component: value}, read back by field name (form_values).
-        inputs = {*self.inputs.values(), *(c for fields in self.harness_inputs.values() for c in fields.values()),
-                  *self._family_components, self.history, *self.file_paths, *self.file_contents}
+        inputs = {
+            *self.inputs.values(),
+            *(c for fields in self.harness_inputs.values() for c in fields.values()),
+            *self._family_components,
+            self.history,
+            *self.file_paths,
+            *self.file_contents,
+        }
         outputs = [self.status, self.log, self.run_btn, self.cancel_btn, *self._result_outputs, self.history, self.history_df]
         # Slots already bound how many rollouts run at once: no second limit here.
         self.run_btn.click(self._on_run, inputs=inputs, outputs=outputs, concurrency_limit=None, show_progress="hidden", api_name=False)
         self.cancel_btn.click(self._on_cancel, outputs=[self.status], queue=False, api_name=False)
-        self.history_df.select(self._on_reopen, inputs=[self.history], outputs=[self.status, self.log, *self._form_outputs, *self._result_outputs],
-                               queue=False, api_name=False)
+        self.history_df.select(
+            self._on_reopen, inputs=[self.history], outputs=[self.status, self.log, *self._form_outputs, *self._result_outputs], queue=False, api_name=False
+        )
         # Gradio's autoscroll stops following once the box overflows: scroll to the newest line.
         self.log.change(None, js=FOLLOW_LOG_JS, queue=False)
 
@@ -237,8 +246,7 @@ class WebPage:
 
     def _on_endpoint(self, name: str):
         catalog = self.service.catalog()
-        return (gr.update(visible=name == EXPLICIT), endpoint_note(catalog, name),
-                gr.update(value=disable_thinking_default(catalog, name)))
+        return (gr.update(visible=name == EXPLICIT), endpoint_note(catalog, name), gr.update(value=disable_thinking_default(catalog, name)))
 
     @property
     def _family_components(self) -> list[gr.components.Component]:
@@ -254,11 +262,23 @@ class WebPage:
         contents = [files[i][1] if i < len(files) else "" for i in range(FILE_SLOTS)]
         rows = [gr.update(visible=i < count) for i in range(FILE_SLOTS)]
         family = ex.task_family if ex.task_family in self.family_groups else SHELL_TASK
-        values = [_shown(ex.family_options.get(field, default) if name == family else default)
-                  for name, defaults in self.family_defaults.items() for field, default in defaults.items()]
-        return [gr.update(value=ex.instruction, label=instruction_label(family)), "\n".join(ex.setup),
-                gr.update(value="\n".join(ex.verify), visible=family == SHELL_TASK), count, *paths, *contents, *rows,
-                family, *(gr.update(visible=name == family) for name in self.family_groups), *values]
+        values = [
+            shown_value(ex.family_options.get(field, default) if name == family else default)
+            for name, defaults in self.family_defaults.items()
+            for field, default in defaults.items()
+        ]
+        return [
+            gr.update(value=ex.instruction, label=instruction_label(family)),
+            "\n".join(ex.setup),
+            gr.update(value="\n".join(ex.verify), visible=family == SHELL_TASK),
+            count,
+            *paths,
+            *contents,
+            *rows,
+            family,
+            *(gr.update(visible=name == family) for name in self.family_groups),
+            *values,
+        ]
 
     def _on_harness(self, harness: str | None):
         shown = [gr.update(visible=harness == name) for name in self.harness_groups]
@@ -266,8 +286,11 @@ class WebPage:
 
     def _on_family(self, family: str):
         shell = family not in self.family_groups
-        return [*(gr.update(visible=name == family) for name in self.family_groups), gr.update(visible=shell),
-                gr.update(label=instruction_label(None if shell else family))]
+        return [
+            *(gr.update(visible=name == family) for name in self.family_groups),
+            gr.update(visible=shell),
+            gr.update(label=instruction_label(None if shell else family)),
+        ]
 
     def _on_add_file(self, count: int):
         count = min(FILE_SLOTS, (count or 1) + 1)
@@ -299,25 +322,40 @@ class WebPage:
             return [gr.update()] * (2 + len(self._form_outputs) + len(self._result_outputs))
         entry = history[len(history) - 1 - row]  # the table shows the newest first
         result = RolloutResult.model_validate(entry["result"]) if entry["result"] else None
-        return [f"{entry['status']} · reopened from the history", entry["log"], *self._form_view(entry["form"]),
-                *self.result.view(result, cancelled=entry["cancelled"], key=entry["id"], reference=entry.get("reference_png"))]
+        return [
+            f"{entry['status']} · reopened from the history",
+            entry["log"],
+            *self._form_view(entry["form"]),
+            *self.result.view(result, cancelled=entry["cancelled"], key=entry["id"], reference=entry.get("reference_png")),
+        ]
 
     @property
     def _form_outputs(self) -> list[gr.components.Component]:
         """The form's controls a reopened run sets back (form_values' fields but the API key)."""
-        return [*(c for name, c in self.inputs.items() if name != "api_key"),
-                *(c for fields in self.harness_inputs.values() for c in fields.values()), *self._family_components,
-                *self.file_paths, *self.file_contents, self.file_count, *self.file_rows]
+        return [
+            *(c for name, c in self.inputs.items() if name != "api_key"),
+            *(c for fields in self.harness_inputs.values() for c in fields.values()),
+            *self._family_components,
+            *self.file_paths,
+            *self.file_contents,
+            self.file_count,
+            *self.file_rows,
+        ]
 
     def _form_view(self, form: dict[str, Any]) -> list[Any]:
         """form_values' dict -> the values of _form_outputs."""
         files = list(form.get("files") or [])[:FILE_SLOTS]
         files += [("", "")] * (FILE_SLOTS - len(files))
         count = max([i + 1 for i, (p, c) in enumerate(files) if p or c] or [1])
-        return [*(form.get(name) for name in self.inputs if name != "api_key"),
-                *((form.get(harness) or {}).get(name) for harness, fields in self.harness_inputs.items() for name in fields),
-                *((form.get(family) or {}).get(name) for family, fields in self.family_inputs.items() for name in fields),
-                *(p or "" for p, _ in files), *(c or "" for _, c in files), count, *(gr.update(visible=i < count) for i in range(FILE_SLOTS))]
+        return [
+            *(form.get(name) for name in self.inputs if name != "api_key"),
+            *((form.get(harness) or {}).get(name) for harness, fields in self.harness_inputs.items() for name in fields),
+            *((form.get(family) or {}).get(name) for family, fields in self.family_inputs.items() for name in fields),
+            *(p or "" for p, _ in files),
+            *(c or "" for _, c in files),
+            count,
+            *(gr.update(visible=i < count) for i in range(FILE_SLOTS)),
+        ]
 
     # -- the run --------------------------------------------------------------------------------
     def form_values(self, data: dict[Any, Any]) -> dict[str, Any]:
@@ -341,8 +379,11 @@ class WebPage:
         try:
             prepared = await asyncio.to_thread(self.service.resolve, to_args(form))  # may read task directories
         except HarnessEnvError as e:  # nothing ran: no earlier run's log or result stays beside the message
-            yield {**dict(zip(self._result_outputs, self.result.view(None))), out["log"]: "",
-                   out["status"]: f"**not started:** {md_cell(render.redact(str(e), secrets))}"}
+            yield {
+                **dict(zip(self._result_outputs, self.result.view(None))),
+                out["log"]: "",
+                out["status"]: f"**not started:** {md_cell(render.redact(str(e), secrets))}",
+            }
             return
         events: asyncio.Queue[PhaseEvent] = asyncio.Queue()
         t0 = time.monotonic()
@@ -351,8 +392,13 @@ class WebPage:
         log: list[str] = []
         try:
             cleared = dict(zip(self._result_outputs, self.result.view(None)))
-            yield {**cleared, out["status"]: render.status_line("running", 0.0, "queued"), out["log"]: "",
-                   out["run"]: gr.update(interactive=False), out["cancel"]: gr.update(interactive=True)}
+            yield {
+                **cleared,
+                out["status"]: render.status_line("running", 0.0, "queued"),
+                out["log"]: "",
+                out["run"]: gr.update(interactive=False),
+                out["cancel"]: gr.update(interactive=True),
+            }
             async for status, shown_log in follow(task, events, log, secrets, t0):
                 yield {out["status"]: status, **({out["log"]: shown_log} if shown_log is not None else {})}
             result, cancelled, error = outcome(task, secrets)

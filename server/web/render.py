@@ -19,24 +19,10 @@ from typing import Any
 
 from harness_env.models import CommandResult, PhaseEvent, RolloutResult
 from harness_env.models.jobs import ended_status
-from harness_env.server.web.render_evidence import (
-    MAX_STEP_MESSAGE_CHARS,
-    MAX_TRAJECTORY_STEPS,
-    grading_html,
-    png_img,
-    run_facts_html,
-    trajectory_html,
-)
+from harness_env.server.web.render_evidence import MAX_STEP_MESSAGE_CHARS, MAX_TRAJECTORY_STEPS, grading_html, png_img, run_facts_html, trajectory_html
 from harness_env.server.web.render_text import MAX_SHOWN_CHARS, clip, format_reward, md_cell
 from harness_env.server.web.render_tokens import trajectory_tokens_html
-from harness_env.server.web.render_turns import (
-    LOWEST_TOKENS,
-    TokenPoint,
-    conversation,
-    logprob_points,
-    logprob_summary_markdown,
-    logprob_svg,
-)
+from harness_env.server.web.render_turns import LOWEST_TOKENS, TokenPoint, conversation, logprob_points, logprob_summary_markdown, logprob_svg
 
 __all__ = [
     "HISTORY_HEADERS",
@@ -103,11 +89,12 @@ def reward_html(result: RolloutResult | None, cancelled: bool = False) -> str:
         label, cls = format_reward(result.reward), _reward_class(result)
     why = f'<div class="he-reward-error">{escape(result.error_kind or "")}: {escape(clip(result.error or "", 500))}</div>' if result.error else ""
     if result.turn_limit_hit:  # else a bare 0.0 reads as a failed task, not a stopped agent
-        why += (f'<div class="he-reward-why">the turn limit ended it after {len(result.proxy_turns)} model call(s), '
-                "before the agent said it was done</div>")
+        why += f'<div class="he-reward-why">the turn limit ended it after {len(result.proxy_turns)} model call(s), before the agent said it was done</div>'
     value = "" if result.reward is None else format_reward(result.reward)
-    return (f'<div class="he-reward he-{cls}" data-reward="{escape(value)}">'
-            f'<span class="he-reward-label">reward</span><span class="he-reward-value">{escape(label)}</span>{why}</div>')
+    return (
+        f'<div class="he-reward he-{cls}" data-reward="{escape(value)}">'
+        f'<span class="he-reward-label">reward</span><span class="he-reward-value">{escape(label)}</span>{why}</div>'
+    )
 
 
 def _training_line(result: RolloutResult) -> str:
@@ -133,8 +120,7 @@ def summary_markdown(result: RolloutResult) -> str:
         ("mode", result.mode),
         ("capture level", f"{result.capture_level} (tokens > logprobs > text)"),
         ("training", _training_line(result)),
-        ("turn graph", f"{result.graph.branches} branch(es), {result.graph.auxiliary_turns} auxiliary turn(s), "
-                       f"{_trained_line(result.graph)}"),
+        ("turn graph", f"{result.graph.branches} branch(es), {result.graph.auxiliary_turns} auxiliary turn(s), {_trained_line(result.graph)}"),
         ("wall time", f"{result.wall_s:.2f} s"),
         ("model calls", f"{len(result.proxy_turns)} ({len(policy)} policy)"),
         ("agent tool calls", "-" if result.agent_tool_calls is None else str(result.agent_tool_calls)),
@@ -176,8 +162,10 @@ def commands_html(results: list[CommandResult], empty: str = "no verify commands
             f'<tr class="{cls}"><td><code>{escape(r.cmd)}</code></td><td class="he-code">{escape(code)}</td>'
             f"<td>{r.duration_s:.2f} s</td><td>{_output_details('stdout', r.stdout)}{_output_details('stderr', r.stderr)}</td></tr>"
         )
-    return ('<table class="he-table he-commands"><thead><tr><th>command</th><th>exit code</th><th>duration</th>'
-            f"<th>output</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    return (
+        '<table class="he-table he-commands"><thead><tr><th>command</th><th>exit code</th><th>duration</th>'
+        f"<th>output</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def files_html(files: dict[str, str]) -> str:
@@ -185,8 +173,7 @@ def files_html(files: dict[str, str]) -> str:
     if not files:
         return '<p class="he-empty">no files collected</p>'
     items = [
-        f'<details class="he-file"><summary><code>{escape(path)}</code> ({len(content)} chars)</summary>'
-        f"<pre>{escape(clip(content))}</pre></details>"
+        f'<details class="he-file"><summary><code>{escape(path)}</code> ({len(content)} chars)</summary><pre>{escape(clip(content))}</pre></details>'
         for path, content in sorted(files.items())
     ]
     return "".join(items)
@@ -235,5 +222,7 @@ def json_html(text: str, limit: int) -> str:
     """The result's JSON, collapsed under its size (the download button above it has it whole),
     clipped at `limit` characters when opened."""
     shown = text if len(text) <= limit else text[:limit] + "\n... (cut here; the download has everything)"
-    return (f'<details class="he-json"><summary>show the RolloutResult JSON here ({len(text):,} characters; '
-            f"the download has it whole)</summary><pre>{escape(shown)}</pre></details>")
+    return (
+        f'<details class="he-json"><summary>show the RolloutResult JSON here ({len(text):,} characters; '
+        f"the download has it whole)</summary><pre>{escape(shown)}</pre></details>"
+    )

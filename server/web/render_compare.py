@@ -44,7 +44,7 @@ def _outputs(turn: Turn, following: list[dict]) -> list[str]:
     if ids:
         return [content_text(m.get("content")) for m in following if m.get("role") == "tool" and m.get("tool_call_id") in ids]
     last = max((k for k, m in enumerate(following) if m.get("role") == "assistant"), default=-1)
-    return [content_text(m.get("content")) for m in following[last + 1:] if m.get("role") == "tool"]
+    return [content_text(m.get("content")) for m in following[last + 1 :] if m.get("role") == "tool"]
 
 
 def steps(result: RolloutResult) -> list[Step]:
@@ -94,19 +94,22 @@ def _step_parts(s: Step | None) -> list[str]:
         return ['<span class="he-empty">no such step</span>']
     parts = [f'<pre class="he-said">{escape(clip(s.text, MAX_CELL_CHARS))}</pre>'] if s.text.strip() else []
     parts += [f'<pre class="he-call"><b>call</b> {escape(clip(c, MAX_CELL_CHARS))}</pre>' for c in s.calls]
-    parts += [f'<details class="he-out"><summary>output ({len(o)} chars)</summary><pre>{escape(clip(o, MAX_CELL_CHARS))}</pre></details>'
-              for o in s.outputs]
+    parts += [f'<details class="he-out"><summary>output ({len(o)} chars)</summary><pre>{escape(clip(o, MAX_CELL_CHARS))}</pre></details>' for o in s.outputs]
     return parts
 
 
 def compare_html(a: RolloutResult, b: RolloutResult, label_a: str = "A", label_b: str = "B") -> str:
     """The two rollouts side by side: facts, instruction, steps aligned by number, verify outputs."""
     head = f"<thead><tr><th></th><th>{escape(label_a)}</th><th>{escape(label_b)}</th></tr></thead>"
-    facts = "".join(f'<tr data-fact="{escape(k)}"><th>{escape(k)}</th>{_cell([escape(x)], x != y)}{_cell([escape(y)], x != y)}</tr>'
-                    for (k, x), (_, y) in zip(_facts(a), _facts(b)))
+    facts = "".join(
+        f'<tr data-fact="{escape(k)}"><th>{escape(k)}</th>{_cell([escape(x)], x != y)}{_cell([escape(y)], x != y)}</tr>'
+        for (k, x), (_, y) in zip(_facts(a), _facts(b))
+    )
     ia, ib = instruction(a), instruction(b)
-    facts += (f'<tr data-fact="instruction"><th>instruction</th>{_cell([f"<pre>{escape(clip(ia, MAX_CELL_CHARS))}</pre>"], ia != ib)}'
-              f'{_cell([f"<pre>{escape(clip(ib, MAX_CELL_CHARS))}</pre>"], ia != ib)}</tr>')
+    facts += (
+        f'<tr data-fact="instruction"><th>instruction</th>{_cell([f"<pre>{escape(clip(ia, MAX_CELL_CHARS))}</pre>"], ia != ib)}'
+        f"{_cell([f'<pre>{escape(clip(ib, MAX_CELL_CHARS))}</pre>'], ia != ib)}</tr>"
+    )
     sa, sb = steps(a), steps(b)
     n = max(len(sa), len(sb))
     rows = []
@@ -115,9 +118,10 @@ def compare_html(a: RolloutResult, b: RolloutResult, label_a: str = "A", label_b
         differs = x is None or y is None or x.calls != y.calls or x.outputs != y.outputs
         rows.append(f'<tr class="he-step" data-step="{k + 1}"><th>step {k + 1}</th>{_cell(_step_parts(x), differs)}{_cell(_step_parts(y), differs)}</tr>')
     more = f'<p class="he-empty">... {n - MAX_COMPARE_STEPS} more steps in the JSON downloads</p>' if n > MAX_COMPARE_STEPS else ""
-    verify = (f'<tr data-fact="verify output"><th>verify output</th><td>{commands_html(a.verify_results)}</td>'
-              f"<td>{commands_html(b.verify_results)}</td></tr>")
-    return (f'<table class="he-compare he-compare-facts">{head}<tbody>{facts}</tbody></table>'
-            f'<h4>steps (policy model calls, aligned by number; a marked row differs)</h4>'
-            f'<table class="he-compare he-compare-steps">{head}<tbody>{"".join(rows)}</tbody></table>{more}'
-            f'<h4>verify</h4><table class="he-compare he-compare-verify">{head}<tbody>{verify}</tbody></table>')
+    verify = f'<tr data-fact="verify output"><th>verify output</th><td>{commands_html(a.verify_results)}</td><td>{commands_html(b.verify_results)}</td></tr>'
+    return (
+        f'<table class="he-compare he-compare-facts">{head}<tbody>{facts}</tbody></table>'
+        f"<h4>steps (policy model calls, aligned by number; a marked row differs)</h4>"
+        f'<table class="he-compare he-compare-steps">{head}<tbody>{"".join(rows)}</tbody></table>{more}'
+        f'<h4>verify</h4><table class="he-compare he-compare-verify">{head}<tbody>{verify}</tbody></table>'
+    )

@@ -43,14 +43,25 @@ def run_rows(runs: list[dict[str, Any]], summaries: dict[str, dict[str, Any]]) -
     for r in runs:
         s = summaries[r["id"]]
         o, total = s["overall"], len(r["tasks"]) * r["attempts"]
-        rows.append([time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"])), r["id"][:12], r["harness"], r["model"],
-                     len(r["tasks"]), r["attempts"], f"{o['attempts']}/{total}", _pm(o["mean_reward"], o["stderr"]),
-                     _n(pass1_stderr(s)[0]), o["infra_failures"], r["status"]])
+        rows.append(
+            [
+                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"])),
+                r["id"][:12],
+                r["harness"],
+                r["model"],
+                len(r["tasks"]),
+                r["attempts"],
+                f"{o['attempts']}/{total}",
+                _pm(o["mean_reward"], o["stderr"]),
+                _n(pass1_stderr(s)[0]),
+                o["infra_failures"],
+                r["status"],
+            ]
+        )
     return rows
 
 
-RUN_HEADERS = ["created", "run", "harness", "model", "tasks", "attempts/task", "done", "mean reward ± se", "pass@1", "infra failures",
-               "status"]
+RUN_HEADERS = ["created", "run", "harness", "model", "tasks", "attempts/task", "done", "mean reward ± se", "pass@1", "infra failures", "status"]
 
 
 def _table(head: list[str], rows: list[list[str]], css: str) -> str:
@@ -67,10 +78,10 @@ def run_page(run: dict[str, Any], summary: dict[str, Any], attempts: list[dict[s
     servers = ("on " + ", ".join(run["servers"])) if run["servers"] else "in the eval process"
     parts = [
         f'<div class="he-eval-run" data-run="{escape(run["id"])}">',
-        f'<h3>eval run <code>{escape(run["id"])}</code> · {escape(run["status"])}</h3>',
-        f'<p>harness <b>{escape(run["harness"])}</b> · model <code>{escape(run["model"])}</code> · endpoint <code>{endpoint}</code> · '
-        f'ran {escape(servers)} · {len(run["tasks"])} tasks × {run["attempts"]} attempts · threshold {run["threshold"]} · '
-        f'results in <code>{escape(run["out_dir"])}</code></p>',
+        f"<h3>eval run <code>{escape(run['id'])}</code> · {escape(run['status'])}</h3>",
+        f"<p>harness <b>{escape(run['harness'])}</b> · model <code>{escape(run['model'])}</code> · endpoint <code>{endpoint}</code> · "
+        f"ran {escape(servers)} · {len(run['tasks'])} tasks × {run['attempts']} attempts · threshold {run['threshold']} · "
+        f"results in <code>{escape(run['out_dir'])}</code></p>",
         f'<p class="he-eval-headline" id="ev-headline"><b>{escape(headline(summary))}</b></p>',
         "<details><summary>options</summary><pre>" + escape(json.dumps(run["options"], indent=1)) + "</pre></details>",
     ]
@@ -96,6 +107,7 @@ def passk_table(summary: dict[str, Any], ks: list[int]) -> str:
 
 def passk_svg(summary: dict[str, Any], ks: list[int]) -> str:
     """pass@k against k: the overall curve (thick) over each task's (thin), y from 0 to 1."""
+
     def xy(k: int, v: float) -> tuple[float, float]:
         x = PAD + (CHART_W - 2 * PAD) * ((k - 1) / max(1, len(ks) - 1) if len(ks) > 1 else 0.5)
         return round(x, 1), round(CHART_H - PAD - (CHART_H - 2 * PAD) * v, 1)
@@ -108,15 +120,17 @@ def passk_svg(summary: dict[str, Any], ks: list[int]) -> str:
         path = " ".join(f"{x},{y}" for x, y in pts)
         return f'<g class="he-passk-{css}"><title>{escape(label)}</title><polyline points="{path}" fill="none"/>{dots}</g>'
 
-    parts = [f'<svg class="he-passk-chart" id="ev-passk-chart" viewBox="0 0 {CHART_W} {CHART_H}" width="{CHART_W}" role="img" '
-             'aria-label="pass@k against k">',
-             "<style>.he-passk-chart text{font:11px sans-serif;fill:currentColor}.he-passk-task polyline{stroke:#9ab;stroke-width:1}"
-             ".he-passk-task circle{fill:#9ab}.he-passk-overall polyline{stroke:#e06c00;stroke-width:2.5}"
-             ".he-passk-overall circle{fill:#e06c00}.he-passk-axis{stroke:#888}</style>"]
+    parts = [
+        f'<svg class="he-passk-chart" id="ev-passk-chart" viewBox="0 0 {CHART_W} {CHART_H}" width="{CHART_W}" role="img" aria-label="pass@k against k">',
+        "<style>.he-passk-chart text{font:11px sans-serif;fill:currentColor}.he-passk-task polyline{stroke:#9ab;stroke-width:1}"
+        ".he-passk-task circle{fill:#9ab}.he-passk-overall polyline{stroke:#e06c00;stroke-width:2.5}"
+        ".he-passk-overall circle{fill:#e06c00}.he-passk-axis{stroke:#888}</style>",
+    ]
     for v in (0, 0.5, 1):
         _, y = xy(1, v)
-        parts.append(f'<line class="he-passk-axis" x1="{PAD}" x2="{CHART_W - PAD}" y1="{y}" y2="{y}" stroke-dasharray="2,3"/>'
-                     f'<text x="4" y="{y + 4}">{v}</text>')
+        parts.append(
+            f'<line class="he-passk-axis" x1="{PAD}" x2="{CHART_W - PAD}" y1="{y}" y2="{y}" stroke-dasharray="2,3"/><text x="4" y="{y + 4}">{v}</text>'
+        )
     for k in ks:
         x, _ = xy(k, 0)
         parts.append(f'<text x="{x - 3}" y="{CHART_H - PAD + 16}">{k}</text>')
@@ -131,8 +145,11 @@ def errors_html(overall: dict[str, Any], attempts: list[dict[str, Any]]) -> str:
     """Error kinds with the messages behind them; infrastructure failures (no reward) counted apart."""
     infra = [(a["error_kind"], a["error"]) for a in attempts if Outcome(a["reward"], a["error_kind"]).infra_failed]
     graded = [(a["error_kind"], a["error"]) for a in attempts if not Outcome(a["reward"], a["error_kind"]).infra_failed]
-    parts = [f'<h4>infrastructure failures: <span id="ev-infra">{overall["infra_failures"]}</span> of {overall["attempts"]} attempts '
-             "(no reward; left out of every mean and pass@k)</h4>", _groups(infra, "ev-infra-errors")]
+    parts = [
+        f'<h4>infrastructure failures: <span id="ev-infra">{overall["infra_failures"]}</span> of {overall["attempts"]} attempts '
+        "(no reward; left out of every mean and pass@k)</h4>",
+        _groups(infra, "ev-infra-errors"),
+    ]
     parts += ["<h4>errors of graded attempts</h4>", _groups(graded, "ev-graded-errors")]
     return "".join(parts)
 
@@ -151,17 +168,30 @@ def _groups(pairs: list[tuple[str | None, str | None]], elem_id: str) -> str:
 
 def attempts_html(attempts: list[dict[str, Any]], threshold: float, task: str | None, outcome: str | None) -> str:
     """The run's rollouts, filtered by task and outcome; each links to its page in the Rollouts tab."""
+
     def keep(a: dict[str, Any]) -> bool:
         o = Outcome(a["reward"], a["error_kind"])
         passed = a["reward"] is not None and a["reward"] >= threshold
-        return ((not task or task == "all" or a["task_id"] == task)
-                and {"passed": passed, "not passed": not passed and not o.infra_failed,
-                     "infrastructure failure": o.infra_failed}.get(outcome or "all", True))
+        return (not task or task == "all" or a["task_id"] == task) and {
+            "passed": passed,
+            "not passed": not passed and not o.infra_failed,
+            "infrastructure failure": o.infra_failed,
+        }.get(outcome or "all", True)
 
     shown = [a for a in attempts if keep(a)]
-    rows = [[f'<a href="?rollout={escape(a["id"])}">{escape(a["id"])}</a>', escape(a["task_id"] or "-"), str(a["eval_attempt"]),
-             escape(a["status"]), _n(a["reward"]), "-" if a["wall_s"] is None else f"{a['wall_s']:.1f}", escape(a["error_kind"] or "-"),
-             escape((a["error"] or "").splitlines()[0][:160] if a["error"] else "")] for a in shown]
+    rows = [
+        [
+            f'<a href="?rollout={escape(a["id"])}">{escape(a["id"])}</a>',
+            escape(a["task_id"] or "-"),
+            str(a["eval_attempt"]),
+            escape(a["status"]),
+            _n(a["reward"]),
+            "-" if a["wall_s"] is None else f"{a['wall_s']:.1f}",
+            escape(a["error_kind"] or "-"),
+            escape((a["error"] or "").splitlines()[0][:160] if a["error"] else ""),
+        ]
+        for a in shown
+    ]
     table = _table(["rollout", "task", "attempt", "status", "reward", "wall (s)", "error kind", "error"], rows, "he-eval-attempts")
     return f'<p id="ev-attempts-count">{len(shown)} of {len(attempts)} rollouts</p>' + table
 
@@ -174,9 +204,10 @@ def compare_html(a: dict[str, Any], sa: dict[str, Any], b: dict[str, Any], sb: d
     rows.append(_delta_row("<b>overall</b>", sa["overall"], sb["overall"]))
     p1a, p1b = pass1_stderr(sa), pass1_stderr(sb)
     head = ["task", f"A: {a['harness']} · {a['model']}", f"B: {b['harness']} · {b['model']}", "B − A ± se"]
-    return (f'<div class="he-eval-compare"><p>A = run <code>{escape(a["id"][:12])}</code>, B = run <code>{escape(b["id"][:12])}</code>; '
-            f"pass@1 A {_pm(*p1a)}, B {_pm(*p1b)}, B − A {_pm(*_diff(p1a, p1b))}</p>"
-            + _table(head, rows, "he-eval-compare-table") + "</div>")
+    return (
+        f'<div class="he-eval-compare"><p>A = run <code>{escape(a["id"][:12])}</code>, B = run <code>{escape(b["id"][:12])}</code>; '
+        f"pass@1 A {_pm(*p1a)}, B {_pm(*p1b)}, B − A {_pm(*_diff(p1a, p1b))}</p>" + _table(head, rows, "he-eval-compare-table") + "</div>"
+    )
 
 
 def _diff(a: tuple[float | None, float | None], b: tuple[float | None, float | None]) -> tuple[float | None, float | None]:

@@ -34,26 +34,30 @@ def grading_html(grading: dict[str, Any] | None, reference_png_b64: str | None =
     if not grading:
         return '<p class="he-empty">no task-family grading (a shell task is graded by its verify commands)</p>'
     g = grading
-    images = (f'<div class="he-images"><figure>{png_img(g.get("rendered_png_b64"), "rendered icon", "he-rendered")}'
-              f"<figcaption>rendered icon</figcaption></figure>")
+    images = (
+        f'<div class="he-images"><figure>{png_img(g.get("rendered_png_b64"), "rendered icon", "he-rendered")}<figcaption>rendered icon</figcaption></figure>'
+    )
     if reference_png_b64 is not None:
-        images += f'<figure>{png_img(reference_png_b64, "reference image", "he-reference")}<figcaption>reference</figcaption></figure>'
+        images += f"<figure>{png_img(reference_png_b64, 'reference image', 'he-reference')}<figcaption>reference</figcaption></figure>"
     images += "</div>"
     reasons = g.get("zero_reasons") or []
     timings = g.get("timings") or {}
-    facts = [("renderer", escape(str(g.get("renderer", "-")))),
-             ("page valid", "yes" if g.get("page_valid") else "no"),
-             ("zero reasons", "<ul>" + "".join(f"<li><code>{escape(str(r))}</code></li>" for r in reasons) + "</ul>" if reasons else "none"),
-             ("timings", escape(", ".join(f"{k}: {num(v)} s" for k, v in timings.items())) or "-")]
+    facts = [
+        ("renderer", escape(str(g.get("renderer", "-")))),
+        ("page valid", "yes" if g.get("page_valid") else "no"),
+        ("zero reasons", "<ul>" + "".join(f"<li><code>{escape(str(r))}</code></li>" for r in reasons) + "</ul>" if reasons else "none"),
+        ("timings", escape(", ".join(f"{k}: {num(v)} s" for k, v in timings.items())) or "-"),
+    ]
     judge = g.get("judge")
     if isinstance(judge, dict):
-        facts += [("judge model", escape(str(judge.get("judge_model") or "-"))),
-                  ("judge attempts", num(judge.get("attempts"))),
-                  ("judge time", f"{num(judge.get('seconds'))} s")]
+        facts += [
+            ("judge model", escape(str(judge.get("judge_model") or "-"))),
+            ("judge attempts", num(judge.get("attempts"))),
+            ("judge time", f"{num(judge.get('seconds'))} s"),
+        ]
         if judge.get("error"):
             facts.append(("judge error", f"<code>{escape(clip(str(judge['error']), 2000))}</code>"))
-    facts_html = ('<table class="he-table he-grading-facts"><tbody>'
-                  + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts) + "</tbody></table>")
+    facts_html = '<table class="he-table he-grading-facts"><tbody>' + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts) + "</tbody></table>"
     return f'<div class="he-grading">{images}{facts_html}{_judge_scores_html(judge)}</div>'
 
 
@@ -64,17 +68,24 @@ def _judge_scores_html(judge: Any) -> str:
     rows = []
     for name, s in scores.items():
         s = s if isinstance(s, dict) else {}
-        rows.append(f'<tr data-dimension="{escape(str(name))}"><td><code>{escape(str(name))}</code></td>'
-                    f"<td>{num(s.get('score'))}</td><td>{num(s.get('weight'))}</td><td>{escape(clip(str(s.get('reason') or ''), 2000))}</td></tr>")
+        rows.append(
+            f'<tr data-dimension="{escape(str(name))}"><td><code>{escape(str(name))}</code></td>'
+            f"<td>{num(s.get('score'))}</td><td>{num(s.get('weight'))}</td><td>{escape(clip(str(s.get('reason') or ''), 2000))}</td></tr>"
+        )
     reward = judge.get("reward")
-    table = ('<table class="he-table he-scores"><thead><tr><th>dimension</th><th>score</th><th>weight</th><th>reason</th></tr></thead>'
-             f"<tbody>{''.join(rows)}</tbody><tfoot><tr><th>weighted reward</th>"
-             f'<th class="he-judge-reward" colspan="3">{escape(format_reward(reward) if isinstance(reward, (int, float)) else "-")}</th></tr></tfoot></table>')
+    table = (
+        '<table class="he-table he-scores"><thead><tr><th>dimension</th><th>score</th><th>weight</th><th>reason</th></tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody><tfoot><tr><th>weighted reward</th>"
+        f'<th class="he-judge-reward" colspan="3">{escape(format_reward(reward) if isinstance(reward, (int, float)) else "-")}</th></tr></tfoot></table>'
+    )
     if not rows:
         table = '<p class="he-empty">no per-dimension scores</p>' + table
     raw = judge.get("raw_answer")
-    raw_html = (f"<details><summary>raw judge answer ({len(str(raw))} chars)</summary><pre>{escape(clip(str(raw)))}</pre></details>"
-                if raw else '<p class="he-empty">no raw judge answer</p>')
+    raw_html = (
+        f"<details><summary>raw judge answer ({len(str(raw))} chars)</summary><pre>{escape(clip(str(raw)))}</pre></details>"
+        if raw
+        else '<p class="he-empty">no raw judge answer</p>'
+    )
     return table + raw_html
 
 
@@ -94,8 +105,7 @@ def _fact_html(value: str | dict[str, float] | None) -> str:
     if isinstance(value, dict):
         if not value:
             return '<span class="he-empty">none</span>'
-        rows = "".join(f'<tr data-key="{escape(str(k))}"><td><code>{escape(str(k))}</code></td><td>{num(v, 4)}</td></tr>'
-                       for k, v in value.items())
+        rows = "".join(f'<tr data-key="{escape(str(k))}"><td><code>{escape(str(k))}</code></td><td>{num(v, 4)}</td></tr>' for k, v in value.items())
         return f'<table class="he-table he-run-map"><tbody>{rows}</tbody></table>'
     return f"<code>{escape(clip(str(value), 2000))}</code>"
 
@@ -122,8 +132,10 @@ def trajectory_html(trajectory: dict[str, Any] | None) -> str:
     agent = trajectory.get("agent") if isinstance(trajectory.get("agent"), dict) else {}
     who = " ".join(str(agent[k]) for k in ("name", "version") if agent.get(k))
     model = f" · model {agent['model_name']}" if agent.get("model_name") else ""
-    head = (f'<p class="he-trajectory-head">trajectory {escape(str(trajectory.get("schema_version") or "-"))}'
-            f" · {escape(who or 'agent -')}{escape(model)} · {len(steps)} step(s)</p>")
+    head = (
+        f'<p class="he-trajectory-head">trajectory {escape(str(trajectory.get("schema_version") or "-"))}'
+        f" · {escape(who or 'agent -')}{escape(model)} · {len(steps)} step(s)</p>"
+    )
     rows = []
     for step in steps[:MAX_TRAJECTORY_STEPS]:
         step = step if isinstance(step, dict) else {}
@@ -131,12 +143,15 @@ def trajectory_html(trajectory: dict[str, Any] | None) -> str:
         names = _tool_call_names(step.get("tool_calls"))
         obs = step.get("observation")
         results = obs.get("results") if isinstance(obs, dict) and isinstance(obs.get("results"), list) else []
-        rows.append(f'<tr class="he-step" data-source="{escape(source)}"><td>{escape(str(step.get("step_id", "")))}</td>'
-                    f"<td>{escape(source)}</td><td><pre>{escape(_step_message(step.get('message')))}</pre></td>"
-                    f"<td>{', '.join(f'<code>{escape(n)}</code>' for n in names) or '-'}</td>"
-                    f"<td>{len(results) or '-'}</td></tr>")
-    more = (f'<p class="he-empty">... {len(steps) - MAX_TRAJECTORY_STEPS} more steps in the JSON download</p>'
-            if len(steps) > MAX_TRAJECTORY_STEPS else "")
-    table = ('<table class="he-table he-trajectory"><thead><tr><th>step</th><th>source</th><th>message</th>'
-             f"<th>tool calls</th><th>observations</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+        rows.append(
+            f'<tr class="he-step" data-source="{escape(source)}"><td>{escape(str(step.get("step_id", "")))}</td>'
+            f"<td>{escape(source)}</td><td><pre>{escape(_step_message(step.get('message')))}</pre></td>"
+            f"<td>{', '.join(f'<code>{escape(n)}</code>' for n in names) or '-'}</td>"
+            f"<td>{len(results) or '-'}</td></tr>"
+        )
+    more = f'<p class="he-empty">... {len(steps) - MAX_TRAJECTORY_STEPS} more steps in the JSON download</p>' if len(steps) > MAX_TRAJECTORY_STEPS else ""
+    table = (
+        '<table class="he-table he-trajectory"><thead><tr><th>step</th><th>source</th><th>message</th>'
+        f"<th>tool calls</th><th>observations</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
     return head + (table if rows else '<p class="he-empty">no steps</p>') + more

@@ -42,5 +42,7 @@ def request_html(request: dict[str, Any] | None) -> str:
         ("options (not the defaults)", json.dumps(changed_options(request), indent=1) if changed_options(request) else "all defaults"),
     ]
     body = "".join(f'<tr data-field="{escape(k)}"><th>{escape(k)}</th><td><pre>{escape(v)}</pre></td></tr>' for k, v in rows)
-    return (f'<details class="he-request"><summary>request: task {escape(task.get("task_id") or "-")} · {escape(request.get("harness") or "-")} · '
-            f'model {escape(endpoint.get("model", "-"))}</summary><table class="he-table"><tbody>{body}</tbody></table></details>')
+    return (
+        f'<details class="he-request"><summary>request: task {escape(task.get("task_id") or "-")} · {escape(request.get("harness") or "-")} · '
+        f'model {escape(endpoint.get("model", "-"))}</summary><table class="he-table"><tbody>{body}</tbody></table></details>'
+    )

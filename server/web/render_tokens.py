@@ -57,7 +57,7 @@ def _new_prompt(turn: Turn, parent: Turn | None) -> tuple[list[dict], int]:
     many of its prompt tokens are new (all of them when it does not extend its parent's tokens)."""
     msgs = turn.request_messages
     if parent is not None and msgs[: len(parent.request_messages)] == parent.request_messages:
-        msgs = msgs[len(parent.request_messages) + 1:]  # + 1: the parent's answer, replayed
+        msgs = msgs[len(parent.request_messages) + 1 :]  # + 1: the parent's answer, replayed
     tokens = len(turn.prompt_token_ids)
     if parent is not None and turn.continues(parent):
         tokens -= len(parent.prompt_token_ids) + len(parent.completion_token_ids)
@@ -70,15 +70,20 @@ def _message_html(msg: dict) -> str:
     if not text and msg.get("tool_calls"):
         text = "(tool calls of the replayed answer)"
     name = f" {msg.get('name') or msg.get('tool_call_id') or ''}".rstrip() if role == "tool" else ""
-    return (f'<div class="he-pmsg" data-role="{escape(role)}"><span class="he-role">{escape(role + name)}</span>'
-            f"<pre>{escape(clip(text, MAX_PROMPT_CHARS))}</pre></div>")
+    return (
+        f'<div class="he-pmsg" data-role="{escape(role)}"><span class="he-role">{escape(role + name)}</span>'
+        f"<pre>{escape(clip(text, MAX_PROMPT_CHARS))}</pre></div>"
+    )
 
 
 def _tokens_html(turn: Turn, n: int, limit: int) -> str:
     spans = []
     for k in range(min(n, limit)):
-        text = turn.completion_tokens[k] if k < len(turn.completion_tokens) else (
-            f"<id {turn.completion_token_ids[k]}>" if k < len(turn.completion_token_ids) else "?")
+        text = (
+            turn.completion_tokens[k]
+            if k < len(turn.completion_tokens)
+            else (f"<id {turn.completion_token_ids[k]}>" if k < len(turn.completion_token_ids) else "?")
+        )
         lp = turn.per_token_logps[k] if k < len(turn.per_token_logps) else None
         style = f' style="background: {token_colour(lp)}"' if lp is not None else ""
         spans.append(f'<span class="he-tok"{style} title="{escape(token_title(turn, k))}">{escape(text)}</span>')
@@ -90,11 +95,16 @@ def _graph_html(result: RolloutResult, rows: list) -> str:
     links = ", ".join(f"{n} {escape(kind)}" for kind, n in result.graph.links.items()) or "none"
     items = []
     for r in rows:
-        state = (f"trained: {sum(r.loss_mask)} sampled tokens (loss mask 1) of {len(r.token_ids)}" if r.trainable
-                 else f"not trained: {escape(r.untrainable_reason or '')}")
+        state = (
+            f"trained: {sum(r.loss_mask)} sampled tokens (loss mask 1) of {len(r.token_ids)}"
+            if r.trainable
+            else f"not trained: {escape(r.untrainable_reason or '')}"
+        )
         items.append(f'<li data-branch="{r.branch}">branch {r.branch}: call(s) {", ".join(map(str, r.turn_indices))} · {state}</li>')
-    return (f'<div class="he-graph"><p>{len(result.proxy_turns)} model call(s) · {result.graph.branches} branch(es) · '
-            f"{result.graph.auxiliary_turns} auxiliary · links: {links}</p><ul>{''.join(items)}</ul></div>")
+    return (
+        f'<div class="he-graph"><p>{len(result.proxy_turns)} model call(s) · {result.graph.branches} branch(es) · '
+        f"{result.graph.auxiliary_turns} auxiliary · links: {links}</p><ul>{''.join(items)}</ul></div>"
+    )
 
 
 def trajectory_tokens_html(result: RolloutResult, call_limit: int = MAX_CALL_TOKENS, limit: int = MAX_VIEW_TOKENS) -> str:
@@ -135,7 +145,10 @@ def trajectory_tokens_html(result: RolloutResult, call_limit: int = MAX_CALL_TOK
             f'<div class="he-prompt" data-mask="0"><span class="he-part">prompt and tool tokens (loss mask 0): {new_tokens} new'
             f"</span>{prompt}</div>"
             f'<div class="he-tokens {"he-trained" if is_trained else "he-untrained"}" data-mask="{int(is_trained)}">'
-            f'<span class="he-part">sampled ({state})</span>{body}</div></details>')
-    key = ('<p class="he-token-key">grey: prompt and tool tokens (loss mask 0); coloured: what the engine sampled, by logprob '
-           "(red: unlikely, green: sure), outlined when it is not trained; hover a token for its id, logprob and the alternatives</p>")
+            f'<span class="he-part">sampled ({state})</span>{body}</div></details>'
+        )
+    key = (
+        '<p class="he-token-key">grey: prompt and tool tokens (loss mask 0); coloured: what the engine sampled, by logprob '
+        "(red: unlikely, green: sure), outlined when it is not trained; hover a token for its id, logprob and the alternatives</p>"
+    )
     return key + _graph_html(result, rows) + "".join(calls)

@@ -87,7 +87,7 @@ def conversation(result: RolloutResult) -> list[dict[str, Any]]:
         if prev and req[: len(prev)] != prev:
             messages.append({"role": "assistant", "content": _text(f"model call {turn.index} starts a new branch"), "metadata": _meta("new branch")})
             prev = []
-        for msg in req[len(prev):]:
+        for msg in req[len(prev) :]:
             messages += _message_to_chat(msg)
             if len(messages) > MAX_CHAT_MESSAGES:
                 break
@@ -95,16 +95,21 @@ def conversation(result: RolloutResult) -> list[dict[str, Any]]:
         if nxt is None or nxt[: len(req)] != req:
             messages += _message_to_chat(_answer_message(turn))
         if turn.upstream_error:
-            messages.append({"role": "assistant", "content": _code(turn.upstream_error),
-                             "metadata": _meta(f"model call {turn.index} failed ({turn.upstream_status})")})
+            messages.append(
+                {"role": "assistant", "content": _code(turn.upstream_error), "metadata": _meta(f"model call {turn.index} failed ({turn.upstream_status})")}
+            )
         prev = req
         if len(messages) > MAX_CHAT_MESSAGES:
             break
     if len(messages) > MAX_CHAT_MESSAGES:
         messages = messages[:MAX_CHAT_MESSAGES]
-        messages.append({"role": "assistant", "content": _text(f"the conversation goes on: the first {MAX_CHAT_MESSAGES} messages "
-                                                               "are shown here, the JSON download has every model call"),
-                         "metadata": _meta("cut here")})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": _text(f"the conversation goes on: the first {MAX_CHAT_MESSAGES} messages are shown here, the JSON download has every model call"),
+                "metadata": _meta("cut here"),
+            }
+        )
     return messages
 
 
@@ -163,17 +168,18 @@ def logprob_svg(points: list[TokenPoint]) -> str:
         lp = lp if math.isfinite(lp) else lo
         return pad / 2 + (h - 1.5 * pad) * (lp / lo)  # 0 at the top, the lowest at the bottom
 
-    parts = [f'<svg class="he-logprob-plot" viewBox="0 0 {w} {h}" width="100%" role="img" aria-label="per-token logprobs">',
-             f'<line x1="{pad}" y1="{y(0):.1f}" x2="{w - pad}" y2="{y(0):.1f}" stroke="#999" stroke-width="0.5"/>',
-             f'<text x="{pad - 4}" y="{y(0) + 4:.1f}" font-size="10" text-anchor="end">0</text>',
-             f'<text x="{pad - 4}" y="{y(lo) + 4:.1f}" font-size="10" text-anchor="end">{lo:.2f}</text>',
-             f'<text x="{w / 2:.0f}" y="{h - 4}" font-size="10" text-anchor="middle">completion token position (all turns)</text>']
+    parts = [
+        f'<svg class="he-logprob-plot" viewBox="0 0 {w} {h}" width="100%" role="img" aria-label="per-token logprobs">',
+        f'<line x1="{pad}" y1="{y(0):.1f}" x2="{w - pad}" y2="{y(0):.1f}" stroke="#999" stroke-width="0.5"/>',
+        f'<text x="{pad - 4}" y="{y(0) + 4:.1f}" font-size="10" text-anchor="end">0</text>',
+        f'<text x="{pad - 4}" y="{y(lo) + 4:.1f}" font-size="10" text-anchor="end">{lo:.2f}</text>',
+        f'<text x="{w / 2:.0f}" y="{h - 4}" font-size="10" text-anchor="middle">completion token position (all turns)</text>',
+    ]
     turn_order = {t: i for i, t in enumerate(dict.fromkeys(p.turn for p in points))}
     prev_turn, label_x = None, -math.inf
     stride = math.ceil(n / MAX_PLOT_POINTS)  # a long rollout's plot stays a plot, not 100 MB of SVG
     if stride > 1:
-        parts.append(f'<text class="he-thinned" x="{w - pad}" y="{h - 4}" font-size="10" text-anchor="end">'
-                     f"every {stride}th of {n} tokens shown</text>")
+        parts.append(f'<text class="he-thinned" x="{w - pad}" y="{h - 4}" font-size="10" text-anchor="end">every {stride}th of {n} tokens shown</text>')
     for p in points[::stride]:
         if p.turn != prev_turn:  # a dashed line where each turn starts; a label where it has room
             parts.append(f'<line x1="{x(p.position):.1f}" y1="{pad / 2}" x2="{x(p.position):.1f}" y2="{h - pad}" stroke="#ccc" stroke-dasharray="3,3"/>')
@@ -182,8 +188,10 @@ def logprob_svg(points: list[TokenPoint]) -> str:
                 parts.append(f'<text class="he-turn-label" x="{label_x + 2:.1f}" y="{pad / 2 - 4}" font-size="10">turn {p.turn}</text>')
             prev_turn = p.turn
         colour = TURN_COLOURS[turn_order[p.turn] % len(TURN_COLOURS)]
-        parts.append(f'<circle class="he-token" cx="{x(p.position):.1f}" cy="{y(p.logprob):.1f}" r="3" fill="{colour}" data-turn="{p.turn}">'
-                     f"<title>turn {p.turn}, token {p.position}: {escape(repr(p.token))}  logprob {p.logprob:.4f}</title></circle>")
+        parts.append(
+            f'<circle class="he-token" cx="{x(p.position):.1f}" cy="{y(p.logprob):.1f}" r="3" fill="{colour}" data-turn="{p.turn}">'
+            f"<title>turn {p.turn}, token {p.position}: {escape(repr(p.token))}  logprob {p.logprob:.4f}</title></circle>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -198,8 +206,14 @@ def logprob_summary_markdown(points: list[TokenPoint], lowest: int = LOWEST_TOKE
     for p in finite:
         per_turn.setdefault(p.turn, []).append(p.logprob)
     turn_means = ", ".join(f"turn {t}: {sum(v) / len(v):.3f}" for t, v in per_turn.items())
-    lines = [f"**{len(points)} tokens**, mean logprob **{mean:.4f}** (perplexity {math.exp(-mean):.3f}); {turn_means}", "",
-             "Lowest-probability tokens:", "", "| turn | position | token | logprob | probability |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        f"**{len(points)} tokens**, mean logprob **{mean:.4f}** (perplexity {math.exp(-mean):.3f}); {turn_means}",
+        "",
+        "Lowest-probability tokens:",
+        "",
+        "| turn | position | token | logprob | probability |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for p in sorted(points, key=lambda p: p.logprob if math.isfinite(p.logprob) else -math.inf)[:lowest]:
         prob = math.exp(p.logprob) if math.isfinite(p.logprob) else 0.0
         lines.append(f"| {p.turn} | {p.position} | <code>{md_cell(repr(p.token))}</code> | {p.logprob:.4f} | {prob:.3f} |")

@@ -101,8 +101,17 @@ class ResultArea:
             with gr.Tab("conversation", id="conversation"):
                 # No Markdown, no LaTeX: render_turns gives each message as escaped HTML, so what the
                 # model or a tool wrote shows as text (Markdown would turn ![](url) into an image).
-                self.chat = gr.Chatbot(value=[], label="the agent's turns", height=520, elem_id=f"{p}conversation", feedback_options=None,
-                                       render_markdown=False, latex_delimiters=[], sanitize_html=True, allow_tags=False)
+                self.chat = gr.Chatbot(
+                    value=[],
+                    label="the agent's turns",
+                    height=520,
+                    elem_id=f"{p}conversation",
+                    feedback_options=None,
+                    render_markdown=False,
+                    latex_delimiters=[],
+                    sanitize_html=True,
+                    allow_tags=False,
+                )
             with gr.Tab("logprobs", id="logprobs"):
                 self.logprob_plot = gr.HTML("", elem_id=f"{p}logprob-plot")
                 self.logprob_md = text_markdown(f"{p}logprob-summary")
@@ -114,16 +123,44 @@ class ResultArea:
 
     @property
     def outputs(self) -> list[gr.components.Component]:
-        return [self.reward, self.summary, self.verify_html, self.files_html, self.chat, self.logprob_plot,
-                self.logprob_md, self.token_view, self.json_code, self.download, self.grading_html, *self.harness_html.values(),
-                self.grading_tab, *self.harness_tabs.values(), self.tabs]
+        return [
+            self.reward,
+            self.summary,
+            self.verify_html,
+            self.files_html,
+            self.chat,
+            self.logprob_plot,
+            self.logprob_md,
+            self.token_view,
+            self.json_code,
+            self.download,
+            self.grading_html,
+            *self.harness_html.values(),
+            self.grading_tab,
+            *self.harness_tabs.values(),
+            self.tabs,
+        ]
 
     def view(self, result: RolloutResult | None, *, cancelled: bool = False, key: str = "", reference: str | None = None) -> list[Any]:
         """The values of `outputs` for `result` (None: cleared, or "cancelled")."""
         hidden = [gr.update(visible=False)] * (1 + len(self.harness_tabs))
         if result is None:
-            return [render.reward_html(None, cancelled=cancelled), "", "", "", [], "", "", "", "", gr.update(value=None, visible=False),
-                    "", *[""] * len(self.harness_html), *hidden, gr.update(selected="verify")]
+            return [
+                render.reward_html(None, cancelled=cancelled),
+                "",
+                "",
+                "",
+                [],
+                "",
+                "",
+                "",
+                "",
+                gr.update(value=None, visible=False),
+                "",
+                *[""] * len(self.harness_html),
+                *hidden,
+                gr.update(selected="verify"),
+            ]
         facts = {name: h.result_facts(result) for name, h in self.harnesses.items()}
         own = [name for name, f in facts.items() if f is not None]  # the harness's own tab opens
         points = render.logprob_points(result.proxy_turns)

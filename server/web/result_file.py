@@ -49,11 +49,15 @@ class Budget:
         self.bytes -= nbytes
         self.messages -= messages
         if self.bytes < 0:
-            raise ValueError(f"{where}is too big to show here: expanded from its compact form it would be over "
-                             f"{MAX_EXPANDED_BYTES:,} bytes of JSON (the limit of a whole file); {TOO_BIG_HINT}")
+            raise ValueError(
+                f"{where}is too big to show here: expanded from its compact form it would be over "
+                f"{MAX_EXPANDED_BYTES:,} bytes of JSON (the limit of a whole file); {TOO_BIG_HINT}"
+            )
         if self.messages < 0:
-            raise ValueError(f"{where}is too big to show here: expanded from its compact form its model calls would hold "
-                             f"over {MAX_EXPANDED_MESSAGES:,} request messages; {TOO_BIG_HINT}")
+            raise ValueError(
+                f"{where}is too big to show here: expanded from its compact form its model calls would hold "
+                f"over {MAX_EXPANDED_MESSAGES:,} request messages; {TOO_BIG_HINT}"
+            )
 
 
 def parse_result_file(path: str) -> list[RolloutResult]:
@@ -180,8 +184,7 @@ def expansion(doc: dict[str, Any], where: str = "") -> tuple[int, int]:
         if parent is not None:
             keep = raw.get("request_messages_from_parent", 0)
             if type(keep) is not int or keep < 0:
-                raise ValueError(f"{where}is not a RolloutResult: turn {raw['index']}'s request_messages_from_parent "
-                                 "is not a count")
+                raise ValueError(f"{where}is not a RolloutResult: turn {raw['index']}'s request_messages_from_parent is not a count")
             inherited = parent.cum[:keep]
         prompt = _size(raw.get("prompt_token_ids", []))
         if parent is not None and raw.get("prompt_extends_parent"):

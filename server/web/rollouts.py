@@ -42,8 +42,19 @@ NOT_OPEN = "Click a rollout in the list, or open `/web/?rollout=ID`."
 
 def list_rows(items: list[Any]) -> list[list[Any]]:
     """RolloutListItems -> the table's rows."""
-    return [[time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(i.created_at)), i.rollout_id, i.status, i.harness, i.task_id or "-",
-             format_reward(i.reward), "-" if i.wall_s is None else round(i.wall_s, 2), i.error_kind or "-"] for i in items]
+    return [
+        [
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(i.created_at)),
+            i.rollout_id,
+            i.status,
+            i.harness,
+            i.task_id or "-",
+            format_reward(i.reward),
+            "-" if i.wall_s is None else round(i.wall_s, 2),
+            i.error_kind or "-",
+        ]
+        for i in items
+    ]
 
 
 class RolloutsView:
@@ -65,8 +76,12 @@ class RolloutsView:
         self.table = gr.Dataframe(headers=HEADERS, value=[], interactive=False, elem_id="ro-list")
         self.ids = gr.State([])  # the rollout id of each row
         with gr.Row():
-            self.file = gr.File(label="open a result file (RolloutResult JSON, compact JSON, or JSONL of them)",
-                                file_types=[".json", ".jsonl"], type="filepath", elem_id="ro-file")
+            self.file = gr.File(
+                label="open a result file (RolloutResult JSON, compact JSON, or JSONL of them)",
+                file_types=[".json", ".jsonl"],
+                type="filepath",
+                elem_id="ro-file",
+            )
             self.file_pick = gr.Dropdown(label="result in the file", choices=[], visible=False, elem_id="ro-file-pick")
         # The open file: its path in Gradio's upload cache and how many results it holds, not the
         # results (a session's state outlives its tab by an hour; a pick reads the file again).
@@ -87,8 +102,19 @@ class RolloutsView:
 
     @property
     def page_outputs(self) -> list[Any]:
-        return [self.title, self.status, self.log, *self.result.outputs, self.followed, self.timer, self.cancel, self.rerun, self.compare,
-                self.request, self.opened]
+        return [
+            self.title,
+            self.status,
+            self.log,
+            *self.result.outputs,
+            self.followed,
+            self.timer,
+            self.cancel,
+            self.rerun,
+            self.compare,
+            self.request,
+            self.opened,
+        ]
 
     def wire(self, blocks: gr.Blocks, tab: gr.Tab, views: gr.Tabs) -> None:
         filters = [self.status_filter, self.harness_filter, self.task_filter]
@@ -98,10 +124,8 @@ class RolloutsView:
         self.older.click(self.on_list, inputs=[*filters, self.cursor], outputs=listed, queue=False, api_name=False, show_progress="hidden")
         blocks.load(self.on_load, inputs=filters, outputs=[views, *listed, *self.page_outputs], queue=False, api_name=False)
         self.table.select(self.on_select, inputs=[self.ids], outputs=self.page_outputs, queue=False, api_name=False)
-        self.timer.tick(self.on_tick, inputs=[self.followed], outputs=self.page_outputs, queue=False, api_name=False,
-                        show_progress="hidden")
-        self.file.upload(self.on_file, inputs=[self.file], outputs=[self.file_results, self.file_pick, *self.page_outputs],
-                         queue=False, api_name=False)
+        self.timer.tick(self.on_tick, inputs=[self.followed], outputs=self.page_outputs, queue=False, api_name=False, show_progress="hidden")
+        self.file.upload(self.on_file, inputs=[self.file], outputs=[self.file_results, self.file_pick, *self.page_outputs], queue=False, api_name=False)
         self.title.change(None, js=ADDRESS_JS, queue=False)
         self.cancel.click(self.on_cancel, inputs=[self.opened], outputs=[self.status, self.cancel], queue=False, api_name=False)
         self.file_pick.input(self.on_pick, inputs=[self.file_results, self.file_pick], outputs=self.page_outputs, queue=False, api_name=False)
@@ -111,10 +135,15 @@ class RolloutsView:
         """A page of the list, newest first: the first, or the one after cursor `before`."""
         if self.jobs is None:
             return [[], [], "this page has no job store", None, gr.update(visible=False)]
-        page = await self.jobs.list(statuses=list(statuses or []), task_id=(task or "").strip() or None,
-                                    harness=(harness or "").strip() or None, before=int(before) if before else None, limit=LIST_LIMIT)
+        page = await self.jobs.list(
+            statuses=list(statuses or []),
+            task_id=(task or "").strip() or None,
+            harness=(harness or "").strip() or None,
+            before=int(before) if before else None,
+            limit=LIST_LIMIT,
+        )
         where = "older " if before else ""
-        note = f"{len(page.items)} {where}rollout(s)" + (" (more with \"older\"; \"refresh\" goes back to the newest)" if page.next_cursor else "")
+        note = f"{len(page.items)} {where}rollout(s)" + (' (more with "older"; "refresh" goes back to the newest)' if page.next_cursor else "")
         return [list_rows(page.items), [i.rollout_id for i in page.items], note, page.next_cursor, gr.update(visible=bool(page.next_cursor))]
 
     async def on_load(self, statuses: list[str] | None, harness: str | None, task: str | None, request: gr.Request) -> list[Any]:
@@ -157,20 +186,38 @@ class RolloutsView:
         job = await self.jobs.get(rollout_id) if self.jobs is not None and len(rollout_id) <= 32 else None
         if job is None:
             out.update(zip(self.result.outputs, self.result.view(None)))
-            out.update({self.title: f"**no rollout <code>{md_cell(rollout_id)}</code>** here (never run here, or removed by retention)",
-                        self.status: "", self.log: "", self.followed: None, self.timer: gr.Timer(active=False), **self._no_request()})
+            out.update(
+                {
+                    self.title: f"**no rollout <code>{md_cell(rollout_id)}</code>** here (never run here, or removed by retention)",
+                    self.status: "",
+                    self.log: "",
+                    self.followed: None,
+                    self.timer: gr.Timer(active=False),
+                    **self._no_request(),
+                }
+            )
             return list(out.values())
         lines, after = await self._events(job.rollout_id, -1)
         request = await asyncio.to_thread(self.stored_request, job.rollout_id)
-        out.update({self.title: self._title(job), self.log: "\n".join(lines), self.request: request_html(request),
-                    self.rerun: gr.update(visible=request is not None), self.compare: gr.update(visible=True), self.opened: job.rollout_id})
+        out.update(
+            {
+                self.title: self._title(job),
+                self.log: "\n".join(lines),
+                self.request: request_html(request),
+                self.rerun: gr.update(visible=request is not None),
+                self.compare: gr.update(visible=True),
+                self.opened: job.rollout_id,
+            }
+        )
         out.update(await self._shown(job, {"id": job.rollout_id, "after": after, "log": lines}))
         return list(out.values())
 
     def _title(self, job: RolloutJob) -> str:
         link = f"?rollout={job.rollout_id}"
-        return (f"**rollout <code>{md_cell(job.rollout_id)}</code>** · task <code>{md_cell(job.task_id or '-')}</code> · {md_cell(job.harness)} · "
-                f"model <code>{md_cell(job.model or '-')}</code> · <a id=\"ro-share\" href=\"{link}\">link to this rollout</a>")
+        return (
+            f"**rollout <code>{md_cell(job.rollout_id)}</code>** · task <code>{md_cell(job.task_id or '-')}</code> · {md_cell(job.harness)} · "
+            f'model <code>{md_cell(job.model or "-")}</code> · <a id="ro-share" href="{link}">link to this rollout</a>'
+        )
 
     async def _shown(self, job: RolloutJob, followed: dict[str, Any]) -> dict[Any, Any]:
         """Status and result of `job`: the whole result once it ended (the timer stops), else the
@@ -181,8 +228,7 @@ class RolloutsView:
             result = full.result if full is not None else None
             reference = await asyncio.to_thread(self._reference, job.rollout_id) if result is not None and result.grading else None
             # Rendered off the event loop: a long rollout's JSON and conversation take a while.
-            shown = await asyncio.to_thread(self.result.view, result, cancelled=job.status == "cancelled", key=job.rollout_id,
-                                            reference=reference)
+            shown = await asyncio.to_thread(self.result.view, result, cancelled=job.status == "cancelled", key=job.rollout_id, reference=reference)
             out.update(zip(self.result.outputs, shown))
             out.update({self.followed: None, self.timer: gr.Timer(active=False)})
         else:
@@ -245,8 +291,11 @@ class RolloutsView:
         except (OSError, ValueError) as e:
             return [[], gr.update(choices=[], value=None, visible=False), *self._file_page(None, f"**could not open {name}:** {md_cell(str(e))}")]
         choices = [(f"{n}: {r.task_id or '-'} · {r.harness} · reward {format_reward(r.reward)}", str(n - 1)) for n, r in enumerate(results, 1)]
-        return [{"path": path, "count": len(results)}, gr.update(choices=choices, value="0", visible=len(results) > 1),
-                *self._file_page(results[0], f"**{name}**, result 1 of {len(results)}")]
+        return [
+            {"path": path, "count": len(results)},
+            gr.update(choices=choices, value="0", visible=len(results) > 1),
+            *self._file_page(results[0], f"**{name}**, result 1 of {len(results)}"),
+        ]
 
     def on_pick(self, opened: dict[str, Any] | None, pick: str | None) -> list[Any]:
         """Another result of the file, read again (a sync handler: Gradio runs it in its thread pool)."""
@@ -263,7 +312,8 @@ class RolloutsView:
     def _file_page(self, result: RolloutResult | None, title: str) -> list[Any]:
         """A result from a file: no log (a file has no events), its phases as the status."""
         status = "" if result is None else render.status_line("from a file", result.wall_s)
-        phases = "" if result is None else "\n".join(f"{p.name:<8} {'ok' if p.ok else 'failed'}  {p.duration_s:.2f} s  {p.detail}".rstrip()
-                                                        for p in result.phases)
+        phases = (
+            "" if result is None else "\n".join(f"{p.name:<8} {'ok' if p.ok else 'failed'}  {p.duration_s:.2f} s  {p.detail}".rstrip() for p in result.phases)
+        )
         key = f"file-{int(time.time() * 1000)}"
         return [title, status, phases, *self.result.view(result, key=key), None, gr.Timer(active=False), *self._no_request().values()]

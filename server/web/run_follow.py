@@ -15,8 +15,7 @@ from harness_env.server.web import render
 TICK_S = 0.25  # how often the elapsed time refreshes while nothing else happens
 
 
-async def follow(task: asyncio.Task, events: asyncio.Queue[PhaseEvent], log: list[str], secrets: list[str],
-                 t0: float) -> AsyncIterator[tuple[str, str | None]]:
+async def follow(task: asyncio.Task, events: asyncio.Queue[PhaseEvent], log: list[str], secrets: list[str], t0: float) -> AsyncIterator[tuple[str, str | None]]:
     """(status line, the log when it grew, else None) at each event and at least every TICK_S,
     until the task is done and its events are read. `log` is filled with the events' lines."""
     phase = "queued"
@@ -59,10 +58,19 @@ def outcome(task: asyncio.Task, secrets: list[str]) -> tuple[RolloutResult | Non
     return result, cancelled, error
 
 
-def history_entry(n: int, key: str, form: dict[str, Any], result: RolloutResult | None, cancelled: bool, status: str, log: str,
-                  reference: str | None, wall: float) -> dict[str, Any]:
+def history_entry(
+    n: int, key: str, form: dict[str, Any], result: RolloutResult | None, cancelled: bool, status: str, log: str, reference: str | None, wall: float
+) -> dict[str, Any]:
     """What the page's history keeps of a run: enough to show it again (never the API key)."""
-    return {"id": key, "cancelled": cancelled, "result": result.model_dump(mode="json") if result else None, "reference_png": reference,
-            "status": status, "log": log, "form": {k: v for k, v in form.items() if k != "api_key"},
-            "row": render.history_row(n, result, form.get("harness") or "", result.wall_s if result else wall,
-                                      form.get("instruction") or (result.task_id if result else ""), cancelled)}
+    return {
+        "id": key,
+        "cancelled": cancelled,
+        "result": result.model_dump(mode="json") if result else None,
+        "reference_png": reference,
+        "status": status,
+        "log": log,
+        "form": {k: v for k, v in form.items() if k != "api_key"},
+        "row": render.history_row(
+            n, result, form.get("harness") or "", result.wall_s if result else wall, form.get("instruction") or (result.task_id if result else ""), cancelled
+        ),
+    }

@@ -20,8 +20,14 @@ QUICK = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
 
 def args(srv, model: str, script: list[dict]) -> dict:
     srv.policy.scripts[model] = script
-    return {"instruction": "Create hello.txt containing hello.", "base_url": srv.base_url, "model": model, "harness": "whitebox",
-            "verify": ["grep -qx hello hello.txt"], "agent_timeout_s": 120}
+    return {
+        "instruction": "Create hello.txt containing hello.",
+        "base_url": srv.base_url,
+        "model": model,
+        "harness": "whitebox",
+        "verify": ["grep -qx hello hello.txt"],
+        "agent_timeout_s": 120,
+    }
 
 
 def runs_of(srv, model: str) -> int:

@@ -26,8 +26,14 @@ SLOW = [{"bash": "sleep 4; echo hello > hello.txt"}, {"text": "done"}]
 
 def args(srv, model: str, script: list[dict]) -> dict:
     srv.policy.scripts[model] = script
-    return {"instruction": "Create hello.txt containing hello.", "base_url": srv.base_url, "model": model, "harness": "whitebox",
-            "verify": ["grep -qx hello hello.txt"], "agent_timeout_s": 120}
+    return {
+        "instruction": "Create hello.txt containing hello.",
+        "base_url": srv.base_url,
+        "model": model,
+        "harness": "whitebox",
+        "verify": ["grep -qx hello hello.txt"],
+        "agent_timeout_s": 120,
+    }
 
 
 def nobody_listening() -> str:
@@ -63,16 +69,19 @@ def pair(tmp_path_factory):
 
 # -- bad addresses ------------------------------------------------------------------------------
 @pytest.mark.parametrize("client", [HarnessEnv, AsyncHarnessEnv])
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"base_url": "http://a:1", "base_urls": ["http://b:1"]}, "either base_url (one server) or base_urls (several), not both"),
-    ({}, "give the server's address: HarnessEnv(url), or HarnessEnv(base_urls=[url, ...])"),
-    ({"base_urls": []}, "base_urls is empty"),
-    ({"base_urls": "http://a:1"}, "base_urls is a list of addresses; for one server pass it as HarnessEnv(url)"),
-    ({"base_urls": ["http://a:1", "ftp://b"]}, "base_urls[1] is not an http(s) address: 'ftp://b'"),
-    ({"base_urls": ["http://a:1", "http://a:1/"]}, "base_urls[1] is listed twice: 'http://a:1'"),
-    ({"base_urls": ["http://a:1", None]}, "base_urls[1] is a NoneType, not an address"),
-    ({"base_url": "a:1"}, "base_url is not an http(s) address: 'a:1'"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"base_url": "http://a:1", "base_urls": ["http://b:1"]}, "either base_url (one server) or base_urls (several), not both"),
+        ({}, "give the server's address: HarnessEnv(url), or HarnessEnv(base_urls=[url, ...])"),
+        ({"base_urls": []}, "base_urls is empty"),
+        ({"base_urls": "http://a:1"}, "base_urls is a list of addresses; for one server pass it as HarnessEnv(url)"),
+        ({"base_urls": ["http://a:1", "ftp://b"]}, "base_urls[1] is not an http(s) address: 'ftp://b'"),
+        ({"base_urls": ["http://a:1", "http://a:1/"]}, "base_urls[1] is listed twice: 'http://a:1'"),
+        ({"base_urls": ["http://a:1", None]}, "base_urls[1] is a NoneType, not an address"),
+        ({"base_url": "a:1"}, "base_url is not an http(s) address: 'a:1'"),
+    ],
+)
 def test_bad_addresses_get_one_clear_error(client, kwargs, message):
     with pytest.raises(ValueError) as bad:
         client(**kwargs)
@@ -144,8 +153,7 @@ def test_two_at_once_run_one_on_each_server_and_a_third_gets_the_busy_error(pair
     a, b = pair
     with HarnessEnv(base_urls=[a.url, b.url]) as env:
         results: dict[str, object] = {}
-        threads = [threading.Thread(target=lambda m=m: results.update({m: env.run_rollout(args(policy_server, m, SLOW))}))
-                   for m in ("spread-1", "spread-2")]
+        threads = [threading.Thread(target=lambda m=m: results.update({m: env.run_rollout(args(policy_server, m, SLOW))})) for m in ("spread-1", "spread-2")]
         for t in threads:
             t.start()
         try:
@@ -155,8 +163,11 @@ def test_two_at_once_run_one_on_each_server_and_a_third_gets_the_busy_error(pair
                 env.run_rollout(args(policy_server, "spread-3", QUICK))
             assert refused.value.status == 429 and refused.value.message.startswith("server busy: 1 running, 0 queued")
             # The trainer's path: the refusal becomes a result with its error, never a crashed step.
-            request = {"harness": "whitebox", "endpoint": {"base_url": policy_server.base_url, "model": "spread-3"},
-                       "task": {"instruction": "x", "verify": ["true"]}}
+            request = {
+                "harness": "whitebox",
+                "endpoint": {"base_url": policy_server.base_url, "model": "spread-3"},
+                "task": {"instruction": "x", "verify": ["true"]},
+            }
             (unscored,) = remote_runner(env)([request])
             assert unscored.reward is None and "429: server busy" in unscored.error
         finally:
@@ -203,8 +214,11 @@ async def test_with_one_server_down_rollouts_go_to_the_other(pair, policy_server
         assert (await env.health())["status"] == "healthy"  # answered by the server that is up
     # The TRL adapter takes the same client: its rollouts reach the live server too.
     policy_server.policy.scripts["down-trl"] = QUICK
-    request = {"harness": "whitebox", "endpoint": {"base_url": policy_server.base_url, "model": "down-trl"},
-               "task": {"instruction": "Create hello.txt containing hello.", "verify": ["grep -qx hello hello.txt"]}}
+    request = {
+        "harness": "whitebox",
+        "endpoint": {"base_url": policy_server.base_url, "model": "down-trl"},
+        "task": {"instruction": "Create hello.txt containing hello.", "verify": ["grep -qx hello hello.txt"]},
+    }
     with HarnessEnv(base_urls=[down, live.url]) as sync_env:
         assert [r.reward for r in remote_runner(sync_env, concurrency=1)([request, request])] == [1.0, 1.0]
     live.assert_no_rollout_left()

@@ -29,9 +29,11 @@ def test_arguments_are_checked_locally_before_any_call():
 def test_client_imports_no_server_code():
     import subprocess
 
-    code = ("import sys, harness_env.client; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('fastapi', 'aiohttp', 'uvicorn', 'mcp', 'starlette') "
-            "or m.startswith(('harness_env.server', 'harness_env.core', 'harness_env.envs'))]; print(bad)")
+    code = (
+        "import sys, harness_env.client; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('fastapi', 'aiohttp', 'uvicorn', 'mcp', 'starlette') "
+        "or m.startswith(('harness_env.server', 'harness_env.core', 'harness_env.envs'))]; print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 

@@ -88,10 +88,12 @@ def test_mcp_example_runs(index, readme_server):
 
 
 def test_the_pages_name_every_mcp_tool_the_server_lists(readme_server):
-    code = ("import asyncio\nfrom mcp import ClientSession\nfrom mcp.client.streamable_http import streamable_http_client\n"
-            "async def main():\n    async with streamable_http_client(%r) as (r, w):\n        async with ClientSession(r, w) as s:\n"
-            "            await s.initialize()\n            print(' '.join(t.name for t in (await s.list_tools()).tools))\n"
-            "asyncio.run(main())\n") % (readme_server.url + "/mcp")
+    code = (
+        "import asyncio\nfrom mcp import ClientSession\nfrom mcp.client.streamable_http import streamable_http_client\n"
+        "async def main():\n    async with streamable_http_client(%r) as (r, w):\n        async with ClientSession(r, w) as s:\n"
+        "            await s.initialize()\n            print(' '.join(t.name for t in (await s.list_tools()).tools))\n"
+        "asyncio.run(main())\n"
+    ) % (readme_server.url + "/mcp")
     tools = set(_run_python(code)[0].split())
     count = {4: "four", 5: "five", 6: "six", 7: "seven"}[len(tools)]
     said = re.search(r"`/mcp` serves .*? with (\w+) tools: (.*?)\. `run_rollout`", README, re.S)
@@ -103,8 +105,7 @@ def test_the_pages_name_every_mcp_tool_the_server_lists(readme_server):
 def test_readme_cli_example_runs(tmp_path, policy_server):
     policy_server.policy.scripts[MODEL] = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # harness-env, as after ./dev
-    p = subprocess.run(["bash", "-e", "-c", CLI[0].replace(VLLM, policy_server.base_url)], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(["bash", "-e", "-c", CLI[0].replace(VLLM, policy_server.base_url)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     result = (tmp_path / "result.json").read_text()
     assert '"reward": 1.0' in result and '"task_id": "hello-1"' in result

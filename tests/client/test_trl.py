@@ -8,13 +8,7 @@ import pickle
 
 import pytest
 
-from harness_env.client.trl import (
-    HarnessRolloutFunc,
-    HarnessSession,
-    HarnessSessionFactory,
-    harness_reward,
-    rollout_batch,
-)
+from harness_env.client.trl import HarnessRolloutFunc, HarnessSession, HarnessSessionFactory, harness_reward, rollout_batch
 from harness_env.models import RolloutArgs, RolloutResult, Turn
 from harness_env.rollout import run_many_sync
 from tests import openenv_env
@@ -24,9 +18,12 @@ pytestmark = pytest.mark.e2e
 
 def test_rollout_func_returns_trl_keys_with_masks_aligned(request_for):
     verdicts = itertools.cycle([["test -f a"], ["false"]])  # one pass, one fail per group
-    func = HarnessRolloutFunc(run_many=functools.partial(run_many_sync, concurrency=2),
-                              task_for_prompt=lambda p: {"instruction": p[-1]["content"], "verify": next(verdicts)},
-                              request=request_for, num_generations=2)
+    func = HarnessRolloutFunc(
+        run_many=functools.partial(run_many_sync, concurrency=2),
+        task_for_prompt=lambda p: {"instruction": p[-1]["content"], "verify": next(verdicts)},
+        request=request_for,
+        num_generations=2,
+    )
     prompts = [[{"role": "user", "content": "make a"}]] * 2 + [[{"role": "user", "content": "make b"}]] * 2
     out = func(prompts)
     assert out["harness_reward"] == [1.0, 0.0, 1.0, 0.0]
@@ -79,9 +76,18 @@ def test_groups_with_too_few_valid_members_are_marked():
 
 
 def test_a_masked_rollout_gives_the_async_worker_no_row_and_no_vote():
-    session = HarnessSession(lambda reqs: [RolloutResult(reward=1.0, error="cancelled", error_kind="internal",
-                                                         proxy_turns=[Turn(index=0, branch=0, prompt_token_ids=[1], completion_token_ids=[2],
-                                                                           per_token_logps=[-0.1], upstream_status=200)])], {}, "ep")
+    session = HarnessSession(
+        lambda reqs: [
+            RolloutResult(
+                reward=1.0,
+                error="cancelled",
+                error_kind="internal",
+                proxy_turns=[Turn(index=0, branch=0, prompt_token_ids=[1], completion_token_ids=[2], per_token_logps=[-0.1], upstream_status=200)],
+            )
+        ],
+        {},
+        "ep",
+    )
     assert session.fetch_proxy_trace() == []
     verdict = session.verdict()  # verify()'s VerifyResult fields
     assert verdict["env_reward"] is None and verdict["metrics"]["mask_sample"] is True
@@ -126,9 +132,12 @@ def test_rollout_func_through_a_server_with_a_catalog_endpoint(start_server, pol
     policy_server.policy.scripts["m"] = [{"bash": "touch a"}, {"text": "done"}]
     server = start_server(env={"VLLM_URL": policy_server.base_url, "VLLM_MODEL": "m"})
     with HarnessEnv(server.url) as client:
-        func = HarnessRolloutFunc(run_many=remote_runner(client, concurrency=2),
-                                  task_for_prompt=lambda p: {"instruction": p, "verify": ["test -f a"]},
-                                  request={"harness": "whitebox", "endpoint": "vllm", "temperature": 1.0}, num_generations=2)
+        func = HarnessRolloutFunc(
+            run_many=remote_runner(client, concurrency=2),
+            task_for_prompt=lambda p: {"instruction": p, "verify": ["test -f a"]},
+            request={"harness": "whitebox", "endpoint": "vllm", "temperature": 1.0},
+            num_generations=2,
+        )
         out = func(["make a", "make a", "", ""])  # an empty instruction is refused: unscored, never a crash
     assert out["harness_reward"][:2] == [1.0, 1.0] and out["group_status"] == ["all_tied"] * 2 + ["all_failed"] * 2
     assert out["harness_reward"][2:] == [None, None] and "instruction" in out["harness_error"][2]
@@ -139,8 +148,9 @@ def test_requests_become_the_servers_flat_arguments():
 
     named = args_from_request({"harness": "pi", "endpoint": "openai", "api_key": "sk-x", "temperature": 0.5, "task": {"instruction": "x"}})
     assert (named["endpoint"], named["api_key"], named["temperature"], named["instruction"]) == ("openai", "sk-x", 0.5, "x")
-    explicit = args_from_request({"endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key": "k"},
-                                  "task": {"instruction": "y", "verify": ["true"]}})
+    explicit = args_from_request(
+        {"endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key": "k"}, "task": {"instruction": "y", "verify": ["true"]}}
+    )
     assert (explicit["base_url"], explicit["model"], explicit["api_key"], explicit["verify"]) == ("http://127.0.0.1:9/v1", "m", "k", ["true"])
     RolloutArgs.model_validate(explicit)  # what the client checks before sending: a task with no task_id passes
 
@@ -156,7 +166,7 @@ def test_every_trainable_branch_becomes_a_row_sharing_the_rollouts_reward(reques
     for i, branch in enumerate(out["harness_branch"]):
         row = rows[branch]
         assert out["prompt_ids"][i] + out["completion_ids"][i] == row.token_ids
-        assert out["env_mask"][i] == row.loss_mask[row.prompt_length:] and out["logprobs"][i] == row.logprobs[row.prompt_length:]
+        assert out["env_mask"][i] == row.loss_mask[row.prompt_length :] and out["logprobs"][i] == row.logprobs[row.prompt_length :]
         assert sum(out["env_mask"][i]) == sum(len(res.proxy_turns[t].completion_token_ids) for t in row.turn_indices)
     assert out["harness_reward"] == [1.0, 1.0] and out["dropped_branches"] == [0, 0]
     assert rollout_batch([res], 1)["dropped_branches"] == [1]  # one slot: the other branch is reported lost

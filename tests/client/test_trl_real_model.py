@@ -33,20 +33,40 @@ def test_rows_from_a_group_of_rollouts_take_one_grpo_step(vllm_server, tmp_path)
     func = HarnessRolloutFunc(
         run_many=functools.partial(run_many_sync, concurrency=1),
         task_for_prompt=lambda p: {"instruction": p[-1]["content"], "verify": next(verdicts)},
-        request={"harness": "whitebox", "endpoint": {"base_url": vllm_server.base_url, "model": vllm_server.model},
-                 "temperature": TEMPERATURE, "max_turns": 2, "agent_timeout_s": 600, "max_tokens_cap": 96,
-                 "structured_regex": regex_literal(FIRST_CALL), "structured_calls": 1},
+        request={
+            "harness": "whitebox",
+            "endpoint": {"base_url": vllm_server.base_url, "model": vllm_server.model},
+            "temperature": TEMPERATURE,
+            "max_turns": 2,
+            "agent_timeout_s": 600,
+            "max_tokens_cap": 96,
+            "structured_regex": regex_literal(FIRST_CALL),
+            "structured_calls": 1,
+        },
     )
     policy = AutoModelForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32)  # the weights vLLM serves
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir()))
     before = {n: p.detach().clone() for n, p in policy.named_parameters()}
-    config = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=2, num_generations=2,
-                        max_steps=1, learning_rate=1e-4, loss_type="grpo", beta=0.0, temperature=TEMPERATURE,
-                        max_completion_length=4096, gradient_checkpointing=False, report_to="none", save_strategy="no",
-                        logging_steps=1, dataloader_num_workers=0)
+    config = GRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_steps=1,
+        learning_rate=1e-4,
+        loss_type="grpo",
+        beta=0.0,
+        temperature=TEMPERATURE,
+        max_completion_length=4096,
+        gradient_checkpointing=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        dataloader_num_workers=0,
+    )
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "Create a.txt containing hi."}]}])
-    trainer = GRPOTrainer(model=policy, args=config, train_dataset=dataset, processing_class=tokenizer,
-                          reward_funcs=[harness_reward], rollout_func=func)
+    trainer = GRPOTrainer(model=policy, args=config, train_dataset=dataset, processing_class=tokenizer, reward_funcs=[harness_reward], rollout_func=func)
     trainer.train()
     rewards = [r.reward for r in func.last_results]
     assert sorted(rewards) == [0.0, 1.0], [r.error for r in func.last_results]
@@ -79,8 +99,9 @@ def test_a_grpo_step_gives_every_branch_of_a_compacted_rollout_gradient(request_
         return results
 
     verdicts, n = itertools.cycle([["test -f a"], ["false"]]), itertools.count()
-    func = HarnessRolloutFunc(run_many=run_many, request=request_for, branch_slots=2,
-                              task_for_prompt=lambda p: {"instruction": f"make a ({next(n)})", "verify": next(verdicts)})
+    func = HarnessRolloutFunc(
+        run_many=run_many, request=request_for, branch_slots=2, task_for_prompt=lambda p: {"instruction": f"make a ({next(n)})", "verify": next(verdicts)}
+    )
     seen = []  # (input ids, gradient at the embeddings' output) of each batch that is trained
 
     def keep_gradient(module, args, out):
@@ -88,12 +109,25 @@ def test_a_grpo_step_gives_every_branch_of_a_compacted_rollout_gradient(request_
             out.register_hook(lambda g, ids=args[0]: seen.append((ids, g)))
 
     policy.get_input_embeddings().register_forward_hook(keep_gradient)
-    config = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=2, num_generations=4,
-                        gradient_accumulation_steps=2, max_steps=1, learning_rate=1e-4, beta=0.0, max_completion_length=4096, gradient_checkpointing=False,
-                        report_to="none", save_strategy="no", logging_steps=1, dataloader_num_workers=0)
+    config = GRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=2,
+        num_generations=4,
+        gradient_accumulation_steps=2,
+        max_steps=1,
+        learning_rate=1e-4,
+        beta=0.0,
+        max_completion_length=4096,
+        gradient_checkpointing=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        dataloader_num_workers=0,
+    )
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "make a"}]}])
-    trainer = GRPOTrainer(model=policy, args=config, train_dataset=dataset, processing_class=tokenizer,
-                          reward_funcs=[harness_reward], rollout_func=func)
+    trainer = GRPOTrainer(model=policy, args=config, train_dataset=dataset, processing_class=tokenizer, reward_funcs=[harness_reward], rollout_func=func)
     trainer.train()
 
     assert [r.reward for r in func.last_results] == [1.0, 0.0] and all(r.graph.branches == 2 for r in func.last_results)

@@ -74,8 +74,9 @@ def test_after_a_load_vllm_scores_tokens_as_the_trainers_model_does(vllm_server)
 def test_a_trained_embedding_tied_to_the_output_layer_is_refused_before_anything_is_sent():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=2, tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True
+    )
     model = LlamaForCausalLM(config)
     sync = VllmWeightSync("http://127.0.0.1:9")  # nothing listens: the refusal comes first
     try:
@@ -92,8 +93,11 @@ def test_a_trained_embedding_tied_to_the_output_layer_is_refused_before_anything
 def test_an_engine_without_its_weight_routes_gets_one_clear_error(policy_server):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=False))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=False
+        )
+    )
     with VllmWeightSync(policy_server.base_url) as sync, pytest.raises(VllmWeightSyncError) as err:
         sync.load_weights(model, version=1)
     assert "VLLM_SERVER_DEV_MODE=1" in str(err.value) and str(err.value).startswith("pause:"), err.value

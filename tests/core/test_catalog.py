@@ -9,13 +9,16 @@ def _args(**kw):
     return RolloutArgs(instruction="x", **kw)
 
 
-@pytest.mark.parametrize("url,want", [
-    ("http://h:8000", "http://h:8000/v1"),
-    ("http://h:8000/", "http://h:8000/v1"),
-    ("http://h:8000/v1/", "http://h:8000/v1"),
-    ("http://h/v1/chat/completions", "http://h/v1"),
-    ("https://api.example/openai/v1", "https://api.example/openai/v1"),
-])
+@pytest.mark.parametrize(
+    "url,want",
+    [
+        ("http://h:8000", "http://h:8000/v1"),
+        ("http://h:8000/", "http://h:8000/v1"),
+        ("http://h:8000/v1/", "http://h:8000/v1"),
+        ("http://h/v1/chat/completions", "http://h/v1"),
+        ("https://api.example/openai/v1", "https://api.example/openai/v1"),
+    ],
+)
 def test_base_url_normalised(url, want):
     assert normalise_base_url(url) == want
 
@@ -32,16 +35,19 @@ def test_explicit_arguments_win():
     assert (ep.base_url, ep.model, ep.api_key.get_secret_value()) == ("http://b:1/v1", "mine", "my-key")
 
 
-@pytest.mark.parametrize("kw,env,needle", [
-    ({"endpoint": "vllm"}, {}, "VLLM_MODEL"),
-    ({"endpoint": "hf_router"}, {"HF_ROUTER_MODEL": "m"}, "HF_ROUTER_API_KEY"),
-    ({"endpoint": "openai"}, {}, "OPENAI_API_KEY"),
-    ({"endpoint": "bogus"}, {}, "unknown endpoint 'bogus'"),
-    ({}, {}, "no endpoint"),
-    ({"base_url": "http://h:1"}, {}, "no model"),
-    ({"base_url": "ftp://h", "model": "m"}, {}, "http:// or https://"),
-    ({"base_url": "http://evil:1", "model": "m"}, {"HARNESS_ENV_ALLOWED_HOSTS": "127.0.0.1"}, "not allowed"),
-])
+@pytest.mark.parametrize(
+    "kw,env,needle",
+    [
+        ({"endpoint": "vllm"}, {}, "VLLM_MODEL"),
+        ({"endpoint": "hf_router"}, {"HF_ROUTER_MODEL": "m"}, "HF_ROUTER_API_KEY"),
+        ({"endpoint": "openai"}, {}, "OPENAI_API_KEY"),
+        ({"endpoint": "bogus"}, {}, "unknown endpoint 'bogus'"),
+        ({}, {}, "no endpoint"),
+        ({"base_url": "http://h:1"}, {}, "no model"),
+        ({"base_url": "ftp://h", "model": "m"}, {}, "http:// or https://"),
+        ({"base_url": "http://evil:1", "model": "m"}, {"HARNESS_ENV_ALLOWED_HOSTS": "127.0.0.1"}, "not allowed"),
+    ],
+)
 def test_missing_or_bad_values_name_what_to_set(kw, env, needle):
     with pytest.raises(InvalidRequestError, match=needle):
         resolve_endpoint(_args(**kw), env)
@@ -67,8 +73,15 @@ def test_describe_never_shows_keys():
     assert {e["name"]: e["configured"] for e in out}["openai"] is True
 
 
-CATALOG_ENV = {"OPENAI_API_KEY": "sk-server", "OPENAI_MODEL": "m", "HF_ROUTER_API_KEY": "hf-server", "HF_ROUTER_MODEL": "m",
-               "VLLM_URL": "http://gpu:8000", "VLLM_API_KEY": "vllm-server", "VLLM_MODEL": "m"}
+CATALOG_ENV = {
+    "OPENAI_API_KEY": "sk-server",
+    "OPENAI_MODEL": "m",
+    "HF_ROUTER_API_KEY": "hf-server",
+    "HF_ROUTER_MODEL": "m",
+    "VLLM_URL": "http://gpu:8000",
+    "VLLM_API_KEY": "vllm-server",
+    "VLLM_MODEL": "m",
+}
 
 
 @pytest.mark.parametrize("endpoint,key_var", [("openai", "OPENAI_API_KEY"), ("hf_router", "HF_ROUTER_API_KEY"), ("vllm", "VLLM_API_KEY")])
@@ -110,8 +123,12 @@ def test_hf_router_falls_back_to_the_token_huggingface_hub_stores(tmp_path, monk
 
 
 def test_a_catalog_url_with_credentials_is_refused_and_never_listed_with_them():
-    env = {"VLLM_URL": "http://bob:hunter2-pw@gpu:8000/v1", "VLLM_MODEL": "m",
-           "OPENAI_BASE_URL": "https://api.example/v1?key=hunter2-pw", "OPENAI_API_KEY": "k" * 12}
+    env = {
+        "VLLM_URL": "http://bob:hunter2-pw@gpu:8000/v1",
+        "VLLM_MODEL": "m",
+        "OPENAI_BASE_URL": "https://api.example/v1?key=hunter2-pw",
+        "OPENAI_API_KEY": "k" * 12,
+    }
     listed = {e["name"]: e for e in describe(env)}
     assert listed["vllm"]["base_url"] == "http://gpu:8000/v1" and listed["openai"]["base_url"] == "https://api.example/v1"
     for name, key_var in (("vllm", "VLLM_API_KEY"), ("openai", "OPENAI_API_KEY")):
@@ -131,6 +148,9 @@ def test_an_unparsable_catalog_url_is_a_problem_in_the_listing_not_a_crash():
 def test_the_credentials_of_a_catalog_url_are_known_as_secrets_to_mask():
     from harness_env.core.catalog import url_credentials
 
-    env = {"VLLM_URL": "http://bob:hunter2-pw@gpu:8000/v1", "OPENAI_BASE_URL": "https://tok-only-user@api.example/v1",
-           "HF_ROUTER_BASE_URL": "https://router.example/v1"}
+    env = {
+        "VLLM_URL": "http://bob:hunter2-pw@gpu:8000/v1",
+        "OPENAI_BASE_URL": "https://tok-only-user@api.example/v1",
+        "HF_ROUTER_BASE_URL": "https://router.example/v1",
+    }
     assert sorted(url_credentials(env)) == ["bob:hunter2-pw", "hunter2-pw", "tok-only-user"]

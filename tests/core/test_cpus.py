@@ -19,10 +19,19 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-@pytest.mark.parametrize(("cpu_max", "expected"), [
-    ("150000 100000\n", 1.5), ("200000 100000", 2.0), ("50000 100000", 0.5),
-    ("max 100000\n", None), ("", None), ("junk", None), ("0 100000", None), ("100000 0", None),
-])
+@pytest.mark.parametrize(
+    ("cpu_max", "expected"),
+    [
+        ("150000 100000\n", 1.5),
+        ("200000 100000", 2.0),
+        ("50000 100000", 0.5),
+        ("max 100000\n", None),
+        ("", None),
+        ("junk", None),
+        ("0 100000", None),
+        ("100000 0", None),
+    ],
+)
 def test_v2_cpu_max(cpu_max: str, expected: float | None) -> None:
     assert v2_quota_cpus(cpu_max) == expected
 
@@ -32,12 +41,15 @@ def test_v1_quota_minus_one_is_no_limit() -> None:
     assert v1_quota_cpus("250000\n", "100000\n") == 2.5
 
 
-@pytest.mark.parametrize(("affinity", "quota", "expected"), [
-    (8, 1.5, 2),   # a quota of 1.5 CPUs still runs two processes at once: rounded up
-    (8, None, 8),  # no quota ("max"): the affinity mask
-    (2, 6.0, 2),   # a quota above the mask: the mask
-    (4, 0.1, 1),   # never below one
-])
+@pytest.mark.parametrize(
+    ("affinity", "quota", "expected"),
+    [
+        (8, 1.5, 2),  # a quota of 1.5 CPUs still runs two processes at once: rounded up
+        (8, None, 8),  # no quota ("max"): the affinity mask
+        (2, 6.0, 2),  # a quota above the mask: the mask
+        (4, 0.1, 1),  # never below one
+    ],
+)
 def test_usable_cpus_is_the_smallest(affinity: int, quota: float | None, expected: int) -> None:
     assert usable_cpus(affinity, quota) == expected
 

@@ -10,8 +10,9 @@ pytestmark = pytest.mark.e2e
 
 
 async def test_an_endpoint_without_the_chat_route_ends_the_rollout_before_the_agent(policy_server):
-    req = RolloutRequest(task=Task(instruction="x", verify=["true"]), endpoint=Endpoint(base_url=policy_server.base_url + "/nope", model="m"),
-                         harness="whitebox")
+    req = RolloutRequest(
+        task=Task(instruction="x", verify=["true"]), endpoint=Endpoint(base_url=policy_server.base_url + "/nope", model="m"), harness="whitebox"
+    )
     res = await run_rollout(req)
     assert res.error_kind == "endpoint" and "404" in res.error and res.reward is None
     assert [p.name for p in res.phases] == ["endpoint", "collect"]  # no sandbox, no agent
@@ -23,8 +24,12 @@ DONE_SCRIPT = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
 
 def _whitebox_request(policy_server, script, verify=("test -f hello.txt", "false")):
     policy_server.policy.scripts["m"] = script
-    return RolloutRequest(task=Task(instruction="make hello.txt", verify=list(verify)), harness="whitebox",
-                          endpoint=Endpoint(base_url=policy_server.base_url, model="m"), agent_timeout_s=30)
+    return RolloutRequest(
+        task=Task(instruction="make hello.txt", verify=list(verify)),
+        harness="whitebox",
+        endpoint=Endpoint(base_url=policy_server.base_url, model="m"),
+        agent_timeout_s=30,
+    )
 
 
 async def test_verify_that_cannot_run_on_what_the_agent_left_scores_0(policy_server):
@@ -141,8 +146,7 @@ async def test_rollouts_making_slow_sandboxes_never_hold_up_the_servers_other_bl
 
     monkeypatch.setenv("HARNESS_ENV_SANDBOX_DIR", str(tmp_path))
     n = min(32, (os.cpu_count() or 1) + 4) + 2  # the default pool's size, and more
-    rollouts = [asyncio.ensure_future(run_rollout(_whitebox_request(policy_server, DONE_SCRIPT), sandbox_factory=SlowFactory()))
-                for _ in range(n)]
+    rollouts = [asyncio.ensure_future(run_rollout(_whitebox_request(policy_server, DONE_SCRIPT), sandbox_factory=SlowFactory())) for _ in range(n)]
     try:
         for _ in range(n):
             # every one of them is making its sandbox (on the loop's own pool, the later ones would wait for a thread)

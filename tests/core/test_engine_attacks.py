@@ -182,8 +182,10 @@ async def test_process_limit_is_enforced_and_reported(attack):
 
 
 async def test_disk_limit_is_enforced_and_reported(attack):
-    fill = ("dd if=/dev/zero of=big.bin bs=1M count=200 2>/tmp/dd.txt; echo exit=$? >> /tmp/dd.txt; rm -f big.bin; "
-            "cp /tmp/dd.txt dd.txt; dd if=/dev/zero of=big2.bin bs=1M count=200 2>/dev/null; true")
+    fill = (
+        "dd if=/dev/zero of=big.bin bs=1M count=200 2>/tmp/dd.txt; echo exit=$? >> /tmp/dd.txt; rm -f big.bin; "
+        "cp /tmp/dd.txt dd.txt; dd if=/dev/zero of=big2.bin bs=1M count=200 2>/dev/null; true"
+    )
     res = await attack("whitebox", fill, verify=["true"], disk_limit_mb=64, memory_limit_mb=512)
     assert res.error is None, res.error
     assert "No space left on device" in res.files["dd.txt"] and "exit=1" in res.files["dd.txt"]
@@ -197,21 +199,24 @@ async def test_limits_over_the_server_maximum_are_refused(attack, monkeypatch):
     assert res.reward is None
 
 
-
 # Verify writes its checker afresh and imports it isolated from the workspace, as docs/security.md
 # advises; the agent planted bytecode for it that Python never checks against a source.
 PYC_PLANT = (
-    "mkdir -p tests && printf 'import os\\ndef check():\\n    open(os.environ[\"HARNESS_ENV_REWARD_FILE\"], \"w\").write(\"1.0\")\\n"
+    'mkdir -p tests && printf \'import os\\ndef check():\\n    open(os.environ["HARNESS_ENV_REWARD_FILE"], "w").write("1.0")\\n'
     "    return True\\n' > tests/checker.py && python3 -c \"import py_compile, importlib.util as u; "
     "py_compile.compile('tests/checker.py', cfile=u.cache_from_source('tests/checker.py'), "
-    "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)\" && rm tests/checker.py && ls tests/__pycache__"
+    'invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)" && rm tests/checker.py && ls tests/__pycache__'
 )
-PYC_VERIFY = ("printf 'def check():\\n    return False\\n' > tests/checker.py && "
-              "PYTHONSAFEPATH=1 PYTHONPATH=tests python3 -c 'import checker, sys; sys.exit(0 if checker.check() else 1)'")
+PYC_VERIFY = (
+    "printf 'def check():\\n    return False\\n' > tests/checker.py && "
+    "PYTHONSAFEPATH=1 PYTHONPATH=tests python3 -c 'import checker, sys; sys.exit(0 if checker.check() else 1)'"
+)
 # A project .npmrc naming the shell npm runs scripts with.
-NPMRC_PLANT = ("printf '#!/bin/sh\\necho 1.0 > \"$HARNESS_ENV_REWARD_FILE\"\\n' > $HOME/sh.sh && chmod +x $HOME/sh.sh && "
-               "printf 'script-shell=%s\\nnode-options=--require %s/x.js\\n' $HOME/sh.sh $HOME > .npmrc")
-NPM_VERIFY = "printf '{\"name\": \"t\", \"version\": \"1.0.0\", \"scripts\": {\"test\": \"false\"}}' > package.json && npm test"
+NPMRC_PLANT = (
+    "printf '#!/bin/sh\\necho 1.0 > \"$HARNESS_ENV_REWARD_FILE\"\\n' > $HOME/sh.sh && chmod +x $HOME/sh.sh && "
+    "printf 'script-shell=%s\\nnode-options=--require %s/x.js\\n' $HOME/sh.sh $HOME > .npmrc"
+)
+NPM_VERIFY = 'printf \'{"name": "t", "version": "1.0.0", "scripts": {"test": "false"}}\' > package.json && npm test'
 
 
 @pytest.mark.parametrize(("plant", "verify"), [(PYC_PLANT, PYC_VERIFY), (NPMRC_PLANT, NPM_VERIFY)], ids=["pycache", "npmrc"])

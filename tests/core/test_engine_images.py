@@ -65,8 +65,7 @@ async def test_a_slow_pull_leaves_the_start_place_to_the_others(policy_server, i
         try:
             assert await asyncio.to_thread(PULLING.wait, 60)
             # One place, and the image rollout is pulling: this one still starts (never waits for the pull).
-            other = await asyncio.wait_for(execute(prepare(on_host, trusted=True), capture, sandbox_factory=LocalSandboxFactory(),
-                                                   start_gate=gate), 120)
+            other = await asyncio.wait_for(execute(prepare(on_host, trusted=True), capture, sandbox_factory=LocalSandboxFactory(), start_gate=gate), 120)
             assert not slow.done() and other.reward == 1.0, (other.error, other.verify_results)
             assert _phase(other, "start_wait").detail == "started at once"
         finally:
@@ -75,7 +74,6 @@ async def test_a_slow_pull_leaves_the_start_place_to_the_others(policy_server, i
     assert result.error is None and result.reward == 1.0, (result.error, result.verify_results)
     names = [p.name for p in result.phases]
     assert names.index("image") < names.index("start_wait") < names.index("sandbox")
-
 
 
 @dataclass(frozen=True)
@@ -110,8 +108,15 @@ async def test_a_rollout_cancelled_after_or_during_its_pull_lets_go_of_its_image
     async with loopback_proxy() as (proxy, base_url, socket):
         capture = CaptureAccess(proxy, base_url, socket)
         at_gate = asyncio.Event()
-        waiting = asyncio.ensure_future(execute(prepare(req, trusted=True), capture, sandbox_factory=LocalSandboxFactory(), start_gate=gate,
-                                                on_event=lambda e: e.phase == "start_wait" and at_gate.set()))
+        waiting = asyncio.ensure_future(
+            execute(
+                prepare(req, trusted=True),
+                capture,
+                sandbox_factory=LocalSandboxFactory(),
+                start_gate=gate,
+                on_event=lambda e: e.phase == "start_wait" and at_gate.set(),
+            )
+        )
         await asyncio.wait_for(at_gate.wait(), 120)
         assert list(images._held.values()) == [1]  # pulled, held, not mounted: waiting for the place
         waiting.cancel()

@@ -32,8 +32,9 @@ def test_remote_tilde_is_a_literal_name_not_the_servers_home(root, monkeypatch):
     assert confined_path("~nosuchuser/x", VAR, "dataset", trusted=False) == root / "~nosuchuser" / "x"
 
 
-@pytest.mark.parametrize(("path", "said"), [("a\x00b", "NUL byte"), ("\ud800", "not valid UTF-8"),
-                                           ("0" * 20 + "\x80" * 200, "too long"), ("/".join(["d" * 200] * 21), "too long")])
+@pytest.mark.parametrize(
+    ("path", "said"), [("a\x00b", "NUL byte"), ("\ud800", "not valid UTF-8"), ("0" * 20 + "\x80" * 200, "too long"), ("/".join(["d" * 200] * 21), "too long")]
+)
 @pytest.mark.parametrize("trusted", [True, False])
 def test_names_the_os_cannot_hold_are_refused(root, path, said, trusted):
     with pytest.raises(InvalidRequestError, match=said):

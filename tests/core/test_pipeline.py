@@ -8,8 +8,11 @@ from harness_env.core.pipeline import prepare
 
 
 def _request(harness: str) -> RolloutRequest:
-    return RolloutRequest(task=Task(instruction="x", verify=["true"], image="127.0.0.1:5000/org/name:1"), harness=harness,
-                          endpoint=Endpoint(base_url="http://127.0.0.1:9/v1", model="m"))
+    return RolloutRequest(
+        task=Task(instruction="x", verify=["true"], image="127.0.0.1:5000/org/name:1"),
+        harness=harness,
+        endpoint=Endpoint(base_url="http://127.0.0.1:9/v1", model="m"),
+    )
 
 
 def test_a_task_image_for_a_harness_that_brings_its_own_environment_is_refused_not_ignored():

@@ -2,15 +2,7 @@ import os
 import subprocess
 import time
 
-from harness_env.core.procs import (
-    is_running,
-    kill_process,
-    kill_process_group,
-    pids_with_env,
-    process_starttime,
-    stat_fields,
-    stat_starttime,
-)
+from harness_env.core.procs import is_running, kill_process, kill_process_group, pids_with_env, process_starttime, stat_fields, stat_starttime
 
 
 def test_stat_parsing_survives_a_command_name_with_spaces_and_parens():
@@ -22,11 +14,7 @@ def test_stat_parsing_survives_a_command_name_with_spaces_and_parens():
 
 def test_kill_process_group_takes_the_children_and_ignores_what_is_gone():
     marker = f"procs-test-{os.getpid()}-{time.monotonic_ns()}"
-    proc = subprocess.Popen(
-        ["bash", "-c", "sleep 60 & sleep 60 & wait"],
-        start_new_session=True,
-        env={**os.environ, "HARNESS_ENV_PROCS_TEST": marker},
-    )
+    proc = subprocess.Popen(["bash", "-c", "sleep 60 & sleep 60 & wait"], start_new_session=True, env={**os.environ, "HARNESS_ENV_PROCS_TEST": marker})
     try:
         deadline = time.monotonic() + 10
         while len(pids_with_env("HARNESS_ENV_PROCS_TEST", marker)) < 3 and time.monotonic() < deadline:
@@ -79,12 +67,17 @@ def test_an_undumpable_process_hides_its_environment_from_its_own_uid():
         "spec = importlib.util.spec_from_file_location('procs', sys.argv[2]); procs = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(procs)\n"
         "assert sys.argv[1] == '0' or procs.make_undumpable()\n"
-        "print(os.getpid(), flush=True); time.sleep(60)\n")
+        "print(os.getpid(), flush=True); time.sleep(60)\n"
+    )
     as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     seen = {}
     for undumpable in ("0", "1"):
-        p = subprocess.Popen([*as_nobody, python, str(holder), undumpable, str(module)], stdout=subprocess.PIPE, text=True,
-                             env={"PATH": "/usr/bin:/bin", "SERVER_SECRET": "s3cret"})
+        p = subprocess.Popen(
+            [*as_nobody, python, str(holder), undumpable, str(module)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "SERVER_SECRET": "s3cret"},
+        )
         try:
             pid = int(p.stdout.readline())
             spy = subprocess.run([*as_nobody, "cat", f"/proc/{pid}/environ"], capture_output=True)

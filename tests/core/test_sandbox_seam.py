@@ -16,8 +16,9 @@ async def test_a_rollout_through_a_second_sandbox_backend(policy_server, harness
     policy_server.policy.scripts["m"] = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
     task = Task(instruction="make hello.txt", setup=["echo set > setup.txt"], verify=["grep -qx hello hello.txt", "echo 0.75 > $HARNESS_ENV_REWARD_FILE"])
     factory = DirSandboxFactory()
-    res = await run_rollout(RolloutRequest(task=task, endpoint=Endpoint(base_url=policy_server.base_url, model="m"), harness=harness,
-                                           agent_timeout_s=60), sandbox_factory=factory)
+    res = await run_rollout(
+        RolloutRequest(task=task, endpoint=Endpoint(base_url=policy_server.base_url, model="m"), harness=harness, agent_timeout_s=60), sandbox_factory=factory
+    )
     assert res.error is None, res.error
     assert res.sandbox_backend == "test-dir" and res.sandbox_notes[0] == "test-only directory sandbox"
     assert res.reward == 0.75 and res.reward_source == "reward_file"

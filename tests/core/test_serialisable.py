@@ -12,8 +12,9 @@ def test_a_result_that_serialises_is_the_same_object():
 
 def test_lone_surrogates_anywhere_are_made_valid_and_the_rest_kept():
     turn = Turn(index=0, request_tools=[{"function": {"name": "\udfff"}}], completion_text="a\ud800b", completion_token_ids=[1, 2])
-    result = RolloutResult(rollout_id="r1", reward=1.0, files={"bad\udcffname": "x\udfff"}, agent_final_text="\udc80",
-                           proxy_turns=[turn], grading={"\ud800": ["\ud83d\ude00"]})
+    result = RolloutResult(
+        rollout_id="r1", reward=1.0, files={"bad\udcffname": "x\udfff"}, agent_final_text="\udc80", proxy_turns=[turn], grading={"\ud800": ["\ud83d\ude00"]}
+    )
     fixed = made_serialisable(result)
     fixed.model_dump_json()
     assert fixed.files == {"bad\ufffdname": "x\ufffd"} and fixed.agent_final_text == "\ufffd"

@@ -17,8 +17,6 @@ SHELL_TOOL = {"codex": "exec_command", "claude-code": "Bash", "gemini-cli": "run
 pytestmark = pytest.mark.e2e
 
 
-
-
 @pytest.fixture(params=HARNESSES)
 def harness(request):
     return installed(request.param)
@@ -116,8 +114,9 @@ async def test_agent_not_doing_the_work_gets_0(policy_server, make_request):
 
 
 async def test_agent_cannot_forge_the_reward_file(policy_server, make_request):
-    forge = ("for f in ../verifier/reward.txt /logs/verifier/reward.txt /root/logs/verifier/reward.txt; do mkdir -p $(dirname $f); echo 1.0 > $f; done; "
-             "echo forged")
+    forge = (
+        "for f in ../verifier/reward.txt /logs/verifier/reward.txt /root/logs/verifier/reward.txt; do mkdir -p $(dirname $f); echo 1.0 > $f; done; echo forged"
+    )
     res = await run_rollout(make_request([{"bash": forge}, {"text": "done"}], verify=["test -f hello.txt"]))
     assert res.error is None
     assert res.reward == 0.0 and res.reward_source == "verify_ratio"
@@ -175,13 +174,18 @@ async def test_upstream_key_never_reaches_the_sandbox(policy_server, make_reques
     monkeypatch.setenv("OPENAI_API_KEY", "host-env-secret-1234")
     # Every file of the rollout (.. is the rollout directory) is searched; the pattern is written
     # so that it does not itself contain the key.
-    spy = ("env > env.txt; ps -eo args > ps.txt; cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' ' > cmdlines.txt; "
-           "(grep -rlE 'sk-upstream-e2e-9f8e7[d]' .. ~ $TMPDIR 2>/dev/null || true) > grep.txt")
+    spy = (
+        "env > env.txt; ps -eo args > ps.txt; cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' ' > cmdlines.txt; "
+        "(grep -rlE 'sk-upstream-e2e-9f8e7[d]' .. ~ $TMPDIR 2>/dev/null || true) > grep.txt"
+    )
     res = await run_rollout(make_request([{"bash": spy}, {"text": "looked"}], verify=["true"]), use_bwrap=use_bwrap)
     assert res.error is None, res.error
     assert {"env.txt", "ps.txt", "cmdlines.txt"} <= set(res.files)
-    agent_lines = [ln for ln in res.files["ps.txt"].splitlines()
-                   if ln.strip() == "pi" or "cli.js" in ln or "opencode run" in ln or "codex exec" in ln or "claude -p" in ln or "gemini.js" in ln]
+    agent_lines = [
+        ln
+        for ln in res.files["ps.txt"].splitlines()
+        if ln.strip() == "pi" or "cli.js" in ln or "opencode run" in ln or "codex exec" in ln or "claude -p" in ln or "gemini.js" in ln
+    ]
     if harness in CLI_HARNESSES:
         assert agent_lines, res.files["ps.txt"]  # the agent's own process was visible to the spy
     everything = res.model_dump_json()
@@ -218,11 +222,16 @@ async def test_tool_efficiency_reward_uses_the_harness_verified_count(policy_ser
 
 
 # vLLM's validation errors quote the input: an agent can make any field's name appear in a 400.
-HOSTILE_400 = json.dumps({
-    "object": "error", "type": "BadRequestError", "param": "logprobs", "code": 400,
-    "message": "[{'type': 'float_parsing', 'loc': ('body', 'temperature'), 'msg': 'Input should be a valid number', "
-               "'input': 'logprobs top_logprobs return_token_ids chat_template_kwargs'}]",
-})
+HOSTILE_400 = json.dumps(
+    {
+        "object": "error",
+        "type": "BadRequestError",
+        "param": "logprobs",
+        "code": 400,
+        "message": "[{'type': 'float_parsing', 'loc': ('body', 'temperature'), 'msg': 'Input should be a valid number', "
+        "'input': 'logprobs top_logprobs return_token_ids chat_template_kwargs'}]",
+    }
+)
 
 
 async def test_one_rollouts_rejected_call_changes_no_rollouts_capture(policy_server, make_request, harness):
@@ -239,7 +248,10 @@ async def test_one_rollouts_rejected_call_changes_no_rollouts_capture(policy_ser
     turns = [(t.purpose, t.upstream_status, (t.upstream_error or "")[:60], str(t.request_messages)[:300]) for t in first.proxy_turns]
     assert any(t.upstream_status == 400 and "float_parsing" in (t.upstream_error or "") for t in first.proxy_turns), (turns, first.error)
     assert second.error is None and second.reward == 1.0 and second.capture_level == "tokens", (
-        second.error, second.proxy_log_tail[-1500:], second.agent_log_tail[-1500:])
+        second.error,
+        second.proxy_log_tail[-1500:],
+        second.agent_log_tail[-1500:],
+    )
     assert not {"logprobs", "top_logprobs", "return_token_ids"} & set(second.dropped_fields)
     asked = [s.request for s in policy.sent[n:] if s.request.get("tools")]
     assert asked and all(r.get("logprobs") and r.get("top_logprobs") == 2 and r.get("return_token_ids") for r in asked)
@@ -247,7 +259,7 @@ async def test_one_rollouts_rejected_call_changes_no_rollouts_capture(policy_ser
 
 # Spaces, double and single quotes, a newline, a backslash, a shell variable, a leading "-" and
 # non-ASCII text: whatever a command line or a CLI's own argument handling could change.
-AWKWARD_INSTRUCTION = '-n Write "hello world" to a\\b.txt;\nkeep $HOME and \'single\' as they are: café, 日本語 ✓'
+AWKWARD_INSTRUCTION = "-n Write \"hello world\" to a\\b.txt;\nkeep $HOME and 'single' as they are: café, 日本語 ✓"
 
 
 def _user_texts(request):
@@ -267,5 +279,5 @@ async def test_the_instruction_reaches_the_policy_as_written(policy_server, make
     for t in users:  # nothing glued on either side of it (OpenCode quoted it; Pi prefixed a space)
         at = t.find(AWKWARD_INSTRUCTION)
         if at >= 0:
-            before, after = t[:at], t[at + len(AWKWARD_INSTRUCTION):]
+            before, after = t[:at], t[at + len(AWKWARD_INSTRUCTION) :]
             assert not before.endswith(('"', " ")) and not after.startswith('"'), t

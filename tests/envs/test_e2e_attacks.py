@@ -29,7 +29,7 @@ GIT_PLANT = (
 FORGE = (
     "p=$(git rev-parse HEAD); t=$(git rev-parse 'HEAD^{tree}'); printf 'tree %s\\nparent %s\\nauthor a <a@b> 1 +0000\\n"
     "committer a <a@b> 1 +0000\\ngpgsig -----BEGIN PGP SIGNATURE-----\\n \\n iQEz\\n -----END PGP SIGNATURE-----\\n\\n"
-    "forged\\n' \"$t\" \"$p\" > c.txt; git update-ref HEAD $(git hash-object -t commit -w c.txt); rm c.txt\n"
+    'forged\\n\' "$t" "$p" > c.txt; git update-ref HEAD $(git hash-object -t commit -w c.txt); rm c.txt\n'
 )
 
 
@@ -42,13 +42,18 @@ def written_by_printf(text: str, path: str) -> str:
 GIT_PLANT += f" && {written_by_printf(FORGE, '$HOME/forge.sh')} && sh $HOME/forge.sh && git config gpg.program $HOME/evil.sh"
 # Honest verify: the agent did not touch f.txt as asked (the first command fails), and ordinary git
 # commands that must work, two of them reading the forged signature's commit.
-GIT_VERIFY = ["git diff HEAD -- f.txt | grep -q '^+two'", "git log -p | grep -q first", "git blame f.txt", "test -f hello.txt",
-              "git log -1 --format=%s | grep -qx forged", "git log --oneline | grep -q first"]
+GIT_VERIFY = [
+    "git diff HEAD -- f.txt | grep -q '^+two'",
+    "git log -p | grep -q first",
+    "git blame f.txt",
+    "test -f hello.txt",
+    "git log -1 --format=%s | grep -qx forged",
+    "git log --oneline | grep -q first",
+]
 # Kills every process of its own sandbox above this shell: the harness's CLI dies mid-run. (No
 # command substitution: Gemini CLI refuses to run a command with one.)
 KILL_HARNESS = (
-    "p=$PPID; while [ \"$p\" -gt 1 ] && grep -qa HARNESS_ENV_SANDBOX_ID= /proc/$p/environ; "
-    "do read -r _ _ _ n _ < /proc/$p/stat; kill -9 $p; p=$n; done"
+    'p=$PPID; while [ "$p" -gt 1 ] && grep -qa HARNESS_ENV_SANDBOX_ID= /proc/$p/environ; do read -r _ _ _ n _ < /proc/$p/stat; kill -9 $p; p=$n; done'
 )
 
 
@@ -106,9 +111,9 @@ FLOOD = (
     "echo hello > hello.txt; CFG=$HOME/.pi/agent/models.json; "
     "KEY=$(python3 -c \"import json; print(list(json.load(open('$CFG'))['providers'].values())[0]['apiKey'])\"); "
     "URL=$(python3 -c \"import json; print(list(json.load(open('$CFG'))['providers'].values())[0]['baseUrl'])\"); "
-    "for i in 1 2 3 4 5; do setsid nohup curl -s -m 300 \"$URL/chat/completions\" -H \"authorization: Bearer $KEY\" "
-    "-H 'content-type: application/json' -d '{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"[tag:flood] '$i'\"}], "
-    "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"x\", \"parameters\": {}}}]}' >/dev/null 2>&1 & done; sleep 3"
+    'for i in 1 2 3 4 5; do setsid nohup curl -s -m 300 "$URL/chat/completions" -H "authorization: Bearer $KEY" '
+    '-H \'content-type: application/json\' -d \'{"model": "m", "messages": [{"role": "user", "content": "[tag:flood] \'$i\'"}], '
+    '"tools": [{"type": "function", "function": {"name": "x", "parameters": {}}}]}\' >/dev/null 2>&1 & done; sleep 3'
 )
 
 

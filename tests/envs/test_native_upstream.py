@@ -16,8 +16,10 @@ KEY = "sk-native-e2e-5d6c7b"
 pytestmark = pytest.mark.e2e
 # Every file of the rollout (.. is the rollout directory), its environment and every command line
 # are searched for the key; the pattern is written so that it does not itself contain the key.
-SPY = ("echo hello > hello.txt; env > env.txt; cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' ' > cmdlines.txt; "
-       "(grep -rlE 'sk-native-e2e-5d6c7[b]' .. ~ $TMPDIR 2>/dev/null || true) > grep.txt")
+SPY = (
+    "echo hello > hello.txt; env > env.txt; cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' ' > cmdlines.txt; "
+    "(grep -rlE 'sk-native-e2e-5d6c7[b]' .. ~ $TMPDIR 2>/dev/null || true) > grep.txt"
+)
 # harness -> (wire_api, the native upstream and its server, its shell tool, the header the key must arrive in, its value)
 NATIVE = {
     "claude-code": ("messages", FakeMessagesUpstream, FakeMessagesServer, "Bash", "x-api-key", KEY),

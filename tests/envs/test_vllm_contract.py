@@ -42,16 +42,49 @@ COMMANDS = ("ls", "pwd", "echo hi")
 # cost minutes of the suite's prefill. Denied or excluded tools leave the prompt; the dialect, the
 # stream and the tool calls are the same.
 HARNESS_CONFIG = {
-    "claude-code": {"permissions": {"deny": [
-        "Agent", "CronCreate", "CronDelete", "CronList", "Edit", "EnterWorktree", "ExitWorktree", "ListAgents", "Monitor",
-        "NotebookEdit", "Read", "ReportFindings", "ScheduleWakeup", "SendMessage", "Skill", "TaskStop", "Workflow", "Write",
-    ]}},
-    "gemini-cli": {"tools": {"exclude": [
-        "activate_skill", "enter_plan_mode", "glob", "grep_search", "invoke_agent", "list_background_processes", "list_directory",
-        "read_background_output", "read_file", "replace", "update_topic", "write_file",
-    ]}},
-    "opencode": {"permission": {"edit": "deny"},
-                 "tools": {t: False for t in ("edit", "glob", "grep", "read", "task", "todowrite", "write")}},
+    "claude-code": {
+        "permissions": {
+            "deny": [
+                "Agent",
+                "CronCreate",
+                "CronDelete",
+                "CronList",
+                "Edit",
+                "EnterWorktree",
+                "ExitWorktree",
+                "ListAgents",
+                "Monitor",
+                "NotebookEdit",
+                "Read",
+                "ReportFindings",
+                "ScheduleWakeup",
+                "SendMessage",
+                "Skill",
+                "TaskStop",
+                "Workflow",
+                "Write",
+            ]
+        }
+    },
+    "gemini-cli": {
+        "tools": {
+            "exclude": [
+                "activate_skill",
+                "enter_plan_mode",
+                "glob",
+                "grep_search",
+                "invoke_agent",
+                "list_background_processes",
+                "list_directory",
+                "read_background_output",
+                "read_file",
+                "replace",
+                "update_topic",
+                "write_file",
+            ]
+        }
+    },
+    "opencode": {"permission": {"edit": "deny"}, "tools": {t: False for t in ("edit", "glob", "grep", "read", "task", "todowrite", "write")}},
 }
 LOGPROB_TOLERANCE = 1e-4  # float32 engine vs float32 teacher forcing
 TEACHER_FORCING_MAX_PROMPT = 6144  # longer prompts cost too long to recompute here (the harnesses' own system prompts)
@@ -69,7 +102,7 @@ def tool_call_regex(harness: str) -> str:
     name, args = SHELL[harness]
     before, after = args.split('"{cmd}"')
     head = '<tool_call>\n{"name": "' + name + '", "arguments": {' + before + '"'
-    tail = '"' + after + '}}\n</tool_call>'
+    tail = '"' + after + "}}\n</tool_call>"
     return regex_literal(head) + "(" + "|".join(regex_literal(c) for c in COMMANDS) + ")" + regex_literal(tail)
 
 
@@ -93,8 +126,14 @@ async def test_every_captured_turn_is_what_the_real_engine_saw_and_sampled(vllm_
         endpoint=Endpoint(base_url=tap.base_url, api_key="", model=vllm_server.model),
         # 96: room for a constrained call spelled in many small tokens to end (at 64 some were cut,
         # and a call cut at max_tokens is continued by its messages, not its tokens).
-        harness=harness, top_logprobs=2, temperature=1.0, max_turns=3, max_tokens_cap=96,
-        structured_regex=tool_call_regex(harness), agent_timeout_s=900, harness_config=HARNESS_CONFIG.get(harness, {}),
+        harness=harness,
+        top_logprobs=2,
+        temperature=1.0,
+        max_turns=3,
+        max_tokens_cap=96,
+        structured_regex=tool_call_regex(harness),
+        agent_timeout_s=900,
+        harness_config=HARNESS_CONFIG.get(harness, {}),
     )
     res = await run_rollout(req)
     check_contract(vllm_server, tap, res, harness)
@@ -131,8 +170,12 @@ def check_contract(vllm_server, tap: Tap, res, label: str) -> None:
         written = before.answer_choice()["tool_calls"] if GENERATE not in before.path + after.path else None
         if not written:
             continue
-        echoed = [(c["function"]["name"], c["function"]["arguments"]) for m in after.body["messages"] if m.get("role") == "assistant"
-                  for c in m.get("tool_calls") or []]
+        echoed = [
+            (c["function"]["name"], c["function"]["arguments"])
+            for m in after.body["messages"]
+            if m.get("role") == "assistant"
+            for c in m.get("tool_calls") or []
+        ]
         for call in written:
             assert call in echoed, f"{call} came back as {echoed}"
     # Each prompt extends the text sampled before it; where only the tokens differ (the engine's
@@ -148,14 +191,17 @@ def check_contract(vllm_server, tap: Tap, res, label: str) -> None:
     assert sum(sum(r.loss_mask) for r in rows) == res.graph.trainable_tokens == res.graph.sampled_tokens == sampled > 0
     assert sorted(i for r in rows for i in r.turn_indices) == [t.index for t in turns]
     auxiliary = sum(len(t.completion_token_ids) for t in res.proxy_turns if t.purpose == "auxiliary")
-    print(f"\n{label}: {len(turns)} policy calls, {res.graph.branches} branches ({len(token_splits)} re-tokenised: {token_splits}); "
-          f"{res.graph.trainable_tokens} of {sampled} sampled policy tokens in rows ({res.graph.trained_share:.0%}), "
-          f"0 of {auxiliary} auxiliary")
+    print(
+        f"\n{label}: {len(turns)} policy calls, {res.graph.branches} branches ({len(token_splits)} re-tokenised: {token_splits}); "
+        f"{res.graph.trainable_tokens} of {sampled} sampled policy tokens in rows ({res.graph.trained_share:.0%}), "
+        f"0 of {auxiliary} auxiliary"
+    )
 
 
 def continuity(vllm_server, turns) -> tuple[list[str], list[str]]:
     """Where a turn's prompt stops extending the turn before it (prompt + completion): in the text
     (decoded), or in the tokens only."""
+
     def text(ids: list[int]) -> str:
         return vllm_server.post("/detokenize", {"model": vllm_server.model, "tokens": ids})["prompt"]
 
@@ -165,7 +211,7 @@ def continuity(vllm_server, turns) -> tuple[list[str], list[str]]:
         if after.prompt_token_ids[: len(sampled)] == sampled:
             continue
         n = next((i for i, (a, b) in enumerate(zip(sampled, after.prompt_token_ids)) if a != b), min(len(sampled), len(after.prompt_token_ids)))
-        where = f"turn {after.index} at token {n}: sampled {text(sampled[n:n + 8])!r}, sent {text(after.prompt_token_ids[n:n + 8])!r}"
+        where = f"turn {after.index} at token {n}: sampled {text(sampled[n : n + 8])!r}, sent {text(after.prompt_token_ids[n : n + 8])!r}"
         was, now = text(sampled), text(after.prompt_token_ids)
         (token_splits if now.startswith(was) else text_splits).append(where)
     return text_splits, token_splits
@@ -205,7 +251,11 @@ async def test_captured_logprobs_equal_teacher_forced_ones(vllm_server, tap):
     req = RolloutRequest(
         task=Task(instruction="Say hello in one short sentence.", task_id="tf", verify=["true"]),
         endpoint=Endpoint(base_url=tap.base_url, api_key="", model=vllm_server.model),
-        harness="whitebox", top_logprobs=2, temperature=0.7, max_turns=1, max_tokens_cap=32,
+        harness="whitebox",
+        top_logprobs=2,
+        temperature=0.7,
+        max_turns=1,
+        max_tokens_cap=32,
     )
     res = await run_rollout(req)
     assert res.error is None, res.error

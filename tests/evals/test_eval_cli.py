@@ -74,8 +74,14 @@ def policy():
 
 
 def _eval(policy, tasks_path, out, *extra, env=None, **kw):
-    return subprocess.Popen([*CLI, "eval", str(tasks_path), "--harness", "whitebox", "--base-url", policy.base_url, "--model", "m",
-                             "--out", str(out), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kw)
+    return subprocess.Popen(
+        [*CLI, "eval", str(tasks_path), "--harness", "whitebox", "--base-url", policy.base_url, "--model", "m", "--out", str(out), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        **kw,
+    )
 
 
 def _write_jsonl(path, tasks):
@@ -113,8 +119,9 @@ def test_eval_gives_the_hand_computed_pass_at_k_and_means_and_exports_a_dataset(
     assert "\r" not in stderr and any("running" in line and "mean reward 0." in line and "ETA" in line for line in lines), stderr
     # One headline at the end: pass@1 over the graded tasks (1, 0, 0.5, 0) with its standard error.
     se = math.sqrt(sum((v - 0.375) ** 2 for v in (1, 0, 0.5, 0)) / 3 / 4)
-    assert stdout.rstrip().splitlines()[-1] == (f"pass@1 0.375 ± {se:.3f} over 4 graded tasks of 5 (mean reward 0.500); "
-                                               "infrastructure failures: 4 of 20 attempts")
+    assert stdout.rstrip().splitlines()[-1] == (
+        f"pass@1 0.375 ± {se:.3f} over 4 graded tasks of 5 (mean reward 0.500); infrastructure failures: 4 of 20 attempts"
+    )
     # The messages behind each error kind, read from the attempts' results.
     messages = {json.loads(f.read_text())["error"] for f in (tmp_path / "run" / "results" / "down").glob("*.json")}
     assert "endpoint:" in stdout and any(m.splitlines()[0][:200] in stdout for m in messages), stdout
@@ -125,8 +132,7 @@ def test_eval_gives_the_hand_computed_pass_at_k_and_means_and_exports_a_dataset(
     store = Store.open(store_url(default_data_dir()))
     try:
         run = er.get_run(store, json.loads((tmp_path / "run" / "eval.json").read_text())["run_key"])
-        assert (run["status"], run["harness"], run["model"], run["base_url"], run["attempts"]) == ("finished", "whitebox", "m",
-                                                                                                  policy.base_url, 4)
+        assert (run["status"], run["harness"], run["model"], run["base_url"], run["attempts"]) == ("finished", "whitebox", "m", policy.base_url, 4)
         assert run["tasks"] == [t["task_id"] for t in TASKS] and er.stored_summary(store, run["id"]) == summary
         assert len(er.run_attempts(store, run["id"])) == 20
     finally:
@@ -134,8 +140,7 @@ def test_eval_gives_the_hand_computed_pass_at_k_and_means_and_exports_a_dataset(
     assert len(list((tmp_path / "run" / "results").glob("*/*.json"))) == 20
 
     for fmt in ("jsonl", "parquet"):
-        e = subprocess.run([*CLI, "export", str(tmp_path / "run"), "--format", fmt, "--to", str(tmp_path / fmt)],
-                           capture_output=True, text=True, timeout=120)
+        e = subprocess.run([*CLI, "export", str(tmp_path / "run"), "--format", fmt, "--to", str(tmp_path / fmt)], capture_output=True, text=True, timeout=120)
         assert e.returncode == 0, e.stderr
     import datasets
 
@@ -198,8 +203,12 @@ def test_eval_resumes_after_a_kill_without_rerunning_finished_attempts(tmp_path,
     summary = json.loads((out / "summary.json").read_text())
     assert summary["tasks"]["slow"]["pass_at_k"]["1"] == 1.0 and summary["tasks"]["never"]["mean_reward"] == 0.0
     assert not list(out.glob("results/*/.*.tmp"))
-    other = subprocess.run([*CLI, "eval", str(tasks), "--harness", "whitebox", "--base-url", policy.base_url, "--model", "other",
-                            "--out", str(out)], capture_output=True, text=True, timeout=120)
+    other = subprocess.run(
+        [*CLI, "eval", str(tasks), "--harness", "whitebox", "--base-url", policy.base_url, "--model", "other", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert other.returncode == 2 and "holds an evaluation of harness 'whitebox' with model 'm'" in other.stderr
 
 
@@ -242,8 +251,7 @@ def test_eval_of_task_ids_the_file_system_cannot_name_runs_and_exports(tmp_path,
     assert len(dirs) == 2 and all(len(d) <= 100 and "/" not in d for d in dirs), dirs
     assert sorted(p.parent.name for p in (tmp_path / "run" / "results").glob("*/*.json")) == sorted(dirs * 2)
     assert {p.name for p in tmp_path.iterdir()} == {"tasks.jsonl", "run"}  # nothing written outside the run
-    e = subprocess.run([*CLI, "export", str(tmp_path / "run"), "--format", "jsonl", "--to", str(tmp_path / "ds")],
-                       capture_output=True, text=True, timeout=120)
+    e = subprocess.run([*CLI, "export", str(tmp_path / "run"), "--format", "jsonl", "--to", str(tmp_path / "ds")], capture_output=True, text=True, timeout=120)
     assert e.returncode == 0, e.stderr
     rows = [json.loads(line) for line in (tmp_path / "ds" / "results.jsonl").read_text().splitlines()]
     assert sorted(r["task_id"] for r in rows) == sorted(dirs * 2)
@@ -304,8 +312,12 @@ def test_eval_on_a_terminal_redraws_one_progress_line(tmp_path, policy):
 
     tasks = _write_jsonl(tmp_path / "tasks.jsonl", [TASKS[0]])
     master, slave = pty.openpty()
-    p = subprocess.Popen([*CLI, "eval", str(tasks), "--harness", "whitebox", "--base-url", policy.base_url, "--model", "m",
-                          "--out", str(tmp_path / "run"), "-n", "2"], stdout=subprocess.PIPE, stderr=slave, text=True)
+    p = subprocess.Popen(
+        [*CLI, "eval", str(tasks), "--harness", "whitebox", "--base-url", policy.base_url, "--model", "m", "--out", str(tmp_path / "run"), "-n", "2"],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        text=True,
+    )
     os.close(slave)
     shown = b""
     while True:

@@ -18,12 +18,18 @@ class BrokenStore:
         def fail(*args, **kw):
             self.calls.append(name)
             raise OSError("disk full")
+
         return fail
 
 
 def test_a_recorder_that_fails_is_logged_and_the_evaluation_goes_on(tmp_path, caplog):
-    request = RolloutRequest.model_validate({"task": {"instruction": "x", "task_id": "t", "verify": ["true"]}, "harness": "whitebox",
-                                             "endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}})
+    request = RolloutRequest.model_validate(
+        {
+            "task": {"instruction": "x", "task_id": "t", "verify": ["true"]},
+            "harness": "whitebox",
+            "endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "m"},
+        }
+    )
     for i in range(2):  # both attempts finished already: nothing runs, the summary is made from the files
         write_atomic(attempt_path(tmp_path, "t", i), json.dumps(pack(RolloutResult(task_id="t", reward=1.0))))
     with caplog.at_level(logging.WARNING, logger="harness_env.evals"):
@@ -32,4 +38,5 @@ def test_a_recorder_that_fails_is_logged_and_the_evaluation_goes_on(tmp_path, ca
     assert summary["overall"]["mean_reward"] == 1.0 and json.loads((tmp_path / "summary.json").read_text())["overall"]["scored"] == 2
     assert recorder.calls == ["begin", "end"]
     assert [r.getMessage() for r in caplog.records].count(
-        "could not record the eval run in the store (OSError: disk full); its results are in the output directory") == 2
+        "could not record the eval run in the store (OSError: disk full); its results are in the output directory"
+    ) == 2

@@ -38,8 +38,9 @@ async def _captured_rollout() -> RolloutResult:
             session = proxy.open_session(Endpoint(base_url=upstream.base_url, api_key="k", model="m"), CapturePolicy(max_weight_lag=0))
 
             async def call(messages, tools=TOOLS):
-                r = await client.post("/chat/completions", json={"model": "m", "messages": messages, "tools": tools},
-                                      headers={"authorization": f"Bearer {session.key}"})
+                r = await client.post(
+                    "/chat/completions", json={"model": "m", "messages": messages, "tools": tools}, headers={"authorization": f"Bearer {session.key}"}
+                )
                 assert r.status_code == 200, r.text
                 return r.json()["choices"][0]["message"]
 
@@ -86,10 +87,9 @@ def test_rows_rebuilt_from_the_sidecar_equal_the_rows_exactly(captured):
     assert aux == [2] and 2 not in {r["turn_index"] for r in sidecar}  # never a step, never a row
     for rec in sidecar:  # what each field means, against the turn it came from
         t = by_turn[rec["turn_index"]]
-        assert rec["prompt_ids"] == t.prompt_token_ids[rec["prompt_offset"]:] and rec["completion_ids"] == t.completion_token_ids
+        assert rec["prompt_ids"] == t.prompt_token_ids[rec["prompt_offset"] :] and rec["completion_ids"] == t.completion_token_ids
         assert rec["loss_mask"] == [0] * len(rec["prompt_ids"]) + [1] * len(t.completion_token_ids)
-        assert (rec["link"], rec["parent"], rec["branch"], rec["weight_version"], rec["stale"]) == (t.link, t.parent, t.branch,
-                                                                                                   t.weight_version, t.stale)
+        assert (rec["link"], rec["parent"], rec["branch"], rec["weight_version"], rec["stale"]) == (t.link, t.parent, t.branch, t.weight_version, t.stale)
     assert prompts(sidecar) == {i: by_turn[i].prompt_token_ids for i in (0, 1, 3, 4, 5)}  # the whole prompts, as ATIF means them
     firsts = {r["turn_index"]: r["prompt_offset"] for r in sidecar}
     assert firsts[0] == firsts[3] == 0 and firsts[1] == len(by_turn[0].prompt_token_ids) + len(by_turn[0].completion_token_ids)
@@ -100,18 +100,34 @@ def test_rows_rebuilt_from_the_sidecar_equal_the_rows_exactly(captured):
 def test_an_untrainable_branch_is_rebuilt_with_the_same_reason():
     """Rows that break (no token ids, logprobs missing, a turn that does not extend its branch)
     come back untrainable with the words of TrainingRow.untrainable_reason."""
-    def turn(i, prompt, completion, logps=None, **kw):
-        return Turn(index=i, prompt_token_ids=prompt, completion_token_ids=completion, upstream_status=200, capture_level="tokens",
-                    per_token_logps=[-0.5] * len(completion) if logps is None else logps, **kw)
 
-    turns = [turn(0, [1, 2], [3], stale=True), turn(1, [1, 2, 3, 4], [5, 6], [-0.1]), turn(2, [9], [8]), turn(3, [9, 8, 7], [6]),
-             Turn(index=4, completion_text="hi", upstream_status=200, capture_level="text")]
+    def turn(i, prompt, completion, logps=None, **kw):
+        return Turn(
+            index=i,
+            prompt_token_ids=prompt,
+            completion_token_ids=completion,
+            upstream_status=200,
+            capture_level="tokens",
+            per_token_logps=[-0.5] * len(completion) if logps is None else logps,
+            **kw,
+        )
+
+    turns = [
+        turn(0, [1, 2], [3], stale=True),
+        turn(1, [1, 2, 3, 4], [5, 6], [-0.1]),
+        turn(2, [9], [8]),
+        turn(3, [9, 8, 7], [6]),
+        Turn(index=4, completion_text="hi", upstream_status=200, capture_level="text"),
+    ]
     result = RolloutResult(rollout_id="r", reward=None, error_kind="endpoint", proxy_turns=turns)
     link_turns(result.proxy_turns)
     result.proxy_turns[3].prompt_token_ids = [9, 7]  # breaks branch 1 after linking: a row that does not extend
     expected = row_records(result, task_id="t")
-    assert [r["untrainable_reason"] for r in expected] == ["turn 1 has 1 logprobs for 2 tokens", "turn 3 does not extend its branch's tokens",
-                                                           "turn 4 has no token ids (capture level text)"]
+    assert [r["untrainable_reason"] for r in expected] == [
+        "turn 1 has 1 logprobs for 2 tokens",
+        "turn 3 does not extend its branch's tokens",
+        "turn 4 has no token ids (capture level text)",
+    ]
     assert rows_from_sidecar(token_sidecar(result), task_id="t", attempt=0, rollout_id="r", reward=None, mask_sample=True) == expected
 
 
@@ -132,8 +148,17 @@ def _chat(turns):
     prompt, out = list(range(500)), []
     for i in range(turns):
         completion = [1000 + i] * 50
-        out.append(Turn(index=i, prompt_token_ids=list(prompt), completion_token_ids=completion, per_token_logps=[-0.1] * 50,
-                        upstream_status=200, capture_level="tokens", request_messages=[{"role": "user", "content": "go"}]))
+        out.append(
+            Turn(
+                index=i,
+                prompt_token_ids=list(prompt),
+                completion_token_ids=completion,
+                per_token_logps=[-0.1] * 50,
+                upstream_status=200,
+                capture_level="tokens",
+                request_messages=[{"role": "user", "content": "go"}],
+            )
+        )
         prompt = prompt + completion + [7] * 100
     result = RolloutResult(proxy_turns=out, reward=1.0)
     link_turns(result.proxy_turns)
@@ -142,6 +167,7 @@ def _chat(turns):
 
 def test_the_trajectory_and_its_sidecar_grow_linearly_with_the_conversation():
     """Not quadratically, as whole prompts per step would (ATIF's prompt_token_ids)."""
+
     def size(result):
         return len(json.dumps(build_trajectory(result))) + len(json.dumps(token_sidecar(result)))
 
@@ -165,13 +191,21 @@ def _read_jsonl(path):
 def test_export_round_trip_through_the_command(tmp_path, captured):
     """`harness-env export`, then its files read back: the results' sidecars rebuild the rows table,
     and both equal row_records of the stored attempts; each sidecar step names its ATIF step."""
-    broken = RolloutResult(rollout_id="r-2", reward=None, error_kind="endpoint", proxy_turns=[
-        Turn(index=0, prompt_token_ids=[1, 2], completion_token_ids=[3], per_token_logps=[-1.0], upstream_status=200, capture_level="tokens")])
+    broken = RolloutResult(
+        rollout_id="r-2",
+        reward=None,
+        error_kind="endpoint",
+        proxy_turns=[Turn(index=0, prompt_token_ids=[1, 2], completion_token_ids=[3], per_token_logps=[-1.0], upstream_status=200, capture_level="tokens")],
+    )
     link_turns(broken.proxy_turns)
     out = _eval_dir(tmp_path / "run", [captured, broken])
     for fmt in ("jsonl", "parquet"):
-        p = subprocess.run([sys.executable, "-m", "harness_env.cli", "export", str(out), "--format", fmt, "--to", str(tmp_path / fmt)],
-                           capture_output=True, text=True, timeout=120)
+        p = subprocess.run(
+            [sys.executable, "-m", "harness_env.cli", "export", str(out), "--format", fmt, "--to", str(tmp_path / fmt)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert p.returncode == 0, p.stderr
     expected = row_records(captured, task_id="t", attempt=0) + row_records(broken, task_id="t", attempt=1)
     results = _read_jsonl(tmp_path / "jsonl" / "results.jsonl")
@@ -200,10 +234,12 @@ def test_a_harbor_agents_own_trajectory_is_kept_and_its_sidecar_names_no_steps(t
 @pytest.mark.e2e
 async def test_a_white_box_rollout_round_trips(policy_server):
     policy_server.policy.scripts["m"] = [{"bash": "echo 1"}, {"bash": "echo 2"}, {"text": "ok"}]
-    res = await run_rollout(RolloutRequest(task=Task(instruction="x", verify=["true"]), harness="whitebox",
-                                           endpoint=Endpoint(base_url=policy_server.base_url, model="m")))
+    res = await run_rollout(
+        RolloutRequest(task=Task(instruction="x", verify=["true"]), harness="whitebox", endpoint=Endpoint(base_url=policy_server.base_url, model="m"))
+    )
     assert res.graph.branches == 1 and res.rollout_type == "train" and len(res.proxy_turns) == 3
     sidecar = json.loads(json.dumps(token_sidecar(res)))
     assert [r["prompt_offset"] > 0 for r in sidecar] == [False, True, True]
-    assert rows_from_sidecar(sidecar, task_id=res.task_id, attempt=0, rollout_id=res.rollout_id, reward=res.reward,
-                             mask_sample=res.mask_sample) == row_records(res)
+    assert rows_from_sidecar(sidecar, task_id=res.task_id, attempt=0, rollout_id=res.rollout_id, reward=res.reward, mask_sample=res.mask_sample) == row_records(
+        res
+    )

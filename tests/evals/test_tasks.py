@@ -24,15 +24,25 @@ def test_a_directory_of_task_files_in_name_order_with_unique_ids(tmp_path):
     assert [t.task_id for t in load_tasks(tmp_path)] == ["same_id", "b", "same_id-2"]
     reqs = _requests(tmp_path, "--harness", "whitebox", "--max-turns", "3")
     assert [(tid, r.task.instruction, r.harness, r.max_turns) for tid, r in reqs] == [
-        ("same_id", "A", "whitebox", 3), ("b", "B", "whitebox", 3), ("same_id-2", "C", "whitebox", 3)]
+        ("same_id", "A", "whitebox", 3),
+        ("b", "B", "whitebox", 3),
+        ("same_id-2", "C", "whitebox", 3),
+    ]
     assert reqs[1][1].task.task_id == "b" and reqs[1][1].task.verify == ["true"]
 
 
 def test_an_svg_icon_dataset(tmp_path):
     (tmp_path / "refs").mkdir()
     (tmp_path / "refs" / "sq.png").write_bytes(b"\x89PNG")
-    record = {"task_id": "sq", "prompt": "a red square", "reference_png": "refs/sq.png", "source_svg": "<svg/>",
-              "agent_timeout_s": 90, "verify_timeout_s": 30, "source": {"kind": "manual"}}
+    record = {
+        "task_id": "sq",
+        "prompt": "a red square",
+        "reference_png": "refs/sq.png",
+        "source_svg": "<svg/>",
+        "agent_timeout_s": 90,
+        "verify_timeout_s": 30,
+        "source": {"kind": "manual"},
+    }
     (tmp_path / "tasks.jsonl").write_text(json.dumps(record) + "\n")
     ((tid, req),) = _requests(tmp_path, "--harness", "whitebox")
     assert tid == "sq" and req.task_family == "svg_icon" and req.task.instruction == "a red square"
@@ -59,7 +69,9 @@ def test_a_harbor_dataset_one_request_per_task_index(tmp_path):
     reqs = _requests(tmp_path / "ds", "--agent", "oracle")
     assert [tid for tid, _ in reqs] == ["alpha", "zeta"]
     assert [(r.harness, r.harness_options.dataset, r.harness_options.task_index) for _, r in reqs] == [
-        ("harbor", str((tmp_path / "ds").resolve()), 0), ("harbor", str((tmp_path / "ds").resolve()), 1)]
+        ("harbor", str((tmp_path / "ds").resolve()), 0),
+        ("harbor", str((tmp_path / "ds").resolve()), 1),
+    ]
     py = RolloutRequest.model_validate(task_request(load_tasks(tmp_path / "ds")[1], {"harness_options": {"agent": "oracle"}}))
     assert py.harness == "harbor" and py.harness_options.task_index == 1 and py.harness_options.agent == "oracle"
 

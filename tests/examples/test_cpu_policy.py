@@ -14,15 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from examples.cpu_policy import (
-    CHAT_TEMPLATE,
-    MODEL_NAME,
-    Answer,
-    ChatCompletionsApp,
-    ChatModel,
-    load_smollm2,
-    parse_tool_calls,
-)
+from examples.cpu_policy import CHAT_TEMPLATE, MODEL_NAME, Answer, ChatCompletionsApp, ChatModel, load_smollm2, parse_tool_calls
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.sse import SSEDecoder
 from tests.fakes.loopback import LoopbackServer
@@ -54,8 +46,7 @@ RealModel = ChatModel
 class RealModelServer(LoopbackServer):
     """The example's ChatCompletionsApp on a loopback port, from a background thread."""
 
-    def __init__(self, model: ChatModel, *, max_tokens_cap: int = 64,
-                 force: Callable[[dict[str, Any]], str | None] | None = None) -> None:
+    def __init__(self, model: ChatModel, *, max_tokens_cap: int = 64, force: Callable[[dict[str, Any]], str | None] | None = None) -> None:
         self.policy = ChatCompletionsApp(model, MODEL_NAME, max_tokens_cap, 0, force)
         super().__init__(self.policy.app(), join_timeout_s=30)  # a generation in progress finishes first
 
@@ -116,14 +107,21 @@ def test_chat_template_is_the_ggufs_chatml_extended_with_tools(model: RealModel)
         theirs = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         assert ours == theirs
     text, ids = model.render(
-        [*MESSAGES, {"role": "assistant", "content": None,
-                     "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls -la"}'}}]},
-         {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}],
+        [
+            *MESSAGES,
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls -la"}'}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
+        ],
         TOOLS,
     )
     assert '<tools>\n{"type": "function", "function": {"name": "bash"' in text
-    assert ("<|im_start|>assistant\n" + TOOL_TEXT
-            + "<|im_end|>\n<|im_start|>user\n<tool_response>\na.txt\n</tool_response><|im_end|>\n<|im_start|>assistant\n") in text
+    assert (
+        "<|im_start|>assistant\n" + TOOL_TEXT + "<|im_end|>\n<|im_start|>user\n<tool_response>\na.txt\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    ) in text
     assert ids == tok.encode(text, add_special_tokens=False)
     assert ids[-4:] == tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
 
@@ -134,8 +132,10 @@ def test_sampled_logprobs_are_the_processed_logprobs(model: RealModel, temperatu
     gen = model.generate(prompt, 32, temperature, top_logprobs=3, seed=seed)
     forced = model.teacher_forced_logprobs(prompt, gen.completion_ids, temperature)
     diff = max_diff(gen.logprobs, forced)
-    print(f"\nT={temperature} seed={seed}: {len(gen.completion_ids)} tokens in {gen.seconds:.2f}s "
-          f"({len(gen.completion_ids) / gen.seconds:.1f} tok/s, prompt {len(prompt)}), max |diff| {diff:.2e}, finish {gen.finish_reason}")
+    print(
+        f"\nT={temperature} seed={seed}: {len(gen.completion_ids)} tokens in {gen.seconds:.2f}s "
+        f"({len(gen.completion_ids) / gen.seconds:.1f} tok/s, prompt {len(prompt)}), max |diff| {diff:.2e}, finish {gen.finish_reason}"
+    )
     assert diff < TOL
     assert gen.completion_ids and all(len(t) == 3 for t in gen.top_logprobs)
     for lp, tops in zip(gen.logprobs, gen.top_logprobs):
@@ -169,8 +169,11 @@ def test_non_stream_answer_is_vllm_shaped_and_exact(server: RealModelServer, mod
     assert body["prompt_token_ids"] == expected_prompt == model.tokenizer.encode(text, add_special_tokens=False)
     ids = choice["token_ids"]
     entries = choice["logprobs"]["content"]
-    assert len(entries) == len(ids) and body["usage"] == {"prompt_tokens": len(expected_prompt), "completion_tokens": len(ids),
-                                                          "total_tokens": len(expected_prompt) + len(ids)}
+    assert len(entries) == len(ids) and body["usage"] == {
+        "prompt_tokens": len(expected_prompt),
+        "completion_tokens": len(ids),
+        "total_tokens": len(expected_prompt) + len(ids),
+    }
     assert all(set(e) == {"token", "logprob", "bytes", "top_logprobs"} and len(e["top_logprobs"]) == 2 for e in entries)
     assert [e["token"] for e in entries] == [model.token_text(i) for i in ids]
     lps = [e["logprob"] for e in entries]
@@ -214,8 +217,15 @@ def test_without_extras_the_answer_has_no_ids_or_logprobs(server: RealModelServe
 
 
 def test_max_tokens_is_capped(server: RealModelServer) -> None:
-    body = post(server, {"messages": [{"role": "user", "content": "Write a long story about a dragon."}], "max_completion_tokens": 500,
-                         "temperature": 0, "return_token_ids": True}).json()
+    body = post(
+        server,
+        {
+            "messages": [{"role": "user", "content": "Write a long story about a dragon."}],
+            "max_completion_tokens": 500,
+            "temperature": 0,
+            "return_token_ids": True,
+        },
+    ).json()
     assert len(body["choices"][0]["token_ids"]) <= 24
     if len(body["choices"][0]["token_ids"]) == 24:
         assert body["choices"][0]["finish_reason"] == "length"
@@ -248,15 +258,26 @@ def test_a_tool_call_answer_and_the_next_prompt_extends_it(model: RealModel, str
         if streamed:
             chunks, draft = stream(srv, req)
             got = draft.fields()
-            prompt, ids, lps, calls, finish, content = (got["prompt_token_ids"], got["completion_token_ids"], got["per_token_logps"], got["tool_calls"],
-                                                        got["finish_reason"], got["completion_text"])
+            prompt, ids, lps, calls, finish, content = (
+                got["prompt_token_ids"],
+                got["completion_token_ids"],
+                got["per_token_logps"],
+                got["tool_calls"],
+                got["finish_reason"],
+                got["completion_text"],
+            )
             assert all("<tool_call" not in (c["choices"][0]["delta"].get("content") or "") for c in chunks[1:])
             content = content or None
         else:
             body = post(srv, req).json()
             choice = body["choices"][0]
-            prompt, ids, calls, finish, content = (body["prompt_token_ids"], choice["token_ids"], choice["message"]["tool_calls"], choice["finish_reason"],
-                                                   choice["message"]["content"])
+            prompt, ids, calls, finish, content = (
+                body["prompt_token_ids"],
+                choice["token_ids"],
+                choice["message"]["tool_calls"],
+                choice["finish_reason"],
+                choice["message"]["content"],
+            )
             lps = [e["logprob"] for e in choice["logprobs"]["content"]]
         assert finish == "tool_calls" and content is None
         assert [(c["type"], c["function"]) for c in calls] == [("function", {"name": "bash", "arguments": '{"command": "ls -la"}'})]
@@ -264,8 +285,11 @@ def test_a_tool_call_answer_and_the_next_prompt_extends_it(model: RealModel, str
         assert ids == model.tokenizer.encode(TOOL_TEXT, add_special_tokens=False) + [model.tokenizer.eos_token_id]
         assert max_diff(lps, model.teacher_forced_logprobs(prompt, ids, 1.0)) < TOL
         # the harness sends the history back as returned: the next prompt extends prompt + completion
-        history = [*MESSAGES, {"role": "assistant", "content": content, "tool_calls": calls},
-                   {"role": "tool", "tool_call_id": calls[0]["id"], "content": "a.txt\nb.txt"}]
+        history = [
+            *MESSAGES,
+            {"role": "assistant", "content": content, "tool_calls": calls},
+            {"role": "tool", "tool_call_id": calls[0]["id"], "content": "a.txt\nb.txt"},
+        ]
         body2 = post(srv, {"messages": history, "tools": TOOLS, "max_tokens": 4, "return_token_ids": True}).json()
         nxt = body2["prompt_token_ids"]
         assert nxt[: len(prompt) + len(ids)] == prompt + ids
@@ -278,8 +302,10 @@ def test_generation_does_not_block_the_event_loop(server: RealModelServer) -> No
     done: dict[str, float] = {}
 
     def slow() -> None:
-        assert post(server, {"messages": [{"role": "user", "content": "Write a long story about a dragon."}], "max_tokens": 24,
-                             "temperature": 0}).status_code == 200
+        assert (
+            post(server, {"messages": [{"role": "user", "content": "Write a long story about a dragon."}], "max_tokens": 24, "temperature": 0}).status_code
+            == 200
+        )
         done["chat"] = time.monotonic()
 
     t = threading.Thread(target=slow)

@@ -38,8 +38,26 @@ STEPS = 3
 
 
 def run(steps: int, *, sync: bool) -> train_cpu.Run:
-    flags = ["--steps", str(steps), "--tasks-per-step", "1", "--num-generations", "2", "--max-tokens", "40",
-             "--max-turns", "2", "--eval-attempts", "0", "--check-rollouts", "1", "--learning-rate", "2e-4", "--concurrency", "2"]
+    flags = [
+        "--steps",
+        str(steps),
+        "--tasks-per-step",
+        "1",
+        "--num-generations",
+        "2",
+        "--max-tokens",
+        "40",
+        "--max-turns",
+        "2",
+        "--eval-attempts",
+        "0",
+        "--check-rollouts",
+        "1",
+        "--learning-rate",
+        "2e-4",
+        "--concurrency",
+        "2",
+    ]
     args = train_cpu.parse_args(flags + ([] if sync else ["--no-sync"]))
     tasks = train_cpu.make_tasks("write_call", "train")[:1]
     verdicts = itertools.cycle([["true"], ["false"]])  # each group graded 1, 0: a signal at every step

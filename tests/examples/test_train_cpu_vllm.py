@@ -41,9 +41,34 @@ GAP = 1e-2
 @pytest.fixture(scope="module")
 def pi_run(vllm_server) -> Iterator[train_cpu.Run]:
     installed("pi")
-    flags = ["--harness", "pi", "--vllm-url", vllm_server.root_url, "--model-dir", str(model_dir()), "--model-name", vllm_server.model,
-             "--steps", str(STEPS), "--tasks-per-step", "1", "--num-generations", "2", "--max-tokens", "24", "--max-turns", "1",
-             "--eval-attempts", "0", "--check-rollouts", "1", "--learning-rate", "2e-4", "--concurrency", "2"]
+    flags = [
+        "--harness",
+        "pi",
+        "--vllm-url",
+        vllm_server.root_url,
+        "--model-dir",
+        str(model_dir()),
+        "--model-name",
+        vllm_server.model,
+        "--steps",
+        str(STEPS),
+        "--tasks-per-step",
+        "1",
+        "--num-generations",
+        "2",
+        "--max-tokens",
+        "24",
+        "--max-turns",
+        "1",
+        "--eval-attempts",
+        "0",
+        "--check-rollouts",
+        "1",
+        "--learning-rate",
+        "2e-4",
+        "--concurrency",
+        "2",
+    ]
     args = train_cpu.parse_args(flags)
     tasks = train_cpu.make_tasks("plain_file", "train")[:1]
     verdicts = itertools.cycle([["true"], ["false"]])  # each group graded 1, 0: a signal at every step

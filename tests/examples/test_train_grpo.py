@@ -61,8 +61,9 @@ def _no_url_from_the_environment(monkeypatch):
 def test_the_trainer_syncs_its_weights_into_the_vllm_the_harnesses_call(example, algorithm, tmp_path):
     from trl import GRPOConfig
 
-    args = example.parse_args(["--tasks", "tasks.jsonl", "--algorithm", algorithm, "--model", "org/policy-7b",
-                               "--vllm-url", "http://gpu-host:8000/v1", "--output-dir", str(tmp_path)])
+    args = example.parse_args(
+        ["--tasks", "tasks.jsonl", "--algorithm", algorithm, "--model", "org/policy-7b", "--vllm-url", "http://gpu-host:8000/v1", "--output-dir", str(tmp_path)]
+    )
     kwargs = example.build_trainer_kwargs(args, TASKS, run_many=lambda requests: [], **CPU)
     config = kwargs["args"]
 
@@ -85,8 +86,13 @@ def test_the_trainer_syncs_its_weights_into_the_vllm_the_harnesses_call(example,
         assert config.importance_sampling_level == "token"
         assert config.steps_per_generation == config.gradient_accumulation_steps  # one generation per optimiser step
     else:  # TRL's documented GSPO recipe (the example says why it keeps loss_type="grpo")
-        assert (config.loss_type, config.importance_sampling_level, config.epsilon, config.epsilon_high,
-                config.steps_per_generation) == ("grpo", "sequence", 3e-4, 4e-4, 4)
+        assert (config.loss_type, config.importance_sampling_level, config.epsilon, config.epsilon_high, config.steps_per_generation) == (
+            "grpo",
+            "sequence",
+            3e-4,
+            4e-4,
+            4,
+        )
 
 
 def test_the_rollout_function_runs_through_the_harness_env_server(example, monkeypatch):
@@ -139,9 +145,21 @@ def tiny_policy() -> tuple[Any, Any]:
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(VOCAB), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-                                         pad_token_id=0, eos_token_id=1, bos_token_id=None, tie_word_embeddings=False))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(VOCAB),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            pad_token_id=0,
+            eos_token_id=1,
+            bos_token_id=None,
+            tie_word_embeddings=False,
+        )
+    )
     return model, tokenizer
 
 
@@ -184,8 +202,15 @@ class VLLMStandIn:
                     tid = self.rng.choices(range(len(lp)), weights=lp.exp().tolist())[0]
                     ids.append(tid)
                     logps.append(lp[tid].item())
-            turn = Turn(index=0, branch=0, prompt_token_ids=prompt, completion_token_ids=ids[len(prompt):], per_token_logps=logps,
-                        capture_level="tokens", upstream_status=200)
+            turn = Turn(
+                index=0,
+                branch=0,
+                prompt_token_ids=prompt,
+                completion_token_ids=ids[len(prompt) :],
+                per_token_logps=logps,
+                capture_level="tokens",
+                upstream_status=200,
+            )
             results.append(RolloutResult(task_id=req["task"]["task_id"], reward=float(i % 2), proxy_turns=[turn]))
         return results
 
@@ -197,11 +222,21 @@ def train_a_few_steps(example: Any, tmp_path: Path, monkeypatch: Any, push_weigh
     model, tokenizer = tiny_policy()
     vllm = VLLMStandIn(copy.deepcopy(model), push_weights)
     monkeypatch.setattr(grpo_trainer, "VLLMGeneration", vllm.generation_backend)
-    args = example.parse_args(["--tasks", "tasks.jsonl", "--num-generations", "2", "--model", "tiny-policy",
-                               "--vllm-url", "http://127.0.0.1:8000", "--output-dir", str(tmp_path)])
-    kwargs = example.build_trainer_kwargs(args, TASKS, run_many=lambda requests: vllm.run_many(requests, tokenizer), **CPU,
-                                          max_steps=STEPS, learning_rate=0.05, max_completion_length=8, save_strategy="no",
-                                          logging_steps=1, dataloader_num_workers=0)
+    args = example.parse_args(
+        ["--tasks", "tasks.jsonl", "--num-generations", "2", "--model", "tiny-policy", "--vllm-url", "http://127.0.0.1:8000", "--output-dir", str(tmp_path)]
+    )
+    kwargs = example.build_trainer_kwargs(
+        args,
+        TASKS,
+        run_many=lambda requests: vllm.run_many(requests, tokenizer),
+        **CPU,
+        max_steps=STEPS,
+        learning_rate=0.05,
+        max_completion_length=8,
+        save_strategy="no",
+        logging_steps=1,
+        dataloader_num_workers=0,
+    )
     assert kwargs["model"] == "tiny-policy"  # the name vLLM serves; the weights below stand in for it
     trainer = GRPOTrainer(**(kwargs | {"model": model}), processing_class=tokenizer)
     trainer.train()

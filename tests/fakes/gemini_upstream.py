@@ -67,8 +67,7 @@ class FakeGeminiUpstream(ScriptedUpstream):
         chunks[-1]["candidates"][0]["finishReason"] = "STOP"
         chunks[-1]["usageMetadata"] = usage
         if method == "generateContent":
-            return JSONResponse({"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
-                                 "usageMetadata": usage})
+            return JSONResponse({"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}], "usageMetadata": usage})
 
         async def stream():
             for chunk in chunks:

@@ -66,7 +66,7 @@ class FakeJudge:
                     problems.append(f"image part is not a PNG data URL: {url[:40]!r}")
                     continue
                 try:
-                    png = base64.b64decode(url[len(prefix):], validate=True)
+                    png = base64.b64decode(url[len(prefix) :], validate=True)
                 except ValueError:
                     problems.append("image part is not valid base64")
                     continue

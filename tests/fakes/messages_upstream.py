@@ -36,10 +36,7 @@ def _error(status: int, message: str) -> JSONResponse:
 @dataclass
 class FakeMessagesUpstream(ScriptedUpstream):
     def app(self) -> Starlette:
-        return Starlette(routes=[
-            Route("/v1/messages", self._messages, methods=["POST"]),
-            Route("/v1/messages/count_tokens", self._count, methods=["POST"]),
-        ])
+        return Starlette(routes=[Route("/v1/messages", self._messages, methods=["POST"]), Route("/v1/messages/count_tokens", self._count, methods=["POST"])])
 
     def _step(self, body: dict[str, Any]) -> dict[str, Any]:
         if not body.get("tools"):
@@ -80,8 +77,16 @@ class FakeMessagesUpstream(ScriptedUpstream):
             blocks.append({"type": "text", "text": step.get("text", "done").replace("{key}", request.headers.get("x-api-key", ""))})
         stop = "tool_use" if "bash" in step else "end_turn"
         usage = {"input_tokens": len(json.dumps(body)) // 4, "output_tokens": sum(len(json.dumps(b)) // 4 for b in blocks)}
-        message = {"id": f"msg_{len(self.requests)}", "type": "message", "role": "assistant", "model": body.get("model"),
-                   "content": blocks, "stop_reason": stop, "stop_sequence": None, "usage": usage}
+        message = {
+            "id": f"msg_{len(self.requests)}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model"),
+            "content": blocks,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": usage,
+        }
         if not body.get("stream"):
             return JSONResponse(message)
 
@@ -89,8 +94,10 @@ class FakeMessagesUpstream(ScriptedUpstream):
             return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n"
 
         async def stream():
-            yield event("message_start", {"message": {**message, "content": [], "stop_reason": None,
-                                                      "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 0}}})
+            yield event(
+                "message_start",
+                {"message": {**message, "content": [], "stop_reason": None, "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 0}}},
+            )
             for i, block in enumerate(blocks):
                 if block["type"] == "text":
                     yield event("content_block_start", {"index": i, "content_block": {"type": "text", "text": ""}})

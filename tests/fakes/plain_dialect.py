@@ -64,7 +64,7 @@ class PlainLines:
         # What went before, as a list of {"said": the agent's text, "heard": what it got back}.
         for earlier in body.get("earlier", []):
             if not (isinstance(earlier, dict) and isinstance(earlier.get("said"), str) and isinstance(earlier.get("heard"), str)):
-                raise InvalidRequestError("each of 'earlier' must be {\"said\": string, \"heard\": string}")
+                raise InvalidRequestError('each of \'earlier\' must be {"said": string, "heard": string}')
             messages += [{"role": "assistant", "content": earlier["said"]}, {"role": "user", "content": earlier["heard"]}]
         return ChatRequest(messages, tools, bool(body.get("stream")), "policy" if tools else "auxiliary", body)
 

@@ -180,10 +180,16 @@ class FakePolicy:
         return [r for r in self.requests if r.get("tools")]
 
     def app(self) -> Starlette:
-        return Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"]), Route("/v1/models", self._models),
-                                 Route("/v1/_arrivals", self._arrivals), Route("/v1/chat/completions/render", self._render, methods=["POST"]),
-                                 Route("/inference/v1/generate", self._scale_out_route, methods=["POST"]),
-                                 Route("/v1/chat/completions/derender", self._scale_out_route, methods=["POST"])])
+        return Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/models", self._models),
+                Route("/v1/_arrivals", self._arrivals),
+                Route("/v1/chat/completions/render", self._render, methods=["POST"]),
+                Route("/inference/v1/generate", self._scale_out_route, methods=["POST"]),
+                Route("/v1/chat/completions/derender", self._scale_out_route, methods=["POST"]),
+            ]
+        )
 
     async def _render(self, request: Request) -> Response:
         """The stand-in template's ids for a chat request; without the generation header when it
@@ -257,8 +263,14 @@ class FakePolicy:
                     )
         if self.require_max_completion_tokens and "max_tokens" in body:
             return JSONResponse(
-                {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
-                           "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}},
+                {
+                    "error": {
+                        "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+                        "type": "invalid_request_error",
+                        "param": "max_tokens",
+                        "code": "unsupported_parameter",
+                    }
+                },
                 status_code=400,
             )
         step = {"status": self.down_status} if self.down_status else self._step(body)
@@ -279,6 +291,7 @@ class FakePolicy:
 
             return StreamingResponse(raw_chunks(), media_type="text/event-stream")
         if "malformed" in step:  # a stream with a broken chunk in the middle, then a normal end
+
             async def broken():
                 yield 'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\n'
                 yield 'data: {"choices": [ this is not json\n\n'
@@ -337,10 +350,20 @@ class FakePolicy:
             msg: dict[str, Any] = {"role": "assistant", "content": text or None}
             if tool_calls:
                 msg["tool_calls"] = tool_calls
-            choice: dict[str, Any] = {"index": 0, "message": msg, "finish_reason": finish,
-                                      "logprobs": {"content": [lp_entry(p, i) for p, i in zip(parts, ids)]} if want_lp else None}
-            out: dict[str, Any] = {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": body.get("model"),
-                                   "choices": [choice], "usage": usage}
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": msg,
+                "finish_reason": finish,
+                "logprobs": {"content": [lp_entry(p, i) for p, i in zip(parts, ids)]} if want_lp else None,
+            }
+            out: dict[str, Any] = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model"),
+                "choices": [choice],
+                "usage": usage,
+            }
             if want_ids:
                 choice["token_ids"] = ids
                 out["prompt_token_ids"] = prompt_ids
@@ -354,20 +377,32 @@ class FakePolicy:
             yield f"data: {json.dumps(first)}\n\n"
             k = 0
             for p in pieces(text):
-                ch: dict[str, Any] = {"index": 0, "delta": {"content": p}, "finish_reason": None,
-                                      "logprobs": {"content": [lp_entry(p, ids[k])]} if want_lp else None}
+                ch: dict[str, Any] = {
+                    "index": 0,
+                    "delta": {"content": p},
+                    "finish_reason": None,
+                    "logprobs": {"content": [lp_entry(p, ids[k])]} if want_lp else None,
+                }
                 if want_ids:
                     ch["token_ids"] = [ids[k]]
                 k += 1
                 yield f"data: {json.dumps({**base, 'choices': [ch]})}\n\n"
             for ci, call in enumerate(tool_calls):
-                head = {"index": 0, "delta": {"tool_calls": [{"index": ci, "id": call["id"], "type": "function",
-                                                             "function": {"name": call["function"]["name"], "arguments": ""}}]},
-                        "finish_reason": None}
+                head = {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [{"index": ci, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": ""}}]
+                    },
+                    "finish_reason": None,
+                }
                 yield f"data: {json.dumps({**base, 'choices': [head]})}\n\n"
                 for p in pieces(call["function"]["arguments"]):
-                    ch = {"index": 0, "delta": {"tool_calls": [{"index": ci, "function": {"arguments": p}}]}, "finish_reason": None,
-                          "logprobs": {"content": [lp_entry(p, ids[k])]} if want_lp else None}
+                    ch = {
+                        "index": 0,
+                        "delta": {"tool_calls": [{"index": ci, "function": {"arguments": p}}]},
+                        "finish_reason": None,
+                        "logprobs": {"content": [lp_entry(p, ids[k])]} if want_lp else None,
+                    }
                     if want_ids:
                         ch["token_ids"] = [ids[k]]
                     k += 1

@@ -40,8 +40,9 @@ class FakeResponsesUpstream(ScriptedUpstream):
     async def _responses(self, request: Request) -> Response:
         body = await self._record(request)
         if request.headers.get("authorization") != f"Bearer {self.key}":
-            return JSONResponse({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}},
-                                status_code=401)
+            return JSONResponse(
+                {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}}, status_code=401
+            )
         step = self._step(body)
         if "status" in step:
             return JSONResponse({"error": {"message": f"scripted failure {step['status']}", "type": "server_error"}}, status_code=step["status"])
@@ -50,17 +51,41 @@ class FakeResponsesUpstream(ScriptedUpstream):
             tool = next((t for t in body.get("tools", []) if str(t.get("name")).lower() in SHELL_TOOL_NAMES), None)
             name = tool["name"] if tool else "shell"
             arguments = json.dumps(shell_arguments((tool or {}).get("parameters") or {}, step["bash"]))
-            item: dict[str, Any] = {"type": "function_call", "id": f"fc_{n}", "status": "completed", "call_id": f"call_{n}", "name": name,
-                                    "arguments": arguments}
+            item: dict[str, Any] = {
+                "type": "function_call",
+                "id": f"fc_{n}",
+                "status": "completed",
+                "call_id": f"call_{n}",
+                "name": name,
+                "arguments": arguments,
+            }
         else:
             text = step.get("text", "done")
-            item = {"type": "message", "id": f"msg_{n}", "status": "completed", "role": "assistant",
-                    "content": [{"type": "output_text", "text": text, "annotations": []}]}
-        usage = {"input_tokens": len(json.dumps(body)) // 4, "input_tokens_details": {"cached_tokens": 0},
-                 "output_tokens": len(json.dumps(item)) // 4, "output_tokens_details": {"reasoning_tokens": 0}}
+            item = {
+                "type": "message",
+                "id": f"msg_{n}",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        usage = {
+            "input_tokens": len(json.dumps(body)) // 4,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": len(json.dumps(item)) // 4,
+            "output_tokens_details": {"reasoning_tokens": 0},
+        }
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
-        response = {"id": f"resp_{n}", "object": "response", "created_at": int(time.time()), "status": "completed", "model": body.get("model"),
-                    "output": [item], "usage": usage, "error": None, "incomplete_details": None}
+        response = {
+            "id": f"resp_{n}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "completed",
+            "model": body.get("model"),
+            "output": [item],
+            "usage": usage,
+            "error": None,
+            "incomplete_details": None,
+        }
         if not body.get("stream"):
             return JSONResponse(response)
 

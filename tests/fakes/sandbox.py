@@ -39,8 +39,15 @@ class DirSandbox:
         self.commands.append(argv[-1])
         full_env = {"PATH": os.environ["PATH"], "HOME": self.home, "LANG": "C.UTF-8", **(env or {})}
         started = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(*argv, cwd=cwd or self.workspace, env=full_env, start_new_session=True,
-                                                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd or self.workspace,
+            env=full_env,
+            start_new_session=True,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = TailBuffer(max_output), TailBuffer(max_output)
         readers = asyncio.gather(pump(proc.stdout, out, on_stdout_line), pump(proc.stderr, err))
         waits = {asyncio.ensure_future(proc.wait())} | ({asyncio.ensure_future(stop.wait())} if stop else set())
@@ -58,8 +65,14 @@ class DirSandbox:
         await proc.wait()
         finished = proc.returncode is not None and not (stop and stop.is_set()) and bool(done)
         stopped = bool(stop and stop.is_set())
-        return ExecResult(exit_code=proc.returncode if finished else None, stdout=out.text(), stderr=err.text(),
-                          duration_s=time.monotonic() - started, timed_out=not done, stopped=stopped)
+        return ExecResult(
+            exit_code=proc.returncode if finished else None,
+            stdout=out.text(),
+            stderr=err.text(),
+            duration_s=time.monotonic() - started,
+            timed_out=not done,
+            stopped=stopped,
+        )
 
     def write_file(self, path: str, content: str | bytes) -> None:
         data = content.encode() if isinstance(content, str) else content

@@ -83,8 +83,7 @@ class Tap:
         """Where the engine answered the harness's policy calls, in order: the chat completions
         with tools, and the derendered answers of the calls continued as token ids
         (core/capture/continuity.py)."""
-        return [x for x in self.exchanges
-                if (x.path.endswith("/chat/completions") and x.body.get("tools")) or x.path.endswith("/chat/completions/derender")]
+        return [x for x in self.exchanges if (x.path.endswith("/chat/completions") and x.body.get("tools")) or x.path.endswith("/chat/completions/derender")]
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -103,8 +102,9 @@ class Tap:
         exchange = Exchange(scope["path"], body, 0, b"", "")
         self.exchanges.append(exchange)
         async with aiohttp.ClientSession() as http:
-            async with http.request(scope["method"], self.upstream + scope["path"], data=body, headers=headers,
-                                    timeout=aiohttp.ClientTimeout(total=900)) as resp:
+            async with http.request(
+                scope["method"], self.upstream + scope["path"], data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=900)
+            ) as resp:
                 exchange.content_type = resp.headers.get("content-type", "application/json")
                 exchange.status = resp.status
                 # Relayed as it comes: a harness waits for the headers only so long (Gemini CLI

@@ -5,10 +5,12 @@ from harness_env.models import GraphSummary, RolloutResult, Turn, summarize
 
 
 def test_the_summary_counts_each_link_kind_of_the_graph():
-    turns = [Turn(index=0, prompt_token_ids=[1], completion_token_ids=[2], per_token_logps=[-1.0], upstream_status=200),
-             Turn(index=1, prompt_token_ids=[1, 2, 3], completion_token_ids=[4], per_token_logps=[-1.0], upstream_status=200),
-             Turn(index=2, upstream_status=200, parent=1, link="retry"),
-             Turn(index=3, prompt_token_ids=[9], completion_token_ids=[9], upstream_status=200, purpose="auxiliary")]
+    turns = [
+        Turn(index=0, prompt_token_ids=[1], completion_token_ids=[2], per_token_logps=[-1.0], upstream_status=200),
+        Turn(index=1, prompt_token_ids=[1, 2, 3], completion_token_ids=[4], per_token_logps=[-1.0], upstream_status=200),
+        Turn(index=2, upstream_status=200, parent=1, link="retry"),
+        Turn(index=3, prompt_token_ids=[9], completion_token_ids=[9], upstream_status=200, purpose="auxiliary"),
+    ]
     summary = summarize(RolloutResult(proxy_turns=turns, graph=link_turns(turns)))
     assert summary.branches == 1
     assert list(summary.links) == ["extends", "retry", "auxiliary", "new_thread"]  # in LinkKind's order

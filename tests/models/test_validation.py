@@ -33,39 +33,45 @@ def test_an_integer_from_an_infinite_json_number_is_refused():
     _refused(RolloutArgs, json.loads('{"instruction": "x", "max_turns": 1e400}'), "max_turns", "finite number")
 
 
-@pytest.mark.parametrize("field,value", [
-    ("instruction", "draw \ud800 this"),
-    ("setup", ["echo ok", "echo \udcff"]),
-    ("verify", ["test \ud83d"]),
-    ("files", {"a.txt": "\ud800"}),
-    ("files", {"\udc80.txt": "x"}),
-    ("model", "m\ud800"),
-    ("api_key", "sk-\ud800"),
-    ("task_id", "t\udfff"),
-    ("harness_config", {"provider": {"x": ["ok", "\ud800"]}}),
-    ("harness_config", {"\ud800": 1}),
-    ("family_options", {"rubric": "\ud800"}),
-    ("harbor", {"agent_kwargs": {"a": "\ud800"}}),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("instruction", "draw \ud800 this"),
+        ("setup", ["echo ok", "echo \udcff"]),
+        ("verify", ["test \ud83d"]),
+        ("files", {"a.txt": "\ud800"}),
+        ("files", {"\udc80.txt": "x"}),
+        ("model", "m\ud800"),
+        ("api_key", "sk-\ud800"),
+        ("task_id", "t\udfff"),
+        ("harness_config", {"provider": {"x": ["ok", "\ud800"]}}),
+        ("harness_config", {"\ud800": 1}),
+        ("family_options", {"rubric": "\ud800"}),
+        ("harbor", {"agent_kwargs": {"a": "\ud800"}}),
+    ],
+)
 def test_lone_surrogates_are_refused_in_every_field(field, value):
     text = _refused(RolloutArgs, _args(**{field: value}), field, "lone surrogate")
     assert "\ud800" not in text and "sk-" not in text  # the value is not echoed
 
 
-@pytest.mark.parametrize("field,value", [
-    ("instruction", "draw\x00 this"),
-    ("setup", ["echo ok", "echo \x00"]),
-    ("verify", ["test -f a\x00b"]),
-    ("files", {"a\x00.txt": "x"}),
-    ("task_id", "t\x00"),
-    ("model", "m\x00"),
-    ("api_key", "sk-\x00"),
-    ("base_url", "http://h\x00/v1"),
-    ("harness_config", {"provider": {"x": ["ok", "\x00"]}}),
-    ("harness_config", {"k\x00": 1}),
-    ("family_options", {"rubric": "\x00"}),
-    ("harbor", {"agent_kwargs": {"a": "\x00"}}),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("instruction", "draw\x00 this"),
+        ("setup", ["echo ok", "echo \x00"]),
+        ("verify", ["test -f a\x00b"]),
+        ("files", {"a\x00.txt": "x"}),
+        ("task_id", "t\x00"),
+        ("model", "m\x00"),
+        ("api_key", "sk-\x00"),
+        ("base_url", "http://h\x00/v1"),
+        ("harness_config", {"provider": {"x": ["ok", "\x00"]}}),
+        ("harness_config", {"k\x00": 1}),
+        ("family_options", {"rubric": "\x00"}),
+        ("harbor", {"agent_kwargs": {"a": "\x00"}}),
+    ],
+)
 def test_nul_bytes_are_refused_in_every_string_that_can_become_an_argv_env_or_path(field, value):
     text = _refused(RolloutArgs, _args(**{field: value}), field, "NUL byte")
     assert "\x00" not in text and "remove it" in text
@@ -108,14 +114,17 @@ def test_free_form_values_are_bounded_in_depth():
     _refused(Task, {"instruction": "x", "metadata": _nested(5000)}, "metadata", "levels")  # any depth: no RecursionError
 
 
-@pytest.mark.parametrize("files,needle", [
-    ({"a": "x", "a/b": "y"}, "'a' is both a file and the directory of 'a/b'"),
-    ({"d/e/f": "x", "d/e": "y"}, "'d/e' is both a file and the directory of 'd/e/f'"),
-    ({"a/b": "x", "a/./b": "y"}, "given twice"),
-    ({"n" * 256: "x"}, "over 255 bytes"),
-    ({"d/" + "é" * 128 + "/f": "x"}, "over 255 bytes"),  # 256 bytes in 128 characters
-    ({"../x": "y"}, "inside the workspace"),
-])
+@pytest.mark.parametrize(
+    "files,needle",
+    [
+        ({"a": "x", "a/b": "y"}, "'a' is both a file and the directory of 'a/b'"),
+        ({"d/e/f": "x", "d/e": "y"}, "'d/e' is both a file and the directory of 'd/e/f'"),
+        ({"a/b": "x", "a/./b": "y"}, "given twice"),
+        ({"n" * 256: "x"}, "over 255 bytes"),
+        ({"d/" + "é" * 128 + "/f": "x"}, "over 255 bytes"),  # 256 bytes in 128 characters
+        ({"../x": "y"}, "inside the workspace"),
+    ],
+)
 def test_file_trees_that_cannot_be_written_are_refused(files, needle):
     _refused(Task, {"instruction": "x", "files": files}, "files", needle)
 
@@ -137,14 +146,17 @@ def test_a_parsable_base_url_of_another_scheme_is_left_to_the_catalog():
     assert RolloutArgs.model_validate(_args(base_url="ftp://h")).base_url == "ftp://h"  # the catalog names the schemes
 
 
-@pytest.mark.parametrize("url,needle", [
-    ("http://bob:hunter2-pw@h:8000/v1", "user name or password"),
-    ("https://hunter2-pw@h/v1", "user name or password"),
-    ("http://bob:hunter2-pw@[::1/v1", "user name or password"),  # unparsable too: still not quoted
-    ("ftp://bob:hunter2-pw@h", "user name or password"),
-    ("http://h/v1?api_key=hunter2-pw", "query string"),
-    ("http://h/v1#hunter2-pw", "query string"),
-])
+@pytest.mark.parametrize(
+    "url,needle",
+    [
+        ("http://bob:hunter2-pw@h:8000/v1", "user name or password"),
+        ("https://hunter2-pw@h/v1", "user name or password"),
+        ("http://bob:hunter2-pw@[::1/v1", "user name or password"),  # unparsable too: still not quoted
+        ("ftp://bob:hunter2-pw@h", "user name or password"),
+        ("http://h/v1?api_key=hunter2-pw", "query string"),
+        ("http://h/v1#hunter2-pw", "query string"),
+    ],
+)
 def test_credentials_in_a_base_url_are_refused_without_being_quoted(url, needle):
     for model, data in ((Endpoint, {"base_url": url, "model": "m"}), (RolloutArgs, _args(base_url=url))):
         text = _refused(model, data, "base_url", needle)
@@ -164,15 +176,18 @@ def test_harness_options_under_their_own_name_and_the_former_key():
     assert old.model_copy(update={"harbor": HarborOptions(agent="nop")}).harness_options.agent == "nop"
     assert "harbor" not in old.model_dump() and old.model_dump(mode="json")["harness_options"]["agent"] == "oracle"
     assert _request().harbor is None  # another harness: none
-    _refused(RolloutRequest, {**_request().model_dump(), "harness": "pi", "harness_options": {"agent": "nop"}},
-             "harness_options", "harness 'pi' has no options of its own")
+    _refused(
+        RolloutRequest,
+        {**_request().model_dump(), "harness": "pi", "harness_options": {"agent": "nop"}},
+        "harness_options",
+        "harness 'pi' has no options of its own",
+    )
     _refused(RolloutArgs, _args(harness="pi", harbor={"agent": "nop"}), "harbor", "`harbor` options are for harness='harbor', not 'pi'")
     _refused(RolloutArgs, _args(harness="harbor", harbor={"agnet": "nop"}), "agnet", "Extra inputs")
 
 
 def test_a_task_named_by_the_harness_options_brings_its_own_instruction():
-    request = RolloutRequest.model_validate({"endpoint": {"base_url": "http://h/v1", "model": "m"}, "harness": "harbor",
-                                             "harbor": {"task_dir": "tasks/hello"}})
+    request = RolloutRequest.model_validate({"endpoint": {"base_url": "http://h/v1", "model": "m"}, "harness": "harbor", "harbor": {"task_dir": "tasks/hello"}})
     assert request.task.instruction and request.harness_options.names_task
     assert RolloutArgs.model_validate({"harness": "harbor", "harness_options": {"dataset": "d"}}).instruction == ""
     _refused(RolloutArgs, {"harness": "harbor"}, "instruction", "instruction is required (it may be left out only when harbor.task_dir")

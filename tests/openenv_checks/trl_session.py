@@ -16,8 +16,7 @@ from openenv.core.harness import LoopOwningSession, TrainableSession, TrainingTr
 
 def _members(protocol: type) -> dict[str, list[str]]:
     """A protocol's methods and their parameters (what runtime_checkable's isinstance looks for, and more)."""
-    return {name: list(inspect.signature(fn).parameters) for name, fn in vars(protocol).items()
-            if callable(fn) and not name.startswith("_")}
+    return {name: list(inspect.signature(fn).parameters) for name, fn in vars(protocol).items() if callable(fn) and not name.startswith("_")}
 
 
 def main() -> None:

@@ -41,8 +41,15 @@ async def test_capture_calls_go_straight_to_the_proxy_with_their_route_below_cap
     ]
     for scope in scopes:
         await front(scope, None, None)
-    assert seen == [("proxy", "/v1/chat/completions"), ("proxy", "/v1/models"), ("proxy", "/v1/models"),
-                    ("api", "/capture"), ("api", "/capturex/v1"), ("api", "/rollout"), ("api", "/capture/v1/x")]
+    assert seen == [
+        ("proxy", "/v1/chat/completions"),
+        ("proxy", "/v1/models"),
+        ("proxy", "/v1/models"),
+        ("api", "/capture"),
+        ("api", "/capturex/v1"),
+        ("api", "/rollout"),
+        ("api", "/capture/v1/x"),
+    ]
 
 
 @pytest.mark.slow  # starts the app in processes of its own
@@ -68,8 +75,13 @@ def test_the_app_sweeps_what_a_killed_owner_left_however_it_is_started(short_tmp
     s.close()
     port = free_port()
     env = {**os.environ, "HARNESS_ENV_SANDBOX_DIR": str(sandboxes), "TMPDIR": str(tmp), "HARNESS_ENV_DATA_DIR": str(short_tmp / "data")}
-    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "harness_env.server.app:app", "--port", str(port), "--log-level", "warning"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "harness_env.server.app:app", "--port", str(port), "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:

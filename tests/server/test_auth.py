@@ -6,12 +6,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from harness_env.server.auth import (
-    AuthFailureLimiter,
-    TokenAuth,
-    is_foreign_origin,
-    same_secret,
-)
+from harness_env.server.auth import AuthFailureLimiter, TokenAuth, is_foreign_origin, same_secret
 
 
 class Clock:
@@ -95,12 +90,16 @@ def _app(token: str) -> TokenAuth:
 
 async def test_a_non_ascii_token_works_and_wrong_ones_are_401_then_429():
     app = _app("pässwort")
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=("10.0.0.1", 1)), base_url="http://t") as c, \
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=("10.0.0.2", 1)), base_url="http://t") as other:
+    async with (
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=("10.0.0.1", 1)), base_url="http://t") as c,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=("10.0.0.2", 1)), base_url="http://t") as other,
+    ):
         ok = await c.get("/harnesses", headers={"authorization": "Bearer pässwort".encode()})
         assert ok.status_code == 200
-        statuses = [(await c.get("/harnesses", headers={"authorization": v})).status_code
-                    for v in (b"Bearer p\xe4sswort", b"Bearer \xff", "Bearer é".encode(), b"Bearer x")]
+        statuses = [
+            (await c.get("/harnesses", headers={"authorization": v})).status_code
+            for v in (b"Bearer p\xe4sswort", b"Bearer \xff", "Bearer é".encode(), b"Bearer x")
+        ]
         assert statuses == [401, 401, 401, 429]
         assert (await other.get("/harnesses", headers={"authorization": "Bearer pässwort".encode()})).status_code == 200
         # No credential at all is not a guess: it never blocks.
@@ -152,16 +151,19 @@ async def test_behind_a_private_space_the_token_comes_in_its_own_header():
         assert wrong.status_code == 401 and "X-Harness-Env-Token" in wrong.json()["error"]["message"]
 
 
-@pytest.mark.parametrize("headers,foreign", [
-    ({}, False),
-    ({"origin": "http://127.0.0.1:8000"}, False),  # the public URL
-    ({"origin": "http://LOCALHOST:8000", "host": "localhost:8000"}, False),  # the host it was sent to
-    ({"origin": "https://space.hf.space", "host": "10.0.0.5:7860", "x-forwarded-host": "space.hf.space"}, False),
-    ({"origin": "http://localhost:9999", "host": "127.0.0.1:8000"}, True),
-    ({"origin": "http://127.0.0.1:9999", "host": "127.0.0.1:8000"}, True),
-    ({"origin": "null", "host": "127.0.0.1:8000"}, True),
-    ({"origin": "http://[::1", "host": "127.0.0.1:8000"}, True),
-])
+@pytest.mark.parametrize(
+    "headers,foreign",
+    [
+        ({}, False),
+        ({"origin": "http://127.0.0.1:8000"}, False),  # the public URL
+        ({"origin": "http://LOCALHOST:8000", "host": "localhost:8000"}, False),  # the host it was sent to
+        ({"origin": "https://space.hf.space", "host": "10.0.0.5:7860", "x-forwarded-host": "space.hf.space"}, False),
+        ({"origin": "http://localhost:9999", "host": "127.0.0.1:8000"}, True),
+        ({"origin": "http://127.0.0.1:9999", "host": "127.0.0.1:8000"}, True),
+        ({"origin": "null", "host": "127.0.0.1:8000"}, True),
+        ({"origin": "http://[::1", "host": "127.0.0.1:8000"}, True),
+    ],
+)
 def test_foreign_origins(headers, foreign):
     scope = {"headers": [(k.encode(), v.encode()) for k, v in headers.items()]}
     assert is_foreign_origin(scope, {"http://127.0.0.1:8000"}) is foreign

@@ -52,9 +52,18 @@ def test_a_flood_of_idle_connections_does_not_starve_the_server(start_server, po
         assert b"connections to the capture proxy already" in refused.recv(4096)
 
         policy_server.policy.scripts["flood"] = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
-        r = httpx.post(server.url + "/rollout", timeout=120, json={
-            "instruction": "Create hello.txt containing hello.", "base_url": policy_server.base_url, "model": "flood",
-            "harness": "whitebox", "verify": ["grep -qx hello hello.txt"], "agent_timeout_s": 120})
+        r = httpx.post(
+            server.url + "/rollout",
+            timeout=120,
+            json={
+                "instruction": "Create hello.txt containing hello.",
+                "base_url": policy_server.base_url,
+                "model": "flood",
+                "harness": "whitebox",
+                "verify": ["grep -qx hello hello.txt"],
+                "agent_timeout_s": 120,
+            },
+        )
         assert r.status_code == 200, r.text
         result = r.json()
         assert result["error"] is None and result["reward"] == 1.0

@@ -32,8 +32,7 @@ def test_every_file_the_page_loads_comes_from_this_server(server: ServerProcess)
     assert not re.search(r"https?://|//cdn|jsdelivr|unpkg", page.text), "the page names another host"
     refs = _references(page.text)
     assert sorted(refs) == sorted([f"{ASSETS_PATH}/{name}" for name in ASSETS] + ["/openapi.json"])
-    kinds = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css", "favicon.png": "image/png",
-             "openapi.json": "application/json"}
+    kinds = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css", "favicon.png": "image/png", "openapi.json": "application/json"}
     for ref in refs:
         assert ref.startswith("/") and not ref.startswith("//"), ref  # this server, whatever its address
         r = httpx.get(server.url + ref)
@@ -53,8 +52,14 @@ def test_the_online_validator_badge_is_off(server: ServerProcess) -> None:
 
 
 def test_only_the_named_assets_are_served(server: ServerProcess) -> None:
-    for path in ("/redoc", f"{ASSETS_PATH}/index.html", f"{ASSETS_PATH}/swagger-ui-bundle.js.map",
-                 f"{ASSETS_PATH}/..%2f..%2f__init__.py", f"{ASSETS_PATH}/", "/docs/oauth2-redirect"):
+    for path in (
+        "/redoc",
+        f"{ASSETS_PATH}/index.html",
+        f"{ASSETS_PATH}/swagger-ui-bundle.js.map",
+        f"{ASSETS_PATH}/..%2f..%2f__init__.py",
+        f"{ASSETS_PATH}/",
+        "/docs/oauth2-redirect",
+    ):
         assert httpx.get(server.url + path).status_code == 404, path
 
 

@@ -19,8 +19,7 @@ pytestmark = pytest.mark.e2e
 def fuzz_server(tmp_path_factory):
     tasks = tmp_path_factory.mktemp("fuzz-harbor-tasks")  # Harbor paths resolve under it (an empty dataset)
     (tasks / "suite").mkdir()
-    server = ServerProcess(tmp_path_factory.mktemp("fuzz-sandboxes"), "--max-concurrent", "4",
-                           env={"HARNESS_ENV_HARBOR_TASKS_DIR": str(tasks)})
+    server = ServerProcess(tmp_path_factory.mktemp("fuzz-sandboxes"), "--max-concurrent", "4", env={"HARNESS_ENV_HARBOR_TASKS_DIR": str(tasks)})
     yield server
     out = server.stop()
     assert "Traceback" not in out, out[-3000:]
@@ -51,19 +50,37 @@ json_values = st.recursive(
 methods = st.sampled_from(["openenv/session/create", "openenv/session/close", "tools/list", "tools/call", "initialize", "ping", "x/y"]) | st.text(max_size=20)
 # Path-like strings a remote caller might send for Harbor tasks: home, parent, NUL, absolute.
 paths = st.text(max_size=20) | st.sampled_from(["~", "~root/x", "~nosuchuser", "..", "suite", "suite/../..", "/etc", "a\x00b"])
-tool_args = st.fixed_dictionaries({}, optional={
-    "instruction": st.text(max_size=40), "base_url": st.sampled_from(["http://127.0.0.1:9/v1", "nonsense", ""]),
-    "model": st.text(max_size=10), "endpoint": st.text(max_size=10), "max_turns": json_values, "files": json_values,
-    "verify": json_values, "agent_timeout_s": st.floats(allow_nan=True, allow_infinity=True) | st.integers(),
-    "dataset": paths, "split": st.text(max_size=8) | json_values, "harness": st.sampled_from(["harbor", "pi", "nope"]),
-    "detail": st.sampled_from(["summary", "full"]) | json_values,
-    "harbor": st.fixed_dictionaries({}, optional={"task_dir": paths, "dataset": paths, "agent": st.text(max_size=12),
-                                                  "sandbox": st.text(max_size=8), "agent_kwargs": json_values}) | json_values,
-})
-rpc = st.fixed_dictionaries({"jsonrpc": st.just("2.0"), "method": methods},
-                            optional={"id": st.integers() | st.text(max_size=5), "params": json_values | st.fixed_dictionaries(
-                                {"name": st.sampled_from(["run_rollout", "list_harnesses", "catalog", "list_tasks", "nope"]),
-                                 "arguments": tool_args | json_values})})
+tool_args = st.fixed_dictionaries(
+    {},
+    optional={
+        "instruction": st.text(max_size=40),
+        "base_url": st.sampled_from(["http://127.0.0.1:9/v1", "nonsense", ""]),
+        "model": st.text(max_size=10),
+        "endpoint": st.text(max_size=10),
+        "max_turns": json_values,
+        "files": json_values,
+        "verify": json_values,
+        "agent_timeout_s": st.floats(allow_nan=True, allow_infinity=True) | st.integers(),
+        "dataset": paths,
+        "split": st.text(max_size=8) | json_values,
+        "harness": st.sampled_from(["harbor", "pi", "nope"]),
+        "detail": st.sampled_from(["summary", "full"]) | json_values,
+        "harbor": st.fixed_dictionaries(
+            {}, optional={"task_dir": paths, "dataset": paths, "agent": st.text(max_size=12), "sandbox": st.text(max_size=8), "agent_kwargs": json_values}
+        )
+        | json_values,
+    },
+)
+rpc = st.fixed_dictionaries(
+    {"jsonrpc": st.just("2.0"), "method": methods},
+    optional={
+        "id": st.integers() | st.text(max_size=5),
+        "params": json_values
+        | st.fixed_dictionaries(
+            {"name": st.sampled_from(["run_rollout", "list_harnesses", "catalog", "list_tasks", "nope"]), "arguments": tool_args | json_values}
+        ),
+    },
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))

@@ -95,16 +95,21 @@ async def test_mcp_list_tasks_and_confinement(harbor_server, tasks):
             bad = await session.call_tool("list_tasks", {"dataset": "suite", "split": ".."})
             assert bad.is_error and "plain subdirectory name" in bad.content[0].text
 
-            bad = await session.call_tool("run_rollout", {"harness": "harbor", "harbor": {"task_dir": "../outside/secret", "agent": "oracle"},
-                                                          "base_url": "http://127.0.0.1:9/v1", "model": "m"})
+            bad = await session.call_tool(
+                "run_rollout",
+                {"harness": "harbor", "harbor": {"task_dir": "../outside/secret", "agent": "oracle"}, "base_url": "http://127.0.0.1:9/v1", "model": "m"},
+            )
             assert bad.is_error and UNDER_ROOT in bad.content[0].text, bad.content
-            bad = await session.call_tool("run_rollout", {"harness": "harbor", "harbor": {"dataset": "suite", "task_index": 7, "agent": "oracle"},
-                                                          "base_url": "http://127.0.0.1:9/v1", "model": "m"})
+            bad = await session.call_tool(
+                "run_rollout",
+                {"harness": "harbor", "harbor": {"dataset": "suite", "task_index": 7, "agent": "oracle"}, "base_url": "http://127.0.0.1:9/v1", "model": "m"},
+            )
             assert bad.is_error and "out of range" in bad.content[0].text and "holds 2 tasks" in bad.content[0].text
             bad = await session.call_tool("run_rollout", {"harness": "pi", "harbor": {"dataset": "suite"}, "base_url": "http://127.0.0.1:9/v1", "model": "m"})
             assert bad.is_error and "`harbor` options are for harness='harbor', not 'pi'" in bad.content[0].text, bad.content
-            bad = await session.call_tool("run_rollout", {"harness": "harbor", "harbor": {"dataset": "suite", "agnet": "oracle"},
-                                                          "base_url": "http://127.0.0.1:9/v1", "model": "m"})
+            bad = await session.call_tool(
+                "run_rollout", {"harness": "harbor", "harbor": {"dataset": "suite", "agnet": "oracle"}, "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+            )
             assert bad.is_error and "harbor.agnet" in bad.content[0].text, bad.content
             bad = await session.call_tool("run_rollout", {"base_url": "http://127.0.0.1:9/v1", "model": "m"})  # no task at all
             assert bad.is_error and "instruction is required" in bad.content[0].text
@@ -116,10 +121,18 @@ async def test_mcp_harbor_rollouts_oracle_passes_nop_fails(harbor_server, policy
         async with ClientSession(read, write) as session:
             await session.initialize()
             for agent, index, reward in (("oracle", 1, 1.0), ("nop", 0, 0.0)):
-                out = await session.call_tool("run_rollout", {
-                    "harness": "harbor", "harbor": {"dataset": "suite", "task_index": index, "agent": agent},
-                    "base_url": policy.base_url, "model": "m", "agent_timeout_s": 60, "verify_timeout_s": 60, "detail": "full",
-                })
+                out = await session.call_tool(
+                    "run_rollout",
+                    {
+                        "harness": "harbor",
+                        "harbor": {"dataset": "suite", "task_index": index, "agent": agent},
+                        "base_url": policy.base_url,
+                        "model": "m",
+                        "agent_timeout_s": 60,
+                        "verify_timeout_s": 60,
+                        "detail": "full",
+                    },
+                )
                 assert not out.is_error, out.content
                 result = out.structured_content
                 assert result["error"] is None, result["error"]
@@ -131,8 +144,12 @@ async def test_mcp_harbor_rollouts_oracle_passes_nop_fails(harbor_server, policy
 
 
 async def test_openenv_json_rpc_face_routes_list_tasks(harbor_server):
-    steps = [{"list_tools": True}, {"call": "list_tasks", "arguments": {"dataset": "splits", "split": "train"}},
-             {"call": "list_tasks", "arguments": {"dataset": "../outside"}}, {"call": "list_tasks", "arguments": {"datset": "suite"}}]
+    steps = [
+        {"list_tools": True},
+        {"call": "list_tasks", "arguments": {"dataset": "splits", "split": "train"}},
+        {"call": "list_tasks", "arguments": {"dataset": "../outside"}},
+        {"call": "list_tasks", "arguments": {"datset": "suite"}},
+    ]
     spec = {"base_url": harbor_server.url, "message_timeout_s": 60, "style": "plain", "steps": steps}
     answers = await asyncio.to_thread(openenv_env.check, "mcp_client", spec)  # in OpenEnv's own venv
     tools, listed, outside, misspelt = answers["results"]
@@ -168,12 +185,15 @@ def test_http_route_and_sync_client_list_tasks(harbor_server):
     assert r.status_code == 200 and _names(r.json()) == [(0, "alpha"), (1, "beta")]
 
 
-@pytest.mark.parametrize(("dataset", "said"), [
-    ("~nouser/suite", "does not exist"),  # a remote ~ is a literal name under the root, never the server's home
-    ("~", "does not exist"),
-    ("su\x00ite", "NUL byte"),
-    ("0" * 27 + "\x80" * 300, "too long"),  # found by the fuzzer: ENAMETOOLONG was a 500
-])
+@pytest.mark.parametrize(
+    ("dataset", "said"),
+    [
+        ("~nouser/suite", "does not exist"),  # a remote ~ is a literal name under the root, never the server's home
+        ("~", "does not exist"),
+        ("su\x00ite", "NUL byte"),
+        ("0" * 27 + "\x80" * 300, "too long"),  # found by the fuzzer: ENAMETOOLONG was a 500
+    ],
+)
 def test_dataset_names_the_os_cannot_resolve_are_one_clear_error(harbor_server, dataset, said):
     r = httpx.get(harbor_server.url + "/harbor/tasks", params={"dataset": dataset}, timeout=30)
     assert r.status_code == 422 and said in r.json()["detail"], r.text
@@ -191,8 +211,13 @@ async def test_async_client_list_tasks(harbor_server, tasks):
 @needs_bwrap
 def test_http_client_runs_a_harbor_dataset_task(harbor_server, policy):
     with HarnessEnv(harbor_server.url) as env:
-        result = env.run_rollout(harness="harbor", harbor={"dataset": "splits", "split": "train", "task_index": 0, "agent": "oracle"},
-                                 base_url=policy.base_url, model="m", agent_timeout_s=60)
+        result = env.run_rollout(
+            harness="harbor",
+            harbor={"dataset": "splits", "split": "train", "task_index": 0, "agent": "oracle"},
+            base_url=policy.base_url,
+            model="m",
+            agent_timeout_s=60,
+        )
     assert result.error is None and result.reward == 1.0 and result.harbor is not None
     assert result.harbor.task_name == "gamma" and result.task_id == "gamma"
     harbor_server.assert_no_rollout_left()

@@ -21,8 +21,7 @@ from tests.server_process import ServerProcess, raw_status
 
 pytestmark = pytest.mark.e2e
 
-CATALOG_KEYS = {"OPENAI_API_KEY": "sk-catalog-openai-7f3a", "HF_ROUTER_API_KEY": "hf-catalog-router-91c2",
-                "VLLM_API_KEY": "vllm-catalog-key-5d1e"}
+CATALOG_KEYS = {"OPENAI_API_KEY": "sk-catalog-openai-7f3a", "HF_ROUTER_API_KEY": "hf-catalog-router-91c2", "VLLM_API_KEY": "vllm-catalog-key-5d1e"}
 TOKEN = "tok-Hq7Lp2Zx9Wv4"
 MB = 1 << 20
 
@@ -61,9 +60,15 @@ def attacker():
 @pytest.fixture(scope="module")
 def open_server(tmp_path_factory, own_endpoint):
     """No token (the default on loopback), the three catalog entries configured with keys."""
-    env = {**CATALOG_KEYS, "OPENAI_BASE_URL": own_endpoint.base_url, "OPENAI_MODEL": "m",
-           "HF_ROUTER_BASE_URL": own_endpoint.base_url, "HF_ROUTER_MODEL": "m",
-           "VLLM_URL": own_endpoint.base_url, "VLLM_MODEL": "m"}
+    env = {
+        **CATALOG_KEYS,
+        "OPENAI_BASE_URL": own_endpoint.base_url,
+        "OPENAI_MODEL": "m",
+        "HF_ROUTER_BASE_URL": own_endpoint.base_url,
+        "HF_ROUTER_MODEL": "m",
+        "VLLM_URL": own_endpoint.base_url,
+        "VLLM_MODEL": "m",
+    }
     server = ServerProcess(tmp_path_factory.mktemp("hardening-open"), "--max-concurrent", "4", env=env)
     yield server
     out = server.stop()
@@ -99,9 +104,14 @@ def _from(address: str) -> httpx.Client:
 
 def _ws_handshake(server: ServerProcess, target: bytes, source: str = "127.0.0.1", extra: bytes = b"") -> int:
     """The HTTP status a WebSocket upgrade of `target` gets (101 when accepted)."""
-    return raw_status(server.port, b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1:" + str(server.port).encode() + b"\r\n"
-                      b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                      b"Sec-WebSocket-Version: 13\r\n" + extra + b"\r\n", timeout=15, source=source)
+    return raw_status(
+        server.port,
+        b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1:" + str(server.port).encode() + b"\r\n"
+        b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Version: 13\r\n" + extra + b"\r\n",
+        timeout=15,
+        source=source,
+    )
 
 
 def _rss_mb(server: ServerProcess) -> int:
@@ -133,8 +143,15 @@ def test_a_catalog_key_never_goes_to_a_callers_base_url(open_server, attacker, e
 
 def test_an_explicit_key_may_go_to_an_explicit_base_url_and_the_catalog_key_to_its_own(open_server, attacker, own_endpoint):
     # The listeners do record: the caller's own key reaches the caller's host ...
-    args = {"instruction": "x", "endpoint": "openai", "base_url": attacker.base_url, "api_key": "caller-key", "model": "m",
-            "harness": "whitebox", "agent_timeout_s": 30}
+    args = {
+        "instruction": "x",
+        "endpoint": "openai",
+        "base_url": attacker.base_url,
+        "api_key": "caller-key",
+        "model": "m",
+        "harness": "whitebox",
+        "agent_timeout_s": 30,
+    }
     result = httpx.post(open_server.url + "/rollout", json=args, timeout=120).json()
     assert result["error"] and result["reward"] is None, result
     assert attacker.recorder.seen and set(attacker.recorder.seen) == {"Bearer caller-key"}
@@ -232,8 +249,9 @@ def test_bad_input_is_one_clear_422_naming_the_field(open_server, policy_server,
     assert r.status_code == 200 and field in r.json()["error"]["message"], r.text[:1000]
     _no_leak(r.text, open_server)
     # The MCP transport (the SDK's face): an error naming the field, not a rollout run without it.
-    r = httpx.post(open_server.url + "/mcp", content=rpc, timeout=60,
-                   headers={"content-type": "application/json", "accept": "application/json, text/event-stream"})
+    r = httpx.post(
+        open_server.url + "/mcp", content=rpc, timeout=60, headers={"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    )
     answer = json.loads(r.text.split("data: ", 1)[1] if r.text.startswith("event:") else r.text)
     said = answer["error"]["message"] if "error" in answer else answer["result"]["content"][0]["text"]
     assert "error" in answer or answer["result"]["isError"], r.text[:1000]
@@ -267,8 +285,10 @@ def test_json_rpc_client_that_goes_away_cancels_its_rollouts(open_server, policy
     args = _slow_args(policy_server)
     body = json.dumps([_rpc("run_rollout", args, i) for i in range(3)] if batch else _rpc("run_rollout", args)).encode()
     with socket.create_connection(("127.0.0.1", open_server.port), timeout=15) as s:  # OpenEnv's client, as it sends
-        s.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: */*\r\n"
-                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        s.sendall(
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: */*\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
         _wait_running(open_server)
     # The socket is closed mid-call: the rollouts (each waiting 120 s on the model) end.
     open_server.assert_no_rollout_left(timeout_s=60)
@@ -324,14 +344,19 @@ def test_another_origin_gets_no_web_config_and_no_cors_grant(token_server):
             r = c.get(token_server.url + "/web/config", headers={**cookie, "origin": origin})
             assert r.status_code == 403 and "components" not in r.text, (origin, r.text[:300])
             assert "access-control-allow-origin" not in r.headers and "access-control-allow-credentials" not in r.headers
-            pre = c.options(token_server.url + "/web/gradio_api/queue/join",
-                            headers={"origin": origin, "access-control-request-method": "POST"})
+            pre = c.options(token_server.url + "/web/gradio_api/queue/join", headers={"origin": origin, "access-control-request-method": "POST"})
             assert pre.status_code == 403 and "access-control-allow-origin" not in pre.headers
-            join = c.post(token_server.url + "/web/gradio_api/queue/join", headers={**cookie, "origin": origin},
-                          content=b'{"data": [], "fn_index": 0, "session_hash": "x"}')
+            join = c.post(
+                token_server.url + "/web/gradio_api/queue/join",
+                headers={**cookie, "origin": origin},
+                content=b'{"data": [], "fn_index": 0, "session_hash": "x"}',
+            )
             assert join.status_code == 403
-            api = c.post(token_server.url + "/mcp", headers={"authorization": f"Bearer {TOKEN}", "origin": origin, "accept": "*/*"},
-                         json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+            api = c.post(
+                token_server.url + "/mcp",
+                headers={"authorization": f"Bearer {TOKEN}", "origin": origin, "accept": "*/*"},
+                json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            )
             assert api.status_code == 403
 
 
@@ -345,8 +370,9 @@ def test_a_chunked_300_mb_upload_to_the_web_ui_is_cut_off_too(token_server):
             yield b'--XyZ\r\nContent-Disposition: form-data; name="files"; filename="a.bin"\r\n\r\n'
             yield from _chunks(300, sent)
 
-        r = c.post(token_server.url + "/web/gradio_api/upload", content=upload(), timeout=120,
-                   headers={**cookie, "content-type": "multipart/form-data; boundary=XyZ"})
+        r = c.post(
+            token_server.url + "/web/gradio_api/upload", content=upload(), timeout=120, headers={**cookie, "content-type": "multipart/form-data; boundary=XyZ"}
+        )
     assert r.status_code == 413 and sent[0] < 100 * MB, (r.status_code, sent[0] // MB)
     assert _rss_mb(token_server) - before < 100
 
@@ -354,8 +380,7 @@ def test_a_chunked_300_mb_upload_to_the_web_ui_is_cut_off_too(token_server):
 # -- 20: failed authentication is rate-limited per address, and the right token still gets in -----
 def test_guessing_the_token_is_stopped_per_address(token_server):
     with _from("127.0.0.51") as guesser, _from("127.0.0.52") as other:
-        statuses = [guesser.get(token_server.url + "/harnesses", headers={"authorization": f"Bearer guess-{i}"}).status_code
-                    for i in range(50)]
+        statuses = [guesser.get(token_server.url + "/harnesses", headers={"authorization": f"Bearer guess-{i}"}).status_code for i in range(50)]
         assert statuses[:10] == [401] * 10 and set(statuses[10:]) == {429}, statuses
         r = guesser.get(token_server.url + "/harnesses", headers={"authorization": "Bearer guess-x"})
         assert r.status_code == 429 and 1 <= int(r.headers["retry-after"]) <= 5

@@ -35,8 +35,15 @@ def policy():
 
 
 def _args(policy, image: str) -> dict:
-    return {"instruction": "run only-in-image", "verify": VERIFY, "image": image, "harness": "whitebox",
-            "base_url": policy.base_url, "model": "m", "agent_timeout_s": 60}
+    return {
+        "instruction": "run only-in-image",
+        "verify": VERIFY,
+        "image": image,
+        "harness": "whitebox",
+        "base_url": policy.base_url,
+        "model": "m",
+        "agent_timeout_s": 60,
+    }
 
 
 def test_an_http_caller_runs_a_registry_image_and_may_not_name_a_local_one(server, policy, registry, image_layout):  # noqa: F811

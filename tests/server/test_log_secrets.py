@@ -90,8 +90,7 @@ def test_capture_keys_and_secret_named_parameters_are_masked_even_unknown(masker
 def test_a_record_keeps_its_shape_and_loses_its_secrets():
     register_secret(TOKEN)
     try:
-        access = logging.LogRecord("uvicorn.access", logging.INFO, "", 0, '%s - "%s %s HTTP/%s" %d',
-                                   ("1.2.3.4:5", "GET", f"/nope/{TOKEN}", "1.1", 401), None)
+        access = logging.LogRecord("uvicorn.access", logging.INFO, "", 0, '%s - "%s %s HTTP/%s" %d', ("1.2.3.4:5", "GET", f"/nope/{TOKEN}", "1.1", 401), None)
         mask_record(access)
         assert access.args == ("1.2.3.4:5", "GET", "/nope/[redacted]", "1.1", 401)  # uvicorn's formatter unpacks these
         try:
@@ -143,9 +142,18 @@ def _raw_request(server: ServerProcess, target: str, headers: str = "") -> int:
 
 @pytest.mark.e2e
 def test_a_real_servers_log_holds_no_secret_in_any_position_or_encoding(tmp_path_factory):
-    server = ServerProcess(tmp_path_factory.mktemp("logs"), "--token", TOKEN,
-                           env={"HARNESS_ENV_LOG_LEVEL": "info", "OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
-                                "VLLM_URL": f"http://bob:{URL_PASSWORD}@127.0.0.1:9/v1", "VLLM_MODEL": "m"})
+    server = ServerProcess(
+        tmp_path_factory.mktemp("logs"),
+        "--token",
+        TOKEN,
+        env={
+            "HARNESS_ENV_LOG_LEVEL": "info",
+            "OPENAI_API_KEY": KEY,
+            "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+            "VLLM_URL": f"http://bob:{URL_PASSWORD}@127.0.0.1:9/v1",
+            "VLLM_MODEL": "m",
+        },
+    )
     bearer = f"Authorization: Bearer {TOKEN}\r\n"
     try:
         _catalog_shows_no_url_credentials(server)
@@ -155,8 +163,14 @@ def test_a_real_servers_log_holds_no_secret_in_any_position_or_encoding(tmp_path
                 assert _raw_request(server, f"/nope/{safe}") == 401  # in a path, without the token
                 assert _raw_request(server, f"/harnesses?q={safe}&page=2", bearer) == 200  # a parameter of any name
                 assert _raw_request(server, f"/harnesses/{safe}/x?{safe}", bearer) == 404
-                assert _raw_request(server, f"/ws?x={safe}", "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-                                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n") == 403
+                assert (
+                    _raw_request(
+                        server,
+                        f"/ws?x={safe}",
+                        "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n",
+                    )
+                    == 403
+                )
         assert _raw_request(server, f"/capture/v1/{CAPTURE}/chat/completions") in (401, 404, 405)
         time.sleep(0.5)
     finally:
@@ -171,8 +185,12 @@ def _catalog_shows_no_url_credentials(server: ServerProcess) -> None:
     without it, as unusable and why; a rollout naming it is one 422 saying where the key goes."""
     auth = {"authorization": f"Bearer {TOKEN}"}
     listed = httpx.get(server.url + "/catalog", headers=auth, timeout=30)
-    rpc = httpx.post(server.url + "/mcp", headers={**auth, "accept": "*/*"}, timeout=60,
-                     json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "catalog", "arguments": {}}})
+    rpc = httpx.post(
+        server.url + "/mcp",
+        headers={**auth, "accept": "*/*"},
+        timeout=60,
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "catalog", "arguments": {}}},
+    )
     run = httpx.post(server.url + "/rollout", headers=auth, timeout=60, json={"instruction": "x", "endpoint": "vllm", "harness": "whitebox"})
     for answer in (listed, rpc, run):
         assert URL_PASSWORD not in answer.text and "bob" not in answer.text, answer.text[:2000]

@@ -38,8 +38,9 @@ def test_a_server_on_a_space_serves_its_public_origin_and_runs_rollouts_over_loo
     assert httpx.get(server.url + "/harnesses", headers={**auth, "origin": "https://evil.example"}).status_code == 403
     policy_server.policy.scripts["m"] = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
     with HarnessEnv(server.url, token="tok") as env:
-        result = env.run_rollout(harness="whitebox", base_url=policy_server.base_url, model="m",
-                                 instruction="Create hello.txt.", verify=["grep -qx hello hello.txt"])
+        result = env.run_rollout(
+            harness="whitebox", base_url=policy_server.base_url, model="m", instruction="Create hello.txt.", verify=["grep -qx hello hello.txt"]
+        )
     assert result.error is None and result.reward == 1.0, result.error
     assert len(result.proxy_turns) == 2
     printed = server.log_path.read_text()  # printed at start
@@ -59,10 +60,12 @@ def test_serve_prints_its_start_and_stop_lines_once(start_server):
 
 def test_serve_raises_the_open_files_limit_to_the_hard_one() -> None:
     """A soft limit of 256 would refuse sockets and pipes at about a dozen rollouts."""
-    code = ("import resource, json; soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE); "
-            "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)); "
-            "from harness_env.server.main import raise_open_files_limit; note = raise_open_files_limit(); "
-            "print(json.dumps([note, resource.getrlimit(resource.RLIMIT_NOFILE)[0], hard]))")
+    code = (
+        "import resource, json; soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE); "
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)); "
+        "from harness_env.server.main import raise_open_files_limit; note = raise_open_files_limit(); "
+        "print(json.dumps([note, resource.getrlimit(resource.RLIMIT_NOFILE)[0], hard]))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     note, soft, hard = json.loads(out)
     assert soft == hard or (hard == resource.RLIM_INFINITY and soft >= 16384)

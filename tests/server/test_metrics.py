@@ -16,8 +16,15 @@ QUICK = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
 
 def args(srv, model: str, **kw) -> dict:
     srv.policy.scripts[model] = QUICK
-    return {"instruction": "Create hello.txt containing hello.", "base_url": srv.base_url, "model": model, "harness": "whitebox",
-            "verify": ["grep -qx hello hello.txt"], "agent_timeout_s": 120, **kw}
+    return {
+        "instruction": "Create hello.txt containing hello.",
+        "base_url": srv.base_url,
+        "model": model,
+        "harness": "whitebox",
+        "verify": ["grep -qx hello hello.txt"],
+        "agent_timeout_s": 120,
+        **kw,
+    }
 
 
 def scrape(url: str, headers: dict | None = None) -> dict[str, list]:
@@ -52,8 +59,7 @@ def test_metrics_count_rollouts_phases_model_calls_and_read_the_levels(start_ser
 
     passed = httpx.post(server.url + "/rollout", json=args(policy_server, "metrics-pass", task_id="pass task"), timeout=300).json()
     assert passed["reward"] == 1.0 and passed["error"] is None
-    failed = httpx.post(server.url + "/rollout", json=args(policy_server, "metrics-fail", task_id="fail-task", setup=["exit 3"]),
-                        timeout=300).json()
+    failed = httpx.post(server.url + "/rollout", json=args(policy_server, "metrics-fail", task_id="fail-task", setup=["exit 3"]), timeout=300).json()
     assert failed["error_kind"] == "setup" and failed["reward"] is None
 
     m = scrape(server.url)
@@ -89,10 +95,26 @@ def test_metrics_count_rollouts_phases_model_calls_and_read_the_levels(start_ser
     lines = rollout_lines(log)
     assert len(lines) == 2, log[-3000:]
     by_task = {line["task"]: line for line in lines}
-    assert by_task["pass task"] == {"id": passed["rollout_id"], "task": "pass task", "harness": "whitebox", "status": "finished",
-                                    "reward": "1.0", "error_kind": "none", "mask_sample": "False", "wall_s": by_task["pass task"]["wall_s"]}
-    assert by_task["fail-task"] == {"id": failed["rollout_id"], "task": "fail-task", "harness": "whitebox", "status": "failed",
-                                    "reward": "none", "error_kind": "setup", "mask_sample": "True", "wall_s": by_task["fail-task"]["wall_s"]}
+    assert by_task["pass task"] == {
+        "id": passed["rollout_id"],
+        "task": "pass task",
+        "harness": "whitebox",
+        "status": "finished",
+        "reward": "1.0",
+        "error_kind": "none",
+        "mask_sample": "False",
+        "wall_s": by_task["pass task"]["wall_s"],
+    }
+    assert by_task["fail-task"] == {
+        "id": failed["rollout_id"],
+        "task": "fail-task",
+        "harness": "whitebox",
+        "status": "failed",
+        "reward": "none",
+        "error_kind": "setup",
+        "mask_sample": "True",
+        "wall_s": by_task["fail-task"]["wall_s"],
+    }
     assert abs(float(by_task["pass task"]["wall_s"]) - passed["wall_s"]) < 0.01 and float(by_task["fail-task"]["wall_s"]) > 0
 
 
@@ -103,8 +125,7 @@ def test_metrics_want_the_token_and_the_log_line_masks_secrets(start_server, pol
     assert httpx.get(server.url + "/metrics").status_code == 401
     assert httpx.get(server.url + "/metrics", headers={"authorization": "Bearer wrong-token-0123456789"}).status_code == 401
     auth = {"authorization": f"Bearer {token}"}
-    result = httpx.post(server.url + "/rollout", json=args(policy_server, "metrics-secret", task_id=f"task {token}"), headers=auth,
-                        timeout=300).json()
+    result = httpx.post(server.url + "/rollout", json=args(policy_server, "metrics-secret", task_id=f"task {token}"), headers=auth, timeout=300).json()
     assert result["reward"] == 1.0
     assert value(scrape(server.url, auth), "harness_env_rollouts_total", status="finished") == 1
     log = server.log_path.read_text()  # each line is flushed as it is written

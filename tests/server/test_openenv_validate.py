@@ -28,11 +28,16 @@ from tests.server_process import ServerProcess
 
 REPO = Path(harness_env.__file__).resolve().parent
 MANIFEST = yaml.safe_load((REPO / "openenv.yaml").read_text())
-RUNTIME_CRITERIA = {"openapi_version_available", "health_endpoint", "metadata_endpoint", "schema_endpoint",
-                    "mcp_endpoint", "mode_endpoint_consistency"}
+RUNTIME_CRITERIA = {"openapi_version_available", "health_endpoint", "metadata_endpoint", "schema_endpoint", "mcp_endpoint", "mode_endpoint_consistency"}
 # Set by the server for the commands it runs in a sandbox, not by a deployer.
-SANDBOX_INTERNAL = {"HARNESS_ENV_REWARD_FILE", "HARNESS_ENV_SANDBOX_ID", "HARNESS_ENV_CAPTURE_KEY",
-                    "HARNESS_ENV_WORKDIR", "HARNESS_ENV_VERIFIER_DIR", "HARNESS_ENV_API_KEY"}
+SANDBOX_INTERNAL = {
+    "HARNESS_ENV_REWARD_FILE",
+    "HARNESS_ENV_SANDBOX_ID",
+    "HARNESS_ENV_CAPTURE_KEY",
+    "HARNESS_ENV_WORKDIR",
+    "HARNESS_ENV_VERIFIER_DIR",
+    "HARNESS_ENV_API_KEY",
+}
 # What the validator hashes but never reads; a concurrent test run rewriting them would make the
 # source digest fail ("changed before it could be read"), and walking .venv takes most of a minute.
 NOT_SOURCE = (".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", "*.egg-info", "node_modules", "artifacts")
@@ -193,8 +198,14 @@ def test_reward_range_holds_for_every_reward_mode() -> None:
 
 
 def test_manifest_declares_the_judge_the_svg_family_reads() -> None:
-    names = {svg_judge.ENV_BASE_URL, svg_judge.ENV_MODEL, svg_judge.ENV_API_KEY, svg_judge.ENV_TIMEOUT,
-             svg_judge.ENV_CONCURRENCY, svg_judge.ENV_REQUEST_OPTIONS}
+    names = {
+        svg_judge.ENV_BASE_URL,
+        svg_judge.ENV_MODEL,
+        svg_judge.ENV_API_KEY,
+        svg_judge.ENV_TIMEOUT,
+        svg_judge.ENV_CONCURRENCY,
+        svg_judge.ENV_REQUEST_OPTIONS,
+    }
     assert set(MANIFEST["judge"]["variables"]) == names
     assert {v["name"] for v in MANIFEST["environment"]["judge"]} == names
     assert MANIFEST["validation"]["capabilities"].get("llm_judged", False) is False  # only one family; see openenv.yaml

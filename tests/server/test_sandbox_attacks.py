@@ -17,8 +17,16 @@ pytestmark = pytest.mark.e2e
 
 
 def _body(policy_server, harness: str, verify: list[str], **kw) -> dict:
-    return {"harness": harness, "instruction": "do it", "verify": verify, "base_url": policy_server.base_url, "model": "m",
-            "agent_timeout_s": 60, "verify_timeout_s": 20, **kw}
+    return {
+        "harness": harness,
+        "instruction": "do it",
+        "verify": verify,
+        "base_url": policy_server.base_url,
+        "model": "m",
+        "agent_timeout_s": 60,
+        "verify_timeout_s": 20,
+        **kw,
+    }
 
 
 class HealthWatch:
@@ -118,8 +126,9 @@ def test_a_deep_tree_through_the_server_is_cleaned_up(start_server, policy_serve
 
 def test_server_secrets_echoed_by_the_upstream_are_masked(start_server, policy_server):
     token, judge_key = "tok-server-secret-51c7e2", "judge-key-secret-9a04b1"
-    server = start_server("--token", token, env={"HARNESS_ENV_JUDGE_API_KEY": judge_key, "HARNESS_ENV_JUDGE_BASE_URL": "http://127.0.0.1:9/v1",
-                                                 "HARNESS_ENV_JUDGE_MODEL": "j"})
+    server = start_server(
+        "--token", token, env={"HARNESS_ENV_JUDGE_API_KEY": judge_key, "HARNESS_ENV_JUDGE_BASE_URL": "http://127.0.0.1:9/v1", "HARNESS_ENV_JUDGE_MODEL": "j"}
+    )
     body = f'{{"error": {{"message": "bad key; the server uses {token} and {judge_key}"}}}}'
     policy_server.policy.scripts["m"] = [{"raw": body, "status": 401}]
     r = httpx.post(server.url + "/rollout", json=_body(policy_server, "whitebox", ["true"]), headers={"Authorization": f"Bearer {token}"}, timeout=120)
@@ -130,11 +139,13 @@ def test_server_secrets_echoed_by_the_upstream_are_masked(start_server, policy_s
 
 def test_limits_over_the_servers_maximum_are_a_422(start_server, policy_server):
     server = start_server(env={"HARNESS_ENV_MAX_MEMORY_LIMIT_MB": "1024", "HARNESS_ENV_MAX_CPU_LIMIT": "2"})
-    for extra, field in (({"memory_limit_mb": 4096, "cpu_limit": 1}, "memory_limit_mb=4096"), ({"memory_limit_mb": 512, "cpu_limit": 4}, "cpu_limit=4"),
-                         ({"memory_limit_mb": 512}, "cpu_limit=no cap")):
+    for extra, field in (
+        ({"memory_limit_mb": 4096, "cpu_limit": 1}, "memory_limit_mb=4096"),
+        ({"memory_limit_mb": 512, "cpu_limit": 4}, "cpu_limit=4"),
+        ({"memory_limit_mb": 512}, "cpu_limit=no cap"),
+    ):
         r = httpx.post(server.url + "/rollout", json={**_body(policy_server, "whitebox", ["true"]), **extra}, timeout=30)
         assert r.status_code == 422 and field in r.json()["detail"], r.text
     ok = httpx.post(server.url + "/rollout", json={**_body(policy_server, "whitebox", ["true"]), "memory_limit_mb": 512, "cpu_limit": 1}, timeout=60)
     assert ok.status_code == 200 and ok.json()["error"] is None, ok.text[:500]
     server.assert_no_rollout_left()
-

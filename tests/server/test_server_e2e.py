@@ -20,8 +20,14 @@ WRITE = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
 
 def _args(srv, model="m", **kw):
     srv.policy.scripts.setdefault(model, WRITE)
-    return {"instruction": "Create hello.txt containing hello.", "base_url": srv.base_url, "model": model,
-            "verify": ["grep -qx hello hello.txt"], "agent_timeout_s": 60, **kw}
+    return {
+        "instruction": "Create hello.txt containing hello.",
+        "base_url": srv.base_url,
+        "model": model,
+        "verify": ["grep -qx hello hello.txt"],
+        "agent_timeout_s": 60,
+        **kw,
+    }
 
 
 def _check_result(result: dict, srv) -> None:
@@ -74,8 +80,11 @@ def test_openenv_mcp_tool_client_with_and_without_async_with(start_server, polic
     listed, full = _openenv_client(server, "async_with", [{"list_tools": True}, {"call": "run_rollout", "arguments": _args(policy_server, detail="full")}])
     assert set(listed["tools"]) == {"run_rollout", "list_harnesses", "list_tasks", "catalog", "submit_rollout", "get_rollout"}
     _check_result(full["data"], policy_server)
-    summary, bad = _openenv_client(server, "plain", [{"call": "run_rollout", "arguments": _args(policy_server)},
-                                                     {"call": "run_rollout", "arguments": {"instruction": "x", "endpoint": "nowhere"}}])
+    summary, bad = _openenv_client(
+        server,
+        "plain",
+        [{"call": "run_rollout", "arguments": _args(policy_server)}, {"call": "run_rollout", "arguments": {"instruction": "x", "endpoint": "nowhere"}}],
+    )
     summary = summary["data"]
     assert summary["detail"] == "summary" and summary["reward"] == 1.0 and summary["error"] is None
     assert bad["error"]["type"] == "RuntimeError" and "unknown endpoint" in bad["error"]["message"]
@@ -195,8 +204,13 @@ def test_killed_client_connection_cancels_the_rollout(start_server, policy_serve
 
 
 def test_serve_refuses_an_exposed_address_without_a_token():
-    p = subprocess.run([sys.executable, "-m", "harness_env.cli", "serve", "--host", "0.0.0.0", "--port", "1"],
-                       capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items() if k != "HARNESS_ENV_TOKEN"})
+    p = subprocess.run(
+        [sys.executable, "-m", "harness_env.cli", "serve", "--host", "0.0.0.0", "--port", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "HARNESS_ENV_TOKEN"},
+    )
     assert p.returncode == 2 and "refusing to serve on 0.0.0.0 without a token" in p.stderr
 
 

@@ -43,9 +43,18 @@ def test_six_rollouts_at_once_start_two_at_a_time_and_all_succeed(start_server) 
 
         async def send_all() -> list[dict]:
             async with httpx.AsyncClient(timeout=300) as client:
-                bodies = [{"harness": "whitebox", "instruction": f"[tag:r{i}] append a line to steps.txt", "base_url": srv.base_url,
-                           "model": "m", "setup": [f"sleep {SETUP_S}"], "verify": ["test $(wc -l < steps.txt) -eq 1"],
-                           "agent_timeout_s": 120} for i in range(6)]
+                bodies = [
+                    {
+                        "harness": "whitebox",
+                        "instruction": f"[tag:r{i}] append a line to steps.txt",
+                        "base_url": srv.base_url,
+                        "model": "m",
+                        "setup": [f"sleep {SETUP_S}"],
+                        "verify": ["test $(wc -l < steps.txt) -eq 1"],
+                        "agent_timeout_s": 120,
+                    }
+                    for i in range(6)
+                ]
                 replies = await asyncio.gather(*(client.post(server.url + "/rollout", json=b) for b in bodies))
             return [r.json() for r in replies]
 
@@ -64,8 +73,7 @@ def test_six_rollouts_at_once_start_two_at_a_time_and_all_succeed(start_server) 
         by_start = sorted(({p["name"]: p for p in r["phases"]} for r in results), key=lambda ph: ph["sandbox"]["started"])
         waits = [ph["start_wait"]["duration_s"] for ph in by_start]
         assert max(waits[:2]) < min(waits[2:4]) and max(waits[2:4]) < min(waits[4:]), waits
-        assert sum("were waiting to start ahead of this one" in p["detail"] for r in results for p in r["phases"]
-                   if p["name"] == "start_wait") >= 3
+        assert sum("were waiting to start ahead of this one" in p["detail"] for r in results for p in r["phases"] if p["name"] == "start_wait") >= 3
     server.assert_no_rollout_left()
 
 
@@ -93,16 +101,24 @@ def test_places_go_in_arrival_order_and_a_cancelled_waiter_passes_its_place_on()
     assert asyncio.run(scenario()) == ["a", "c", "d"]
 
 
-@pytest.mark.parametrize("flag, env, message", [
-    (["--max-starting", "0"], {}, "--max-starting must be at least 1, not 0"),
-    (["--max-starting", "-3"], {}, "--max-starting must be at least 1, not -3"),
-    (["--max-starting", "two"], {}, "argument --max-starting: invalid int value: 'two'"),
-    ([], {"MAX_STARTING_ROLLOUTS": "0"}, "MAX_STARTING_ROLLOUTS must be a whole number of at least 1, not '0'"),
-    ([], {"MAX_STARTING_ROLLOUTS": "many"}, "MAX_STARTING_ROLLOUTS must be a whole number of at least 1, not 'many'"),
-])
+@pytest.mark.parametrize(
+    "flag, env, message",
+    [
+        (["--max-starting", "0"], {}, "--max-starting must be at least 1, not 0"),
+        (["--max-starting", "-3"], {}, "--max-starting must be at least 1, not -3"),
+        (["--max-starting", "two"], {}, "argument --max-starting: invalid int value: 'two'"),
+        ([], {"MAX_STARTING_ROLLOUTS": "0"}, "MAX_STARTING_ROLLOUTS must be a whole number of at least 1, not '0'"),
+        ([], {"MAX_STARTING_ROLLOUTS": "many"}, "MAX_STARTING_ROLLOUTS must be a whole number of at least 1, not 'many'"),
+    ],
+)
 def test_bad_max_starting_is_refused_with_one_clear_error(flag: list[str], env: dict, message: str, tmp_path) -> None:
-    r = subprocess.run([sys.executable, "-m", "harness_env.cli", "serve", "--port", "1", *flag], capture_output=True, text=True,
-                       timeout=60, env={"HARNESS_ENV_DATA_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", **env})
+    r = subprocess.run(
+        [sys.executable, "-m", "harness_env.cli", "serve", "--port", "1", *flag],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"HARNESS_ENV_DATA_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", **env},
+    )
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert r.stdout == ""
 

@@ -10,14 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from harness_env.core.capture.dialects.base import (
-    ChatRequest,
-    Dialect,
-    RequestShape,
-    Route,
-    StreamTranslation,
-    bearer_or_api_key,
-)
+from harness_env.core.capture.dialects.base import ChatRequest, Dialect, RequestShape, Route, StreamTranslation, bearer_or_api_key
 from harness_env.core.capture.dialects.chat import ChatCompletions
 from harness_env.core.capture.dialects.gemini import Gemini
 from harness_env.core.capture.dialects.messages import Messages

@@ -51,8 +51,9 @@ class ChatCompletions:
     """POST /v1/chat/completions (a policy call when it offers tools), and GET /v1/models."""
 
     name = "chat_completions"
-    request_shape = RequestShape({"messages": (list,), "tools": (list,), "stream": (bool,)}, required=("messages",),
-                                 inline_media=" (an image_url whose url is data:<mime>;base64,...)")
+    request_shape = RequestShape(
+        {"messages": (list,), "tools": (list,), "stream": (bool,)}, required=("messages",), inline_media=" (an image_url whose url is data:<mime>;base64,...)"
+    )
     native = None  # the engine's own API: served by the engine path, never passed through
     routes = (Route("POST", "/v1/chat/completions"), Route("GET", "/v1/models", model_call=False))
 

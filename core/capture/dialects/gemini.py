@@ -52,13 +52,7 @@ from harness_env.core.capture.dialects.chunks import (
     whole_answer,
 )
 from harness_env.core.capture.dialects.gemini_api import NATIVE, REQUEST_SHAPE
-from harness_env.core.capture.dialects.gemini_request import (
-    GeminiChatRequest,
-    chat_response_format,
-    chat_tool_choice,
-    translate_contents,
-    translate_tools,
-)
+from harness_env.core.capture.dialects.gemini_request import GeminiChatRequest, chat_response_format, chat_tool_choice, translate_contents, translate_tools
 from harness_env.core.capture.dialects.responses_request import encode_reasoning
 from harness_env.core.capture.dialects.sampled import SampledArguments
 
@@ -69,10 +63,19 @@ if TYPE_CHECKING:
 VERSIONS = ("v1beta", "v1")
 TURN_LIMIT_RETRY_S = 86400  # the turn limit's 429 says "retry in a day": no client waits that long
 FINISH_REASONS = {"stop": "STOP", "tool_calls": "STOP", "function_call": "STOP", "length": "MAX_TOKENS", "content_filter": "SAFETY"}
-STATUSES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ABORTED",
-            413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 499: "CANCELLED", 501: "NOT_IMPLEMENTED", 503: "UNAVAILABLE",
-            504: "DEADLINE_EXCEEDED"}
-
+STATUSES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    413: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    501: "NOT_IMPLEMENTED",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
 
 
 # -- answers ----------------------------------------------------------------------------------
@@ -154,8 +157,12 @@ class ContentBuilder(ChunkBuilder):
         else:
             signature = self.signature()
             parts = [{"text": "", "thoughtSignature": signature}] if signature else []
-            out = self.emit(parts, candidate={"finishReason": FINISH_REASONS.get(self.finish_reason or "stop", "OTHER")},
-                            usageMetadata=usage_metadata(self.usage, len(self.prompt_ids or ())), modelVersion=self.request.body.get("model"))
+            out = self.emit(
+                parts,
+                candidate={"finishReason": FINISH_REASONS.get(self.finish_reason or "stop", "OTHER")},
+                usageMetadata=usage_metadata(self.usage, len(self.prompt_ids or ())),
+                modelVersion=self.request.body.get("model"),
+            )
         return out + (b"" if self.request.sse else (b"]" if self.sent else b"[]"))
 
     def final(self) -> dict[str, Any]:
@@ -174,8 +181,11 @@ class ContentBuilder(ChunkBuilder):
         if signature:
             parts.append({"text": "", "thoughtSignature": signature})
         finish = FINISH_REASONS.get(self.finish_reason or "stop", "OTHER")
-        return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": finish, "index": 0}],
-                "usageMetadata": usage_metadata(self.usage, len(self.prompt_ids or ())), "modelVersion": self.request.body.get("model")}
+        return {
+            "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": finish, "index": 0}],
+            "usageMetadata": usage_metadata(self.usage, len(self.prompt_ids or ())),
+            "modelVersion": self.request.body.get("model"),
+        }
 
 
 class ContentStream(ChunkStream):
@@ -237,8 +247,19 @@ class Gemini:
         if request.count_only:
             out["max_tokens"] = 1
             return out
-        pass_on(out, config, {"max_tokens": "maxOutputTokens", "temperature": "temperature", "top_p": "topP", "stop": "stopSequences",
-                              "seed": "seed", "presence_penalty": "presencePenalty", "frequency_penalty": "frequencyPenalty"})
+        pass_on(
+            out,
+            config,
+            {
+                "max_tokens": "maxOutputTokens",
+                "temperature": "temperature",
+                "top_p": "topP",
+                "stop": "stopSequences",
+                "seed": "seed",
+                "presence_penalty": "presencePenalty",
+                "frequency_penalty": "frequencyPenalty",
+            },
+        )
         response_format = chat_response_format(config)
         if response_format is not None:
             out["response_format"] = response_format

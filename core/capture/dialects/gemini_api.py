@@ -13,8 +13,15 @@ from harness_env.core.capture.dialects.base import RequestShape
 from harness_env.core.capture.dialects.native import NativeAPI, add_call
 
 REQUEST_SHAPE = RequestShape(
-    {"contents": (list,), "systemInstruction": (str, dict), "system_instruction": (str, dict), "tools": (list,),
-     "generationConfig": (dict,), "toolConfig": (dict,), "generateContentRequest": (dict,)},
+    {
+        "contents": (list,),
+        "systemInstruction": (str, dict),
+        "system_instruction": (str, dict),
+        "tools": (list,),
+        "generationConfig": (dict,),
+        "toolConfig": (dict,),
+        "generateContentRequest": (dict,),
+    },
     inline_media=" (inlineData, not fileData)",
 )
 
@@ -43,6 +50,11 @@ class GeminiReader:
 
 
 NATIVE = NativeAPI(
-    wire_api="gemini", auth_header="x-goog-api-key", auth_template="{key}", max_tokens=(("generationConfig",), "maxOutputTokens"),
-    reader=GeminiReader, count=(("generationConfig",), "candidateCount"), count_suffix=":countTokens",
+    wire_api="gemini",
+    auth_header="x-goog-api-key",
+    auth_template="{key}",
+    max_tokens=(("generationConfig",), "maxOutputTokens"),
+    reader=GeminiReader,
+    count=(("generationConfig",), "candidateCount"),
+    count_suffix=":countTokens",
 )

@@ -9,9 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harness_env.core.capture.dialects.base import ChatRequest
-from harness_env.core.capture.dialects.chunks import (
-    user_turn,
-)
+from harness_env.core.capture.dialects.chunks import user_turn
 from harness_env.core.capture.dialects.responses_request import decode_reasoning
 from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.errors import InvalidRequestError

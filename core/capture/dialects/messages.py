@@ -54,13 +54,7 @@ from harness_env.core.capture.dialects.chunks import (
     whole_answer,
 )
 from harness_env.core.capture.dialects.messages_api import NATIVE, REQUEST_SHAPE
-from harness_env.core.capture.dialects.messages_request import (
-    MessagesChatRequest,
-    chat_tool_choice,
-    thinking_signature,
-    translate_messages,
-    translate_tools,
-)
+from harness_env.core.capture.dialects.messages_request import MessagesChatRequest, chat_tool_choice, thinking_signature, translate_messages, translate_tools
 from harness_env.core.capture.dialects.sampled import SampledArguments
 
 if TYPE_CHECKING:
@@ -69,9 +63,16 @@ if TYPE_CHECKING:
 
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use", "content_filter": "refusal"}
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-               413: "request_too_large", 429: "rate_limit_error", 504: "timeout_error", 529: "overloaded_error"}
-
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
 
 
 # -- answers ----------------------------------------------------------------------------------
@@ -81,8 +82,12 @@ def messages_usage(usage: dict[str, Any] | None, prompt_ids: int = 0) -> dict[st
     usage = usage if isinstance(usage, dict) else {}
     prompt = int(usage.get("prompt_tokens") or prompt_ids)
     cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-    return {"input_tokens": prompt - cached, "output_tokens": int(usage.get("completion_tokens") or 0),
-            "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
+    return {
+        "input_tokens": prompt - cached,
+        "output_tokens": int(usage.get("completion_tokens") or 0),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+    }
 
 
 class MessageBuilder(ChunkBuilder):

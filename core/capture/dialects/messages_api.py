@@ -13,9 +13,9 @@ from harness_env.core.capture.dialects.base import RequestShape
 from harness_env.core.capture.dialects.native import NativeAPI, add_call
 
 REQUEST_SHAPE = RequestShape(
-    {"messages": (list,), "system": (str, list), "tools": (list,), "stream": (bool,), "stop_sequences": (list,), "tool_choice": (dict,),
-     "max_tokens": (int,)},
-    required=("messages",), inline_media=" (an image block with a base64 source)",
+    {"messages": (list,), "system": (str, list), "tools": (list,), "stream": (bool,), "stop_sequences": (list,), "tool_choice": (dict,), "max_tokens": (int,)},
+    required=("messages",),
+    inline_media=" (an image block with a base64 source)",
 )
 
 
@@ -66,6 +66,5 @@ class MessagesReader:
 
 
 NATIVE = NativeAPI(
-    wire_api="messages", auth_header="x-api-key", auth_template="{key}", max_tokens=((), "max_tokens"), reader=MessagesReader,
-    count_suffix="/count_tokens",
+    wire_api="messages", auth_header="x-api-key", auth_template="{key}", max_tokens=((), "max_tokens"), reader=MessagesReader, count_suffix="/count_tokens"
 )

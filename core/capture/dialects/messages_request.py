@@ -9,10 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harness_env.core.capture.dialects.base import ChatRequest
-from harness_env.core.capture.dialects.chunks import (
-    chat_content,
-    user_turn,
-)
+from harness_env.core.capture.dialects.chunks import chat_content, user_turn
 from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.errors import InvalidRequestError
 
@@ -50,8 +47,10 @@ def _image(block: dict[str, Any], where: str) -> dict[str, Any]:
     elif source.get("type") == "url" and isinstance(source.get("url"), str):
         url = source["url"]
     else:
-        raise InvalidRequestError(f"{where}: an image's source must be base64 data (a url is refused: the engine is never made to fetch "
-                                  "anything; file ids need the Files API, which this proxy does not serve)")
+        raise InvalidRequestError(
+            f"{where}: an image's source must be base64 data (a url is refused: the engine is never made to fetch "
+            "anything; file ids need the Files API, which this proxy does not serve)"
+        )
     return {"type": "image_url", "image_url": {"url": url}}
 
 
@@ -103,8 +102,9 @@ def _assistant(blocks: list[dict[str, Any]], where: str, sampled: SampledArgumen
         elif kind == "tool_use":
             if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
                 raise InvalidRequestError(f"{at}: a tool_use needs 'id' and 'name'")
-            calls.append({"id": block["id"], "type": "function",
-                          "function": {"name": block["name"], "arguments": sampled.text(block["id"], block.get("input"))}})
+            calls.append(
+                {"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": sampled.text(block["id"], block.get("input"))}}
+            )
         else:
             raise InvalidRequestError(f"{at}: assistant blocks of type {kind!r} are not supported by this proxy")
     msg: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text else None}

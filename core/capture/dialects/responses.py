@@ -128,8 +128,14 @@ class ResponseBuilder(ChunkBuilder):
         tool = self.request.tool_names.get(name, ToolName(name))
         call_id = call_id or new_id("call")
         if tool.kind == "custom":
-            item: dict[str, Any] = {"type": "custom_tool_call", "id": new_id("ctc"), "status": "in_progress", "call_id": call_id,
-                                    "name": tool.name, "input": ""}
+            item: dict[str, Any] = {
+                "type": "custom_tool_call",
+                "id": new_id("ctc"),
+                "status": "in_progress",
+                "call_id": call_id,
+                "name": tool.name,
+                "input": "",
+            }
         else:
             item = {"type": "function_call", "id": new_id("fc"), "status": "in_progress", "call_id": call_id, "name": tool.name, "arguments": ""}
         if tool.namespace:
@@ -230,12 +236,7 @@ class Responses:
         if sampled is not None:  # arguments the harness wrote again: the engine's own text where the value is the same
             messages = sampled.restore_history(messages)
         return ResponsesChatRequest(
-            messages=messages,
-            tools=tools,
-            stream=bool(body.get("stream")),
-            purpose="policy" if tools else "auxiliary",
-            body=body,
-            tool_names=names,
+            messages=messages, tools=tools, stream=bool(body.get("stream")), purpose="policy" if tools else "auxiliary", body=body, tool_names=names
         )
 
     def engine_body(self, request: ChatRequest) -> dict[str, Any]:
@@ -273,12 +274,17 @@ class Responses:
         err = engine_error(engine_body)
         if err is not None:
             code = err.get("code")
-            return json_reply(status, {"error": {
-                "message": str(err["message"]),
-                "type": str(err.get("type") or ("invalid_request_error" if status < 500 else "server_error")),
-                "param": err.get("param"),
-                "code": code if isinstance(code, str) else None,
-            }})
+            return json_reply(
+                status,
+                {
+                    "error": {
+                        "message": str(err["message"]),
+                        "type": str(err.get("type") or ("invalid_request_error" if status < 500 else "server_error")),
+                        "param": err.get("param"),
+                        "code": code if isinstance(code, str) else None,
+                    }
+                },
+            )
         return self.error(status, engine_error_text(engine_body, status), "upstream_error")
 
     def local_reply(self, route: Route, session: CaptureSession, scope: Scope) -> Reply:

@@ -13,8 +13,16 @@ from harness_env.core.capture.dialects.base import RequestShape
 from harness_env.core.capture.dialects.native import NativeAPI, add_call
 
 REQUEST_SHAPE = RequestShape(
-    {"input": (str, list), "instructions": (str,), "tools": (list,), "stream": (bool,), "text": (dict,), "tool_choice": (str, dict),
-     "parallel_tool_calls": (bool,), "previous_response_id": (str,)},
+    {
+        "input": (str, list),
+        "instructions": (str,),
+        "tools": (list,),
+        "stream": (bool,),
+        "text": (dict,),
+        "tool_choice": (str, dict),
+        "parallel_tool_calls": (bool,),
+        "previous_response_id": (str,),
+    },
     inline_media=" (an input_image whose image_url is data:<mime>;base64,...)",
 )
 
@@ -53,6 +61,5 @@ class ResponsesReader:
 
 
 NATIVE = NativeAPI(
-    wire_api="responses", auth_header="authorization", auth_template="Bearer {key}", max_tokens=((), "max_output_tokens"),
-    reader=ResponsesReader,
+    wire_api="responses", auth_header="authorization", auth_template="Bearer {key}", max_tokens=((), "max_output_tokens"), reader=ResponsesReader
 )

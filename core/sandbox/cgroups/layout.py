@@ -18,13 +18,7 @@ from pathlib import Path
 
 from harness_env.core.errors import SandboxError
 from harness_env.core.procs import process_starttime
-from harness_env.core.sandbox.cgroups.values import (
-    V1_CONTROLLERS,
-    V2_CONTROLLERS,
-    parse_v1_mounts,
-    parse_v2_mount,
-    parse_v2_own_path,
-)
+from harness_env.core.sandbox.cgroups.values import V1_CONTROLLERS, V2_CONTROLLERS, parse_v1_mounts, parse_v2_mount, parse_v2_own_path
 
 PARENT_NAME = "harness-env"
 LEAF_NAME = "harness-env-server"  # v2: where the server's processes move so its cgroup can delegate
@@ -95,10 +89,7 @@ def v1_layout(mounts: str) -> tuple[Layout | None, str]:
     for c, mount in list(found.items()):
         if not os.access(mount, os.W_OK):
             if c in REQUIRED:
-                return None, (
-                    f"{mount} (cgroup v1 {c}) is not writable: run the server as root with a "
-                    "writable /sys/fs/cgroup"
-                )
+                return None, (f"{mount} (cgroup v1 {c}) is not writable: run the server as root with a writable /sys/fs/cgroup")
             del found[c]  # optional (cpu, freezer): do without
     return Layout("v1", {c: found[c] / PARENT_NAME for c in V1_CONTROLLERS if c in found}), ""
 
@@ -121,10 +112,7 @@ def v2_layout(mount: Path, required: tuple[str, ...] = REQUIRED) -> tuple[Layout
         return None, f"cannot read {base}/cgroup.controllers: {e}"
     missing = [c for c in required if c not in available]
     if missing:
-        return None, (
-            f"cgroup v2 controller(s) {', '.join(missing)} not available in {base} "
-            f"(cgroup.controllers: {' '.join(available) or 'none'})"
-        )
+        return None, (f"cgroup v2 controller(s) {', '.join(missing)} not available in {base} (cgroup.controllers: {' '.join(available) or 'none'})")
     if not os.access(base, os.W_OK):
         return None, f"{base} is not writable: run the server as root or in a delegated cgroup"
     enable = tuple(c for c in V2_CONTROLLERS if c in available)

@@ -15,15 +15,7 @@ import time
 from pathlib import Path
 
 from harness_env.core.errors import SandboxError
-from harness_env.core.sandbox.cgroups.layout import (
-    Layout,
-    detect,
-    make_rollout_dirs,
-    read_pids,
-    read_text,
-    remove_parents,
-    write_value,
-)
+from harness_env.core.sandbox.cgroups.layout import Layout, detect, make_rollout_dirs, read_pids, read_text, remove_parents, write_value
 from harness_env.core.sandbox.cgroups.values import (
     CPU_PERIOD_US,
     CgroupUsage,
@@ -69,10 +61,7 @@ class RolloutCgroup:
         if not _NAME_RE.fullmatch(name):
             raise SandboxError(f"invalid cgroup name {name!r}: use letters, digits, '_', '.', '-'")
         if limits.cpu_cores is not None and "cpu" not in layout.parents:
-            raise SandboxError(
-                "a cpu limit was asked for but the cpu cgroup controller is not available here; "
-                "leave cpu_cores unset"
-            )
+            raise SandboxError("a cpu limit was asked for but the cpu cgroup controller is not available here; leave cpu_cores unset")
         made = make_rollout_dirs(layout, name)
         by_parent = dict(zip(layout.dirs, made, strict=True))
         cg = cls(layout, name, limits, {c: by_parent[p] for c, p in layout.parents.items()})
@@ -184,10 +173,7 @@ class RolloutCgroup:
             if not pids:
                 return len(killed)
             if time.monotonic() > deadline:
-                self.notes.append(
-                    f"cgroup {self.name}: {len(pids)} process(es) still alive {timeout:g}s after SIGKILL "
-                    f"(pids {' '.join(map(str, pids[:10]))})"
-                )
+                self.notes.append(f"cgroup {self.name}: {len(pids)} process(es) still alive {timeout:g}s after SIGKILL (pids {' '.join(map(str, pids[:10]))})")
                 return len(killed)
             if kill_file is not None and kill_file.exists():
                 write_value(kill_file, "1")

@@ -101,13 +101,8 @@ def limit_notes_for(limits: ResourceLimits, usage: CgroupUsage) -> list[str]:
     notes = []
     if usage.oom_kills and limits.memory_bytes is not None:
         n = usage.oom_kills
-        notes.append(
-            f"memory limit of {limits.memory_bytes // MiB} MiB was hit "
-            f"({n} OOM kill{'' if n == 1 else 's'})"
-        )
+        notes.append(f"memory limit of {limits.memory_bytes // MiB} MiB was hit ({n} OOM kill{'' if n == 1 else 's'})")
     if usage.pids_limit_hit and limits.pids is not None:
         n = usage.pids_limit_events
-        notes.append(
-            f"process limit of {limits.pids} was hit ({n} failed fork{'' if n == 1 else 's'})"
-        )
+        notes.append(f"process limit of {limits.pids} was hit ({n} failed fork{'' if n == 1 else 's'})")
     return notes

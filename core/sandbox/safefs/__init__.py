@@ -16,14 +16,7 @@ remove (any tree the agent made), copy (bounded copies out of and into a sandbox
 from harness_env.core.sandbox.safefs.copy import CopyReport, copy_file_out, copy_in, copy_out
 from harness_env.core.sandbox.safefs.descend import UnsafeEntry, kind_of, open_dir
 from harness_env.core.sandbox.safefs.listing import DirEntry, GlobResult, glob, scan_dir
-from harness_env.core.sandbox.safefs.read import (
-    FoundFile,
-    file_size,
-    open_regular,
-    read_regular,
-    stat_entry,
-    walk_files,
-)
+from harness_env.core.sandbox.safefs.read import FoundFile, file_size, open_regular, read_regular, stat_entry, walk_files
 from harness_env.core.sandbox.safefs.remove import remove_tree
 from harness_env.core.sandbox.safefs.write import write_regular
 

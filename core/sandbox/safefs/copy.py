@@ -14,16 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness_env.core.sandbox.safefs.descend import (
-    DIR_FLAGS,
-    FILE_FLAGS,
-    DirStack,
-    UnsafeEntry,
-    kind_of,
-    path_parts,
-    split_parent,
-    walk_dirs,
-)
+from harness_env.core.sandbox.safefs.descend import DIR_FLAGS, FILE_FLAGS, DirStack, UnsafeEntry, kind_of, path_parts, split_parent, walk_dirs
 from harness_env.core.sandbox.safefs.read import open_regular
 from harness_env.core.sandbox.safefs.remove import remove_at
 from harness_env.core.sandbox.safefs.write import rename_over, temp_file, temp_link, write_all

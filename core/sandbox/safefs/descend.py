@@ -70,9 +70,7 @@ def open_dir(root: str | Path, rel: str | Path = "") -> int:
 
 
 @contextmanager
-def parent_dir(
-    root: str | Path, rel: str | Path, *, create: bool = False, owner: tuple[int, int] | None = None
-) -> Iterator[tuple[int, str, str]]:
+def parent_dir(root: str | Path, rel: str | Path, *, create: bool = False, owner: tuple[int, int] | None = None) -> Iterator[tuple[int, str, str]]:
     """(descriptor of the directory that holds root/rel, the entry's name, its path relative to
     root), the directories walked as walk_dirs walks them (and made, with `create`); the
     descriptor is closed on leaving. IsADirectoryError when rel names root itself."""
@@ -112,8 +110,12 @@ def sorted_names(dfd: int, limit: int = 100_000) -> list[str]:
 
 
 _KINDS = (
-    (stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"),
-    (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+    (stat.S_ISREG, "a regular file"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"),
 )
 

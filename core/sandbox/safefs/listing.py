@@ -58,13 +58,7 @@ class GlobResult:
 
 
 def glob(
-    root: str | Path,
-    pattern: str,
-    *,
-    max_entries: int = 200_000,
-    max_depth: int = 64,
-    max_matches: int = 100_000,
-    deadline: float | None = None,
+    root: str | Path, pattern: str, *, max_entries: int = 200_000, max_depth: int = 64, max_matches: int = 100_000, deadline: float | None = None
 ) -> GlobResult:
     """The entries under root whose relative paths match `pattern` ('*', '?', '[...]' within one
     component, '**' for any number of components; dot files match too, as with pathlib). The walk

@@ -10,17 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness_env.core.sandbox.safefs.descend import (
-    DIR_FLAGS,
-    FILE_FLAGS,
-    DirStack,
-    UnsafeEntry,
-    kind_of,
-    not_found,
-    open_dir,
-    parent_dir,
-    path_parts,
-)
+from harness_env.core.sandbox.safefs.descend import DIR_FLAGS, FILE_FLAGS, DirStack, UnsafeEntry, kind_of, not_found, open_dir, parent_dir, path_parts
 
 
 def _read_fd(fd: int, max_bytes: int, tail: bool) -> bytes | None:

@@ -15,9 +15,7 @@ from harness_env.core.sandbox.safefs.remove import remove_at
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def write_regular(
-    root: str | Path, rel: str | Path, data: bytes, *, make_parents: bool = True, owner: tuple[int, int] | None = None
-) -> None:
+def write_regular(root: str | Path, rel: str | Path, data: bytes, *, make_parents: bool = True, owner: tuple[int, int] | None = None) -> None:
     """Put `data` at root/rel as a regular file: directories on the way are walked (and, with
     `make_parents`, made) without following a link; an existing entry that is not a regular file
     (a link, FIFO, device, directory) raises UnsafeEntry. The content goes to a fresh file in the

@@ -10,13 +10,26 @@ def _chunk(**choice):
 def test_streaming_tool_call_tokens_and_logprobs():
     d = TurnDraft()
     d.add_chunk_text(json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "prompt_token_ids": [1, 2, 3]}))
-    d.add_chunk_text(_chunk(delta={"content": "Hi"}, token_ids=[10], logprobs={"content": [
-        {"token": "Hi", "logprob": -0.5, "top_logprobs": [{"token": "Hi", "logprob": -0.5}, {"token": "Yo", "logprob": -2.0}]}]}))
+    d.add_chunk_text(
+        _chunk(
+            delta={"content": "Hi"},
+            token_ids=[10],
+            logprobs={"content": [{"token": "Hi", "logprob": -0.5, "top_logprobs": [{"token": "Hi", "logprob": -0.5}, {"token": "Yo", "logprob": -2.0}]}]},
+        )
+    )
     d.add_chunk_text(_chunk(delta={"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "bash", "arguments": ""}}]}))
-    d.add_chunk_text(_chunk(delta={"tool_calls": [{"index": 0, "function": {"arguments": '{"command":'}}]}, token_ids=[11, 12],
-                            logprobs={"content": [{"token": "a", "logprob": -0.1}, {"token": "b", "logprob": -0.2}]}))
-    d.add_chunk_text(_chunk(delta={"tool_calls": [{"index": 0, "function": {"arguments": ' "ls"}'}}]}, token_ids=[13],
-                            logprobs={"content": [{"token": "c", "logprob": -0.3}]}))
+    d.add_chunk_text(
+        _chunk(
+            delta={"tool_calls": [{"index": 0, "function": {"arguments": '{"command":'}}]},
+            token_ids=[11, 12],
+            logprobs={"content": [{"token": "a", "logprob": -0.1}, {"token": "b", "logprob": -0.2}]},
+        )
+    )
+    d.add_chunk_text(
+        _chunk(
+            delta={"tool_calls": [{"index": 0, "function": {"arguments": ' "ls"}'}}]}, token_ids=[13], logprobs={"content": [{"token": "c", "logprob": -0.3}]}
+        )
+    )
     d.add_chunk_text(_chunk(delta={}, finish_reason="tool_calls"))
     d.add_chunk_text(json.dumps({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}))
     d.add_chunk_text("[DONE]")
@@ -44,12 +57,25 @@ def test_malformed_chunk_is_recorded_not_fatal():
 
 def test_non_streaming_response():
     d = TurnDraft()
-    d.add_response({
-        "prompt_token_ids": [5, 6],
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "x", "reasoning_content": "think",
-                     "tool_calls": [{"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-                     "token_ids": [7], "logprobs": {"content": [{"token": "x", "logprob": -1.0}]}, "finish_reason": "stop"}],
-    })
+    d.add_response(
+        {
+            "prompt_token_ids": [5, 6],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": "x",
+                        "reasoning_content": "think",
+                        "tool_calls": [{"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                    },
+                    "token_ids": [7],
+                    "logprobs": {"content": [{"token": "x", "logprob": -1.0}]},
+                    "finish_reason": "stop",
+                }
+            ],
+        }
+    )
     f = d.fields()
     assert (f["prompt_token_ids"], f["completion_token_ids"], f["per_token_logps"]) == ([5, 6], [7], [-1.0])
     assert f["reasoning_text"] == "think" and f["tool_calls"][0]["function"]["name"] == "f"
@@ -57,8 +83,14 @@ def test_non_streaming_response():
 
 def test_token_id_strings_give_exact_ids_when_no_token_ids_field():
     d = TurnDraft()
-    d.add_response({"prompt_token_ids": [1], "choices": [{"message": {"content": "ab"}, "logprobs": {"content": [
-        {"token": "token_id:42", "logprob": -0.1}, {"token": "token_id:7", "logprob": -0.2}]}}]})
+    d.add_response(
+        {
+            "prompt_token_ids": [1],
+            "choices": [
+                {"message": {"content": "ab"}, "logprobs": {"content": [{"token": "token_id:42", "logprob": -0.1}, {"token": "token_id:7", "logprob": -0.2}]}}
+            ],
+        }
+    )
     assert d.fields()["completion_token_ids"] == [42, 7]
 
 
@@ -80,8 +112,13 @@ def test_a_logprob_that_is_not_a_number_leaves_the_turns_logprobs_out_and_breaks
     d = TurnDraft()
     d.add_chunk_text(json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "prompt_token_ids": [1, 2]}))
     d.add_chunk_text(_chunk(delta={"content": "a"}, token_ids=[10], logprobs={"content": [{"token": "a", "logprob": -0.5, "top_logprobs": []}]}))
-    d.add_chunk_text(_chunk(delta={"content": "b"}, token_ids=[11], logprobs={"content": [
-        {"token": "b", "logprob": None, "top_logprobs": [{"token": "b", "logprob": None}, {"token": "c", "logprob": -1.0}]}]}))
+    d.add_chunk_text(
+        _chunk(
+            delta={"content": "b"},
+            token_ids=[11],
+            logprobs={"content": [{"token": "b", "logprob": None, "top_logprobs": [{"token": "b", "logprob": None}, {"token": "c", "logprob": -1.0}]}]},
+        )
+    )
     d.add_chunk_text(_chunk(delta={}, finish_reason="stop"))
     f = d.fields()
     assert f["completion_token_ids"] == [10, 11] and f["completion_text"] == "ab"

@@ -9,13 +9,7 @@ import httpx
 import pytest
 
 from harness_env import RolloutRequest, Task, run_rollout
-from harness_env.core.capture.continuity import (
-    as_chunks,
-    continued_turn,
-    engine_weight_version,
-    generate_body,
-    spliced_ids,
-)
+from harness_env.core.capture.continuity import as_chunks, continued_turn, engine_weight_version, generate_body, spliced_ids
 from harness_env.core.capture.graph import link_turns
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import CapturePolicy
@@ -35,8 +29,9 @@ async def _conversation(endpoint: Endpoint, continuity: str, stream: bool) -> tu
     """Two calls of one thread: a tool call, then (its answer as the proxy returned it, and the
     tool's result) a second call. The proxy's session turns, and what the harness was given."""
     proxy = CaptureProxy()
-    session = proxy.open_session(endpoint, CapturePolicy(top_logprobs=1, temperature=0.0, continuity=continuity,
-                                                         structured_regex=CALL_REGEX, structured_calls=1))
+    session = proxy.open_session(
+        endpoint, CapturePolicy(top_logprobs=1, temperature=0.0, continuity=continuity, structured_regex=CALL_REGEX, structured_calls=1)
+    )
     given = []
     async with serve_on_loopback(proxy.app) as url, httpx.AsyncClient(base_url=url + "/v1", timeout=300) as client:
         headers = {"authorization": f"Bearer {session.key}"}
@@ -47,8 +42,11 @@ async def _conversation(endpoint: Endpoint, continuity: str, stream: bool) -> tu
             assert r.status_code == 200, r.text
             message = _streamed_message(r.content) if stream else r.json()["choices"][0]["message"]
             given.append(message)
-            messages = [*messages, {"role": "assistant", "content": message.get("content"), "tool_calls": message.get("tool_calls")},
-                        {"role": "tool", "tool_call_id": (message.get("tool_calls") or [{}])[0].get("id"), "content": "a.txt\nb.txt"}]
+            messages = [
+                *messages,
+                {"role": "assistant", "content": message.get("content"), "tool_calls": message.get("tool_calls")},
+                {"role": "tool", "tool_call_id": (message.get("tool_calls") or [{}])[0].get("id"), "content": "a.txt\nb.txt"},
+            ]
     await proxy.aclose()
     return proxy, session.sorted_turns(), given
 
@@ -83,8 +81,7 @@ async def test_with_the_real_vllm_a_tool_calling_thread_is_one_branch_only_with_
 
     proxy, turns, given = await _conversation(endpoint, "tokens", stream)
     first, second = turns
-    assert second.prompt_token_ids[: len(first.prompt_token_ids) + len(first.completion_token_ids)] == (
-        first.prompt_token_ids + first.completion_token_ids)
+    assert second.prompt_token_ids[: len(first.prompt_token_ids) + len(first.completion_token_ids)] == (first.prompt_token_ids + first.completion_token_ids)
     assert second.continues(first) and second.capture_level == "tokens" and second.stream is stream
     summary = link_turns(turns)
     assert summary.branches == 1 and second.link == "extends" and second.parent == first.index
@@ -133,10 +130,26 @@ def test_a_thread_is_continued_only_from_its_own_messages_answer_and_tools():
 
 
 def test_a_whole_answer_streams_as_chunks_a_client_reassembles():
-    answer = {"id": "x", "created": 1, "model": "m", "prompt_token_ids": [1, 2], "usage": {"completion_tokens": 3},
-              "choices": [{"index": 0, "finish_reason": "tool_calls", "token_ids": [5, 6, 2], "logprobs": None,
-                           "message": {"role": "assistant", "content": None, "tool_calls": [
-                               {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]}}]}
+    answer = {
+        "id": "x",
+        "created": 1,
+        "model": "m",
+        "prompt_token_ids": [1, 2],
+        "usage": {"completion_tokens": 3},
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "token_ids": [5, 6, 2],
+                "logprobs": None,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}],
+                },
+            }
+        ],
+    }
     assert _streamed_message(as_chunks(answer))["tool_calls"] == answer["choices"][0]["message"]["tool_calls"]
 
 
@@ -182,7 +195,11 @@ async def test_the_result_says_which_continuity_a_rollout_used():
     script = [{"bash": "touch a"}, {"text": "done"}]
     for scale_out, option, used in [(True, "tokens", "tokens"), (True, "messages", "messages"), (False, "tokens", "messages")]:
         with FakePolicyServer(FakePolicy(scripts={"m": script}, scale_out=scale_out)) as upstream:
-            req = RolloutRequest(task=Task(instruction="x", verify=["test -f a"]), harness="whitebox", continuity=option,
-                                 endpoint=Endpoint(base_url=upstream.base_url, model="m"))
+            req = RolloutRequest(
+                task=Task(instruction="x", verify=["test -f a"]),
+                harness="whitebox",
+                continuity=option,
+                endpoint=Endpoint(base_url=upstream.base_url, model="m"),
+            )
             res = await run_rollout(req)
         assert res.reward == 1.0 and res.continuity == used, (scale_out, option, res.error)

@@ -18,15 +18,25 @@ from harness_env.core.errors import InvalidRequestError
 DOC = Path(__file__).resolve().parents[3] / "docs" / "capture.md"
 SECTION = "## What the dialects do not translate yet"
 DIALECTS: dict[str, Any] = {"Responses": Responses(), "Messages": Messages(), "Gemini": Gemini()}
-SCOPES = {"Responses": {}, "Messages": {"path": "/v1/messages"},
-          "Gemini": {"path": "/v1beta/models/m:streamGenerateContent", "query_string": b"alt=sse"}}
+SCOPES = {"Responses": {}, "Messages": {"path": "/v1/messages"}, "Gemini": {"path": "/v1beta/models/m:streamGenerateContent", "query_string": b"alt=sse"}}
 BASES: dict[str, dict[str, Any]] = {
-    "Responses": {"model": "m", "stream": True, "input": [{"role": "user", "content": "hi"}],
-                  "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}]},
-    "Messages": {"model": "m", "max_tokens": 100, "stream": True, "messages": [{"role": "user", "content": "hi"}],
-                 "tools": [{"name": "f", "input_schema": {"type": "object"}}]},
-    "Gemini": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
-               "tools": [{"functionDeclarations": [{"name": "f", "parameters": {"type": "OBJECT"}}]}]},
+    "Responses": {
+        "model": "m",
+        "stream": True,
+        "input": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+    },
+    "Messages": {
+        "model": "m",
+        "max_tokens": 100,
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+    },
+    "Gemini": {
+        "contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+        "tools": [{"functionDeclarations": [{"name": "f", "parameters": {"type": "OBJECT"}}]}],
+    },
 }
 
 

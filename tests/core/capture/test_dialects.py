@@ -11,13 +11,7 @@ import time
 import httpx
 import pytest
 
-from harness_env.core.capture.dialects import (
-    Route,
-    RouteTable,
-    register_dialect,
-    registered_dialects,
-    unregister_dialect,
-)
+from harness_env.core.capture.dialects import Route, RouteTable, register_dialect, registered_dialects, unregister_dialect
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.capture.serve import serve_on_loopback
@@ -68,8 +62,9 @@ async def test_a_registered_dialect_is_translated_both_ways_and_recorded_from_th
     assert turn.prompt_token_ids == sent.prompt_token_ids and turn.completion_token_ids == sent.completion_token_ids
     assert turn.per_token_logps == sent.logprobs and turn.capture_level == "tokens"
     # Chat completions is still served by the same proxy.
-    chat = await client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "title?"}]},
-                             headers={"authorization": f"Bearer {session.key}"})
+    chat = await client.post(
+        "/v1/chat/completions", json={"messages": [{"role": "user", "content": "title?"}]}, headers={"authorization": f"Bearer {session.key}"}
+    )
     assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"] == "Fake title"
     assert [t.purpose for t in session.sorted_turns()] == ["policy", "auxiliary"]
 
@@ -81,8 +76,7 @@ async def test_the_stream_is_translated_chunk_by_chunk_as_the_engine_sends(plain
     policy.scripts["m"] = [{"raw": held, "gap_s": 0.3}]
     lines = []
     started = time.monotonic()
-    async with client.stream("POST", "/plain/m:complete", json={"prompt": "go", "tools": ["bash"], "stream": True},
-                             headers={"x-plain-key": session.key}) as r:
+    async with client.stream("POST", "/plain/m:complete", json={"prompt": "go", "tools": ["bash"], "stream": True}, headers={"x-plain-key": session.key}) as r:
         async for line in r.aiter_lines():
             if line:
                 lines.append(json.loads(line))

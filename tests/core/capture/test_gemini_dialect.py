@@ -15,21 +15,16 @@ from harness_env.core.capture.dialects.responses_request import decode_reasoning
 from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.errors import InvalidRequestError
-from tests.core.capture.dialect_streams import (
-    as_javascript_sends,
-    assert_exact_tokens_one_branch,
-    assert_replay_extends,
-    chunk,
-    slow_words,
-    sse,
-    translate,
-)
+from tests.core.capture.dialect_streams import as_javascript_sends, assert_exact_tokens_one_branch, assert_replay_extends, chunk, slow_words, sse, translate
 from tests.core.capture.test_proxy import _endpoint, proxy_env  # noqa: F401 - the fixture gemini_env builds on
 from tests.fakes.policy import compact_arguments
 
 DIALECT = Gemini()
-SHELL = {"name": "run_shell_command", "description": "run",
-         "parametersJsonSchema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
+SHELL = {
+    "name": "run_shell_command",
+    "description": "run",
+    "parametersJsonSchema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+}
 STREAM = "/v1beta/models/gemini-x:streamGenerateContent"
 
 
@@ -72,24 +67,39 @@ def _history(chunks: list[dict]) -> list[dict]:
 def test_contents_with_calls_and_responses_become_chat_messages_in_order():
     contents = [
         _user({"text": "<session_context/>"}, {"text": "Do it."}),
-        {"role": "model", "parts": [{"text": "Running."},
-                                    {"functionCall": {"name": "run_shell_command", "args": {"command": "ls ü"}, "id": "run_shell_command__call_0"},
-                                     "thoughtSignature": encode_reasoning("plan")},
-                                    {"functionCall": {"name": "read_file", "args": {}}}]},
-        _user({"functionResponse": {"name": "run_shell_command", "id": "run_shell_command__call_0", "response": {"output": "a.txt\n"}}},
-              {"functionResponse": {"name": "read_file", "response": {"error": "no such file"}}},
-              {"inlineData": {"mimeType": "image/png", "data": "iVBOR"}}),
+        {
+            "role": "model",
+            "parts": [
+                {"text": "Running."},
+                {
+                    "functionCall": {"name": "run_shell_command", "args": {"command": "ls ü"}, "id": "run_shell_command__call_0"},
+                    "thoughtSignature": encode_reasoning("plan"),
+                },
+                {"functionCall": {"name": "read_file", "args": {}}},
+            ],
+        },
+        _user(
+            {"functionResponse": {"name": "run_shell_command", "id": "run_shell_command__call_0", "response": {"output": "a.txt\n"}}},
+            {"functionResponse": {"name": "read_file", "response": {"error": "no such file"}}},
+            {"inlineData": {"mimeType": "image/png", "data": "iVBOR"}},
+        ),
         {"role": "model", "parts": [{"text": "Done."}]},
     ]
-    req = _request(systemInstruction={"parts": [{"text": "You are Gemini CLI."}, {"text": "Be brief."}]}, contents=contents,
-                   tools=[{"functionDeclarations": [SHELL]}])
+    req = _request(
+        systemInstruction={"parts": [{"text": "You are Gemini CLI."}, {"text": "Be brief."}]}, contents=contents, tools=[{"functionDeclarations": [SHELL]}]
+    )
     assert req.messages == [
         {"role": "system", "content": "You are Gemini CLI.\nBe brief."},
         {"role": "user", "content": [{"type": "text", "text": "<session_context/>"}, {"type": "text", "text": "Do it."}]},
-        {"role": "assistant", "content": "Running.", "reasoning_content": "plan", "tool_calls": [
-            {"id": "call_0", "type": "function", "function": {"name": "run_shell_command", "arguments": '{"command": "ls ü"}'}},
-            {"id": "read_file_1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}},
-        ]},
+        {
+            "role": "assistant",
+            "content": "Running.",
+            "reasoning_content": "plan",
+            "tool_calls": [
+                {"id": "call_0", "type": "function", "function": {"name": "run_shell_command", "arguments": '{"command": "ls ü"}'}},
+                {"id": "read_file_1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}},
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_0", "content": "a.txt\n"},
         {"role": "tool", "tool_call_id": "read_file_1", "content": '{"error": "no such file"}'},
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR"}}]},
@@ -103,29 +113,56 @@ def test_contents_with_calls_and_responses_become_chat_messages_in_order():
 
 
 def test_tools_from_json_schema_or_geminis_schema_google_tools_left_out():
-    legacy = {"name": "read_file",
-              "parameters": {"type": "OBJECT", "properties": {"path": {"type": "STRING"}, "lines": {"type": "ARRAY", "items": {"type": "INTEGER"}}}}}
+    legacy = {
+        "name": "read_file",
+        "parameters": {"type": "OBJECT", "properties": {"path": {"type": "STRING"}, "lines": {"type": "ARRAY", "items": {"type": "INTEGER"}}}},
+    }
     req = _request(contents=[_user({"text": "x"})], tools=[{"functionDeclarations": [SHELL, legacy]}, {"googleSearch": {}}, {"codeExecution": {}}])
     assert [t["function"]["name"] for t in req.tools] == ["run_shell_command", "read_file"]
     assert req.tools[0]["function"] == {"name": "run_shell_command", "description": "run", "parameters": SHELL["parametersJsonSchema"]}
     assert req.tools[1]["function"]["parameters"] == {
-        "type": "object", "properties": {"path": {"type": "string"}, "lines": {"type": "array", "items": {"type": "integer"}}}}
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "lines": {"type": "array", "items": {"type": "integer"}}},
+    }
     assert json_schema({"enum": ["STRING"], "type": "STRING"}) == {"enum": ["STRING"], "type": "string"}  # only types change
 
 
 def test_engine_body_carries_what_chat_completions_can_say():
-    config = {"temperature": 1, "topP": 0.95, "topK": 64, "maxOutputTokens": 500, "stopSequences": ["END"], "seed": 3,
-              "thinkingConfig": {"includeThoughts": True}}
-    req = _request(contents=[_user({"text": "x"})], tools=[{"functionDeclarations": [SHELL]}], generationConfig=config,
-                   toolConfig={"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["run_shell_command"]}})
+    config = {
+        "temperature": 1,
+        "topP": 0.95,
+        "topK": 64,
+        "maxOutputTokens": 500,
+        "stopSequences": ["END"],
+        "seed": 3,
+        "thinkingConfig": {"includeThoughts": True},
+    }
+    req = _request(
+        contents=[_user({"text": "x"})],
+        tools=[{"functionDeclarations": [SHELL]}],
+        generationConfig=config,
+        toolConfig={"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["run_shell_command"]}},
+    )
     assert DIALECT.engine_body(req) == {
-        "model": None, "messages": [{"role": "user", "content": "x"}], "stream": True, "stream_options": {"include_usage": True}, "tools": req.tools,
-        "tool_choice": {"type": "function", "function": {"name": "run_shell_command"}}, "max_tokens": 500, "temperature": 1, "top_p": 0.95,
-        "stop": ["END"], "seed": 3,
+        "model": None,
+        "messages": [{"role": "user", "content": "x"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "tools": req.tools,
+        "tool_choice": {"type": "function", "function": {"name": "run_shell_command"}},
+        "max_tokens": 500,
+        "temperature": 1,
+        "top_p": 0.95,
+        "stop": ["END"],
+        "seed": 3,
     }
     schema = {"type": "object", "properties": {"next": {"type": "string"}}}
-    whole = _request("/v1beta/models/m:generateContent", b"", contents=[_user({"text": "x"})],
-                     generationConfig={"responseMimeType": "application/json", "responseJsonSchema": schema})
+    whole = _request(
+        "/v1beta/models/m:generateContent",
+        b"",
+        contents=[_user({"text": "x"})],
+        generationConfig={"responseMimeType": "application/json", "responseJsonSchema": schema},
+    )
     body = DIALECT.engine_body(whole)
     assert body["stream"] is False and body["response_format"] == {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
     for mode, choice in (("AUTO", "auto"), ("NONE", "none"), ("ANY", "required")):
@@ -133,15 +170,18 @@ def test_engine_body_carries_what_chat_completions_can_say():
         assert DIALECT.engine_body(req)["tool_choice"] == choice
 
 
-@pytest.mark.parametrize("body, says", [
-    ({"contents": "hi"}, "'contents' must be a list"),
-    ({"contents": [{"role": "wizard", "parts": [{"text": "x"}]}]}, "unknown role 'wizard'"),
-    ({"contents": [{"role": "user", "parts": "x"}]}, "'parts' must be a list"),
-    ({"contents": [_user({"inlineData": {"mimeType": "application/pdf", "data": "x"}})]}, "only images"),
-    ({"contents": [_user({"executableCode": {"code": "print(1)"}})]}, "parts of kind executableCode are not supported"),
-    ({"contents": [{"role": "model", "parts": [{"codeExecutionResult": {"output": "1"}}]}]}, "model parts of kind codeExecutionResult"),
-    ({"contents": [{"role": "model", "parts": [{"functionCall": {"args": {}}}]}]}, "needs 'name'"),
-])
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ({"contents": "hi"}, "'contents' must be a list"),
+        ({"contents": [{"role": "wizard", "parts": [{"text": "x"}]}]}, "unknown role 'wizard'"),
+        ({"contents": [{"role": "user", "parts": "x"}]}, "'parts' must be a list"),
+        ({"contents": [_user({"inlineData": {"mimeType": "application/pdf", "data": "x"}})]}, "only images"),
+        ({"contents": [_user({"executableCode": {"code": "print(1)"}})]}, "parts of kind executableCode are not supported"),
+        ({"contents": [{"role": "model", "parts": [{"codeExecutionResult": {"output": "1"}}]}]}, "model parts of kind codeExecutionResult"),
+        ({"contents": [{"role": "model", "parts": [{"functionCall": {"args": {}}}]}]}, "needs 'name'"),
+    ],
+)
 def test_what_cannot_be_translated_is_refused_by_name(body, says):
     with pytest.raises(InvalidRequestError, match=says):
         _request(**body)
@@ -150,14 +190,17 @@ def test_what_cannot_be_translated_is_refused_by_name(body, says):
 # -- answers --------------------------------------------------------------------------------------
 def test_thoughts_and_text_stream_as_they_come_and_the_last_chunk_ends_the_answer():
     req = _request(contents=[_user({"text": "hi"})])
-    chunks, draft = _translate(req, sse(
-        chunk({"role": "assistant", "content": ""}, prompt_token_ids=[1, 2, 3]),
-        chunk({"reasoning_content": "hm"}),
-        {"choices": [{"index": 0, "delta": {"content": "Hel"}, "token_ids": [7], "logprobs": {"content": [{"token": "Hel", "logprob": -0.5}]}}]},
-        {"choices": [{"index": 0, "delta": {"content": "lo"}, "token_ids": [8], "logprobs": {"content": [{"token": "lo", "logprob": -0.25}]}}]},
-        chunk(finish="stop"),
-        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6, "completion_tokens_details": {"reasoning_tokens": 1}}},
-    ))
+    chunks, draft = _translate(
+        req,
+        sse(
+            chunk({"role": "assistant", "content": ""}, prompt_token_ids=[1, 2, 3]),
+            chunk({"reasoning_content": "hm"}),
+            {"choices": [{"index": 0, "delta": {"content": "Hel"}, "token_ids": [7], "logprobs": {"content": [{"token": "Hel", "logprob": -0.5}]}}]},
+            {"choices": [{"index": 0, "delta": {"content": "lo"}, "token_ids": [8], "logprobs": {"content": [{"token": "lo", "logprob": -0.25}]}}]},
+            chunk(finish="stop"),
+            {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6, "completion_tokens_details": {"reasoning_tokens": 1}}},
+        ),
+    )
     assert _parts(chunks) == [{"text": "hm", "thought": True}, {"text": "Hel"}, {"text": "lo"}, {"text": "", "thoughtSignature": encode_reasoning("hm")}]
     last = chunks[-1]
     assert last["candidates"][0]["finishReason"] == "STOP" and all("finishReason" not in c["candidates"][0] for c in chunks[:-1])
@@ -167,13 +210,16 @@ def test_thoughts_and_text_stream_as_they_come_and_the_last_chunk_ends_the_answe
 
 def test_a_function_call_goes_whole_with_the_reasoning_in_its_signature():
     req = _request(contents=[_user({"text": "hi"})], tools=[{"functionDeclarations": [SHELL]}])
-    chunks, draft = _translate(req, sse(
-        chunk({"reasoning_content": "I should look."}),
-        chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "run_shell_command", "arguments": '{"command": '}}]}),
-        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"ls"}'}}]}),
-        chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "run_shell_command", "arguments": '{"command": "pwd"}'}}]}),
-        chunk(finish="tool_calls"),
-    ))
+    chunks, draft = _translate(
+        req,
+        sse(
+            chunk({"reasoning_content": "I should look."}),
+            chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "run_shell_command", "arguments": '{"command": '}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"ls"}'}}]}),
+            chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "run_shell_command", "arguments": '{"command": "pwd"}'}}]}),
+            chunk(finish="tool_calls"),
+        ),
+    )
     assert _parts(chunks)[1:] == [
         {"functionCall": {"name": "run_shell_command", "args": {"command": "ls"}, "id": "call_a"}, "thoughtSignature": encode_reasoning("I should look.")},
         {"functionCall": {"name": "run_shell_command", "args": {"command": "pwd"}, "id": "call_b"}},
@@ -197,22 +243,36 @@ def test_max_tokens_broken_streams_and_a_json_array_stream():
 
 
 def test_a_whole_engine_answer_is_one_response_and_count_tokens_asks_the_engine():
-    chat = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "Let me look.", "reasoning_content": "hm",
-                                                                                "tool_calls": [
-        {"id": "call_z", "type": "function", "function": {"name": "run_shell_command", "arguments": '{"command": "pwd"}'}}]}}],
-        "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}}
+    chat = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": "Let me look.",
+                    "reasoning_content": "hm",
+                    "tool_calls": [{"id": "call_z", "type": "function", "function": {"name": "run_shell_command", "arguments": '{"command": "pwd"}'}}],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13},
+    }
     req = _request("/v1beta/models/m:generateContent", b"", contents=[_user({"text": "hi"})], tools=[{"functionDeclarations": [SHELL]}])
     body, content_type = DIALECT.answer(req, json.dumps(chat).encode(), "application/json", TurnDraft())
     resp = json.loads(body)
     assert content_type == "application/json" and resp["candidates"][0]["finishReason"] == "STOP"
     assert resp["candidates"][0]["content"]["parts"] == [
-        {"text": "hm", "thought": True}, {"text": "Let me look."},
-        {"functionCall": {"name": "run_shell_command", "args": {"command": "pwd"}, "id": "call_z"}, "thoughtSignature": encode_reasoning("hm")}]
+        {"text": "hm", "thought": True},
+        {"text": "Let me look."},
+        {"functionCall": {"name": "run_shell_command", "args": {"command": "pwd"}, "id": "call_z"}, "thoughtSignature": encode_reasoning("hm")},
+    ]
     assert resp["usageMetadata"]["totalTokenCount"] == 13
     failed = json.loads(DIALECT.answer(req, b"<html>oops</html>", "text/html", TurnDraft())[0])
     assert failed["error"]["status"] == "INTERNAL" and "not a JSON object" in failed["error"]["message"]
-    count = _request("/v1beta/models/m:countTokens", b"",
-                     generateContentRequest={"contents": [_user({"text": "x"})], "tools": [{"functionDeclarations": [SHELL]}]})
+    count = _request(
+        "/v1beta/models/m:countTokens", b"", generateContentRequest={"contents": [_user({"text": "x"})], "tools": [{"functionDeclarations": [SHELL]}]}
+    )
     assert count.count_only and count.purpose == "auxiliary" and DIALECT.engine_body(count)["max_tokens"] == 1
     answer = json.dumps({"choices": [], "usage": {"prompt_tokens": 77}}).encode()
     assert json.loads(DIALECT.answer(count, answer, "application/json", TurnDraft())[0]) == {"totalTokens": 77}
@@ -225,21 +285,34 @@ def test_a_replayed_history_translates_to_the_previous_messages_plus_the_new_one
     contents1 = [_user({"text": "<session_context/>"}, {"text": "Do it."})]
     system = {"parts": [{"text": "You are Gemini CLI."}]}
     req1 = _request(systemInstruction=system, contents=contents1, tools=[{"functionDeclarations": [SHELL]}])
-    chunks, _ = _translate(req1, sse(
-        chunk({"reasoning_content": "plan"}), chunk({"content": "On "}), chunk({"content": "it."}),
-        chunk({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "run_shell_command", "arguments": '{"command": "ls ü"}'}}]}),
-        chunk(finish="tool_calls"),
-    ))
+    chunks, _ = _translate(
+        req1,
+        sse(
+            chunk({"reasoning_content": "plan"}),
+            chunk({"content": "On "}),
+            chunk({"content": "it."}),
+            chunk({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "run_shell_command", "arguments": '{"command": "ls ü"}'}}]}),
+            chunk(finish="tool_calls"),
+        ),
+    )
     kept = _history(chunks)
     kept[1]["functionCall"]["id"] = "run_shell_command__call_1"
     response = {"functionResponse": {"name": "run_shell_command", "id": "run_shell_command__call_1", "response": {"output": "a\n"}}}
     contents2 = [*contents1, {"role": "model", "parts": kept}, _user(response)]
     req2 = _request(systemInstruction=system, contents=contents2, tools=[{"functionDeclarations": [SHELL]}])
-    assert_replay_extends(req1, req2, [
-        {"role": "assistant", "content": "On it.", "reasoning_content": "plan",
-         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "run_shell_command", "arguments": '{"command": "ls ü"}'}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "a\n"},
-    ])
+    assert_replay_extends(
+        req1,
+        req2,
+        [
+            {
+                "role": "assistant",
+                "content": "On it.",
+                "reasoning_content": "plan",
+                "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "run_shell_command", "arguments": '{"command": "ls ü"}'}}],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "a\n"},
+        ],
+    )
     assert decode_reasoning({"encrypted_content": kept[1]["thoughtSignature"]}) == "plan"
 
 
@@ -257,8 +330,9 @@ def test_call_args_gemini_cli_replays_reach_the_engine_as_it_wrote_them(stream):
     path = STREAM if stream else "/v1beta/models/gemini-x:generateContent"
     body1 = {"contents": [_user({"text": "Do it."})], "tools": [{"functionDeclarations": [SHELL]}]}
     req1 = DIALECT.read_request(body1, {"path": path, "query_string": b"alt=sse"}, sampled)
-    calls = [{"index": i, **({"id": f"call_{i}"} if i < 2 else {}), "function": {"name": "run_shell_command", "arguments": text}}
-             for i, text in enumerate(SAMPLED)]
+    calls = [
+        {"index": i, **({"id": f"call_{i}"} if i < 2 else {}), "function": {"name": "run_shell_command", "arguments": text}} for i, text in enumerate(SAMPLED)
+    ]
     if stream:
         parts = _history(_translate(req1, sse(chunk({"tool_calls": calls}), chunk(finish="tool_calls")))[0])
     else:
@@ -278,7 +352,10 @@ def test_call_args_gemini_cli_replays_reach_the_engine_as_it_wrote_them(stream):
     scope = {"path": path, "query_string": b"alt=sse"}
     assert replayed(DIALECT.read_request(body2, scope, sampled)) == SAMPLED
     assert replayed(DIALECT.read_request(body2, scope, SampledArguments())) == [
-        '{"command": "ls"}', '{"command": "cat é.txt"}', '{"z": 1, "a": [1, 100000], "command": "true"}']
+        '{"command": "ls"}',
+        '{"command": "cat é.txt"}',
+        '{"z": 1, "a": [1, 100000], "command": "true"}',
+    ]
     body2["contents"][1]["parts"][2]["functionCall"]["args"]["command"] = "false"
     assert replayed(DIALECT.read_request(body2, scope, sampled)) == [*SAMPLED[:2], '{"z": 1, "a": [1, 100000], "command": "false"}']
 

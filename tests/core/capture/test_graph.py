@@ -67,8 +67,13 @@ def test_the_trained_share_counts_the_policy_s_samples_that_reach_a_trainable_ro
     logprobs keeps its samples out of trainable_tokens, so the share says what a trainer lost."""
     lost = turn(3, [1, 9], [7, 7])
     lost.per_token_logps = []
-    turns = [turn(0, [1], [2, 3]), turn(1, [5], [6, 6, 6], purpose="auxiliary"), turn(2, [1, 2, 3, 4], [5]), lost,
-             turn(4, [1, 2, 3], [], upstream_status=500, upstream_error="boom")]
+    turns = [
+        turn(0, [1], [2, 3]),
+        turn(1, [5], [6, 6, 6], purpose="auxiliary"),
+        turn(2, [1, 2, 3, 4], [5]),
+        lost,
+        turn(4, [1, 2, 3], [], upstream_status=500, upstream_error="boom"),
+    ]
     res = RolloutResult(proxy_turns=turns)
     g = summarise_rows(link_turns(turns), res.training_rows())
     assert (g.sampled_tokens, g.trainable_tokens, g.auxiliary_tokens) == (5, 3, 3)
@@ -77,8 +82,10 @@ def test_the_trained_share_counts_the_policy_s_samples_that_reach_a_trainable_ro
 
 
 def test_turns_without_token_ids_make_the_row_untrainable_never_zero_filled():
-    turns = [Turn(index=0, completion_text="hi", upstream_status=200, capture_level="text"),
-             Turn(index=1, completion_text="again", upstream_status=200, capture_level="text")]
+    turns = [
+        Turn(index=0, completion_text="hi", upstream_status=200, capture_level="text"),
+        Turn(index=1, completion_text="again", upstream_status=200, capture_level="text"),
+    ]
     g = link_turns(turns)
     assert g.branches == 2  # nothing to link by
     rows = RolloutResult(proxy_turns=turns).training_rows()
@@ -168,8 +175,13 @@ def test_messages_that_continue_without_the_sampled_reasoning_are_reasoning_drop
 
 def test_a_thread_started_with_the_text_a_tool_call_handed_over_is_a_subagent():
     task = "Find every caller of parse_config and list their files"
-    first = said(0, [1, 2], [3], [SYSTEM, ASK], tool_calls=[{"id": "t", "type": "function", "function": {
-        "name": "Task", "arguments": json.dumps({"description": "find callers", "prompt": task})}}])
+    first = said(
+        0,
+        [1, 2],
+        [3],
+        [SYSTEM, ASK],
+        tool_calls=[{"id": "t", "type": "function", "function": {"name": "Task", "arguments": json.dumps({"description": "find callers", "prompt": task})}}],
+    )
     sub = said(1, [50, 51], [52], [{"role": "system", "content": "You are a search agent."}, {"role": "user", "content": task}])
     links, graph = kinds([first, sub])
     assert links[1] == ("subagent", 0, 1) and graph.links["subagent"] == 1

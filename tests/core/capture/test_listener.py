@@ -15,9 +15,15 @@ from harness_env.core.capture.serve import serve_on_unix
 
 PROBE = b"HEAD / HTTP/1.1\r\nhost: capture\r\n\r\n"  # a keyless route: answered 200 without a model call
 # A peer in a pid namespace of its own (as a bubblewrap sandbox is), asking the same.
-OTHER_PEER = ["unshare", "--pid", "--fork", sys.executable, "-c",
-              "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
-              "s.sendall(b'HEAD / HTTP/1.1\\r\\nhost: capture\\r\\n\\r\\n'); print(s.recv(200).split(b'\\r\\n')[0].decode())"]
+OTHER_PEER = [
+    "unshare",
+    "--pid",
+    "--fork",
+    sys.executable,
+    "-c",
+    "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+    "s.sendall(b'HEAD / HTTP/1.1\\r\\nhost: capture\\r\\n\\r\\n'); print(s.recv(200).split(b'\\r\\n')[0].decode())",
+]
 
 
 async def _status(path: str) -> tuple[bytes, asyncio.StreamWriter]:

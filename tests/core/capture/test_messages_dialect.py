@@ -28,8 +28,12 @@ from tests.core.capture.test_proxy import _endpoint, proxy_env  # noqa: F401 - t
 from tests.fakes.policy import compact_arguments
 
 DIALECT = Messages()
-BASH = {"name": "Bash", "description": "run", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
-        "cache_control": {"type": "ephemeral"}}
+BASH = {
+    "name": "Bash",
+    "description": "run",
+    "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+    "cache_control": {"type": "ephemeral"},
+}
 READ = {"name": "Read", "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}}}
 
 
@@ -75,8 +79,11 @@ def _replayed(events: list[dict]) -> list[dict]:
 
 # -- requests -------------------------------------------------------------------------------------
 def test_system_as_string_or_blocks_is_the_first_system_message_without_the_billing_block():
-    blocks = [{"type": "text", "text": f"{BILLING_HEADER} cc_version=2.1; cc_entrypoint=sdk-cli;"},
-              {"type": "text", "text": "You are an agent.", "cache_control": {"type": "ephemeral"}}, {"type": "text", "text": "\nBe brief."}]
+    blocks = [
+        {"type": "text", "text": f"{BILLING_HEADER} cc_version=2.1; cc_entrypoint=sdk-cli;"},
+        {"type": "text", "text": "You are an agent.", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "\nBe brief."},
+    ]
     req = _request(system=blocks, messages=[{"role": "user", "content": "hi"}])
     assert req.messages == [{"role": "system", "content": "You are an agent.\n\nBe brief."}, {"role": "user", "content": "hi"}]
     assert _request(system="Rules.", messages=[{"role": "user", "content": "hi"}]).messages[0] == {"role": "system", "content": "Rules."}
@@ -87,34 +94,53 @@ def test_system_as_string_or_blocks_is_the_first_system_message_without_the_bill
 def test_a_conversation_of_blocks_becomes_chat_messages_in_order():
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR"}}
     messages = [
-        {"role": "user", "content": [{"type": "text", "text": "<system-reminder>x</system-reminder>"},
-                                     {"type": "text", "text": "go", "cache_control": {"type": "ephemeral"}}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "<system-reminder>x</system-reminder>"},
+                {"type": "text", "text": "go", "cache_control": {"type": "ephemeral"}},
+            ],
+        },
         {"role": "system", "content": [{"type": "text", "text": "# Environment"}]},  # Claude Code's mid-conversation system turn
-        {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "I should look.", "signature": "sig-anything"},
-            {"type": "redacted_thinking", "data": "EncryptedByAnotherServer"},
-            {"type": "text", "text": "Looking."},
-            {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls", "description": "list ü"}},
-            {"type": "tool_use", "id": "toolu_2", "name": "Read", "input": {}},
-        ]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt\n", "is_error": False},
-            {"type": "tool_result", "tool_use_id": "toolu_2", "content": [{"type": "text", "text": "line"}, image]},
-            {"type": "text", "text": "<system-reminder>y</system-reminder>"},
-        ]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "I should look.", "signature": "sig-anything"},
+                {"type": "redacted_thinking", "data": "EncryptedByAnotherServer"},
+                {"type": "text", "text": "Looking."},
+                {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls", "description": "list ü"}},
+                {"type": "tool_use", "id": "toolu_2", "name": "Read", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt\n", "is_error": False},
+                {"type": "tool_result", "tool_use_id": "toolu_2", "content": [{"type": "text", "text": "line"}, image]},
+                {"type": "text", "text": "<system-reminder>y</system-reminder>"},
+            ],
+        },
         {"role": "assistant", "content": "Done."},
     ]
     req = _request(messages=messages, tools=[BASH, READ])
     assert req.messages == [
         {"role": "user", "content": [{"type": "text", "text": "<system-reminder>x</system-reminder>"}, {"type": "text", "text": "go"}]},
         {"role": "system", "content": "# Environment"},
-        {"role": "assistant", "content": "Looking.", "reasoning_content": "I should look.", "tool_calls": [
-            {"id": "toolu_1", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "ls", "description": "list ü"}'}},
-            {"id": "toolu_2", "type": "function", "function": {"name": "Read", "arguments": "{}"}},
-        ]},
+        {
+            "role": "assistant",
+            "content": "Looking.",
+            "reasoning_content": "I should look.",
+            "tool_calls": [
+                {"id": "toolu_1", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "ls", "description": "list ü"}'}},
+                {"id": "toolu_2", "type": "function", "function": {"name": "Read", "arguments": "{}"}},
+            ],
+        },
         {"role": "tool", "tool_call_id": "toolu_1", "content": "a.txt\n"},
-        {"role": "tool", "tool_call_id": "toolu_2",
-         "content": [{"type": "text", "text": "line"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR"}}]},
+        {
+            "role": "tool",
+            "tool_call_id": "toolu_2",
+            "content": [{"type": "text", "text": "line"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR"}}],
+        },
         {"role": "user", "content": "<system-reminder>y</system-reminder>"},
         {"role": "assistant", "content": "Done."},
     ]
@@ -122,29 +148,60 @@ def test_a_conversation_of_blocks_becomes_chat_messages_in_order():
 
 def test_tools_become_chat_functions_server_and_unloaded_deferred_tools_are_left_out():
     deferred = {"name": "WebFetch", "input_schema": {"type": "object"}, "defer_loading": True}
-    tools = [BASH, READ, {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}, {"type": "bash_20250124", "name": "bash"}, deferred,
-             {"type": "custom", "name": "Edit", "input_schema": {"type": "object"}, "strict": True}]
+    tools = [
+        BASH,
+        READ,
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 5},
+        {"type": "bash_20250124", "name": "bash"},
+        deferred,
+        {"type": "custom", "name": "Edit", "input_schema": {"type": "object"}, "strict": True},
+    ]
     req = _request(messages=[{"role": "user", "content": "x"}], tools=tools)
     assert [t["function"]["name"] for t in req.tools] == ["Bash", "Read", "Edit"]
     assert req.tools[0] == {"type": "function", "function": {"name": "Bash", "description": "run", "parameters": BASH["input_schema"]}}
     assert req.tools[2]["function"]["strict"] is True
     # A tool_reference (Anthropic's tool search) loads the deferred tool.
-    loaded = [{"role": "user", "content": "x"},
-              {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ToolSearch", "input": {"query": "fetch"}}]},
-              {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "tool_reference", "tool_name": "WebFetch"}]}]}]
+    loaded = [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ToolSearch", "input": {"query": "fetch"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "tool_reference", "tool_name": "WebFetch"}]}]},
+    ]
     req = _request(messages=loaded, tools=tools)
     assert "WebFetch" in [t["function"]["name"] for t in req.tools] and req.messages[-1] == {
-        "role": "tool", "tool_call_id": "t1", "content": "Tool WebFetch loaded."}
+        "role": "tool",
+        "tool_call_id": "t1",
+        "content": "Tool WebFetch loaded.",
+    }
 
 
 def test_engine_body_carries_what_chat_completions_can_say():
-    req = _request(messages=[{"role": "user", "content": "x"}], tools=[BASH], stream=True, max_tokens=32000, temperature=0.5, top_p=0.9, top_k=5,
-                   tool_choice={"type": "tool", "name": "Bash", "disable_parallel_tool_use": True}, stop_sequences=["END"],
-                   thinking={"type": "adaptive"}, metadata={"user_id": "u"}, context_management={"edits": []}, output_config={"effort": "high"})
+    req = _request(
+        messages=[{"role": "user", "content": "x"}],
+        tools=[BASH],
+        stream=True,
+        max_tokens=32000,
+        temperature=0.5,
+        top_p=0.9,
+        top_k=5,
+        tool_choice={"type": "tool", "name": "Bash", "disable_parallel_tool_use": True},
+        stop_sequences=["END"],
+        thinking={"type": "adaptive"},
+        metadata={"user_id": "u"},
+        context_management={"edits": []},
+        output_config={"effort": "high"},
+    )
     assert DIALECT.engine_body(req) == {
-        "model": "claude-x", "messages": [{"role": "user", "content": "x"}], "stream": True, "stream_options": {"include_usage": True},
-        "tools": req.tools, "tool_choice": {"type": "function", "function": {"name": "Bash"}}, "parallel_tool_calls": False,
-        "max_tokens": 32000, "temperature": 0.5, "top_p": 0.9, "stop": ["END"],
+        "model": "claude-x",
+        "messages": [{"role": "user", "content": "x"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "tools": req.tools,
+        "tool_choice": {"type": "function", "function": {"name": "Bash"}},
+        "parallel_tool_calls": False,
+        "max_tokens": 32000,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "stop": ["END"],
     }
     for choice, chat in (({"type": "any"}, "required"), ({"type": "auto"}, "auto"), ({"type": "none"}, "none")):
         assert DIALECT.engine_body(_request(messages=[{"role": "user", "content": "x"}], tools=[BASH], tool_choice=choice))["tool_choice"] == chat
@@ -157,8 +214,9 @@ def test_count_tokens_asks_the_engine_for_one_token_as_an_auxiliary_call():
     assert req.count_only and req.purpose == "auxiliary" and not req.stream
     body = DIALECT.engine_body(req)
     assert body["max_tokens"] == 1 and body["tools"] == req.tools and "tool_choice" not in body and body["stream"] is False
-    answer = json.dumps({"choices": [{"index": 0, "message": {"content": "a"}, "finish_reason": "length"}],
-                         "usage": {"prompt_tokens": 321, "completion_tokens": 1}})
+    answer = json.dumps(
+        {"choices": [{"index": 0, "message": {"content": "a"}, "finish_reason": "length"}], "usage": {"prompt_tokens": 321, "completion_tokens": 1}}
+    )
     assert json.loads(DIALECT.answer(req, answer.encode(), "application/json", TurnDraft())[0]) == {"input_tokens": 321, "count_source": "engine"}
     ids_only = json.dumps({"choices": [], "prompt_token_ids": [1, 2, 3]}).encode()
     assert json.loads(DIALECT.answer(req, ids_only, "application/json", TurnDraft())[0])["input_tokens"] == 3
@@ -166,17 +224,23 @@ def test_count_tokens_asks_the_engine_for_one_token_as_an_auxiliary_call():
     assert estimate["count_source"] == "estimate" and estimate["input_tokens"] > 0
 
 
-@pytest.mark.parametrize("messages, says", [
-    ("hi", "'messages' must be a list"),
-    ([{"role": "wizard", "content": "x"}], "unknown role 'wizard'"),
-    ([{"role": "user", "content": [{"type": "search_result", "source": "s"}]}], "blocks of type 'search_result' are not supported"),
-    ([{"role": "assistant", "content": [{"type": "server_tool_use", "id": "s", "name": "web_search"}]}], "assistant blocks of type 'server_tool_use'"),
-    ([{"role": "assistant", "content": [{"type": "tool_use", "name": "Bash", "input": {}}]}], "needs 'id' and 'name'"),
-    ([{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}], "needs 'tool_use_id'"),
-    ([{"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}}]}], "file ids need the Files API"),
-    ([{"role": "user", "content": [{"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "x"}}]}], "source type 'base64'"),
-    ([{"role": "user", "content": 3}], "content must be a string or a list of blocks"),
-])
+@pytest.mark.parametrize(
+    "messages, says",
+    [
+        ("hi", "'messages' must be a list"),
+        ([{"role": "wizard", "content": "x"}], "unknown role 'wizard'"),
+        ([{"role": "user", "content": [{"type": "search_result", "source": "s"}]}], "blocks of type 'search_result' are not supported"),
+        ([{"role": "assistant", "content": [{"type": "server_tool_use", "id": "s", "name": "web_search"}]}], "assistant blocks of type 'server_tool_use'"),
+        ([{"role": "assistant", "content": [{"type": "tool_use", "name": "Bash", "input": {}}]}], "needs 'id' and 'name'"),
+        ([{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}], "needs 'tool_use_id'"),
+        ([{"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}}]}], "file ids need the Files API"),
+        (
+            [{"role": "user", "content": [{"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "x"}}]}],
+            "source type 'base64'",
+        ),
+        ([{"role": "user", "content": 3}], "content must be a string or a list of blocks"),
+    ],
+)
 def test_what_cannot_be_translated_is_refused_by_name(messages, says):
     with pytest.raises(InvalidRequestError, match=says):
         _request(messages=messages)
@@ -185,15 +249,25 @@ def test_what_cannot_be_translated_is_refused_by_name(messages, says):
 # -- answers: the engine's chunks become events as they come -------------------------------------------
 def test_text_streams_as_text_deltas_and_ends_with_the_stop_reason_and_usage():
     req = _request(messages=[{"role": "user", "content": "hi"}], stream=True)
-    events, draft = _translate(req, sse(
-        chunk({"role": "assistant", "content": ""}, prompt_token_ids=[1, 2, 3]),
-        {"choices": [{"index": 0, "delta": {"content": "Hel"}, "token_ids": [7], "logprobs": {"content": [{"token": "Hel", "logprob": -0.5}]}}]},
-        {"choices": [{"index": 0, "delta": {"content": "lo"}, "token_ids": [8], "logprobs": {"content": [{"token": "lo", "logprob": -0.25}]}}]},
-        chunk(finish="stop"),
-        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1}}},
-    ))
-    assert [e["type"] for e in events] == ["message_start", "content_block_start", "content_block_delta", "content_block_delta",
-                                           "content_block_stop", "message_delta", "message_stop"]
+    events, draft = _translate(
+        req,
+        sse(
+            chunk({"role": "assistant", "content": ""}, prompt_token_ids=[1, 2, 3]),
+            {"choices": [{"index": 0, "delta": {"content": "Hel"}, "token_ids": [7], "logprobs": {"content": [{"token": "Hel", "logprob": -0.5}]}}]},
+            {"choices": [{"index": 0, "delta": {"content": "lo"}, "token_ids": [8], "logprobs": {"content": [{"token": "lo", "logprob": -0.25}]}}]},
+            chunk(finish="stop"),
+            {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1}}},
+        ),
+    )
+    assert [e["type"] for e in events] == [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
     start = events[0]["message"]
     assert start["id"].startswith("msg_") and start["role"] == "assistant" and start["model"] == "claude-x" and start["content"] == []
     assert start["usage"]["input_tokens"] == 3  # known from the engine's first chunk
@@ -207,17 +281,20 @@ def test_text_streams_as_text_deltas_and_ends_with_the_stop_reason_and_usage():
 
 def test_thinking_text_and_tool_calls_stream_as_their_blocks():
     req = _request(messages=[{"role": "user", "content": "hi"}], tools=[BASH, READ], stream=True)
-    events, draft = _translate(req, sse(
-        chunk({"role": "assistant", "reasoning_content": "I should"}),
-        chunk({"reasoning_content": " look."}),
-        chunk({"content": "Looking."}),
-        chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "Bash", "arguments": ""}}]}),
-        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"command": '}}]}),
-        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"ls"}'}}]}),
-        chunk({"tool_calls": [{"index": 1, "function": {"arguments": "{}"}}]}),  # its name comes later
-        chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "Read"}}]}),
-        chunk(finish="tool_calls"),
-    ))
+    events, draft = _translate(
+        req,
+        sse(
+            chunk({"role": "assistant", "reasoning_content": "I should"}),
+            chunk({"reasoning_content": " look."}),
+            chunk({"content": "Looking."}),
+            chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "Bash", "arguments": ""}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"command": '}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"ls"}'}}]}),
+            chunk({"tool_calls": [{"index": 1, "function": {"arguments": "{}"}}]}),  # its name comes later
+            chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "Read"}}]}),
+            chunk(finish="tool_calls"),
+        ),
+    )
     starts = [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"]
     assert starts == ["thinking", "text", "tool_use", "tool_use"]
     assert [e["index"] for e in events if e["type"] == "content_block_stop"] == [0, 1, 2, 3]
@@ -258,20 +335,36 @@ def test_max_tokens_a_stop_sequence_and_broken_streams():
 
 
 def test_a_whole_engine_answer_is_a_message_object_or_one_burst_of_events():
-    chat = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "Let me look.", "reasoning_content": "hm",
-                                                                                "tool_calls": [
-        {"id": "call_z", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "pwd"}'}}]}}],
-        "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}, "prompt_token_ids": [5, 6]}
+    chat = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": "Let me look.",
+                    "reasoning_content": "hm",
+                    "tool_calls": [{"id": "call_z", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "pwd"}'}}],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13},
+        "prompt_token_ids": [5, 6],
+    }
     req = _request(messages=[{"role": "user", "content": "hi"}], tools=[BASH])
     draft = TurnDraft()
     body, content_type = DIALECT.answer(req, json.dumps(chat).encode(), "application/json", draft)
     msg = json.loads(body)
     assert content_type == "application/json" and msg["type"] == "message" and msg["stop_reason"] == "tool_use" and msg["stop_sequence"] is None
-    assert msg["content"] == [{"type": "thinking", "thinking": "hm", "signature": thinking_signature("hm")}, {"type": "text", "text": "Let me look."},
-                              {"type": "tool_use", "id": "call_z", "name": "Bash", "input": {"command": "pwd"}}]
+    assert msg["content"] == [
+        {"type": "thinking", "thinking": "hm", "signature": thinking_signature("hm")},
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_use", "id": "call_z", "name": "Bash", "input": {"command": "pwd"}},
+    ]
     assert msg["usage"]["input_tokens"] == 9 and msg["usage"]["output_tokens"] == 4 and draft.prompt_token_ids == [5, 6]
-    streamed, content_type = DIALECT.answer(_request(messages=[{"role": "user", "content": "hi"}], tools=[BASH], stream=True), json.dumps(chat).encode(),
-                                            "application/json", TurnDraft())
+    streamed, content_type = DIALECT.answer(
+        _request(messages=[{"role": "user", "content": "hi"}], tools=[BASH], stream=True), json.dumps(chat).encode(), "application/json", TurnDraft()
+    )
     events = _events(streamed)
     assert content_type == "text/event-stream" and events[-1]["type"] == "message_stop" and _replayed(events) == msg["content"]
     failed = json.loads(DIALECT.answer(req, b"<html>oops</html>", "text/html", TurnDraft())[0])
@@ -286,19 +379,34 @@ def test_a_replayed_history_translates_to_the_previous_messages_plus_the_new_one
     system = [{"type": "text", "text": "You are an agent.", "cache_control": {"type": "ephemeral"}}]
     messages1 = [{"role": "user", "content": [{"type": "text", "text": "Do it.", "cache_control": {"type": "ephemeral"}}]}]
     req1 = _request(system=system, messages=messages1, tools=[BASH], stream=True)
-    events, _ = _translate(req1, sse(
-        chunk({"reasoning_content": "plan"}), chunk({"content": "On it."}),
-        chunk({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "Bash", "arguments": '{"command": "ls ü"}'}}]}),
-        chunk(finish="tool_calls"),
-    ))
-    messages2 = [{"role": "user", "content": [{"type": "text", "text": "Do it."}]}, {"role": "assistant", "content": _replayed(events)},
-                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "a\n", "cache_control": {"type": "ephemeral"}}]}]
+    events, _ = _translate(
+        req1,
+        sse(
+            chunk({"reasoning_content": "plan"}),
+            chunk({"content": "On it."}),
+            chunk({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "Bash", "arguments": '{"command": "ls ü"}'}}]}),
+            chunk(finish="tool_calls"),
+        ),
+    )
+    messages2 = [
+        {"role": "user", "content": [{"type": "text", "text": "Do it."}]},
+        {"role": "assistant", "content": _replayed(events)},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "a\n", "cache_control": {"type": "ephemeral"}}]},
+    ]
     req2 = _request(system=system, messages=messages2, tools=[BASH], stream=True)
-    assert_replay_extends(req1, req2, [
-        {"role": "assistant", "content": "On it.", "reasoning_content": "plan",
-         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "ls ü"}'}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "a\n"},
-    ])
+    assert_replay_extends(
+        req1,
+        req2,
+        [
+            {
+                "role": "assistant",
+                "content": "On it.",
+                "reasoning_content": "plan",
+                "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "ls ü"}'}}],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "a\n"},
+        ],
+    )
 
 
 # What models write that json.dumps would write otherwise: compact, raw UTF-8, keys unsorted, numbers
@@ -329,7 +437,10 @@ def test_tool_inputs_claude_code_replays_reach_the_engine_as_it_wrote_them(strea
 
     assert replayed(DIALECT.read_request(body2, {"path": "/v1/messages"}, sampled)) == SAMPLED
     assert replayed(DIALECT.read_request(body2, {"path": "/v1/messages"}, SampledArguments())) == [
-        '{"command": "ls"}', '{"file_path": "é.txt"}', '{"z": 1, "a": [1, 100000], "b": true}']
+        '{"command": "ls"}',
+        '{"file_path": "é.txt"}',
+        '{"z": 1, "a": [1, 100000], "b": true}',
+    ]
     body2["messages"][1]["content"][1]["input"]["file_path"] = "b.txt"
     assert replayed(DIALECT.read_request(body2, {"path": "/v1/messages"}, sampled)) == [SAMPLED[0], '{"file_path": "b.txt"}', SAMPLED[2]]
 
@@ -379,8 +490,11 @@ async def test_a_claude_code_like_conversation_through_the_proxy_is_one_branch_o
     content = _replayed(_events(r.content)) if stream else r.json()["content"]
     [call] = content
     assert call["type"] == "tool_use" and call["name"] == "bash" and call["input"] == {"command": "echo hi"}
-    messages2 = [*messages1, {"role": "assistant", "content": content},
-                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "hi\n"}]}]
+    messages2 = [
+        *messages1,
+        {"role": "assistant", "content": content},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "hi\n"}]},
+    ]
     r = await client.post("/v1/messages?beta=true", json={**base, "messages": messages2}, headers={"authorization": f"Bearer {session.key}"})
     content = _replayed(_events(r.content)) if stream else r.json()["content"]
     assert content == [{"type": "text", "text": "all done"}]

@@ -12,14 +12,7 @@ from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.dialects.gemini import Gemini
 from harness_env.core.capture.dialects.messages import Messages
 from harness_env.core.capture.dialects.responses import Responses
-from harness_env.core.capture.passthrough import (
-    NativeReader,
-    NativeStream,
-    check_wire_api,
-    upstream_headers,
-    upstream_url,
-    with_model,
-)
+from harness_env.core.capture.passthrough import NativeReader, NativeStream, check_wire_api, upstream_headers, upstream_url, with_model
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import MAX_TOKENS_CEILING, CapturePolicy
 from harness_env.core.capture.serve import serve_on_loopback
@@ -49,10 +42,16 @@ def test_a_native_endpoint_is_refused_in_transparent_proxy_mode():
         prepare(_request("claude-code", "messages", mode="transparent_proxy"), trusted=True)
 
 
-@pytest.mark.parametrize("harness,wire_api,speaks", [
-    ("claude-code", "responses", "messages"), ("codex", "messages", "responses"), ("gemini-cli", "messages", "gemini"),
-    ("pi", "messages", "chat_completions"), ("opencode", "gemini", "chat_completions"),
-])
+@pytest.mark.parametrize(
+    "harness,wire_api,speaks",
+    [
+        ("claude-code", "responses", "messages"),
+        ("codex", "messages", "responses"),
+        ("gemini-cli", "messages", "gemini"),
+        ("pi", "messages", "chat_completions"),
+        ("opencode", "gemini", "chat_completions"),
+    ],
+)
 def test_a_native_endpoint_in_another_dialect_than_the_harness_is_refused(harness, wire_api, speaks):
     with pytest.raises(InvalidRequestError, match=f"harness {harness!r} speaks {speaks}, but the endpoint's wire_api is {wire_api!r}"):
         prepare(_request(harness, wire_api), trusted=True)
@@ -80,21 +79,41 @@ def test_the_wire_api_is_one_of_the_served_dialects():
 
 
 # -- pure parts ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("base,path,query,url", [
-    ("https://api.example/v1", "/v1/messages", b"beta=true", "https://api.example/v1/messages?beta=true"),
-    ("https://api.example", "/v1/messages", b"", "https://api.example/v1/messages"),
-    ("https://g.example/v1", "/v1beta/models/m:streamGenerateContent", b"alt=sse&key=hecap-x", "https://g.example/v1beta/models/m:streamGenerateContent?alt=sse"),
-    ("http://h:1/openai/v1", "/v1/responses", b"", "http://h:1/openai/v1/responses"),
-])
+@pytest.mark.parametrize(
+    "base,path,query,url",
+    [
+        ("https://api.example/v1", "/v1/messages", b"beta=true", "https://api.example/v1/messages?beta=true"),
+        ("https://api.example", "/v1/messages", b"", "https://api.example/v1/messages"),
+        (
+            "https://g.example/v1",
+            "/v1beta/models/m:streamGenerateContent",
+            b"alt=sse&key=hecap-x",
+            "https://g.example/v1beta/models/m:streamGenerateContent?alt=sse",
+        ),
+        ("http://h:1/openai/v1", "/v1/responses", b"", "http://h:1/openai/v1/responses"),
+    ],
+)
 def test_upstream_url_is_the_native_route_without_the_capture_key(base, path, query, url):
     assert upstream_url(base, path, query) == url
 
 
 def test_upstream_headers_swap_the_capture_key_for_the_upstream_key_in_the_dialect_header():
-    scope = {"headers": [(b"x-api-key", b"hecap-1"), (b"authorization", b"Bearer hecap-1"), (b"anthropic-version", b"2023-06-01"),
-                         (b"anthropic-beta", b"tools-1"), (b"host", b"proxy"), (b"content-length", b"9")]}
-    assert upstream_headers(Messages.native, scope, KEY) == {"anthropic-version": "2023-06-01", "anthropic-beta": "tools-1",
-                                                        "accept-encoding": "identity", "x-api-key": KEY}
+    scope = {
+        "headers": [
+            (b"x-api-key", b"hecap-1"),
+            (b"authorization", b"Bearer hecap-1"),
+            (b"anthropic-version", b"2023-06-01"),
+            (b"anthropic-beta", b"tools-1"),
+            (b"host", b"proxy"),
+            (b"content-length", b"9"),
+        ]
+    }
+    assert upstream_headers(Messages.native, scope, KEY) == {
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": "tools-1",
+        "accept-encoding": "identity",
+        "x-api-key": KEY,
+    }
     assert upstream_headers(Gemini.native, scope, KEY)["x-goog-api-key"] == KEY
     assert upstream_headers(Responses.native, scope, KEY)["authorization"] == f"Bearer {KEY}"
 
@@ -134,8 +153,16 @@ async def native_env():
 
 
 def _body(stream: bool, messages: list | None = None) -> dict:
-    return {"model": "claude-x", "max_tokens": 512, "stream": stream, "tools": [BASH], "system": "Be brief.",
-            "messages": messages or [{"role": "user", "content": "go"}], "metadata": {"user_id": "u1"}, "top_k": 5}
+    return {
+        "model": "claude-x",
+        "max_tokens": 512,
+        "stream": stream,
+        "tools": [BASH],
+        "system": "Be brief.",
+        "messages": messages or [{"role": "user", "content": "go"}],
+        "metadata": {"user_id": "u1"},
+        "top_k": 5,
+    }
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -169,9 +196,11 @@ async def test_messages_pass_through_relays_the_body_and_answer_unchanged_and_re
 async def test_the_upstream_key_an_answer_echoes_is_masked_and_never_recorded(native_env):
     proxy, upstream, server, client = native_env
     session = proxy.open_session(_native(server.base_url), CapturePolicy(capture=False))
-    history = [{"role": "user", "content": "go"},
-               {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "Bash", "input": {"command": "echo hi"}}]},
-               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "hi"}]}]
+    history = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "Bash", "input": {"command": "echo hi"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "hi"}]},
+    ]
     r = await client.post("/v1/messages", json=_body(True, history), headers={"x-api-key": session.key})
     assert r.status_code == 200 and KEY not in r.text
     [turn] = session.sorted_turns()
@@ -231,20 +260,37 @@ def test_wire_api_is_declared_once_and_reaches_the_endpoint_from_every_surface()
     run = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
     flag = next(a for a in run._actions if "--wire-api" in a.option_strings)
     assert described in flag.help and flag.choices == ["chat", "responses", "messages", "gemini"]
-    args = RolloutArgs(instruction="hi", base_url="https://api.example", model="claude-x", wire_api="messages", harness="claude-code",
-                       mode="black_box")
+    args = RolloutArgs(instruction="hi", base_url="https://api.example", model="claude-x", wire_api="messages", harness="claude-code", mode="black_box")
     assert to_request(args, env={}).endpoint.wire_api == "messages"
 
 
-@pytest.mark.parametrize("dialect,answer", [
-    (Responses, {"status": "completed", "usage": {"input_tokens": 3}, "output": [
-        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
-        {"type": "message", "content": [{"type": "output_text", "text": "Let me"}]},
-        {"type": "function_call", "call_id": "t1", "name": "Bash", "arguments": '{"command": "ls"}'}]}),
-    (Gemini, [{"candidates": [{"content": {"parts": [{"text": "think", "thought": True}, {"text": "Let me"}]}}]},
-                {"candidates": [{"content": {"parts": [{"functionCall": {"id": "t1", "name": "Bash", "args": {"command": "ls"}}}]},
-                                 "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 3}}]),
-])
+@pytest.mark.parametrize(
+    "dialect,answer",
+    [
+        (
+            Responses,
+            {
+                "status": "completed",
+                "usage": {"input_tokens": 3},
+                "output": [
+                    {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
+                    {"type": "message", "content": [{"type": "output_text", "text": "Let me"}]},
+                    {"type": "function_call", "call_id": "t1", "name": "Bash", "arguments": '{"command": "ls"}'},
+                ],
+            },
+        ),
+        (
+            Gemini,
+            [
+                {"candidates": [{"content": {"parts": [{"text": "think", "thought": True}, {"text": "Let me"}]}}]},
+                {
+                    "candidates": [{"content": {"parts": [{"functionCall": {"id": "t1", "name": "Bash", "args": {"command": "ls"}}}]}, "finishReason": "STOP"}],
+                    "usageMetadata": {"promptTokenCount": 3},
+                },
+            ],
+        ),
+    ],
+)
 def test_whole_native_answers_of_the_other_dialects_are_read_into_the_turn(dialect, answer):
     draft = TurnDraft()
     NativeReader(dialect.native, draft).whole(json.dumps(answer).encode())
@@ -287,13 +333,27 @@ def test_an_eval_sent_to_a_server_keeps_the_wire_api():
 # -- what pass-through bounds: the answer's length, one answer, nothing to fetch --------------------
 # dialect -> (fake upstream, its server, the route, a good body, where its max-tokens field is)
 NATIVE = {
-    "messages": (FakeMessagesUpstream, FakeMessagesServer, "/v1/messages",
-                 {"model": "claude-x", "max_tokens": 512, "messages": [{"role": "user", "content": "go"}]}, ("max_tokens",)),
-    "responses": (FakeResponsesUpstream, FakeResponsesServer, "/v1/responses",
-                  {"model": "claude-x", "max_output_tokens": 512, "input": [{"role": "user", "content": "go"}]}, ("max_output_tokens",)),
-    "gemini": (FakeGeminiUpstream, FakeGeminiServer, "/v1beta/models/claude-x:generateContent",
-               {"contents": [{"role": "user", "parts": [{"text": "go"}]}], "generationConfig": {"maxOutputTokens": 512, "candidateCount": 4}},
-               ("generationConfig", "maxOutputTokens")),
+    "messages": (
+        FakeMessagesUpstream,
+        FakeMessagesServer,
+        "/v1/messages",
+        {"model": "claude-x", "max_tokens": 512, "messages": [{"role": "user", "content": "go"}]},
+        ("max_tokens",),
+    ),
+    "responses": (
+        FakeResponsesUpstream,
+        FakeResponsesServer,
+        "/v1/responses",
+        {"model": "claude-x", "max_output_tokens": 512, "input": [{"role": "user", "content": "go"}]},
+        ("max_output_tokens",),
+    ),
+    "gemini": (
+        FakeGeminiUpstream,
+        FakeGeminiServer,
+        "/v1beta/models/claude-x:generateContent",
+        {"contents": [{"role": "user", "parts": [{"text": "go"}]}], "generationConfig": {"maxOutputTokens": 512, "candidateCount": 4}},
+        ("generationConfig", "maxOutputTokens"),
+    ),
 }
 AUTH = {"messages": "x-api-key", "responses": "authorization", "gemini": "x-goog-api-key"}
 # dialect -> bodies naming something the upstream would fetch, or a file of the operator's account
@@ -302,8 +362,16 @@ REMOTE_NATIVE = {
         {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://x.example/a.png"}}]}]},
         {"messages": [{"role": "user", "content": [{"type": "document", "source": {"type": "url", "url": "http://10.0.0.1/"}}]}]},
         {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "file_01"}}]}]},
-        {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
-            {"type": "image", "source": {"type": "url", "url": "https://x.example/b"}}]}]}]},
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image", "source": {"type": "url", "url": "https://x.example/b"}}]}
+                    ],
+                }
+            ]
+        },
         {"mcp_servers": [{"type": "url", "url": "https://x.example/mcp", "name": "m"}]},
     ],
     "responses": [
@@ -339,8 +407,7 @@ async def any_native(request):
 
 
 def _open(proxy: CaptureProxy, dialect: str, server, cap: int | None) -> tuple:
-    session = proxy.open_session(_native(server.base_url, dialect),
-                                 CapturePolicy(capture=False, max_tokens_cap=cap))
+    session = proxy.open_session(_native(server.base_url, dialect), CapturePolicy(capture=False, max_tokens_cap=cap))
     value = f"Bearer {session.key}" if dialect == "responses" else session.key
     return session, {AUTH[dialect]: value}
 
@@ -378,14 +445,28 @@ async def test_pass_through_refuses_a_body_naming_anything_to_fetch(any_native):
         assert r.status_code == 400 and "inline" in r.text and "x.example" not in r.text, (extra, r.text)
     assert upstream.requests == [] and session.sorted_turns() == []
     # a call in the history whose arguments hold a URL is the harness's own tool, not a fetch
-    history = {"messages": {"messages": [{"role": "user", "content": "go"}, {"role": "assistant", "content": [
-                   {"type": "tool_use", "id": "t", "name": "WebFetch", "input": {"url": "https://x.example/"}}]},
-                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "page"}]}]},
-               "responses": {"input": [{"role": "user", "content": "go"}, {"type": "function_call", "call_id": "c", "name": "fetch",
-                                                                              "arguments": '{"url": "https://x.example/"}'},
-                                       {"type": "function_call_output", "call_id": "c", "output": "page"}]},
-               "gemini": {"contents": [{"role": "user", "parts": [{"text": "go"}]},
-                                       {"role": "model", "parts": [{"functionCall": {"name": "fetch", "args": {"url": "https://x.example/"}}}]},
-                                       {"role": "user", "parts": [{"functionResponse": {"name": "fetch", "response": {"url": "https://x.example/"}}}]}]}}
+    history = {
+        "messages": {
+            "messages": [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "WebFetch", "input": {"url": "https://x.example/"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "page"}]},
+            ]
+        },
+        "responses": {
+            "input": [
+                {"role": "user", "content": "go"},
+                {"type": "function_call", "call_id": "c", "name": "fetch", "arguments": '{"url": "https://x.example/"}'},
+                {"type": "function_call_output", "call_id": "c", "output": "page"},
+            ]
+        },
+        "gemini": {
+            "contents": [
+                {"role": "user", "parts": [{"text": "go"}]},
+                {"role": "model", "parts": [{"functionCall": {"name": "fetch", "args": {"url": "https://x.example/"}}}]},
+                {"role": "user", "parts": [{"functionResponse": {"name": "fetch", "response": {"url": "https://x.example/"}}}]},
+            ]
+        },
+    }
     r = await client.post(route, json={**good, **history[dialect]}, headers=headers)
     assert r.status_code == 200, r.text

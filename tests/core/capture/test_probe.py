@@ -11,8 +11,15 @@ from tests.fakes.policy import FakePolicy, FakePolicyServer
 
 def _turn(gap_scale, level="tokens", status=200):
     top = [TopLogprob(token=f"t{k}", logprob=-(0.1 + k) * gap_scale) for k in range(5)]
-    return Turn(index=0, upstream_status=status, capture_level=level, per_token_logps=[top[0].logprob],
-                completion_token_ids=[1] if level == "tokens" else [], top_logprobs=[top], completion_text="x")
+    return Turn(
+        index=0,
+        upstream_status=status,
+        capture_level=level,
+        per_token_logps=[top[0].logprob],
+        completion_token_ids=[1] if level == "tokens" else [],
+        top_logprobs=[top],
+        completion_text="x",
+    )
 
 
 def test_gaps_that_scale_with_1_over_t_are_processed_logprobs():
@@ -82,8 +89,9 @@ async def test_probe_against_endpoints(policy, level, processed):
 )
 async def test_rollouts_are_labelled_train_only_with_tokens_and_processed_logprobs(policy_kw, mode, rollout_type, why):
     with FakePolicyServer(FakePolicy(scripts={"m": [{"bash": "touch a"}, {"text": "ok"}]}, **policy_kw)) as upstream:
-        req = RolloutRequest(task=Task(instruction="x", verify=["test -f a"]), harness="whitebox", mode=mode,
-                             endpoint=Endpoint(base_url=upstream.base_url, model="m"))
+        req = RolloutRequest(
+            task=Task(instruction="x", verify=["test -f a"]), harness="whitebox", mode=mode, endpoint=Endpoint(base_url=upstream.base_url, model="m")
+        )
         res = await run_rollout(req)
     assert res.reward == 1.0 and res.rollout_type == rollout_type and why in res.rollout_type_reason
 

@@ -55,10 +55,7 @@ async def test_turn_records_exactly_what_the_engine_sent(proxy_env, stream):
     if stream:
         events = SSEDecoder().feed(r.content)
         assert events[-1] == "[DONE]"
-        args = "".join(
-            tc["function"].get("arguments", "")
-            for e in events[:-1] for c in json.loads(e)["choices"] for tc in c["delta"].get("tool_calls", [])
-        )
+        args = "".join(tc["function"].get("arguments", "") for e in events[:-1] for c in json.loads(e)["choices"] for tc in c["delta"].get("tool_calls", []))
     else:
         args = r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
     assert json.loads(args) == {"command": "echo hi"}  # the harness gets the answer intact
@@ -109,17 +106,39 @@ PARAMS = {"type": "object", "properties": {"command": {"type": "string"}}, "requ
 # Per dialect: (path below the proxy's root, the key's header, a body with `history` as its turns
 # before the last user message).
 DIALECT_CALLS = {
-    "responses": ("/v1/responses", "authorization", lambda history: {
-        "model": "m", "tools": [{"type": "function", "name": "bash", "parameters": PARAMS}],
-        "input": [*({"type": "message", "role": r, "content": t if r == "user" else [{"type": "output_text", "text": t}]} for r, t in history),
-                  {"type": "message", "role": "user", "content": "again"}]}),
-    "messages": ("/v1/messages", "x-api-key", lambda history: {
-        "model": "m", "max_tokens": 100, "tools": [{"name": "bash", "input_schema": PARAMS}],
-        "messages": [*({"role": r, "content": t} for r, t in history), {"role": "user", "content": "again"}]}),
-    "gemini": ("/v1beta/models/m:generateContent", "x-goog-api-key", lambda history: {
-        "tools": [{"functionDeclarations": [{"name": "bash", "parametersJsonSchema": PARAMS}]}],
-        "contents": [*({"role": "model" if r == "assistant" else r, "parts": [{"text": t}]} for r, t in history),
-                     {"role": "user", "parts": [{"text": "again"}]}]}),
+    "responses": (
+        "/v1/responses",
+        "authorization",
+        lambda history: {
+            "model": "m",
+            "tools": [{"type": "function", "name": "bash", "parameters": PARAMS}],
+            "input": [
+                *({"type": "message", "role": r, "content": t if r == "user" else [{"type": "output_text", "text": t}]} for r, t in history),
+                {"type": "message", "role": "user", "content": "again"},
+            ],
+        },
+    ),
+    "messages": (
+        "/v1/messages",
+        "x-api-key",
+        lambda history: {
+            "model": "m",
+            "max_tokens": 100,
+            "tools": [{"name": "bash", "input_schema": PARAMS}],
+            "messages": [*({"role": r, "content": t} for r, t in history), {"role": "user", "content": "again"}],
+        },
+    ),
+    "gemini": (
+        "/v1beta/models/m:generateContent",
+        "x-goog-api-key",
+        lambda history: {
+            "tools": [{"functionDeclarations": [{"name": "bash", "parametersJsonSchema": PARAMS}]}],
+            "contents": [
+                *({"role": "model" if r == "assistant" else r, "parts": [{"text": t}]} for r, t in history),
+                {"role": "user", "parts": [{"text": "again"}]},
+            ],
+        },
+    ),
 }
 
 
@@ -148,8 +167,7 @@ async def test_an_agents_rejected_request_changes_no_sessions_capture_in_any_dia
 async def test_engine_parameters_off_the_allow_list_are_dropped_and_reported(proxy_env):
     proxy, policy, upstream, client = proxy_env
     session = proxy.open_session(_endpoint(upstream), CapturePolicy(max_tokens_cap=64))
-    hostile = {"n": 64, "best_of": 64, "max_tokens": 10**7, "min_tokens": 10**6, "ignore_eos": True, "prompt_logprobs": 5,
-               "logit_bias": {"7": 100}}
+    hostile = {"n": 64, "best_of": 64, "max_tokens": 10**7, "min_tokens": 10**6, "ignore_eos": True, "prompt_logprobs": 5, "logit_bias": {"7": 100}}
     r = await client.post("/chat/completions", json=_body(False, **hostile), headers={"authorization": f"Bearer {session.key}"})
     assert r.status_code == 200
     [sent] = policy.requests
@@ -181,11 +199,16 @@ async def test_hosted_api_rejecting_fields_is_not_broken(proxy_env):
 
 # -- what the proxy learns of an endpoint comes from its own probe only (issue 25 item 3) --------
 # vLLM's validation errors quote the input: an agent can make any field's name appear in a 400.
-HOSTILE_400 = json.dumps({
-    "object": "error", "type": "BadRequestError", "param": "logprobs", "code": 400,
-    "message": "[{'type': 'float_parsing', 'loc': ('body', 'temperature'), 'msg': 'Input should be a valid number', "
-               "'input': 'logprobs top_logprobs return_token_ids chat_template_kwargs max_tokens max_completion_tokens'}]",
-})
+HOSTILE_400 = json.dumps(
+    {
+        "object": "error",
+        "type": "BadRequestError",
+        "param": "logprobs",
+        "code": 400,
+        "message": "[{'type': 'float_parsing', 'loc': ('body', 'temperature'), 'msg': 'Input should be a valid number', "
+        "'input': 'logprobs top_logprobs return_token_ids chat_template_kwargs max_tokens max_completion_tokens'}]",
+    }
+)
 CAPTURE_FIELDS = {"logprobs": True, "top_logprobs": 2, "return_token_ids": True, "chat_template_kwargs": {"enable_thinking": False}}
 
 
@@ -251,6 +274,7 @@ async def test_auxiliary_calls_past_their_limit_are_refused_with_the_option_name
     proxy, policy, upstream, client = proxy_env
     session = proxy.open_session(_endpoint(upstream), CapturePolicy(max_turns=1, max_auxiliary_calls=2))
     h = {"authorization": f"Bearer {session.key}"}
+
     def title(i):  # each a new call: an equal one would be a retry, answered again without a call
         return {"messages": [{"role": "user", "content": f"title {i}?"}]}
 
@@ -392,8 +416,13 @@ async def test_request_bytes_held_at_once_are_bounded_per_rollout_and_in_all():
             big = [{"role": "user", "content": "z" * 400_000}]
 
             def call(session, seed=0):  # calls with one seed are retries of one another: `seed` tells them apart
-                return asyncio.create_task(client.post("/chat/completions", json={"model": "m", "messages": big, "tools": TOOLS, "seed": seed},
-                                                       headers={"authorization": f"Bearer {session.key}"}))
+                return asyncio.create_task(
+                    client.post(
+                        "/chat/completions",
+                        json={"model": "m", "messages": big, "tools": TOOLS, "seed": seed},
+                        headers={"authorization": f"Bearer {session.key}"},
+                    )
+                )
 
             first = [call(a), call(a, 1)]
             while len(policy.requests) < 2:  # both read and waiting for the engine: 0.8 MB of a's 1 MiB held
@@ -507,8 +536,9 @@ async def test_registered_secrets_are_masked_too(proxy_env):
 async def test_key_echoed_in_a_401_is_nowhere_in_a_rollout_result():
     """Through the engine: the agent's view of the error, result.error, the log tails, the turns."""
     with FakePolicyServer(FakePolicy(scripts={"m": [{"status": 401, "echo_auth": True}]})) as upstream:
-        req = RolloutRequest(task=Task(instruction="x", verify=["true"]), harness="whitebox",
-                             endpoint=Endpoint(base_url=upstream.base_url, model="m", api_key=LONG_KEY))
+        req = RolloutRequest(
+            task=Task(instruction="x", verify=["true"]), harness="whitebox", endpoint=Endpoint(base_url=upstream.base_url, model="m", api_key=LONG_KEY)
+        )
         res = await run_rollout(req)
     assert "Incorrect API key provided: [redacted]." in res.error and "[redacted]" in res.agent_log_tail
     assert LONG_KEY[:20] not in res.model_dump_json() and LONG_KEY[-20:] not in res.model_dump_json()
@@ -519,9 +549,13 @@ async def test_a_rollout_past_its_recorded_bytes_budget_is_graded_and_says_so():
     workspace (an end the agent caused, not the endpoint's), and the result names the budget."""
     script = [{"bash": "touch a; head -c 900000 /dev/zero | tr '\\0' x"}, {"bash": "echo more"}, {"text": "never asked"}]
     with FakePolicyServer(FakePolicy(scripts={"m": script})) as upstream:
-        req = RolloutRequest(task=Task(instruction="x", verify=["test -f a"]), harness="whitebox", max_recorded_mb=1,
-                             harness_config={"max_tool_output_bytes": 1_000_000},
-                             endpoint=Endpoint(base_url=upstream.base_url, model="m"))
+        req = RolloutRequest(
+            task=Task(instruction="x", verify=["test -f a"]),
+            harness="whitebox",
+            max_recorded_mb=1,
+            harness_config={"max_tool_output_bytes": 1_000_000},
+            endpoint=Endpoint(base_url=upstream.base_url, model="m"),
+        )
         res = await run_rollout(req)
     assert res.reward == 1.0 and res.error is None and res.error_kind is None
     assert res.limits_hit == ["this rollout's budget of 1 MiB of recorded model calls is used up"]

@@ -4,15 +4,7 @@ import json
 
 import pytest
 
-from harness_env.core.capture.redact import (
-    MASK,
-    MAX_STREAM_CARRY,
-    Redactor,
-    StreamRedactor,
-    register_secret,
-    registered_secrets,
-    unregister_secret,
-)
+from harness_env.core.capture.redact import MASK, MAX_STREAM_CARRY, Redactor, StreamRedactor, register_secret, registered_secrets, unregister_secret
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.capture.session import CaptureSession
 from harness_env.models import Endpoint
@@ -75,7 +67,7 @@ def test_stream_split_at_every_point_never_lets_the_key_through():
 def test_stream_holds_back_only_an_unfinished_line():
     s = StreamRedactor(Redactor([KEY]))
     assert s.feed(b'data: {"a": 1}\n\ndata: {"b"') == b'data: {"a": 1}\n\n'
-    assert s.feed(b': 2}\n\n') == b'data: {"b": 2}\n\n'
+    assert s.feed(b": 2}\n\n") == b'data: {"b": 2}\n\n'
     assert s.flush() == b""
 
 
@@ -168,11 +160,14 @@ def test_escapes_nested_in_a_json_string_inside_json_are_masked():
     assert KEY[:12] not in json.loads(json.loads(out)["error"]["message"])["detail"]
 
 
-@pytest.mark.parametrize("spell", [
-    lambda c: f"\\u005cu{ord(c):04x}",  # the backslash itself escaped: a reader that decodes twice
-    lambda c: f"%5Cu{ord(c):04x}",  # a JSON escape, URL-encoded
-    lambda c: f"%25{ord(c):02x}",  # percent-encoded twice
-])
+@pytest.mark.parametrize(
+    "spell",
+    [
+        lambda c: f"\\u005cu{ord(c):04x}",  # the backslash itself escaped: a reader that decodes twice
+        lambda c: f"%5Cu{ord(c):04x}",  # a JSON escape, URL-encoded
+        lambda c: f"%25{ord(c):02x}",  # percent-encoded twice
+    ],
+)
 def test_escapes_written_with_escapes_are_masked(spell):
     text = "key: " + "".join(spell(c) for c in KEY) + " end"
     out = Redactor([KEY]).redact(text)

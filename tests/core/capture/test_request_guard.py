@@ -18,15 +18,27 @@ from tests.fakes.policy import FakePolicy, FakePolicyServer
 
 # route -> (path, a good body whose model call the fake policy answers)
 ROUTES: dict[str, tuple[str, dict[str, Any]]] = {
-    "chat": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                                      "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}),
-    "responses": ("/v1/responses", {"model": "m", "input": [{"role": "user", "content": "hi"}],
-                                    "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}]}),
-    "messages": ("/v1/messages", {"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}],
-                                  "tools": [{"name": "f", "input_schema": {"type": "object"}}]}),
+    "chat": (
+        "/v1/chat/completions",
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        },
+    ),
+    "responses": (
+        "/v1/responses",
+        {"model": "m", "input": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}]},
+    ),
+    "messages": (
+        "/v1/messages",
+        {"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}], "tools": [{"name": "f", "input_schema": {"type": "object"}}]},
+    ),
     "count_tokens": ("/v1/messages/count_tokens", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
-    "gemini": ("/v1beta/models/m:generateContent", {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
-                                                     "tools": [{"functionDeclarations": [{"name": "f", "parameters": {"type": "OBJECT"}}]}]}),
+    "gemini": (
+        "/v1beta/models/m:generateContent",
+        {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "tools": [{"functionDeclarations": [{"name": "f", "parameters": {"type": "OBJECT"}}]}]},
+    ),
     "gemini_count": ("/v1beta/models/m:countTokens", {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
 }
 HOSTILE_VALUES: list[Any] = ["x", 1, -1, 1.5, True, None, [], {}, ["x"], [1], [None], [[]], [{}], {"a": "x"}, {"a": [1]}]
@@ -140,18 +152,21 @@ async def test_a_wrong_type_at_any_field_is_a_4xx_never_a_5xx(proxy_client, rout
     await _still_answers(client, route)
 
 
-@pytest.mark.parametrize(("route", "field", "value", "says"), [
-    ("chat", "messages", "x", "field 'messages' must be a list, not a string"),
-    ("chat", "messages", 1, "field 'messages' must be a list, not an integer"),
-    ("chat", "messages", ["x"], "messages[0] must be an object, not a string"),
-    ("chat", "tools", "x", "field 'tools' must be a list, not a string"),
-    ("chat", "max_tokens", "x", "field 'max_tokens' must be an integer, not a string"),
-    ("chat", "stream", "yes", "field 'stream' must be true or false, not a string"),
-    ("responses", "tools", "x", "field 'tools' must be a list, not a string"),
-    ("messages", "messages", "x", "field 'messages' must be a list, not a string"),
-    ("gemini", "generationConfig", "x", "field 'generationConfig' must be an object, not a string"),
-    ("gemini", "contents", {"a": 1}, "field 'contents' must be a list, not an object"),
-])
+@pytest.mark.parametrize(
+    ("route", "field", "value", "says"),
+    [
+        ("chat", "messages", "x", "field 'messages' must be a list, not a string"),
+        ("chat", "messages", 1, "field 'messages' must be a list, not an integer"),
+        ("chat", "messages", ["x"], "messages[0] must be an object, not a string"),
+        ("chat", "tools", "x", "field 'tools' must be a list, not a string"),
+        ("chat", "max_tokens", "x", "field 'max_tokens' must be an integer, not a string"),
+        ("chat", "stream", "yes", "field 'stream' must be true or false, not a string"),
+        ("responses", "tools", "x", "field 'tools' must be a list, not a string"),
+        ("messages", "messages", "x", "field 'messages' must be a list, not a string"),
+        ("gemini", "generationConfig", "x", "field 'generationConfig' must be an object, not a string"),
+        ("gemini", "contents", {"a": 1}, "field 'contents' must be a list, not an object"),
+    ],
+)
 async def test_the_400_says_which_field_is_wrong(proxy_client, route, field, value, says):
     client, policy, _ = proxy_client
     path, good = ROUTES[route]
@@ -178,19 +193,25 @@ REMOTE = ["https://attacker.example/x?d=secret", "http://169.254.169.254/latest/
 def _remote_parts(route: str, url: str) -> list[dict[str, Any]]:
     """One user message per way the route's dialect can name `url` as content."""
     if route == "chat":
-        return [{"role": "user", "content": [part]} for part in [
-            {"type": "image_url", "image_url": {"url": url}}, {"type": "image_url", "image_url": url},
-            {"type": "video_url", "video_url": {"url": url}}, {"type": "audio_url", "audio_url": {"url": url}},
-            {"type": "input_audio", "input_audio": {"data": url, "format": "wav"}},
-            {"type": "file", "file": {"file_data": url}}, {"type": "file", "file": {"file_id": "file-abc"}},
-            {"type": "input_image", "image_url": url}, {"type": "image_embeds", "image_embeds": url},
-        ]] + [{"role": "tool", "tool_call_id": "c", "content": [{"type": "image_url", "image_url": {"url": url}}]}]
+        return [
+            {"role": "user", "content": [part]}
+            for part in [
+                {"type": "image_url", "image_url": {"url": url}},
+                {"type": "image_url", "image_url": url},
+                {"type": "video_url", "video_url": {"url": url}},
+                {"type": "audio_url", "audio_url": {"url": url}},
+                {"type": "input_audio", "input_audio": {"data": url, "format": "wav"}},
+                {"type": "file", "file": {"file_data": url}},
+                {"type": "file", "file": {"file_id": "file-abc"}},
+                {"type": "input_image", "image_url": url},
+                {"type": "image_embeds", "image_embeds": url},
+            ]
+        ] + [{"role": "tool", "tool_call_id": "c", "content": [{"type": "image_url", "image_url": {"url": url}}]}]
     if route == "responses":
         return [{"role": "user", "content": [{"type": "input_image", "image_url": url}]}]
     if route in ("messages", "count_tokens"):
         image = {"type": "image", "source": {"type": "url", "url": url}}
-        return [{"role": "user", "content": [image]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [image]}]}]
+        return [{"role": "user", "content": [image]}, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [image]}]}]
     return [{"role": "user", "parts": [{"fileData": {"mimeType": "image/png", "fileUri": url}}]}]
 
 
@@ -218,8 +239,10 @@ async def test_content_naming_a_remote_url_is_a_400_and_never_reaches_the_engine
 INLINE_IMAGES: dict[str, dict[str, Any]] = {
     "chat": {"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}]},
     "responses": {"role": "user", "content": [{"type": "input_text", "text": "see"}, {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}"}]},
-    "messages": {"role": "user", "content": [{"type": "text", "text": "see"},
-                                             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]},
+    "messages": {
+        "role": "user",
+        "content": [{"type": "text", "text": "see"}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}],
+    },
     "gemini": {"role": "user", "parts": [{"text": "see"}, {"inlineData": {"mimeType": "image/png", "data": PNG}}]},
 }
 
@@ -239,9 +262,13 @@ async def test_a_content_part_reaches_the_engine_with_its_own_fields_only(proxy_
     text alone; an inline image keeps only its url and detail."""
     client, policy, _ = proxy_client
     path, good = ROUTES["chat"]
-    parts = [{"type": "text", "text": "see", "image_url": {"url": "https://x.example/"}, "video_url": "https://x.example/v"},
-             {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}", "detail": "low", "uuid": "u"}, "audio_url": "https://x.example/"}]
+    parts = [
+        {"type": "text", "text": "see", "image_url": {"url": "https://x.example/"}, "video_url": "https://x.example/v"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}", "detail": "low", "uuid": "u"}, "audio_url": "https://x.example/"},
+    ]
     r = await client.post(path, content=json.dumps({**good, "messages": [{"role": "user", "content": parts}]}))
     assert r.status_code == 200, r.text
     assert policy.requests[-1]["messages"][0]["content"] == [
-        {"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}", "detail": "low"}}]
+        {"type": "text", "text": "see"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}", "detail": "low"}},
+    ]

@@ -12,23 +12,24 @@ from harness_env.core.capture.dialects.responses import Responses
 from harness_env.core.capture.dialects.responses_request import REASONING_PREFIX, decode_reasoning, encode_reasoning
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.errors import InvalidRequestError
-from tests.core.capture.dialect_streams import (
-    assert_exact_tokens_one_branch,
-    assert_replay_extends,
-    chunk,
-    named_events,
-    slow_words,
-    sse,
-    translate,
-)
+from tests.core.capture.dialect_streams import assert_exact_tokens_one_branch, assert_replay_extends, chunk, named_events, slow_words, sse, translate
 from tests.core.capture.test_proxy import _endpoint, proxy_env  # noqa: F401 - the fixture responses_env builds on
 
 DIALECT = Responses()
-EXEC = {"type": "function", "name": "exec_command", "description": "run", "strict": False,
-        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}
+EXEC = {
+    "type": "function",
+    "name": "exec_command",
+    "description": "run",
+    "strict": False,
+    "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+}
 PATCH = {"type": "custom", "name": "apply_patch", "description": "patch", "format": {"type": "grammar", "syntax": "lark", "definition": "..."}}
-AGENTS = {"type": "namespace", "name": "agents_v1", "description": "sub-agents",
-          "tools": [{"type": "function", "name": "close_agent", "parameters": {"type": "object", "properties": {"target": {"type": "string"}}}}]}
+AGENTS = {
+    "type": "namespace",
+    "name": "agents_v1",
+    "description": "sub-agents",
+    "tools": [{"type": "function", "name": "close_agent", "parameters": {"type": "object", "properties": {"target": {"type": "string"}}}}],
+}
 
 
 def _msg(role, text, kind="input_text"):
@@ -55,8 +56,9 @@ def _translate(request, raw: bytes, *, split: int = 7):
 
 # -- requests -------------------------------------------------------------------------------------
 def test_instructions_and_leading_developer_messages_become_one_system_message():
-    req = _request(instructions="Be brief.", input=[_msg("developer", "Rules."), _msg("user", "<env/>"), _msg("user", "Do it."),
-                                                    _msg("developer", "Later note.")])
+    req = _request(
+        instructions="Be brief.", input=[_msg("developer", "Rules."), _msg("user", "<env/>"), _msg("user", "Do it."), _msg("developer", "Later note.")]
+    )
     assert req.messages == [
         {"role": "system", "content": "Be brief.\n\nRules."},
         {"role": "user", "content": "<env/>"},
@@ -111,30 +113,51 @@ def test_tools_function_custom_and_namespaced_become_chat_functions_hosted_ones_
 
 def test_engine_body_carries_what_chat_completions_can_say():
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
-    req = _request(input=[_msg("user", "x")], tools=[EXEC, AGENTS], stream=True,
-                   tool_choice={"type": "function", "name": "close_agent", "namespace": "agents_v1"},
-                   parallel_tool_calls=False, max_output_tokens=77, temperature=0.5, top_p=0.9, store=False, include=["reasoning.encrypted_content"],
-                   reasoning={"effort": "high", "summary": "auto"}, prompt_cache_key="k",
-                   text={"format": {"type": "json_schema", "name": "out", "schema": schema}})
+    req = _request(
+        input=[_msg("user", "x")],
+        tools=[EXEC, AGENTS],
+        stream=True,
+        tool_choice={"type": "function", "name": "close_agent", "namespace": "agents_v1"},
+        parallel_tool_calls=False,
+        max_output_tokens=77,
+        temperature=0.5,
+        top_p=0.9,
+        store=False,
+        include=["reasoning.encrypted_content"],
+        reasoning={"effort": "high", "summary": "auto"},
+        prompt_cache_key="k",
+        text={"format": {"type": "json_schema", "name": "out", "schema": schema}},
+    )
     body = DIALECT.engine_body(req)
     assert body == {
-        "model": "gpt-x", "messages": [{"role": "user", "content": "x"}], "stream": True, "stream_options": {"include_usage": True},
-        "tools": req.tools, "tool_choice": {"type": "function", "function": {"name": "agents_v1__close_agent"}}, "parallel_tool_calls": False,
-        "max_tokens": 77, "temperature": 0.5, "top_p": 0.9, "response_format": {"type": "json_schema", "json_schema": {"name": "out", "schema": schema}},
+        "model": "gpt-x",
+        "messages": [{"role": "user", "content": "x"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "tools": req.tools,
+        "tool_choice": {"type": "function", "function": {"name": "agents_v1__close_agent"}},
+        "parallel_tool_calls": False,
+        "max_tokens": 77,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "out", "schema": schema}},
     }
     assert "tools" not in DIALECT.engine_body(_request(input="x")) and "stream_options" not in DIALECT.engine_body(_request(input="x"))
 
 
-@pytest.mark.parametrize("body, says", [
-    ({"previous_response_id": "resp_1", "input": "x"}, "previous_response_id is not supported: this proxy stores no responses"),
-    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference needs stored responses"),
-    ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input items of type 'web_search_call' are not supported"),
-    ({"input": [{"type": "message", "role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "'input_file' is not supported"),
-    ({"input": [{"type": "message", "role": "wizard", "content": "x"}]}, "unknown role 'wizard'"),
-    ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "needs 'name' and 'call_id'"),
-    ({"input": 3}, "'input' must be a string or a list"),
-    ({"input": [{"type": "reasoning", "summary": [], "encrypted_content": REASONING_PREFIX + "%%%"}]}, "damaged"),
-])
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ({"previous_response_id": "resp_1", "input": "x"}, "previous_response_id is not supported: this proxy stores no responses"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference needs stored responses"),
+        ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input items of type 'web_search_call' are not supported"),
+        ({"input": [{"type": "message", "role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "'input_file' is not supported"),
+        ({"input": [{"type": "message", "role": "wizard", "content": "x"}]}, "unknown role 'wizard'"),
+        ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "needs 'name' and 'call_id'"),
+        ({"input": 3}, "'input' must be a string or a list"),
+        ({"input": [{"type": "reasoning", "summary": [], "encrypted_content": REASONING_PREFIX + "%%%"}]}, "damaged"),
+    ],
+)
 def test_what_cannot_be_translated_is_refused_by_name(body, says):
     with pytest.raises(InvalidRequestError, match=says):
         _request(**body)
@@ -149,44 +172,73 @@ def test_reasoning_round_trips_through_our_encrypted_content_only():
 # -- answers: the engine's chunks become events as they come -------------------------------------------
 def test_text_streams_as_output_text_deltas_and_completes_with_usage():
     req = _request(input="hi", stream=True)
-    events, draft = _translate(req, sse(
-        chunk({"role": "assistant", "content": ""}, prompt_token_ids=[1, 2, 3]),
-        {**chunk({"content": "Hel"}),
-         "choices": [{"index": 0, "delta": {"content": "Hel"}, "token_ids": [7], "logprobs": {"content": [{"token": "Hel", "logprob": -0.5}]}}]},
-        {**chunk({"content": "lo"}),
-         "choices": [{"index": 0, "delta": {"content": "lo"}, "token_ids": [8], "logprobs": {"content": [{"token": "lo", "logprob": -0.25}]}}]},
-        chunk(finish="stop"),
-        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1}}},
-    ))
+    events, draft = _translate(
+        req,
+        sse(
+            chunk({"role": "assistant", "content": ""}, prompt_token_ids=[1, 2, 3]),
+            {
+                **chunk({"content": "Hel"}),
+                "choices": [{"index": 0, "delta": {"content": "Hel"}, "token_ids": [7], "logprobs": {"content": [{"token": "Hel", "logprob": -0.5}]}}],
+            },
+            {
+                **chunk({"content": "lo"}),
+                "choices": [{"index": 0, "delta": {"content": "lo"}, "token_ids": [8], "logprobs": {"content": [{"token": "lo", "logprob": -0.25}]}}],
+            },
+            chunk(finish="stop"),
+            {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1}}},
+        ),
+    )
     assert [e["type"] for e in events] == [
-        "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
-        "response.output_text.delta", "response.output_text.delta", "response.output_text.done", "response.content_part.done",
-        "response.output_item.done", "response.completed",
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
     ]
     assert [e["delta"] for e in events if e["type"] == "response.output_text.delta"] == ["Hel", "lo"]
     done = events[-1]["response"]
     assert done["status"] == "completed" and done["id"].startswith("resp_") and done["id"] == events[0]["response"]["id"]
-    assert done["output"] == [{"type": "message", "id": events[2]["item"]["id"], "status": "completed", "role": "assistant",
-                               "content": [{"type": "output_text", "text": "Hello", "annotations": []}]}]
-    assert done["usage"] == {"input_tokens": 3, "input_tokens_details": {"cached_tokens": 1}, "output_tokens": 2,
-                             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 5}
+    assert done["output"] == [
+        {
+            "type": "message",
+            "id": events[2]["item"]["id"],
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Hello", "annotations": []}],
+        }
+    ]
+    assert done["usage"] == {
+        "input_tokens": 3,
+        "input_tokens_details": {"cached_tokens": 1},
+        "output_tokens": 2,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 5,
+    }
     # The turn is assembled from the engine's own ids, as for chat completions.
     assert draft.prompt_token_ids == [1, 2, 3] and draft.completion_token_ids == [7, 8] and draft.per_token_logps == [-0.5, -0.25]
 
 
 def test_reasoning_then_tool_calls_stream_as_their_items():
     req = _request(input="hi", tools=[EXEC, PATCH, AGENTS], stream=True)
-    events, draft = _translate(req, sse(
-        chunk({"role": "assistant", "reasoning_content": "I should"}),
-        chunk({"reasoning_content": " look."}),
-        chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "exec_command", "arguments": ""}}]}),
-        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"cmd": '}}]}),
-        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"ls"}'}}]}),
-        chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "agents_v1__close_agent", "arguments": "{}"}}]}),
-        chunk({"tool_calls": [{"index": 2, "id": "call_c", "function": {"name": "apply_patch", "arguments": '{"input": "*** Begin'}}]}),
-        chunk({"tool_calls": [{"index": 2, "function": {"arguments": ' Patch"}'}}]}),
-        chunk(finish="tool_calls"),
-    ))
+    events, draft = _translate(
+        req,
+        sse(
+            chunk({"role": "assistant", "reasoning_content": "I should"}),
+            chunk({"reasoning_content": " look."}),
+            chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "exec_command", "arguments": ""}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"cmd": '}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"ls"}'}}]}),
+            chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "agents_v1__close_agent", "arguments": "{}"}}]}),
+            chunk({"tool_calls": [{"index": 2, "id": "call_c", "function": {"name": "apply_patch", "arguments": '{"input": "*** Begin'}}]}),
+            chunk({"tool_calls": [{"index": 2, "function": {"arguments": ' Patch"}'}}]}),
+            chunk(finish="tool_calls"),
+        ),
+    )
     kinds = [e["type"] for e in events]
     assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added", "response.reasoning_text.delta"]
     assert [e["delta"] for e in events if e["type"] == "response.reasoning_text.delta"] == ["I should", " look."]
@@ -196,7 +248,12 @@ def test_reasoning_then_tool_calls_stream_as_their_items():
     assert reasoning["type"] == "reasoning" and reasoning["content"] == [{"type": "reasoning_text", "text": "I should look."}]
     assert decode_reasoning({"encrypted_content": reasoning["encrypted_content"]}) == "I should look."
     assert {k: call[k] for k in ("type", "call_id", "name", "arguments", "status")} == {
-        "type": "function_call", "call_id": "call_a", "name": "exec_command", "arguments": '{"cmd": "ls"}', "status": "completed"}
+        "type": "function_call",
+        "call_id": "call_a",
+        "name": "exec_command",
+        "arguments": '{"cmd": "ls"}',
+        "status": "completed",
+    }
     assert (namespaced["name"], namespaced["namespace"], namespaced["arguments"]) == ("close_agent", "agents_v1", "{}")
     assert (custom["type"], custom["name"], custom["input"]) == ("custom_tool_call", "apply_patch", "*** Begin Patch")
     assert [e["output_index"] for e in events if e["type"] == "response.output_item.done"] == [0, 1, 2, 3]
@@ -228,9 +285,21 @@ def test_an_answer_cut_by_max_tokens_is_incomplete_and_a_broken_stream_failed():
 
 
 def test_a_whole_engine_answer_is_a_response_object_or_one_burst_of_events():
-    chat = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "Let me look.", "tool_calls": [
-        {"id": "call_z", "type": "function", "function": {"name": "exec_command", "arguments": '{"cmd": "pwd"}'}}]}}],
-        "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}, "prompt_token_ids": [5, 6]}
+    chat = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": "Let me look.",
+                    "tool_calls": [{"id": "call_z", "type": "function", "function": {"name": "exec_command", "arguments": '{"cmd": "pwd"}'}}],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13},
+        "prompt_token_ids": [5, 6],
+    }
     req = _request(input="hi", tools=[EXEC])
     draft = TurnDraft()
     body, content_type = DIALECT.answer(req, json.dumps(chat).encode(), "application/json", draft)
@@ -253,28 +322,41 @@ def test_a_replayed_history_translates_to_the_previous_messages_plus_the_new_one
     the assistant message is what the engine produced (its text, reasoning and exact arguments)."""
     input1 = [_msg("developer", "Rules."), _msg("user", "Do it.")]
     req1 = _request(input=input1, tools=[EXEC], stream=True, instructions="Be brief.")
-    events, _ = _translate(req1, sse(
-        chunk({"reasoning_content": "plan"}), chunk({"content": "On it."}),
-        chunk({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "exec_command", "arguments": '{"cmd":  "ls" }'}}]}),
-        chunk(finish="tool_calls"),
-    ))
+    events, _ = _translate(
+        req1,
+        sse(
+            chunk({"reasoning_content": "plan"}),
+            chunk({"content": "On it."}),
+            chunk({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "exec_command", "arguments": '{"cmd":  "ls" }'}}]}),
+            chunk(finish="tool_calls"),
+        ),
+    )
     replayed = []
     for item in events[-1]["response"]["output"]:
         item = {k: v for k, v in item.items() if not (item["type"] == "reasoning" and k == "content")}
         replayed.append(item)
     input2 = [*input1, *replayed, {"type": "function_call_output", "call_id": "call_1", "output": "a\n"}]
     req2 = _request(input=input2, tools=[EXEC], stream=True, instructions="Be brief.")
-    assert_replay_extends(req1, req2, [
-        {"role": "assistant", "content": "On it.", "reasoning_content": "plan",
-         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "exec_command", "arguments": '{"cmd":  "ls" }'}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "a\n"},
-    ])
+    assert_replay_extends(
+        req1,
+        req2,
+        [
+            {
+                "role": "assistant",
+                "content": "On it.",
+                "reasoning_content": "plan",
+                "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "exec_command", "arguments": '{"cmd":  "ls" }'}}],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "a\n"},
+        ],
+    )
 
 
 def test_errors_are_in_the_responses_shape():
     r = DIALECT.error(401, "unknown or expired capture key", "invalid_api_key")
-    assert r.status == 401 and json.loads(r.body) == {"error": {"message": "unknown or expired capture key", "type": "invalid_request_error",
-                                                                "param": None, "code": "invalid_api_key"}}
+    assert r.status == 401 and json.loads(r.body) == {
+        "error": {"message": "unknown or expired capture key", "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}
+    }
     vllm = DIALECT.upstream_error(400, b'{"object": "error", "message": "too long", "type": "BadRequestError", "param": null, "code": 400}', "application/json")
     assert json.loads(vllm.body) == {"error": {"message": "too long", "type": "BadRequestError", "param": None, "code": None}}
     openai = DIALECT.upstream_error(429, b'{"error": {"message": "slow down", "type": "rate_limit", "code": "rate_limit_exceeded"}}', "application/json")

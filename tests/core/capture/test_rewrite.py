@@ -59,8 +59,9 @@ def test_cap_sets_max_tokens_when_harness_sent_none():
 def test_openai_unknown_field_rejection_is_learned():
     q = EndpointQuirks()
     _, added, _ = rewrite_request(BODY, CapturePolicy(), q, "m")
-    err = json.dumps({"error": {"message": "Unrecognized request argument supplied: return_token_ids", "type": "invalid_request_error",
-                                "param": None, "code": None}}).encode()
+    err = json.dumps(
+        {"error": {"message": "Unrecognized request argument supplied: return_token_ids", "type": "invalid_request_error", "param": None, "code": None}}
+    ).encode()
     assert learn_from_rejection(400, err, added, q) == "return_token_ids"
     out, added, _ = rewrite_request(BODY, CapturePolicy(), q, "m")
     assert "return_token_ids" not in out and out["logprobs"] is True
@@ -70,8 +71,15 @@ def test_max_tokens_rename_is_learned():
     q = EndpointQuirks()
     body = {"messages": [], "max_tokens": 99}
     _, added, _ = rewrite_request(body, CapturePolicy(), q, "m")
-    err = json.dumps({"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
-                                "param": "max_tokens", "code": "unsupported_parameter"}}).encode()
+    err = json.dumps(
+        {
+            "error": {
+                "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+                "param": "max_tokens",
+                "code": "unsupported_parameter",
+            }
+        }
+    ).encode()
     assert learn_from_rejection(400, err, added, q) == "max_tokens->max_completion_tokens"
     out, _, _ = rewrite_request(body, CapturePolicy(), q, "m")
     assert "max_tokens" not in out and out["max_completion_tokens"] == 99
@@ -94,11 +102,29 @@ def test_the_rollout_temperature_overrides_the_harness():
 
 # -- only allowed, bounded fields reach the engine (issue 25: engine parameters) --------------------
 HOSTILE_FIELDS = {
-    "n": 64, "best_of": 64, "min_tokens": 100_000, "ignore_eos": True, "prompt_logprobs": 20, "logit_bias": {"1": 100},
-    "top_k": 1, "min_p": 0.9, "repetition_penalty": 5, "use_beam_search": True, "echo": True, "chat_template": "{{ x }}",
-    "add_generation_prompt": False, "continue_final_message": True, "allowed_token_ids": [1], "guided_regex": ".*",
-    "structured_outputs": {"regex": ".*"}, "priority": -100, "vllm_xargs": {"x": 1}, "kv_transfer_params": {},
-    "stream_options": {"include_usage": True, "continuous_usage_stats": True}, "user": "u", "unknown_field": 1,
+    "n": 64,
+    "best_of": 64,
+    "min_tokens": 100_000,
+    "ignore_eos": True,
+    "prompt_logprobs": 20,
+    "logit_bias": {"1": 100},
+    "top_k": 1,
+    "min_p": 0.9,
+    "repetition_penalty": 5,
+    "use_beam_search": True,
+    "echo": True,
+    "chat_template": "{{ x }}",
+    "add_generation_prompt": False,
+    "continue_final_message": True,
+    "allowed_token_ids": [1],
+    "guided_regex": ".*",
+    "structured_outputs": {"regex": ".*"},
+    "priority": -100,
+    "vllm_xargs": {"x": 1},
+    "kv_transfer_params": {},
+    "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    "user": "u",
+    "unknown_field": 1,
 }
 
 
@@ -112,10 +138,24 @@ def test_fields_off_the_allow_list_never_reach_the_engine():
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("max_tokens", "x"), ("max_tokens", True), ("max_tokens", 0), ("temperature", "logprobs"), ("temperature", 1e9),
-     ("top_p", 0), ("seed", 2**70), ("stop", ["s"] * 100), ("stop", "x" * 5000), ("n", 2), ("presence_penalty", float("nan")),
-     ("response_format", {"type": "json_schema", "schema": {"d": "x" * 70_000}}), ("tool_choice", "anything"),
-     ("chat_template_kwargs", {"add_generation_prompt": False}), ("reasoning_effort", "x" * 100), ("messages", "x")],
+    [
+        ("max_tokens", "x"),
+        ("max_tokens", True),
+        ("max_tokens", 0),
+        ("temperature", "logprobs"),
+        ("temperature", 1e9),
+        ("top_p", 0),
+        ("seed", 2**70),
+        ("stop", ["s"] * 100),
+        ("stop", "x" * 5000),
+        ("n", 2),
+        ("presence_penalty", float("nan")),
+        ("response_format", {"type": "json_schema", "schema": {"d": "x" * 70_000}}),
+        ("tool_choice", "anything"),
+        ("chat_template_kwargs", {"add_generation_prompt": False}),
+        ("reasoning_effort", "x" * 100),
+        ("messages", "x"),
+    ],
 )
 def test_values_out_of_bounds_are_dropped_not_sent(field, value):
     out, _, dropped = rewrite_request({"messages": [], field: value}, CapturePolicy(), EndpointQuirks(), "m")
@@ -124,8 +164,17 @@ def test_values_out_of_bounds_are_dropped_not_sent(field, value):
 
 
 def test_bounded_values_pass_and_max_tokens_is_capped():
-    body = {"messages": [], "n": 1, "temperature": 0.7, "top_p": 0.9, "seed": 3, "stop": ["</s>"], "tool_choice": "auto",
-            "max_tokens": 10**7, "chat_template_kwargs": {"enable_thinking": True, "add_generation_prompt": False}}
+    body = {
+        "messages": [],
+        "n": 1,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "seed": 3,
+        "stop": ["</s>"],
+        "tool_choice": "auto",
+        "max_tokens": 10**7,
+        "chat_template_kwargs": {"enable_thinking": True, "add_generation_prompt": False},
+    }
     out, _, dropped = rewrite_request(body, CapturePolicy(capture=False), EndpointQuirks(), "m")
     assert out == {**body, "model": "m", "max_tokens": MAX_TOKENS_CEILING, "chat_template_kwargs": {"enable_thinking": True}}
     assert dropped == set()
@@ -134,8 +183,15 @@ def test_bounded_values_pass_and_max_tokens_is_capped():
 
 
 def test_the_rollouts_settings_win_over_the_harness():
-    body = {"messages": [], "temperature": 0.2, "top_logprobs": 20, "logprobs": False, "return_token_ids": False,
-            "chat_template_kwargs": {"enable_thinking": True}, "max_completion_tokens": 999}
+    body = {
+        "messages": [],
+        "temperature": 0.2,
+        "top_logprobs": 20,
+        "logprobs": False,
+        "return_token_ids": False,
+        "chat_template_kwargs": {"enable_thinking": True},
+        "max_completion_tokens": 999,
+    }
     policy = CapturePolicy(top_logprobs=2, temperature=1.0, disable_thinking=True, max_tokens_cap=100)
     out, _, _ = rewrite_request(body, policy, EndpointQuirks(), "m")
     assert (out["temperature"], out["top_logprobs"], out["logprobs"], out["return_token_ids"]) == (1.0, 2, True, True)

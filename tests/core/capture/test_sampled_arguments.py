@@ -11,8 +11,7 @@ from tests.core.capture.dialect_streams import as_javascript_sends
 
 # What models write that json.dumps would write otherwise: compact, raw UTF-8, keys unsorted,
 # numbers as the model spelled them.
-SAMPLED = ['{"command":"ls"}', '{"path":"é.txt"}', '{"path": "\\u00e9.txt"}', '{"z":1,"a":{"y":[1.0,1e5],"b":true}}',
-           '{\n  "command": "ls"\n}']
+SAMPLED = ['{"command":"ls"}', '{"path":"é.txt"}', '{"path": "\\u00e9.txt"}', '{"z":1,"a":{"y":[1.0,1e5],"b":true}}', '{\n  "command": "ls"\n}']
 
 
 @pytest.mark.parametrize("text", SAMPLED)
@@ -85,11 +84,19 @@ def test_arguments_handed_over_as_text_and_written_again_get_the_engines_text_ba
     sampled.wrote("call_1", engine)
     history = [
         {"role": "user", "content": "go"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"command":"ls","n":1}'}},
-            {"id": "call_2", "type": "function", "function": {"name": "bash", "arguments": '{"command":"pwd"}'}}]},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"command":"ls -la"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"command":"ls","n":1}'}},
+                {"id": "call_2", "type": "function", "function": {"name": "bash", "arguments": '{"command":"pwd"}'}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"command":"ls -la"}'}}],
+        },
     ]
     before = json.dumps(history)
     out = sampled.restore_history(history)

@@ -70,8 +70,7 @@ async def test_an_unprivileged_uid_can_connect(socket_dir):
     )
     async with serve_on_unix(CaptureProxy().app, socket_dir / "capture.sock") as path:
         proc = await asyncio.create_subprocess_exec(
-            SYSTEM_PYTHON, "-c", script, path, user=NOBODY, group=NOBODY, extra_groups=[],
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            SYSTEM_PYTHON, "-c", script, path, user=NOBODY, group=NOBODY, extra_groups=[], stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )
         out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()

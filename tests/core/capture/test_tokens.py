@@ -39,13 +39,18 @@ async def test_a_rollout_is_held_once_and_given_back_exactly_as_the_engine_sent_
                 session = proxy.open_session(Endpoint(base_url=upstream.base_url, api_key="sk-up-0123456789", model="m"), CapturePolicy())
                 messages = [{"role": "system", "content": "You are terse. " * 200}, {"role": "user", "content": "read the parts"}]
                 for step in range(STEPS):  # a harness: the whole history back each call, plus the tool's output
-                    r = await client.post("/chat/completions", json={"model": "x", "messages": messages, "tools": TOOLS, "stream": stream},
-                                          headers={"authorization": f"Bearer {session.key}"})
+                    r = await client.post(
+                        "/chat/completions",
+                        json={"model": "x", "messages": messages, "tools": TOOLS, "stream": stream},
+                        headers={"authorization": f"Bearer {session.key}"},
+                    )
                     assert r.status_code == 200
                     sent = policy.sent[-1]
                     if sent.tool_calls:
-                        messages = messages + [{"role": "assistant", "content": None, "tool_calls": sent.tool_calls},
-                                               {"role": "tool", "tool_call_id": sent.tool_calls[0]["id"], "content": f"line {step}\n" * 300}]
+                        messages = messages + [
+                            {"role": "assistant", "content": None, "tool_calls": sent.tool_calls},
+                            {"role": "tool", "tool_call_id": sent.tool_calls[0]["id"], "content": f"line {step}\n" * 300},
+                        ]
         finally:
             await proxy.aclose()
     turns = session.sorted_turns()
@@ -62,8 +67,17 @@ async def test_a_rollout_is_held_once_and_given_back_exactly_as_the_engine_sent_
     assert all(a is b for a, b in zip(first.request_messages, last.request_messages))
     # The graph and the training row are what the engine's own lists give.
     summary = link_turns(turns)
-    truth = [Turn(index=i, prompt_token_ids=s.prompt_token_ids, completion_token_ids=s.completion_token_ids, per_token_logps=s.logprobs,
-                  upstream_status=200, capture_level="tokens") for i, s in enumerate(policy.sent)]
+    truth = [
+        Turn(
+            index=i,
+            prompt_token_ids=s.prompt_token_ids,
+            completion_token_ids=s.completion_token_ids,
+            per_token_logps=s.logprobs,
+            upstream_status=200,
+            capture_level="tokens",
+        )
+        for i, s in enumerate(policy.sent)
+    ]
     link_turns(truth)
     assert summary.branches == 1 and [t.parent for t in turns] == [None, 0, 1, 2, 3, 4]
     (row,) = RolloutResult(proxy_turns=turns, reward=1.0).training_rows()
@@ -71,11 +85,14 @@ async def test_a_rollout_is_held_once_and_given_back_exactly_as_the_engine_sent_
     assert row.trainable and (row.token_ids, row.loss_mask, row.logprobs) == (expected.token_ids, expected.loss_mask, expected.logprobs)
 
 
-@pytest.mark.parametrize("layout", [
-    '{"prompt_token_ids":[5,17,123456],"choices":[{"index":0,"message":{"content":"hi"},"token_ids":[9]}]}',  # vLLM: compact
-    '{"prompt_token_ids": [5, 17, 123456], "choices": [{"index": 0, "message": {"content": "hi"}, "token_ids": [9]}]}',  # json.dumps
-    '{"choices": [{"index": 0, "prompt_token_ids" :\n [ 5,\n 17, 123456 ]\n, "message": {"content": "hi"}, "token_ids": [9]}]}',  # on the choice
-])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        '{"prompt_token_ids":[5,17,123456],"choices":[{"index":0,"message":{"content":"hi"},"token_ids":[9]}]}',  # vLLM: compact
+        '{"prompt_token_ids": [5, 17, 123456], "choices": [{"index": 0, "message": {"content": "hi"}, "token_ids": [9]}]}',  # json.dumps
+        '{"choices": [{"index": 0, "prompt_token_ids" :\n [ 5,\n 17, 123456 ]\n, "message": {"content": "hi"}, "token_ids": [9]}]}',  # on the choice
+    ],
+)
 def test_prompt_ids_are_cut_from_any_layout_and_the_rest_is_parsed(layout):
     draft = TurnDraft()
     draft.add_response_body(layout.encode())
@@ -83,11 +100,14 @@ def test_prompt_ids_are_cut_from_any_layout_and_the_rest_is_parsed(layout):
     assert draft.fields()["completion_text"] == "hi" and draft.capture_level() == "tokens"
 
 
-@pytest.mark.parametrize("body", [
-    '{"choices": [{"message": {"content": "the \\"prompt_token_ids\\": [1, 2] field"}}], "prompt_token_ids": [7, 8]}',  # key in text first
-    '{"prompt_token_ids": [[1, 2]], "choices": []}',  # not a plain list: parsed as it is
-    '{"prompt_token_ids": [], "choices": []}',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"choices": [{"message": {"content": "the \\"prompt_token_ids\\": [1, 2] field"}}], "prompt_token_ids": [7, 8]}',  # key in text first
+        '{"prompt_token_ids": [[1, 2]], "choices": []}',  # not a plain list: parsed as it is
+        '{"prompt_token_ids": [], "choices": []}',
+    ],
+)
 def test_odd_answers_still_give_the_engine_s_values(body):
     draft = TurnDraft()
     draft.add_response_body(body.encode())
@@ -109,8 +129,12 @@ def test_a_prompt_shares_an_earlier_one_only_at_an_id_boundary():
 def test_logprobs_come_back_bit_for_bit_and_big_ids_whole():
     values = [-0.1, -1.0000000000000002, -5e-324, -3.4028234663852886e38, -1.1920928955078125e-07, -0.0]
     ids = [2**31 + 5, 3, 2**40]  # beyond 32 bits: kept whole, never truncated
-    body = json.dumps({"prompt_token_ids": [1, 2], "choices": [{"index": 0, "message": {"content": "x"}, "token_ids": ids,
-                       "logprobs": {"content": [{"token": "t", "logprob": v} for v in values]}}]}).encode()
+    body = json.dumps(
+        {
+            "prompt_token_ids": [1, 2],
+            "choices": [{"index": 0, "message": {"content": "x"}, "token_ids": ids, "logprobs": {"content": [{"token": "t", "logprob": v} for v in values]}}],
+        }
+    ).encode()
     draft = TurnDraft()
     draft.add_response_body(body)
     session = CaptureSession(key="k", endpoint=Endpoint(base_url="http://127.0.0.1:9/v1", api_key="sk-0123456789", model="m"), policy=CapturePolicy())
@@ -138,8 +162,9 @@ def test_a_recorded_turn_reads_like_a_turn_and_copies_as_itself():
 def test_the_wire_lists_are_made_from_the_prompt_each_extends_and_belong_to_their_turn():
     session = CaptureSession(key="k", endpoint=Endpoint(base_url="http://127.0.0.1:9/v1", api_key="sk-0123456789", model="m"), policy=CapturePolicy())
     for i, text in enumerate([b"1,2", b"1,2,3,4", b"1,2,3,4", b"9,9", b"1,2,3,4,5"]):
-        session.record(CallRequest(i, "policy", False, [], []), CallOutcome(200, None, 0.0),
-                       TurnDraft(prompt_text=text, completion_token_ids=[7], per_token_logps=[-1.0]))
+        session.record(
+            CallRequest(i, "policy", False, [], []), CallOutcome(200, None, 0.0), TurnDraft(prompt_text=text, completion_token_ids=[7], per_token_logps=[-1.0])
+        )
     turns = session.sorted_turns()
     assert [t.prompt_token_ids for t in turns] == [[1, 2], [1, 2, 3, 4], [1, 2, 3, 4], [9, 9], [1, 2, 3, 4, 5]]
     turns[1].prompt_token_ids.append(99)  # a consumer changing one turn's list changes no other's

@@ -8,8 +8,14 @@ from harness_env.core.sandbox.local import create_local_sandbox
 
 
 def test_extra_binds_come_after_tmpfs_parents_first_and_before_the_verifier_mounts():
-    spec = BwrapSpec(root_entries=[], rollout_dir="/r/x", sandboxes_dir="/r", workdir="/r/x/workspace", verifier_dir="/r/x/verifier",
-                     extra_binds={"/logs/agent": "/r/x/a", "/tests": "/r/x/t"})
+    spec = BwrapSpec(
+        root_entries=[],
+        rollout_dir="/r/x",
+        sandboxes_dir="/r",
+        workdir="/r/x/workspace",
+        verifier_dir="/r/x/verifier",
+        extra_binds={"/logs/agent": "/r/x/a", "/tests": "/r/x/t"},
+    )
     argv = bwrap_argv("bwrap", spec, ["true"])
     binds = [i for i, a in enumerate(argv) if a == "--bind"]
     targets = [argv[i + 2] for i in binds]

@@ -72,10 +72,7 @@ def test_parsers():
         "cgroup /sys/fs/cgroup/memory cgroup rw,memory 0 0\n"
         "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,nsdelegate 0 0\n"
     )
-    assert parse_v1_mounts(mounts) == {
-        "cpu": Path("/sys/fs/cgroup/cpu,cpuacct"),
-        "memory": Path("/sys/fs/cgroup/memory"),
-    }
+    assert parse_v1_mounts(mounts) == {"cpu": Path("/sys/fs/cgroup/cpu,cpuacct"), "memory": Path("/sys/fs/cgroup/memory")}
     assert parse_v2_mount(mounts) == Path("/sys/fs/cgroup/unified")
     assert parse_v2_own_path("4:memory:/x\n0::/user.slice/a\n") == "/user.slice/a"
     assert stat_starttime("42 (a b) c) S " + " ".join(str(i) for i in range(4, 30))) == "22"
@@ -166,12 +163,7 @@ def test_support_is_detected():
 def test_memory_limit_oom_kills_and_is_reported(make):
     cg = make(ResourceLimits(100 * MiB, None, None))
     # bytes * n touches every page, so the whole 300 MB is really charged
-    proc = subprocess.run(
-        joined(cg, [sys.executable, "-c", "b = b'x' * (300 << 20); print('allocated')"]),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = subprocess.run(joined(cg, [sys.executable, "-c", "b = b'x' * (300 << 20); print('allocated')"]), capture_output=True, text=True, timeout=60)
     assert proc.returncode == -9 and "allocated" not in proc.stdout
     usage = cg.usage()
     assert usage.oom_kills >= 1 and usage.memory_limit_hit
@@ -206,11 +198,7 @@ def test_pids_limit_stops_a_spawning_loop(make):
 def test_kill_all_stops_a_fork_bomb(make):
     cg = make(ResourceLimits(256 * MiB, 50, None))
     # bash retries failed forks, so the bomb stays at the limit, forking whenever a slot frees
-    proc = subprocess.Popen(
-        joined(cg, ["bash", "-c", "b() { b & b & wait; }; b"]),
-        start_new_session=True,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = subprocess.Popen(joined(cg, ["bash", "-c", "b() { b & b & wait; }; b"]), start_new_session=True, stderr=subprocess.DEVNULL)
     try:
         assert _wait_for(lambda: len(cg.pids()) >= 45)
         assert len(cg.pids()) <= 50
@@ -225,12 +213,7 @@ def test_kill_all_kills_a_setsid_double_forked_daemon(make):
     cg = make()
     # the launcher's child starts a new session and forks the daemon, then both exit: the daemon is
     # reparented, in no process group or session of ours
-    subprocess.run(
-        joined(cg, ["sh", "-c", "setsid sh -c 'sleep 300 & exit'; exit"]),
-        start_new_session=True,
-        timeout=10,
-        check=True,
-    )
+    subprocess.run(joined(cg, ["sh", "-c", "setsid sh -c 'sleep 300 & exit'; exit"]), start_new_session=True, timeout=10, check=True)
 
     def only_the_daemon() -> bool:  # the intermediate sh may still be exiting, the sleep not exec'd
         pids = cg.pids()
@@ -290,11 +273,7 @@ def test_limit_files_are_written(make):
 
 def test_cpu_quota_throttles(make):
     cg = make(ResourceLimits(None, None, 0.1))
-    subprocess.run(
-        joined(cg, [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 0.5: pass"]),
-        timeout=30,
-        check=True,
-    )
+    subprocess.run(joined(cg, [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 0.5: pass"]), timeout=30, check=True)
     stat = parse_keyed((cg._dirs["cpu"] / "cpu.stat").read_text())
     assert stat["nr_throttled"] > 0, stat
 
@@ -316,9 +295,7 @@ SERVER_THAT_DIES = textwrap.dedent(
 def test_sweep_stale_removes_a_dead_servers_leftover_only(make):
     live = make()
     name = f"rollout-t{uuid.uuid4().hex[:12]}"
-    out = subprocess.run(
-        [sys.executable, "-c", SERVER_THAT_DIES, name], capture_output=True, text=True, timeout=30, check=True
-    ).stdout
+    out = subprocess.run([sys.executable, "-c", SERVER_THAT_DIES, name], capture_output=True, text=True, timeout=30, check=True).stdout
     dirs = [Path(p) for p in out.split()]
     try:
         assert dirs and all(d.is_dir() for d in dirs)
@@ -346,9 +323,7 @@ def test_v2_membership_and_kill_paths(make, monkeypatch):
         monkeypatch.setattr(RolloutCgroup, "use_cgroup_kill", use_kill)
         cg = RolloutCgroup.create_in(layout, f"rollout-t{uuid.uuid4().hex[:12]}", NO_LIMITS)
         try:
-            proc = subprocess.Popen(
-                joined(cg, ["sh", "-c", "setsid sh -c 'sleep 300 & sleep 300 & exit'; exec sleep 300"]),
-            )
+            proc = subprocess.Popen(joined(cg, ["sh", "-c", "setsid sh -c 'sleep 300 & sleep 300 & exit'; exec sleep 300"]))
             assert _wait_for(lambda cg=cg: [_cmdline(p)[:5] for p in cg.pids()] == [b"sleep"] * 3, 5)
             assert cg.kill_all() == 3 and cg.pids() == []
             assert proc.wait(timeout=5) == -9

@@ -16,39 +16,49 @@ from tests import needs
 BACKENDS = [False, True]
 # The agent's program: it forges the reward and leaves a mark in the workspace.
 EVIL = "$HOME/evil.sh"
-MAKE_EVIL = (
-    "printf '#!/bin/sh\\necho 1.0 > \"$HARNESS_ENV_REWARD_FILE\"\\necho ran >> %s/.pwned\\ncat\\n' \"$PWD\" > $HOME/evil.sh && "
-    "chmod +x $HOME/evil.sh"
-)
+MAKE_EVIL = 'printf \'#!/bin/sh\\necho 1.0 > "$HARNESS_ENV_REWARD_FILE"\\necho ran >> %s/.pwned\\ncat\\n\' "$PWD" > $HOME/evil.sh && chmod +x $HOME/evil.sh'
 REPO = (
     "git init -q . && git config user.email a@b && git config user.name a && echo one > f.txt && git add f.txt && "
     "git commit -qm first && echo two > f.txt && git add f.txt && git commit -qm second && echo three > f.txt"
 )
 HONEST_VERIFY = [
-    "git diff HEAD", "git diff", "git log -p", "git log -1 --format=%s", "git log --oneline", "git blame f.txt",
-    "git show HEAD", "git status --porcelain", "git diff HEAD~1 HEAD --stat", "git grep -n three", "git stash list",
-    "git add -A", "git diff --cached", "git checkout -q -b verify-branch", "git merge -q HEAD~1 || true", "git log --show-signature -1",
+    "git diff HEAD",
+    "git diff",
+    "git log -p",
+    "git log -1 --format=%s",
+    "git log --oneline",
+    "git blame f.txt",
+    "git show HEAD",
+    "git status --porcelain",
+    "git diff HEAD~1 HEAD --stat",
+    "git grep -n three",
+    "git stash list",
+    "git add -A",
+    "git diff --cached",
+    "git checkout -q -b verify-branch",
+    "git merge -q HEAD~1 || true",
+    "git log --show-signature -1",
 ]
 PLANTS = {
     "diff_command": f"echo '* diff=evil' > .gitattributes && git config diff.evil.command \"{EVIL}\"",
     "textconv": f"echo '* diff=evil' > .gitattributes && git config diff.evil.textconv \"{EVIL}\"",
-    "diff_external": f"git config diff.external \"{EVIL}\"",
-    "clean_filter": f"echo '* filter=evil' > .gitattributes && git config filter.evil.clean \"{EVIL}\" && git config filter.evil.smudge \"{EVIL}\"",
+    "diff_external": f'git config diff.external "{EVIL}"',
+    "clean_filter": f'echo \'* filter=evil\' > .gitattributes && git config filter.evil.clean "{EVIL}" && git config filter.evil.smudge "{EVIL}"',
     "process_filter": f"echo '* filter=evil' > .gitattributes && git config filter.evil.process \"{EVIL}\"",
     "merge_driver": f"echo '* merge=evil' > .gitattributes && git config merge.evil.driver \"{EVIL}\"",
     "x509_signature": (
-        f"git config gpg.x509.program \"{EVIL}\" && git config gpg.format x509 && git config log.showSignature true && "
+        f'git config gpg.x509.program "{EVIL}" && git config gpg.format x509 && git config log.showSignature true && '
         "git cat-file commit HEAD | sed '/^committer/a gpgsig -----BEGIN SIGNED MESSAGE-----\\n -----END SIGNED MESSAGE-----' > c && "
         "git update-ref HEAD $(git hash-object -t commit -w c) && rm c"
     ),
     "ssh_signature": (
-        f"git config gpg.ssh.program \"{EVIL}\" && git config gpg.format ssh && git config log.showSignature true && "
+        f'git config gpg.ssh.program "{EVIL}" && git config gpg.format ssh && git config log.showSignature true && '
         "git cat-file commit HEAD | sed '/^committer/a gpgsig -----BEGIN SSH SIGNATURE-----\\n -----END SSH SIGNATURE-----' > c && "
         "git update-ref HEAD $(git hash-object -t commit -w c) && rm c"
     ),
-    "pager": f"git config core.pager \"{EVIL}\" && git config pager.log \"{EVIL}\" && git config pager.diff \"{EVIL}\"",
+    "pager": f'git config core.pager "{EVIL}" && git config pager.log "{EVIL}" && git config pager.diff "{EVIL}"',
     "fsmonitor_and_hooks": (
-        f"git config core.fsmonitor \"{EVIL}\" && git config core.hooksPath .hooks && mkdir -p .hooks .git/hooks && "
+        f'git config core.fsmonitor "{EVIL}" && git config core.hooksPath .hooks && mkdir -p .hooks .git/hooks && '
         f"cp {EVIL} .hooks/post-checkout && cp {EVIL} .git/hooks/post-checkout && cp {EVIL} .git/hooks/pre-commit"
     ),
     "include_path": (
@@ -56,18 +66,17 @@ PLANTS = {
         "git config include.path $HOME/evil.cfg && git config includeIf.gitdir:/.path $HOME/evil.cfg"
     ),
     "worktree_config": (
-        f"git config extensions.worktreeConfig true && git config --worktree diff.evil.command \"{EVIL}\" && "
-        "echo '* diff=evil' > .gitattributes"
+        f"git config extensions.worktreeConfig true && git config --worktree diff.evil.command \"{EVIL}\" && echo '* diff=evil' > .gitattributes"
     ),
     "config_is_a_link": (
-        f"git config -f $HOME/cfg core.repositoryformatversion 0 && git config -f $HOME/cfg diff.evil.command \"{EVIL}\" && "
+        f'git config -f $HOME/cfg core.repositoryformatversion 0 && git config -f $HOME/cfg diff.evil.command "{EVIL}" && '
         "rm .git/config && ln -s $HOME/cfg .git/config && echo '* diff=evil' > .gitattributes"
     ),
     "old_section_syntax": f"printf '[diff.evil]\\n\\tcommand = %s\\n' \"{EVIL}\" >> .git/config && echo '* diff=evil' > .gitattributes",
     "same_line_header": f"printf '[diff \"evil\"] command = %s\\n' \"{EVIL}\" >> .git/config && echo '* diff=evil' > .gitattributes",
     "alias_and_helpers": (
-        f"git config alias.st \"!{EVIL}\" && git config credential.helper \"!{EVIL}\" && git config core.sshCommand \"{EVIL}\" && "
-        f"git config core.editor \"{EVIL}\" && git config sequence.editor \"{EVIL}\" && git config core.askPass \"{EVIL}\""
+        f'git config alias.st "!{EVIL}" && git config credential.helper "!{EVIL}" && git config core.sshCommand "{EVIL}" && '
+        f'git config core.editor "{EVIL}" && git config sequence.editor "{EVIL}" && git config core.askPass "{EVIL}"'
     ),
 }
 
@@ -116,7 +125,7 @@ async def test_plain_git_diff_and_friends_work_in_verify(use_bwrap):
 @pytest.mark.parametrize("use_bwrap", BACKENDS)
 async def test_nested_bare_and_linked_worktree_repositories_are_reduced_too(use_bwrap):
     plant = (
-        f"git init -q --bare $HOME/bare.git && git -C $HOME/bare.git config diff.evil.command \"{EVIL}\" && "
+        f'git init -q --bare $HOME/bare.git && git -C $HOME/bare.git config diff.evil.command "{EVIL}" && '
         f"mkdir -p deep/a/b/c && cd deep/a/b/c && {REPO} && {MAKE_EVIL} && git config diff.evil.command \"{EVIL}\" && echo '* diff=evil' > .gitattributes && "
         f"git worktree add -q ../wt HEAD~1 && cd ../wt && git config extensions.worktreeConfig true && "
         f"git config --worktree diff.evil.textconv \"{EVIL}\" && echo '* diff=evil' > .gitattributes && echo changed > f.txt"
@@ -132,7 +141,7 @@ async def test_the_agents_data_keys_stay():
     """What verify may grade of a repository's config (identity, remotes, branches) is kept."""
     keep = "git remote add origin https://example.invalid/r.git && git config branch.main.remote origin && git config user.name 'Agent Name'"
     verify = ["git config user.name", "git remote get-url origin", "git config branch.main.remote", "git config diff.evil.command || echo gone"]
-    _, results, _, _ = await _plant_then_verify(True, f"{keep} && git config diff.evil.command \"{EVIL}\"", verify)
+    _, results, _, _ = await _plant_then_verify(True, f'{keep} && git config diff.evil.command "{EVIL}"', verify)
     assert [r.stdout.strip() for r in results] == ["Agent Name", "https://example.invalid/r.git", "origin", "gone"]
 
 
@@ -140,16 +149,32 @@ def test_allow_list_keeps_only_data_keys():
     assert allowed("core.repositoryformatversion", "0") and allowed("remote.origin.url", "x") and allowed("extensions.objectformat", "sha256")
     assert allowed("remote.a.b.url", "x")  # a remote whose name has a dot
     assert allowed("submodule.s.update", "rebase") and not allowed("submodule.s.update", "!sh -c x")
-    for key in ("diff.evil.command", "core.pager", "core.fsmonitor", "include.path", "includeif.gitdir:/.path", "alias.st",
-                "remote.origin.uploadpack", "remote.origin.vcs", "core.sshcommand", "filter.x.clean", "gpg.ssh.program",
-                "url.x.insteadof", "core.hookspath", "diff.external", "core.x.y", "remote.url", "unknownsection.key"):
+    for key in (
+        "diff.evil.command",
+        "core.pager",
+        "core.fsmonitor",
+        "include.path",
+        "includeif.gitdir:/.path",
+        "alias.st",
+        "remote.origin.uploadpack",
+        "remote.origin.vcs",
+        "core.sshcommand",
+        "filter.x.clean",
+        "gpg.ssh.program",
+        "url.x.insteadof",
+        "core.hookspath",
+        "diff.external",
+        "core.x.y",
+        "remote.url",
+        "unknownsection.key",
+    ):
         assert not allowed(key, "x"), key
 
 
 def test_rendered_config_reads_back_as_the_same_entries(tmp_path):
     from harness_env.core.sandbox.gitguard import read_entries
 
-    entries = [("core.bare", "false"), ("user.name", 'a "quoted" \\ name\twith tab'), ("remote.we ird\"x.url", "u"), ("core.symlinks", None)]
+    entries = [("core.bare", "false"), ("user.name", 'a "quoted" \\ name\twith tab'), ('remote.we ird"x.url', "u"), ("core.symlinks", None)]
     path = tmp_path / "config"
     path.write_text(render_config(entries))
     assert read_entries(path) == entries
@@ -234,6 +259,7 @@ def test_a_git_dir_the_agent_made_unlistable_is_checked_all_the_same(open_tmp):
 def test_a_config_that_cannot_be_replaced_fails_closed(open_tmp):
     ws = _agent_repo(open_tmp, NOBODY)
     import os
+
     os.chown(ws / ".git", 0, 0)  # the server cannot write beside the config
     rewritten, unchecked = _guard_as(NOBODY, open_tmp)
     assert rewritten == [] and "cannot be replaced" in unchecked

@@ -62,8 +62,14 @@ def image_layout(tmp_path_factory) -> str:
     return _build_image(tmp_path_factory.mktemp("image"))
 
 
-def _build_image(work: Path, env: tuple[str, ...] = (), files: dict[str, str] | None = None, user: str = "4242:4242",
-                 libraries_of: tuple[str, ...] = (), programs: tuple[str, ...] = ()) -> str:
+def _build_image(
+    work: Path,
+    env: tuple[str, ...] = (),
+    files: dict[str, str] | None = None,
+    user: str = "4242:4242",
+    libraries_of: tuple[str, ...] = (),
+    programs: tuple[str, ...] = (),
+) -> str:
     """The image of `image_layout`, with `env` ("NAME=VALUE") added to its config, `files` to its root,
     the shared libraries the programs `libraries_of` load (not the programs) and the host's
     `programs` (names on PATH) with theirs."""
@@ -95,9 +101,21 @@ def _build_image(work: Path, env: tuple[str, ...] = (), files: dict[str, str] | 
         (rootfs / name.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         (rootfs / name.lstrip("/")).write_text(content)
     _run("umoci", "repack", "--image", f"{layout}:tiny", bundle)
-    _run("umoci", "config", "--image", f"{layout}:tiny", "--config.env", "PATH=/usr/local/bin:/usr/bin:/bin",
-         "--config.env", "IMAGE_VAR=from-the-image", "--config.workingdir", "/srv/app",
-         "--config.user", user, *(a for e in env for a in ("--config.env", e)))
+    _run(
+        "umoci",
+        "config",
+        "--image",
+        f"{layout}:tiny",
+        "--config.env",
+        "PATH=/usr/local/bin:/usr/bin:/bin",
+        "--config.env",
+        "IMAGE_VAR=from-the-image",
+        "--config.workingdir",
+        "/srv/app",
+        "--config.user",
+        user,
+        *(a for e in env for a in ("--config.env", e)),
+    )
     _run("umoci", "gc", "--layout", layout)
     return f"oci:{layout}:tiny"
 
@@ -115,8 +133,7 @@ def registry_host(tmp_path_factory):
     work = tmp_path_factory.mktemp("registry")
     port = _free_port()
     config = work / "config.yml"
-    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {work / 'storage'}\n"
-                      f"http:\n  addr: 127.0.0.1:{port}\n")
+    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {work / 'storage'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
     proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(200):
@@ -145,8 +162,12 @@ def registry(registry_host, image_layout):
 
 def _request(policy_server, image: str | None) -> RolloutRequest:
     policy_server.policy.scripts["m"] = [{"bash": "only-in-image > made.txt"}, {"text": "done"}]
-    return RolloutRequest(task=Task(instruction="run only-in-image", verify=VERIFY, image=image), harness="whitebox",
-                          endpoint=Endpoint(base_url=policy_server.base_url, model="m"), agent_timeout_s=60)
+    return RolloutRequest(
+        task=Task(instruction="run only-in-image", verify=VERIFY, image=image),
+        harness="whitebox",
+        endpoint=Endpoint(base_url=policy_server.base_url, model="m"),
+        agent_timeout_s=60,
+    )
 
 
 def _cache_entries() -> list[str]:
@@ -240,8 +261,7 @@ async def test_the_network_inside_an_image_reaches_the_capture_socket_and_nothin
     try:
         assert sb.network_isolated
         port = registry.split("/")[0].rsplit(":", 1)[1]
-        r = await sb.exec(f"(exec 3<>/dev/tcp/127.0.0.1/18080) && echo proxy; (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null || echo cut",
-                          timeout=30)
+        r = await sb.exec(f"(exec 3<>/dev/tcp/127.0.0.1/18080) && echo proxy; (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null || echo cut", timeout=30)
         assert r.stdout.split() == ["proxy", "cut"], (r.stdout, r.stderr)
     finally:
         await sb.close()
@@ -301,8 +321,9 @@ async def test_an_images_loader_settings_reach_only_its_own_programs_never_what_
     processes (the entry shell, bwrap, the setpriv that drops to the sandbox's uid) load the image's
     code as root. The loader says each time it is asked to preload: the image's LD_PRELOAD is seen by
     the image's own program alone, its ld.so.preload by nothing."""
-    hostile = _build_image(tmp_path, env=("LD_PRELOAD=/from-env-missing.so", "GLIBC_TUNABLES=glibc.malloc.check=3"),
-                           files={"/etc/ld.so.preload": "/from-file-missing.so\n"})
+    hostile = _build_image(
+        tmp_path, env=("LD_PRELOAD=/from-env-missing.so", "GLIBC_TUNABLES=glibc.malloc.check=3"), files={"/etc/ld.so.preload": "/from-file-missing.so\n"}
+    )
     sb = create_local_sandbox(image=hostile)
     try:
         r = await sb.exec("echo ran; echo $LD_PRELOAD", timeout=30)
@@ -321,7 +342,7 @@ async def test_an_images_user_never_runs_with_roots_group(tmp_path):
 
     sb = create_local_sandbox(image=_build_image(tmp_path, user="4243:0"))
     try:
-        r = await sb.exec('echo $UID ${GROUPS[0]}', timeout=30)
+        r = await sb.exec("echo $UID ${GROUPS[0]}", timeout=30)
     finally:
         await sb.close()
     assert r.stdout.split() == ["4243", str(sandbox_user()[1])], r
@@ -386,8 +407,14 @@ async def test_a_harness_cli_runs_inside_an_image_that_has_none_of_the_toolchain
     image = push(distro_layout, f"{registry_host}/test/distro:1")
     model = f"image-{harness}"
     policy_server.policy.scripts[model] = [{"bash": "only-in-image > made.txt"}, {"text": "done"}]
-    res = await run_rollout(RolloutRequest(task=Task(instruction="run only-in-image", verify=VERIFY, image=image), harness=harness,
-                                           endpoint=Endpoint(base_url=policy_server.base_url, model=model), agent_timeout_s=120))
+    res = await run_rollout(
+        RolloutRequest(
+            task=Task(instruction="run only-in-image", verify=VERIFY, image=image),
+            harness=harness,
+            endpoint=Endpoint(base_url=policy_server.base_url, model=model),
+            agent_timeout_s=120,
+        )
+    )
     assert (res.reward, res.error) == (1.0, None), (res.error, res.verify_results, res.agent_log_tail)
     assert res.files.get("made.txt") == "image-ok\n"
     assert res.graph.branches == 1 and res.graph.trained_share == 1.0

@@ -72,8 +72,7 @@ async def test_bwrap_isolation():
     try:
         other.write_file("secret.txt", "other rollout data")
         r = await sb.exec(
-            f"ls {other.root} 2>&1; touch /usr/x 2>&1; touch /etc/x 2>&1; ls /root /home; {{ echo 0.5 > /logs/verifier/reward.txt; }} 2>&1;"
-            " echo ok > here.txt",
+            f"ls {other.root} 2>&1; touch /usr/x 2>&1; touch /etc/x 2>&1; ls /root /home; {{ echo 0.5 > /logs/verifier/reward.txt; }} 2>&1; echo ok > here.txt",
             timeout=10,
         )
         assert "No such file or directory" in r.stdout  # the other rollout is invisible
@@ -152,8 +151,8 @@ async def test_commands_cancelled_as_they_start_leave_no_process(use_bwrap):
 # variable (env -i) and moves itself into the root cgroup of every hierarchy, records where it got
 # to, then keeps writing a reward for verify to find.
 ESCAPE = (
-    "setsid env -i /bin/sh -c 'for f in /sys/fs/cgroup/*/cgroup.procs /sys/fs/cgroup/cgroup.procs; do echo $$ > \"$f\" 2>/dev/null; done;"
-    " {{ cat /proc/self/cgroup; env; }} > \"$1\"; while :; do echo 1 > \"$0\" 2>/dev/null; sleep 0.05; done' {reward} {evidence} {token}"
+    'setsid env -i /bin/sh -c \'for f in /sys/fs/cgroup/*/cgroup.procs /sys/fs/cgroup/cgroup.procs; do echo $$ > "$f" 2>/dev/null; done;'
+    ' {{ cat /proc/self/cgroup; env; }} > "$1"; while :; do echo 1 > "$0" 2>/dev/null; sleep 0.05; done\' {reward} {evidence} {token}'
     " </dev/null >/dev/null 2>&1 &\n"
     # and one that asks to be born in the host's PID namespace (an ancestor's: refused)
     "nsenter --target {host_pid} --pid -- setsid env -i /bin/sh -c 'while :; do echo 1 > \"$0\" 2>/dev/null; sleep 0.05; done'"

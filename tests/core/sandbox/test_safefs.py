@@ -69,6 +69,7 @@ def tree(tmp_path):
 
 # -- the existing functions -----------------------------------------------------------------
 
+
 def test_open_dir_follows_no_link(tree):
     fd = safefs.open_dir(tree, "sub")
     try:
@@ -200,6 +201,7 @@ def test_remove_tree_reports_what_would_not_go_and_does_not_raise(tmp_path):
 
 # -- what the white-box file tools use -----------------------------------------------------------
 
+
 def test_stat_entry_does_not_follow_links(tree):
     assert stat.S_ISLNK(safefs.stat_entry(tree, "etc").st_mode)
     assert stat.S_ISFIFO(soon(safefs.stat_entry, tree, "pipe").st_mode)
@@ -213,10 +215,15 @@ def test_stat_entry_does_not_follow_links(tree):
 
 @pytest.mark.parametrize(
     ("rel", "says"),
-    [("passwd", "passwd is a symbolic link, not a regular file"), ("pipe", "pipe is a FIFO, not a regular file"),
-     ("zero", "zero is a character device, not a regular file"), ("sub", "sub is a directory, not a regular file"),
-     ("etc/passwd", "etc is a symbolic link, not a directory"), ("inner/b.txt", "inner is a symbolic link, not a directory"),
-     ("a.txt/x", "a.txt is a regular file, not a directory")],
+    [
+        ("passwd", "passwd is a symbolic link, not a regular file"),
+        ("pipe", "pipe is a FIFO, not a regular file"),
+        ("zero", "zero is a character device, not a regular file"),
+        ("sub", "sub is a directory, not a regular file"),
+        ("etc/passwd", "etc is a symbolic link, not a directory"),
+        ("inner/b.txt", "inner is a symbolic link, not a directory"),
+        ("a.txt/x", "a.txt is a regular file, not a directory"),
+    ],
 )
 def test_open_regular_refuses_anything_but_a_regular_file(tree, rel, says):
     with pytest.raises(safefs.UnsafeEntry, match=says):
@@ -268,10 +275,16 @@ def test_write_regular_replaces_a_hard_link_instead_of_writing_through_it(tmp_pa
 
 @pytest.mark.parametrize(
     ("rel", "says"),
-    [("passwd", "passwd is a symbolic link, not a regular file"), ("pipe", "pipe is a FIFO"), ("zero", "zero is a character device"),
-     ("sub", "sub is a directory"), ("etc/new.txt", "etc is a symbolic link, not a directory"),
-     ("etc/passwd", "etc is a symbolic link"), ("inner/new.txt", "inner is a symbolic link"),
-     ("a.txt/new.txt", "a.txt is a regular file, not a directory")],
+    [
+        ("passwd", "passwd is a symbolic link, not a regular file"),
+        ("pipe", "pipe is a FIFO"),
+        ("zero", "zero is a character device"),
+        ("sub", "sub is a directory"),
+        ("etc/new.txt", "etc is a symbolic link, not a directory"),
+        ("etc/passwd", "etc is a symbolic link"),
+        ("inner/new.txt", "inner is a symbolic link"),
+        ("a.txt/new.txt", "a.txt is a regular file, not a directory"),
+    ],
 )
 def test_write_regular_refuses_links_and_special_files(tree, rel, says):
     before = {p: os.lstat(tree / p) for p in os.listdir(tree)}
@@ -285,7 +298,14 @@ def test_write_regular_refuses_links_and_special_files(tree, rel, says):
 def test_scan_dir_lists_entries_without_following_links(tree):
     entries, more = safefs.scan_dir(tree)
     assert [(e.name, e.kind) for e in entries] == [
-        ("a.txt", "file"), ("etc", "link"), ("inner", "link"), ("passwd", "link"), ("pipe", "other"), ("sub", "dir"), ("zero", "other")]
+        ("a.txt", "file"),
+        ("etc", "link"),
+        ("inner", "link"),
+        ("passwd", "link"),
+        ("pipe", "other"),
+        ("sub", "dir"),
+        ("zero", "other"),
+    ]
     assert not more
     entries, more = safefs.scan_dir(tree, max_entries=3)
     assert len(entries) == 3 and more
@@ -295,10 +315,19 @@ def test_scan_dir_lists_entries_without_following_links(tree):
 
 @pytest.mark.parametrize(
     ("pattern", "matches"),
-    [("*.txt", ["a.txt"]), ("**/*.txt", [".hidden/h.txt", "a.txt", "sub/b.txt"]), ("sub/*", ["sub/b.txt"]),
-     ("**/b.txt", ["sub/b.txt"]), ("s?b/[ab].txt", ["sub/b.txt"]), ("etc/*", []), ("inner/*", []), ("**/passwd", ["passwd"]),
-     ("./sub/b.txt", ["sub/b.txt"]), ("*", [".hidden", "a.txt", "etc", "inner", "passwd", "pipe", "sub", "zero"]),
-     ("**", [".hidden", ".hidden/h.txt", "a.txt", "etc", "inner", "passwd", "pipe", "sub", "sub/b.txt", "zero"])],
+    [
+        ("*.txt", ["a.txt"]),
+        ("**/*.txt", [".hidden/h.txt", "a.txt", "sub/b.txt"]),
+        ("sub/*", ["sub/b.txt"]),
+        ("**/b.txt", ["sub/b.txt"]),
+        ("s?b/[ab].txt", ["sub/b.txt"]),
+        ("etc/*", []),
+        ("inner/*", []),
+        ("**/passwd", ["passwd"]),
+        ("./sub/b.txt", ["sub/b.txt"]),
+        ("*", [".hidden", "a.txt", "etc", "inner", "passwd", "pipe", "sub", "zero"]),
+        ("**", [".hidden", ".hidden/h.txt", "a.txt", "etc", "inner", "passwd", "pipe", "sub", "sub/b.txt", "zero"]),
+    ],
 )
 def test_glob_matches_like_pathlib_but_never_enters_a_link(tree, pattern, matches):
     (tree / ".hidden").mkdir()

@@ -52,16 +52,23 @@ def counter():
 def _group(policy_server, n: int, setup: list[str], verify: list[str], agent: str) -> list[RolloutRequest]:
     policy_server.policy.scripts["m"] = [{"bash": agent}, {"text": "done"}]
     task = Task(instruction="work on the setup's files", setup=setup, verify=verify, files={"given.txt": "given\n"})
-    return [RolloutRequest(task=task, harness="whitebox", endpoint=Endpoint(base_url=policy_server.base_url, model="m"),
-                           agent_timeout_s=60) for _ in range(n)]
+    return [RolloutRequest(task=task, harness="whitebox", endpoint=Endpoint(base_url=policy_server.base_url, model="m"), agent_timeout_s=60) for _ in range(n)]
 
 
 async def test_a_group_runs_setup_once_and_each_member_works_on_its_own_copy(policy_server, counter):
-    setup = [counter.knock, "sleep 1", "echo setup >> log.txt", "echo made-in-setup >> given.txt",
-             # a link naming the directory setup ran in (as a venv's scripts name their interpreter)
-             "printf '#!/bin/bash\\necho tool-ok\\n' > tool.sh && chmod +x tool.sh && ln -s \"$PWD/tool.sh\" tool"]
-    verify = ['test "$(cat log.txt)" = "$(printf "setup\\nagent")"',  # setup's line, then this member's own only
-              'test "$(cat given.txt)" = "$(printf "given\\nmade-in-setup")"', 'test "$(./tool)" = tool-ok']
+    setup = [
+        counter.knock,
+        "sleep 1",
+        "echo setup >> log.txt",
+        "echo made-in-setup >> given.txt",
+        # a link naming the directory setup ran in (as a venv's scripts name their interpreter)
+        "printf '#!/bin/bash\\necho tool-ok\\n' > tool.sh && chmod +x tool.sh && ln -s \"$PWD/tool.sh\" tool",
+    ]
+    verify = [
+        'test "$(cat log.txt)" = "$(printf "setup\\nagent")"',  # setup's line, then this member's own only
+        'test "$(cat given.txt)" = "$(printf "given\\nmade-in-setup")"',
+        'test "$(./tool)" = tool-ok',
+    ]
     results = await run_many(_group(policy_server, 4, setup, verify, "echo agent >> log.txt"), concurrency=4)
     assert [(r.error, r.reward) for r in results] == [(None, 1.0)] * 4, [(r.error, r.verify_results) for r in results]
     assert counter.count == 1
@@ -93,8 +100,9 @@ async def test_a_task_without_setup_commands_or_with_sharing_off_runs_its_own(po
     setuplayers.process_setup_layers.cache_clear()
     try:
         setup = [counter.knock, "echo setup >> log.txt"]
-        results = await run_many(_group(policy_server, 2, setup, ['test "$(cat log.txt)" = "$(printf "setup\\nagent")"'],
-                                        "echo agent >> log.txt"), concurrency=2)
+        results = await run_many(
+            _group(policy_server, 2, setup, ['test "$(cat log.txt)" = "$(printf "setup\\nagent")"'], "echo agent >> log.txt"), concurrency=2
+        )
         assert [r.reward for r in results] == [1.0, 1.0] and counter.count == 2
     finally:
         setuplayers.process_setup_layers.cache_clear()
@@ -103,8 +111,10 @@ async def test_a_task_without_setup_commands_or_with_sharing_off_runs_its_own(po
 async def test_an_image_groups_setup_layer_is_copied_into_each_members_own_layer(policy_server, counter, image_layout):  # noqa: F811
     setup = [counter.knock, "SECONDS=0; while [ $SECONDS -lt 2 ]; do :; done", "echo setup >> /data/log", "echo setup >> seed.txt"]  # the image has no sleep
     verify = ['test "$(< /data/log)" = "$(printf "setup\\nagent")"', 'test "$(< seed.txt)" = "$(printf "from the image\\nsetup")"']
-    requests = [r.model_copy(update={"task": r.task.model_copy(update={"image": image_layout})})
-                for r in _group(policy_server, 3, setup, verify, "echo agent >> /data/log")]
+    requests = [
+        r.model_copy(update={"task": r.task.model_copy(update={"image": image_layout})})
+        for r in _group(policy_server, 3, setup, verify, "echo agent >> /data/log")
+    ]
     results = await run_many(requests, concurrency=3)
     assert [(r.error, r.reward) for r in results] == [(None, 1.0)] * 3, [(r.error, r.verify_results) for r in results]
     assert counter.count == 1

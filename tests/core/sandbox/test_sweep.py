@@ -214,4 +214,3 @@ def test_a_dead_owners_leased_temp_dir_is_removed_and_a_live_owners_stays(tmp_pa
     assert sweep_temp_dirs(tmp_path) == [f"removed {dead} of a dead process"]
     assert not dead.exists() and not lease_path(dead).exists()
     assert live.is_dir() and lease_path(live).exists() and not_a_dir.exists()
-

@@ -1,15 +1,7 @@
 import json
 import shlex
 
-from harness_env.envs.claude_code.config import (
-    DENIED_TOOLS,
-    KEY_ENV,
-    OFFLINE_ENV,
-    claude_argv,
-    claude_env,
-    proxy_root,
-    settings_json,
-)
+from harness_env.envs.claude_code.config import DENIED_TOOLS, KEY_ENV, OFFLINE_ENV, claude_argv, claude_env, proxy_root, settings_json
 
 
 def test_the_proxy_root_is_the_base_url_and_the_session_key_the_api_key():

@@ -16,8 +16,10 @@ def _assistant(*blocks, parent=None, model="m"):
 
 
 def _results(*ids, is_error=False):
-    return {"type": "user",
-            "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": i, "content": "x", "is_error": is_error} for i in ids]}}
+    return {
+        "type": "user",
+        "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": i, "content": "x", "is_error": is_error} for i in ids]},
+    }
 
 
 def _use(i, name="Bash"):
@@ -28,22 +30,36 @@ SUCCESS = {"type": "result", "subtype": "success", "is_error": False, "result": 
 
 
 def test_a_run_with_a_command_and_an_answer():
-    out = _feed({"type": "system", "subtype": "init", "tools": ["Bash"]}, _assistant(_use("t1")), _results("t1"),
-                _assistant({"type": "text", "text": "Created it."}), SUCCESS)
+    out = _feed(
+        {"type": "system", "subtype": "init", "tools": ["Bash"]},
+        _assistant(_use("t1")),
+        _results("t1"),
+        _assistant({"type": "text", "text": "Created it."}),
+        SUCCESS,
+    )
     assert out.final_text == "Created it." and out.tool_calls == 1 and out.error is None and out.events == 5
 
 
 def test_a_tool_call_counts_once_when_it_got_a_result_refused_or_failed_included():
-    out = _feed(_assistant(_use("t1"), _use("t2"), _use("t3")), _results("t1"), _results("t2", is_error=True), _results("t2"),
-                _assistant(_use("t4"), parent="t9"), _results("t4"),  # a sub-agent's call
-                _results("t-unknown"))  # a result without its call counts nothing
+    out = _feed(
+        _assistant(_use("t1"), _use("t2"), _use("t3")),
+        _results("t1"),
+        _results("t2", is_error=True),
+        _results("t2"),
+        _assistant(_use("t4"), parent="t9"),
+        _results("t4"),  # a sub-agent's call
+        _results("t-unknown"),
+    )  # a result without its call counts nothing
     assert out.tool_calls == 3  # t3 never got a result (killed)
 
 
 def test_an_api_error_is_the_error_and_not_the_final_text():
     synthetic = _assistant({"type": "text", "text": "API Error: 400 scripted failure 400"}, model="<synthetic>")
-    out = _feed(_assistant({"type": "text", "text": "Thinking aloud."}), synthetic,
-                {"type": "result", "subtype": "success", "is_error": True, "result": "API Error: 400 scripted failure 400"})
+    out = _feed(
+        _assistant({"type": "text", "text": "Thinking aloud."}),
+        synthetic,
+        {"type": "result", "subtype": "success", "is_error": True, "result": "API Error: 400 scripted failure 400"},
+    )
     assert out.error == "API Error: 400 scripted failure 400" and out.final_text == "Thinking aloud."
     assert _feed({"type": "result", "subtype": "error_max_turns", "is_error": True}).error == "error_max_turns"
     assert _feed({"type": "result", "subtype": "error_during_execution", "is_error": True}, SUCCESS).error is None

@@ -38,14 +38,25 @@ async def test_a_codex_rollout_that_compacts_links_compaction_and_trains_both_br
     req = RolloutRequest(
         task=Task(instruction="List the files in this directory, then say what you found.", task_id="compact", verify=["true"]),
         endpoint=Endpoint(base_url=tap.base_url, api_key="", model=vllm_server.model),
-        harness=harness, temperature=1.0, max_turns=3, max_tokens_cap=96, structured_regex=tool_call_regex(harness),
-        agent_timeout_s=900, harness_config={**HARNESS_CONFIG.get(harness, {}), "model_auto_compact_token_limit": COMPACT_AT},
+        harness=harness,
+        temperature=1.0,
+        max_turns=3,
+        max_tokens_cap=96,
+        structured_regex=tool_call_regex(harness),
+        agent_timeout_s=900,
+        harness_config={**HARNESS_CONFIG.get(harness, {}), "model_auto_compact_token_limit": COMPACT_AT},
     )
     res = await run_rollout(req)
     assert res.capture_level == "tokens" and res.reward == 1.0, (res.error, res.error_kind, res.agent_log_tail)
     turns = sorted(res.proxy_turns, key=lambda t: t.index)
-    print("\n" + "\n".join(f"turn {t.index}: {t.purpose} {t.link} parent {t.parent} branch {t.branch}, "
-                           f"{len(t.request_messages)} messages, {len(t.prompt_token_ids)} prompt tokens" for t in turns))
+    print(
+        "\n"
+        + "\n".join(
+            f"turn {t.index}: {t.purpose} {t.link} parent {t.parent} branch {t.branch}, "
+            f"{len(t.request_messages)} messages, {len(t.prompt_token_ids)} prompt tokens"
+            for t in turns
+        )
+    )
     compacted = [t for t in turns if t.link == "compaction"]
     assert compacted, [(t.index, t.purpose, t.link) for t in turns]
     # The summary Codex asked for is an auxiliary call, and what it answered is in the compacted prompt.

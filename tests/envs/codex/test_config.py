@@ -1,16 +1,7 @@
 import shlex
 import tomllib
 
-from harness_env.envs.codex.config import (
-    KEY_ENV,
-    OFFLINE_SETTINGS,
-    PROVIDER,
-    codex_argv,
-    codex_env,
-    config_toml,
-    offline_overrides,
-    to_toml,
-)
+from harness_env.envs.codex.config import KEY_ENV, OFFLINE_SETTINGS, PROVIDER, codex_argv, codex_env, config_toml, offline_overrides, to_toml
 
 
 def _config(**kw):

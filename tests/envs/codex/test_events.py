@@ -44,8 +44,11 @@ def test_tool_calls_count_once_each_when_they_ended():
 
 
 def test_a_failed_turn_is_the_error_and_a_later_completed_turn_clears_it():
-    failed = _feed({"type": "turn.started"}, {"type": "error", "message": "exceeded retry limit, last status: 429"},
-                   {"type": "turn.failed", "error": {"message": "scripted failure 400"}})
+    failed = _feed(
+        {"type": "turn.started"},
+        {"type": "error", "message": "exceeded retry limit, last status: 429"},
+        {"type": "turn.failed", "error": {"message": "scripted failure 400"}},
+    )
     assert failed.error == "scripted failure 400"
     assert _feed({"type": "error", "message": "stream broke"}).error == "stream broke"
     assert _feed({"type": "turn.failed", "error": {"message": "x"}}, {"type": "turn.completed", "usage": {}}).error is None

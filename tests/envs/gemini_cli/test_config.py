@@ -3,14 +3,7 @@ import shlex
 
 import pytest
 
-from harness_env.envs.gemini_cli.config import (
-    DENIED_TOOLS,
-    KEY_ENV,
-    gemini_argv,
-    gemini_env,
-    model_in_path,
-    settings_json,
-)
+from harness_env.envs.gemini_cli.config import DENIED_TOOLS, KEY_ENV, gemini_argv, gemini_env, model_in_path, settings_json
 
 
 def test_the_proxy_root_is_the_base_url_and_the_session_key_the_api_key():
@@ -31,8 +24,10 @@ def test_settings_select_the_api_key_and_keep_it_offline_harness_config_last():
     assert "hecap" not in settings_json()  # the key is never in a file
 
 
-@pytest.mark.parametrize("given,kept", [({"tools": {"exclude": ["read_many_files", "web_fetch"]}}, ["read_many_files"]),
-                                        ({"tools": {"exclude": "web_fetch"}}, []), ({"tools": None}, [])])
+@pytest.mark.parametrize(
+    "given,kept",
+    [({"tools": {"exclude": ["read_many_files", "web_fetch"]}}, ["read_many_files"]), ({"tools": {"exclude": "web_fetch"}}, []), ({"tools": None}, [])],
+)
 def test_a_callers_exclude_list_adds_to_the_network_tools_never_lifts_them(given, kept):
     assert json.loads(settings_json(given))["tools"]["exclude"] == [*DENIED_TOOLS, *kept]
 

@@ -27,8 +27,17 @@ SUCCESS = {"type": "result", "status": "success", "stats": {"tool_calls": 1}}
 
 
 def test_a_run_with_a_command_and_an_answer():
-    out = _feed({"type": "init", "session_id": "s", "model": "m"}, {"type": "message", "role": "user", "content": "do it"},
-                _say("Let me "), _say("look."), _use("t1"), _result("t1"), _say("Crea"), _say("ted it."), SUCCESS)
+    out = _feed(
+        {"type": "init", "session_id": "s", "model": "m"},
+        {"type": "message", "role": "user", "content": "do it"},
+        _say("Let me "),
+        _say("look."),
+        _use("t1"),
+        _result("t1"),
+        _say("Crea"),
+        _say("ted it."),
+        SUCCESS,
+    )
     assert out.final_text == "Created it." and out.tool_calls == 1 and out.error is None and out.events == 9
 
 

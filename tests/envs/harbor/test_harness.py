@@ -18,10 +18,7 @@ from tests import needs
 from tests.core.sandbox.test_images import _build_image, push, registry_host  # noqa: F401 - the loopback registry
 
 needs.module("harbor.trial.trial", "uv sync --extra harbor")
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.usefixtures("needs_bwrap"),
-]
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("needs_bwrap")]
 
 UPSTREAM_KEY = "sk-upstream-harbor-5c4b3a"
 # Harbor's hello-world shape, written by hand (not by our converter): Dockerfile, test.sh, solve.sh.
@@ -171,8 +168,11 @@ async def test_harbor_claude_code_against_an_upstream_that_speaks_messages(polic
     upstream = FakeMessagesUpstream(key=UPSTREAM_KEY, scripts={"native-m": script})
     with FakeMessagesServer(upstream) as server:
         endpoint = Endpoint(base_url=server.base_url, api_key=UPSTREAM_KEY, model="native-m", wire_api="messages")
-        res = await run_rollout(RolloutRequest(harness="harbor", harbor=HarborOptions(task_dir=str(HELLO_WORLD), agent="claude-code"),
-                                               endpoint=endpoint, mode="black_box", agent_timeout_s=120))
+        res = await run_rollout(
+            RolloutRequest(
+                harness="harbor", harbor=HarborOptions(task_dir=str(HELLO_WORLD), agent="claude-code"), endpoint=endpoint, mode="black_box", agent_timeout_s=120
+            )
+        )
     assert res.error is None, (res.error, res.agent_log_tail)
     assert res.reward == 1.0 and res.agent_final_text == "Wrote it."
     assert len(upstream.tool_requests()) == 2 and all(h["x-api-key"] == UPSTREAM_KEY for h in upstream.headers)
@@ -185,14 +185,18 @@ async def test_harbor_claude_code_against_an_upstream_that_speaks_messages(polic
 # The rest of the native suite's cases (tests/envs/test_e2e.py) for the vendor-API agents under
 # Harbor: the work not done (and a reward forged) scores 0, a hanging policy is one deadline with
 # nothing left, an unreachable endpoint is the endpoint's failure (reward None, never 0).
-FORGE = ("for f in /logs/verifier/reward.txt /root/logs/verifier/reward.txt; do mkdir -p $(dirname $f); echo 1.0 > $f; done; "
-         "echo '{\"reward\": 1.0}' > /logs/verifier/reward.json; echo forged")
+FORGE = (
+    "for f in /logs/verifier/reward.txt /root/logs/verifier/reward.txt; do mkdir -p $(dirname $f); echo 1.0 > $f; done; "
+    "echo '{\"reward\": 1.0}' > /logs/verifier/reward.json; echo forged"
+)
 
 
 # A verifier that trusts a reward file it finds (writes 0 only when there is none): a forged file
 # that survived to verify would score 1.0.
-TRUSTING_TEST_SH = ("#!/bin/bash\nif grep -qx hello /app/hello.txt; then echo 1 > /logs/verifier/reward.txt\n"
-                    "elif [ ! -e /logs/verifier/reward.txt ]; then echo 0 > /logs/verifier/reward.txt; fi\n")
+TRUSTING_TEST_SH = (
+    "#!/bin/bash\nif grep -qx hello /app/hello.txt; then echo 1 > /logs/verifier/reward.txt\n"
+    "elif [ ! -e /logs/verifier/reward.txt ]; then echo 0 > /logs/verifier/reward.txt; fi\n"
+)
 
 
 @pytest.mark.parametrize("agent", sorted(VENDOR_AGENTS))
@@ -227,7 +231,7 @@ async def test_harbor_vendor_api_agent_with_an_unreachable_endpoint_is_an_endpoi
     "verify, expected",
     [
         (["grep -qx hello /app/hello.txt", "test -f /app/missing.txt"], 0.5),
-        (["echo 0.25 > \"$HARNESS_ENV_REWARD_FILE\"", "false"], 0.25),
+        (['echo 0.25 > "$HARNESS_ENV_REWARD_FILE"', "false"], 0.25),
         # A hung verify command fails alone (verify_timeout_s is per command), the others still count.
         (["sleep 600", "grep -qx hello /app/hello.txt"], 0.5),
     ],
@@ -240,13 +244,17 @@ async def test_converted_task_gives_the_native_reward(policy_server, verify, exp
     # Natively the workspace is the cwd, not /app: the same task with relative paths.
     native_task = task.model_copy(update={"verify": [v.replace("/app/", "") for v in verify]})
     policy_server.policy.scripts["policy-m"] = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
-    native = await run_rollout(RolloutRequest(task=native_task, endpoint=Endpoint(base_url=policy_server.base_url, model="policy-m"),
-                                              harness="pi", agent_timeout_s=120, verify_timeout_s=3))
+    native = await run_rollout(
+        RolloutRequest(
+            task=native_task, endpoint=Endpoint(base_url=policy_server.base_url, model="policy-m"), harness="pi", agent_timeout_s=120, verify_timeout_s=3
+        )
+    )
     assert native.error is None, native.error
     assert via_harbor.reward == native.reward == expected
     assert [r.exit_code == 0 for r in via_harbor.verify_results] == [r.exit_code == 0 for r in native.verify_results]
-    assert [(r.timed_out, r.exit_code) for r in via_harbor.verify_results if r.timed_out] == \
-        [(r.timed_out, r.exit_code) for r in native.verify_results if r.timed_out]
+    assert [(r.timed_out, r.exit_code) for r in via_harbor.verify_results if r.timed_out] == [
+        (r.timed_out, r.exit_code) for r in native.verify_results if r.timed_out
+    ]
     assert [r.cmd for r in via_harbor.verify_results] == verify
     assert via_harbor.task_id == "uniform" and via_harbor.harbor.task_path == ""
 
@@ -290,8 +298,9 @@ async def test_missing_provider_credentials_fail_before_any_work(policy_server, 
     assert "e2b-test-key" not in res.model_dump_json()
 
 
-@pytest.mark.parametrize(("agent", "said"), [("cursor-cli", "it takes no custom model endpoint"),
-                                             ("terminus-1", "cannot be built here")])  # listed by Harbor, no class
+@pytest.mark.parametrize(
+    ("agent", "said"), [("cursor-cli", "it takes no custom model endpoint"), ("terminus-1", "cannot be built here")]
+)  # listed by Harbor, no class
 async def test_agents_the_proxy_cannot_serve_are_refused_before_any_work(policy_server, tmp_path, monkeypatch, agent, said):
     monkeypatch.delenv("E2B_API_KEY", raising=False)  # the agent is said first: no credential hunt for a rollout that cannot run
     res = await run_rollout(harbor_request(policy_server, {"task_dir": str(hello_task_dir(tmp_path)), "agent": agent, "sandbox": "e2b"}))
@@ -399,13 +408,17 @@ async def test_links_the_agent_plants_reach_no_host_file(policy_server, tmp_path
     secret.write_text('{"steps": [{"source": "agent", "message": "host-secret-9a8b"}]}')
     victim = tmp_path / "victim.txt"
     victim.write_text("untouched\n")
-    task_dir = _task_solved_by(tmp_path, "links", (
-        "echo hello > /app/hello.txt\n"
-        "ln -s /proc/self/environ /logs/agent/leak.txt\n"
-        f"ln -s {secret} /logs/agent/trajectory.json\n"
-        f"rm -f /tests/test.sh; ln -s {victim} /tests/test.sh\n"
-        "mkdir -p /logs/verifier/reward.txt/blocked\n"
-    ))
+    task_dir = _task_solved_by(
+        tmp_path,
+        "links",
+        (
+            "echo hello > /app/hello.txt\n"
+            "ln -s /proc/self/environ /logs/agent/leak.txt\n"
+            f"ln -s {secret} /logs/agent/trajectory.json\n"
+            f"rm -f /tests/test.sh; ln -s {victim} /tests/test.sh\n"
+            "mkdir -p /logs/verifier/reward.txt/blocked\n"
+        ),
+    )
     res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle"}))
     dump = res.model_dump_json()
     assert "canary-5e6f-server-env" not in dump and "host-secret-9a8b" not in dump
@@ -487,9 +500,19 @@ def test_our_agent_timeout_caps_a_task_that_sets_none():
     from harness_env.envs.harbor.config import trial_config
 
     def cfg(task_timeout):
-        return trial_config(HarborOptions(agent="pi"), task_dir=Path("/t"), trials_dir=Path("/r"), trial_name="n",
-                            proxy_base_url="http://127.0.0.1:9/v1", session_key="k", model="m", agent_timeout_s=30,
-                            setup_timeout_s=10, verify_timeout_s=20, task_agent_timeout_s=task_timeout)
+        return trial_config(
+            HarborOptions(agent="pi"),
+            task_dir=Path("/t"),
+            trials_dir=Path("/r"),
+            trial_name="n",
+            proxy_base_url="http://127.0.0.1:9/v1",
+            session_key="k",
+            model="m",
+            agent_timeout_s=30,
+            setup_timeout_s=10,
+            verify_timeout_s=20,
+            task_agent_timeout_s=task_timeout,
+        )
 
     assert cfg(None).agent.override_timeout_sec == 30
     assert cfg(600).agent.override_timeout_sec == 30
@@ -501,8 +524,14 @@ def test_each_agent_gets_its_wire_format_base_url_and_native_config():
     from harness_env.envs.harbor.config import agent_config
 
     def cfg(agent, **kwargs):
-        return agent_config(HarborOptions(agent=agent, agent_kwargs=kwargs), proxy_base_url="http://127.0.0.1:9/s/abc/v1",
-                            session_key="k", model="org/m", agent_timeout_s=30, setup_timeout_s=10)
+        return agent_config(
+            HarborOptions(agent=agent, agent_kwargs=kwargs),
+            proxy_base_url="http://127.0.0.1:9/s/abc/v1",
+            session_key="k",
+            model="org/m",
+            agent_timeout_s=30,
+            setup_timeout_s=10,
+        )
 
     pi, codex, claude, gemini = cfg("pi"), cfg("codex"), cfg("claude-code"), cfg("gemini-cli")
     assert (pi.model_api_format, pi.base_url, pi.model_name) == ("openai_chat_completions", "http://127.0.0.1:9/s/abc/v1", "harness-env/org/m")
@@ -529,8 +558,14 @@ def test_gemini_cli_on_a_provider_sandbox_keeps_our_offline_settings(tmp_path):
     from harness_env.envs.gemini_cli.config import DENIED_TOOLS
     from harness_env.envs.harbor.config import agent_config
 
-    config = agent_config(HarborOptions(agent="gemini-cli", sandbox="docker"), proxy_base_url="http://10.0.0.1:8100/capture/v1",
-                          session_key="k", model="org/m", agent_timeout_s=30, setup_timeout_s=10)
+    config = agent_config(
+        HarborOptions(agent="gemini-cli", sandbox="docker"),
+        proxy_base_url="http://10.0.0.1:8100/capture/v1",
+        session_key="k",
+        model="org/m",
+        agent_timeout_s=30,
+        setup_timeout_s=10,
+    )
     assert config.name is None and config.import_path == "harness_env.envs.harbor.agents:OfflineGeminiCli"
     agent = AgentFactory.create_agent_from_config(config, logs_dir=tmp_path)
     assert type(agent).install is AgentFactory.get_agent_class(AgentName("gemini-cli")).install  # Harbor's own installer
@@ -545,14 +580,21 @@ def test_verify_results_skip_lines_that_are_not_ours(tmp_path):
     from harness_env.envs.harbor.harness import _verify_results
     from harness_env.envs.harbor.trial import HarborTrialOutcome
 
-    (tmp_path / "verify_results.jsonl").write_bytes(b"\n".join([
-        b"[1]", b"7", b"\xff\xfe not utf-8", b'{"index": 0, "exit_code": 0, "duration_s": 1' + b"0" * 400 + b"}",
-        b'{"index": 9, "exit_code": 0}', b'{"index": 0, "exit_code": 124, "duration_s": 3.25, "timed_out": true}',
-        b'{"index": 1, "exit_code": 1, "duration_s": 0.01, "timed_out": false}',
-    ]))
+    (tmp_path / "verify_results.jsonl").write_bytes(
+        b"\n".join(
+            [
+                b"[1]",
+                b"7",
+                b"\xff\xfe not utf-8",
+                b'{"index": 0, "exit_code": 0, "duration_s": 1' + b"0" * 400 + b"}",
+                b'{"index": 9, "exit_code": 0}',
+                b'{"index": 0, "exit_code": 124, "duration_s": 3.25, "timed_out": true}',
+                b'{"index": 1, "exit_code": 1, "duration_s": 0.01, "timed_out": false}',
+            ]
+        )
+    )
     results = _verify_results(HarborTrialOutcome(verifier_dir=tmp_path), ["sleep 600", "false"])
     assert [(r.cmd, r.exit_code, r.timed_out, r.duration_s) for r in results] == [("sleep 600", None, True, 3.25), ("false", 1, False, 0.01)]
-
 
 
 def test_agent_logs_are_read_from_their_tail_only(tmp_path):
@@ -614,8 +656,11 @@ async def test_harbors_agents_run_in_the_tasks_docker_image(policy_server, tmp_p
     from tests.envs.harnesses import installed
 
     installed(agent)
-    task_dir = hello_task_dir(tmp_path, solve=False, test_sh=(
-        "#!/bin/bash\nif grep -qx image-ok /app/hello.txt; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"))
+    task_dir = hello_task_dir(
+        tmp_path,
+        solve=False,
+        test_sh=("#!/bin/bash\nif grep -qx image-ok /app/hello.txt; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"),
+    )
     toml = task_dir / "task.toml"
     toml.write_text(toml.read_text().replace("[environment]", f"[environment]\ndocker_image = {json.dumps(agent_image)}", 1))
     script = [{"bash": "only-in-image > /app/hello.txt"}, {"text": "done"}]
@@ -626,8 +671,10 @@ async def test_harbors_agents_run_in_the_tasks_docker_image(policy_server, tmp_p
 
 # -- a task's Dockerfile, built with buildah when the operator allows it (core/sandbox/build.py)
 
-BUILT_TEST_SH = ("#!/bin/bash\nif grep -qx built /app/hello.txt && grep -qx copied /opt/note.txt; then echo 1 > /logs/verifier/reward.txt; "
-                 "else echo 0 > /logs/verifier/reward.txt; fi\n")
+BUILT_TEST_SH = (
+    "#!/bin/bash\nif grep -qx built /app/hello.txt && grep -qx copied /opt/note.txt; then echo 1 > /logs/verifier/reward.txt; "
+    "else echo 0 > /logs/verifier/reward.txt; fi\n"
+)
 
 
 def dockerfile_task(root, base: str, run: str):
@@ -688,8 +735,7 @@ async def test_a_build_that_fails_or_cannot_run_is_one_sandbox_error_and_leaves_
     assert (res.reward, res.error_kind) == (None, "sandbox") and "could not build the task's Dockerfile" in res.error, res.error
     assert not any(n.startswith(("build-", "harness-env-tmp-")) for n in _cache_names())
     monkeypatch.setattr(build, "find_buildah", lambda: None)  # buildah not installed
-    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(dockerfile_task(tmp_path / "b", base_image, MAKE_PROGRAM)),
-                                                           "agent": "oracle"}))
+    res = await run_rollout(harbor_request(policy_server, {"task_dir": str(dockerfile_task(tmp_path / "b", base_image, MAKE_PROGRAM)), "agent": "oracle"}))
     assert (res.reward, res.error_kind) == (None, "sandbox") and "apt-get install buildah" in res.error, res.error
 
 

@@ -30,8 +30,7 @@ def _env(tmp_path: Path) -> LocalHarborEnvironment:
     env_dir = tmp_path / "environment"
     env_dir.mkdir(exist_ok=True)
     return LocalHarborEnvironment(
-        environment_dir=env_dir, environment_name="x", session_id="x__env",
-        trial_paths=TrialPaths(tmp_path / "trial"), task_env_config=EnvironmentConfig(),
+        environment_dir=env_dir, environment_name="x", session_id="x__env", trial_paths=TrialPaths(tmp_path / "trial"), task_env_config=EnvironmentConfig()
     )
 
 

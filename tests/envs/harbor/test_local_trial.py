@@ -49,8 +49,16 @@ def _marked_processes() -> list[int]:
 def _run(task_dir, agent, tmp_path, timeout_s=120, stop=None):
     opts = HarborOptions(agent=agent)  # oracle / nop: no model, so no endpoint options
     config = trial_config(
-        opts, task_dir=task_dir, trials_dir=tmp_path / "trials", trial_name="t", proxy_base_url="http://127.0.0.1:9/v1",
-        session_key="unused", model="m", agent_timeout_s=60, setup_timeout_s=60, verify_timeout_s=60,
+        opts,
+        task_dir=task_dir,
+        trials_dir=tmp_path / "trials",
+        trial_name="t",
+        proxy_base_url="http://127.0.0.1:9/v1",
+        session_key="unused",
+        model="m",
+        agent_timeout_s=60,
+        setup_timeout_s=60,
+        verify_timeout_s=60,
     )
     return asyncio.run(run_harbor_trial(config, timeout_s=timeout_s, stop=stop))
 
@@ -94,8 +102,11 @@ def test_a_workdir_under_a_system_directory_is_refused(tmp_path):
 
     with pytest.raises(ValueError, match="cannot map workdir"):
         LocalHarborEnvironment(
-            environment_dir=tmp_path, environment_name="x", session_id="x__env",
-            trial_paths=TrialPaths(tmp_path / "trial"), task_env_config=EnvironmentConfig(workdir="/usr/app"),
+            environment_dir=tmp_path,
+            environment_name="x",
+            session_id="x__env",
+            trial_paths=TrialPaths(tmp_path / "trial"),
+            task_env_config=EnvironmentConfig(workdir="/usr/app"),
         )
 
 
@@ -104,8 +115,7 @@ def test_a_workdir_under_a_system_directory_is_refused(tmp_path):
 # within its deadline with no forged reward, and leave nothing behind.
 
 NATIVE_TEST_SH = (  # Harbor's usual shape: the test writes 1 or 0 itself
-    "#!/bin/bash\n"
-    "if grep -qx hello /app/hello.txt; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
+    "#!/bin/bash\nif grep -qx hello /app/hello.txt; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
 )
 
 
@@ -198,8 +208,31 @@ def test_links_in_place_of_the_agent_logs_dir_neither_leak_nor_write_outside(tmp
 
 # Programs a Harbor trial's own scripts run (its verifier's test.sh, its agents' setup), copied from
 # the host with their libraries into an image that has nothing else but `only-in-image`.
-TRIAL_PROGRAMS = ("timeout", "mkdir", "cat", "chmod", "rm", "date", "grep", "tee", "env", "ls", "cp", "mv", "touch", "sh", "head", "tail", "id",
-                  "chown", "ln", "sed", "/bin/sh", "stdbuf", "/usr/libexec/coreutils/libstdbuf.so")
+TRIAL_PROGRAMS = (
+    "timeout",
+    "mkdir",
+    "cat",
+    "chmod",
+    "rm",
+    "date",
+    "grep",
+    "tee",
+    "env",
+    "ls",
+    "cp",
+    "mv",
+    "touch",
+    "sh",
+    "head",
+    "tail",
+    "id",
+    "chown",
+    "ln",
+    "sed",
+    "/bin/sh",
+    "stdbuf",
+    "/usr/libexec/coreutils/libstdbuf.so",
+)
 
 
 @pytest.fixture(scope="module")
@@ -212,8 +245,11 @@ def trial_image(tmp_path_factory):
 def test_a_tasks_docker_image_is_the_trials_root(tmp_path, trial_image):
     """task.toml's docker_image: the oracle's solve.sh and the verifier run the image's program;
     without the image the same task fails its tests on the host."""
-    out = _native_task(tmp_path / "img", "only-in-image > /app/hello.txt; echo hello >> /app/hello.txt\n",
-                       NATIVE_TEST_SH.replace("grep -qx hello /app/hello.txt", "grep -qx image-ok /app/hello.txt && test -x /usr/local/bin/only-in-image"))
+    out = _native_task(
+        tmp_path / "img",
+        "only-in-image > /app/hello.txt; echo hello >> /app/hello.txt\n",
+        NATIVE_TEST_SH.replace("grep -qx hello /app/hello.txt", "grep -qx image-ok /app/hello.txt && test -x /usr/local/bin/only-in-image"),
+    )
     toml = out / "task.toml"
     toml.write_text(toml.read_text().replace("[environment]", f"[environment]\ndocker_image = {json.dumps(trial_image)}", 1))
     res = _run(out, "oracle", tmp_path)

@@ -73,10 +73,7 @@ def test_ambiguous_map_falls_back_to_reward_txt(tmp_path):
     assert len(notes) == 1
 
 
-@pytest.mark.parametrize(
-    "payload",
-    ['{"reward": NaN}', '{"reward": Infinity}', '{"reward": 1e999}', '{"reward": "1"}', '{"reward": true}'],
-)
+@pytest.mark.parametrize("payload", ['{"reward": NaN}', '{"reward": Infinity}', '{"reward": 1e999}', '{"reward": "1"}', '{"reward": true}'])
 def test_non_finite_or_non_numeric_chosen_value_is_an_error_note(tmp_path, payload):
     _write(tmp_path, "reward.json", payload)
     reward, source, notes = read_verifier_reward(tmp_path, None)

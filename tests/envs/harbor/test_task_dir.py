@@ -93,8 +93,9 @@ def test_a_quick_exit_124_under_a_sub_second_timeout_is_not_a_timeout(tmp_path):
 
 
 def test_each_setup_command_has_its_own_timeout(tmp_path):
-    out = task_to_task_dir(_task(setup=["sleep 600", "touch never"]), tmp_path / "t", agent_timeout_s=10, verify_timeout_s=10,
-                           setup_timeout_s=1, workdir=str(tmp_path / "w"))
+    out = task_to_task_dir(
+        _task(setup=["sleep 600", "touch never"]), tmp_path / "t", agent_timeout_s=10, verify_timeout_s=10, setup_timeout_s=1, workdir=str(tmp_path / "w")
+    )
     (tmp_path / "w").mkdir()
     r = subprocess.run(["bash", str(out / "environment" / "setup.sh")], capture_output=True, text=True, timeout=120)  # a hang fails
     assert r.returncode == 124 and "setup command #1 timed out after 1.0s" in r.stderr
@@ -102,8 +103,9 @@ def test_each_setup_command_has_its_own_timeout(tmp_path):
 
 
 def test_a_setup_command_that_fails_quickly_with_124_is_not_called_a_timeout(tmp_path):
-    out = task_to_task_dir(_task(setup=["exit 124", "touch never"]), tmp_path / "t", agent_timeout_s=10, verify_timeout_s=10,
-                           setup_timeout_s=30, workdir=str(tmp_path / "w"))
+    out = task_to_task_dir(
+        _task(setup=["exit 124", "touch never"]), tmp_path / "t", agent_timeout_s=10, verify_timeout_s=10, setup_timeout_s=30, workdir=str(tmp_path / "w")
+    )
     (tmp_path / "w").mkdir()
     r = subprocess.run(["bash", str(out / "environment" / "setup.sh")], capture_output=True, text=True)
     assert r.returncode == 124 and "timed out" not in r.stderr
@@ -111,8 +113,7 @@ def test_a_setup_command_that_fails_quickly_with_124_is_not_called_a_timeout(tmp
 
 
 def test_setup_stops_when_the_workdir_is_missing(tmp_path):
-    out = task_to_task_dir(_task(setup=["touch here"]), tmp_path / "t", agent_timeout_s=10, verify_timeout_s=10,
-                           workdir=str(tmp_path / "missing"))
+    out = task_to_task_dir(_task(setup=["touch here"]), tmp_path / "t", agent_timeout_s=10, verify_timeout_s=10, workdir=str(tmp_path / "missing"))
     r = subprocess.run(["bash", str(out / "environment" / "setup.sh")], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode != 0 and not (tmp_path / "here").exists()
 
@@ -140,13 +141,16 @@ def test_a_stale_reward_from_the_agent_is_dropped(tmp_path):
     assert read_verifier_reward(verifier, None)[:2] == (0.0, "reward_txt")
 
 
-@pytest.mark.parametrize("plant", [
-    'echo 1.0 > forged; ln -sf "$PWD/forged" "$HARNESS_ENV_REWARD_FILE"',  # a link to a forged reward
-    'mkfifo "$HARNESS_ENV_REWARD_FILE"',  # grep on it would wait for ever
-    'echo 1.0 > forged; ln -s "$PWD/forged" "$(dirname "$HARNESS_ENV_REWARD_FILE")/reward.json"',
-    'mkfifo "$(dirname "$HARNESS_ENV_REWARD_FILE")/reward.json"',
-    'mkdir -p "$HARNESS_ENV_REWARD_FILE/x"',
-])
+@pytest.mark.parametrize(
+    "plant",
+    [
+        'echo 1.0 > forged; ln -sf "$PWD/forged" "$HARNESS_ENV_REWARD_FILE"',  # a link to a forged reward
+        'mkfifo "$HARNESS_ENV_REWARD_FILE"',  # grep on it would wait for ever
+        'echo 1.0 > forged; ln -s "$PWD/forged" "$(dirname "$HARNESS_ENV_REWARD_FILE")/reward.json"',
+        'mkfifo "$(dirname "$HARNESS_ENV_REWARD_FILE")/reward.json"',
+        'mkdir -p "$HARNESS_ENV_REWARD_FILE/x"',
+    ],
+)
 def test_a_reward_file_that_is_not_a_regular_file_is_dropped_for_the_ratio(tmp_path, plant):
     verifier = _verify(tmp_path, _task(verify=["false", plant]))  # one of two passed
     assert read_verifier_reward(verifier, None)[:2] == (0.5, "reward_txt")
@@ -175,7 +179,7 @@ def test_workdir_must_be_plain_absolute(tmp_path):
         task_to_task_dir(_task(), tmp_path / "t", agent_timeout_s=1, verify_timeout_s=1, workdir="/a$(x)")
 
 
-def _harbor_dir(d, toml='[verifier]\ntimeout_sec = 12.0\n', instruction="Do.", test=True, env=True):
+def _harbor_dir(d, toml="[verifier]\ntimeout_sec = 12.0\n", instruction="Do.", test=True, env=True):
     d.mkdir(parents=True)
     (d / "task.toml").write_text(toml)
     if instruction is not None:

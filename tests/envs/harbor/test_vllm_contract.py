@@ -26,8 +26,14 @@ async def test_every_captured_turn_of_a_harbor_agent_is_what_the_real_engine_saw
     req = RolloutRequest(
         task=Task(instruction="List the files in this directory, then say what you found.", task_id="contract", verify=["true"]),
         endpoint=Endpoint(base_url=tap.base_url, api_key="", model=vllm_server.model),
-        harness="harbor", harbor=HarborOptions(agent=AGENT), top_logprobs=2, temperature=1.0, max_turns=3, max_tokens_cap=64,
-        structured_regex=tool_call_regex(AGENT), agent_timeout_s=900,
+        harness="harbor",
+        harbor=HarborOptions(agent=AGENT),
+        top_logprobs=2,
+        temperature=1.0,
+        max_turns=3,
+        max_tokens_cap=64,
+        structured_regex=tool_call_regex(AGENT),
+        agent_timeout_s=900,
     )
     res = await run_rollout(req)
     assert res.harbor.agent == AGENT, res.harbor

@@ -1,13 +1,6 @@
 import json
 
-from harness_env.envs.opencode.config import (
-    DISABLED_TOOLS,
-    PROVIDER,
-    deep_merge,
-    opencode_argv,
-    opencode_env,
-    opencode_json,
-)
+from harness_env.envs.opencode.config import DISABLED_TOOLS, PROVIDER, deep_merge, opencode_argv, opencode_env, opencode_json
 
 
 def test_provider_points_at_the_proxy_with_the_session_key():

@@ -15,16 +15,21 @@ def _feed(events):
 
 
 def test_verified_tool_calls_and_final_text():
-    out = _feed([
-        {"type": "step_start", "part": {}},
-        _tool("a", "running"), _tool("a", "completed"),
-        _tool("b", "error"),
-        _tool("c", "running"),  # never finished: not counted
-        {"type": "text", "part": {"text": "thinking aloud"}},
-        {"type": "step_start", "part": {}},
-        {"type": "text", "part": {"text": "All "}}, {"type": "text", "part": {"text": "done."}},
-        "garbage line", "",
-    ])
+    out = _feed(
+        [
+            {"type": "step_start", "part": {}},
+            _tool("a", "running"),
+            _tool("a", "completed"),
+            _tool("b", "error"),
+            _tool("c", "running"),  # never finished: not counted
+            {"type": "text", "part": {"text": "thinking aloud"}},
+            {"type": "step_start", "part": {}},
+            {"type": "text", "part": {"text": "All "}},
+            {"type": "text", "part": {"text": "done."}},
+            "garbage line",
+            "",
+        ]
+    )
     assert out.tool_calls == 2 and out.final_text == "All done." and out.error is None
 
 

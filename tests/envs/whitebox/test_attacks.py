@@ -56,6 +56,7 @@ async def answered(coro):
 
 # -- item 3: FIFOs and devices ---------------------------------------------------------------
 
+
 async def test_file_tools_on_a_fifo_answer_at_once_and_leave_it_alone(box):
     await sh(box, "mkfifo pipe && echo 'needle' > hay.txt")
     ws = Path(box.sandbox.workspace)
@@ -107,6 +108,7 @@ async def test_devices_are_never_opened(box):
 
 # -- item 12: links the agent made -------------------------------------------------------------
 
+
 @pytest.fixture
 def host_dir(tmp_path):
     d = tmp_path / "host"
@@ -133,8 +135,15 @@ async def test_no_file_tool_follows_a_link_out_of_the_workspace(box, host_dir):
         assert (await call(box, "glob", pattern="*/*")).content == "d/mine.txt\nd/up"
 
         link_says = "is a symbolic link; the file tools do not follow links"
-        for path, culprit in [("s.txt", "s.txt"), ("h/secret.txt", "h"), ("o/other.txt", "o"), ("root/etc/passwd", "root"),
-                              ("p/self/environ", "p"), ("d/up/etc/passwd", "d/up"), (f"{ws}/h/secret.txt", "h")]:
+        for path, culprit in [
+            ("s.txt", "s.txt"),
+            ("h/secret.txt", "h"),
+            ("o/other.txt", "o"),
+            ("root/etc/passwd", "root"),
+            ("p/self/environ", "p"),
+            ("d/up/etc/passwd", "d/up"),
+            (f"{ws}/h/secret.txt", "h"),
+        ]:
             r = await answered(call(box, "read", path=path))
             assert not r.ok and r.content.startswith(f"error: {culprit} {link_says}"), (path, r.content)
         for path in ("h", "root", "p", "o", "d/up"):
@@ -197,8 +206,16 @@ async def test_a_workspace_replaced_by_a_link_is_not_entered(box, host_dir):
 
 @pytest.mark.parametrize(
     ("path", "fine"),
-    [("a/../b.txt", True), ("./b.txt", True), ("../b.txt", False), ("a/../../b.txt", False), ("/etc/passwd", False),
-     ("{ws}/b.txt", True), ("{ws}/../home/b.txt", False), ("{ws}x/b.txt", False)],
+    [
+        ("a/../b.txt", True),
+        ("./b.txt", True),
+        ("../b.txt", False),
+        ("a/../../b.txt", False),
+        ("/etc/passwd", False),
+        ("{ws}/b.txt", True),
+        ("{ws}/../home/b.txt", False),
+        ("{ws}x/b.txt", False),
+    ],
 )
 async def test_paths_are_resolved_by_name_inside_the_workspace(box, path, fine):
     path = path.format(ws=box.sandbox.workspace)
@@ -225,6 +242,7 @@ async def test_grep_sees_the_links_in_the_sandboxs_own_view(host_dir):
 
 
 # -- item 8: huge files ---------------------------------------------------------------------
+
 
 async def test_a_huge_file_is_read_a_page_at_a_time(box):
     ws = Path(box.sandbox.workspace)
@@ -316,8 +334,7 @@ def test_reading_200_mb_files_does_not_grow_the_server():
 
 
 async def test_glob_and_ls_are_bounded(box, monkeypatch):
-    await sh(box, "mkdir wide && cd wide && touch $(seq -f f%04g 1 700); cd ..; p=deep; for i in $(seq 80); do p=$p/d; done;"
-                  " mkdir -p $p && touch $p/leaf")
+    await sh(box, "mkdir wide && cd wide && touch $(seq -f f%04g 1 700); cd ..; p=deep; for i in $(seq 80); do p=$p/d; done; mkdir -p $p && touch $p/leaf")
     *names, note = (await call(box, "ls", path="wide")).content.splitlines()
     assert names == [f"f{i:04d}" for i in range(1, len(names) + 1)] and len("\n".join(names)) <= 1024
     assert note == f"[{700 - len(names)} more entries; use bash (ls | head, find) to page through them]"
@@ -335,6 +352,7 @@ async def test_glob_and_ls_are_bounded(box, monkeypatch):
 
 
 # -- item 21: how much output was cut ----------------------------------------------------------
+
 
 async def test_the_model_is_told_the_real_number_of_bytes_cut(box):
     box.limits = ToolLimits(timeout_s=60, max_output_bytes=1024)

@@ -48,9 +48,7 @@ async def test_fifo_rollouts_end_and_the_next_rollout_still_runs(policy_server, 
         {"text": "done"},
     ]
     # A tool blocked on the FIFO shows in its reply (a timeout, not the refusal); wait_for bounds a hang.
-    results = await asyncio.wait_for(
-        asyncio.gather(*(run_rollout(make_request(script, model=f"fifo{i}")) for i in range(8))), 90
-    )
+    results = await asyncio.wait_for(asyncio.gather(*(run_rollout(make_request(script, model=f"fifo{i}")) for i in range(8))), 90)
     for i, res in enumerate(results):
         assert res.error is None and res.reward == 1.0 and res.agent_tool_calls == 4, res.error
         replies = tool_replies(policy_server, f"fifo{i}")

@@ -3,15 +3,7 @@
 import pytest
 
 from harness_env.families.svg_icon import checks
-from harness_env.families.svg_icon.checks import (
-    external_refs,
-    image_stats,
-    inspect_svg,
-    is_blank,
-    page_reasons,
-    page_valid,
-    reason_code,
-)
+from harness_env.families.svg_icon.checks import external_refs, image_stats, inspect_svg, is_blank, page_reasons, page_valid, reason_code
 from harness_env.families.svg_icon.pngcodec import encode_png
 
 GOOD = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 10 10"><rect width="5" height="5"/></svg>'

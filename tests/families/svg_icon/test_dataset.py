@@ -33,7 +33,7 @@ ROWS = [  # (id, svg, description)
     ("a6", SQUARE, "  A   blue\n square. "),
     ("a7", STAR, "   "),
     ("a8", f'<!DOCTYPE svg [<!ENTITY x "y">]><svg {NS}><text>&x;</text></svg>', "Entity."),
-    ("a9", f'<html {NS}/>', "Not an svg root."),
+    ("a9", f"<html {NS}/>", "Not an svg root."),
     ("a10", STAR, "a red CIRCLE"),  # same prompt as a1, different drawing
     ("a11", STAR, "A golden star"),
     ("a12", None, "No svg at all."),
@@ -80,9 +80,10 @@ def test_parquet_filters_and_provenance(tmp_path):
     prov = json.loads((out / "provenance.json").read_text())
     assert prov == report.provenance
     assert prov["counts"] == {
-        "rows_total": 12, "examined": 12, "kept": 3,
-        "filtered": {"empty_prompt": 1, "too_long": 1, "malformed": 4, "duplicate_svg": 1,
-                     "duplicate_prompt": 1, "blank": 1},
+        "rows_total": 12,
+        "examined": 12,
+        "kept": 3,
+        "filtered": {"empty_prompt": 1, "too_long": 1, "malformed": 4, "duplicate_svg": 1, "duplicate_prompt": 1, "blank": 1},
     }
     (inp,) = prov["inputs"]
     assert inp["rows"] == 12 and inp["kind"] == "parquet" and len(inp["sha256"]) == 64
@@ -140,8 +141,7 @@ def test_csv_briefs_with_and_without_reference_images(tmp_path):
     assert recs[house].reference_png is None and recs[house].source.row == 4
     assert_png(Path(recs["sun"].reference_png))
     assert Path(recs["dot"].reference_png).read_bytes() == (refs / "dot.png").read_bytes()
-    assert report.provenance["counts"]["filtered"] == {
-        "empty_prompt": 1, "too_long": 0, "malformed": 0, "duplicate_svg": 0, "duplicate_prompt": 1, "blank": 1}
+    assert report.provenance["counts"]["filtered"] == {"empty_prompt": 1, "too_long": 0, "malformed": 0, "duplicate_svg": 0, "duplicate_prompt": 1, "blank": 1}
     assert report.provenance["inputs"][0]["columns"] == {"prompt": "prompt", "image": "reference_image", "id": "task_id"}
 
     plain = tmp_path / "plain.csv"

@@ -43,16 +43,20 @@ def reference(tmp_path):
 
 def icon_request(policy_server, script, **options):
     policy_server.policy.scripts["m"] = script
-    return RolloutRequest(task=Task(instruction="a red square", task_id="icon-1"), harness="pi", task_family="svg_icon",
-                          family_options={"renderer": "resvg", **options}, agent_timeout_s=90,
-                          endpoint=Endpoint(base_url=policy_server.base_url, model="m"))
+    return RolloutRequest(
+        task=Task(instruction="a red square", task_id="icon-1"),
+        harness="pi",
+        task_family="svg_icon",
+        family_options={"renderer": "resvg", **options},
+        agent_timeout_s=90,
+        endpoint=Endpoint(base_url=policy_server.base_url, model="m"),
+    )
 
 
 async def test_a_good_icon_gets_the_judges_weighted_score(policy_server, judge, reference):
     judge.expect_images = 2
     judge.script = [{"scores": {"semantic_match": 1.0, "composition": 0.5, "geometry": 1.0, "style": 0.5, "aesthetics": 0.5}}]
-    req = icon_request(policy_server, [write_icon(RED_SQUARE), {"bash": PREVIEW_COMMAND}, {"text": "done"}],
-                       reference_png=reference, renderer="chromium")
+    req = icon_request(policy_server, [write_icon(RED_SQUARE), {"bash": PREVIEW_COMMAND}, {"text": "done"}], reference_png=reference, renderer="chromium")
     res = await run_rollout(req)
     assert res.error is None, res.error
     assert res.reward == pytest.approx(0.7) and res.reward_source == "judge"
@@ -86,8 +90,7 @@ async def test_bad_submissions_get_0_without_asking_the_judge(policy_server, jud
 
 async def test_a_custom_rubric_weights_the_scores(policy_server, judge):
     judge.script = [{"scores": {"shape": 1.0, "colour": 0.0}}]
-    rubric = {"dimensions": [{"name": "shape", "description": "Is it a square?", "weight": 3},
-                             {"name": "colour", "description": "Is it red?", "weight": 1}]}
+    rubric = {"dimensions": [{"name": "shape", "description": "Is it a square?", "weight": 3}, {"name": "colour", "description": "Is it red?", "weight": 1}]}
     res = await run_rollout(icon_request(policy_server, [write_icon(RED_SQUARE), {"text": "done"}], rubric=rubric))
     assert res.reward == pytest.approx(0.75) and set(res.grading["judge"]["scores"]) == {"shape", "colour"}
 
@@ -101,8 +104,12 @@ async def test_judge_down_is_an_infrastructure_error_not_a_zero(policy_server, j
 
 def test_bad_family_input_is_refused_before_any_work(monkeypatch, reference):
     def req(**options):
-        return RolloutRequest(task=Task(instruction="a red square"), task_family="svg_icon", family_options=options,
-                              endpoint=Endpoint(base_url="http://127.0.0.1:9/v1", model="m"))
+        return RolloutRequest(
+            task=Task(instruction="a red square"),
+            task_family="svg_icon",
+            family_options=options,
+            endpoint=Endpoint(base_url="http://127.0.0.1:9/v1", model="m"),
+        )
 
     monkeypatch.delenv("HARNESS_ENV_JUDGE_BASE_URL", raising=False)
     with pytest.raises(InvalidRequestError, match="HARNESS_ENV_JUDGE_BASE_URL"):
@@ -136,8 +143,7 @@ async def test_through_the_server_references_come_only_from_its_reference_dir(st
     policy_server.policy.scripts["m"] = [write_icon(RED_SQUARE), {"text": "done"}]
     judge = FakeJudge(expect_images=2)
     with FakeJudgeServer(judge) as jsrv:
-        server = start_server(env={"HARNESS_ENV_JUDGE_BASE_URL": jsrv.base_url, "HARNESS_ENV_JUDGE_MODEL": "vl",
-                                   "HARNESS_ENV_REFERENCE_DIR": str(refs)})
+        server = start_server(env={"HARNESS_ENV_JUDGE_BASE_URL": jsrv.base_url, "HARNESS_ENV_JUDGE_MODEL": "vl", "HARNESS_ENV_REFERENCE_DIR": str(refs)})
         args = {"instruction": "a red square", "base_url": policy_server.base_url, "model": "m", "task_family": "svg_icon"}
         async with streamable_http_client(server.url + "/mcp") as (read, write):  # an agent's MCP call
             async with ClientSession(read, write) as session:
@@ -157,8 +163,7 @@ async def test_a_submission_that_is_no_regular_file_is_missing_not_followed_or_w
     # judged), as a FIFO (opened, grading would wait for ever), or as a directory.
     host_icon = tmp_path / "host-icon.svg"
     host_icon.write_text(RED_SQUARE)
-    cmd = {"link": f"rm -f icon.svg; ln -s {host_icon} icon.svg", "fifo": "rm -f icon.svg; mkfifo icon.svg",
-           "dir": "rm -f icon.svg; mkdir icon.svg"}[plant]
+    cmd = {"link": f"rm -f icon.svg; ln -s {host_icon} icon.svg", "fifo": "rm -f icon.svg; mkfifo icon.svg", "dir": "rm -f icon.svg; mkdir icon.svg"}[plant]
     res = await asyncio.wait_for(run_rollout(icon_request(policy_server, [{"bash": cmd}, {"text": "done"}])), 120)
     assert res.error is None and res.reward == 0.0 and res.reward_source == "zero_check", (res.error, res.grading)
     assert res.grading["zero_reasons"][0].startswith("missing: icon.svg is a"), res.grading["zero_reasons"]

@@ -40,8 +40,13 @@ EVIDENCE = {"renderer": "resvg", "width": 4, "height": 4, "blank": False}
 
 def judge_for(srv_or_url, *, key: str = KEY, timeout: float = 5, concurrency: int = 4, options=None, **kw) -> Judge:
     url = srv_or_url if isinstance(srv_or_url, str) else srv_or_url.base_url
-    env = {"HARNESS_ENV_JUDGE_BASE_URL": url, "HARNESS_ENV_JUDGE_MODEL": "fake-vlm", "HARNESS_ENV_JUDGE_API_KEY": key,
-           "HARNESS_ENV_JUDGE_TIMEOUT": str(timeout), "HARNESS_ENV_JUDGE_CONCURRENCY": str(concurrency)}
+    env = {
+        "HARNESS_ENV_JUDGE_BASE_URL": url,
+        "HARNESS_ENV_JUDGE_MODEL": "fake-vlm",
+        "HARNESS_ENV_JUDGE_API_KEY": key,
+        "HARNESS_ENV_JUDGE_TIMEOUT": str(timeout),
+        "HARNESS_ENV_JUDGE_CONCURRENCY": str(concurrency),
+    }
     if options is not None:
         env["HARNESS_ENV_JUDGE_REQUEST_OPTIONS"] = json.dumps(options)
     kw.setdefault("backoff_base_s", 0.01)
@@ -115,7 +120,11 @@ def test_request_labels_reference_and_candidate_images():
     assert schema["required"] == DEFAULT_RUBRIC.names and schema["additionalProperties"] is False
     dim = schema["properties"]["geometry"]
     assert dim["required"] == ["reason", "score"] and dim["properties"]["score"] == {
-        "type": "number", "minimum": 0, "maximum": 1, "description": dim["properties"]["score"]["description"]}
+        "type": "number",
+        "minimum": 0,
+        "maximum": 1,
+        "description": dim["properties"]["score"]["description"],
+    }
 
 
 def test_request_without_reference_says_so_and_has_one_image():
@@ -183,9 +192,16 @@ def test_bad_answers_are_errors(text, match):
 def test_config_from_env_defaults_and_values():
     cfg = JudgeConfig.from_env({})
     assert not cfg.configured and cfg.timeout_s == 60 and cfg.concurrency == 4 and cfg.request_options == {}
-    cfg = JudgeConfig.from_env({"HARNESS_ENV_JUDGE_BASE_URL": "http://h:1/v1/", "HARNESS_ENV_JUDGE_MODEL": "vlm", "HARNESS_ENV_JUDGE_API_KEY": KEY,
-                                "HARNESS_ENV_JUDGE_TIMEOUT": "12.5", "HARNESS_ENV_JUDGE_CONCURRENCY": "7",
-                                "HARNESS_ENV_JUDGE_REQUEST_OPTIONS": '{"max_tokens": 512}'})
+    cfg = JudgeConfig.from_env(
+        {
+            "HARNESS_ENV_JUDGE_BASE_URL": "http://h:1/v1/",
+            "HARNESS_ENV_JUDGE_MODEL": "vlm",
+            "HARNESS_ENV_JUDGE_API_KEY": KEY,
+            "HARNESS_ENV_JUDGE_TIMEOUT": "12.5",
+            "HARNESS_ENV_JUDGE_CONCURRENCY": "7",
+            "HARNESS_ENV_JUDGE_REQUEST_OPTIONS": '{"max_tokens": 512}',
+        }
+    )
     assert cfg.configured and cfg.base_url == "http://h:1/v1" and cfg.timeout_s == 12.5 and cfg.concurrency == 7
     assert cfg.request_options == {"max_tokens": 512} and cfg.api_key.get_secret_value() == KEY
 
@@ -257,8 +273,9 @@ async def test_no_reference_sends_one_image():
 
 
 async def test_custom_rubric_weights_are_applied():
-    rubric = Rubric(dimensions=[RubricDimension(name="shape", description="right shape", weight=3),
-                                RubricDimension(name="colour", description="right colour", weight=1)])
+    rubric = Rubric(
+        dimensions=[RubricDimension(name="shape", description="right shape", weight=3), RubricDimension(name="colour", description="right colour", weight=1)]
+    )
     fake = FakeJudge(script=[{"scores": {"shape": 0.2, "colour": 1.0}}])
     with FakeJudgeServer(fake) as srv:
         out = await judge_for(srv).score("a red heart", CANDIDATE, REFERENCE, EVIDENCE, rubric)

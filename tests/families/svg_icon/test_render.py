@@ -13,22 +13,11 @@ import pytest
 
 from harness_env.families.svg_icon import checks
 from harness_env.families.svg_icon.pngcodec import decode_png
-from harness_env.families.svg_icon.render import (
-    RendererMissingError,
-    RenderSettings,
-    chromium_path,
-    render_png,
-    render_png_async,
-    resvg_fonts,
-    zero_reasons,
-)
+from harness_env.families.svg_icon.render import RendererMissingError, RenderSettings, chromium_path, render_png, render_png_async, resvg_fonts, zero_reasons
 
 # A 200x100 drawing: a red 100x100 square in its middle, nothing else. Fitted into 256x256 it is
 # 256x128, centred vertically (y 64..192), with the square at x 64..192.
-WIDE = (
-    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 200 100">'
-    '<rect x="50" y="0" width="100" height="100" fill="#ff0000"/></svg>'
-)
+WIDE = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 200 100"><rect x="50" y="0" width="100" height="100" fill="#ff0000"/></svg>'
 TEXT_ONLY = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 100 100"><text x="5" y="60" font-size="40">Ag</text></svg>'
 
 

@@ -62,8 +62,13 @@ def test_kill_9_with_jobs_running_then_restart(tmp_path_factory, policy_server) 
         assert notes == ["clean-up after the server died: sandbox directory removed"] * 2
         again = httpx.post(second.url + "/rollout", json=args(policy_server, "dur-after", QUICK), timeout=120).json()
         assert again["reward"] == 1.0  # and it serves on
-        assert [i["status"] for i in httpx.get(second.url + "/rollouts").json()["items"]] == ["finished", "interrupted", "interrupted",
-                                                                                             "interrupted", "finished"]
+        assert [i["status"] for i in httpx.get(second.url + "/rollouts").json()["items"]] == [
+            "finished",
+            "interrupted",
+            "interrupted",
+            "interrupted",
+            "finished",
+        ]
     finally:
         if second is not None:
             second.stop()

@@ -16,16 +16,27 @@ from tests.server_process import ServerProcess, served_in_process
 
 pytestmark = pytest.mark.e2e
 # A whole chat completion whose text is a lone surrogate, escaped as JSON allows.
-SURROGATE_ANSWER = json.dumps({
-    "id": "x", "object": "chat.completion", "model": "m",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "done \\udfff"}, "finish_reason": "stop"}],
-}).replace("\\\\udfff", "\\udfff")
+SURROGATE_ANSWER = json.dumps(
+    {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "done \\udfff"}, "finish_reason": "stop"}],
+    }
+).replace("\\\\udfff", "\\udfff")
 
 
 def _args(srv, model: str, script: list[dict], **kw) -> dict:
     srv.policy.scripts[model] = script
-    return {"instruction": "Create hello.txt containing hello.", "base_url": srv.base_url, "model": model, "harness": "whitebox",
-            "verify": ["grep -qx hello hello.txt"], "agent_timeout_s": 120, **kw}
+    return {
+        "instruction": "Create hello.txt containing hello.",
+        "base_url": srv.base_url,
+        "model": model,
+        "harness": "whitebox",
+        "verify": ["grep -qx hello hello.txt"],
+        "agent_timeout_s": 120,
+        **kw,
+    }
 
 
 def _job(server: ServerProcess, rollout_id: str) -> dict:
@@ -36,10 +47,14 @@ def _job(server: ServerProcess, rollout_id: str) -> dict:
 
 def test_what_cannot_be_encoded_never_hangs_a_job(start_server, policy_server) -> None:
     server = start_server()
-    body = _args(policy_server, "end-unicode", [
-        {"bash": "echo hello > hello.txt && touch \"$(printf 'bad\\377name')\""},  # a name that is not UTF-8
-        {"raw": SURROGATE_ANSWER},
-    ])
+    body = _args(
+        policy_server,
+        "end-unicode",
+        [
+            {"bash": "echo hello > hello.txt && touch \"$(printf 'bad\\377name')\""},  # a name that is not UTF-8
+            {"raw": SURROGATE_ANSWER},
+        ],
+    )
     assert "\\udfff" in SURROGATE_ANSWER
     r = httpx.post(server.url + "/rollout", json=body, timeout=120)
     assert r.status_code == 200, r.text
@@ -56,8 +71,10 @@ def test_a_store_that_refuses_the_result_still_ends_the_job_failed(start_server,
     server = start_server()
     # The fault: the real store refuses every result of task "refused" (as a full disk would).
     with sqlite3.connect(server.data_dir / "rollouts.db") as db:
-        db.execute("CREATE TRIGGER refuse BEFORE INSERT ON results WHEN (SELECT task_id FROM rollouts WHERE id = NEW.rollout_id)"
-                   " = 'refused' BEGIN SELECT RAISE(ABORT, 'injected: database or disk is full'); END")
+        db.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON results WHEN (SELECT task_id FROM rollouts WHERE id = NEW.rollout_id)"
+            " = 'refused' BEGIN SELECT RAISE(ABORT, 'injected: database or disk is full'); END"
+        )
     body = _args(policy_server, "end-refused", [{"bash": "echo hello > hello.txt"}, {"text": "done"}], task_id="refused")
 
     r = httpx.post(server.url + "/rollout", json=body, timeout=120)  # called: the caller gets why

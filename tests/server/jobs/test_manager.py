@@ -21,8 +21,15 @@ SLOW = [{"bash": "sleep 50"}, {"text": "done"}]
 
 def args(srv, model: str, script: list[dict], **kw) -> dict:
     srv.policy.scripts[model] = script
-    return {"instruction": "Create hello.txt containing hello.", "base_url": srv.base_url, "model": model, "harness": "whitebox",
-            "verify": ["grep -qx hello hello.txt"], "agent_timeout_s": 120, **kw}
+    return {
+        "instruction": "Create hello.txt containing hello.",
+        "base_url": srv.base_url,
+        "model": model,
+        "harness": "whitebox",
+        "verify": ["grep -qx hello hello.txt"],
+        "agent_timeout_s": 120,
+        **kw,
+    }
 
 
 def sse_events(url: str, headers: dict | None = None) -> list[tuple[str | None, str, dict]]:

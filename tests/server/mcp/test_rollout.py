@@ -20,8 +20,13 @@ QUICK = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
 async def test_the_rollout_tools_are_listed_in_4_kb_with_every_option_reachable(start_server, policy_server) -> None:
     server = start_server()
     policy_server.policy.scripts["options-nested"] = QUICK
-    args = {"instruction": "Create hello.txt containing hello.", "base_url": policy_server.base_url, "model": "options-nested",
-            "harness": "whitebox", "verify": ["grep -qx hello hello.txt"]}
+    args = {
+        "instruction": "Create hello.txt containing hello.",
+        "base_url": policy_server.base_url,
+        "model": "options-nested",
+        "harness": "whitebox",
+        "verify": ["grep -qx hello hello.txt"],
+    }
     async with streamable_http_client(server.url + "/mcp") as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
@@ -49,8 +54,13 @@ async def test_the_sdks_high_level_client_negotiates_and_runs_a_rollout(start_se
     initialize handshake) finds the same tools and gets the same answer as ClientSession."""
     server = start_server()
     policy_server.policy.scripts["high-level"] = QUICK
-    args = {"instruction": "Create hello.txt containing hello.", "base_url": policy_server.base_url, "model": "high-level",
-            "harness": "whitebox", "verify": ["grep -qx hello hello.txt"]}
+    args = {
+        "instruction": "Create hello.txt containing hello.",
+        "base_url": policy_server.base_url,
+        "model": "high-level",
+        "harness": "whitebox",
+        "verify": ["grep -qx hello hello.txt"],
+    }
     async with Client(server.url + "/mcp") as client:
         names = {t.name for t in (await client.list_tools()).tools}
         assert names == {"run_rollout", "submit_rollout", "get_rollout", "list_harnesses", "list_tasks", "catalog"}

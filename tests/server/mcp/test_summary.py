@@ -15,16 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver.exceptions import ToolError
 from websockets.sync.client import connect as ws_connect
 
-from harness_env.models import (
-    MAX_SUMMARY_BYTES,
-    CommandResult,
-    Phase,
-    RolloutArgs,
-    RolloutResult,
-    RolloutSummary,
-    Turn,
-    summarize,
-)
+from harness_env.models import MAX_SUMMARY_BYTES, CommandResult, Phase, RolloutArgs, RolloutResult, RolloutSummary, Turn, summarize
 from harness_env.models import summary as models_summary
 from harness_env.models.summary import FINAL_TEXT_BYTES, MAX_FILES_SHOWN, MAX_NOTES, MAX_PHASES, clip, json_size
 from harness_env.server.mcp.rollout import rollout_args, run_rollout_output_schema
@@ -40,8 +31,11 @@ SCRIPT = [{"bash": f"seq 1 200; echo step {i} >> steps.txt"} for i in range(TURN
 
 def _sizes(data: dict) -> list[int]:
     """Bytes of `data` as JSON, every way it may be written (raw UTF-8, escaped ASCII)."""
-    return [len(json.dumps(data, ensure_ascii=True)), len(json.dumps(data, ensure_ascii=False).encode()),
-            len(RolloutSummary.model_validate(data).model_dump_json().encode())]
+    return [
+        len(json.dumps(data, ensure_ascii=True)),
+        len(json.dumps(data, ensure_ascii=False).encode()),
+        len(RolloutSummary.model_validate(data).model_dump_json().encode()),
+    ]
 
 
 # -- the summary, built by hand --------------------------------------------------------------------
@@ -63,15 +57,37 @@ def _adversarial() -> RolloutResult:
     texts of the widest characters, thousands of notes, phases and files (tens of MB in all)."""
     huge = "🫀\x00é" * 300_000  # 900,000 characters, up to 7.2 MB escaped
     long = "🫀\x00é" * 300
-    turns = [Turn(index=i, completion_text=long, prompt_token_ids=list(range(5000)), completion_token_ids=[1] * 500,
-                  tool_calls=[{"function": {"name": "bash"}}] * 5, usage={"prompt_tokens": 10**400}) for i in range(TURNS)]
+    turns = [
+        Turn(
+            index=i,
+            completion_text=long,
+            prompt_token_ids=list(range(5000)),
+            completion_token_ids=[1] * 500,
+            tool_calls=[{"function": {"name": "bash"}}] * 5,
+            usage={"prompt_tokens": 10**400},
+        )
+        for i in range(TURNS)
+    ]
     return RolloutResult(
-        rollout_id=huge, task_id=huge, harness=huge, reward=0.5, error=huge, error_kind="agent_error", agent_final_text=huge,
-        reward_notes=[huge] + [long] * 5000, rollout_type_reason=huge, proxy_turns=turns,
+        rollout_id=huge,
+        task_id=huge,
+        harness=huge,
+        reward=0.5,
+        error=huge,
+        error_kind="agent_error",
+        agent_final_text=huge,
+        reward_notes=[huge] + [long] * 5000,
+        rollout_type_reason=huge,
+        proxy_turns=turns,
         phases=[Phase(name=huge, started=0.0, duration_s=1.5, detail=huge)] + [Phase(name=long, started=0.0, duration_s=1.0, detail=long)] * 2000,
         files={"-" + "ü" * 100_000: huge, **{f"{i:05d}/" + "ü" * 300: long for i in range(3000)}},
-        setup_results=[CommandResult(cmd=huge, exit_code=0, stdout=huge)], agent_log_tail=huge, proxy_log_tail=huge,
-        sandbox_notes=[long] * 100, limits_hit=[long] * 100, grading={"png": huge}, agent_trajectory={"steps": [long] * 100},
+        setup_results=[CommandResult(cmd=huge, exit_code=0, stdout=huge)],
+        agent_log_tail=huge,
+        proxy_log_tail=huge,
+        sandbox_notes=[long] * 100,
+        limits_hit=[long] * 100,
+        grading={"png": huge},
+        agent_trajectory={"steps": [long] * 100},
     )
 
 
@@ -104,9 +120,11 @@ def test_an_adversarial_result_still_summarizes_in_16_kb(monkeypatch):
 
 
 def test_the_final_text_falls_back_on_the_last_policy_turn_and_counts_fall_back_on_usage():
-    turns = [Turn(index=0, completion_text="first", usage={"prompt_tokens": 7, "completion_tokens": 3}, tool_calls=[{}, {}]),
-             Turn(index=1, completion_text="last words", usage={"prompt_tokens": 9, "completion_tokens": 2}),
-             Turn(index=2, purpose="auxiliary", completion_text="a title")]
+    turns = [
+        Turn(index=0, completion_text="first", usage={"prompt_tokens": 7, "completion_tokens": 3}, tool_calls=[{}, {}]),
+        Turn(index=1, completion_text="last words", usage={"prompt_tokens": 9, "completion_tokens": 2}),
+        Turn(index=2, purpose="auxiliary", completion_text="a title"),
+    ]
     summary = summarize(RolloutResult(proxy_turns=turns, files={"b.txt": "hé", "a.txt": "x" * 10 + "\n[... truncated ...]"}))
     assert summary.agent_final_text == "last words"
     assert (summary.model_calls, summary.prompt_tokens, summary.completion_tokens, summary.tool_calls) == (3, 16, 5, 2)
@@ -130,8 +148,14 @@ def test_detail_is_declared_once_checked_and_summary_by_default():
 
 def test_the_output_schema_holds_both_answers_and_tells_them_apart():
     schema = run_rollout_output_schema()
-    result = RolloutResult(reward=1.0, error="x", proxy_turns=[Turn(index=0, prompt_token_ids=[1, 2], completion_token_ids=[3])],
-                           files={"a.txt": "a"}, phases=[Phase(name="agent", started=0.0, duration_s=1.0)], reward_notes=["n"])
+    result = RolloutResult(
+        reward=1.0,
+        error="x",
+        proxy_turns=[Turn(index=0, prompt_token_ids=[1, 2], completion_token_ids=[3])],
+        files={"a.txt": "a"},
+        phases=[Phase(name="agent", started=0.0, duration_s=1.0)],
+        reward_notes=["n"],
+    )
     full, summary = result.model_dump(mode="json"), summarize(result).model_dump(mode="json")
     jsonschema.validate(summary, schema)
     jsonschema.validate(full, schema)
@@ -159,8 +183,15 @@ def server(tmp_path_factory):
 
 
 def _args(policy, **kw) -> dict:
-    return {"instruction": "Append 39 lines to steps.txt, one per step.", "harness": "whitebox", "base_url": policy.base_url,
-            "model": "m", "verify": ["test $(wc -l < steps.txt) -eq 39"], "agent_timeout_s": 120, **kw}
+    return {
+        "instruction": "Append 39 lines to steps.txt, one per step.",
+        "harness": "whitebox",
+        "base_url": policy.base_url,
+        "model": "m",
+        "verify": ["test $(wc -l < steps.txt) -eq 39"],
+        "agent_timeout_s": 120,
+        **kw,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -172,8 +203,10 @@ def mcp_answers(server, policy) -> dict[str, object]:
         async with streamable_http_client(server.url + "/mcp", max_sse_event_size=None) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
-                return {"summary": await session.call_tool("run_rollout", _args(policy)),
-                        "full": await session.call_tool("run_rollout", _args(policy, detail="full"))}
+                return {
+                    "summary": await session.call_tool("run_rollout", _args(policy)),
+                    "full": await session.call_tool("run_rollout", _args(policy, detail="full")),
+                }
 
     return asyncio.run(call())
 
@@ -224,8 +257,11 @@ def test_a_bad_detail_is_one_clear_tool_error(server, policy):
 
 @SERVED
 def test_openenv_client_gets_the_summary_by_default_and_the_whole_result_when_asked(server, policy):
-    steps = [{"call": "run_rollout", "arguments": _args(policy)}, {"call": "run_rollout", "arguments": _args(policy, detail="full")},
-             {"call": "run_rollout", "arguments": _args(policy, detail="everything")}]
+    steps = [
+        {"call": "run_rollout", "arguments": _args(policy)},
+        {"call": "run_rollout", "arguments": _args(policy, detail="full")},
+        {"call": "run_rollout", "arguments": _args(policy, detail="everything")},
+    ]
     summary, full, bad = openenv_env.check("mcp_client", {"base_url": server.url, "style": "async_with", "steps": steps})["results"]
     summary, full = summary["data"], full["data"]
     assert summary["detail"] == "summary" and summary["reward"] == 1.0 and summary["model_calls"] == TURNS

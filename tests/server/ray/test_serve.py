@@ -84,15 +84,20 @@ def ray_app(tmp_path_factory, postgres_server) -> Iterator[RayApp]:
     store_url = postgres_server.new_database()
     # What every node's environment carries, as a cluster's nodes would (Kubernetes: the pod's env):
     # the nodes inherit this process's environment when they start.
-    node_env = {"HARNESS_ENV_STORE_URL": store_url, "HARNESS_ENV_SANDBOX_DIR": str(sandboxes), "TMPDIR": str(replica_tmp),
-                "HARNESS_ENV_ALLOWED_HOSTS": "127.0.0.1,localhost", "HARNESS_ENV_LOG_LEVEL": "warning",
-                # One proxy (the head's): spread its requests over both nodes' replicas.
-                "RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING": "0",
-                # What docs/deploy.md advises for a busy cluster: a slow proxy is waited for, not replaced.
-                ray_serve.PROXY_READY_VAR: ray_serve.PROXY_READY_CHECK_S,
-                ray_serve.NICENESS_VAR: ray_serve.NICENESS,
-                # Ray on loopback only: a driver or worker would otherwise turn 127.0.0.1 into the host's own address.
-                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    node_env = {
+        "HARNESS_ENV_STORE_URL": store_url,
+        "HARNESS_ENV_SANDBOX_DIR": str(sandboxes),
+        "TMPDIR": str(replica_tmp),
+        "HARNESS_ENV_ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "HARNESS_ENV_LOG_LEVEL": "warning",
+        # One proxy (the head's): spread its requests over both nodes' replicas.
+        "RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING": "0",
+        # What docs/deploy.md advises for a busy cluster: a slow proxy is waited for, not replaced.
+        ray_serve.PROXY_READY_VAR: ray_serve.PROXY_READY_CHECK_S,
+        ray_serve.NICENESS_VAR: ray_serve.NICENESS,
+        # Ray on loopback only: a driver or worker would otherwise turn 127.0.0.1 into the host's own address.
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    }
     saved = {k: os.environ.get(k) for k in node_env}
     os.environ.update(node_env)
     cluster = server = None
@@ -103,8 +108,17 @@ def ray_app(tmp_path_factory, postgres_server) -> Iterator[RayApp]:
         cluster.add_node(**small)
         cluster.wait_for_nodes()
         started = time.monotonic()
-        server = ServerProcess(sandboxes, "--ray", "--ray-address", cluster.address, "--replicas", "2",
-                               env={"HARNESS_ENV_STORE_URL": store_url}, start_timeout_s=UP_S, stop_timeout_s=60)
+        server = ServerProcess(
+            sandboxes,
+            "--ray",
+            "--ray-address",
+            cluster.address,
+            "--replicas",
+            "2",
+            env={"HARNESS_ENV_STORE_URL": store_url},
+            start_timeout_s=UP_S,
+            stop_timeout_s=60,
+        )
         # Up when Ray Serve's proxy routes to both replicas (it learns of each a moment after it runs).
         answered: set[str] = set()
         while len(answered) < 2 and time.monotonic() < started + UP_S:
@@ -290,8 +304,15 @@ def test_serve_ray_alone_starts_a_local_cluster_and_stops_it(tmp_path_factory, p
     ray_tmp = tempfile.mkdtemp(prefix="rl-", dir="/tmp")  # short: Ray's sockets are under it
     server = None
     try:
-        server = ServerProcess(sandboxes, "--ray", "--token", TOKEN, start_timeout_s=UP_S, stop_timeout_s=60,
-                               env={"HARNESS_ENV_STORE_URL": postgres_server.new_database(), "RAY_TMPDIR": ray_tmp})
+        server = ServerProcess(
+            sandboxes,
+            "--ray",
+            "--token",
+            TOKEN,
+            start_timeout_s=UP_S,
+            stop_timeout_s=60,
+            env={"HARNESS_ENV_STORE_URL": postgres_server.new_database(), "RAY_TMPDIR": ray_tmp},
+        )
         body = args(policy_server, "ray-local", [{"bash": "nice > nice.txt; env > env.txt; echo hello > hello.txt"}, {"text": "done"}])
         assert httpx.post(server.url + "/rollout", json=body, timeout=BUSY_S).status_code == 401
         r = httpx.post(server.url + "/rollout", json=body, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=BUSY_S)

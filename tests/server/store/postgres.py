@@ -30,8 +30,9 @@ def bin_dir() -> Path:
     candidates = []
     if shutil.which("pg_ctl"):
         candidates.append(Path(os.path.realpath(shutil.which("pg_ctl"))).parent)
-    candidates += sorted((Path(p) for p in glob.glob("/usr/lib/postgresql/*/bin")), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
-                         reverse=True)
+    candidates += sorted(
+        (Path(p) for p in glob.glob("/usr/lib/postgresql/*/bin")), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0, reverse=True
+    )
     for d in candidates:
         if (d / "initdb").exists() and (d / "postgres").exists():
             return d
@@ -63,10 +64,29 @@ class PostgresServer:
         self.log = self.root / "server.log"
         self._exec("initdb", "-D", str(self.data), "-U", "harness", "--auth=trust", "-E", "UTF8", "--no-sync")
         self.proc = subprocess.Popen(
-            [str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port), "-k", str(self.root),
-             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-             "-c", "max_connections=200"],
-            stdout=open(self.log, "w"), stderr=subprocess.STDOUT, **self._user_kw())
+            [
+                str(self.bin / "postgres"),
+                "-D",
+                str(self.data),
+                "-p",
+                str(self.port),
+                "-k",
+                str(self.root),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+                "-c",
+                "max_connections=200",
+            ],
+            stdout=open(self.log, "w"),
+            stderr=subprocess.STDOUT,
+            **self._user_kw(),
+        )
         deadline = time.monotonic() + 30
         while True:
             try:

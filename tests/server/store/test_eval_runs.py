@@ -21,9 +21,14 @@ KEY = "sk-secret-key-0123456789"
 
 
 def request(task_id: str) -> RolloutRequest:
-    return RolloutRequest.model_validate({
-        "task": {"instruction": f"do {task_id}", "task_id": task_id, "verify": ["true"]}, "harness": "whitebox", "max_turns": 7,
-        "endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key": KEY}})
+    return RolloutRequest.model_validate(
+        {
+            "task": {"instruction": f"do {task_id}", "task_id": task_id, "verify": ["true"]},
+            "harness": "whitebox",
+            "max_turns": 7,
+            "endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key": KEY},
+        }
+    )
 
 
 @pytest.fixture
@@ -43,15 +48,25 @@ def test_a_run_and_its_attempts_are_recorded_without_the_key(store: Store) -> No
     rec = record(store)
     rec.attempt("a", 0, request("a"), RolloutResult(rollout_id="ro1", task_id="a", harness="whitebox", reward=1.0, wall_s=2.0))
     rec.attempt("a", 1, request("a"), RolloutResult(rollout_id="ro2", task_id="a", harness="whitebox", reward=0.0))
-    rec.attempt("b", 0, request("b"), RolloutResult(rollout_id="ro3", task_id="b", harness="whitebox", reward=None,
-                                                    error="upstream said 500", error_kind="endpoint"))
+    rec.attempt(
+        "b", 0, request("b"), RolloutResult(rollout_id="ro3", task_id="b", harness="whitebox", reward=None, error="upstream said 500", error_kind="endpoint")
+    )
     run = er.get_run(store, rec.run_id)
     assert (run["harness"], run["model"], run["base_url"], run["tasks"], run["attempts"], run["status"]) == (
-        "whitebox", "m", "http://127.0.0.1:9/v1", ["a", "b"], 2, "running")
+        "whitebox",
+        "m",
+        "http://127.0.0.1:9/v1",
+        ["a", "b"],
+        2,
+        "running",
+    )
     assert run["options"]["max_turns"] == 7 and "endpoint" not in run["options"] and "task" not in run["options"]
     got = er.run_attempts(store, rec.run_id)
     assert [(a["id"], a["task_id"], a["eval_attempt"], a["status"], a["reward"]) for a in got] == [
-        ("ro1", "a", 0, "finished", 1.0), ("ro2", "a", 1, "finished", 0.0), ("ro3", "b", 0, "failed", None)]
+        ("ro1", "a", 0, "finished", 1.0),
+        ("ro2", "a", 1, "finished", 0.0),
+        ("ro3", "b", 0, "failed", None),
+    ]
     assert store.load_result("ro1").reward == 1.0 and store.get("ro3")["error_kind"] == "endpoint"
     assert rec.recorded() == {("a", 0), ("a", 1), ("b", 0)}
     rec.end("finished", {"overall": {"attempts": 3}})

@@ -25,8 +25,17 @@ def store(store_url):
 
 
 def job(store: Store, job_id: str, *, status: str = "queued", instance: str = "me", **kw) -> None:
-    store.insert_job({"id": job_id, "status": status, "created_at": time.time(), "instance": instance, "harness": kw.pop("harness", "pi"),
-                      "request": request_blob({"task": {"instruction": "x"}}), **kw})
+    store.insert_job(
+        {
+            "id": job_id,
+            "status": status,
+            "created_at": time.time(),
+            "instance": instance,
+            "harness": kw.pop("harness", "pi"),
+            "request": request_blob({"task": {"instruction": "x"}}),
+            **kw,
+        }
+    )
 
 
 def end(store: Store, job_id: str, result: RolloutResult | None = None, status: str = "finished", at: float | None = None) -> None:
@@ -39,8 +48,10 @@ def test_a_job_from_submission_to_result(store: Store) -> None:
     assert store.get("a1")["status"] == "queued" and store.id_for_key("k1") == "a1"
     store.mark_running("a1", time.time())
     store.set_sandbox("a1", "/tmp/x/rollout-1")
-    evs = [PhaseEvent(rollout_id="a1", phase=p, status=s, elapsed_s=0.1) for p, s in
-           (("endpoint", "started"), ("endpoint", "finished"), ("agent", "info"), ("agent", "finished"))]
+    evs = [
+        PhaseEvent(rollout_id="a1", phase=p, status=s, elapsed_s=0.1)
+        for p, s in (("endpoint", "started"), ("endpoint", "finished"), ("agent", "info"), ("agent", "finished"))
+    ]
     store.append_events([("a1", i, time.time(), e.model_dump_json()) for i, e in enumerate(evs)])
     assert [s for s, _ in store.events_after("a1", -1)] == [0, 1, 2, 3]
     assert [s for s, _ in store.events_after("a1", 1)] == [2, 3]
@@ -170,8 +181,9 @@ async def test_the_writer_keeps_order_batches_events_and_reports_failures(store:
     assert [s for s, _ in store.events_after("w", -1, limit=1000)] == list(range(200))
     assert store.get("w")["status"] == "finished" and store.get("w")["next_event"] == 200
     with pytest.raises(DuplicateKey):  # a failed write raises in its caller
-        await asyncio.gather(writer.call("v", lambda: job(store, "v", idempotency_key="dup")),
-                             writer.call("v2", lambda: job(store, "v2", idempotency_key="dup")))
+        await asyncio.gather(
+            writer.call("v", lambda: job(store, "v", idempotency_key="dup")), writer.call("v2", lambda: job(store, "v2", idempotency_key="dup"))
+        )
     await writer.close()
     assert {"w"} <= set().union(*written)
 

@@ -13,8 +13,14 @@ CHROMIUM = os.environ.get("HARNESS_ENV_CHROMIUM", "/usr/bin/chromium")
 # Without the background-networking flags Chromium keeps calling Google services on a machine
 # that has no route to them.
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
@@ -24,8 +30,10 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 @pytest.fixture(scope="module")
 def chromium():
     if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"Chromium not found at {CHROMIUM}: install it with `apt-get install -y chromium chromium-driver` "
-                    "(./dev test does this when run as root), or point HARNESS_ENV_CHROMIUM at a Chromium binary")
+        pytest.fail(
+            f"Chromium not found at {CHROMIUM}: install it with `apt-get install -y chromium chromium-driver` "
+            "(./dev test does this when run as root), or point HARNESS_ENV_CHROMIUM at a Chromium binary"
+        )
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -32,8 +32,12 @@ class WebDriver:
         self.page: Page = self.context.new_page()
         self.foreign_requests: list[str] = []
         host = urlsplit(base_url).hostname
-        self.page.on("request", lambda r: self.foreign_requests.append(r.url)
-                     if urlsplit(r.url).hostname not in (host, None) and not r.url.startswith(("data:", "blob:")) else None)
+        self.page.on(
+            "request",
+            lambda r: (
+                self.foreign_requests.append(r.url) if urlsplit(r.url).hostname not in (host, None) and not r.url.startswith(("data:", "blob:")) else None
+            ),
+        )
 
     def close(self) -> None:
         self.context.close()

@@ -251,9 +251,11 @@ def test_a_long_rollout_ended_by_the_turn_limit(chromium, web_server, artifacts)
 
         log = web.page.locator("#phase-log textarea")
         assert log.input_value().count("\n") > 30
-        web.page.wait_for_function("(() => { const t = document.querySelector('#phase-log textarea');"
-                                   " return t.scrollHeight > t.clientHeight + 20 && t.scrollTop + t.clientHeight >= t.scrollHeight - 4; })()",
-                                   timeout=10_000)
+        web.page.wait_for_function(
+            "(() => { const t = document.querySelector('#phase-log textarea');"
+            " return t.scrollHeight > t.clientHeight + 20 && t.scrollTop + t.clientHeight >= t.scrollHeight - 4; })()",
+            timeout=10_000,
+        )
 
         verify = web.page.inner_text("#verify-results")
         assert "no stdout" in verify and "no stdoutno stderr" not in verify

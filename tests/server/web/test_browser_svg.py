@@ -26,8 +26,9 @@ def test_draw_an_icon_shows_the_rendered_icon_reference_and_judge_scores(chromiu
     policy_server.policy.scripts["m"] = [{"bash": f"cat > icon.svg <<'EOF'\n{RED_SQUARE}\nEOF"}, {"text": "done"}]
     judge = FakeJudge(expect_images=2)  # the candidate and the reference; default score 0.8 on every dimension
     with FakeJudgeServer(judge) as judge_server:
-        server = start_server(env={"HARNESS_ENV_JUDGE_BASE_URL": judge_server.base_url, "HARNESS_ENV_JUDGE_MODEL": "judge-vl",
-                                   "HARNESS_ENV_REFERENCE_DIR": str(refs)})
+        server = start_server(
+            env={"HARNESS_ENV_JUDGE_BASE_URL": judge_server.base_url, "HARNESS_ENV_JUDGE_MODEL": "judge-vl", "HARNESS_ENV_REFERENCE_DIR": str(refs)}
+        )
         web = WebDriver(chromium, server.url)
         try:
             web.open()

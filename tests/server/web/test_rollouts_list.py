@@ -24,9 +24,14 @@ def test_result_file_parsing(tmp_path):
     assert [r.reward for r in parse_result_file(str(whole))] == [1.0]
     assert parse_result_file(str(compact))[0] == one
     assert [r.reward for r in parse_result_file(str(lines))] == [1.0, 0.5]
-    for text, message in [("", "empty"), ("[1, 2", "line 1 is not JSON"),
-                          ('{"rollout_id": "r", "harness": "pi", "reward": "x"}', "not a RolloutResult: reward"), ('[1]', "is not a RolloutResult"),
-                          (one.model_dump_json() + "\n{oops", "line 2 is not JSON"), ('{"a": 1}\n{"b": 2}', "line 1 is not a RolloutResult")]:
+    for text, message in [
+        ("", "empty"),
+        ("[1, 2", "line 1 is not JSON"),
+        ('{"rollout_id": "r", "harness": "pi", "reward": "x"}', "not a RolloutResult: reward"),
+        ("[1]", "is not a RolloutResult"),
+        (one.model_dump_json() + "\n{oops", "line 2 is not JSON"),
+        ('{"a": 1}\n{"b": 2}', "line 1 is not a RolloutResult"),
+    ]:
         bad = tmp_path / "bad.json"
         bad.write_text(text)
         with pytest.raises(ValueError, match=message):
@@ -38,7 +43,7 @@ def test_result_file_parsing(tmp_path):
 
 
 async def test_the_list_pages_on_with_the_stores_cursor(tmp_path):
-    """"older" asks the job manager for the page after the cursor it gave (no query of its own)."""
+    """ "older" asks the job manager for the page after the cursor it gave (no query of its own)."""
     import gradio as gr
 
     from harness_env.models import RolloutListItem, RolloutPage
@@ -51,8 +56,10 @@ async def test_the_list_pages_on_with_the_stores_cursor(tmp_path):
         async def list(self, **kw) -> RolloutPage:
             self.asked.append(kw)
             first = kw["before"] is None
-            items = [RolloutListItem(rollout_id=f"{i:012x}", status="finished", created_at=1.0, harness="pi", reward=1.0, wall_s=2.0)
-                     for i in (range(LIST_LIMIT) if first else range(LIST_LIMIT, LIST_LIMIT + 3))]
+            items = [
+                RolloutListItem(rollout_id=f"{i:012x}", status="finished", created_at=1.0, harness="pi", reward=1.0, wall_s=2.0)
+                for i in (range(LIST_LIMIT) if first else range(LIST_LIMIT, LIST_LIMIT + 3))
+            ]
             return RolloutPage(items=items, next_cursor="77" if first else None)
 
     jobs = Jobs()

@@ -23,8 +23,15 @@ HANG = [{"hang": 120}]
 
 def submit(server, policy_server, model: str, script: list[dict], task_id: str) -> str:
     policy_server.policy.scripts[model] = script
-    body = {"instruction": "Create hello.txt containing hello.", "base_url": policy_server.base_url, "model": model,
-            "harness": "whitebox", "verify": ["grep -qx hello hello.txt"], "agent_timeout_s": 120, "task_id": task_id}
+    body = {
+        "instruction": "Create hello.txt containing hello.",
+        "base_url": policy_server.base_url,
+        "model": model,
+        "harness": "whitebox",
+        "verify": ["grep -qx hello hello.txt"],
+        "agent_timeout_s": 120,
+        "task_id": task_id,
+    }
     r = httpx.post(server.url + "/rollouts", json=body)
     assert r.status_code == 202, r.text
     return r.json()["rollout_id"]
@@ -56,8 +63,11 @@ def open_rollouts(web: WebDriver) -> None:
 
 def wait_rows(web: WebDriver, n: int) -> list[list[str]]:
     """Wait for the list to show n rows (the grid counts its header row too)."""
-    web.page.wait_for_function("(n) => { const g = document.querySelector('#ro-list [role=grid]');"
-                               " return g && g.getAttribute('aria-rowcount') === String(n + 1); }", arg=n, timeout=30_000)
+    web.page.wait_for_function(
+        "(n) => { const g = document.querySelector('#ro-list [role=grid]'); return g && g.getAttribute('aria-rowcount') === String(n + 1); }",
+        arg=n,
+        timeout=30_000,
+    )
     deadline = time.monotonic() + 30
     while len(shown := [r for r in rows(web) if r]) != n and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -85,9 +95,11 @@ def test_list_filter_open_and_share(chromium, web_server, artifacts, tmp_path):
         shown = wait_rows(web, 3)
         # Newest first, each with its status, harness, task and reward.
         assert [r[1] for r in shown] == [cancelled, failed, passed]
-        assert [(r[2], r[3], r[4], r[5]) for r in shown] == [("cancelled", "whitebox", "task-hang", "-"),
-                                                             ("finished", "whitebox", "task-fail", "0.0"),
-                                                             ("finished", "whitebox", "task-pass", "1.0")]
+        assert [(r[2], r[3], r[4], r[5]) for r in shown] == [
+            ("cancelled", "whitebox", "task-hang", "-"),
+            ("finished", "whitebox", "task-fail", "0.0"),
+            ("finished", "whitebox", "task-pass", "1.0"),
+        ]
         assert float(shown[2][6]) > 0  # the wall time
 
         web.choose("ro-filter-status", "cancelled")
@@ -130,8 +142,7 @@ def test_list_filter_open_and_share(chromium, web_server, artifacts, tmp_path):
     fresh = WebDriver(chromium, server.url)
     try:
         fresh.page.goto(f"{server.url}/web/{href}", timeout=LOAD_TIMEOUT_MS)
-        fresh.page.wait_for_function("(id) => (document.querySelector('#ro-title') || {}).innerText?.includes(id)", arg=passed,
-                                     timeout=60_000)
+        fresh.page.wait_for_function("(id) => (document.querySelector('#ro-title') || {}).innerText?.includes(id)", arg=passed, timeout=60_000)
         ro_reward(fresh, "1.0")
         assert "grep -qx hello hello.txt" in fresh.page.inner_text("#ro-verify-results")
         assert "collect" in fresh.page.locator("#ro-log textarea").input_value()
@@ -217,8 +228,7 @@ def test_the_upload_route_takes_a_result_file_up_to_the_documented_limit_and_no_
     r = httpx.post(server.url + "/web/gradio_api/upload", files={"files": ("big.json", body, "application/json")}, timeout=120)
     assert r.status_code == 200, r.text[:300]
     assert httpx.post(server.url + "/rollout", content=body, headers={"content-type": "application/json"}, timeout=60).status_code == 413
-    over = httpx.post(server.url + "/web/gradio_api/upload", files={"files": ("big.json", b"x" * (65 * MB), "application/json")},
-                      timeout=120)
+    over = httpx.post(server.url + "/web/gradio_api/upload", files={"files": ("big.json", b"x" * (65 * MB), "application/json")}, timeout=120)
     assert over.status_code == 413
 
 
@@ -253,11 +263,12 @@ def test_result_files_up_to_the_limit_open_and_every_bad_one_says_why(chromium, 
         _open_file(web, big)
         _title_says(web, "big.json, result 1 of 1", 120_000)
         ro_reward(web, "1.0")
-        for path, said in [(deep, "could not open deep.json: the file is nested more than 100 levels deep"),
-                           (compact, "could not open amp.json: the file is too big to show here: expanded from its compact form"),
-                           (shape, "could not open shape.json: the file is not a RolloutResult: reward"),
-                           (over, "could not open over.json: the file has 67,108,865 bytes; at most 67,108,864 are opened here; "
-                                  "open it in Python instead")]:
+        for path, said in [
+            (deep, "could not open deep.json: the file is nested more than 100 levels deep"),
+            (compact, "could not open amp.json: the file is too big to show here: expanded from its compact form"),
+            (shape, "could not open shape.json: the file is not a RolloutResult: reward"),
+            (over, "could not open over.json: the file has 67,108,865 bytes; at most 67,108,864 are opened here; open it in Python instead"),
+        ]:
             _open_file(web, path)
             _title_says(web, said)
             assert web.page.locator("#ro-reward .he-reward").get_attribute("data-reward") == ""
