@@ -22,6 +22,7 @@ from harness_env.evals.sidecar import prompts, rows_from_export, rows_from_sidec
 from harness_env.models import RolloutResult, Turn
 from harness_env.storage import pack, row_records
 from tests.fakes.policy import FakePolicy, FakePolicyServer
+from tests.test_storage import chat  # a conversation on one branch, 100 new prompt tokens a call
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]
 SYSTEM = {"role": "system", "content": "You are a coding agent."}
@@ -143,36 +144,14 @@ def test_the_trajectory_carries_the_step_ids_harbor_validates_and_no_prompt_ids(
     assert agent[0].metrics.prompt_tokens == len(captured.proxy_turns[0].prompt_token_ids)
 
 
-def _chat(turns):
-    """A conversation of `turns` calls on one branch, each adding a 100-token tool result."""
-    prompt, out = list(range(500)), []
-    for i in range(turns):
-        completion = [1000 + i] * 50
-        out.append(
-            Turn(
-                index=i,
-                prompt_token_ids=list(prompt),
-                completion_token_ids=completion,
-                per_token_logps=[-0.1] * 50,
-                upstream_status=200,
-                capture_level="tokens",
-                request_messages=[{"role": "user", "content": "go"}],
-            )
-        )
-        prompt = prompt + completion + [7] * 100
-    result = RolloutResult(proxy_turns=out, reward=1.0)
-    link_turns(result.proxy_turns)
-    return result
-
-
 def test_the_trajectory_and_its_sidecar_grow_linearly_with_the_conversation():
     """Not quadratically, as whole prompts per step would (ATIF's prompt_token_ids)."""
 
     def size(result):
         return len(json.dumps(build_trajectory(result))) + len(json.dumps(token_sidecar(result)))
 
-    assert size(_chat(40)) / size(_chat(20)) < 2.2
-    whole = sum(len(t.prompt_token_ids) for t in _chat(40).proxy_turns) / sum(len(t.prompt_token_ids) for t in _chat(20).proxy_turns)
+    assert size(chat(40)) / size(chat(20)) < 2.2
+    whole = sum(len(t.prompt_token_ids) for t in chat(40).proxy_turns) / sum(len(t.prompt_token_ids) for t in chat(20).proxy_turns)
     assert whole > 3  # what storing the whole prompts would have grown by
 
 
