@@ -10,7 +10,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from harness_env.client import HarnessEnv, HarnessEnvClientError
-from tests.core.sandbox.test_images import VERIFY, image_layout, registry  # noqa: F401 - the image and its registry
+from tests.core.sandbox.test_images import VERIFY, image_layout, registry, registry_host  # noqa: F401 - the image and its registry
 from tests.fakes.policy import FakePolicy, FakePolicyServer
 from tests.server_process import ServerProcess
 
