@@ -14,20 +14,17 @@ a killed server left). Built layouts are bounded with the images (evict_images).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
-import signal
 import stat
-import subprocess
 import time
 import uuid
 from pathlib import Path
 
 from harness_env.core.errors import SandboxError
 from harness_env.core.sandbox import safefs
-from harness_env.core.sandbox.images import LOCAL_TRANSPORTS, image_cache_root, images_locked, lock_of, source_of
+from harness_env.core.sandbox.images import LOCAL_TRANSPORTS, image_cache_root, images_locked, lock_of, run_tool, source_of
 from harness_env.core.sandbox.lease import TEMP_DIR_PREFIX, lease_path, write_lease
 
 BUILD_VAR = "HARNESS_ENV_BUILD_DOCKERFILES"
@@ -49,7 +46,6 @@ def context_key(context: Path, dockerfile: Path) -> str:
     content or link target), in path order: the same environment gives the same key."""
     h = hashlib.sha256(dockerfile.read_bytes())
     for parent, dirs, files in sorted(os.walk(context)):
-        dirs.sort()
         for name in sorted(files + [d for d in dirs if os.path.islink(os.path.join(parent, d))]):
             path = os.path.join(parent, name)
             st = os.lstat(path)
@@ -122,24 +118,6 @@ def build_image(context: Path, timeout: float = BUILD_TIMEOUT_S) -> str:
     return f"oci:{entry}:image"
 
 
-def _run_until(argv: list[str], deadline: float) -> None:
-    """Run one buildah command; past `deadline` its whole process group (a RUN step's children,
-    root in their chroot) is killed, not buildah alone."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        _, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise SandboxError("could not build the task's Dockerfile: not done within its build timeout (build_timeout_sec)") from None
-    finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever a step left running in the background
-    if proc.returncode != 0:
-        lines = err.decode("utf-8", "replace").strip().splitlines()
-        raise SandboxError(f"could not build the task's Dockerfile: {(lines[-1] if lines else f'exit {proc.returncode}')[:500]}")
-
-
 def _build(buildah: str, context: Path, dockerfile: Path, cache: Path, entry: Path, deadline: float) -> None:
     cache.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = cache / f"{TEMP_DIR_PREFIX}build-{uuid.uuid4().hex[:12]}"
@@ -147,7 +125,7 @@ def _build(buildah: str, context: Path, dockerfile: Path, cache: Path, entry: Pa
     try:
         tmp.mkdir(mode=0o700)
         for argv in buildah_argv(buildah, tmp, context, dockerfile, plain_http(dockerfile.read_text(errors="replace"))):
-            _run_until(argv, deadline)
+            run_tool(argv, "could not build the task's Dockerfile", deadline - time.monotonic(), advice="; raise the task's build_timeout_sec")
         with images_locked():  # renamed and touched before any eviction can see it
             try:
                 os.rename(tmp / "layout", entry)

@@ -12,10 +12,12 @@ leaves nothing, and what a killed server left is swept at the next start (sweep.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -104,15 +106,24 @@ def _tool(name: str) -> str:
     return path
 
 
-def run_tool(argv: list[str], what: str, timeout: float) -> bytes:
+def run_tool(argv: list[str], what: str, timeout: float, advice: str = "") -> bytes:
+    """`argv`'s output; one SandboxError saying `what` failed (its last line of stderr), or that it
+    gave no answer within `timeout` (then `advice`). Its whole process group is killed at the end,
+    not the tool alone: what it started (a build's RUN step, root in its chroot) does not outlive it."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        proc = subprocess.run(argv, capture_output=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+        out, err = proc.communicate(timeout=max(0.0, timeout))
     except subprocess.TimeoutExpired:
-        raise SandboxError(f"{what}: no answer within {timeout:.0f}s") from None
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise SandboxError(f"{what}: no answer within {timeout:.0f}s{advice}") from None
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever it left running in the background
     if proc.returncode != 0:
-        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise SandboxError(f"{what}: {(err[-1] if err else f'exit {proc.returncode}')[:500]}")
-    return proc.stdout
+        lines = err.decode("utf-8", "replace").strip().splitlines()
+        raise SandboxError(f"{what}: {(lines[-1] if lines else f'exit {proc.returncode}')[:500]}")
+    return out
 
 
 def _skopeo(*args: str, plain_http: bool, flag: str) -> list[str]:

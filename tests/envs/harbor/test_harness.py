@@ -15,7 +15,7 @@ from harness_env.envs.harbor.resolve import list_tasks, prepare
 from harness_env.envs.harbor.task_dir import task_to_task_dir
 from harness_env.models import HarborOptions
 from tests import needs
-from tests.core.sandbox.test_images import _build_image, push, registry_host  # noqa: F401 - the loopback registry
+from tests.core.sandbox.test_images import _build_image, _cache_entries, push, registry_host  # noqa: F401 - the loopback registry
 
 needs.module("harbor.trial.trial", "uv sync --extra harbor")
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("needs_bwrap")]
@@ -699,13 +699,6 @@ def base_image(agent_image):
     return agent_image  # on the loopback registry: the build pulls it over plain HTTP
 
 
-def _cache_names() -> list[str]:
-    from harness_env.core.sandbox.images import image_cache_root
-
-    root = image_cache_root()
-    return sorted(os.listdir(root)) if root.exists() else []
-
-
 async def test_a_dockerfile_is_built_once_when_builds_are_allowed_and_ignored_when_not(policy_server, tmp_path, base_image, monkeypatch):
     from harness_env.core.sandbox import build
     from harness_env.core.sandbox.build import BUILD_VAR
@@ -713,16 +706,16 @@ async def test_a_dockerfile_is_built_once_when_builds_are_allowed_and_ignored_wh
     task_dir = dockerfile_task(tmp_path, base_image, MAKE_PROGRAM)
     monkeypatch.delenv(BUILD_VAR, raising=False)
     on_host = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle"}))
-    assert on_host.reward == 0.0 and [n for n in _cache_names() if n.startswith("build-")] == []  # built-here exists nowhere
+    assert on_host.reward == 0.0 and [n for n in _cache_entries() if n.startswith("build-")] == []  # built-here exists nowhere
     monkeypatch.setenv(BUILD_VAR, "1")
     built = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle"}))
     assert (built.reward, built.error) == (1.0, None), built.error
-    [entry] = [n for n in _cache_names() if n.startswith("build-")]
+    [entry] = [n for n in _cache_entries() if n.startswith("build-")]
     builds = []
     monkeypatch.setattr(build, "_build", lambda *a: builds.append(a))  # a second build would be recorded, not run
     again = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle"}))
-    assert again.reward == 1.0 and builds == [] and [n for n in _cache_names() if n.startswith("build-")] == [entry]
-    assert not any(n.startswith("harness-env-tmp-") for n in _cache_names())
+    assert again.reward == 1.0 and builds == [] and [n for n in _cache_entries() if n.startswith("build-")] == [entry]
+    assert not any(n.startswith("harness-env-tmp-") for n in _cache_entries())
 
 
 async def test_a_build_that_fails_or_cannot_run_is_one_sandbox_error_and_leaves_nothing(policy_server, tmp_path, base_image, monkeypatch):
@@ -733,7 +726,7 @@ async def test_a_build_that_fails_or_cannot_run_is_one_sandbox_error_and_leaves_
     failing = dockerfile_task(tmp_path / "a", base_image, "echo nope >&2; exit 3")
     res = await run_rollout(harbor_request(policy_server, {"task_dir": str(failing), "agent": "oracle"}))
     assert (res.reward, res.error_kind) == (None, "sandbox") and "could not build the task's Dockerfile" in res.error, res.error
-    assert not any(n.startswith(("build-", "harness-env-tmp-")) for n in _cache_names())
+    assert not any(n.startswith(("build-", "harness-env-tmp-")) for n in _cache_entries())
     monkeypatch.setattr(build, "find_buildah", lambda: None)  # buildah not installed
     res = await run_rollout(harbor_request(policy_server, {"task_dir": str(dockerfile_task(tmp_path / "b", base_image, MAKE_PROGRAM)), "agent": "oracle"}))
     assert (res.reward, res.error_kind) == (None, "sandbox") and "apt-get install buildah" in res.error, res.error
