@@ -46,7 +46,7 @@ class WebDriver:
         self.page.goto(self.base_url + "/web/", timeout=LOAD_TIMEOUT_MS)
         self.page.wait_for_selector("#run", timeout=LOAD_TIMEOUT_MS)
         # The harness list arrives with the page's load event.
-        self.page.wait_for_function("document.querySelector('#harness input').value !== ''")
+        self.page.wait_for_function("document.querySelector('#harness input')?.value !== ''")
 
     def login(self, token: str) -> None:
         self.page.goto(self.base_url + "/web/", timeout=LOAD_TIMEOUT_MS)
@@ -54,7 +54,7 @@ class WebDriver:
         self.page.fill("#token", token)
         self.page.click("#sign-in")
         self.page.wait_for_selector("#run", timeout=LOAD_TIMEOUT_MS)
-        self.page.wait_for_function("document.querySelector('#harness input').value !== ''")
+        self.page.wait_for_function("document.querySelector('#harness input')?.value !== ''")
 
     def choose(self, elem_id: str, option: str | re.Pattern) -> None:
         self.page.locator(f"#{elem_id} input").click()
@@ -71,7 +71,7 @@ class WebDriver:
             return
         before = self.page.locator("#instruction textarea").input_value()
         self.choose("example", name)
-        self.page.wait_for_function("(b) => { const v = document.querySelector('#instruction textarea').value; return v && v !== b; }", arg=before)
+        self.page.wait_for_function("(b) => { const v = document.querySelector('#instruction textarea')?.value; return v && v !== b; }", arg=before)
 
     def run(self) -> None:
         self.page.evaluate(RECORDER)
@@ -82,7 +82,7 @@ class WebDriver:
 
     def wait_idle(self) -> None:
         """The run is over: Run can be pressed again."""
-        self.page.wait_for_function("document.querySelector('#run').disabled === false")
+        self.page.wait_for_function("document.querySelector('#run')?.disabled === false")
 
     def snapshots(self) -> list[dict]:
         return self.page.evaluate("window.__snaps")

@@ -99,7 +99,7 @@ def test_run_is_above_the_fold_and_its_live_log_beside_it(chromium, web_server):
         web.choose("harness", re.compile(r"^whitebox\b"))
         web.page.evaluate("scrollTo(0, 0)")
         web.run()
-        web.page.wait_for_function("document.querySelector('#phase-log textarea').value.includes('setup')", timeout=60_000)
+        web.page.wait_for_function("document.querySelector('#phase-log textarea')?.value.includes('setup')", timeout=60_000)
         assert "running" in web.page.inner_text("#status")
         assert web.page.evaluate("scrollY") == 0
         assert web.page.evaluate(IN_VIEW, "#status") and web.page.evaluate(IN_VIEW, "#phase-log")
@@ -126,14 +126,14 @@ def test_cancel_stops_a_long_rollout_and_leaves_nothing_behind(chromium, web_ser
         web.choose("harness", re.compile(r"^pi\b"))
         web.load_example("write a file")
         web.run()
-        web.page.wait_for_function("document.querySelector('#phase-log textarea').value.includes('agent    started')", timeout=60_000)
+        web.page.wait_for_function("document.querySelector('#phase-log textarea')?.value.includes('agent    started')", timeout=60_000)
         assert httpx.get(server.url + "/health").json()["rollouts_running"] == 1
         time.sleep(0.5)  # the harness is up and waiting on the model
         web.page.click("#cancel")
-        web.page.wait_for_function("document.querySelector('#status').innerText.includes('cancelled')", timeout=30_000)
+        web.page.wait_for_function("document.querySelector('#status')?.innerText.includes('cancelled')", timeout=30_000)
         assert web.page.inner_text("#reward").strip().endswith("cancelled")
         assert "cancelled" in web.log()
-        web.page.wait_for_function("document.querySelector('#history').innerText.includes('cancelled')", timeout=10_000)
+        web.page.wait_for_function("document.querySelector('#history')?.innerText.includes('cancelled')", timeout=10_000)
         web.page.screenshot(path=str(artifacts / "web-cancelled.png"), full_page=True)
     finally:
         web.close()
@@ -147,7 +147,7 @@ def test_the_first_visit_shows_a_loading_page_then_the_form(chromium, start_serv
         web.page.goto(server.url + "/web/")
         assert "first visit" in web.page.inner_text("#web-loading")  # the loading page, not a blank tab until Gradio is up
         web.page.wait_for_selector("#run", timeout=90_000)  # it reloads itself into the page
-        web.page.wait_for_function("document.querySelector('#harness input').value !== ''")
+        web.page.wait_for_function("document.querySelector('#harness input')?.value !== ''")
         assert web.foreign_requests == []
     finally:
         web.close()
@@ -208,14 +208,14 @@ def test_history_click_reopens_an_earlier_rollout(chromium, web_server):
         web.page.click("#history [data-testid='cell-1-1']")  # newest first: the first rollout
         web.wait_reward("1.0", timeout_ms=15_000)
         # Its own log, status and form come back with its result.
-        web.page.wait_for_function("(l) => document.querySelector('#phase-log textarea').value === l", arg=first_log, timeout=15_000)
+        web.page.wait_for_function("(l) => document.querySelector('#phase-log textarea')?.value === l", arg=first_log, timeout=15_000)
         assert web.page.inner_text("#status").startswith(first_status.strip())
         assert "hello.txt" in web.page.locator("#instruction textarea").input_value()
         assert web.page.locator("#verify textarea").input_value() == "test -f hello.txt\ngrep -qx hello hello.txt"
         assert web.page.locator("#file-path-0 textarea").input_value() == "README.md"
         web.page.click("#history [data-testid='cell-0-1']")  # and back to the second
         web.wait_reward("0.0", timeout_ms=15_000)
-        web.page.wait_for_function("(l) => document.querySelector('#phase-log textarea').value === l", arg=second_log, timeout=15_000)
+        web.page.wait_for_function("(l) => document.querySelector('#phase-log textarea')?.value === l", arg=second_log, timeout=15_000)
         assert "secret number" in web.page.locator("#instruction textarea").input_value()
         assert web.page.locator("#file-path-0 textarea").input_value() == ""
 
@@ -223,7 +223,7 @@ def test_history_click_reopens_an_earlier_rollout(chromium, web_server):
         # is missing in the words of the harness chosen.
         web.page.locator("#instruction textarea").fill("")
         web.run()
-        web.page.wait_for_function("document.querySelector('#status').innerText.includes('not started')", timeout=30_000)
+        web.page.wait_for_function("document.querySelector('#status')?.innerText.includes('not started')", timeout=30_000)
         status = web.page.inner_text("#status")
         assert "pi" in status and "harbor" not in status.lower(), status
         assert web.page.locator("#reward .he-reward").get_attribute("data-reward") == ""
@@ -310,7 +310,7 @@ def test_harbor_nop_runs_the_form_task_as_a_harbor_trial(chromium, web_server, a
         # An agent option that could name a server file is refused before anything starts.
         web.page.locator("#harbor-agent-kwargs textarea").fill('{"prompt_template_path": "/etc/passwd"}')
         web.run()
-        web.page.wait_for_function("document.querySelector('#status').innerText.includes('not started')", timeout=30_000)
+        web.page.wait_for_function("document.querySelector('#status')?.innerText.includes('not started')", timeout=30_000)
         assert "not accepted from remote callers" in web.page.inner_text("#status")
         web.page.locator("#harbor-agent-kwargs textarea").fill("")
         web.run()

@@ -29,7 +29,7 @@ def test_a_pass_and_a_fail_side_by_side(chromium, web_server, artifacts):
         web.page.locator("#cmp-a textarea").fill(passed)
         web.page.locator("#cmp-b textarea").fill("no-such-rollout")
         web.page.click("#cmp-go")
-        web.page.wait_for_function("document.querySelector('#cmp-note').innerText.includes('cannot compare')", timeout=30_000)
+        web.page.wait_for_function("document.querySelector('#cmp-note')?.innerText.includes('cannot compare')", timeout=30_000)
         assert "no rollout no-such-rollout here" in web.page.inner_text("#cmp-note").replace("\u2011", "-")
         web.page.locator("#cmp-b textarea").fill(failed)
         web.page.click("#cmp-go")
@@ -59,7 +59,7 @@ def test_a_pass_and_a_fail_side_by_side(chromium, web_server, artifacts):
         # From a stored rollout's page: "compare with another" opens the Compare tab with it as A.
         web.page.goto(f"{server.url}/web/?rollout={failed}", timeout=LOAD_TIMEOUT_MS)
         web.page.click("#ro-compare", timeout=60_000)
-        web.page.wait_for_function("(id) => document.querySelector('#cmp-a textarea').value === id", arg=failed, timeout=30_000)
+        web.page.wait_for_function("(id) => document.querySelector('#cmp-a textarea')?.value === id", arg=failed, timeout=30_000)
         assert web.page.locator("#cmp-b").is_visible()
         assert web.foreign_requests == []
     finally:

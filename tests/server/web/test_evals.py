@@ -106,7 +106,7 @@ def pick(web: WebDriver, elem_id: str, run_id: str) -> None:
     """Choose run `run_id` in a run dropdown (each dropdown lists the same runs)."""
     web.page.locator(f"#{elem_id} input").click()
     web.page.locator(f'#{elem_id} [role=option][aria-label^="{run_id[:12]}"]').click()
-    web.page.wait_for_function("([id, v]) => document.querySelector(`#${id} input`).value.startsWith(v)", arg=[elem_id, run_id[:12]])
+    web.page.wait_for_function("([id, v]) => document.querySelector(`#${id} input`)?.value.startsWith(v)", arg=[elem_id, run_id[:12]])
 
 
 def test_a_cli_eval_shows_its_summary_numbers_and_two_runs_compare(chromium, evals):
@@ -148,12 +148,12 @@ def test_a_cli_eval_shows_its_summary_numbers_and_two_runs_compare(chromium, eva
         # Its rollouts, filtered: each links to its page in the Rollouts tab.
         assert web.page.inner_text("#ev-attempts-count") == "16 of 16 rollouts"
         web.choose("ev-filter-outcome", "infrastructure failure")
-        web.page.wait_for_function("document.querySelector('#ev-attempts-count').innerText === '4 of 16 rollouts'")
+        web.page.wait_for_function("document.querySelector('#ev-attempts-count')?.innerText === '4 of 16 rollouts'")
         assert {r[1] for r in cells(web, "#ev-attempts table")} == {"down"}
         web.choose("ev-filter-outcome", re.compile("^passed$"))
-        web.page.wait_for_function("document.querySelector('#ev-attempts-count').innerText === '6 of 16 rollouts'")
+        web.page.wait_for_function("document.querySelector('#ev-attempts-count')?.innerText === '6 of 16 rollouts'")
         web.choose("ev-filter-task", "half")
-        web.page.wait_for_function("document.querySelector('#ev-attempts-count').innerText === '2 of 16 rollouts'")
+        web.page.wait_for_function("document.querySelector('#ev-attempts-count')?.innerText === '2 of 16 rollouts'")
         link = web.page.locator("#ev-attempts table a").first
         rollout = link.inner_text()
         link.click()

@@ -166,12 +166,12 @@ def test_a_running_rollout_is_followed_live(chromium, web_server):
         web.page.goto(f"{server.url}/web/?rollout={rid}", timeout=LOAD_TIMEOUT_MS)
         web.page.wait_for_function("(id) => (document.querySelector('#ro-title') || {}).innerText?.includes(id)", arg=rid, timeout=60_000)
         assert httpx.get(f"{server.url}/rollouts/{rid}").json()["status"] in ("queued", "running")
-        web.page.wait_for_function("document.querySelector('#ro-status').innerText.includes('running')", timeout=30_000)
+        web.page.wait_for_function("document.querySelector('#ro-status')?.innerText.includes('running')", timeout=30_000)
         assert web.page.locator("#ro-reward .he-reward").get_attribute("data-reward") == ""
-        web.page.wait_for_function("document.querySelector('#ro-log textarea').value.includes('agent    started')", timeout=30_000)
+        web.page.wait_for_function("document.querySelector('#ro-log textarea')?.value.includes('agent    started')", timeout=30_000)
         # No reload: the page follows it to its end.
         ro_reward(web, "1.0", timeout_ms=90_000)
-        web.page.wait_for_function("document.querySelector('#ro-status').innerText.includes('finished')", timeout=10_000)
+        web.page.wait_for_function("document.querySelector('#ro-status')?.innerText.includes('finished')", timeout=10_000)
         assert "collect" in web.page.locator("#ro-log textarea").input_value()
         assert "grep -qx hello hello.txt" in web.page.inner_text("#ro-verify-results")
     finally:
@@ -205,13 +205,13 @@ def test_open_result_files_from_disk(chromium, web_server, tmp_path):
 
         web.page.locator("#ro-file button[aria-label*='lear']").first.click()  # Gradio's clear button
         web.page.locator("#ro-file input[type=file]").set_input_files(str(jsonl))
-        web.page.wait_for_function("document.querySelector('#ro-title').innerText.includes('result 1 of 2')", timeout=30_000)
+        web.page.wait_for_function("document.querySelector('#ro-title')?.innerText.includes('result 1 of 2')", timeout=30_000)
         web.choose("ro-file-pick", "2: second · whitebox · reward 0.0")
         ro_reward(web, "0.0")
 
         web.page.locator("#ro-file button[aria-label*='lear']").first.click()
         web.page.locator("#ro-file input[type=file]").set_input_files(str(bad))
-        web.page.wait_for_function("document.querySelector('#ro-title').innerText.includes('could not open bad.json')", timeout=30_000)
+        web.page.wait_for_function("document.querySelector('#ro-title')?.innerText.includes('could not open bad.json')", timeout=30_000)
         assert web.page.locator("#ro-reward .he-reward").get_attribute("data-reward") == ""
     finally:
         web.close()
@@ -240,7 +240,7 @@ def _open_file(web: WebDriver, path) -> None:
 
 
 def _title_says(web: WebDriver, text: str, timeout_ms: int = 60_000) -> None:
-    web.page.wait_for_function("(t) => document.querySelector('#ro-title').innerText.includes(t)", arg=text, timeout=timeout_ms)
+    web.page.wait_for_function("(t) => document.querySelector('#ro-title')?.innerText.includes(t)", arg=text, timeout=timeout_ms)
 
 
 def test_result_files_up_to_the_limit_open_and_every_bad_one_says_why(chromium, web_server, tmp_path):
@@ -304,7 +304,7 @@ def test_the_agents_text_shows_as_text_in_every_pane(chromium, web_server, tmp_p
     try:
         web.open()
         open_rollouts(web)
-        web.page.wait_for_function("(id) => document.querySelector('#ro-list').innerText.includes(id)", arg=rid, timeout=30_000)
+        web.page.wait_for_function("(id) => document.querySelector('#ro-list')?.innerText.includes(id)", arg=rid, timeout=30_000)
         assert f"<img src=http://{EVIL}/t.png>" in web.page.inner_text("#ro-list")  # the task id, as text
         _open_file(web, hostile)
         _title_says(web, "hostile.json, result 1 of 1")
@@ -336,12 +336,12 @@ def test_cancel_a_running_rollout_then_load_it_into_the_form_and_run_it_again(ch
         assert "task-again" in request and "whitebox" in request and policy_server.base_url in request
         assert "agent_timeout_s" in request and "its key is never stored" in request
         web.page.click("#ro-cancel")
-        web.page.wait_for_function("document.querySelector('#ro-status').innerText.includes('cancelled')", timeout=60_000)
+        web.page.wait_for_function("document.querySelector('#ro-status')?.innerText.includes('cancelled')", timeout=60_000)
         web.page.wait_for_selector("#ro-cancel", state="hidden", timeout=10_000)
         assert httpx.get(f"{server.url}/rollouts/{running}").json()["status"] == "cancelled"
 
         web.page.click("#ro-rerun")
-        web.page.wait_for_function("document.querySelector('#task-id textarea, #task-id input').value === 'task-again'", timeout=30_000)
+        web.page.wait_for_function("document.querySelector('#task-id textarea, #task-id input')?.value === 'task-again'", timeout=30_000)
         assert web.page.locator("#instruction textarea").input_value() == "Create hello.txt containing hello."
         assert web.page.locator("#verify textarea").input_value() == "grep -qx hello hello.txt"
         assert web.page.locator("#base-url textarea").input_value() == policy_server.base_url
