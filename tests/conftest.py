@@ -14,6 +14,12 @@ from tests.leftovers import Before
 from tests.server_process import ServerProcess
 from tests.vllm_engine import VllmServer
 
+# On several workers, torch (in the workers and the processes they start) computes on one thread:
+# with two per worker on this 2-core machine, the same forward and backward pass cost 52 s of CPU,
+# not 31 (OpenMP threads spinning for each other), and the suite is bound by the CPU.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # The fast tier, `pytest -m unit`: no harness CLI (e2e), no real model, no browser, no database
 # server, no server process. Derived from what a test uses, so a new test is sorted without a mark.
 HEAVY_MARKS = {"e2e", "real_model", "slow"}

@@ -82,14 +82,17 @@ def test_a_grpo_step_gives_every_branch_of_a_compacted_rollout_gradient(request_
     """Two white-box rollouts that compact their history (two branches each, captured against the
     scripted policy), two branch slots each: one GRPO step of SmolLM2 gives all four rows gradient,
     with the advantages the adapter says. The scripted policy's token ids are mapped into the
-    model's vocabulary (elementwise, so every prefix relation holds)."""
+    model's vocabulary (elementwise, so every prefix relation holds). The model is SmolLM2 cut to its
+    first two layers: what is checked is where TRL's gradient goes, not what the model would sample,
+    and the 30 layers cost four times the CPU (about a minute of it)."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir()))
-    policy = AutoModelForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32)
+    policy = AutoModelForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32, num_hidden_layers=2)
+    assert len(policy.model.layers) == 2
     vocab = policy.get_input_embeddings().num_embeddings
 
     def run_many(requests):
