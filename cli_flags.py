@@ -97,7 +97,7 @@ def add_rollout_flags(run: argparse.ArgumentParser) -> None:
     group, then one group per harness with options of its own."""
     from harness_env.core.catalog import CATALOG
     from harness_env.envs import HARNESSES
-    from harness_env.models import HARNESS_OPTIONS, RolloutArgs, RolloutOptions, RolloutRequest, option_group
+    from harness_env.models import HARNESS_OPTIONS, RolloutArgs, RolloutOptions, option_group
 
     models = harness_option_models()
     endpoint = run.add_argument_group(
@@ -130,7 +130,7 @@ def add_rollout_flags(run: argparse.ArgumentParser) -> None:
                 f"{info.description}: {', '.join(HARNESSES)} (default: {info.default}; a harness's own flags, or a task directory it claims, select it)"
             )
         actions[name] = groups[option_group(info)].add_argument(flag_name(name), **spec)
-    actions["disable_thinking"] = groups["capture"].add_argument("--disable-thinking", **flag_spec(RolloutRequest.model_fields["disable_thinking"]))
+    actions["disable_thinking"] = groups["capture"].add_argument("--disable-thinking", **flag_spec(args_fields["disable_thinking"]))
     actions["sandbox"] = groups["sandbox"].add_argument(
         "--sandbox", metavar="NAME", help=f"{'|'.join(LOCAL_ISOLATION)}: the local sandbox's isolation (default auto: bubblewrap when available)"
     )

@@ -1,7 +1,8 @@
 """The RolloutRequest a rollout command line describes (`run`'s, and each task of `eval`'s): the
-task file (or a task family's record), the harness its flags select, the endpoint, the option
-fields given. Pure but for reading the task file and --api-key-env's variable; bad input exits 2
-with one line.
+RolloutArgs of the task file (or a task family's record), the harness its flags select, the
+endpoint and the option fields given, resolved as every face of the server resolves its callers'
+(core/catalog.to_request). Pure but for reading the task file and --api-key-env's variable; bad
+input exits 2 with one line.
 """
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness_env.cli_flags import LOCAL_ISOLATION, SHARED_FLAGS, bad_input, harness_option_models
+
+if TYPE_CHECKING:  # imported where used: every command line loads this module
+    from harness_env.models import RolloutArgs, RolloutRequest, Task
 
 
 def load_task(path: str) -> dict:
@@ -90,72 +94,98 @@ def request_fields(flags: dict[str, Any]) -> dict[str, Any]:
     return {name: flags[name] for name in RolloutOptions.model_fields if name != HARNESS_OPTIONS and flags.get(name) is not None}
 
 
-def run_request(args: argparse.Namespace, task_data: dict | None = None):
+def run_request(args: argparse.Namespace, task_data: dict | None = None) -> tuple[RolloutRequest, bool | None]:
     """(the RolloutRequest, use_bwrap) the run command's arguments describe (`task_data`: the
-    task's object, already read from args.task); bad input exits 2 with one line. Pure but for
-    reading the task file and --api-key-env's variable."""
-    from pydantic import ValidationError
-
-    from harness_env.core.errors import InvalidRequestError, describe_validation_error
-    from harness_env.models import RolloutRequest, harness_options_models
-    from harness_env.models.options import calls_model
+    task's object, already read from args.task): the RolloutArgs of its flags and task file,
+    resolved by the server's own resolver (core/catalog.to_request), so the two cannot drift; the
+    command line is trusted (its image may be a local one). Bad input exits 2 with one line. Pure
+    but for reading the task file and --api-key-env's variable."""
+    from harness_env.core.catalog import to_request
+    from harness_env.core.errors import InvalidRequestError
 
     flags = vars(args)
     harness, harness_options, use_bwrap = harness_of(flags)
-    model = harness_options_models().get(harness)
-    if harness_options is not None and model is not None and model.model_construct(**harness_options).names_task:
-        task, task_family, family_options, family_limits = None, None, {}, {}  # the harness's task brings its own
-    else:
-        try:
-            task, task_family, family_options, family_limits = split_family_task(task_data if task_data is not None else load_task(args.task), args.task)
-        except InvalidRequestError as e:  # a task_family no one registered
-            bad_input(str(e))
-    api_key = args.api_key or ""
-    if args.api_key_env:
-        api_key = os.environ.get(args.api_key_env, "")
-        if not api_key:
-            bad_input(f"environment variable {args.api_key_env} (from --api-key-env) is not set")
-    raw: dict[str, Any] = {
+    task, task_family, family_options, family_limits = task_of(args, harness, harness_options, task_data)
+    fields = {
         **family_limits,  # a family record's own limits, unless given on the command line
         "task_family": task_family,
         **request_fields(flags),
         "family_options": {**family_options, **(args.family_options or {})},
         "harness": harness,
-        "disable_thinking": bool(args.disable_thinking),
+        "harness_options": harness_options,
+        "disable_thinking": args.disable_thinking,  # none: the endpoint kind's default, as on a server
+        **endpoint_fields(args),
+        # The Task's fields are RolloutArgs' too, but for metadata, which to_request takes beside them.
+        **(task.model_dump(exclude={"metadata"}, exclude_none=True) if task is not None else {}),
     }
-    if task is not None:
-        raw["task"] = task
-    if harness_options is not None:
-        raw["harness_options"] = harness_options
-    if args.endpoint:
-        raw["endpoint"] = catalog_endpoint(args, api_key, calls_model(raw))
-    elif args.base_url and args.model:
-        raw["endpoint"] = {"base_url": args.base_url, "api_key": api_key, "model": args.model, "wire_api": args.wire_api}
-    elif calls_model(raw) or args.base_url or args.model:  # else the request stands in an endpoint nothing calls
-        bad_input("no policy endpoint: pass --base-url and --model, or --endpoint vllm|openai|hf_router")
+    rollout_args = _rollout_args(fields)
+    check_endpoint_given(args, rollout_args.agent_calls_model)
     try:
-        return RolloutRequest.model_validate(raw), use_bwrap
-    except ValidationError as e:
-        bad_input(describe_validation_error(e))
-
-
-def catalog_endpoint(args: argparse.Namespace, api_key: str, agent_calls_model: bool):
-    """--endpoint NAME resolved from this process's environment, as the server resolves the tool's
-    `endpoint` (explicit --base-url/--model/--api-key win)."""
-    from pydantic import SecretStr
-
-    from harness_env.core.catalog import EndpointChoice, resolve_endpoint
-    from harness_env.core.errors import InvalidRequestError
-
-    given = EndpointChoice(
-        endpoint=args.endpoint or "",
-        base_url=args.base_url or "",
-        api_key=SecretStr(api_key),
-        model=args.model or "",
-        wire_api=args.wire_api,
-        agent_calls_model=agent_calls_model,
-    )
-    try:
-        return resolve_endpoint(given)[0]
+        return to_request(rollout_args, trusted=True, metadata=task.metadata if task is not None else None), use_bwrap
     except InvalidRequestError as e:
         bad_input(str(e))
+
+
+def task_of(
+    args: argparse.Namespace, harness: str, harness_options: dict[str, Any] | None, task_data: dict | None
+) -> tuple[Task | None, str | None, dict, dict]:
+    """(the task file's Task, its task family, family_options, request limits); no Task when the
+    harness's options name a task, which brings its own."""
+    from harness_env.core.errors import InvalidRequestError
+    from harness_env.models import harness_options_models
+
+    model = harness_options_models().get(harness)
+    if harness_options is not None and model is not None and model.model_construct(**harness_options).names_task:
+        return None, None, {}, {}
+    try:
+        task, task_family, family_options, family_limits = split_family_task(task_data if task_data is not None else load_task(args.task), args.task)
+    except InvalidRequestError as e:  # a task_family no one registered
+        bad_input(str(e))
+    return checked_task(task), task_family, family_options, family_limits
+
+
+def checked_task(data: dict) -> Task:
+    """The task file's task, checked as the wire type it is: an unknown key is refused, and a
+    problem is named where it sits in the request (`task.instruction: Field required`)."""
+    from pydantic import ValidationError
+
+    from harness_env.core.errors import describe_validation_error
+    from harness_env.models import Task
+
+    try:
+        return Task.model_validate(data)
+    except ValidationError as e:
+        bad_input(describe_validation_error(e, "task"))
+
+
+def endpoint_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """RolloutArgs' endpoint fields from the endpoint flags (--api-key-env's variable read here)."""
+    api_key = args.api_key or ""
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env, "")
+        if not api_key:
+            bad_input(f"environment variable {args.api_key_env} (from --api-key-env) is not set")
+    return {"endpoint": args.endpoint or "", "base_url": args.base_url or "", "api_key": api_key, "model": args.model or "", "wire_api": args.wire_api}
+
+
+def check_endpoint_given(args: argparse.Namespace, agent_calls_model: bool) -> None:
+    """The command line's own word for a missing endpoint, naming its flags (the catalog's names
+    the tool's fields): --endpoint, or --base-url with --model; neither only for an agent that
+    calls no model (else the request stands in an endpoint nothing calls)."""
+    if args.endpoint or (args.base_url and args.model):
+        return
+    if agent_calls_model or args.base_url or args.model:
+        bad_input("no policy endpoint: pass --base-url and --model, or --endpoint vllm|openai|hf_router")
+
+
+def _rollout_args(fields: dict[str, Any]) -> RolloutArgs:
+    """The command line's RolloutArgs: a bad value is named as the tool's argument it is."""
+    from pydantic import ValidationError
+
+    from harness_env.core.errors import describe_validation_error
+    from harness_env.models import RolloutArgs
+
+    try:
+        return RolloutArgs.model_validate(fields)
+    except ValidationError as e:
+        bad_input(describe_validation_error(e))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr, ValidationError
@@ -29,7 +29,6 @@ from harness_env.models import (
     url_authority,
     url_without_credentials,
 )
-from harness_env.models.base import WireApi
 
 
 @dataclass(frozen=True)
@@ -76,32 +75,7 @@ def catalog_key_of(entry: CatalogEntry, env: dict[str, str]) -> str:
     return key
 
 
-class EndpointArgs(Protocol):
-    """What names an endpoint: the tool's arguments (RolloutArgs), or `harness-env run`'s flags."""
-
-    endpoint: str
-    base_url: str
-    api_key: SecretStr
-    model: str
-    wire_api: WireApi
-
-    @property
-    def agent_calls_model(self) -> bool: ...
-
-
-@dataclass(frozen=True)
-class EndpointChoice:
-    """An endpoint named outside a RolloutArgs (`harness-env run`'s flags)."""
-
-    endpoint: str
-    base_url: str
-    api_key: SecretStr
-    model: str
-    wire_api: WireApi
-    agent_calls_model: bool
-
-
-def resolve_endpoint(args: EndpointArgs, env: dict[str, str] | None = None) -> tuple[Endpoint, CatalogEntry | None]:
+def resolve_endpoint(args: RolloutArgs, env: dict[str, str] | None = None) -> tuple[Endpoint, CatalogEntry | None]:
     env = dict(os.environ) if env is None else env
     entry = None
     if args.endpoint:
@@ -180,8 +154,12 @@ def check_allowed_host(base_url: str, env: dict[str, str]) -> None:
         raise InvalidRequestError(f"endpoint host {host!r} is not allowed here (HARNESS_ENV_ALLOWED_HOSTS: {', '.join(allowed)})")
 
 
-def to_request(args: RolloutArgs, env: dict[str, str] | None = None) -> RolloutRequest:
-    """Resolve tool arguments into a full RolloutRequest (clear InvalidRequestError otherwise)."""
+def to_request(args: RolloutArgs, env: dict[str, str] | None = None, *, trusted: bool = False, metadata: dict[str, Any] | None = None) -> RolloutRequest:
+    """Resolve tool arguments into a full RolloutRequest (clear InvalidRequestError otherwise): the
+    one resolver of every face, the CLI's included. `trusted`: the caller is on this machine (the
+    CLI), so its image may be a local transport, as in core/pipeline.prepare; a remote caller's
+    must be a registry reference. `metadata`: the Task's, which a task file carries and the flat
+    arguments have no field for."""
     endpoint, entry = resolve_endpoint(args, env)
     cap = entry.top_logprobs_cap if entry else EXPLICIT_TOP_LOGPROBS_CAP
     disable_thinking = args.disable_thinking if args.disable_thinking is not None else bool(entry and entry.disable_thinking)
@@ -192,12 +170,24 @@ def to_request(args: RolloutArgs, env: dict[str, str] | None = None) -> RolloutR
             verify=args.verify or [],
             files=args.files or {},
             task_id=args.task_id or None,
+            metadata=metadata or {},
+            image=_image(args.image, trusted),
         )
         options = args.model_dump(include=set(RolloutOptions.model_fields))
         options["top_logprobs"] = min(args.top_logprobs, cap)
         return RolloutRequest(task=task, endpoint=endpoint, disable_thinking=disable_thinking, **options)
     except ValidationError as e:
         raise InvalidRequestError(describe_validation_error(e)) from None
+
+
+def _image(ref: str, trusted: bool) -> str | None:
+    """The task's image: a remote caller's only as a registry reference (a local transport would
+    read the server's files)."""
+    if not ref:
+        return None
+    from harness_env.core.sandbox.images import check_remote_image  # not at the top: every command line loads the catalog
+
+    return ref if trusted else check_remote_image(ref)
 
 
 def url_credentials(env: dict[str, str]) -> list[str]:

@@ -38,13 +38,14 @@ def safe_text(text: str, limit: int) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def describe_validation_error(e) -> str:
+def describe_validation_error(e, within: str = "") -> str:
     """A pydantic ValidationError as one line: where, and what is wrong, per problem (never the
-    input itself)."""
+    input itself). `within`: the field the validated value sits in (`task` for a Task checked on
+    its own), so the place named is the request's."""
     errors = e.errors(include_input=False, include_url=False, include_context=False)
     parts = []
     for err in errors[:MAX_PROBLEMS]:
-        loc = ".".join(safe_text(str(x), 100) for x in err.get("loc", ())) or "request"
+        loc = ".".join(safe_text(str(x), 100) for x in ((within,) if within else ()) + tuple(err.get("loc", ()))) or "request"
         parts.append(f"{loc}: {safe_text(str(err.get('msg')), 1000)}")
     if len(errors) > MAX_PROBLEMS:
         parts.append(f"and {len(errors) - MAX_PROBLEMS} more")

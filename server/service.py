@@ -12,7 +12,6 @@ from harness_env.core.phases import EventSink
 from harness_env.core.pipeline import PreparedRollout, prepare
 from harness_env.core.registry import HARNESSES, get_harness
 from harness_env.core.sandbox.backends import DEFAULT_BACKEND, SandboxSettings, sandbox_factory
-from harness_env.core.sandbox.images import check_remote_image
 from harness_env.core.sandbox.policy import sandbox_limits
 from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
 from harness_env.server.slots import RolloutSlots
@@ -34,9 +33,7 @@ class RolloutService:
     def resolve(self, args: RolloutArgs) -> PreparedRollout:
         """The request of a remote caller, prepared (core/pipeline.py); raises InvalidRequestError
         with a clear message for bad arguments. May read task directories: call it off the loop."""
-        request = catalog.to_request(args)
-        if args.image:  # a registry reference only: a local transport would read the server's files
-            request = request.model_copy(update={"task": request.task.model_copy(update={"image": check_remote_image(args.image)})})
+        request = catalog.to_request(args, trusted=False)  # a registry image only: a local transport would read the server's files
         prepared = prepare(request, trusted=False)
         sandbox_limits(prepared.request)  # over this server's maximums: refused before any work
         return prepared

@@ -116,6 +116,33 @@ def test_endpoint_from_the_catalog_as_on_a_server(tmp_path, monkeypatch):
     assert p.returncode == 2 and "OPENAI_API_KEY" in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
+def test_the_cli_and_the_server_resolve_the_same_arguments_to_the_same_request(tmp_path, monkeypatch):
+    """One resolver (core/catalog.to_request): a command line and the tool's arguments that say the
+    same give the same request, the endpoint kind's defaults (thinking, top_logprobs' cap) included."""
+    from harness_env import cli
+    from harness_env.cli_request import run_request
+    from harness_env.core.catalog import to_request
+    from harness_env.models import RolloutArgs
+
+    monkeypatch.setenv("HF_ROUTER_API_KEY", "hf-key")
+    monkeypatch.setenv("HF_ROUTER_MODEL", "Qwen/Qwen3-8B")
+    task = {"instruction": "x", "setup": ["true"], "verify": ["test -f a.txt"], "files": {"a.txt": "a"}, "task_id": "t1"}
+    (tmp_path / "t.json").write_text(json.dumps(task))
+    monkeypatch.chdir(tmp_path)
+    flags = ["--endpoint", "hf_router", "--max-tokens", "100", "--max-turns", "3", "--top-logprobs", "20", "--network", "open"]
+    request, _ = run_request(cli.build_parser().parse_args(["run", "--task", "t.json", *flags]))
+    args = RolloutArgs(**task, endpoint="hf_router", harness="whitebox", harness_options={"max_tokens": 100}, max_turns=3, top_logprobs=20, network="open")
+    assert request == to_request(args, trusted=False)
+    assert (request.harness, request.top_logprobs, request.disable_thinking) == ("whitebox", 5, True)
+
+
+def test_a_task_file_keeps_its_metadata_and_a_local_image(tmp_path, monkeypatch):
+    # What the flat arguments cannot carry (metadata), and what only a caller on this machine may name.
+    task = {"instruction": "x", "metadata": {"source": "mine"}, "image": "oci-archive:/srv/images/task.tar"}
+    request, _ = _request(tmp_path, monkeypatch, task=task)
+    assert (request.task.metadata, request.task.image) == ({"source": "mine"}, "oci-archive:/srv/images/task.tar")
+
+
 def test_an_agent_that_calls_no_model_needs_no_endpoint(tmp_path, monkeypatch):
     from harness_env import cli
     from harness_env.cli_request import run_request

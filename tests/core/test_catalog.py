@@ -67,6 +67,15 @@ def test_task_validation_errors_are_one_clear_line():
         to_request(_args(base_url="http://h:1", model="m", files={"../x": "y"}), {})
 
 
+def test_a_local_image_only_for_a_trusted_caller():
+    args = _args(base_url="http://h:1", model="m", image="oci-archive:/etc/passwd")
+    with pytest.raises(InvalidRequestError, match="names a file on the server's disk"):
+        to_request(args, {})
+    trusted = to_request(args, {}, trusted=True, metadata={"source": "file"})  # the CLI, on this machine
+    assert (trusted.task.image, trusted.task.metadata) == ("oci-archive:/etc/passwd", {"source": "file"})
+    assert to_request(_args(base_url="http://h:1", model="m", image="ghcr.io/o/task:1"), {}).task.image == "ghcr.io/o/task:1"
+
+
 def test_describe_never_shows_keys():
     out = describe({"OPENAI_API_KEY": "sk-very-secret", "OPENAI_MODEL": "m"})
     assert "sk-very-secret" not in repr(out)
