@@ -98,23 +98,11 @@ def _cmd_install(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sweep_leftovers(quiet: bool) -> None:
-    """What killed runs and servers left (rollout directories and mounts, cgroups, capture sockets).
-    `serve` does not: the app's lifespan sweeps, wherever the app is started (server/app.py)."""
-    from harness_env.core.sandbox.sweep import sweep_at_start
-
-    for note in sweep_at_start():
-        if not quiet:
-            print(f"harness-env: {note}", file=sys.stderr)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] and argv[0] in _family_commands():  # a family's command: its own parser, options and errors
         return _family_commands()[argv[0]][1]()(argv[1:])
     args = build_parser().parse_args(argv)
-    if args.command in ("run", "eval"):
-        _sweep_leftovers(quiet=getattr(args, "quiet", False))
     try:
         return args.handler(args)
     except BrokenPipeError:  # our reader went away (`| head`): not an error, and no traceback

@@ -38,6 +38,17 @@ def bad_input(message: str) -> NoReturn:
     raise SystemExit(EXIT_BAD_INPUT)
 
 
+def sweep_leftovers(quiet: bool) -> None:
+    """What killed runs and servers left (rollout directories and mounts, cgroups, capture sockets),
+    removed by `run` and `eval` once their input is checked, so that bad input stays one line.
+    `serve` does not: the app's lifespan sweeps, wherever the app is started (server/app.py)."""
+    from harness_env.core.sandbox.sweep import sweep_at_start
+
+    for note in sweep_at_start():
+        if not quiet:
+            print(f"harness-env: {note}", file=sys.stderr)
+
+
 def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 

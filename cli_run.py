@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness_env.cli_flags import add_rollout_flags, bad_input, field_cli, harness_option_models
+from harness_env.cli_flags import add_rollout_flags, bad_input, field_cli, harness_option_models, sweep_leftovers
 from harness_env.cli_request import run_request
 
 
@@ -57,6 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     make_undumpable()  # the upstream key in this process stays out of reach of a plain sandbox's agent (same uid)
 
     request, use_bwrap = run_request(args)
+    sweep_leftovers(args.quiet)
 
     def progress(ev: PhaseEvent) -> None:
         if not args.quiet:

@@ -137,7 +137,7 @@ def _recorder(data_dir: str | None):
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from harness_env.cli_flags import bad_input
+    from harness_env.cli_flags import bad_input, sweep_leftovers
     from harness_env.cli_run import until_stopped
     from harness_env.core.procs import make_undumpable
     from harness_env.evals.report import error_groups, error_lines, headline, table
@@ -147,6 +147,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         bad_input("-n/--attempts and --concurrency must be at least 1")
     make_undumpable()  # as run: the upstream key in this process stays out of a plain sandbox's reach
     requests, use_bwrap = eval_requests(args)
+    sweep_leftovers(args.quiet)
     recorder = _recorder(getattr(args, "data_dir", None))
     work = evaluate_async(
         requests,

@@ -103,6 +103,19 @@ def test_a_run_killed_mid_agent_is_swept_by_the_next_run(short_tmp, policy_serve
         assert _cgroups_of(killed.pid) != [] or detect()[0] is None
         assert any(n.startswith(f"harness-env-capture-{killed.pid}-") for n in os.listdir(short_tmp))
 
+        # A command line with a mistake is refused in its one line: nothing is swept before the input is good.
+        bad = subprocess.run(
+            [*CLI, "run", "--harness", "whitebox", "--task", "task.json", "--max-turns", "0", "--base-url", policy_server.base_url, "--model", "quick"],
+            cwd=short_tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "max_turns" in bad.stderr, bad.stderr
+        assert {killed_name, killed_name + ".lease"} <= set(os.listdir(sandboxes))
+
         after = subprocess.run(
             [*CLI, "run", "--harness", "whitebox", "--sandbox", sandbox, "--task", "task.json", "--base-url", policy_server.base_url, "--model", "quick"],
             cwd=short_tmp,

@@ -1,7 +1,7 @@
 """One TRL GRPO step on rows a real engine gave, end to end on CPU: white-box rollouts through the
 capture proxy against a real vLLM (tests/vllm_engine.py: SmolLM2-135M-Instruct, float32, processed
 logprobs), graded, turned into rows by the TRL adapter, and one optimisation step of the same
-weights. (That the captured logprobs equal teacher-forced ones is tests/envs/test_vllm_contract.py.)"""
+model's first two layers. (That the captured logprobs equal teacher-forced ones is tests/envs/test_vllm_contract.py.)"""
 
 import functools
 import itertools
@@ -44,7 +44,10 @@ def test_rows_from_a_group_of_rollouts_take_one_grpo_step(vllm_server, tmp_path)
             "structured_calls": 1,
         },
     )
-    policy = AutoModelForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32)  # the weights vLLM serves
+    # The weights vLLM serves, cut to their first two layers: the rows' tokens and logprobs are the
+    # engine's, and what is checked is that TRL takes them and steps (the trainer's own logprobs
+    # against vLLM's are tests/examples/test_train_cpu_vllm.py's); all 30 cost four times the CPU.
+    policy = AutoModelForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32, num_hidden_layers=2)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir()))
     before = {n: p.detach().clone() for n, p in policy.named_parameters()}
     config = GRPOConfig(

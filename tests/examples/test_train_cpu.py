@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.real_model, pytest.mark.timeout(1200)]
 STEPS = 2
 
 
-def run(steps: int, *, sync: bool) -> train_cpu.Run:
+def run(steps: int, *, sync: bool, turns: int = 2, tokens: int = 40) -> train_cpu.Run:
     flags = [
         "--steps",
         str(steps),
@@ -48,9 +48,9 @@ def run(steps: int, *, sync: bool) -> train_cpu.Run:
         "--num-generations",
         "2",
         "--max-tokens",
-        "40",
+        str(tokens),
         "--max-turns",
-        "2",
+        str(turns),
         "--eval-attempts",
         "0",
         "--check-rollouts",
@@ -109,7 +109,7 @@ def test_the_served_logprobs_follow_the_trained_weights(synced: train_cpu.Run) -
 
 def test_without_the_weight_load_the_rollouts_drift_off_policy() -> None:
     """The control: the server keeps the initial weights while the trainer's move."""
-    control = run(2, sync=False).records
+    control = run(2, sync=False, turns=1, tokens=16).records  # what it samples does not matter, only from which weights
     assert [r.served_version for r in control] == [0, 0]
     assert {v for vs in control[1].turn_versions for v in vs} == {0}  # step 1 sampled from version 0, not 1
     assert probe_shift(control[0].probe_top_logprobs, control[1].probe_top_logprobs) < 1e-3  # nothing served moved (float noise, ~2e-5)
