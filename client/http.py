@@ -19,15 +19,15 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 from pydantic import ValidationError
 
-from harness_env.client.jobs import SseParser, cancel_steps, failed, get_steps, parse_event, rollout_steps, submit_steps, wait_steps
+from harness_env.client.jobs import EventFollower, cancel_steps, failed, get_steps, rollout_steps, submit_steps, wait_steps
 from harness_env.client.listing import list_steps
 from harness_env.client.servers import Servers, locate_steps, routed_steps, server_urls
-from harness_env.client.steps import DEFAULT_RECONNECT_FOR_S, TRANSIENT, Call, HarnessEnvClientError, Patience, Steps, invalid_request, raise_for
+from harness_env.client.steps import DEFAULT_RECONNECT_FOR_S, Call, Driver, HarnessEnvClientError, Patience, Steps, invalid_request
 from harness_env.client.weights import weight_steps
 from harness_env.models import DatasetTaskInfo, Detail, HarnessInfo, JobEnd, PhaseEvent, RolloutAccepted, RolloutArgs, RolloutJob, RolloutResult
 
@@ -105,24 +105,9 @@ def _client_options(base_url: str, token: str | None, hf_token: str | None, head
 
 
 class _Common:
-    """What both clients hold: their servers, and which one owns each rollout."""
+    """What both clients hold: their servers, an httpx client for each, and which one owns each rollout."""
 
-    def __init__(self, base_url: str | None, base_urls: Sequence[str] | None, reconnect_for_s: float) -> None:
-        urls = server_urls(base_url, base_urls)
-        self.base_urls = urls
-        self.base_url = urls[0]  # the one server (with several: the first)
-        self.reconnect_for_s = reconnect_for_s
-        self._servers = Servers(urls)
-
-    def server_of(self, rollout_id: str) -> str | None:
-        """The base URL of the server that ran or holds a rollout this client ran, submitted,
-        looked up or listed (None: not known here)."""
-        return self._servers.owner(rollout_id)
-
-
-class AsyncHarnessEnv(_Common):
-    """`async with AsyncHarnessEnv(url) as env: result = await env.run_rollout(instruction=..., ...)`;
-    several servers: `AsyncHarnessEnv(base_urls=[url1, url2])`."""
+    _http: ClassVar[type[httpx.Client] | type[httpx.AsyncClient]]  # each client's own kind
 
     def __init__(
         self,
@@ -140,8 +125,25 @@ class AsyncHarnessEnv(_Common):
         (the same for every server); `hf_token`: for a private Hugging Face Space (default: the
         stored one, on a Space address only); `headers`: sent with every call; `reconnect_for_s`:
         how long a job call keeps reconnecting to an unreachable server."""
-        super().__init__(base_url, base_urls, reconnect_for_s)
-        self._clients = {url: httpx.AsyncClient(**_client_options(url, token, hf_token, headers, timeout)) for url in self.base_urls}
+        urls = server_urls(base_url, base_urls)
+        self.base_urls = urls
+        self.base_url = urls[0]  # the one server (with several: the first)
+        self.reconnect_for_s = reconnect_for_s
+        self._servers = Servers(urls)
+        self._clients = {url: self._http(**_client_options(url, token, hf_token, headers, timeout)) for url in urls}
+
+    def server_of(self, rollout_id: str) -> str | None:
+        """The base URL of the server that ran or holds a rollout this client ran, submitted,
+        looked up or listed (None: not known here)."""
+        return self._servers.owner(rollout_id)
+
+
+class AsyncHarnessEnv(_Common):
+    """`async with AsyncHarnessEnv(url) as env: result = await env.run_rollout(instruction=..., ...)`;
+    several servers: `AsyncHarnessEnv(base_urls=[url1, url2])`."""
+
+    _http = httpx.AsyncClient
+    _clients: dict[str, httpx.AsyncClient]
 
     async def __aenter__(self) -> AsyncHarnessEnv:
         return self
@@ -155,22 +157,17 @@ class AsyncHarnessEnv(_Common):
 
     async def _drive(self, steps: Steps) -> Any:
         """Run a call's steps (client/jobs.py) with this client's httpx clients."""
-        reply: Any = None
-        error: Exception | None = None
+        driver = Driver(steps)
         try:
-            while True:
-                try:
-                    step = steps.throw(error) if error is not None else steps.send(reply)
-                except StopIteration as done:
-                    return done.value
-                reply = error = None
+            while (step := driver.next()) is not None:
                 if isinstance(step, Call):
                     try:
-                        reply = await self._clients[step.server].request(step.method, step.path, **step.kw)
+                        driver.reply = await self._clients[step.server].request(step.method, step.path, **step.kw)
                     except httpx.TransportError as e:
-                        error = e
+                        driver.error = e
                 else:
                     await asyncio.sleep(step.seconds)
+            return driver.value
         finally:
             steps.close()  # a call cancelled mid-way gives back what it counted in flight
 
@@ -217,30 +214,22 @@ class AsyncHarnessEnv(_Common):
         """The rollout's phase events, from the first, live, then a JobEnd; after a dropped
         connection it reconnects and resumes where it was (Last-Event-ID)."""
         client = self._clients[await self._drive(locate_steps(self._servers, rollout_id))]
-        patience, last = Patience(self.reconnect_for_s), None
+        follower = EventFollower(self._servers, rollout_id, Patience(self.reconnect_for_s))
         while True:
             try:
-                headers = {"last-event-id": last} if last is not None else {}
-                async with client.stream("GET", f"/rollouts/{rollout_id}/events", headers=headers, timeout=EVENTS_TIMEOUT) as r:
+                async with client.stream("GET", follower.path, headers=follower.headers(), timeout=EVENTS_TIMEOUT) as r:
                     if r.status_code >= 400:
                         await r.aread()
-                        if r.status_code not in TRANSIENT:
-                            raise_for(r)
-                        await asyncio.sleep(patience.pause().seconds)
+                        await asyncio.sleep(follower.refused(r))
                         continue
-                    patience.reached()
-                    parser = SseParser()
+                    follower.connected()
                     async for line in r.aiter_lines():
-                        if (ev := parser.feed(line)) is not None:
-                            item = parse_event(ev[0], ev[2])
-                            last = ev[1] if ev[1] is not None else last
-                            if isinstance(item, JobEnd):
-                                self._servers.ended(rollout_id)
+                        if (item := follower.feed(line)) is not None:
                             yield item
                             if isinstance(item, JobEnd):
                                 return
             except httpx.TransportError as e:
-                await asyncio.sleep(patience.unreachable(e).seconds)
+                await asyncio.sleep(follower.dropped(e))
 
     async def run_many(self, requests: Iterable[RolloutArgs | dict[str, Any]], concurrency: int = 8) -> AsyncIterator[RolloutResult]:
         """Keep `concurrency` rollouts in flight; yield each result as it finishes. Each is
@@ -289,20 +278,8 @@ class HarnessEnv(_Common):
     """The synchronous client: `HarnessEnv(url).run_rollout(instruction=..., endpoint="vllm")`;
     several servers: `HarnessEnv(base_urls=[url1, url2])`."""
 
-    def __init__(
-        self,
-        base_url: str | None = None,
-        token: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT_S,
-        *,
-        base_urls: Sequence[str] | None = None,
-        hf_token: str | None = None,
-        headers: dict[str, str] | None = None,
-        reconnect_for_s: float = DEFAULT_RECONNECT_FOR_S,
-    ) -> None:
-        """As AsyncHarnessEnv."""
-        super().__init__(base_url, base_urls, reconnect_for_s)
-        self._clients = {url: httpx.Client(**_client_options(url, token, hf_token, headers, timeout)) for url in self.base_urls}
+    _http = httpx.Client
+    _clients: dict[str, httpx.Client]
 
     def __enter__(self) -> HarnessEnv:
         return self
@@ -315,22 +292,17 @@ class HarnessEnv(_Common):
             client.close()
 
     def _drive(self, steps: Steps) -> Any:
-        reply: Any = None
-        error: Exception | None = None
+        driver = Driver(steps)
         try:
-            while True:
-                try:
-                    step = steps.throw(error) if error is not None else steps.send(reply)
-                except StopIteration as done:
-                    return done.value
-                reply = error = None
+            while (step := driver.next()) is not None:
                 if isinstance(step, Call):
                     try:
-                        reply = self._clients[step.server].request(step.method, step.path, **step.kw)
+                        driver.reply = self._clients[step.server].request(step.method, step.path, **step.kw)
                     except httpx.TransportError as e:
-                        error = e
+                        driver.error = e
                 else:
                     time.sleep(step.seconds)
+            return driver.value
         finally:
             steps.close()
 
@@ -366,30 +338,22 @@ class HarnessEnv(_Common):
     def events(self, rollout_id: str) -> Iterator[PhaseEvent | JobEnd]:
         """As AsyncHarnessEnv.events."""
         client = self._clients[self._drive(locate_steps(self._servers, rollout_id))]
-        patience, last = Patience(self.reconnect_for_s), None
+        follower = EventFollower(self._servers, rollout_id, Patience(self.reconnect_for_s))
         while True:
             try:
-                headers = {"last-event-id": last} if last is not None else {}
-                with client.stream("GET", f"/rollouts/{rollout_id}/events", headers=headers, timeout=EVENTS_TIMEOUT) as r:
+                with client.stream("GET", follower.path, headers=follower.headers(), timeout=EVENTS_TIMEOUT) as r:
                     if r.status_code >= 400:
                         r.read()
-                        if r.status_code not in TRANSIENT:
-                            raise_for(r)
-                        time.sleep(patience.pause().seconds)
+                        time.sleep(follower.refused(r))
                         continue
-                    patience.reached()
-                    parser = SseParser()
+                    follower.connected()
                     for line in r.iter_lines():
-                        if (ev := parser.feed(line)) is not None:
-                            item = parse_event(ev[0], ev[2])
-                            last = ev[1] if ev[1] is not None else last
-                            if isinstance(item, JobEnd):
-                                self._servers.ended(rollout_id)
+                        if (item := follower.feed(line)) is not None:
                             yield item
                             if isinstance(item, JobEnd):
                                 return
             except httpx.TransportError as e:
-                time.sleep(patience.unreachable(e).seconds)
+                time.sleep(follower.dropped(e))
 
     def run_many(self, requests: Iterable[RolloutArgs | dict[str, Any]], concurrency: int = 8) -> Iterator[RolloutResult]:
         """As AsyncHarnessEnv.run_many, with threads."""
@@ -409,8 +373,7 @@ class HarnessEnv(_Common):
         return [HarnessInfo.model_validate(h) for h in self._call("GET", "/harnesses").json()]
 
     def list_tasks(self, dataset: str = "", split: str | None = None) -> list[DatasetTaskInfo]:
-        """The Harbor tasks of `dataset` (relative to the server's $HARNESS_ENV_HARBOR_TASKS_DIR;
-        empty: that directory), in the order harbor.task_index counts them."""
+        """As AsyncHarnessEnv.list_tasks."""
         resp = self._call("GET", "/harbor/tasks", params=_tasks_params(dataset, split))
         return [DatasetTaskInfo.model_validate(t) for t in resp.json()]
 

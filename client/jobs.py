@@ -164,6 +164,44 @@ def parse_event(event: str, data: str) -> PhaseEvent | JobEnd:
     return JobEnd.model_validate_json(data) if event == "end" else PhaseEvent.model_validate_json(data)
 
 
+class EventFollower:
+    """A rollout's event stream followed across reconnects, for both clients (they only open the
+    connections and read their lines): each connection's headers (Last-Event-ID: resume where it
+    was), what a refusal or a drop costs (seconds to wait, or the error), each line's event."""
+
+    def __init__(self, servers: Servers, rollout_id: str, patience: Patience) -> None:
+        self.servers, self.rollout_id, self.patience = servers, rollout_id, patience
+        self.path = f"/rollouts/{rollout_id}/events"
+        self.last: str | None = None
+        self.parser = SseParser()
+
+    def headers(self) -> dict[str, str]:
+        return {"last-event-id": self.last} if self.last is not None else {}
+
+    def refused(self, resp: httpx.Response) -> float:
+        """A connection answered with an error (its body read): raised, or a pause when transient."""
+        if resp.status_code not in TRANSIENT:
+            raise_for(resp)
+        return self.patience.pause().seconds
+
+    def connected(self) -> None:
+        self.patience.reached()
+        self.parser = SseParser()
+
+    def feed(self, line: str) -> PhaseEvent | JobEnd | None:
+        """A line of the stream: the event it completes, if any (a JobEnd: the rollout ended)."""
+        if (ev := self.parser.feed(line)) is None:
+            return None
+        item = parse_event(ev[0], ev[2])
+        self.last = ev[1] if ev[1] is not None else self.last
+        if isinstance(item, JobEnd):
+            self.servers.ended(self.rollout_id)
+        return item
+
+    def dropped(self, error: Exception) -> float:
+        return self.patience.unreachable(error).seconds
+
+
 INVALID = frozenset({400, 413, 422})  # the request itself was refused: sending it again would not help
 
 

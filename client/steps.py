@@ -85,6 +85,27 @@ class Pause:
 Steps = Generator[Call | Pause, Any, Any]
 
 
+class Driver:
+    """Advances one call's steps for a client that does the I/O they ask for (all that differs
+    between the sync and async clients): `next()` is the step to take, None once the call returned
+    (its value then in `value`); what a Call gave goes back in `reply`, or its httpx error in `error`."""
+
+    def __init__(self, steps: Steps) -> None:
+        self.steps = steps
+        self.reply: Any = None
+        self.error: Exception | None = None
+        self.value: Any = None
+
+    def next(self) -> Call | Pause | None:
+        reply, error = self.reply, self.error
+        self.reply = self.error = None
+        try:
+            return self.steps.throw(error) if error is not None else self.steps.send(reply)
+        except StopIteration as done:
+            self.value = done.value
+            return None
+
+
 @dataclass
 class Patience:
     """Backoff between retries, and how long the server may stay unreachable in a row."""

@@ -114,6 +114,12 @@ def engine_error_text(engine_body: bytes, status: int) -> str:
     return engine_body[:2000].decode("utf-8", errors="replace") or f"the engine answered {status}"
 
 
+def engine_error_message(engine_body: bytes, status: int) -> str:
+    """The message of an engine's error answer: its error object's, else the answer as text."""
+    err = engine_error(engine_body)
+    return str(err["message"]) if err is not None else engine_error_text(engine_body, status)
+
+
 class Part:
     """One part of the answer while it is produced: its kind, the dialect's own object for it
     (`data`), its number once announced, and the text, reasoning or arguments so far."""

@@ -43,8 +43,7 @@ from harness_env.core.capture.dialects.chunks import (
     ChunkBuilder,
     ChunkStream,
     Part,
-    engine_error,
-    engine_error_text,
+    engine_error_message,
     engine_request,
     new_id,
     pass_on,
@@ -285,8 +284,7 @@ class Gemini:
 
     def upstream_error(self, status: int, engine_body: bytes, content_type: str) -> Reply:
         """The engine's error in Google's shape: `{"error": {code, message, status}}`."""
-        err = engine_error(engine_body)
-        return self.error(status, str(err["message"]) if err is not None else engine_error_text(engine_body, status), "upstream_error")
+        return self.error(status, engine_error_message(engine_body, status), "upstream_error")
 
     def local_reply(self, route: Route, session: CaptureSession, scope: Scope) -> Reply:
         return self.error(404, f"no route {route.method} {route.path}", "not_found")  # it has none

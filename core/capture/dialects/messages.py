@@ -45,8 +45,7 @@ from harness_env.core.capture.dialects.chunks import (
     ChunkBuilder,
     ChunkStream,
     Part,
-    engine_error,
-    engine_error_text,
+    engine_error_message,
     engine_request,
     new_id,
     pass_on,
@@ -255,8 +254,7 @@ class Messages:
     def upstream_error(self, status: int, engine_body: bytes, content_type: str) -> Reply:
         """The engine's error in Anthropic's shape: `{"type": "error", "error": {type, message}}`
         (OpenAI's `{"error": {...}}`, vLLM's flat `{"object": "error", ...}` and plain text)."""
-        err = engine_error(engine_body)
-        message = str(err["message"]) if err is not None else engine_error_text(engine_body, status)
+        message = engine_error_message(engine_body, status)
         return json_reply(status, {"type": "error", "error": {"type": _error_type(status), "message": message}})
 
     def local_reply(self, route: Route, session: CaptureSession | None, scope: Scope) -> Reply:
