@@ -17,6 +17,34 @@ def chunk(delta=None, finish=None, **top) -> dict:
     return {"choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}], **top}
 
 
+# Engine answers every dialect must pass on, each in its own shape: cut by max_tokens, ended with
+# no finish reason (nor [DONE]), an error mid-stream, a tool call that never got a name.
+CUT_BY_LENGTH = sse(chunk({"content": "par"}), chunk(finish="length"))
+NO_FINISH = b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n'
+ENGINE_ERROR = sse(chunk({"content": "x"}), {"error": {"message": "engine overloaded"}})
+NAMELESS_CALL = sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}), chunk(finish="tool_calls"))
+NOT_JSON = b"<html>oops</html>"  # a whole answer that is not a chat completion
+
+
+def broken_stream(dialect, request) -> tuple[bytes, TurnDraft]:
+    """What the client got, and the turn draft, when the engine's stream sends "par", then a chunk
+    that is not JSON, then breaks."""
+    draft = TurnDraft()
+    stream = dialect.stream(request, draft)
+    out = stream.feed(b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\ndata: {"choices": [ this is not json\n\n')
+    out += stream.close("upstream stream broke: ClientPayloadError: cut")
+    return out, draft
+
+
+def whole_chat(tool: str, arguments: str, reasoning: str | None = None, **top) -> bytes:
+    """An engine's whole chat completion: "Let me look." (after `reasoning`, if any) and a call of
+    `tool` (id call_z), 9 prompt and 4 completion tokens; `top`: more fields (prompt_token_ids)."""
+    message = {"role": "assistant", "content": "Let me look.", **({"reasoning_content": reasoning} if reasoning else {})}
+    message["tool_calls"] = [{"id": "call_z", "type": "function", "function": {"name": tool, "arguments": arguments}}]
+    usage = {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}
+    return json.dumps({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": message}], "usage": usage, **top}).encode()
+
+
 def named_events(raw: bytes) -> list[dict]:
     """The events of an SSE stream whose `event:` line names its data's type (checked)."""
     out = []
@@ -96,3 +124,11 @@ def assert_replay_extends(first, second, new: list[dict]) -> None:
     assert second.messages[: len(first.messages)] == first.messages
     assert second.messages[len(first.messages) :] == new
     assert second.tools == first.tools
+
+
+def replayed_call(tool: str, arguments: str) -> list[dict]:
+    """The chat messages a replayed call adds: the assistant's ("On it.", reasoning "plan", a call
+    of `tool` with id call_1) and the tool's answer "a\n"."""
+    call = {"id": "call_1", "type": "function", "function": {"name": tool, "arguments": arguments}}
+    assistant = {"role": "assistant", "content": "On it.", "reasoning_content": "plan", "tool_calls": [call]}
+    return [assistant, {"role": "tool", "tool_call_id": "call_1", "content": "a\n"}]

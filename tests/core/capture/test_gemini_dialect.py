@@ -15,7 +15,21 @@ from harness_env.core.capture.dialects.responses_request import decode_reasoning
 from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.errors import InvalidRequestError
-from tests.core.capture.dialect_streams import as_javascript_sends, assert_exact_tokens_one_branch, assert_replay_extends, chunk, slow_words, sse, translate
+from tests.core.capture.dialect_streams import (
+    CUT_BY_LENGTH,
+    NAMELESS_CALL,
+    NO_FINISH,
+    NOT_JSON,
+    as_javascript_sends,
+    assert_exact_tokens_one_branch,
+    assert_replay_extends,
+    chunk,
+    replayed_call,
+    slow_words,
+    sse,
+    translate,
+    whole_chat,
+)
 from tests.core.capture.test_proxy import _endpoint, proxy_env  # noqa: F401 - the fixture gemini_env builds on
 from tests.fakes.policy import compact_arguments
 
@@ -230,11 +244,11 @@ def test_a_function_call_goes_whole_with_the_reasoning_in_its_signature():
 
 def test_max_tokens_broken_streams_and_a_json_array_stream():
     req = _request(contents=[_user({"text": "hi"})])
-    chunks, _ = _translate(req, sse(chunk({"content": "par"}), chunk(finish="length")))
+    chunks, _ = _translate(req, CUT_BY_LENGTH)
     assert chunks[-1]["candidates"][0]["finishReason"] == "MAX_TOKENS"
-    chunks, _ = _translate(req, b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n')  # no finish, no [DONE]
+    chunks, _ = _translate(req, NO_FINISH)
     assert chunks[-1] == {"error": {"code": 500, "message": "the engine's stream ended without a finish reason", "status": "INTERNAL"}}
-    chunks, _ = _translate(req, sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}), chunk(finish="tool_calls")))
+    chunks, _ = _translate(req, NAMELESS_CALL)
     assert "without a name" in chunks[-1]["error"]["message"]
     array = _request(query=b"", contents=[_user({"text": "hi"})])
     out, _ = translate(DIALECT, array, sse(chunk({"content": "a"}), chunk({"content": "b"}), chunk(finish="stop")))
@@ -243,23 +257,9 @@ def test_max_tokens_broken_streams_and_a_json_array_stream():
 
 
 def test_a_whole_engine_answer_is_one_response_and_count_tokens_asks_the_engine():
-    chat = {
-        "choices": [
-            {
-                "index": 0,
-                "finish_reason": "tool_calls",
-                "message": {
-                    "role": "assistant",
-                    "content": "Let me look.",
-                    "reasoning_content": "hm",
-                    "tool_calls": [{"id": "call_z", "type": "function", "function": {"name": "run_shell_command", "arguments": '{"command": "pwd"}'}}],
-                },
-            }
-        ],
-        "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13},
-    }
+    chat = whole_chat("run_shell_command", '{"command": "pwd"}', "hm")
     req = _request("/v1beta/models/m:generateContent", b"", contents=[_user({"text": "hi"})], tools=[{"functionDeclarations": [SHELL]}])
-    body, content_type = DIALECT.answer(req, json.dumps(chat).encode(), "application/json", TurnDraft())
+    body, content_type = DIALECT.answer(req, chat, "application/json", TurnDraft())
     resp = json.loads(body)
     assert content_type == "application/json" and resp["candidates"][0]["finishReason"] == "STOP"
     assert resp["candidates"][0]["content"]["parts"] == [
@@ -268,7 +268,7 @@ def test_a_whole_engine_answer_is_one_response_and_count_tokens_asks_the_engine(
         {"functionCall": {"name": "run_shell_command", "args": {"command": "pwd"}, "id": "call_z"}, "thoughtSignature": encode_reasoning("hm")},
     ]
     assert resp["usageMetadata"]["totalTokenCount"] == 13
-    failed = json.loads(DIALECT.answer(req, b"<html>oops</html>", "text/html", TurnDraft())[0])
+    failed = json.loads(DIALECT.answer(req, NOT_JSON, "text/html", TurnDraft())[0])
     assert failed["error"]["status"] == "INTERNAL" and "not a JSON object" in failed["error"]["message"]
     count = _request(
         "/v1beta/models/m:countTokens", b"", generateContentRequest={"contents": [_user({"text": "x"})], "tools": [{"functionDeclarations": [SHELL]}]}
@@ -300,19 +300,7 @@ def test_a_replayed_history_translates_to_the_previous_messages_plus_the_new_one
     response = {"functionResponse": {"name": "run_shell_command", "id": "run_shell_command__call_1", "response": {"output": "a\n"}}}
     contents2 = [*contents1, {"role": "model", "parts": kept}, _user(response)]
     req2 = _request(systemInstruction=system, contents=contents2, tools=[{"functionDeclarations": [SHELL]}])
-    assert_replay_extends(
-        req1,
-        req2,
-        [
-            {
-                "role": "assistant",
-                "content": "On it.",
-                "reasoning_content": "plan",
-                "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "run_shell_command", "arguments": '{"command": "ls ü"}'}}],
-            },
-            {"role": "tool", "tool_call_id": "call_1", "content": "a\n"},
-        ],
-    )
+    assert_replay_extends(req1, req2, replayed_call("run_shell_command", '{"command": "ls ü"}'))
     assert decode_reasoning({"encrypted_content": kept[1]["thoughtSignature"]}) == "plan"
 
 

@@ -15,14 +15,22 @@ from harness_env.core.capture.dialects.sampled import SampledArguments
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.errors import InvalidRequestError
 from tests.core.capture.dialect_streams import (
+    CUT_BY_LENGTH,
+    ENGINE_ERROR,
+    NAMELESS_CALL,
+    NO_FINISH,
+    NOT_JSON,
     as_javascript_sends,
     assert_exact_tokens_one_branch,
     assert_replay_extends,
+    broken_stream,
     chunk,
     named_events,
+    replayed_call,
     slow_words,
     sse,
     translate,
+    whole_chat,
 )
 from tests.core.capture.test_proxy import _endpoint, proxy_env  # noqa: F401 - the fixture messages_env builds on
 from tests.fakes.policy import compact_arguments
@@ -314,46 +322,28 @@ def test_thinking_text_and_tool_calls_stream_as_their_blocks():
 
 def test_max_tokens_a_stop_sequence_and_broken_streams():
     req = _request(messages=[{"role": "user", "content": "hi"}], stream=True, stop_sequences=["END"])
-    events, _ = _translate(req, sse(chunk({"content": "par"}), chunk(finish="length")))
+    events, _ = _translate(req, CUT_BY_LENGTH)
     assert events[-2]["delta"] == {"stop_reason": "max_tokens", "stop_sequence": None}
     events, _ = _translate(req, sse(chunk({"content": "x"}), {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "stop_reason": "END"}]}))
     assert events[-2]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
-    draft = TurnDraft()
-    stream = DIALECT.stream(req, draft)
-    out = stream.feed(b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\ndata: {"choices": [ this is not json\n\n')
-    out += stream.close("upstream stream broke: ClientPayloadError: cut")
+    out, draft = broken_stream(DIALECT, req)
     events = _events(out)
     assert [e["type"] for e in events[-2:]] == ["content_block_stop", "error"]
     assert events[-1]["error"] == {"type": "api_error", "message": "upstream stream broke: ClientPayloadError: cut"}
     assert draft.errors and "malformed stream chunk" in draft.errors[0]
-    events, _ = _translate(req, b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n')  # no finish, no [DONE]
+    events, _ = _translate(req, NO_FINISH)
     assert events[-1]["type"] == "error" and "without a finish reason" in events[-1]["error"]["message"]
-    events, _ = _translate(req, sse(chunk({"content": "x"}), {"error": {"message": "engine overloaded"}}))
+    events, _ = _translate(req, ENGINE_ERROR)
     assert events[-1]["error"]["message"] == "engine overloaded"
-    events, _ = _translate(req, sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}), chunk(finish="tool_calls")))
+    events, _ = _translate(req, NAMELESS_CALL)
     assert events[-1]["type"] == "error" and "without a name" in events[-1]["error"]["message"]
 
 
 def test_a_whole_engine_answer_is_a_message_object_or_one_burst_of_events():
-    chat = {
-        "choices": [
-            {
-                "index": 0,
-                "finish_reason": "tool_calls",
-                "message": {
-                    "role": "assistant",
-                    "content": "Let me look.",
-                    "reasoning_content": "hm",
-                    "tool_calls": [{"id": "call_z", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "pwd"}'}}],
-                },
-            }
-        ],
-        "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13},
-        "prompt_token_ids": [5, 6],
-    }
+    chat = whole_chat("Bash", '{"command": "pwd"}', "hm", prompt_token_ids=[5, 6])
     req = _request(messages=[{"role": "user", "content": "hi"}], tools=[BASH])
     draft = TurnDraft()
-    body, content_type = DIALECT.answer(req, json.dumps(chat).encode(), "application/json", draft)
+    body, content_type = DIALECT.answer(req, chat, "application/json", draft)
     msg = json.loads(body)
     assert content_type == "application/json" and msg["type"] == "message" and msg["stop_reason"] == "tool_use" and msg["stop_sequence"] is None
     assert msg["content"] == [
@@ -363,11 +353,11 @@ def test_a_whole_engine_answer_is_a_message_object_or_one_burst_of_events():
     ]
     assert msg["usage"]["input_tokens"] == 9 and msg["usage"]["output_tokens"] == 4 and draft.prompt_token_ids == [5, 6]
     streamed, content_type = DIALECT.answer(
-        _request(messages=[{"role": "user", "content": "hi"}], tools=[BASH], stream=True), json.dumps(chat).encode(), "application/json", TurnDraft()
+        _request(messages=[{"role": "user", "content": "hi"}], tools=[BASH], stream=True), chat, "application/json", TurnDraft()
     )
     events = _events(streamed)
     assert content_type == "text/event-stream" and events[-1]["type"] == "message_stop" and _replayed(events) == msg["content"]
-    failed = json.loads(DIALECT.answer(req, b"<html>oops</html>", "text/html", TurnDraft())[0])
+    failed = json.loads(DIALECT.answer(req, NOT_JSON, "text/html", TurnDraft())[0])
     assert failed["type"] == "error" and "not a JSON object" in failed["error"]["message"]
 
 
@@ -394,19 +384,7 @@ def test_a_replayed_history_translates_to_the_previous_messages_plus_the_new_one
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "a\n", "cache_control": {"type": "ephemeral"}}]},
     ]
     req2 = _request(system=system, messages=messages2, tools=[BASH], stream=True)
-    assert_replay_extends(
-        req1,
-        req2,
-        [
-            {
-                "role": "assistant",
-                "content": "On it.",
-                "reasoning_content": "plan",
-                "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "ls ü"}'}}],
-            },
-            {"role": "tool", "tool_call_id": "call_1", "content": "a\n"},
-        ],
-    )
+    assert_replay_extends(req1, req2, replayed_call("Bash", '{"command": "ls ü"}'))
 
 
 # What models write that json.dumps would write otherwise: compact, raw UTF-8, keys unsorted, numbers

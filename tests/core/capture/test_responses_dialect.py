@@ -12,7 +12,23 @@ from harness_env.core.capture.dialects.responses import Responses
 from harness_env.core.capture.dialects.responses_request import REASONING_PREFIX, decode_reasoning, encode_reasoning
 from harness_env.core.capture.rewrite import CapturePolicy
 from harness_env.core.errors import InvalidRequestError
-from tests.core.capture.dialect_streams import assert_exact_tokens_one_branch, assert_replay_extends, chunk, named_events, slow_words, sse, translate
+from tests.core.capture.dialect_streams import (
+    CUT_BY_LENGTH,
+    ENGINE_ERROR,
+    NAMELESS_CALL,
+    NO_FINISH,
+    NOT_JSON,
+    assert_exact_tokens_one_branch,
+    assert_replay_extends,
+    broken_stream,
+    chunk,
+    named_events,
+    replayed_call,
+    slow_words,
+    sse,
+    translate,
+    whole_chat,
+)
 from tests.core.capture.test_proxy import _endpoint, proxy_env  # noqa: F401 - the fixture responses_env builds on
 
 DIALECT = Responses()
@@ -264,55 +280,38 @@ def test_reasoning_then_tool_calls_stream_as_their_items():
 
 def test_an_answer_cut_by_max_tokens_is_incomplete_and_a_broken_stream_failed():
     req = _request(input="hi", stream=True)
-    events, _ = _translate(req, sse(chunk({"content": "par"}), chunk(finish="length")))
+    events, _ = _translate(req, CUT_BY_LENGTH)
     assert events[-1]["type"] == "response.incomplete"
     assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
-    draft = TurnDraft()
-    stream = DIALECT.stream(req, draft)
-    out = stream.feed(b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\ndata: {"choices": [ this is not json\n\n')
-    out += stream.close("upstream stream broke: ClientPayloadError: cut")
+    out, draft = broken_stream(DIALECT, req)
     events = _events(out)
     assert events[-2]["type"] == "response.output_item.done" and events[-2]["item"]["content"][0]["text"] == "par"
     assert events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"] == {"code": "server_error", "message": "upstream stream broke: ClientPayloadError: cut"}
     assert draft.errors and "malformed stream chunk" in draft.errors[0]
-    events, _ = _translate(req, b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n')  # no finish, no [DONE]
+    events, _ = _translate(req, NO_FINISH)
     assert events[-1]["type"] == "response.failed" and "without a finish reason" in events[-1]["response"]["error"]["message"]
-    events, _ = _translate(req, sse(chunk({"content": "x"}), {"error": {"message": "engine overloaded"}}))
+    events, _ = _translate(req, ENGINE_ERROR)
     assert events[-1]["type"] == "response.failed" and events[-1]["response"]["error"]["message"] == "engine overloaded"
-    events, _ = _translate(req, sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}), chunk(finish="tool_calls")))
+    events, _ = _translate(req, NAMELESS_CALL)
     assert events[-1]["type"] == "response.failed" and "without a name" in events[-1]["response"]["error"]["message"]
 
 
 def test_a_whole_engine_answer_is_a_response_object_or_one_burst_of_events():
-    chat = {
-        "choices": [
-            {
-                "index": 0,
-                "finish_reason": "tool_calls",
-                "message": {
-                    "role": "assistant",
-                    "content": "Let me look.",
-                    "tool_calls": [{"id": "call_z", "type": "function", "function": {"name": "exec_command", "arguments": '{"cmd": "pwd"}'}}],
-                },
-            }
-        ],
-        "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13},
-        "prompt_token_ids": [5, 6],
-    }
+    chat = whole_chat("exec_command", '{"cmd": "pwd"}', prompt_token_ids=[5, 6])
     req = _request(input="hi", tools=[EXEC])
     draft = TurnDraft()
-    body, content_type = DIALECT.answer(req, json.dumps(chat).encode(), "application/json", draft)
+    body, content_type = DIALECT.answer(req, chat, "application/json", draft)
     resp = json.loads(body)
     assert content_type == "application/json" and resp["object"] == "response" and resp["status"] == "completed"
     assert [(o["type"], o.get("name")) for o in resp["output"]] == [("message", None), ("function_call", "exec_command")]
     assert resp["output"][1]["arguments"] == '{"cmd": "pwd"}' and resp["usage"]["total_tokens"] == 13
     assert draft.prompt_token_ids == [5, 6]
-    streamed, content_type = DIALECT.answer(_request(input="hi", tools=[EXEC], stream=True), json.dumps(chat).encode(), "application/json", TurnDraft())
+    streamed, content_type = DIALECT.answer(_request(input="hi", tools=[EXEC], stream=True), chat, "application/json", TurnDraft())
     events = _events(streamed)
     assert content_type == "text/event-stream" and events[-1]["type"] == "response.completed"
     assert events[-1]["response"]["output"][1]["call_id"] == "call_z"
-    failed = json.loads(DIALECT.answer(req, b"<html>oops</html>", "text/html", TurnDraft())[0])
+    failed = json.loads(DIALECT.answer(req, NOT_JSON, "text/html", TurnDraft())[0])
     assert failed["status"] == "failed" and "not a JSON object" in failed["error"]["message"]
 
 
@@ -337,19 +336,7 @@ def test_a_replayed_history_translates_to_the_previous_messages_plus_the_new_one
         replayed.append(item)
     input2 = [*input1, *replayed, {"type": "function_call_output", "call_id": "call_1", "output": "a\n"}]
     req2 = _request(input=input2, tools=[EXEC], stream=True, instructions="Be brief.")
-    assert_replay_extends(
-        req1,
-        req2,
-        [
-            {
-                "role": "assistant",
-                "content": "On it.",
-                "reasoning_content": "plan",
-                "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "exec_command", "arguments": '{"cmd":  "ls" }'}}],
-            },
-            {"role": "tool", "tool_call_id": "call_1", "content": "a\n"},
-        ],
-    )
+    assert_replay_extends(req1, req2, replayed_call("exec_command", '{"cmd":  "ls" }'))
 
 
 def test_errors_are_in_the_responses_shape():
