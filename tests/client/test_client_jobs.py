@@ -13,21 +13,9 @@ import pytest
 
 from harness_env.client import AsyncHarnessEnv, HarnessEnv, HarnessEnvClientError
 from harness_env.models import JobEnd, PhaseEvent
+from tests.fakes.policy import hello_rollout
 
 pytestmark = pytest.mark.e2e
-QUICK = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
-
-
-def args(srv, model: str, script: list[dict]) -> dict:
-    srv.policy.scripts[model] = script
-    return {
-        "instruction": "Create hello.txt containing hello.",
-        "base_url": srv.base_url,
-        "model": model,
-        "harness": "whitebox",
-        "verify": ["grep -qx hello hello.txt"],
-        "agent_timeout_s": 120,
-    }
 
 
 def runs_of(srv, model: str) -> int:
@@ -105,7 +93,7 @@ def test_a_client_cut_off_mid_wait_still_gets_its_result_and_the_rollout_ran_onc
     proxy = CuttableProxy(server.port)
     try:
         with HarnessEnv(proxy.url, reconnect_for_s=60) as env:
-            accepted = env.submit(args(policy_server, "cut-wait", [{"bash": "sleep 4; echo hello > hello.txt"}, {"text": "done"}]))
+            accepted = env.submit(hello_rollout(policy_server, "cut-wait", [{"bash": "sleep 4; echo hello > hello.txt"}, {"text": "done"}]))
             waiter: dict = {}
             thread = threading.Thread(target=lambda: waiter.update(result=env.wait(accepted.rollout_id)))
             thread.start()
@@ -122,7 +110,7 @@ def test_a_client_cut_off_mid_wait_still_gets_its_result_and_the_rollout_ran_onc
 
 def test_a_submission_repeated_after_a_drop_runs_once(server, policy_server) -> None:
     with HarnessEnv(server.url) as env:
-        body = args(policy_server, "resubmit", QUICK)
+        body = hello_rollout(policy_server, "resubmit")
         first = env.submit(body, idempotency_key="trainer-step-7-sample-3")
         second = env.submit(body, idempotency_key="trainer-step-7-sample-3")  # as a retry after a lost answer sends it
         assert second.rollout_id == first.rollout_id and not second.created
@@ -136,11 +124,11 @@ def test_a_submission_repeated_after_a_drop_runs_once(server, policy_server) -> 
 def test_busy_is_refused_then_waited_out_never_lost(start_server, policy_server) -> None:
     server = start_server("--max-concurrent", "1", "--max-queue", "0")
     with HarnessEnv(server.url) as env:
-        slow = env.submit(args(policy_server, "busy-slow", [{"bash": "sleep 3; echo hello > hello.txt"}, {"text": "done"}]))
+        slow = env.submit(hello_rollout(policy_server, "busy-slow", [{"bash": "sleep 3; echo hello > hello.txt"}, {"text": "done"}]))
         with pytest.raises(HarnessEnvClientError) as refused:
-            env.submit(args(policy_server, "busy-refused", QUICK))
+            env.submit(hello_rollout(policy_server, "busy-refused"))
         assert refused.value.status == 429
-        requests = [args(policy_server, f"busy-{i}", QUICK) for i in range(3)]
+        requests = [hello_rollout(policy_server, f"busy-{i}") for i in range(3)]
         results = list(env.run_many(requests, concurrency=3))  # all three are refused at first: the server is full
         assert sorted(r.reward for r in results) == [1.0, 1.0, 1.0] and all(r.error is None for r in results)
         assert env.wait(slow.rollout_id).reward == 1.0
@@ -154,7 +142,7 @@ async def test_async_client_submit_events_wait_and_a_cut_mid_events(server, poli
     try:
         async with AsyncHarnessEnv(proxy.url, reconnect_for_s=60) as env:
             script = [{"bash": "echo one"}, {"bash": "sleep 3"}, {"bash": "echo hello > hello.txt"}, {"text": "done"}]
-            accepted = await env.submit(args(policy_server, "async-events", script))
+            accepted = await env.submit(hello_rollout(policy_server, "async-events", script))
             seen: list[PhaseEvent | JobEnd] = []
             async for ev in env.events(accepted.rollout_id):
                 seen.append(ev)
@@ -168,7 +156,7 @@ async def test_async_client_submit_events_wait_and_a_cut_mid_events(server, poli
             assert stored == len(phases)  # none missed
             result = await env.wait(accepted.rollout_id, timeout=30)
             assert result.reward == 1.0 and len(result.proxy_turns) == 4
-            assert [r.reward async for r in env.run_many([args(policy_server, "async-many", QUICK)])] == [1.0]
+            assert [r.reward async for r in env.run_many([hello_rollout(policy_server, "async-many")])] == [1.0]
             with pytest.raises(HarnessEnvClientError) as missing:
                 await env.get("0123456789abcdef")
             assert missing.value.status == 404
@@ -178,7 +166,7 @@ async def test_async_client_submit_events_wait_and_a_cut_mid_events(server, poli
 
 
 async def test_bad_arguments_and_unknown_ids_are_one_clear_error_and_run_many_files_them_as_invalid(server, policy_server) -> None:
-    good = args(policy_server, "clear-errors", QUICK)
+    good = hello_rollout(policy_server, "clear-errors")
     bad = {**good, "max_turns": 0}
     with HarnessEnv(server.url) as env:
         for call in (env.run_rollout, env.submit):

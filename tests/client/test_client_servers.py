@@ -15,25 +15,13 @@ from harness_env.client.listing import merge_pages
 from harness_env.client.servers import Servers
 from harness_env.client.trl import remote_runner
 from harness_env.models import JobEnd
+from tests.fakes.policy import HELLO, hello_rollout
 from tests.server_process import ServerProcess, free_port
 
 pytestmark = pytest.mark.slow  # servers in processes of their own: not in the fast tier
 
 FULL_AT_ONE = ("--max-concurrent", "1", "--max-queue", "0")
-QUICK = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
 SLOW = [{"bash": "sleep 4; echo hello > hello.txt"}, {"text": "done"}]
-
-
-def args(srv, model: str, script: list[dict]) -> dict:
-    srv.policy.scripts[model] = script
-    return {
-        "instruction": "Create hello.txt containing hello.",
-        "base_url": srv.base_url,
-        "model": model,
-        "harness": "whitebox",
-        "verify": ["grep -qx hello hello.txt"],
-        "agent_timeout_s": 120,
-    }
 
 
 def nobody_listening() -> str:
@@ -153,14 +141,16 @@ def test_two_at_once_run_one_on_each_server_and_a_third_gets_the_busy_error(pair
     a, b = pair
     with HarnessEnv(base_urls=[a.url, b.url]) as env:
         results: dict[str, object] = {}
-        threads = [threading.Thread(target=lambda m=m: results.update({m: env.run_rollout(args(policy_server, m, SLOW))})) for m in ("spread-1", "spread-2")]
+        threads = [
+            threading.Thread(target=lambda m=m: results.update({m: env.run_rollout(hello_rollout(policy_server, m, SLOW))})) for m in ("spread-1", "spread-2")
+        ]
         for t in threads:
             t.start()
         try:
             wait_running(a, 1)
             wait_running(b, 1)
             with pytest.raises(HarnessEnvClientError) as refused:  # both full: the refusal, as from one server
-                env.run_rollout(args(policy_server, "spread-3", QUICK))
+                env.run_rollout(hello_rollout(policy_server, "spread-3"))
             assert refused.value.status == 429 and refused.value.message.startswith("server busy: 1 running, 0 queued")
             # The trainer's path: the refusal becomes a result with its error, never a crashed step.
             request = {
@@ -189,11 +179,11 @@ def test_two_at_once_run_one_on_each_server_and_a_third_gets_the_busy_error(pair
 def test_a_server_busy_with_other_work_passes_the_rollout_to_the_next(pair, policy_server):
     a, b = pair
     with HarnessEnv(a.url) as other_trainer:  # fills a with work this client does not know of
-        occupying = other_trainer.submit(args(policy_server, "busy-elsewhere", SLOW))
+        occupying = other_trainer.submit(hello_rollout(policy_server, "busy-elsewhere", SLOW))
         with HarnessEnv(base_urls=[a.url, b.url]) as env:
-            called = env.run_rollout(args(policy_server, "passed-on-call", QUICK))  # a is asked first, refuses
+            called = env.run_rollout(hello_rollout(policy_server, "passed-on-call"))  # a is asked first, refuses
             assert called.reward == 1.0 and env.server_of(called.rollout_id) == b.url and holds(b.url, called.rollout_id)
-            submitted = env.submit(args(policy_server, "passed-on-job", QUICK))
+            submitted = env.submit(hello_rollout(policy_server, "passed-on-job"))
             assert env.server_of(submitted.rollout_id) == b.url
             assert env.wait(submitted.rollout_id, timeout=60).reward == 1.0
         assert other_trainer.wait(occupying.rollout_id, timeout=60).reward == 1.0
@@ -205,15 +195,15 @@ async def test_with_one_server_down_rollouts_go_to_the_other(pair, policy_server
     live = pair[0]
     down = nobody_listening()
     async with AsyncHarnessEnv(base_urls=[down, live.url]) as env:
-        results = [await env.run_rollout(args(policy_server, f"down-{i}", QUICK)) for i in range(2)]
+        results = [await env.run_rollout(hello_rollout(policy_server, f"down-{i}")) for i in range(2)]
         assert [r.reward for r in results] == [1.0, 1.0]
         assert {env.server_of(r.rollout_id) for r in results} == {live.url}
-        accepted = await env.submit(args(policy_server, "down-job", QUICK))
+        accepted = await env.submit(hello_rollout(policy_server, "down-job"))
         assert env.server_of(accepted.rollout_id) == live.url
         assert (await env.wait(accepted.rollout_id, timeout=60)).reward == 1.0
         assert (await env.health())["status"] == "healthy"  # answered by the server that is up
     # The TRL adapter takes the same client: its rollouts reach the live server too.
-    policy_server.policy.scripts["down-trl"] = QUICK
+    policy_server.policy.scripts["down-trl"] = HELLO
     request = {
         "harness": "whitebox",
         "endpoint": {"base_url": policy_server.base_url, "model": "down-trl"},
@@ -227,8 +217,8 @@ async def test_with_one_server_down_rollouts_go_to_the_other(pair, policy_server
 async def test_jobs_are_looked_up_and_cancelled_on_the_server_that_owns_them_and_listings_merge(pair, policy_server):
     a, b = pair
     async with AsyncHarnessEnv(base_urls=[a.url, b.url]) as env:
-        slow = await env.submit(args(policy_server, "owned-slow", SLOW))
-        quick = await env.submit(args(policy_server, "owned-quick", QUICK))  # a has one in flight: this goes to b
+        slow = await env.submit(hello_rollout(policy_server, "owned-slow", SLOW))
+        quick = await env.submit(hello_rollout(policy_server, "owned-quick"))  # a has one in flight: this goes to b
         assert (env.server_of(slow.rollout_id), env.server_of(quick.rollout_id)) == (a.url, b.url)
         assert holds(a.url, slow.rollout_id) and not holds(b.url, slow.rollout_id)
         assert (await env.wait(quick.rollout_id, timeout=60)).reward == 1.0

@@ -423,3 +423,22 @@ class FakePolicyServer(LoopbackServer):
         self.policy = policy or FakePolicy()
         super().__init__(self.policy.app())
         self.policy.base_url = self.base_url
+
+
+# The task most server and client tests run: a white-box agent writing hello.txt, so it passes.
+HELLO = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
+
+
+def hello_rollout(server: FakePolicyServer, model: str, script: list[dict[str, Any]] = HELLO, **kw: Any) -> dict[str, Any]:
+    """The arguments of a white-box rollout of the hello task against `server`, whose policy runs
+    `script` for `model`; `kw` added (task_id, setup, ...)."""
+    server.policy.scripts[model] = script
+    return {
+        "instruction": "Create hello.txt containing hello.",
+        "base_url": server.base_url,
+        "model": model,
+        "harness": "whitebox",
+        "verify": ["grep -qx hello hello.txt"],
+        "agent_timeout_s": 120,
+        **kw,
+    }

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from harness_env.core.capture.listener import PER_PEER
+from tests.fakes.policy import hello_rollout
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
@@ -51,19 +52,7 @@ def test_a_flood_of_idle_connections_does_not_starve_the_server(start_server, po
         refused = next(s for s in flood if s not in held)
         assert b"connections to the capture proxy already" in refused.recv(4096)
 
-        policy_server.policy.scripts["flood"] = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
-        r = httpx.post(
-            server.url + "/rollout",
-            timeout=120,
-            json={
-                "instruction": "Create hello.txt containing hello.",
-                "base_url": policy_server.base_url,
-                "model": "flood",
-                "harness": "whitebox",
-                "verify": ["grep -qx hello hello.txt"],
-                "agent_timeout_s": 120,
-            },
-        )
+        r = httpx.post(server.url + "/rollout", timeout=120, json=hello_rollout(policy_server, "flood"))
         assert r.status_code == 200, r.text
         result = r.json()
         assert result["error"] is None and result["reward"] == 1.0

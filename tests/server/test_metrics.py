@@ -11,20 +11,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-QUICK = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
-
-
-def args(srv, model: str, **kw) -> dict:
-    srv.policy.scripts[model] = QUICK
-    return {
-        "instruction": "Create hello.txt containing hello.",
-        "base_url": srv.base_url,
-        "model": model,
-        "harness": "whitebox",
-        "verify": ["grep -qx hello hello.txt"],
-        "agent_timeout_s": 120,
-        **kw,
-    }
+from tests.fakes.policy import hello_rollout
 
 
 def scrape(url: str, headers: dict | None = None) -> dict[str, list]:
@@ -57,9 +44,9 @@ def test_metrics_count_rollouts_phases_model_calls_and_read_the_levels(start_ser
     assert value(before, "harness_env_rollouts_running") == 0 and value(before, "harness_env_rollouts_queued") == 0
     assert value(before, "harness_env_rollouts_max_concurrent") >= 1 and "harness_env_rollouts_total" not in before
 
-    passed = httpx.post(server.url + "/rollout", json=args(policy_server, "metrics-pass", task_id="pass task"), timeout=300).json()
+    passed = httpx.post(server.url + "/rollout", json=hello_rollout(policy_server, "metrics-pass", task_id="pass task"), timeout=300).json()
     assert passed["reward"] == 1.0 and passed["error"] is None
-    failed = httpx.post(server.url + "/rollout", json=args(policy_server, "metrics-fail", task_id="fail-task", setup=["exit 3"]), timeout=300).json()
+    failed = httpx.post(server.url + "/rollout", json=hello_rollout(policy_server, "metrics-fail", task_id="fail-task", setup=["exit 3"]), timeout=300).json()
     assert failed["error_kind"] == "setup" and failed["reward"] is None
 
     m = scrape(server.url)
@@ -125,7 +112,7 @@ def test_metrics_want_the_token_and_the_log_line_masks_secrets(start_server, pol
     assert httpx.get(server.url + "/metrics").status_code == 401
     assert httpx.get(server.url + "/metrics", headers={"authorization": "Bearer wrong-token-0123456789"}).status_code == 401
     auth = {"authorization": f"Bearer {token}"}
-    result = httpx.post(server.url + "/rollout", json=args(policy_server, "metrics-secret", task_id=f"task {token}"), headers=auth, timeout=300).json()
+    result = httpx.post(server.url + "/rollout", json=hello_rollout(policy_server, "metrics-secret", task_id=f"task {token}"), headers=auth, timeout=300).json()
     assert result["reward"] == 1.0
     assert value(scrape(server.url, auth), "harness_env_rollouts_total", status="finished") == 1
     log = server.log_path.read_text()  # each line is flushed as it is written

@@ -7,6 +7,7 @@ import httpx
 import pytest
 
 from harness_env.client import HarnessEnv, HarnessEnvClientError
+from tests.fakes.policy import hello_rollout
 
 MODEL = "weights"
 
@@ -25,20 +26,10 @@ def _until(condition, timeout_s=60.0):
 def test_turns_record_the_version_they_were_sent_under_and_a_sync_holds_new_calls_only(module_server, policy_server):
     # The first call is in flight (2 s in the engine) when the sync begins: it is answered, with
     # the old version. The second waits until the sync ends, and is sampled by the new weights.
-    policy_server.policy.scripts[MODEL] = [{"bash": "echo hello > hello.txt", "hang": 2}, {"text": "done"}]
+    script = [{"bash": "echo hello > hello.txt", "hang": 2}, {"text": "done"}]
     with HarnessEnv(module_server.url) as env:
         assert env.set_weights(1) == {"version": 1, "syncing": False, "held": 0}
-        job = env.submit(
-            {
-                "instruction": "Create hello.txt containing hello.",
-                "base_url": policy_server.base_url,
-                "model": MODEL,
-                "harness": "whitebox",
-                "verify": ["grep -qx hello hello.txt"],
-                "agent_timeout_s": 120,
-                "max_weight_lag": 0,
-            }
-        )
+        job = env.submit(hello_rollout(policy_server, MODEL, script, max_weight_lag=0))
         _until(lambda: _calls(policy_server) == 1)
         assert env.set_weights(syncing=True) == {"version": 1, "syncing": True, "held": 0}
         # The first call ends, its tool runs, the second call reaches the proxy and is held there.

@@ -12,6 +12,7 @@ from functools import partial
 import httpx
 import pytest
 
+from tests.fakes.policy import hello_rollout
 from tests.server_process import ServerProcess, served_in_process
 
 pytestmark = pytest.mark.e2e
@@ -26,19 +27,6 @@ SURROGATE_ANSWER = json.dumps(
 ).replace("\\\\udfff", "\\udfff")
 
 
-def _args(srv, model: str, script: list[dict], **kw) -> dict:
-    srv.policy.scripts[model] = script
-    return {
-        "instruction": "Create hello.txt containing hello.",
-        "base_url": srv.base_url,
-        "model": model,
-        "harness": "whitebox",
-        "verify": ["grep -qx hello hello.txt"],
-        "agent_timeout_s": 120,
-        **kw,
-    }
-
-
 def _job(server: ServerProcess, rollout_id: str) -> dict:
     r = httpx.get(f"{server.url}/rollouts/{rollout_id}", params={"wait": 30, "detail": "full"}, timeout=60)
     assert r.status_code == 200
@@ -47,7 +35,7 @@ def _job(server: ServerProcess, rollout_id: str) -> dict:
 
 def test_what_cannot_be_encoded_never_hangs_a_job(start_server, policy_server) -> None:
     server = start_server()
-    body = _args(
+    body = hello_rollout(
         policy_server,
         "end-unicode",
         [
@@ -75,7 +63,7 @@ def test_a_store_that_refuses_the_result_still_ends_the_job_failed(start_server,
             "CREATE TRIGGER refuse BEFORE INSERT ON results WHEN (SELECT task_id FROM rollouts WHERE id = NEW.rollout_id)"
             " = 'refused' BEGIN SELECT RAISE(ABORT, 'injected: database or disk is full'); END"
         )
-    body = _args(policy_server, "end-refused", [{"bash": "echo hello > hello.txt"}, {"text": "done"}], task_id="refused")
+    body = hello_rollout(policy_server, "end-refused", task_id="refused")
 
     r = httpx.post(server.url + "/rollout", json=body, timeout=120)  # called: the caller gets why
     assert r.status_code == 200, r.text
@@ -114,7 +102,7 @@ async def test_a_result_that_does_not_serialise_is_stored_repaired(tmp_path, pol
         return result
 
     monkeypatch.setattr(jobs_module.RolloutRun, "execute", poisoned)
-    body = _args(policy_server, "end-repaired", [{"bash": "echo hello > hello.txt"}, {"text": "done"}])
+    body = hello_rollout(policy_server, "end-repaired")
     make_app = partial(create_app, data_dir=tmp_path / "data", use_bwrap=False)
     async with served_in_process(lambda url: make_app(public_url=url)) as url, httpx.AsyncClient(base_url=url, timeout=120) as client:
         r = await client.post("/rollout", json=body)

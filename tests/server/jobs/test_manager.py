@@ -12,24 +12,11 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.fakes.policy import hello_rollout
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
-QUICK = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
 SLOW = [{"bash": "sleep 50"}, {"text": "done"}]
-
-
-def args(srv, model: str, script: list[dict], **kw) -> dict:
-    srv.policy.scripts[model] = script
-    return {
-        "instruction": "Create hello.txt containing hello.",
-        "base_url": srv.base_url,
-        "model": model,
-        "harness": "whitebox",
-        "verify": ["grep -qx hello hello.txt"],
-        "agent_timeout_s": 120,
-        **kw,
-    }
 
 
 def sse_events(url: str, headers: dict | None = None) -> list[tuple[str | None, str, dict]]:
@@ -63,7 +50,7 @@ def agent_started(job: dict) -> bool:
 
 def test_submit_watch_events_fetch_the_result_and_list(start_server, policy_server) -> None:
     server = start_server()
-    body = args(policy_server, "jobs-a", QUICK)
+    body = hello_rollout(policy_server, "jobs-a")
     first = httpx.post(server.url + "/rollouts", json=body, headers={"idempotency-key": "try-1"})
     assert first.status_code == 202 and first.json()["created"] is True
     rid = first.json()["rollout_id"]
@@ -88,7 +75,7 @@ def test_submit_watch_events_fetch_the_result_and_list(start_server, policy_serv
     assert len(full["proxy_turns"]) == 2 and all(t["completion_token_ids"] for t in full["proxy_turns"])
     assert len(policy_server.policy.tool_requests()) == 2  # the repeated submission ran nothing
 
-    called = httpx.post(server.url + "/rollout", json=args(policy_server, "jobs-b", QUICK, task_id="t-called"), timeout=120).json()
+    called = httpx.post(server.url + "/rollout", json=hello_rollout(policy_server, "jobs-b", task_id="t-called"), timeout=120).json()
     assert called["reward"] == 1.0
     stored = httpx.get(f"{server.url}/rollouts/{called['rollout_id']}", params={"detail": "full"}).json()
     assert stored["status"] == "finished" and stored["task_id"] == "t-called" and stored["result"] == called  # called rollouts are jobs too
@@ -108,9 +95,9 @@ def test_submit_watch_events_fetch_the_result_and_list(start_server, policy_serv
 
 def test_cancel_running_and_queued_and_busy_refused_at_once(start_server, policy_server) -> None:
     server = start_server("--max-concurrent", "1", "--max-queue", "1")
-    running = httpx.post(server.url + "/rollouts", json=args(policy_server, "slow-1", SLOW)).json()["rollout_id"]
-    queued = httpx.post(server.url + "/rollouts", json=args(policy_server, "slow-2", SLOW)).json()["rollout_id"]
-    refused = httpx.post(server.url + "/rollouts", json=args(policy_server, "slow-3", SLOW), headers={"idempotency-key": "busy"})
+    running = httpx.post(server.url + "/rollouts", json=hello_rollout(policy_server, "slow-1", SLOW)).json()["rollout_id"]
+    queued = httpx.post(server.url + "/rollouts", json=hello_rollout(policy_server, "slow-2", SLOW)).json()["rollout_id"]
+    refused = httpx.post(server.url + "/rollouts", json=hello_rollout(policy_server, "slow-3", SLOW), headers={"idempotency-key": "busy"})
     assert refused.status_code == 429 and "server busy: 1 running, 1 queued" in refused.json()["detail"]
     assert httpx.get(f"{server.url}/rollouts/{queued}").json()["status"] == "queued"  # at once: not after a place came free
     assert {i["rollout_id"] for i in httpx.get(server.url + "/rollouts").json()["items"]} == {running, queued}  # nothing kept of it
@@ -121,7 +108,7 @@ def test_cancel_running_and_queued_and_busy_refused_at_once(start_server, policy
     assert gone["status"] == "cancelled" and gone["summary"]["error"] == "cancelled before it started" and gone["reward"] is None
     assert gone["error_kind"] == "cancelled"  # a user's cancel, not a failure of the server
     # The key of a refused submission was never taken: the retry is accepted.
-    retried = httpx.post(server.url + "/rollouts", json=args(policy_server, "slow-3", SLOW), headers={"idempotency-key": "busy"})
+    retried = httpx.post(server.url + "/rollouts", json=hello_rollout(policy_server, "slow-3", SLOW), headers={"idempotency-key": "busy"})
     assert retried.status_code == 202
     httpx.delete(f"{server.url}/rollouts/{retried.json()['rollout_id']}", timeout=30)
     cancelled = httpx.delete(f"{server.url}/rollouts/{running}", timeout=30).json()
@@ -146,16 +133,16 @@ async def test_mcp_submit_rollout_and_get_rollout(start_server, policy_server) -
             assert {"submit_rollout", "get_rollout", "run_rollout"} <= set(tools)
             assert "idempotency_key" in tools["submit_rollout"].input_schema["properties"]
             assert "detail" not in tools["submit_rollout"].input_schema["properties"]
-            out = await session.call_tool("submit_rollout", {**args(policy_server, "mcp-a", QUICK), "idempotency_key": "m1"})
+            out = await session.call_tool("submit_rollout", {**hello_rollout(policy_server, "mcp-a"), "idempotency_key": "m1"})
             assert not out.is_error and out.structured_content["created"] is True
             rid = out.structured_content["rollout_id"]
-            again = await session.call_tool("submit_rollout", {**args(policy_server, "mcp-a", QUICK), "idempotency_key": "m1"})
+            again = await session.call_tool("submit_rollout", {**hello_rollout(policy_server, "mcp-a"), "idempotency_key": "m1"})
             assert again.structured_content["rollout_id"] == rid and again.structured_content["created"] is False
             job = await session.call_tool("get_rollout", {"rollout_id": rid, "wait_s": 30})
             assert not job.is_error and job.structured_content["status"] == "finished" and job.structured_content["summary"]["reward"] == 1.0
             assert job.structured_content["result"] is None and f"rollout {rid}: finished" in job.content[0].text
             # The whole result of a rollout whose summary run_rollout gave.
-            summary = (await session.call_tool("run_rollout", args(policy_server, "mcp-b", QUICK))).structured_content
+            summary = (await session.call_tool("run_rollout", hello_rollout(policy_server, "mcp-b"))).structured_content
             full = await session.call_tool("get_rollout", {"rollout_id": summary["rollout_id"], "detail": "full"})
             assert full.structured_content["result"]["rollout_id"] == summary["rollout_id"]
             assert len(full.structured_content["result"]["proxy_turns"]) == summary["model_calls"]
@@ -169,7 +156,7 @@ async def test_mcp_submit_rollout_and_get_rollout(start_server, policy_server) -
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
         return httpx.post(server.url + "/mcp", json=body, timeout=120).json()
 
-    submitted = rpc("submit_rollout", args(policy_server, "rpc-a", QUICK))["result"]["data"]
+    submitted = rpc("submit_rollout", hello_rollout(policy_server, "rpc-a"))["result"]["data"]
     got = rpc("get_rollout", {"rollout_id": submitted["rollout_id"], "wait_s": 30, "detail": "full"})["result"]["data"]
     assert got["status"] == "finished" and got["result"]["reward"] == 1.0
     assert "takes rollout_id, detail and wait_s" in rpc("get_rollout", {"id": "x"})["error"]["message"]
@@ -178,8 +165,8 @@ async def test_mcp_submit_rollout_and_get_rollout(start_server, policy_server) -
 
 def test_retention_removes_ended_results_and_never_a_running_one(start_server, policy_server) -> None:
     server = start_server(env={"HARNESS_ENV_RETENTION_INTERVAL_S": "0.5", "HARNESS_ENV_RETENTION_MAX_SIZE": "1"})
-    slow = httpx.post(server.url + "/rollouts", json=args(policy_server, "ret-slow", SLOW)).json()["rollout_id"]
-    quick = [httpx.post(server.url + "/rollouts", json=args(policy_server, f"ret-{i}", QUICK)).json()["rollout_id"] for i in range(2)]
+    slow = httpx.post(server.url + "/rollouts", json=hello_rollout(policy_server, "ret-slow", SLOW)).json()["rollout_id"]
+    quick = [httpx.post(server.url + "/rollouts", json=hello_rollout(policy_server, f"ret-{i}")).json()["rollout_id"] for i in range(2)]
     assert wait_for(server, slow, agent_started)["status"] == "running"
     deadline = time.monotonic() + 60
     while any(httpx.get(f"{server.url}/rollouts/{q}").status_code == 200 for q in quick) and time.monotonic() < deadline:

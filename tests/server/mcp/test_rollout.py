@@ -11,22 +11,15 @@ from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from harness_env.models import RolloutOptions
+from tests.fakes.policy import hello_rollout
 
 pytestmark = pytest.mark.e2e
 MAX_TOOL_BYTES = 4096
-QUICK = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
 
 
 async def test_the_rollout_tools_are_listed_in_4_kb_with_every_option_reachable(start_server, policy_server) -> None:
     server = start_server()
-    policy_server.policy.scripts["options-nested"] = QUICK
-    args = {
-        "instruction": "Create hello.txt containing hello.",
-        "base_url": policy_server.base_url,
-        "model": "options-nested",
-        "harness": "whitebox",
-        "verify": ["grep -qx hello hello.txt"],
-    }
+    args = hello_rollout(policy_server, "options-nested")
     async with streamable_http_client(server.url + "/mcp") as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
@@ -53,14 +46,7 @@ async def test_the_sdks_high_level_client_negotiates_and_runs_a_rollout(start_se
     """mcp 2's `Client` (mode "auto": it probes `server/discover`, the 2026-07-28 protocol, before the
     initialize handshake) finds the same tools and gets the same answer as ClientSession."""
     server = start_server()
-    policy_server.policy.scripts["high-level"] = QUICK
-    args = {
-        "instruction": "Create hello.txt containing hello.",
-        "base_url": policy_server.base_url,
-        "model": "high-level",
-        "harness": "whitebox",
-        "verify": ["grep -qx hello hello.txt"],
-    }
+    args = hello_rollout(policy_server, "high-level")
     async with Client(server.url + "/mcp") as client:
         names = {t.name for t in (await client.list_tools()).tools}
         assert names == {"run_rollout", "submit_rollout", "get_rollout", "list_harnesses", "list_tasks", "catalog"}
