@@ -375,18 +375,17 @@ class FakePolicy:
             if want_ids:
                 first["prompt_token_ids"] = prompt_ids
             yield f"data: {json.dumps(first)}\n\n"
-            k = 0
-            for p in pieces(text):
-                ch: dict[str, Any] = {
-                    "index": 0,
-                    "delta": {"content": p},
-                    "finish_reason": None,
-                    "logprobs": {"content": [lp_entry(p, ids[k])]} if want_lp else None,
-                }
+            tids = iter(ids)  # one per piece, text first then each call's arguments
+
+            def piece_chunk(delta: dict[str, Any], piece: str) -> str:
+                tid = next(tids)
+                ch: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None, "logprobs": {"content": [lp_entry(piece, tid)]} if want_lp else None}
                 if want_ids:
-                    ch["token_ids"] = [ids[k]]
-                k += 1
-                yield f"data: {json.dumps({**base, 'choices': [ch]})}\n\n"
+                    ch["token_ids"] = [tid]
+                return f"data: {json.dumps({**base, 'choices': [ch]})}\n\n"
+
+            for p in pieces(text):
+                yield piece_chunk({"content": p}, p)
             for ci, call in enumerate(tool_calls):
                 head = {
                     "index": 0,
@@ -397,16 +396,7 @@ class FakePolicy:
                 }
                 yield f"data: {json.dumps({**base, 'choices': [head]})}\n\n"
                 for p in pieces(call["function"]["arguments"]):
-                    ch = {
-                        "index": 0,
-                        "delta": {"tool_calls": [{"index": ci, "function": {"arguments": p}}]},
-                        "finish_reason": None,
-                        "logprobs": {"content": [lp_entry(p, ids[k])]} if want_lp else None,
-                    }
-                    if want_ids:
-                        ch["token_ids"] = [ids[k]]
-                    k += 1
-                    yield f"data: {json.dumps({**base, 'choices': [ch]})}\n\n"
+                    yield piece_chunk({"tool_calls": [{"index": ci, "function": {"arguments": p}}]}, p)
             last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
             yield f"data: {json.dumps(last)}\n\n"
             if (body.get("stream_options") or {}).get("include_usage"):
