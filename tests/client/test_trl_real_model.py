@@ -7,6 +7,8 @@ import functools
 import itertools
 import json
 import math
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,11 +25,36 @@ TEMPERATURE = 1.0
 FIRST_CALL = '<tool_call>\n{"name": "bash", "arguments": {"command": "echo hi > a.txt"}}\n</tool_call>'
 
 
+def one_cpu_step(policy: Any, tokenizer: Any, func: HarnessRolloutFunc, prompt: str, output_dir: Path, **config: Any) -> Any:
+    """One GRPO step of `policy` on CPU in float32 over `func`'s rollouts for `prompt`, logged,
+    nothing saved or reported (`config`: the test's own GRPOConfig fields); the trainer after it."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    args = GRPOConfig(
+        output_dir=str(output_dir),
+        use_cpu=True,
+        bf16=False,
+        max_steps=1,
+        learning_rate=1e-4,
+        beta=0.0,
+        max_completion_length=4096,
+        gradient_checkpointing=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        dataloader_num_workers=0,
+        **config,
+    )
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": prompt}]}])
+    trainer = GRPOTrainer(model=policy, args=args, train_dataset=dataset, processing_class=tokenizer, reward_funcs=[harness_reward], rollout_func=func)
+    trainer.train()
+    return trainer
+
+
 def test_rows_from_a_group_of_rollouts_take_one_grpo_step(vllm_server, tmp_path):
     import torch
-    from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
 
     verdicts = itertools.cycle([["grep -q hi a.txt"], ["false"]])  # the same work, graded 1 then 0: a group with signal
     func = HarnessRolloutFunc(
@@ -50,27 +77,8 @@ def test_rows_from_a_group_of_rollouts_take_one_grpo_step(vllm_server, tmp_path)
     policy = AutoModelForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32, num_hidden_layers=2)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir()))
     before = {n: p.detach().clone() for n, p in policy.named_parameters()}
-    config = GRPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=2,
-        num_generations=2,
-        max_steps=1,
-        learning_rate=1e-4,
-        loss_type="grpo",
-        beta=0.0,
-        temperature=TEMPERATURE,
-        max_completion_length=4096,
-        gradient_checkpointing=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        dataloader_num_workers=0,
-    )
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "Create a.txt containing hi."}]}])
-    trainer = GRPOTrainer(model=policy, args=config, train_dataset=dataset, processing_class=tokenizer, reward_funcs=[harness_reward], rollout_func=func)
-    trainer.train()
+    config = {"per_device_train_batch_size": 2, "num_generations": 2, "loss_type": "grpo", "temperature": TEMPERATURE}
+    trainer = one_cpu_step(policy, tokenizer, func, "Create a.txt containing hi.", tmp_path, **config)
     rewards = [r.reward for r in func.last_results]
     assert sorted(rewards) == [0.0, 1.0], [r.error for r in func.last_results]
     assert all(r.rollout_type == "train" for r in func.last_results)
@@ -89,9 +97,7 @@ def test_a_grpo_step_gives_every_branch_of_a_compacted_rollout_gradient(request_
     first two layers: what is checked is where TRL's gradient goes, not what the model would sample,
     and the 30 layers cost four times the CPU (about a minute of it)."""
     import torch
-    from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir()))
     policy = AutoModelForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32, num_hidden_layers=2)
@@ -115,26 +121,7 @@ def test_a_grpo_step_gives_every_branch_of_a_compacted_rollout_gradient(request_
             out.register_hook(lambda g, ids=args[0]: seen.append((ids, g)))
 
     policy.get_input_embeddings().register_forward_hook(keep_gradient)
-    config = GRPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=2,
-        num_generations=4,
-        gradient_accumulation_steps=2,
-        max_steps=1,
-        learning_rate=1e-4,
-        beta=0.0,
-        max_completion_length=4096,
-        gradient_checkpointing=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        dataloader_num_workers=0,
-    )
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "make a"}]}])
-    trainer = GRPOTrainer(model=policy, args=config, train_dataset=dataset, processing_class=tokenizer, reward_funcs=[harness_reward], rollout_func=func)
-    trainer.train()
+    trainer = one_cpu_step(policy, tokenizer, func, "make a", tmp_path, per_device_train_batch_size=2, num_generations=4, gradient_accumulation_steps=2)
 
     assert [r.reward for r in func.last_results] == [1.0, 0.0] and all(r.graph.branches == 2 for r in func.last_results)
     rows = [r.token_ids for res in func.last_results for r in res.training_rows()]

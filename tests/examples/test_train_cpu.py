@@ -24,6 +24,7 @@ the weights. Minutes: a handful of rollouts and backward passes over ~1,100-toke
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import math
 from typing import Any
@@ -39,36 +40,31 @@ pytestmark = [pytest.mark.real_model, pytest.mark.timeout(1200)]
 STEPS = 2
 
 
-def run(steps: int, *, sync: bool, turns: int = 2, tokens: int = 40) -> train_cpu.Run:
-    flags = [
-        "--steps",
-        str(steps),
-        "--tasks-per-step",
-        "1",
-        "--num-generations",
-        "2",
-        "--max-tokens",
-        str(tokens),
-        "--max-turns",
-        str(turns),
-        "--eval-attempts",
-        "0",
-        "--check-rollouts",
-        "1",
-        "--learning-rate",
-        "2e-4",
-        "--concurrency",
-        "2",
+def few_steps(steps: int, *, max_tokens: int, max_turns: int) -> list[str]:
+    """train_cpu's flags for a few small steps: one task a step, one group of two rollouts, no
+    evaluation, every rollout checked."""
+    return [
+        *("--steps", str(steps), "--tasks-per-step", "1", "--num-generations", "2"),
+        *("--max-tokens", str(max_tokens), "--max-turns", str(max_turns)),
+        *("--eval-attempts", "0", "--check-rollouts", "1", "--learning-rate", "2e-4", "--concurrency", "2"),
     ]
-    args = train_cpu.parse_args(flags + ([] if sync else ["--no-sync"]))
-    tasks = train_cpu.make_tasks("write_call", "train")[:1]
-    verdicts = itertools.cycle([["true"], ["false"]])  # each group graded 1, 0: a signal at every step
+
+
+def train_graded_one_then_zero(args: argparse.Namespace, task: dict[str, Any]) -> train_cpu.Run:
+    """train_cpu's loop on `task` alone, each group's two rollouts graded 1 and 0 whatever they do:
+    a signal at every step."""
+    verdicts = itertools.cycle([["true"], ["false"]])
 
     def task_for_prompt(prompt: list[dict[str, Any]]) -> dict[str, Any]:
-        assert prompt[-1]["content"] == tasks[0]["instruction"]
-        return {**tasks[0], "verify": next(verdicts)}
+        assert prompt[-1]["content"] == task["instruction"]
+        return {**task, "verify": next(verdicts)}
 
-    return train_cpu.train(args, tasks=tasks, heldout=[], task_for_prompt=task_for_prompt, log=lambda line: None)
+    return train_cpu.train(args, tasks=[task], heldout=[], task_for_prompt=task_for_prompt, log=lambda line: None)
+
+
+def run(steps: int, *, sync: bool, turns: int = 2, tokens: int = 40) -> train_cpu.Run:
+    args = train_cpu.parse_args(few_steps(steps, max_tokens=tokens, max_turns=turns) + ([] if sync else ["--no-sync"]))
+    return train_graded_one_then_zero(args, train_cpu.make_tasks("write_call", "train")[0])
 
 
 def probe_shift(a: dict[int, float], b: dict[int, float]) -> float:

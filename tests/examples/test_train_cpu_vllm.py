@@ -18,17 +18,15 @@ Afterwards vLLM gets its own weights back (the suite's other tests share it).
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from examples import train_cpu
 from harness_env.client.vllm_weights import VllmWeightSync
 from tests.envs.harnesses import installed
-from tests.examples.test_train_cpu import probe_shift
+from tests.examples.test_train_cpu import few_steps, probe_shift, train_graded_one_then_zero
 from tests.vllm_engine import model_dir
 
 pytestmark = [pytest.mark.real_model, pytest.mark.e2e, pytest.mark.timeout(1200)]
@@ -43,44 +41,10 @@ GAP = 1e-2
 @pytest.fixture(scope="module")
 def pi_run(vllm_server) -> Iterator[train_cpu.Run]:
     installed("pi")
-    flags = [
-        "--harness",
-        "pi",
-        "--vllm-url",
-        vllm_server.root_url,
-        "--model-dir",
-        str(model_dir()),
-        "--model-name",
-        vllm_server.model,
-        "--steps",
-        str(STEPS),
-        "--tasks-per-step",
-        "1",
-        "--num-generations",
-        "2",
-        "--max-tokens",
-        "24",
-        "--max-turns",
-        "1",
-        "--eval-attempts",
-        "0",
-        "--check-rollouts",
-        "1",
-        "--learning-rate",
-        "2e-4",
-        "--concurrency",
-        "2",
-    ]
-    args = train_cpu.parse_args(flags)
-    tasks = train_cpu.make_tasks("plain_file", "train")[:1]
-    verdicts = itertools.cycle([["true"], ["false"]])  # each group graded 1, 0: a signal at every step
-
-    def task_for_prompt(prompt: list[dict[str, Any]]) -> dict[str, Any]:
-        assert prompt[-1]["content"] == tasks[0]["instruction"]
-        return {**tasks[0], "verify": next(verdicts)}
-
+    serving = ["--harness", "pi", "--vllm-url", vllm_server.root_url, "--model-dir", str(model_dir()), "--model-name", vllm_server.model]
+    args = train_cpu.parse_args(serving + few_steps(STEPS, max_tokens=24, max_turns=1))
     try:
-        yield train_cpu.train(args, tasks=tasks, heldout=[], task_for_prompt=task_for_prompt, log=lambda line: None)
+        yield train_graded_one_then_zero(args, train_cpu.make_tasks("plain_file", "train")[0])
     finally:
         with VllmWeightSync(vllm_server.root_url) as sync:
             sync.load_directory(model_dir(), "default")
