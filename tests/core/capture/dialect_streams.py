@@ -24,6 +24,15 @@ NO_FINISH = b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n'
 ENGINE_ERROR = sse(chunk({"content": "x"}), {"error": {"message": "engine overloaded"}})
 NAMELESS_CALL = sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}), chunk(finish="tool_calls"))
 NOT_JSON = b"<html>oops</html>"  # a whole answer that is not a chat completion
+# "Hello" in two pieces with the engine's own ids and logprobs (prompt [1, 2, 3], completion [7, 8],
+# logprobs -0.5 and -0.25), then its usage with one cached prompt token.
+HELLO_WITH_IDS = sse(
+    chunk({"role": "assistant", "content": ""}, prompt_token_ids=[1, 2, 3]),
+    {"choices": [{"index": 0, "delta": {"content": "Hel"}, "token_ids": [7], "logprobs": {"content": [{"token": "Hel", "logprob": -0.5}]}}]},
+    {"choices": [{"index": 0, "delta": {"content": "lo"}, "token_ids": [8], "logprobs": {"content": [{"token": "lo", "logprob": -0.25}]}}]},
+    chunk(finish="stop"),
+    {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1}}},
+)
 
 
 def broken_stream(dialect, request) -> tuple[bytes, TurnDraft]:
@@ -124,6 +133,13 @@ def assert_replay_extends(first, second, new: list[dict]) -> None:
     assert second.messages[: len(first.messages)] == first.messages
     assert second.messages[len(first.messages) :] == new
     assert second.tools == first.tools
+
+
+def call_stream(tool: str, arguments: str) -> bytes:
+    """The engine's stream of reasoning "plan", text "On it." and a call of `tool` (id call_1): what
+    replayed_call's assistant message records."""
+    call = {"index": 0, "id": "call_1", "function": {"name": tool, "arguments": arguments}}
+    return sse(chunk({"reasoning_content": "plan"}), chunk({"content": "On it."}), chunk({"tool_calls": [call]}), chunk(finish="tool_calls"))
 
 
 def replayed_call(tool: str, arguments: str) -> list[dict]:

@@ -17,6 +17,7 @@ from harness_env.core.errors import InvalidRequestError
 from tests.core.capture.dialect_streams import (
     CUT_BY_LENGTH,
     ENGINE_ERROR,
+    HELLO_WITH_IDS,
     NAMELESS_CALL,
     NO_FINISH,
     NOT_JSON,
@@ -24,6 +25,7 @@ from tests.core.capture.dialect_streams import (
     assert_exact_tokens_one_branch,
     assert_replay_extends,
     broken_stream,
+    call_stream,
     chunk,
     named_events,
     replayed_call,
@@ -257,16 +259,7 @@ def test_what_cannot_be_translated_is_refused_by_name(messages, says):
 # -- answers: the engine's chunks become events as they come -------------------------------------------
 def test_text_streams_as_text_deltas_and_ends_with_the_stop_reason_and_usage():
     req = _request(messages=[{"role": "user", "content": "hi"}], stream=True)
-    events, draft = _translate(
-        req,
-        sse(
-            chunk({"role": "assistant", "content": ""}, prompt_token_ids=[1, 2, 3]),
-            {"choices": [{"index": 0, "delta": {"content": "Hel"}, "token_ids": [7], "logprobs": {"content": [{"token": "Hel", "logprob": -0.5}]}}]},
-            {"choices": [{"index": 0, "delta": {"content": "lo"}, "token_ids": [8], "logprobs": {"content": [{"token": "lo", "logprob": -0.25}]}}]},
-            chunk(finish="stop"),
-            {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1}}},
-        ),
-    )
+    events, draft = _translate(req, HELLO_WITH_IDS)
     assert [e["type"] for e in events] == [
         "message_start",
         "content_block_start",
@@ -369,15 +362,7 @@ def test_a_replayed_history_translates_to_the_previous_messages_plus_the_new_one
     system = [{"type": "text", "text": "You are an agent.", "cache_control": {"type": "ephemeral"}}]
     messages1 = [{"role": "user", "content": [{"type": "text", "text": "Do it.", "cache_control": {"type": "ephemeral"}}]}]
     req1 = _request(system=system, messages=messages1, tools=[BASH], stream=True)
-    events, _ = _translate(
-        req1,
-        sse(
-            chunk({"reasoning_content": "plan"}),
-            chunk({"content": "On it."}),
-            chunk({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "Bash", "arguments": '{"command": "ls ü"}'}}]}),
-            chunk(finish="tool_calls"),
-        ),
-    )
+    events, _ = _translate(req1, call_stream("Bash", '{"command": "ls ü"}'))
     messages2 = [
         {"role": "user", "content": [{"type": "text", "text": "Do it."}]},
         {"role": "assistant", "content": _replayed(events)},

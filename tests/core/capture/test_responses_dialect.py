@@ -15,12 +15,14 @@ from harness_env.core.errors import InvalidRequestError
 from tests.core.capture.dialect_streams import (
     CUT_BY_LENGTH,
     ENGINE_ERROR,
+    HELLO_WITH_IDS,
     NAMELESS_CALL,
     NO_FINISH,
     NOT_JSON,
     assert_exact_tokens_one_branch,
     assert_replay_extends,
     broken_stream,
+    call_stream,
     chunk,
     named_events,
     replayed_call,
@@ -188,22 +190,7 @@ def test_reasoning_round_trips_through_our_encrypted_content_only():
 # -- answers: the engine's chunks become events as they come -------------------------------------------
 def test_text_streams_as_output_text_deltas_and_completes_with_usage():
     req = _request(input="hi", stream=True)
-    events, draft = _translate(
-        req,
-        sse(
-            chunk({"role": "assistant", "content": ""}, prompt_token_ids=[1, 2, 3]),
-            {
-                **chunk({"content": "Hel"}),
-                "choices": [{"index": 0, "delta": {"content": "Hel"}, "token_ids": [7], "logprobs": {"content": [{"token": "Hel", "logprob": -0.5}]}}],
-            },
-            {
-                **chunk({"content": "lo"}),
-                "choices": [{"index": 0, "delta": {"content": "lo"}, "token_ids": [8], "logprobs": {"content": [{"token": "lo", "logprob": -0.25}]}}],
-            },
-            chunk(finish="stop"),
-            {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1}}},
-        ),
-    )
+    events, draft = _translate(req, HELLO_WITH_IDS)
     assert [e["type"] for e in events] == [
         "response.created",
         "response.in_progress",
@@ -321,15 +308,7 @@ def test_a_replayed_history_translates_to_the_previous_messages_plus_the_new_one
     the assistant message is what the engine produced (its text, reasoning and exact arguments)."""
     input1 = [_msg("developer", "Rules."), _msg("user", "Do it.")]
     req1 = _request(input=input1, tools=[EXEC], stream=True, instructions="Be brief.")
-    events, _ = _translate(
-        req1,
-        sse(
-            chunk({"reasoning_content": "plan"}),
-            chunk({"content": "On it."}),
-            chunk({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "exec_command", "arguments": '{"cmd":  "ls" }'}}]}),
-            chunk(finish="tool_calls"),
-        ),
-    )
+    events, _ = _translate(req1, call_stream("exec_command", '{"cmd":  "ls" }'))
     replayed = []
     for item in events[-1]["response"]["output"]:
         item = {k: v for k, v in item.items() if not (item["type"] == "reasoning" and k == "content")}
