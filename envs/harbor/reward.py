@@ -89,13 +89,20 @@ def _pick_from_map(rewards: dict[str, Any], reward_key: str | None, notes: list[
     if not _is_number(value):
         notes.append(f"reward.json key {key!r} holds no number ({_describe(value)}): no reward from reward.json")
         return None
-    if not _is_finite(value):
-        notes.append(f"reward.json key {key!r} holds a non-finite number ({value}): no reward from reward.json")
-        return None
-    if out_of_range(value):
-        notes.append(f"reward.json key {key!r} holds {_describe(value)}, {OUT_OF_RANGE}: no reward from reward.json")
+    if not _usable(value, f"reward.json key {key!r}", ": no reward from reward.json", notes):
         return None
     return float(value)
+
+
+def _usable(value: int | float, holder: str, outcome: str, notes: list[str]) -> bool:
+    """Whether a number read as the reward is finite and in range; if not, why, in `notes`."""
+    if not _is_finite(value):
+        notes.append(f"{holder} holds a non-finite number ({value}){outcome}")
+        return False
+    if out_of_range(value):
+        notes.append(f"{holder} holds {_describe(value)}, {OUT_OF_RANGE}{outcome}")
+        return False
+    return True
 
 
 def _reward_from_json(text: str, reward_key: str | None, notes: list[str]) -> float | None:
@@ -113,11 +120,7 @@ def _reward_from_json(text: str, reward_key: str | None, notes: list[str]) -> fl
             return None
         return _pick_from_map(data, reward_key, notes)
     if _is_number(data):
-        if not _is_finite(data):
-            notes.append(f"reward.json holds a non-finite number ({data}); ignored")
-            return None
-        if out_of_range(data):
-            notes.append(f"reward.json holds {_describe(data)}, {OUT_OF_RANGE}; ignored")
+        if not _usable(data, "reward.json", "; ignored", notes):
             return None
         if reward_key is not None and reward_key != DEFAULT_KEY:
             notes.append(f"reward.json holds a single number, not a map: reward_key {reward_key!r} does not apply")
