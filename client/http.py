@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import ValidationError
 
-from harness_env.client.jobs import EventFollower, cancel_steps, failed, get_steps, rollout_steps, submit_steps, wait_steps
+from harness_env.client.jobs import REFUSED_OR_LOST, EventFollower, cancel_steps, failed, get_steps, rollout_steps, submit_steps, wait_steps
 from harness_env.client.listing import list_steps
 from harness_env.client.servers import Servers, locate_steps, routed_steps, server_urls
 from harness_env.client.steps import DEFAULT_RECONNECT_FOR_S, Call, Driver, HarnessEnvClientError, Patience, Steps, invalid_request
@@ -244,7 +244,7 @@ class AsyncHarnessEnv(_Common):
                 try:
                     accepted = await self.submit(req, retry_busy=True)
                     return await self.wait(accepted.rollout_id)
-                except (HarnessEnvClientError, httpx.HTTPError, ValueError) as e:
+                except REFUSED_OR_LOST as e:
                     return failed(req, e)
 
         tasks = [asyncio.ensure_future(one(r)) for r in requests]
@@ -361,7 +361,7 @@ class HarnessEnv(_Common):
         def one(req: RolloutArgs | dict[str, Any]) -> RolloutResult:
             try:
                 return self.wait(self.submit(req, retry_busy=True).rollout_id)
-            except (HarnessEnvClientError, httpx.HTTPError, ValueError) as e:
+            except REFUSED_OR_LOST as e:
                 return failed(req, e)
 
         with ThreadPoolExecutor(max_workers=concurrency) as pool:

@@ -203,6 +203,8 @@ class EventFollower:
 
 
 INVALID = frozenset({400, 413, 422})  # the request itself was refused: sending it again would not help
+# What a batch files as a failed result (`failed`) rather than raise: a refusal, a lost connection, an answer that is no result.
+REFUSED_OR_LOST: tuple[type[Exception], ...] = (HarnessEnvClientError, httpx.HTTPError, ValueError)
 
 
 def failed(req: Any, e: Exception) -> RolloutResult:

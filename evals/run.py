@@ -281,15 +281,13 @@ def _begin_record(
 
 
 async def _run_remote(client: Any, request: RolloutRequest, key: str) -> RolloutResult:
-    import httpx
-
-    from harness_env.client.jobs import HarnessEnvClientError, failed
+    from harness_env.client.jobs import REFUSED_OR_LOST, failed
 
     args = to_args(request)
     try:
         accepted = await client.submit(args, idempotency_key=key, retry_busy=True)
         return await client.wait(accepted.rollout_id)
-    except (HarnessEnvClientError, httpx.HTTPError, ValueError) as e:  # refused or lost: a result, as in the client's run_many
+    except REFUSED_OR_LOST as e:  # a result, as in the client's run_many
         return failed(args, e)
 
 
