@@ -1,6 +1,6 @@
 """The client's side of rollouts and jobs, written once for the sync and async clients: each call
 is a generator of steps (client/steps.py) that the client drives with its own httpx clients
-(client/http.py), and the Server-Sent Events parser.
+(client/http.py); the Server-Sent Events parser, and the following of a rollout's event stream.
 
 What makes it durable: a submission carries an idempotency key, so repeating it after a dropped
 connection runs nothing twice; a busy server (429) or one restarting (502/503/504) is retried
