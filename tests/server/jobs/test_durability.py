@@ -13,7 +13,8 @@ import pytest
 
 from harness_env.core.sandbox.processes import marked_pids
 from harness_env.server.jobs.upkeep import remove_sandbox
-from tests.server.jobs.test_manager import QUICK, SLOW, agent_started, args, sse_events, wait_for
+from tests.fakes.policy import hello_rollout
+from tests.server.jobs.test_manager import SLOW, agent_started, sse_events, wait_for
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
@@ -34,10 +35,10 @@ def test_kill_9_with_jobs_running_then_restart(tmp_path_factory, policy_server) 
     env = {"HARNESS_ENV_DATA_DIR": str(data)}
     first = ServerProcess(sandboxes, "--max-concurrent", "2", env=env)
     try:
-        done = httpx.post(first.url + "/rollout", json=args(policy_server, "dur-done", QUICK), timeout=120).json()
+        done = httpx.post(first.url + "/rollout", json=hello_rollout(policy_server, "dur-done"), timeout=120).json()
         assert done["reward"] == 1.0
-        slow = [httpx.post(first.url + "/rollouts", json=args(policy_server, f"dur-slow-{i}", SLOW)).json()["rollout_id"] for i in range(2)]
-        queued = httpx.post(first.url + "/rollouts", json=args(policy_server, "dur-queued", SLOW)).json()["rollout_id"]
+        slow = [httpx.post(first.url + "/rollouts", json=hello_rollout(policy_server, f"dur-slow-{i}", SLOW)).json()["rollout_id"] for i in range(2)]
+        queued = httpx.post(first.url + "/rollouts", json=hello_rollout(policy_server, "dur-queued", SLOW)).json()["rollout_id"]
         for rid in slow:
             assert wait_for(first, rid, agent_started)["status"] == "running"
         left = [d.name for d in sandboxes.iterdir() if not d.name.endswith(".lease")]
@@ -60,7 +61,7 @@ def test_kill_9_with_jobs_running_then_restart(tmp_path_factory, policy_server) 
             assert sse_events(f"{second.url}/rollouts/{rid}/events")[-1][2]["status"] == "interrupted"
         notes = [n for rid in slow for n in httpx.get(f"{second.url}/rollouts/{rid}", params={"detail": "full"}).json()["result"]["sandbox_notes"]]
         assert notes == ["clean-up after the server died: sandbox directory removed"] * 2
-        again = httpx.post(second.url + "/rollout", json=args(policy_server, "dur-after", QUICK), timeout=120).json()
+        again = httpx.post(second.url + "/rollout", json=hello_rollout(policy_server, "dur-after"), timeout=120).json()
         assert again["reward"] == 1.0  # and it serves on
         assert [i["status"] for i in httpx.get(second.url + "/rollouts").json()["items"]] == [
             "finished",
@@ -87,11 +88,11 @@ def test_replicas_sharing_postgres_read_follow_and_cancel_each_others_jobs(tmp_p
     a = ServerProcess(tmp_path / "a", env={"HARNESS_ENV_STORE_URL": url})
     b = ServerProcess(tmp_path / "b", env={"HARNESS_ENV_STORE_URL": url})
     try:
-        quick = httpx.post(a.url + "/rollouts", json=args(policy_server, "pg-quick", QUICK)).json()["rollout_id"]
+        quick = httpx.post(a.url + "/rollouts", json=hello_rollout(policy_server, "pg-quick")).json()["rollout_id"]
         events = sse_events(f"{b.url}/rollouts/{quick}/events")  # followed from the other replica
         assert events[-1][2]["status"] == "finished" and events[-2][2]["phase"] == "done"
         assert httpx.get(f"{b.url}/rollouts/{quick}", params={"detail": "full"}).json()["result"]["reward"] == 1.0
-        slow = httpx.post(a.url + "/rollouts", json=args(policy_server, "pg-slow", SLOW)).json()["rollout_id"]
+        slow = httpx.post(a.url + "/rollouts", json=hello_rollout(policy_server, "pg-slow", SLOW)).json()["rollout_id"]
         assert wait_for(b, slow, agent_started)["status"] == "running"
         assert httpx.delete(f"{b.url}/rollouts/{slow}", timeout=30).status_code == 200  # asked of B, done by A
         assert wait_for(b, slow, lambda j: j["status"] == "cancelled", timeout=30)["status"] == "cancelled"

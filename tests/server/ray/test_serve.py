@@ -30,7 +30,8 @@ from harness_env.server.jobs.upkeep import remove_sandbox
 from harness_env.server.ray import serve as ray_serve
 from harness_env.server.ray.serve import REPLICA_HEADER, BadRayArgs, CaptureOnly, build, start_serve
 from harness_env.server.ray.settings import capture_address
-from tests.server.jobs.test_manager import SLOW, agent_started, args, wait_for
+from tests.fakes.policy import hello_rollout
+from tests.server.jobs.test_manager import SLOW, agent_started, wait_for
 from tests.server_process import ServerProcess
 
 # How long the command may take to come up. In CI (three workers on two cores) Ray's own start took
@@ -173,7 +174,7 @@ def spread_over_replicas(app: RayApp, policy_server, waves: int = 3) -> list:
     for wave in range(waves):
         threads = []
         for i in range(4):
-            threads.append(called(app, args(policy_server, f"ray-brief-{wave}-{i}", BRIEF), out))
+            threads.append(called(app, hello_rollout(policy_server, f"ray-brief-{wave}-{i}", BRIEF), out))
             time.sleep(0.3)  # the router hears of the one before
         for t in threads:
             t.join()
@@ -207,7 +208,7 @@ def test_two_replicas_on_two_nodes_share_the_load_and_the_store(ray_app, policy_
 
 def test_cancel_sent_to_the_other_replica_reaches_the_rollout(ray_app, policy_server) -> None:
     out: list = []
-    t = called(ray_app, args(policy_server, "ray-cancel", SLOW), out)  # a called rollout: one request in flight on its replica
+    t = called(ray_app, hello_rollout(policy_server, "ray-cancel", SLOW), out)  # a called rollout: one request in flight on its replica
     url = ray_app.server.url
     deadline = time.monotonic() + 60
     running: list = []
@@ -238,7 +239,7 @@ def _replica_pid(store_url: str, rollout_id: str) -> int:
 
 def test_a_killed_replica_s_rollouts_end_interrupted_and_ray_serve_replaces_it(ray_app, policy_server) -> None:
     url = ray_app.server.url
-    submitted = httpx.post(url + "/rollouts", json=args(policy_server, "ray-kill", SLOW))
+    submitted = httpx.post(url + "/rollouts", json=hello_rollout(policy_server, "ray-kill", SLOW))
     assert submitted.status_code == 202
     rid, victim = submitted.json()["rollout_id"], submitted.headers[HEADER]
     # And one running on the other replica, which must go on: only the dead replica's rollouts end.
@@ -247,7 +248,7 @@ def test_a_killed_replica_s_rollouts_end_interrupted_and_ray_serve_replaces_it(r
     # router give the victim eight in a row).
     on_victim, survivor, cancelled = [rid], None, []
     for i in range(12):
-        job = httpx.post(url + "/rollouts", json=args(policy_server, f"ray-survive-{i}", SURVIVES, **UNHURRIED))
+        job = httpx.post(url + "/rollouts", json=hello_rollout(policy_server, f"ray-survive-{i}", SURVIVES, **UNHURRIED))
         if job.headers[HEADER] != victim:
             survivor = job.json()["rollout_id"]
             break
@@ -279,7 +280,7 @@ def test_a_killed_replica_s_rollouts_end_interrupted_and_ray_serve_replaces_it(r
     deadline, replicas = time.monotonic() + BUSY_S, set()
     while time.monotonic() < deadline:
         out: list = []
-        threads = [called(ray_app, args(policy_server, f"ray-after-{i}", BRIEF), out) for i in range(2)]
+        threads = [called(ray_app, hello_rollout(policy_server, f"ray-after-{i}", BRIEF), out) for i in range(2)]
         for t in threads:
             t.join()
         assert all(r["reward"] == 1.0 for r, _ in out), [r.get("error") for r, _ in out]
@@ -313,7 +314,7 @@ def test_serve_ray_alone_starts_a_local_cluster_and_stops_it(tmp_path_factory, p
             stop_timeout_s=60,
             env={"HARNESS_ENV_STORE_URL": postgres_server.new_database(), "RAY_TMPDIR": ray_tmp},
         )
-        body = args(policy_server, "ray-local", [{"bash": "nice > nice.txt; env > env.txt; echo hello > hello.txt"}, {"text": "done"}])
+        body = hello_rollout(policy_server, "ray-local", [{"bash": "nice > nice.txt; env > env.txt; echo hello > hello.txt"}, {"text": "done"}])
         assert httpx.post(server.url + "/rollout", json=body, timeout=BUSY_S).status_code == 401
         r = httpx.post(server.url + "/rollout", json=body, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=BUSY_S)
         assert r.json()["reward"] == 1.0 and r.json()["served_by"]["replica"] == r.headers[HEADER], r.json().get("error")
