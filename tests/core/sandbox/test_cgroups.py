@@ -273,7 +273,9 @@ def test_limit_files_are_written(make):
 
 def test_cpu_quota_throttles(make):
     cg = make(ResourceLimits(None, None, 0.1))
-    subprocess.run(joined(cg, [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 0.5: pass"]), timeout=30, check=True)
+    # CPU time, not wall time: on a busy machine half a second of wall may hold less than the quota.
+    # 0.3 s of CPU at 0.1 CPU is 3 periods' worth or more: throttled however busy the machine is.
+    subprocess.run(joined(cg, [sys.executable, "-c", "import time\nwhile time.process_time() < 0.3: pass"]), timeout=60, check=True)
     stat = parse_keyed((cg._dirs["cpu"] / "cpu.stat").read_text())
     assert stat["nr_throttled"] > 0, stat
 
