@@ -42,9 +42,10 @@ STEPS = 2
 
 def few_steps(steps: int, *, max_tokens: int, max_turns: int) -> list[str]:
     """train_cpu's flags for a few small steps: one task a step, one group of two rollouts, no
-    evaluation, every rollout checked."""
+    evaluation, every rollout checked, the top two blocks trained (what moves is checked, not how
+    far: six cost the backward pass three times the CPU)."""
     return [
-        *("--steps", str(steps), "--tasks-per-step", "1", "--num-generations", "2"),
+        *("--steps", str(steps), "--tasks-per-step", "1", "--num-generations", "2", "--train-layers", "2"),
         *("--max-tokens", str(max_tokens), "--max-turns", str(max_turns)),
         *("--eval-attempts", "0", "--check-rollouts", "1", "--learning-rate", "2e-4", "--concurrency", "2"),
     ]
@@ -62,7 +63,7 @@ def train_graded_one_then_zero(args: argparse.Namespace, task: dict[str, Any]) -
     return train_cpu.train(args, tasks=[task], heldout=[], task_for_prompt=task_for_prompt, log=lambda line: None)
 
 
-def run(steps: int, *, sync: bool, turns: int = 2, tokens: int = 40) -> train_cpu.Run:
+def run(steps: int, *, sync: bool, turns: int = 2, tokens: int = 24) -> train_cpu.Run:
     args = train_cpu.parse_args(few_steps(steps, max_tokens=tokens, max_turns=turns) + ([] if sync else ["--no-sync"]))
     return train_graded_one_then_zero(args, train_cpu.make_tasks("write_call", "train")[0])
 
