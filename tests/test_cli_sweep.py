@@ -23,30 +23,18 @@ CLI = [sys.executable, "-m", "harness_env.cli"]
 pytestmark = pytest.mark.e2e
 
 
+def _whitebox_run(policy_server, model: str, *flags: str) -> list[str]:
+    """`harness-env run` of task.json with the white-box harness against the scripted policy."""
+    return [*CLI, "run", "--harness", "whitebox", "--task", "task.json", "--base-url", policy_server.base_url, "--model", model, *flags]
+
+
 def _start_run(tmp_path: Path, policy_server, model: str, sandbox: str, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            *CLI,
-            "run",
-            "--harness",
-            "whitebox",
-            "--sandbox",
-            sandbox,
-            "--task",
-            "task.json",
-            "--base-url",
-            policy_server.base_url,
-            "--model",
-            model,
-            "--agent-timeout-s",
-            "300",
-        ],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    argv = _whitebox_run(policy_server, model, "--sandbox", sandbox, "--agent-timeout-s", "300")
+    return subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish_run(tmp_path: Path, argv: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def _cmdline(pid: int) -> bytes:
@@ -104,27 +92,11 @@ def test_a_run_killed_mid_agent_is_swept_by_the_next_run(short_tmp, policy_serve
         assert any(n.startswith(f"harness-env-capture-{killed.pid}-") for n in os.listdir(short_tmp))
 
         # A command line with a mistake is refused in its one line: nothing is swept before the input is good.
-        bad = subprocess.run(
-            [*CLI, "run", "--harness", "whitebox", "--task", "task.json", "--max-turns", "0", "--base-url", policy_server.base_url, "--model", "quick"],
-            cwd=short_tmp,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        bad = _finish_run(short_tmp, _whitebox_run(policy_server, "quick", "--max-turns", "0"), env, timeout=120)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "max_turns" in bad.stderr, bad.stderr
         assert {killed_name, killed_name + ".lease"} <= set(os.listdir(sandboxes))
 
-        after = subprocess.run(
-            [*CLI, "run", "--harness", "whitebox", "--sandbox", sandbox, "--task", "task.json", "--base-url", policy_server.base_url, "--model", "quick"],
-            cwd=short_tmp,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
+        after = _finish_run(short_tmp, _whitebox_run(policy_server, "quick", "--sandbox", sandbox), env, timeout=240)
         assert after.returncode == 0, after.stderr
         assert f"removed rollout {killed_name} of a dead owner" in after.stderr
         assert json.loads(after.stdout)["reward"] == 1.0
