@@ -4,7 +4,7 @@ harness may add commands of its own (Harbor's lists a dataset's tasks), and so m
 
 This module is the entry point (`harness_env.cli:main`, `python -m harness_env.cli`): it assembles
 the commands and dispatches. Each command lives beside it: `run` in cli_run.py (its request built
-in cli_request.py), `serve` in cli_serve.py, `eval` and `export` in evals/cli.py; the flags
+in cli_request.py), `serve` in cli_serve.py, `eval` and `export` in cli_eval.py; the flags
 derived from the option fields in cli_flags.py.
 
 Bad input gives one line on stderr and exit code 2; a produced result (whatever its reward)
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=CliParser)
 
     add_run_parser(sub)
-    from harness_env.evals.cli import add_eval_parser, add_export_parser
+    from harness_env.cli_eval import add_eval_parser, add_export_parser
 
     add_eval_parser(sub)
     add_export_parser(sub)

@@ -92,7 +92,7 @@ def flag_spec(info: Any) -> dict[str, Any]:
 
 def harness_option_models() -> list[tuple[str, Any]]:
     """(name, options model) of every registered harness that has options of its own."""
-    from harness_env.models import harness_options_models
+    from harness_env.envs import harness_options_models
 
     return list(harness_options_models().items())
 
@@ -106,6 +106,7 @@ def field_cli(info: Any) -> str | None:
 def add_rollout_flags(run: argparse.ArgumentParser) -> None:
     """A rollout's flags (run's and eval's): the endpoint, then one flag per option field, by
     group, then one group per harness with options of its own."""
+    from harness_env.core.capture.dialects import native_wire_apis
     from harness_env.core.catalog import CATALOG
     from harness_env.envs import HARNESSES
     from harness_env.models import HARNESS_OPTIONS, RolloutArgs, RolloutOptions, option_group
@@ -123,9 +124,7 @@ def add_rollout_flags(run: argparse.ArgumentParser) -> None:
     )
     endpoint.add_argument("--base-url", default="", help=args_fields["base_url"].description)
     endpoint.add_argument("--model", default="", help=args_fields["model"].description)
-    endpoint.add_argument(
-        "--wire-api", choices=list(get_args(args_fields["wire_api"].annotation)), default="chat", help=f"{args_fields['wire_api'].description} (default: chat)"
-    )
+    endpoint.add_argument("--wire-api", choices=native_wire_apis(), default="chat", help=f"{args_fields['wire_api'].description} (default: chat)")
     key = endpoint.add_mutually_exclusive_group()
     key.add_argument("--api-key", help="upstream key (prefer --api-key-env: command lines are visible to other users)")
     key.add_argument("--api-key-env", help="name of an environment variable holding the upstream key")

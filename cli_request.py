@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from harness_env.cli_flags import LOCAL_ISOLATION, SHARED_FLAGS, bad_input, harness_option_models
 
 if TYPE_CHECKING:  # imported where used: every command line loads this module
+    from harness_env.core.sandbox.backends import SandboxSettings
     from harness_env.models import RolloutArgs, RolloutRequest, Task
 
 
@@ -33,34 +34,8 @@ def load_task(path: str) -> dict:
     return data
 
 
-TASK_KEYS = ("instruction", "setup", "verify", "files", "task_id", "metadata")
-
-
-def split_family_task(data: dict, task_file: str) -> tuple[dict, str | None, dict, dict]:
-    """A task file with a top-level `task_family` (a family's record, e.g. {"task_family": "svg_icon",
-    "prompt": ..., "reference_png": "ref.png"}): (task, family, family_options, request limits), as
-    the family's record declares them (families/base.py): its instruction_key is the instruction,
-    its request_keys are limits, its path_keys are relative to the task file."""
-    from harness_env.families import get_family
-
-    data = dict(data)
-    name = data.pop("task_family", None)
-    if name is None:
-        return data, None, {}, {}
-    family = get_family(name)  # InvalidRequestError naming the registered ones
-    if family.instruction_key in data:
-        data["instruction"] = data.pop(family.instruction_key)
-    task = {k: data.pop(k) for k in TASK_KEYS if k in data}
-    limits = {k: data.pop(k) for k in family.request_keys if data.get(k) is not None}
-    for key in family.path_keys:
-        path = data.get(key)
-        if isinstance(path, str) and path and not os.path.isabs(path):
-            data[key] = os.path.join(os.path.dirname(os.path.abspath(task_file)), path)
-    return task, name, data, limits
-
-
-def harness_of(flags: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool | None]:
-    """(harness, its options or None, use_bwrap) from the run command's flags: the first harness
+def harness_of(flags: dict[str, Any]) -> tuple[str, dict[str, Any] | None, SandboxSettings]:
+    """(harness, its options or None, the local sandbox's settings) from the run command's flags: the first harness
     whose options model claims the command line (after every one has checked it) (its flags, a task directory it runs), else
     --harness (default pi) in our sandbox with --sandbox's isolation."""
     from harness_env.models import DEFAULT_HARNESS
@@ -75,16 +50,18 @@ def harness_of(flags: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool 
             claims.append((name, model, options))
     if claims:  # --sandbox is the harness's own when its options take it (Harbor's)
         name, model, options = claims[0]
-        return name, options, None if "sandbox" in model.model_fields else _local_isolation(flags)
+        return name, options, _local_isolation({} if "sandbox" in model.model_fields else flags)
     return flags.get("harness") or DEFAULT_HARNESS, None, _local_isolation(flags)
 
 
-def _local_isolation(flags: dict[str, Any]) -> bool | None:
-    """use_bwrap from --sandbox, for a harness run in our sandbox."""
+def _local_isolation(flags: dict[str, Any]) -> SandboxSettings:
+    """The local sandbox backend's settings from --sandbox, for a harness run in our sandbox."""
+    from harness_env.core.sandbox.backends import SandboxSettings
+
     sandbox = flags.get("sandbox") or "auto"
     if sandbox not in LOCAL_ISOLATION:
         bad_input(f"--sandbox {sandbox}: choose {', '.join(LOCAL_ISOLATION)}")
-    return LOCAL_ISOLATION[sandbox]
+    return SandboxSettings(use_bwrap=LOCAL_ISOLATION[sandbox])
 
 
 def request_fields(flags: dict[str, Any]) -> dict[str, Any]:
@@ -94,8 +71,8 @@ def request_fields(flags: dict[str, Any]) -> dict[str, Any]:
     return {name: flags[name] for name in RolloutOptions.model_fields if name != HARNESS_OPTIONS and flags.get(name) is not None}
 
 
-def run_request(args: argparse.Namespace, task_data: dict | None = None) -> tuple[RolloutRequest, bool | None]:
-    """(the RolloutRequest, use_bwrap) the run command's arguments describe (`task_data`: the
+def run_request(args: argparse.Namespace, task_data: dict | None = None) -> tuple[RolloutRequest, SandboxSettings]:
+    """(the RolloutRequest, the local sandbox's settings: rollout.local_sandboxes) the run command's arguments describe (`task_data`: the
     task's object, already read from args.task): the RolloutArgs of its flags and task file,
     resolved by the server's own resolver (core/catalog.to_request), so the two cannot drift; the
     command line is trusted (its image may be a local one). Bad input exits 2 with one line. Pure
@@ -104,7 +81,7 @@ def run_request(args: argparse.Namespace, task_data: dict | None = None) -> tupl
     from harness_env.core.errors import InvalidRequestError
 
     flags = vars(args)
-    harness, harness_options, use_bwrap = harness_of(flags)
+    harness, harness_options, sandbox = harness_of(flags)
     task, task_family, family_options, family_limits = task_of(args, harness, harness_options, task_data)
     fields = {
         **family_limits,  # a family record's own limits, unless given on the command line
@@ -121,7 +98,7 @@ def run_request(args: argparse.Namespace, task_data: dict | None = None) -> tupl
     rollout_args = _rollout_args(fields)
     check_endpoint_given(args, rollout_args.agent_calls_model)
     try:
-        return to_request(rollout_args, trusted=True, metadata=task.metadata if task is not None else None), use_bwrap
+        return to_request(rollout_args, trusted=True, metadata=task.metadata if task is not None else None), sandbox
     except InvalidRequestError as e:
         bad_input(str(e))
 
@@ -132,7 +109,8 @@ def task_of(
     """(the task file's Task, its task family, family_options, request limits); no Task when the
     harness's options name a task, which brings its own."""
     from harness_env.core.errors import InvalidRequestError
-    from harness_env.models import harness_options_models
+    from harness_env.envs import harness_options_models
+    from harness_env.evals.tasks import split_family_task
 
     model = harness_options_models().get(harness)
     if harness_options is not None and model is not None and model.model_construct(**harness_options).names_task:

@@ -56,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     make_undumpable()  # the upstream key in this process stays out of reach of a plain sandbox's agent (same uid)
 
-    request, use_bwrap = run_request(args)
+    request, sandbox = run_request(args)
     sweep_leftovers(args.quiet)
 
     def progress(ev: PhaseEvent) -> None:
@@ -64,7 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"[{ev.elapsed_s:8.2f}s] {ev.phase}: {ev.status}{' - ' + ev.detail if ev.detail else ''}", file=sys.stderr, flush=True)
 
     try:
-        result = _run_until_stopped(request, progress, use_bwrap)
+        result = _run_until_stopped(request, progress, sandbox)
     except (InvalidRequestError, ToolMissingError, SandboxError) as e:  # e.g. a Harbor task that is not one, no Harbor extra, TMPDIR too long
         bad_input(str(e))
     result = made_serialisable(result)  # a result that cannot be written is repaired, or failed with why: never a traceback
@@ -85,12 +85,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_until_stopped(request, progress, use_bwrap):
+def _run_until_stopped(request, progress, sandbox):
     """Run the rollout; SIGTERM or Ctrl-C cancels it, its clean-up runs (processes killed, the
     rollout directory removed), and the command exits 143 / 130."""
-    from harness_env.rollout import run_rollout
+    from harness_env.rollout import local_sandboxes, run_rollout
 
-    return until_stopped(run_rollout(request, on_event=progress, use_bwrap=use_bwrap), "the rollout was cancelled and cleaned up")
+    return until_stopped(run_rollout(request, on_event=progress, sandbox_factory=local_sandboxes(sandbox)), "the rollout was cancelled and cleaned up")
 
 
 def until_stopped(work, stopped: str):

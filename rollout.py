@@ -16,12 +16,12 @@ from harness_env import envs, families  # noqa: F401 - registers the harnesses a
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.serve import serve_on_loopback, serve_on_unix
 from harness_env.core.capture.sockets import capture_socket_path
-from harness_env.core.engine import CaptureAccess, execute
+from harness_env.core.engine import CaptureAccess
 from harness_env.core.errors import InvalidRequestError
 from harness_env.core.phases import EventSink
-from harness_env.core.pipeline import prepare
+from harness_env.core.runner import Runner, prepared
+from harness_env.core.sandbox import backends
 from harness_env.core.sandbox.base import SandboxFactory
-from harness_env.core.sandbox.factory import LocalSandboxFactory
 from harness_env.models import RolloutRequest, RolloutResult
 
 
@@ -71,33 +71,34 @@ async def loopback_proxy() -> AsyncIterator[tuple[CaptureProxy, str, str]]:
                 _by_loop.pop(key, None)
 
 
+def local_sandboxes(settings: backends.SandboxSettings | None = None) -> SandboxFactory:
+    """The default backend's factory from the sandbox registry (core/sandbox/backends.py): the
+    local sandbox, bubblewrap when it works here unless `settings` say otherwise
+    (`SandboxSettings(use_bwrap=False)`: plain processes; what `--sandbox` gives the CLI's)."""
+    return backends.sandbox_factory(backends.DEFAULT_BACKEND, settings or backends.SandboxSettings())
+
+
 async def run_rollout(
-    request: RolloutRequest | dict,
-    *,
-    on_event: EventSink | None = None,
-    use_bwrap: bool | None = None,
-    sandbox_factory: SandboxFactory | None = None,
-    weight_version: int | None = None,
+    request: RolloutRequest | dict, *, on_event: EventSink | None = None, sandbox_factory: SandboxFactory | None = None, weight_version: int | None = None
 ) -> RolloutResult:
     """Run one rollout in this process. Always returns a result; bad input raises InvalidRequestError.
-    `sandbox_factory`: another sandbox backend (default: the local sandbox, bubblewrap when it
-    works here unless `use_bwrap` says otherwise). `weight_version`: the version of the weights
-    the policy serves now, which every model call records (as PUT /policy/weights tells a server;
-    the loop's rollouts share one proxy, so one version at a time)."""
-    prepared = await asyncio.to_thread(prepare, request, trusted=True)  # may read task directories
+    `sandbox_factory`: another sandbox backend, or the local one made otherwise (e.g.
+    `local_sandboxes(SandboxSettings(use_bwrap=False))`; default: `local_sandboxes()`). `weight_version`: the
+    version of the weights the policy serves now, which every model call records (as PUT
+    /policy/weights tells a server; the loop's rollouts share one proxy, so one version at a time)."""
+    ready = await asyncio.to_thread(prepared, request, trusted=True)  # may read task directories
+    factory = sandbox_factory or local_sandboxes()
     async with loopback_proxy() as (proxy, base_url, socket_path):
         if weight_version is not None:
             proxy.weights.update(version=weight_version)
-        return await execute(
-            prepared, CaptureAccess(proxy, base_url, socket_path), on_event=on_event, sandbox_factory=sandbox_factory or LocalSandboxFactory(use_bwrap)
-        )
+        return await Runner(CaptureAccess(proxy, base_url, socket_path), factory).run(ready, on_event)
 
 
 def run_rollout_sync(
-    request: RolloutRequest | dict, *, on_event: EventSink | None = None, use_bwrap: bool | None = None, weight_version: int | None = None
+    request: RolloutRequest | dict, *, on_event: EventSink | None = None, sandbox_factory: SandboxFactory | None = None, weight_version: int | None = None
 ) -> RolloutResult:
     """The synchronous twin of `run_rollout` (runs its own event loop, uvloop when installed)."""
-    run = run_rollout(request, on_event=on_event, use_bwrap=use_bwrap, weight_version=weight_version)
+    run = run_rollout(request, on_event=on_event, sandbox_factory=sandbox_factory, weight_version=weight_version)
     try:
         import uvloop
     except ImportError:
@@ -106,17 +107,17 @@ def run_rollout_sync(
 
 
 async def run_many(
-    requests: list[RolloutRequest | dict], *, concurrency: int = 8, use_bwrap: bool | None = None, weight_version: int | None = None
+    requests: list[RolloutRequest | dict], *, concurrency: int = 8, sandbox_factory: SandboxFactory | None = None, weight_version: int | None = None
 ) -> list[RolloutResult]:
     """Run rollouts in this process, `concurrency` at a time; results in request order. Bad input
     becomes a result with `error_kind: "invalid_request"` (a batch never raises midway).
-    `weight_version`: as for run_rollout, the whole batch's."""
+    `sandbox_factory`, `weight_version`: as for run_rollout, the whole batch's."""
     sem = asyncio.Semaphore(max(1, concurrency))
 
     async def one(request: RolloutRequest | dict) -> RolloutResult:
         async with sem:
             try:
-                return await run_rollout(request, use_bwrap=use_bwrap, weight_version=weight_version)
+                return await run_rollout(request, sandbox_factory=sandbox_factory, weight_version=weight_version)
             except InvalidRequestError as e:
                 return RolloutResult(error=str(e), error_kind="invalid_request")
 
@@ -124,7 +125,7 @@ async def run_many(
 
 
 def run_many_sync(
-    requests: list[RolloutRequest | dict], *, concurrency: int = 8, use_bwrap: bool | None = None, weight_version: int | None = None
+    requests: list[RolloutRequest | dict], *, concurrency: int = 8, sandbox_factory: SandboxFactory | None = None, weight_version: int | None = None
 ) -> list[RolloutResult]:
     """The synchronous twin of `run_many` (e.g. the RunMany of client.trl's adapters)."""
-    return asyncio.run(run_many(requests, concurrency=concurrency, use_bwrap=use_bwrap, weight_version=weight_version))
+    return asyncio.run(run_many(requests, concurrency=concurrency, sandbox_factory=sandbox_factory, weight_version=weight_version))

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, ClassVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import ValidationError
@@ -54,8 +55,11 @@ def _args(args: RolloutArgs | dict[str, Any] | None, kwargs: dict[str, Any]) -> 
     return out
 
 
-def _tasks_params(dataset: str, split: str | None) -> dict[str, str]:
-    return {"dataset": dataset, **({"split": split} if split else {})}
+def _tasks_call(dataset: str, split: str | None, harness: str | None) -> tuple[str, dict[str, str]]:
+    """The route and parameters of a task listing: a named harness's own (GET /<harness>/tasks),
+    else the server's generic one (GET /tasks: the first registered harness that lists tasks)."""
+    params = {"dataset": dataset, **({"split": split} if split else {})}
+    return (f"/{quote(harness, safe='')}/tasks" if harness else "/tasks"), params
 
 
 SPACE_DOMAIN = ".hf.space"  # a Hugging Face Space's own address
@@ -258,10 +262,13 @@ class AsyncHarnessEnv(_Common):
     async def list_harnesses(self) -> list[HarnessInfo]:
         return [HarnessInfo.model_validate(h) for h in (await self._call("GET", "/harnesses")).json()]
 
-    async def list_tasks(self, dataset: str = "", split: str | None = None) -> list[DatasetTaskInfo]:
-        """The Harbor tasks of `dataset` (relative to the server's $HARNESS_ENV_HARBOR_TASKS_DIR;
-        empty: that directory), in the order harbor.task_index counts them."""
-        resp = await self._call("GET", "/harbor/tasks", params=_tasks_params(dataset, split))
+    async def list_tasks(self, dataset: str = "", split: str | None = None, harness: str | None = None) -> list[DatasetTaskInfo]:
+        """The tasks of `dataset` as harness `harness` lists them (relative to its tasks root on
+        the server, e.g. Harbor's $HARNESS_ENV_HARBOR_TASKS_DIR; empty: that root), in the order
+        its task index counts them. `harness` None: the server's first registered harness that
+        lists tasks (Harbor, of the built-in ones)."""
+        path, params = _tasks_call(dataset, split, harness)
+        resp = await self._call("GET", path, params=params)
         return [DatasetTaskInfo.model_validate(t) for t in resp.json()]
 
     async def health(self) -> dict[str, Any]:
@@ -372,9 +379,10 @@ class HarnessEnv(_Common):
     def list_harnesses(self) -> list[HarnessInfo]:
         return [HarnessInfo.model_validate(h) for h in self._call("GET", "/harnesses").json()]
 
-    def list_tasks(self, dataset: str = "", split: str | None = None) -> list[DatasetTaskInfo]:
+    def list_tasks(self, dataset: str = "", split: str | None = None, harness: str | None = None) -> list[DatasetTaskInfo]:
         """As AsyncHarnessEnv.list_tasks."""
-        resp = self._call("GET", "/harbor/tasks", params=_tasks_params(dataset, split))
+        path, params = _tasks_call(dataset, split, harness)
+        resp = self._call("GET", path, params=params)
         return [DatasetTaskInfo.model_validate(t) for t in resp.json()]
 
     def health(self) -> dict[str, Any]:

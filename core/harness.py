@@ -224,6 +224,10 @@ class HarnessBase:
     options_model: type[BaseModel] | None = None
     dialect: str | None = "chat_completions"
     pin: toolchain.ToolPin | None = None
+    # A harness that owns its environment and makes leased directories of its own in the sandbox
+    # directory (`<prefix>-<12 hex>`, lease beside: core/sandbox/lease.py) names their prefixes, so
+    # the local backend's start-up sweep removes what a killed server left of them.
+    leased_dir_prefixes: tuple[str, ...] = ()
 
     def prepare(self, request: RolloutRequest, *, trusted: bool) -> RolloutRequest:
         return request

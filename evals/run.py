@@ -25,12 +25,15 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness_env.evals.report import Outcome, summarize
 from harness_env.evals.tasks import safe_id
 from harness_env.models import RolloutRequest, RolloutResult
 from harness_env.storage import pack
+
+if TYPE_CHECKING:
+    from harness_env.core.sandbox.base import SandboxFactory
 
 RESULTS = "results"
 logger = logging.getLogger("harness_env.evals")
@@ -157,12 +160,12 @@ def _meta(out: Path, requests: list[tuple[str, RolloutRequest]], attempts: int, 
     return meta
 
 
-async def _run_local(request: RolloutRequest, use_bwrap: bool | None) -> RolloutResult:
+async def _run_local(request: RolloutRequest, sandbox_factory: SandboxFactory | None) -> RolloutResult:
     from harness_env.core.errors import InvalidRequestError
     from harness_env.rollout import run_rollout
 
     try:
-        return await run_rollout(request, use_bwrap=use_bwrap)
+        return await run_rollout(request, sandbox_factory=sandbox_factory)
     except InvalidRequestError as e:
         return RolloutResult(task_id=request.task.task_id, error=str(e), error_kind="invalid_request")
 
@@ -176,13 +179,14 @@ async def evaluate_async(
     threshold: float = 1.0,
     server: str | Sequence[str] | None = None,
     token: str | None = None,
-    use_bwrap: bool | None = None,
+    sandbox_factory: SandboxFactory | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     recorder: Recorder | None = None,
 ) -> dict[str, Any]:
     """Run `attempts` attempts of every (task_id, request) not already finished in `out`, at most
     `concurrency` at a time; write each result as it finishes, then summary.json. Returns the
-    summary (report.summarize). Never raises for a failed rollout: it is a result."""
+    summary (report.summarize). Never raises for a failed rollout: it is a result. In process,
+    `sandbox_factory` makes the sandboxes (default: rollout.run_rollout's)."""
     if attempts < 1 or concurrency < 1:
         raise ValueError("attempts and concurrency must be at least 1")
     if server:  # first: a bad address is refused before anything is written
@@ -217,7 +221,7 @@ async def evaluate_async(
             report(progress)
             try:
                 if client is None:
-                    result = await _run_local(req, use_bwrap)
+                    result = await _run_local(req, sandbox_factory)
                 else:
                     result = await _run_remote(client, req, f"{meta['run_key']}-{safe_id(tid)}-{i}")  # within the key's bound
                 write_atomic(attempt_path(out, tid, i), json.dumps(pack(result), separators=(",", ":")))

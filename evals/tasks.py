@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,12 +143,36 @@ def load_tasks(path: str | Path, *, split: str | None = None) -> list[EvalTask]:
     return _unique(tasks)
 
 
+TASK_KEYS = ("instruction", "setup", "verify", "files", "task_id", "metadata")
+
+
+def split_family_task(data: dict, task_file: str) -> tuple[dict, str | None, dict, dict]:
+    """A task file with a top-level `task_family` (a family's record: {"task_family": NAME, the
+    family's own keys ...}): (task, family, family_options, request limits), as
+    the family's record declares them (families/base.py): its instruction_key is the instruction,
+    its request_keys are limits, its path_keys are relative to the task file."""
+    from harness_env.families import get_family
+
+    data = dict(data)
+    name = data.pop("task_family", None)
+    if name is None:
+        return data, None, {}, {}
+    family = get_family(name)  # InvalidRequestError naming the registered ones
+    if family.instruction_key in data:
+        data["instruction"] = data.pop(family.instruction_key)
+    task = {k: data.pop(k) for k in TASK_KEYS if k in data}
+    limits = {k: data.pop(k) for k in family.request_keys if data.get(k) is not None}
+    for key in family.path_keys:
+        path = data.get(key)
+        if isinstance(path, str) and path and not os.path.isabs(path):
+            data[key] = os.path.join(os.path.dirname(os.path.abspath(task_file)), path)
+    return task, name, data, limits
+
+
 def task_request(task: EvalTask, request: dict[str, Any]) -> dict[str, Any]:
     """The request (a dict RolloutRequest validates) for `task` with the shared fields of
     `request` (endpoint, harness, options): for code, as `harness-env eval` makes them from its flags.
     A harness's own task runs with that harness, what names it in harness_options."""
-    from harness_env.cli_request import split_family_task
-
     if task.data is None:
         return {**request, "harness": task.harness, "harness_options": {**request.get("harness_options", {}), **task.harness_options}}
     data, family, family_options, limits = split_family_task(task.data, task.source)

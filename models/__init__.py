@@ -7,14 +7,12 @@
 - models/summary.py: a result in at most 16 KB (RolloutSummary, summarize), for an agent;
 - models/jobs.py: rollouts as jobs (RolloutJob, RolloutPage, JobStatus, ...), for /rollouts.
 
-Import them from here. Names that moved into a harness's own package (its options and run info,
-envs/<harness>/options.py) are still importable from here under their former names.
+Import them from here. A harness's own options and run info live in its package
+(envs/<harness>/options.py); this package imports nothing from the engine (a client installs it alone).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import Any
 
 from harness_env.models.base import (
@@ -64,9 +62,9 @@ from harness_env.models.options import (
     RolloutOptions,
     RolloutRequest,
     harness_options_model,
-    harness_options_models,
     option,
     option_group,
+    use_harness_registry,
 )
 from harness_env.models.results import (
     AGENT_CAUSED_KINDS,
@@ -138,7 +136,7 @@ __all__ = [
     "check_http_url",
     "check_text",
     "harness_options_model",
-    "harness_options_models",
+    "use_harness_registry",
     "option",
     "option_group",
     "url_authority",
@@ -159,26 +157,12 @@ __all__ += [
     "RolloutPage",
 ]
 
-_moved: dict[str, Any] = {}
-
 
 def __getattr__(name: str) -> Any:
-    """A name a harness package took with it (listed in the `__all__` of its options module,
-    envs/<harness>/options.py), found there. Importing it loads the harness registry, so the
-    client, which must not, imports none of them."""
+    """A name that is not a wire type: say where a harness's own names went."""
     if name.startswith("__"):
         raise AttributeError(name)
-    if name not in _moved:
-        envs = importlib.import_module("harness_env.envs")  # mid-import while the registry loads: fine
-        for pkg in pkgutil.iter_modules(envs.__path__):
-            where = f"harness_env.envs.{pkg.name}.options"
-            try:
-                module = importlib.import_module(where)
-            except ModuleNotFoundError as e:
-                if e.name != where:  # the module is there but needs what is missing: say so
-                    raise
-                continue
-            _moved.update({n: getattr(module, n) for n in getattr(module, "__all__", ())})
-    if name in _moved:
-        return _moved[name]
-    raise AttributeError(f"module 'harness_env.models' has no attribute {name!r}")
+    raise AttributeError(
+        f"module 'harness_env.models' has no attribute {name!r}; a harness's own options and run info "
+        "are imported from its package: harness_env.envs.<harness>.options"
+    )

@@ -11,10 +11,10 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, ValidationInfo, field_validator
 
 MAX_INSTRUCTION_CHARS = 200_000
 MAX_COMMANDS = 64
@@ -35,10 +35,15 @@ IMAGE_DESCRIPTION = (
 )
 
 Mode = Literal["transparent_proxy", "black_box"]
-WireApi = Literal["chat", "responses", "messages", "gemini"]
+# The name of an API an endpoint speaks: "chat", or a registered dialect's own API (its NativeAPI's
+# wire_api). Open: a dialect from another package brings its own name. Only the form is checked
+# here; whether a dialect declares it is asked of the dialect registry when a rollout is prepared.
+WIRE_API_PATTERN = r"^[a-z][a-z0-9_.-]{0,63}$"
+WireApi = Annotated[str, StringConstraints(pattern=WIRE_API_PATTERN)]
 WIRE_API_DESCRIPTION = (
     "the API the endpoint speaks: chat (OpenAI chat completions, translated for every harness; the only one with token ids), "
-    "or in black_box mode the harness's own, passed through untranslated: responses (Codex), messages (Claude Code), gemini (Gemini CLI)"
+    "or in black_box mode the harness's own, passed through untranslated: responses (Codex), messages (Claude Code), gemini (Gemini CLI), "
+    "or the API of a dialect a plug-in registers"
 )
 
 

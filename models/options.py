@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-import sys
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationInfo, WithJsonSchema, field_validator, model_validator
@@ -65,28 +65,26 @@ def option_group(info: Any) -> str:
     return str(extra.get("group", "harness"))
 
 
-def harness_options_model(harness: str, *, load: bool) -> type[HarnessOptions] | None | Literal[False]:
+# The harness registry (name -> harness class), handed over by core/registry.py when it is
+# imported: the wire types import nothing from the engine and name no harness. Where no engine is
+# loaded (a client with only these types) harness options stay a bounded mapping, typed when the
+# server prepares the request.
+_harness_registry: Mapping[str, Any] | None = None
+
+
+def use_harness_registry(registry: Mapping[str, Any]) -> None:
+    global _harness_registry
+    _harness_registry = registry
+
+
+def harness_options_model(harness: str) -> type[HarnessOptions] | None | Literal[False]:
     """The options model of `harness` from the harness registry; None when the harness has none;
-    False when that is not known here: no registry in this process (a client; with `load`, it is
-    imported when it can be), or a harness it does not list (refused by name when prepared)."""
-    envs = sys.modules.get("harness_env.envs")
-    if getattr(envs, "HARNESSES", None) is None and load:
-        try:
-            import harness_env.envs as envs  # the engine's registry, never a client's import
-        except ImportError:  # only the wire types are installed
-            return False
-    cls = (getattr(envs, "HARNESSES", None) or {}).get(harness)
+    False when that is not known here: no registry in this process (a client), or a harness it
+    does not list (refused by name when prepared)."""
+    cls = _harness_registry.get(harness) if _harness_registry is not None else None
     if cls is None:
         return False
     return getattr(cls, "options_model", None)
-
-
-def harness_options_models() -> dict[str, type[HarnessOptions]]:
-    """Every registered harness that has options of its own -> its options model (for the CLI, the
-    MCP schema and the web form; loads the harness registry)."""
-    import harness_env.envs as envs  # the engine's registry, never a client's import
-
-    return {name: cls.options_model for name, cls in envs.HARNESSES.items() if getattr(cls, "options_model", None) is not None}
 
 
 class HarnessOptions(CheckedText):
@@ -264,8 +262,6 @@ class RolloutOptions(CheckedText):
         "proxy_only", "what agent and verify commands reach: proxy_only (the capture proxy) or open (the host's network)", group="sandbox"
     )
 
-    _loads_registry: ClassVar[bool] = True  # RolloutArgs, which clients build too, leaves it alone
-
     @field_validator("harness_config", "family_options")
     @classmethod
     def _config_bounded(cls, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -306,7 +302,7 @@ class RolloutOptions(CheckedText):
         harness = info.data.get("harness")
         if value is None or harness is None:  # no options, or a bad harness name (reported there)
             return value
-        model = harness_options_model(harness, load=cls._loads_registry)
+        model = harness_options_model(harness)
         if model is False:  # validated where the registry is (the server): here only bounded
             if not isinstance(value, (dict, BaseModel)):
                 raise ValueError("harness_options must be an object")
@@ -339,7 +335,7 @@ def _option_says(harness: Any, raw: Any, prop: str, default: bool) -> bool:
         return default
     if isinstance(raw, HarnessOptions):
         return getattr(raw, prop)
-    model = harness_options_model(harness, load=True)
+    model = harness_options_model(harness)
     if not model:
         return default
     try:
@@ -396,8 +392,6 @@ class RolloutArgs(RolloutOptions):
     image: str = option("", IMAGE_DESCRIPTION, group="task", max_length=MAX_IMAGE_CHARS)  # Task.image; "": none
     disable_thinking: bool | None = option(None, "ask the endpoint not to think; none: the endpoint kind's default", group="capture")
 
-    _loads_registry: ClassVar[bool] = False
-
     @field_validator("base_url")
     @classmethod
     def _parsable_url(cls, url: str) -> str:
@@ -411,6 +405,6 @@ class RolloutArgs(RolloutOptions):
         opts = self.harness_options
         if isinstance(opts, HarnessOptions) and opts.names_task or opts is not None and not isinstance(opts, HarnessOptions):
             return self  # the options name a task, or they are checked on the server
-        model = type(opts) if isinstance(opts, HarnessOptions) else harness_options_model(self.harness, load=False)
+        model = type(opts) if isinstance(opts, HarnessOptions) else harness_options_model(self.harness)
         hint = model.names_task_hint if model else ""
         raise ValueError("instruction is required" + (f" (it may be left out only when {hint})" if hint else ""))

@@ -1,4 +1,6 @@
-"""Entry point of `harness-env serve` (and of OpenEnv's `server` script)."""
+"""One server (what `harness-env serve` and OpenEnv's `server` script run without --ray), and the
+`server` script itself: serve_args.py's flags, then `run`. It imports nothing of the CLI: the CLI's
+`serve` (cli_serve.py) calls in here, never the other way."""
 
 from __future__ import annotations
 
@@ -9,26 +11,14 @@ from pathlib import Path
 
 import uvicorn
 
-from harness_env.core.distribution import package_version
 from harness_env.core.procs import make_undumpable
-from harness_env.models.base import is_loopback
 from harness_env.server.app import create_app
 from harness_env.server.jobs.upkeep import Retention
 from harness_env.server.loop_lag import freeze_long_lived
+from harness_env.server.serve_args import BadServeArgs, OneServer, OnRay, check_exposure, serve_parser, serve_plan, where_to_go
 from harness_env.server.store import STORE_URL_VAR, data_dir_problem, default_data_dir
 
 OPEN_FILES_WANTED = 16384  # about 20 descriptors per rollout, for several hundred at once
-
-
-def check_exposure(host: str, token: str | None, allow_unauthenticated: bool) -> str | None:
-    """Why serving would be unsafe, or None."""
-    if is_loopback(host) or token or allow_unauthenticated:
-        return None
-    return (
-        f"refusing to serve on {host} without a token: anyone who reaches it could run commands on this machine "
-        "(rollouts run in the local sandbox). Set HARNESS_ENV_TOKEN (or --token), bind 127.0.0.1, "
-        "or pass --allow-unauthenticated if something in front of the server already checks access."
-    )
 
 
 def default_public_url(port: int, env: dict[str, str]) -> str:
@@ -36,21 +26,6 @@ def default_public_url(port: int, env: dict[str, str]) -> str:
     address (SPACE_HOST), else loopback."""
     space_host = env.get("SPACE_HOST", "").strip()
     return f"https://{space_host}" if space_host else f"http://127.0.0.1:{port}"
-
-
-def where_to_go(host: str, port: int, public_url: str | None) -> str:
-    """The lines `harness-env serve` prints when it starts: the addresses of its faces."""
-    base = public_url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
-    base = base.rstrip("/")
-    return "\n".join(
-        [
-            f"harness-env {package_version()} serving on {host}:{port}",
-            f"  web UI     {base}/web",
-            f"  MCP        {base}/mcp   (streamable HTTP; tools: run_rollout, submit_rollout, get_rollout, list_harnesses, list_tasks, catalog)",
-            f"  HTTP API   {base}/docs",
-            f"  health     {base}/health",
-        ]
-    )
 
 
 def raise_open_files_limit() -> str | None:
@@ -123,8 +98,26 @@ def serve(
     return 0
 
 
-def main() -> None:
-    """OpenEnv's `server` entry point: serve with settings from the environment."""
-    from harness_env.cli import main as cli_main
+def run(plan: OneServer | OnRay) -> int:
+    """Serve what the checked flags say (server/serve_args.py); the exit code."""
+    if isinstance(plan, OneServer):
+        return serve(**vars(plan))
+    try:
+        from harness_env.server.ray.serve import serve_on_ray
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] != "ray":
+            raise
+        print("harness-env: error: --ray needs Ray Serve: install the ray extra (pip install 'harness-env[ray]'; ./dev test installs it)", file=sys.stderr)
+        return 2
+    return serve_on_ray(**vars(plan))
 
-    raise SystemExit(cli_main(["serve", *sys.argv[1:]]))
+
+def main(argv: list[str] | None = None) -> None:
+    """OpenEnv's `server` entry point: `harness-env serve`'s flags, defaults from the environment."""
+    args = serve_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        plan = serve_plan(args)
+    except BadServeArgs as e:
+        print(f"harness-env: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    raise SystemExit(run(plan))

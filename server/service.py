@@ -1,48 +1,28 @@
 """What the server's surfaces (HTTP, MCP, OpenEnv's client, the web UI) call: one implementation
-of each tool."""
+of each tool. Their rollouts are resolved by core/runner.resolve (a remote caller's: untrusted)
+and run as jobs (server/jobs/manager.py), on the one Runner of the app."""
 
 from __future__ import annotations
 
 from harness_env import envs, families  # noqa: F401 - registers the harnesses and task families
 from harness_env.core import catalog
-from harness_env.core.capture.proxy import CaptureProxy
-from harness_env.core.engine import CaptureAccess, execute
 from harness_env.core.errors import InvalidRequestError
 from harness_env.core.phases import EventSink
-from harness_env.core.pipeline import PreparedRollout, prepare
+from harness_env.core.pipeline import PreparedRollout
 from harness_env.core.registry import HARNESSES, get_harness
-from harness_env.core.sandbox.backends import DEFAULT_BACKEND, SandboxSettings, sandbox_factory
-from harness_env.core.sandbox.policy import sandbox_limits
-from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutArgs, RolloutResult
-from harness_env.server.slots import RolloutSlots
+from harness_env.models import DatasetTaskInfo, HarnessInfo, RolloutResult
+from harness_env.server.jobs.manager import JobManager
 
 
 class RolloutService:
-    def __init__(
-        self, proxy: CaptureProxy, proxy_base_url: str, slots: RolloutSlots, use_bwrap: bool | None = None, sandbox_backend: str = DEFAULT_BACKEND
-    ) -> None:
-        self.proxy = proxy
-        self.proxy_base_url = proxy_base_url
-        self.slots = slots
-        # From the registry (core/sandbox/backends.py), once: an unknown name stops the server at start.
-        self.sandbox_factory = sandbox_factory(sandbox_backend, SandboxSettings(use_bwrap=use_bwrap))
-        # The proxy's Unix socket (set while the app's lifespan runs): a network-isolated
-        # sandbox's only way out, serving the capture routes and nothing of the server's API.
-        self.capture_socket: str | None = None
-
-    def resolve(self, args: RolloutArgs) -> PreparedRollout:
-        """The request of a remote caller, prepared (core/pipeline.py); raises InvalidRequestError
-        with a clear message for bad arguments. May read task directories: call it off the loop."""
-        request = catalog.to_request(args, trusted=False)  # a registry image only: a local transport would read the server's files
-        prepared = prepare(request, trusted=False)
-        sandbox_limits(prepared.request)  # over this server's maximums: refused before any work
-        return prepared
+    def __init__(self, jobs: JobManager) -> None:
+        self.jobs = jobs
 
     async def run(self, prepared: PreparedRollout, on_event: EventSink | None = None) -> RolloutResult:
-        """Raises ServerBusy when the queue is full; otherwise always returns a result."""
-        async with self.slots.slot():
-            capture = CaptureAccess(self.proxy, self.proxy_base_url, self.capture_socket)
-            return await execute(prepared, capture, sandbox_factory=self.sandbox_factory, on_event=on_event, start_gate=self.slots.starting)
+        """A called rollout (POST /rollout, MCP run_rollout, the web UI): a job, stored like a
+        submitted one, cancelled when its caller goes away. Raises ServerBusy when the queue is
+        full; otherwise always returns a result."""
+        return await self.jobs.run_attached(prepared, on_event)
 
     @staticmethod
     def list_harnesses() -> list[HarnessInfo]:

@@ -13,13 +13,14 @@ from pathlib import Path
 from harness_env.core.capture.sockets import sweep_sockets
 from harness_env.core.sandbox.cgroups import sweep_stale
 from harness_env.core.sandbox.host import mounts_at_or_below, unmount_tree
-from harness_env.core.sandbox.lease import LEASE_SUFFIX, ROLLOUT_NAME_RE, owner_alive, read_lease
-from harness_env.core.sandbox.sweep import sweep_sandboxes
+from harness_env.core.sandbox.lease import LEASE_SUFFIX, leased_name_re, owner_alive, read_lease
+from harness_env.core.sandbox.sweep import local_dir_prefixes, sweep_sandboxes
 
 
 def _rollout_mounts(*tops: Path) -> set[str]:
     """Mounts with a rollout directory (`rollout-<id>`, `trial-<id>`) on their path, at or below `tops`."""
-    return {m for top in tops for m in mounts_at_or_below(top) if any(ROLLOUT_NAME_RE.fullmatch(p) for p in Path(m).parts)}
+    names = leased_name_re(local_dir_prefixes())
+    return {m for top in tops for m in mounts_at_or_below(top) if any(names.fullmatch(p) for p in Path(m).parts)}
 
 
 def _entries(root: Path) -> set[str]:

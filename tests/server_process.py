@@ -35,14 +35,16 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, sandbox_dir: Path, *args: str, env: dict[str, str] | None = None, start_timeout_s: float = 30, stop_timeout_s: float = 15) -> None:
+    def __init__(
+        self, sandbox_dir: Path, *args: str, env: dict[str, str] | None = None, start_timeout_s: float = 30, stop_timeout_s: float = 15, port: int | None = None
+    ) -> None:
         self.stop_timeout_s = stop_timeout_s
-        self.port = free_port()
+        self.port = port or free_port()  # a restart serves on its former port, where clients reconnect
         self.url = f"http://127.0.0.1:{self.port}"
         self.sandbox_dir = sandbox_dir
         # The server's own TMPDIR, so stop() sees every temporary file or directory it leaves.
         self.tmp_dir = sandbox_dir.parent / f"server-{self.port}-tmp"
-        self.tmp_dir.mkdir()
+        self.tmp_dir.mkdir(exist_ok=port is not None)  # a restart finds what its dead former self left there
         # Its own job store unless told (a restart test passes the same one again).
         self.data_dir = Path((env or {}).get("HARNESS_ENV_DATA_DIR") or sandbox_dir.parent / f"server-{self.port}-data")
         full_env = {

@@ -305,13 +305,13 @@ def _request(tmp_path, monkeypatch, *args, task: dict | None = None):
 def test_flags_not_given_leave_the_fields_defaults(tmp_path, monkeypatch):
     from harness_env.models import RolloutRequest
 
-    request, use_bwrap = _request(tmp_path, monkeypatch)
+    request, sandbox = _request(tmp_path, monkeypatch)
     defaults = RolloutRequest(task={"instruction": "x", "verify": ["true"]}, endpoint={"base_url": "http://127.0.0.1:9/v1", "model": "m"})
-    assert request == defaults and use_bwrap is None
+    assert request == defaults and sandbox.use_bwrap is None
 
 
 def test_every_option_flag_reaches_the_request(tmp_path, monkeypatch):
-    request, use_bwrap = _request(
+    request, sandbox = _request(
         tmp_path,
         monkeypatch,
         "--harness",
@@ -354,7 +354,7 @@ def test_every_option_flag_reaches_the_request(tmp_path, monkeypatch):
     assert (request.agent_timeout_s, request.setup_timeout_s, request.verify_timeout_s) == (60, 30, 20)
     assert (request.max_tokens_cap, request.top_logprobs, request.temperature, request.reward_mode) == (256, 3, 0.0, "tool_efficiency")
     assert (request.memory_limit_mb, request.pids_limit, request.disk_limit_mb, request.cpu_limit, request.network) == (512, 64, 128, 1.5, "open")
-    assert request.disable_thinking and request.harness_options is None and use_bwrap is False
+    assert request.disable_thinking and request.harness_options is None and sandbox.use_bwrap is False
 
 
 def test_a_family_record_s_limits_apply_unless_given(tmp_path, monkeypatch):
@@ -367,10 +367,10 @@ def test_a_family_record_s_limits_apply_unless_given(tmp_path, monkeypatch):
 
 
 def test_a_harness_s_own_flags_select_it_and_fill_its_options(tmp_path, monkeypatch):
-    request, use_bwrap = _request(
+    request, sandbox = _request(
         tmp_path, monkeypatch, "--agent", "oracle", "--agent-kwargs", '{"max_turns": 3}', "--sandbox", "docker", "--reward-key", "score"
     )
-    assert request.harness == "harbor" and use_bwrap is None
+    assert request.harness == "harbor" and sandbox.use_bwrap is None  # --sandbox docker is Harbor's, not the local sandbox's
     assert request.harness_options.model_dump(exclude_defaults=True) == {
         "agent": "oracle",
         "agent_kwargs": {"max_turns": 3},

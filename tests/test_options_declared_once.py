@@ -15,8 +15,9 @@ import pytest
 from harness_env import cli
 from harness_env.cli_flags import flag_name, shown_default
 from harness_env.cli_request import request_fields
+from harness_env.envs import harness_options_models
 from harness_env.families import family_names, get_family
-from harness_env.models import HARNESS_OPTIONS, LEGACY_OPTION_KEYS, RolloutOptions, harness_options_models
+from harness_env.models import HARNESS_OPTIONS, LEGACY_OPTION_KEYS, RolloutOptions
 from harness_env.server.mcp.rollout import rollout_args, run_rollout_schema, run_rollout_tool_schema, short
 from harness_env.server.mcp.tools import McpToolServer
 from harness_env.server.web.form import harness_controls, option_controls

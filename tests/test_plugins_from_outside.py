@@ -1,6 +1,8 @@
 """Plug-ins added from outside the package, through the registries alone, run rollouts: a harness
 (an agent loop written here), a wire dialect another harness speaks (tests/fakes/plain_dialect.py),
-a sandbox backend the server is told to use by name, and a task family. Nothing in the package
+a sandbox backend the server is told to use by name, and a task family. Then the same from an
+installed distribution of their own, found by its entry points: `harness-env serve` loads them with
+no launcher of ours, a broken one is named and leaves the rest standing. Nothing in the package
 names them; docs/architecture.md's recipes are what this file does.
 """
 
@@ -8,11 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI, Request
 from pydantic import BaseModel, Field
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
@@ -20,13 +26,15 @@ from harness_env.core import registry
 from harness_env.core.capture.dialects import register_dialect, unregister_dialect
 from harness_env.core.grading import GradeOutcome
 from harness_env.core.harness import AgentOutcome, HarnessBase, LaunchContext
+from harness_env.core.plugins import PluginGroup
 from harness_env.core.registry import HARNESSES, register_family, register_harness
 from harness_env.core.sandbox.backends import SANDBOX_BACKENDS, SandboxSettings, register_sandbox_backend
 from harness_env.core.sandbox.base import ExecResult, Sandbox
 from harness_env.models import DatasetTaskInfo, RolloutResult
+from tests.fakes.loopback import LoopbackServer
 from tests.fakes.plain_dialect import PlainLines
 from tests.fakes.sandbox import DirSandboxFactory
-from tests.server_process import served_in_process
+from tests.server_process import ServerProcess, served_in_process
 
 # The agent: a chat-completions tool loop with one `bash` tool, run in the sandbox by the system's
 # Python. It talks to the capture proxy with the per-rollout key, as any harness CLI does.
@@ -263,3 +271,188 @@ def test_an_unknown_backend_stops_the_server_at_start(tmp_path):
     with pytest.raises(InvalidRequestError, match="unknown sandbox backend 'nowhere'"):
         create_app(public_url="http://127.0.0.1:9", data_dir=tmp_path, sandbox_backend="nowhere")
     assert SandboxSettings().use_bwrap is None
+
+
+# -- the same, from a distribution of their own, by entry points ------------------------------------
+# What another distribution's package holds: the harnesses above (named by their module path), the
+# plain dialect with an API of its own that an upstream may speak (pass-through), and a sandbox
+# backend with its own directory layout and the sweep that knows it.
+PLUGIN_MODULE = '''
+"""outside-plugins: a dialect with its own API, and a sandbox backend that sweeps its own leftovers."""
+import os
+import uuid
+from pathlib import Path
+
+from harness_env.core.capture.dialects import NativeAPI
+from harness_env.core.capture.dialects.native import add_call
+from harness_env.core.sandbox import safefs
+from harness_env.core.sandbox.backends import SandboxBackend
+from tests.fakes.plain_dialect import PlainLines
+from tests.fakes.sandbox import DirSandbox
+
+
+class PlainAnswerReader:
+    """A native plain answer ({"text", "calls", "finish"}) into the turn."""
+
+    def __init__(self, draft):
+        self.draft = draft
+
+    def event(self, obj, data):
+        self.whole(obj)
+
+    def whole(self, obj):
+        self.draft.text_parts.append(str(obj.get("text") or ""))
+        for call in obj.get("calls") or []:
+            add_call(self.draft, call.get("id"), call.get("name"), str(call.get("arguments") or ""))
+        self.draft.finish_reason = obj.get("finish") or self.draft.finish_reason
+
+
+class PlainWithItsOwnAPI(PlainLines):
+    native = NativeAPI(wire_api="plain", auth_header="x-plain-key", auth_template="{key}", max_tokens=((), "max_tokens"), reader=PlainAnswerReader)
+
+
+class Box(DirSandbox):
+    backend = "outside-box"
+
+
+def _boxes():
+    return Path(os.environ["HARNESS_ENV_SANDBOX_DIR"])
+
+
+def make_box(*, readonly_paths, limits, capture_socket):
+    """A box: box-<id> with its owner's pid in owner.pid (this backend's layout, nobody else's)."""
+    root = _boxes() / f"box-{uuid.uuid4().hex}"
+    root.mkdir(parents=True)
+    (root / "owner.pid").write_text(str(os.getpid()))
+    return Box(root)
+
+
+def sweep():
+    notes = []
+    for box in sorted(_boxes().glob("box-*")):
+        pid = int((box / "owner.pid").read_text())
+        if not os.path.exists(f"/proc/{pid}"):
+            safefs.remove_tree(box)
+            notes.append(f"outside-box: removed {box.name} of dead owner {pid}")
+    return notes
+
+
+BACKEND = SandboxBackend("outside-box", lambda settings: make_box, sweep=sweep)
+'''
+
+ENTRY_POINTS = """
+[harness_env.harnesses]
+outside-loop = tests.test_plugins_from_outside:LoopHarness
+outside-plain = tests.test_plugins_from_outside:PlainLoopHarness
+broken = outside_plugins:not_there
+
+[harness_env.dialects]
+plain = outside_plugins:PlainWithItsOwnAPI
+
+[harness_env.sandbox_backends]
+outside-box = outside_plugins:BACKEND
+"""
+
+
+def installed_distribution(site: Path, name: str, entry_points: str, modules: dict[str, str]) -> Path:
+    """`site` holding distribution `name` 1.0 as an installer leaves one: its modules, and its
+    .dist-info with METADATA, entry_points.txt and RECORD."""
+    info = site / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    for module, text in modules.items():
+        (site / f"{module}.py").write_text(text)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    files = [f"{m}.py" for m in modules] + [f"{info.name}/{f}" for f in ("METADATA", "entry_points.txt", "RECORD")]
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in files))
+    return site
+
+
+def test_a_broken_entry_point_is_named_and_the_others_load(tmp_path, monkeypatch):
+    site = installed_distribution(
+        tmp_path / "site",
+        "outside-two",
+        "[harness_env.test_group]\ngood = good_plugin:Thing\nbad = bad_plugin:Thing\n",
+        {"good_plugin": "class Thing:\n    name = 'good'\n", "bad_plugin": "raise ImportError('needs the frobnicate extra')\n"},
+    )
+    monkeypatch.syspath_prepend(str(site))
+    registered: list[str] = []
+    group = PluginGroup("harness_env.test_group", lambda cls: registered.append(cls.name))
+    group.load()
+    group.load()  # once
+    assert registered == ["good"]
+    (failure,) = group.failures
+    assert "entry point 'bad' = 'bad_plugin:Thing'" in failure and "distribution outside-two 1.0" in failure
+    assert "ImportError: needs the frobnicate extra" in failure
+    assert failure in group.unknown("thing", "bad", ["good"]) and "choose one of: good" in group.unknown("thing", "bad", ["good"])
+
+
+def plain_upstream(answers: list[dict], seen: list[tuple[str, dict, dict]]) -> FastAPI:
+    """A loopback upstream that speaks the plain API itself: scripted answers, what it was sent kept."""
+    app = FastAPI()
+
+    @app.post("/v1/plain/{model}:complete")  # the endpoint's base URL ends in /v1
+    async def complete(model: str, request: Request) -> dict:
+        seen.append((model, dict(request.headers), await request.json()))
+        return answers[len(seen) - 1]
+
+    return app
+
+
+def test_an_installed_distribution_s_plug_ins_are_served_by_harness_env_serve(tmp_path_factory):
+    from harness_env.client import HarnessEnv
+
+    tmp_path = tmp_path_factory.mktemp("ep")  # short: the server's capture socket lives below it
+
+    site = installed_distribution(tmp_path / "site", "outside-plugins", ENTRY_POINTS, {"outside_plugins": PLUGIN_MODULE})
+    sandboxes = tmp_path / "sandboxes"
+    sandboxes.mkdir()
+    owner = subprocess.Popen(["true"])
+    owner.wait()  # dead: what it left is a dead owner's
+    left = sandboxes / "box-left-by-a-killed-server"
+    (left / "ws").mkdir(parents=True)
+    (left / "owner.pid").write_text(str(owner.pid))
+    answers = [
+        {"text": "", "calls": [{"id": "c1", "name": "bash", "arguments": json.dumps({"command": "echo hello > hello.txt"})}], "finish": "tool_calls"},
+        {"text": "done", "calls": [], "finish": "stop"},
+    ]
+    seen: list[tuple[str, dict, dict]] = []
+    env = {"PYTHONPATH": os.pathsep.join([str(site), str(Path(__file__).parents[1])])}
+    with LoopbackServer(plain_upstream(answers, seen)) as upstream:
+        server = ServerProcess(sandboxes, "--sandbox-backend", "outside-box", env=env, start_timeout_s=120)
+        try:
+            swept = not left.exists()  # by the backend's own sweep, at start
+            client = HarnessEnv(server.url)
+            listed = client.list_tasks("d", harness=LoopHarness.name)
+            generic = httpx.get(server.url + "/tasks", params={"harness": LoopHarness.name, "dataset": "e"})
+            harnesses = [h.name for h in client.list_harnesses()]
+            result = client.run_rollout(
+                instruction="make hello.txt",
+                verify=["grep -qx hello hello.txt"],
+                base_url=upstream.base_url,
+                api_key="sk-plain-upstream-5150",
+                model="m",
+                wire_api="plain",
+                mode="black_box",
+                harness=PlainLoopHarness.name,
+                agent_timeout_s=60,
+            )
+            broken = httpx.post(server.url + "/rollout", json={"instruction": "-", "base_url": "http://127.0.0.1:9/v1", "model": "m", "harness": "broken"})
+            server.assert_no_rollout_left()
+        finally:
+            log = server.stop()
+    assert swept and "outside-box: removed box-left-by-a-killed-server of dead owner" in log
+    # The outside harness's tasks, through the generic routes, by the client and by name.
+    assert [(t.index, t.name) for t in listed] == [(0, "d-hello")] and [t["name"] for t in generic.json()] == ["e-hello"]
+    assert {"pi", "whitebox", LoopHarness.name, PlainLoopHarness.name} <= set(harnesses)  # the built-ins stand beside them
+    # The outside dialect passed through to its own API: the harness's body as sent, the real key in
+    # the dialect's own header (never the capture key), the turns recorded from the native answers.
+    assert result.error is None, result.error
+    assert result.reward == 1.0 and result.sandbox_backend == "outside-box" and result.agent_final_text == "done"
+    assert [(model, headers["x-plain-key"], body["prompt"]) for model, headers, body in seen] == [("m", "sk-plain-upstream-5150", "make hello.txt")] * 2
+    assert seen[1][2]["earlier"] == [{"said": "$ echo hello > hello.txt", "heard": ""}]
+    turns = [t for t in result.proxy_turns if t.purpose == "policy"]
+    assert [t.completion_text for t in turns] == ["", "done"] and turns[0].tool_calls[0]["function"]["name"] == "bash"
+    assert all(not t.completion_token_ids for t in turns)  # a native upstream gives no token ids
+    # A broken plug-in: named with its distribution where it is asked for, and the server stood.
+    assert broken.status_code == 422 and "entry point 'broken'" in broken.text and "outside-plugins 1.0" in broken.text

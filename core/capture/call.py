@@ -79,6 +79,10 @@ class ModelCall:
     def index(self) -> int:
         return self.request.index
 
+    def http(self) -> aiohttp.ClientSession:
+        """The proxy's upstream client (a call that makes several engine calls: continuity)."""
+        return self._http()
+
     def answered_whole(self) -> bool:
         """The call's turn is recorded with the engine's answer, nothing broken: a retry of the
         same request may be given it (core/capture/retries.py)."""

@@ -44,12 +44,15 @@ if TYPE_CHECKING:
 DERENDER, GENERATE = "/chat/completions/derender", "/inference/v1/generate"
 MAX_TRAILER = 8  # tokens a template may put after an answer's end-of-turn token ("\n")
 ENDED = ("stop", "tool_calls")  # an answer that ended with its end-of-turn token
+CUT = "length"  # an answer cut at max_tokens: no end-of-turn token sampled
 
 
-def continued_turn(messages: list[dict[str, Any]], tools: list[Any], turns: Sequence[CapturedTurn]) -> CapturedTurn | None:
+def continued_turn(messages: list[dict[str, Any]], tools: list[Any], turns: Sequence[CapturedTurn], continues_final: bool = False) -> CapturedTurn | None:
     """The latest turn whose thread `messages` continue: its messages, then its answer (tool calls
     by name and arguments, else the text), then at least one message more; the same tools. Only a
-    turn the engine answered whole, with token ids, ended by its end-of-turn token."""
+    turn the engine answered whole, with token ids, ended by its end-of-turn token or cut at
+    max_tokens. `continues_final`: the harness asks the engine to continue its last (assistant)
+    message: then a cut answer with nothing after it is continued too (`continues_in_place`)."""
     for t in reversed(turns):
         n = len(t.request_messages)
         if (
@@ -57,8 +60,9 @@ def continued_turn(messages: list[dict[str, Any]], tools: list[Any], turns: Sequ
             or t.upstream_error
             or t.prompt is None
             or not t.completion
-            or t.finish_reason not in ENDED
-            or len(messages) <= n + 1
+            or t.finish_reason not in (*ENDED, CUT)
+            or len(messages) < n + 1
+            or (len(messages) == n + 1 and not (continues_final and t.finish_reason == CUT))
             or t.request_tools != tools
             or not isinstance(messages[n], dict)
             or messages[n].get("role") != "assistant"
@@ -69,14 +73,26 @@ def continued_turn(messages: list[dict[str, Any]], tools: list[Any], turns: Sequ
     return None
 
 
-def spliced_ids(prompt: list[int], completion: list[int], before: list[int], full: list[int]) -> list[int] | None:
+def continues_in_place(messages: list[dict[str, Any]], prev: CapturedTurn) -> bool:
+    """Whether `messages` end with `prev`'s (cut) answer: the engine goes on with that same
+    message, so the prompt is exactly `prev`'s prompt + its sampled ids."""
+    return len(messages) == len(prev.request_messages) + 1
+
+
+def spliced_ids(prompt: list[int], completion: list[int], before: list[int], full: list[int], trailer: list[int] | None = None) -> list[int] | None:
     """`prompt` + `completion` + the new messages' ids: what the template's rendering `full` of
     the whole conversation adds to its rendering `before` of the conversation up to the answer,
     preceded by `before`'s trailer after the answer's end-of-turn token (`completion`'s last).
-    None when `full` does not start with `before` (the template rendered the earlier turns
-    otherwise once more messages followed) or the end-of-turn token is not where it should be."""
+    `trailer`: for an answer cut at max_tokens (no end-of-turn token sampled), what the template
+    puts after an assistant message's content (`cut_trailer`), put after the sampled ids; it must
+    end `before`. None when `full` does not start with `before` (the template rendered the
+    earlier turns otherwise once more messages followed) or the end is not where it should be."""
     if not completion or len(full) <= len(before) or full[: len(before)] != before:
         return None
+    if trailer is not None:
+        if not trailer or before[-len(trailer) :] != trailer:
+            return None
+        return [*prompt, *completion, *trailer, *full[len(before) :]]
     end = completion[-1]
     at = next((i for i in range(len(before) - 1, max(-1, len(before) - 2 - MAX_TRAILER), -1) if before[i] == end), None)
     if at is None:
@@ -84,11 +100,22 @@ def spliced_ids(prompt: list[int], completion: list[int], before: list[int], ful
     return [*prompt, *completion, *before[at + 1 :], *full[len(before) :]]
 
 
-def render_body(chat: dict[str, Any], messages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """A chat request for render: whole (`messages` None) or up to an answer (no generation prompt)."""
+def cut_trailer(opened: list[int], empty: list[int]) -> list[int] | None:
+    """What the template puts after an assistant message's content (its end-of-turn token and
+    what follows it): its rendering `empty` of the conversation with an empty assistant message
+    after what `opened` renders with the generation prompt. None when `empty` does not start with
+    `opened` (the template opens an answer otherwise than it renders one) or it is no short end."""
+    if len(empty) <= len(opened) or empty[: len(opened)] != opened or len(empty) - len(opened) > MAX_TRAILER + 1:
+        return None
+    return empty[len(opened) :]
+
+
+def render_body(chat: dict[str, Any], messages: list[dict[str, Any]] | None = None, generation_prompt: bool = False) -> dict[str, Any]:
+    """A chat request for render: whole (`messages` None) or up to an answer (no generation
+    prompt unless asked)."""
     body = {k: v for k, v in chat.items() if k not in ("stream", "stream_options")}
     if messages is not None:
-        body.update(messages=messages, add_generation_prompt=False)
+        body.update(messages=messages, add_generation_prompt=generation_prompt)
     return body
 
 
@@ -104,6 +131,16 @@ def generate_body(rendered: dict[str, Any], ids: list[int], asked_max: int | Non
     if asked_max is not None:
         params["max_tokens"] = min(asked_max, left)
     return {**rendered, "token_ids": ids, "sampling_params": params, "stream": False}
+
+
+def asked_max_tokens(chat: dict[str, Any]) -> int | None:
+    asked = chat.get("max_completion_tokens") or chat.get("max_tokens")
+    return asked if isinstance(asked, int) else None
+
+
+def derender_body(chat: dict[str, Any], generated: dict[str, Any], ids: list[int]) -> dict[str, Any]:
+    """The whole derender request for the engine's answer to `ids`."""
+    return {"generate_response": generated, "prompt_token_ids": ids, "prompt_tokens": len(ids), "chat_request": render_body(chat), "model": chat.get("model")}
 
 
 def answer_body(derendered: dict[str, Any], ids: list[int]) -> dict[str, Any]:
@@ -165,6 +202,7 @@ class Continuity:
 
     def __init__(self) -> None:
         self._support: dict[tuple[str, str], asyncio.Future[int | None]] = {}
+        self.cannot_stream: set[tuple[str, str]] = set()  # endpoints whose derender takes no streamed chunk
 
     async def max_model_len(self, http: aiohttp.ClientSession, endpoint: Endpoint, headers: dict[str, str]) -> int | None:
         """The context length of an endpoint that can continue threads in tokens, else None;
@@ -179,39 +217,58 @@ class Continuity:
             self._support.pop(key, None)
             return None
 
-    async def answer(
-        self, call: ModelCall, chat: dict[str, Any], prev: CapturedTurn, max_model_len: int, headers: dict[str, str]
-    ) -> tuple[dict[str, Any], int | None] | Reply | None:
-        """The engine's chat answer for `chat` continuing `prev` in tokens, and the
-        weight version the engine named; a Reply when a call got no answer (recorded as the
-        turn's), None when this call goes the normal way."""
+    async def prompt(
+        self, call: ModelCall, chat: dict[str, Any], prev: CapturedTurn, headers: dict[str, str]
+    ) -> tuple[list[int], dict[str, Any]] | Reply | None:
+        """The token ids to send for `chat` continuing `prev` in tokens, and render's answer for
+        the whole conversation (its sampling parameters); a Reply when a call got no answer
+        (recorded as the turn's), None when this call goes the normal way."""
         base = call.session.endpoint.base_url
-        n = len(prev.request_messages) + 1
-        before = await self._post(call, base + RENDER, render_body(chat, chat["messages"][:n]), headers)
-        if not isinstance(before, dict):
-            return before
+        messages, n = chat["messages"], len(prev.request_messages) + 1
         full = await self._post(call, base + RENDER, render_body(chat), headers)
         if not isinstance(full, dict):
             return full
-        ids = spliced_ids(prev.prompt_token_ids, prev.completion_token_ids, before.get("token_ids") or [], full.get("token_ids") or [])
+        if continues_in_place(messages, prev):  # the same (cut) message goes on
+            return [*prev.prompt_token_ids, *prev.completion_token_ids], full
+        before = await self._post(call, base + RENDER, render_body(chat, messages[:n]), headers)
+        if not isinstance(before, dict):
+            return before
+        trailer = None
+        if prev.finish_reason == CUT:  # no end-of-turn token sampled: the template's goes after the cut ids
+            opened = await self._post(call, base + RENDER, render_body(chat, messages[: n - 1], generation_prompt=True), headers)
+            if not isinstance(opened, dict):
+                return opened
+            empty = await self._post(call, base + RENDER, render_body(chat, [*messages[: n - 1], {"role": "assistant", "content": ""}]), headers)
+            if not isinstance(empty, dict):
+                return empty
+            trailer = cut_trailer(opened.get("token_ids") or [], empty.get("token_ids") or [])
+            if trailer is None:
+                call.session.log(f"turn {call.index}: the chat template ends an answer otherwise than it opens one: messages sent as they are")
+                return None
+        ids = spliced_ids(prev.prompt_token_ids, prev.completion_token_ids, before.get("token_ids") or [], full.get("token_ids") or [], trailer)
         if ids is None:
             call.session.log(f"turn {call.index}: the chat template renders the earlier turns otherwise: messages sent as they are")
             return None
-        asked = chat.get("max_completion_tokens") or chat.get("max_tokens")
-        body = generate_body(full, ids, asked if isinstance(asked, int) else None, max_model_len)
+        return ids, full
+
+    async def answer(
+        self, call: ModelCall, chat: dict[str, Any], prev: CapturedTurn, max_model_len: int, headers: dict[str, str]
+    ) -> tuple[dict[str, Any], int | None] | Reply | None:
+        """The engine's whole chat answer for `chat` continuing `prev` in tokens, and the weight
+        version the engine named; a Reply when a call got no answer (recorded as the turn's),
+        None when this call goes the normal way."""
+        prepared = await self.prompt(call, chat, prev, headers)
+        if not isinstance(prepared, tuple):
+            return prepared
+        ids, full = prepared
+        base = call.session.endpoint.base_url
+        body = generate_body(full, ids, asked_max_tokens(chat), max_model_len)
         if body is None:
             return None
         generated = await self._post(call, engine_root(base) + GENERATE, body, headers)
         if not isinstance(generated, dict):
             return generated
-        derender = {
-            "generate_response": generated,
-            "prompt_token_ids": ids,
-            "prompt_tokens": len(ids),
-            "chat_request": render_body(chat),
-            "model": chat.get("model"),
-        }
-        derendered = await self._post(call, base + DERENDER, derender, headers)
+        derendered = await self._post(call, base + DERENDER, derender_body(chat, generated, ids), headers)
         if not isinstance(derendered, dict):
             return derendered
         call.session.log(f"turn {call.index}: continues turn {prev.index} in tokens ({len(ids)} prompt ids)")

@@ -32,7 +32,7 @@ from harness_env.core.capture import fastjson, native_guard, request_guard
 from harness_env.core.capture.asgi import Reply, Scope, route_path
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.call import admit
-from harness_env.core.capture.dialects import dialect_for_wire_api
+from harness_env.core.capture.dialects import check_native_wire_api
 from harness_env.core.capture.dialects.base import Dialect
 from harness_env.core.capture.dialects.native import NativeAPI
 from harness_env.core.capture.session import CaptureSession
@@ -70,13 +70,13 @@ def check_wire_api(request: RolloutRequest, harness_dialect: str | None) -> None
     wire_api = request.endpoint.wire_api
     if wire_api == "chat":
         return
+    native = check_native_wire_api(wire_api)  # the wire types bound the name; the registry knows it
     if request.mode != "black_box":
         raise InvalidRequestError(
             f"endpoint wire_api {wire_api!r} works only in black_box mode: token ids and logprobs come from the engine's chat "
             "completions, which a native upstream does not give; use mode='black_box', or point at a chat-completions endpoint "
             "(wire_api='chat') to train"
         )
-    native = dialect_for_wire_api(wire_api)
     if harness_dialect is not None and harness_dialect != native:
         raise InvalidRequestError(
             f"harness {request.harness!r} speaks {harness_dialect}, but the endpoint's wire_api is {wire_api!r}, passed through "

@@ -30,6 +30,7 @@ from harness_env.core.capture.asgi import BodyTooLarge, Receive, Reply, Scope, S
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.call import ModelCall, admit, over_limit
 from harness_env.core.capture.continuity import Continuity, as_chunks, continued_turn
+from harness_env.core.capture.continuity_stream import streamed_reply
 from harness_env.core.capture.dialects import CHAT_COMPLETIONS, ChatRequest, Dialect, Route, RouteTable, registered_dialects
 from harness_env.core.capture.passthrough import pass_through
 from harness_env.core.capture.probe import PROBE_TEMPERATURES, PROBE_TIMEOUT_S, PROBE_TOP_LOGPROBS, ProbeResult, classify, probe_body, probe_rejected_fields
@@ -319,9 +320,21 @@ class CaptureProxy:
         if max_model_len is None:
             return None
         session.continuity = "tokens"
-        prev = continued_turn(request.messages, request.tools, session.turns)
+        continues_final = request.body.get("continue_final_message") is True  # chat's way to go on with the last message
+        prev = continued_turn(request.messages, request.tools, session.turns, continues_final)
         if prev is None or len(upstream_body.get("messages") or ()) != len(request.messages):
             return None
+        endpoint_key = (session.endpoint.base_url, session.endpoint.model)
+        if request.stream and endpoint_key not in self._continuity.cannot_stream:
+            prepared = await self._continuity.prompt(call, upstream_body, prev, headers)
+            if not isinstance(prepared, tuple):
+                return prepared
+            draft = TurnDraft()
+            translation = call.dialect.stream(request, draft)  # fed the derendered chunks as a relayed stream is
+            streamed = await streamed_reply(call, upstream_body, prepared[0], prepared[1], max_model_len, headers, translation, draft)
+            if not isinstance(streamed, str):
+                return streamed
+            self._continuity.cannot_stream.add(endpoint_key)
         got = await self._continuity.answer(call, upstream_body, prev, max_model_len, headers)
         if got is None or isinstance(got, Reply):
             return got

@@ -29,9 +29,8 @@ from harness_env.core.procs import process_starttime
 from harness_env.core.sandbox import safefs
 
 LEASE_SUFFIX = ".lease"
-# A local rollout's directory; a trial's, of a harness that owns its environment (`harbor-`: the
-# name trials had before, so an upgraded server still sweeps what an older one left).
-ROLLOUT_NAME_RE = re.compile(r"(rollout|trial|harbor)-[0-9a-f]{12}")
+ROLLOUT_PREFIX = "rollout"  # a local rollout's directory: rollout-<12 hex digits>
+PREFIX_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")  # what a leased directory's name may start with
 TEMP_DIR_PREFIX = "harness-env-tmp-"  # a leased directory under the system's temporary directory (leased_temp_dir)
 DEFAULT_LEASE_S = 7 * 24 * 3600.0  # only judged for an owner in another PID namespace, or an unreadable lease
 MAX_LEASE_BYTES = 4096
@@ -70,6 +69,15 @@ def own_lease(duration_s: float = DEFAULT_LEASE_S) -> Lease:
     """A lease naming this process as the owner."""
     pid = os.getpid()
     return Lease(pid=pid, start=process_starttime(pid) or "", boot=_boot_id(), pidns=_pid_namespace(), deadline=time.time() + duration_s)
+
+
+def leased_name_re(prefixes: list[str]) -> re.Pattern[str]:
+    """The names `<prefix>-<12 hex digits>` of leased directories: a sweep matches only these
+    (which backend or harness makes which prefix is theirs to say)."""
+    for prefix in prefixes:
+        if not PREFIX_RE.fullmatch(prefix):
+            raise ValueError(f"a leased directory prefix must match {PREFIX_RE.pattern}, got {prefix!r}")
+    return re.compile(f"({'|'.join(prefixes)})-[0-9a-f]{{12}}")
 
 
 def lease_path(rollout_dir: Path) -> Path:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from harness_env.envs.opencode.config import deep_merge, keep_listed
+from harness_env.envs.common.config import deep_merge, keep_listed, proxy_root
 
 KEY_ENV = "ANTHROPIC_API_KEY"  # sent as x-api-key: the capture session's key
 # What keeps Claude Code off the network and quiet, whatever the endpoint.
@@ -32,11 +32,6 @@ OFFLINE_ENV: dict[str, str] = {
 # fails fast, as for the other harnesses), and the bypass flag allowed (it runs in our sandbox).
 WIRE_ENV: dict[str, str] = {"ENABLE_TOOL_SEARCH": "false", "CLAUDE_CODE_MAX_RETRIES": "1", "IS_SANDBOX": "1"}
 DENIED_TOOLS = ("WebFetch", "WebSearch")
-
-
-def proxy_root(proxy_base_url: str) -> str:
-    """The proxy's root: Anthropic's clients add `/v1/messages` to their base URL themselves."""
-    return proxy_base_url.rstrip("/").removesuffix("/v1")
 
 
 def settings_dict(extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from harness_env.envs.opencode.config import deep_merge
+from harness_env.envs.common.config import deep_merge
 
 PROVIDER = "harness-env"
 KEY_ENV = "HARNESS_ENV_API_KEY"  # the variable Codex reads the capture session's key from

@@ -16,8 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from harness_env.envs.claude_code.config import proxy_root
-from harness_env.envs.opencode.config import deep_merge, keep_listed
+from harness_env.envs.common.config import deep_merge, keep_listed, proxy_root
 
 KEY_ENV = "GEMINI_API_KEY"  # sent as x-goog-api-key: the capture session's key
 OFFLINE_ENV: dict[str, str] = {"GEMINI_TELEMETRY_ENABLED": "false", "GEMINI_CLI_TRUST_WORKSPACE": "true", "GEMINI_CLI_NO_RELAUNCH": "true"}

@@ -27,9 +27,9 @@ from harbor.environments.base import BaseEnvironment
 from harness_env.core import toolchain
 from harness_env.envs.claude_code import config as claude_config
 from harness_env.envs.codex import config as codex_config
+from harness_env.envs.common.config import deep_merge
 from harness_env.envs.gemini_cli import config as gemini_config
 from harness_env.envs.opencode import config as opencode_config
-from harness_env.envs.opencode.config import deep_merge
 from harness_env.envs.pi import config as pi_config
 
 

@@ -133,6 +133,9 @@ def agent_error_names() -> set[str]:
 
 
 # Where a trial that hit our deadline (or failed in an unnamed way) was: the last phase it started.
+# A trial's directory in the sandbox directory: trial-<id>, leased (`harbor-` is the name trials had
+# before: an upgraded server still sweeps what an older one left).
+TRIAL_PREFIX = "trial"
 PHASE_KINDS = {None: "sandbox", "sandbox": "sandbox", "agent": "agent_error", "verify": "verify"}
 
 
@@ -224,6 +227,7 @@ class HarborHarness(HarnessBase):
     capabilities = ("harbor_tasks", "harbor_agents", "sandbox_providers", "atif_trajectory")
     options_model = HarborOptions  # its own options (envs/harbor/options.py): request.harness_options
     dialect = None  # its agent's: checked in prepare
+    leased_dir_prefixes = (TRIAL_PREFIX, "harbor")  # its trials' directories (core/sandbox/sweep.py)
 
     def version(self) -> str | None:
         try:
@@ -313,7 +317,7 @@ class HarborHarness(HarnessBase):
     async def _run_trial(self, ctx: LaunchContext, stop: asyncio.Event, emit: Callable[[str, str, str], None], result: RolloutResult) -> TrialEnd:
         request = ctx.request
         opts = HarborOptions.of(request)
-        work = sandboxes_root() / f"trial-{uuid.uuid4().hex[:12]}"  # the name the start-up sweep knows (core/sandbox/lease.py)
+        work = sandboxes_root() / f"{TRIAL_PREFIX}-{uuid.uuid4().hex[:12]}"  # a name the start-up sweep knows (leased_dir_prefixes)
         result.sandbox_backend = f"harbor:{opts.sandbox}"
         end = TrialEnd()
         try:

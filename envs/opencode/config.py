@@ -8,9 +8,10 @@ config is deep-merged last.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
+
+from harness_env.envs.common.config import deep_merge
 
 PROVIDER = "harness-env"
 DISABLED_TOOLS = ("webfetch", "websearch", "question", "skill")
@@ -24,32 +25,6 @@ OFFLINE_ENV: dict[str, str] = {
     "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
     "OPENCODE_DISABLE_SHARE": "1",
 }
-
-
-def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def keep_listed(config: dict[str, Any], path: tuple[str, ...], ours: tuple[str, ...]) -> dict[str, Any]:
-    """`config` (deep-merged) with our entries first in the list at `path`, then the caller's: a
-    merged list replaces ours, and a caller's deny list must add to it, never lift what we deny
-    (a list or a parent that is not one is dropped)."""
-    *parents, last = path
-    node = config
-    for key in parents:
-        if not isinstance(node.get(key), dict):
-            node[key] = {}  # a caller's non-object here would take our list with it
-        node = node[key]
-    given = node.get(last)
-    given = given if isinstance(given, list) else []
-    node[last] = [*ours, *(t for t in given if t not in ours)]
-    return config
 
 
 def opencode_json(*, proxy_base_url: str, session_key: str, model: str, max_tokens: int | None = None, extra: dict[str, Any] | None = None) -> str:

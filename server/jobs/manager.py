@@ -24,9 +24,9 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from harness_env.core.engine import CaptureAccess, RolloutRun
 from harness_env.core.phases import EventSink
 from harness_env.core.pipeline import PreparedRollout
+from harness_env.core.runner import Rollout, Runner, new_id
 from harness_env.core.sandbox.base import SandboxFactory
 from harness_env.core.serialisable import describe, failed_copy, repaired_copy
 from harness_env.models import (
@@ -35,7 +35,6 @@ from harness_env.models import (
     Detail,
     JobEnd,
     JobStatus,
-    Phase,
     PhaseEvent,
     RolloutAccepted,
     RolloutJob,
@@ -48,8 +47,7 @@ from harness_env.models import (
 )
 from harness_env.models.jobs import ended_status
 from harness_env.server.placement import ray_placement
-from harness_env.server.service import RolloutService
-from harness_env.server.slots import ServerBusy
+from harness_env.server.slots import RolloutSlots, ServerBusy
 from harness_env.server.store import DataDirLock, DuplicateKey, Store, StoreWriter
 from harness_env.server.store.store import request_blob
 
@@ -58,12 +56,6 @@ POLL_S = 1.0  # how often a follower re-reads a job that runs on another replica
 STOP_WAIT_S = 20.0  # how long a stopping server waits for its jobs' clean-up
 CANCEL_WAIT_S = 15.0  # how long DELETE waits for the clean-up before answering
 INTERRUPTED = "the server stopped while this rollout ran (it was restarted or shut down); submit it again"
-NOT_STARTED = "cancelled before it started"
-
-
-def new_id() -> str:
-    """A rollout's id: 12 hexadecimal digits, as the engine makes them (the store makes sure it is new)."""
-    return uuid.uuid4().hex[:12]
 
 
 @dataclass(eq=False)
@@ -105,11 +97,12 @@ async def wait_for_change(ev: asyncio.Event, timeout: float) -> None:
 
 
 class JobManager:
-    """Submits, runs, cancels and reads jobs; owns the store while the app runs (start/stop)."""
+    """Submits, runs, cancels and reads jobs; owns the store while the app runs (start/stop). Each
+    job runs on `runner` (core/runner.py, as every face's rollouts), which waits in `slots`."""
 
-    def __init__(self, service: RolloutService, store_url: str) -> None:
-        self.service = service
-        self.slots = service.slots
+    def __init__(self, runner: Runner, slots: RolloutSlots, store_url: str) -> None:
+        self.runner = runner
+        self.slots = slots
         self.store_url = store_url
         self.instance = uuid.uuid4().hex
         self.host = socket.gethostname()
@@ -233,7 +226,7 @@ class JobManager:
             job.listener(ev)
 
     def _factory(self, job: Job) -> SandboxFactory:
-        base, writer = self.service.sandbox_factory, self.writer
+        base, writer = self.runner.sandbox_factory, self.writer
         assert writer is not None and self.store is not None
         store = self.store
 
@@ -248,32 +241,16 @@ class JobManager:
     async def _run(self, job: Job) -> None:
         store, writer = self.store, self.writer
         assert store is not None and writer is not None
-        run: RolloutRun | None = None
+        rollout: Rollout = self.runner.rollout(job.prepared, lambda ev: self._on_event(job, ev), rollout_id=job.id, sandbox_factory=self._factory(job))
         cancelled = False
         try:
-            queued_wall, queued = time.time(), time.monotonic()
-            async with self.slots.slot(admitted=True):
-                writer.post(job.id, store.mark_running, job.id, time.time())
-                capture = CaptureAccess(self.service.proxy, self.service.proxy_base_url, self.service.capture_socket)
-                run = RolloutRun(
-                    job.prepared, capture, self._factory(job), lambda ev: self._on_event(job, ev), start_gate=self.slots.starting, rollout_id=job.id
-                )
-                # The wait for a running place (--max-concurrent), before the engine's own phases.
-                run.result.phases.append(
-                    Phase(
-                        name="queue",
-                        started=queued_wall,
-                        duration_s=round(time.monotonic() - queued, 4),
-                        detail=f"waited for one of {self.slots.max_concurrent} running places",
-                    )
-                )
-                result = await run.execute()
+            result = await rollout.execute(admitted=True, on_running=lambda: writer.post(job.id, store.mark_running, job.id, time.time()))
         except asyncio.CancelledError:  # DELETE, the caller gone, or the server stopping
             cancelled = True
-            result = run.result if run is not None else self._unstarted(job)
+            result = rollout.result
         except Exception as e:  # never expected (the engine returns failures as data)
             logger.exception("rollout %s failed outside the engine", job.id)
-            result = run.result if run is not None else self._unstarted(job)
+            result = rollout.result
             result.error, result.error_kind, result.reward = f"internal error ({type(e).__name__})", "internal", None
         result.served_by = self.served_by
         status: JobStatus = ended_status(result)
@@ -335,12 +312,6 @@ class JobManager:
         except Exception:
             logger.exception("could not end rollout %s in the store", job.id)
         return failed
-
-    def _unstarted(self, job: Job) -> RolloutResult:
-        request = job.prepared.request
-        return RolloutResult(
-            rollout_id=job.id, task_id=request.task.task_id, harness=job.prepared.harness.name, mode=request.mode, error=NOT_STARTED, error_kind="cancelled"
-        )
 
     def cancel_local(self, job: Job) -> None:
         """Cancel a job of this server once (a second cancel would cut its clean-up short)."""
@@ -432,13 +403,3 @@ def list_item(row: dict) -> RolloutListItem:
         error_kind=row["error_kind"],
         wall_s=row["wall_s"],
     )
-
-
-class JobService(RolloutService):
-    """The service whose called rollouts (POST /rollout, MCP run_rollout, the web UI) are jobs
-    too: stored like submitted ones, cancelled when their caller goes away, as before."""
-
-    jobs: JobManager
-
-    async def run(self, prepared: PreparedRollout, on_event: EventSink | None = None) -> RolloutResult:
-        return await self.jobs.run_attached(prepared, on_event)

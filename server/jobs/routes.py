@@ -13,6 +13,7 @@ from typing import Annotated
 from fastapi import FastAPI, Header, HTTPException, Path, Query, Response
 from fastapi.responses import StreamingResponse
 
+from harness_env.core.runner import resolve
 from harness_env.models import (
     MAX_IDEMPOTENCY_KEY_CHARS,
     MAX_LIST_LIMIT,
@@ -83,7 +84,7 @@ def add_job_routes(app: FastAPI, jobs: JobManager) -> None:
         stays. Beyond the queue the answer is 429 at once and nothing is kept."""
         accepted = await jobs.existing(idempotency_key) if idempotency_key else None
         if accepted is None:
-            resolved = await asyncio.to_thread(jobs.service.resolve, args)  # may read task directories
+            resolved = await asyncio.to_thread(resolve, args, trusted=False)  # may read task directories
             accepted = await jobs.submit(resolved, key=idempotency_key)
         response.headers["location"] = f"rollouts/{accepted.rollout_id}"
         if not accepted.created:

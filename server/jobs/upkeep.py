@@ -12,13 +12,8 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from harness_env.core.procs import kill_process
-from harness_env.core.sandbox import safefs
-from harness_env.core.sandbox.host import unmount_tree
-from harness_env.core.sandbox.lease import lease_path
-from harness_env.core.sandbox.processes import marked_pids
+from harness_env.core.sandbox.backends import remove_leftover
 from harness_env.models import RolloutResult, summarize
 from harness_env.server.jobs.manager import JobManager
 from harness_env.server.store import Orphan
@@ -89,23 +84,10 @@ class Retention:
         return cls(parse_age(age), parse_size(size), float(env.get(INTERVAL_VAR) or 60.0))
 
 
-def remove_sandbox(path: str) -> str | None:
-    """Kill what a dead server's rollout left running and remove its directory (its cgroup went
-    with the cgroup sweep at start). Only a rollout directory (rollout-*) is touched."""
-    root = Path(path)
-    if not root.name.startswith("rollout-") or not os.path.lexists(root):
-        return None
-    for _ in range(20):  # a process may fork while its siblings die
-        pids = marked_pids(root.name)
-        if not pids:
-            break
-        for pid in pids:
-            kill_process(pid)
-        time.sleep(0.05)
-    problem = unmount_tree(root) or safefs.remove_tree(root)  # every mount below it first: removal stays on its files
-    if problem is None:
-        lease_path(root).unlink(missing_ok=True)
-    return problem
+def remove_sandbox(path: str) -> str:
+    """Clean up after a dead server's rollout whose sandbox was `path`: the registered backend
+    whose sandbox it is kills what it left and removes it (core/sandbox/backends.py); what was done."""
+    return remove_leftover(path) or "no sandbox backend registered here made it: left as it is"
 
 
 async def recover(jobs: JobManager) -> int:
@@ -115,8 +97,8 @@ async def recover(jobs: JobManager) -> int:
     for o in orphans:
         result = RolloutResult(rollout_id=o.id, task_id=o.task_id, harness=o.harness, error=DIED, error_kind="internal")
         if o.sandbox_dir and (jobs.exclusive or o.host == jobs.host):
-            problem = await asyncio.to_thread(remove_sandbox, o.sandbox_dir)
-            result.sandbox_notes.append(f"clean-up after the server died: {problem or 'sandbox directory removed'}")
+            note = await asyncio.to_thread(remove_sandbox, o.sandbox_dir)
+            result.sandbox_notes.append(f"clean-up after the server died: {note}")
         await writer.call(o.id, store.finish, o.id, "interrupted", result, summarize(result).model_dump_json(), time.time(), only_if_active=True)
     if orphans:
         logger.warning("marked %d rollout(s) interrupted: their server stopped before they ended", len(orphans))

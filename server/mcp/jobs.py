@@ -14,6 +14,7 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
 from harness_env.core.errors import HarnessEnvError
+from harness_env.core.runner import resolve
 from harness_env.models import MAX_IDEMPOTENCY_KEY_CHARS, MAX_WAIT_S, Detail, RolloutAccepted, RolloutJob
 from harness_env.models.jobs import is_rollout_id
 from harness_env.server.jobs.manager import JobManager
@@ -71,7 +72,7 @@ class JobTools:
             found = await self.jobs.existing(key) if key else None
             if found is not None:
                 return found
-            prepared = await asyncio.to_thread(self.jobs.service.resolve, args)
+            prepared = await asyncio.to_thread(resolve, args, trusted=False)
             return await self.jobs.submit(prepared, key=key)
         except HarnessEnvError as e:  # a bad argument, a full server
             raise ToolError(str(e)) from None

@@ -24,18 +24,8 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import ConfigDict, RootModel, ValidationError
 
 from harness_env.core.errors import describe_validation_error
-from harness_env.models import (
-    HARNESS_OPTIONS,
-    LEGACY_OPTION_KEYS,
-    MAX_SUMMARY_BYTES,
-    Detail,
-    RolloutArgs,
-    RolloutResult,
-    RolloutSummary,
-    harness_options_models,
-    option,
-    summarize,
-)
+from harness_env.envs import harness_options_models
+from harness_env.models import HARNESS_OPTIONS, LEGACY_OPTION_KEYS, MAX_SUMMARY_BYTES, Detail, RolloutArgs, RolloutResult, RolloutSummary, option, summarize
 
 
 # -- arguments -----------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from harness_env.core.capture.asgi import BodyTooLarge, Receive, Reply, Scope, Send, header, json_reply, read_body, send_reply
 from harness_env.core.errors import HarnessEnvError
+from harness_env.core.runner import resolve
 from harness_env.models import DatasetTaskInfo, HarnessInfo, PhaseEvent, RolloutArgs, RolloutResult
 from harness_env.server.mcp.http import MAX_RPC_BYTES, AsgiEndpoint, invalid_request, replay_body, unless_disconnected, unrepresentable
 from harness_env.server.mcp.openenv import OpenEnvFace
@@ -70,7 +71,7 @@ class McpToolServer:
     # -- the tools (one implementation, used by both faces) ------------------------------------
     async def run_tool(self, args: RolloutArgs, progress=None) -> RolloutResult:
         try:
-            request = await asyncio.to_thread(self.service.resolve, args)  # may read task directories from disk
+            request = await asyncio.to_thread(resolve, args, trusted=False)  # may read task directories from disk
         except HarnessEnvError as e:
             raise ToolError(str(e)) from None
         queue: asyncio.Queue[PhaseEvent | None] = asyncio.Queue()

@@ -33,12 +33,14 @@ from ray.serve.schema import ProxyStatus
 from harness_env.core.capture.asgi import Receive, Scope, Send, error_reply, send_reply
 from harness_env.core.capture.serve import serve_on_loopback
 from harness_env.core.procs import make_undumpable
-from harness_env.server.app import CAPTURE_PREFIX, create_app
+from harness_env.server.app import create_app
 from harness_env.server.jobs.manager import STOP_WAIT_S
 from harness_env.server.jobs.upkeep import Retention
 from harness_env.server.loop_lag import freeze_long_lived
 from harness_env.server.placement import ray_placement
 from harness_env.server.ray.settings import TOKEN_VAR, BadRayArgs, ReplicaSettings, Scale, capture_address, replica_problem, settings_from_args
+from harness_env.server.routes.capture import CAPTURE_PREFIX
+from harness_env.server.serve_args import where_to_go
 
 APP_NAME = "harness-env"
 DEPLOYMENT = "HarnessEnv"
@@ -190,8 +192,6 @@ def serve_on_ray(*, host: str, port: int, address: str | None, scale: Scale, set
     Serve's HTTP proxy on host:port (the head node), until SIGINT/SIGTERM; then remove it (and stop
     the local cluster). Returns the exit code."""
     import ray
-
-    from harness_env.server.main import where_to_go
 
     problem = scale.problem() or (replica_problem(settings, dict(os.environ), token) if address is None else None)
     if problem:

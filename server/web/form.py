@@ -19,9 +19,11 @@ from typing import Any, Literal, Union, get_args, get_origin
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel, SecretStr, ValidationError
 
+from harness_env.core.capture.dialects import native_wire_apis
 from harness_env.core.errors import InvalidRequestError, describe_validation_error
+from harness_env.envs import harness_options_models
 from harness_env.families import family_names, get_family
-from harness_env.models import DEFAULT_HARNESS, HARNESS_OPTIONS, OPTION_GROUPS, HarnessInfo, RolloutArgs, harness_options_models, option_group
+from harness_env.models import DEFAULT_HARNESS, HARNESS_OPTIONS, OPTION_GROUPS, HarnessInfo, RolloutArgs, option_group
 
 EXPLICIT = "explicit base URL"
 SHELL_TASK = "shell task (verify commands)"
@@ -99,7 +101,12 @@ def control(name: str, info: Any, choices: list | None = None) -> Control:
 def option_controls() -> list[Control]:
     """The rollout options' controls, in the fields' order (the page lays out the task's and the
     endpoint's fields itself)."""
-    return [control(name, info) for name, info in RolloutArgs.model_fields.items() if option_group(info) in OPTION_GROUPS]
+    # wire_api is open (a plug-in's dialect brings its own): the dialect registry's names
+    return [
+        control(name, info, native_wire_apis() if name == "wire_api" else None)
+        for name, info in RolloutArgs.model_fields.items()
+        if option_group(info) in OPTION_GROUPS
+    ]
 
 
 def harness_controls(*, with_choices: bool = True) -> dict[str, tuple[type, list[Control]]]:

@@ -24,6 +24,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the server must no
 import gradio as gr
 
 from harness_env.core.errors import HarnessEnvError
+from harness_env.core.runner import resolve
 from harness_env.models import PhaseEvent, RolloutResult
 from harness_env.models.jobs import ended_status
 from harness_env.server.service import RolloutService
@@ -377,7 +378,7 @@ class WebPage:
             yield {out["status"]: "a rollout is already running in this page: cancel it first"}
             return
         try:
-            prepared = await asyncio.to_thread(self.service.resolve, to_args(form))  # may read task directories
+            prepared = await asyncio.to_thread(resolve, to_args(form), trusted=False)  # may read task directories
         except HarnessEnvError as e:  # nothing ran: no earlier run's log or result stays beside the message
             yield {
                 **dict(zip(self._result_outputs, self.result.view(None))),

@@ -16,7 +16,7 @@ MAX_STEP_MESSAGE_CHARS = 300  # per trajectory step in a harness's own tab
 MAX_TRAJECTORY_STEPS = 200
 
 
-# -- task-family grading (svg_icon) ---------------------------------------------------------------
+# -- a task family's grading evidence -----------------------------------------------------------
 _B64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 
 

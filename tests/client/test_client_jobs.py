@@ -151,7 +151,8 @@ async def test_async_client_submit_events_wait_and_a_cut_mid_events(server, poli
             assert isinstance(seen[-1], JobEnd) and seen[-1].status == "finished" and seen[-1].reward == 1.0
             phases = [(e.phase, e.status, e.detail) for e in seen[:-1]]
             assert len(phases) == len(set(phases)), "an event came twice"  # resumed after the last one seen
-            assert phases[0][:2] == ("endpoint", "started") and phases[-1][:2] == ("done", "finished")
+            assert [p[:2] for p in phases[:3]] == [("queue", "started"), ("queue", "finished"), ("endpoint", "started")]
+            assert phases[-1][:2] == ("done", "finished")
             stored = (await env.get(accepted.rollout_id)).events
             assert stored == len(phases)  # none missed
             result = await env.wait(accepted.rollout_id, timeout=30)

@@ -13,7 +13,9 @@ import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
 from harness_env.core.errors import ToolMissingError
+from harness_env.core.sandbox.backends import SandboxSettings
 from harness_env.envs import get_harness
+from harness_env.rollout import local_sandboxes
 from tests import needs
 from tests.envs.test_e2e import _no_process_left
 
@@ -50,7 +52,8 @@ def attack(policy_server):
         kw.setdefault("verify_timeout_s", 20)
         endpoint = Endpoint(base_url=policy_server.base_url, api_key="sk-attack-upstream-key", model="policy-m")
         req = RolloutRequest(task=task, endpoint=endpoint, harness=harness, **kw)
-        res = await asyncio.wait_for(run_rollout(req, use_bwrap=use_bwrap), kw["agent_timeout_s"] + kw["verify_timeout_s"] + 60)
+        sandboxes = local_sandboxes(SandboxSettings(use_bwrap=use_bwrap))
+        res = await asyncio.wait_for(run_rollout(req, sandbox_factory=sandboxes), kw["agent_timeout_s"] + kw["verify_timeout_s"] + 60)
         if res.sandbox_id:
             _no_process_left(res)
         return res

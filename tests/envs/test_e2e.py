@@ -7,8 +7,9 @@ import os
 import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout, run_rollout_sync
+from harness_env.core.sandbox.backends import SandboxSettings
 from harness_env.core.sandbox.local import _marked_pids
-from harness_env.rollout import loopback_proxy, run_many_sync
+from harness_env.rollout import local_sandboxes, loopback_proxy, run_many_sync
 from tests.envs.harnesses import CLI_HARNESSES, HARNESSES, installed
 from tests.fakes.policy import _text_of, compact_arguments
 
@@ -178,7 +179,8 @@ async def test_upstream_key_never_reaches_the_sandbox(policy_server, make_reques
         "env > env.txt; ps -eo args > ps.txt; cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' ' > cmdlines.txt; "
         "(grep -rlE 'sk-upstream-e2e-9f8e7[d]' .. ~ $TMPDIR 2>/dev/null || true) > grep.txt"
     )
-    res = await run_rollout(make_request([{"bash": spy}, {"text": "looked"}], verify=["true"]), use_bwrap=use_bwrap)
+    sandboxes = local_sandboxes(SandboxSettings(use_bwrap=use_bwrap))
+    res = await run_rollout(make_request([{"bash": spy}, {"text": "looked"}], verify=["true"]), sandbox_factory=sandboxes)
     assert res.error is None, res.error
     assert {"env.txt", "ps.txt", "cmdlines.txt"} <= set(res.files)
     agent_lines = [

@@ -11,7 +11,6 @@ logprob test has a free answer (a constrained sampler's logprobs are not the mod
 from __future__ import annotations
 
 import functools
-import json
 
 import pytest
 
@@ -151,11 +150,11 @@ def check_contract(vllm_server, tap: Tap, res, label: str) -> None:
     calls = [x for x in tap.exchanges if x in tap.chat_calls() or x.path.endswith(GENERATE)]
     assert len(turns) == len(calls) >= 2, (len(turns), len(calls))
     for turn, call in zip(turns, calls):
-        if call.path.endswith(GENERATE):  # the ids sent and the ids and logprobs vLLM returned
-            choice = json.loads(call.answer)["choices"][0]
+        if call.path.endswith(GENERATE):  # the ids sent and the ids and logprobs vLLM returned, whole or streamed
+            choice = call.answer_choice()
             assert turn.prompt_token_ids == call.body["token_ids"], f"turn {turn.index}: prompt ids"
             assert turn.completion_token_ids == choice["token_ids"] and turn.completion_token_ids
-            assert turn.per_token_logps == [c["logprob"] for c in choice["logprobs"]["content"]]
+            assert turn.per_token_logps == choice["logprobs"]
             continue
         sent, answer = call.body, call.answer_choice()
         assert turn.stream == call.streamed

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from harness_env.cli import build_parser
+from harness_env.cli_eval import eval_requests
 from harness_env.core.errors import InvalidRequestError
-from harness_env.evals.cli import eval_requests
 from harness_env.evals.tasks import load_tasks, task_request
 from harness_env.models import RolloutRequest
 

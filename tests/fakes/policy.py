@@ -174,6 +174,7 @@ class FakePolicy:
     scale_out: bool = False
     render_rewrites_history: bool = False
     routes_hit: list[str] = field(default_factory=list)  # the scale-out routes asked, in order
+    honor_max_tokens: bool = False  # a text answer longer than the request's max_tokens is cut there ("length")
 
     def tool_requests(self) -> list[dict[str, Any]]:
         """The requests an agent made with its tools (not capture probes, not titles)."""
@@ -315,6 +316,10 @@ class FakePolicy:
             text = step.get("text", "done")
         prompt_ids = render_prompt(body)
         parts = completion_pieces(text, tool_calls)
+        cut = self.honor_max_tokens and not tool_calls and isinstance(body.get("max_tokens"), int) and len(parts) > body["max_tokens"]
+        if cut:
+            parts = parts[: body["max_tokens"]]
+            text = "".join(parts)
         ids = piece_ids(parts)
         want_ids = bool(body.get("return_token_ids"))
         want_lp = bool(body.get("logprobs"))
@@ -333,7 +338,7 @@ class FakePolicy:
             tool_calls=tool_calls,
         )
         self.sent.append(sent)
-        finish = "tool_calls" if tool_calls else "stop"
+        finish = "length" if cut else "tool_calls" if tool_calls else "stop"
 
         def lp_entry(piece: str, tid: int) -> dict[str, Any]:
             lp = fake_logprob(tid) / scale

@@ -39,8 +39,8 @@ class Exchange:
                 "token_ids": choice.get("token_ids") or [],
                 "prompt_token_ids": json.loads(self.answer).get("prompt_token_ids") or [],
                 "logprobs": [c["logprob"] for c in (choice.get("logprobs") or {}).get("content") or []],
-                "content": choice["message"].get("content"),
-                "tool_calls": [(c["function"]["name"], c["function"]["arguments"]) for c in choice["message"].get("tool_calls") or []],
+                "content": (choice.get("message") or {}).get("content"),  # a generate answer has ids, no message
+                "tool_calls": [(c["function"]["name"], c["function"]["arguments"]) for c in (choice.get("message") or {}).get("tool_calls") or []],
             }
         out: dict[str, Any] = {"token_ids": [], "prompt_token_ids": [], "logprobs": [], "content": None, "tool_calls": []}
         calls: dict[int, list[str]] = {}
@@ -79,11 +79,33 @@ class Tap:
         probe and auxiliary calls carry none)."""
         return [x for x in self.exchanges if x.path.endswith("/chat/completions") and x.body.get("tools")]
 
-    def policy_answers(self) -> list[Exchange]:
-        """Where the engine answered the harness's policy calls, in order: the chat completions
-        with tools, and the derendered answers of the calls continued as token ids
-        (core/capture/continuity.py)."""
-        return [x for x in self.exchanges if (x.path.endswith("/chat/completions") and x.body.get("tools")) or x.path.endswith("/chat/completions/derender")]
+    def policy_tool_calls(self) -> list[tuple[str, str]]:
+        """The tool calls the engine wrote in answer to the harness's policy calls, in order: a
+        chat completion's, or a call continued as token ids (core/capture/continuity.py) from its
+        derendered answer: whole, or the chunks of a streamed one (one derender call per chunk,
+        after its generate call) put together."""
+        out: list[tuple[str, str]] = []
+        parts: dict[int, list[str]] = {}  # the streamed call's tool calls so far, by index
+
+        def flush() -> None:
+            out.extend(tuple(parts[i]) for i in sorted(parts))
+            parts.clear()
+
+        for x in self.exchanges:
+            if x.path.endswith("/chat/completions/derender") and x.body.get("stream"):
+                chunk = json.loads(x.answer).get("chunk") or {}
+                for choice in chunk.get("choices") or []:
+                    for call in (choice.get("delta") or {}).get("tool_calls") or []:
+                        entry = parts.setdefault(call.get("index", 0), ["", ""])
+                        fn = call.get("function") or {}
+                        entry[0] += fn.get("name") or ""
+                        entry[1] += fn.get("arguments") or ""
+                continue
+            flush()
+            if (x.path.endswith("/chat/completions") and x.body.get("tools")) or x.path.endswith("/chat/completions/derender"):
+                out += x.answer_choice()["tool_calls"]
+        flush()
+        return out
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":

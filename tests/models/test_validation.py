@@ -168,7 +168,7 @@ def _request(**kw):
 
 
 def test_harness_options_under_their_own_name_and_the_former_key():
-    from harness_env.models import HarborOptions  # the former import path still works
+    from harness_env.envs.harbor.options import HarborOptions  # loads the registry: the options are typed
 
     new = _request(harness="harbor", harness_options={"agent": "oracle"})
     old = _request(harness="harbor", harbor={"agent": "oracle"})

@@ -16,7 +16,7 @@ import pytest
 from harness_env.core.capture.asgi import route_path
 from harness_env.core.capture.sockets import SOCKET_PREFIX
 from harness_env.core.sandbox.lease import lease_path, own_lease, write_lease
-from harness_env.server.app import capture_first
+from harness_env.server.routes.capture import capture_first
 from tests.server_process import free_port
 
 

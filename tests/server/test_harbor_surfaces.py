@@ -10,7 +10,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from harness_env.client import AsyncHarnessEnv, HarnessEnv, HarnessEnvClientError
-from harness_env.models import HarborTaskInfo, Task
+from harness_env.envs.harbor.options import HarborTaskInfo
+from harness_env.models import Task
 from tests import needs, openenv_env
 from tests.fakes.policy import FakePolicyServer
 from tests.server_process import ServerProcess

@@ -2,8 +2,10 @@
 
 Adding a dialect is one module (a class following `Dialect`: core/capture/dialects/base.py, which
 declares its request's shape and, for pass-through, its own API: core/capture/dialects/native.py)
-plus one `register_dialect(...)` call, here for the built-in ones. A CaptureProxy serves the dialects
-registered when it is made (or those it is given); two dialects may not claim one route.
+plus one `register_dialect(...)` call, here for the built-in ones; another distribution's are named
+by entry points of group `harness_env.dialects` (a Dialect, its class, or a function that
+registers; core/plugins.py), loaded when the registry is first read. A CaptureProxy serves the
+dialects registered when it is made (or those it is given); two dialects may not claim one route.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from harness_env.core.capture.dialects.gemini import Gemini
 from harness_env.core.capture.dialects.messages import Messages
 from harness_env.core.capture.dialects.native import NativeAnswerReader, NativeAPI
 from harness_env.core.capture.dialects.responses import Responses
+from harness_env.core.errors import InvalidRequestError
+from harness_env.core.plugins import PluginGroup
 
 __all__ = [
     "CHAT_COMPLETIONS",
@@ -28,7 +32,9 @@ __all__ = [
     "RouteTable",
     "StreamTranslation",
     "bearer_or_api_key",
+    "check_native_wire_api",
     "dialect_for_wire_api",
+    "native_wire_apis",
     "register_dialect",
     "registered_dialects",
     "unregister_dialect",
@@ -71,6 +77,13 @@ class RouteTable:
 _registry: dict[str, Dialect] = {}
 
 
+def _register(obj: Dialect | type[Dialect]) -> None:
+    register_dialect(obj() if isinstance(obj, type) else obj)
+
+
+DIALECT_PLUGINS = PluginGroup("harness_env.dialects", _register)
+
+
 def register_dialect(dialect: Dialect) -> None:
     """Serve `dialect` in every CaptureProxy made from now on."""
     if dialect.name in _registry:
@@ -84,7 +97,13 @@ def unregister_dialect(name: str) -> None:
 
 
 def registered_dialects() -> list[Dialect]:
+    DIALECT_PLUGINS.load()
     return list(_registry.values())
+
+
+def native_wire_apis() -> list[str]:
+    """Every `wire_api` an endpoint may name: "chat", and each registered dialect's own API."""
+    return ["chat", *(d.native.wire_api for d in registered_dialects() if d.native is not None)]
 
 
 def dialect_for_wire_api(wire_api: str) -> str | None:
@@ -92,7 +111,15 @@ def dialect_for_wire_api(wire_api: str) -> str | None:
     completions, another the registered dialect that declares it its own API (None: none does)."""
     if wire_api == "chat":
         return CHAT_COMPLETIONS.name
-    return next((d.name for d in _registry.values() if d.native is not None and d.native.wire_api == wire_api), None)
+    return next((d.name for d in registered_dialects() if d.native is not None and d.native.wire_api == wire_api), None)
+
+
+def check_native_wire_api(wire_api: str) -> str:
+    """The dialect `wire_api` names; InvalidRequestError naming the known ones when none does."""
+    name = dialect_for_wire_api(wire_api)
+    if name is None:
+        raise InvalidRequestError(DIALECT_PLUGINS.unknown("endpoint wire_api", wire_api, native_wire_apis()))
+    return name
 
 
 CHAT_COMPLETIONS = ChatCompletions()  # also the dialect of the proxy's own probe calls

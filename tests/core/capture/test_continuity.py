@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from harness_env import RolloutRequest, Task, run_rollout
-from harness_env.core.capture.continuity import as_chunks, continued_turn, engine_weight_version, generate_body, spliced_ids
+from harness_env.core.capture.continuity import as_chunks, continued_turn, cut_trailer, engine_weight_version, generate_body, spliced_ids
 from harness_env.core.capture.graph import link_turns
 from harness_env.core.capture.proxy import CaptureProxy
 from harness_env.core.capture.rewrite import CapturePolicy
@@ -96,6 +96,12 @@ def test_spliced_ids_put_the_templates_trailer_after_the_sampled_end_and_refuse_
     assert spliced_ids(prompt, completion, before, full) == [1, 5, 6, 9, 7, 7, 2, 198, 1, 4, 2, 198, 1, 3]
     assert spliced_ids(prompt, completion, before, [1, 5, 6, 0, 8, 8, 2, 198, 1, 4]) is None  # earlier turns rendered otherwise
     assert spliced_ids(prompt, [7, 7, 3], before, full) is None  # no end-of-turn where the answer ends
+    # Cut at max_tokens (no end-of-turn sampled): the template's end of an answer goes after the cut ids.
+    trailer = cut_trailer([1, 5, 6, 9], [1, 5, 6, 9, 2, 198])  # the prompt opening an answer, and it closing an empty one
+    assert trailer == [2, 198]
+    assert spliced_ids(prompt, [7, 7], before, full, trailer) == [1, 5, 6, 9, 7, 7, 2, 198, 1, 4, 2, 198, 1, 3]
+    assert spliced_ids(prompt, [7, 7], before, full, [3, 198]) is None  # `before` does not end so
+    assert cut_trailer([1, 5, 6, 9], [1, 5, 0, 9, 2, 198]) is None  # the template opens an answer otherwise
 
 
 def test_max_tokens_is_sized_for_the_spliced_prompt_and_the_engines_weight_version_kept_when_it_is_a_number():
@@ -125,7 +131,12 @@ def test_a_thread_is_continued_only_from_its_own_messages_answer_and_tools():
     assert continued_turn([user, {"role": "assistant", "content": "bye"}, follow[2]], TOOLS, [earlier]) is None  # another answer
     assert continued_turn(follow, [], [earlier]) is None  # other tools: another system prompt
     assert continued_turn(follow[:2], TOOLS, [earlier]) is None  # nothing new to send
-    earlier.finish_reason = "length"  # cut short: no end-of-turn token to continue after
+    assert continued_turn(follow[:2], TOOLS, [earlier], continues_final=True) is None  # an ended answer is not gone on with
+    earlier.finish_reason = "length"  # cut at max_tokens: continued too (the template's end of turn after the cut ids)
+    assert continued_turn(follow, TOOLS, [earlier]) is earlier
+    assert continued_turn(follow[:2], TOOLS, [earlier]) is None  # the same message, but not asked to go on with it
+    assert continued_turn(follow[:2], TOOLS, [earlier], continues_final=True) is earlier
+    earlier.finish_reason = "abort"  # no answer the engine finished
     assert continued_turn(follow, TOOLS, [earlier]) is None
 
 

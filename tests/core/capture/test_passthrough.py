@@ -72,9 +72,12 @@ def test_harbor_agents_are_checked_by_the_dialect_they_are_pointed_at_the_proxy_
 
 
 def test_the_wire_api_is_one_of_the_served_dialects():
-    with pytest.raises(ValueError, match="wire_api"):
-        Endpoint(base_url="http://h/v1", model="m", wire_api="grpc")
+    with pytest.raises(ValueError, match="wire_api"):  # the form, checked by the wire types
+        Endpoint(base_url="http://h/v1", model="m", wire_api="Not An API!")
     assert Endpoint(base_url="http://h/v1", model="m").wire_api == "chat"
+    # A well-formed name no registered dialect declares: refused when the rollout is prepared.
+    with pytest.raises(InvalidRequestError, match="unknown endpoint wire_api 'grpc'; choose one of: chat, responses, messages, gemini"):
+        prepare(_request("claude-code", "grpc"), trusted=True)
     check_wire_api(_request("claude-code", "chat", mode="transparent_proxy").model_copy(), "messages")  # chat: anything goes
 
 

@@ -214,3 +214,25 @@ def test_a_dead_owners_leased_temp_dir_is_removed_and_a_live_owners_stays(tmp_pa
     assert sweep_temp_dirs(tmp_path) == [f"removed {dead} of a dead process"]
     assert not dead.exists() and not lease_path(dead).exists()
     assert live.is_dir() and lease_path(live).exists() and not_a_dir.exists()
+
+
+def test_a_harness_s_own_directories_are_swept_by_the_prefix_it_declares():
+    """A harness that makes leased directories of its own in the sandbox directory (Harbor's
+    trials) declares their prefix; the local backend's sweep knows no other name."""
+    import harness_env.envs  # noqa: F401 - registers the harnesses
+    from harness_env.core.sandbox.sweep import local_dir_prefixes
+
+    assert local_dir_prefixes() == ["rollout", "harbor", "trial"]
+    root = sandboxes_root()
+    root.mkdir(parents=True, exist_ok=True)
+    dead = _owner_that_exits()
+    lease = _lease_of(dead)
+    _kill(dead)
+    trial, other = (root / f"{prefix}-{os.urandom(6).hex()}" for prefix in ("trial", "box"))
+    for rollout in (trial, other):
+        write_lease(rollout, lease)
+        rollout.mkdir()
+    swept = sweep_sandboxes()
+    assert len(swept) == 1 and trial.name in swept[0] and not trial.exists() and not lease_path(trial).exists(), swept
+    assert other.exists()  # no backend or harness here names it
+    _remove(other)

@@ -11,9 +11,9 @@ import pytest
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
 from harness_env.core import toolchain
 from harness_env.core.errors import InvalidRequestError
+from harness_env.envs.harbor.options import HarborOptions
 from harness_env.envs.harbor.resolve import list_tasks, prepare
 from harness_env.envs.harbor.task_dir import task_to_task_dir
-from harness_env.models import HarborOptions
 from tests import needs
 from tests.core.sandbox.test_images import _build_image, _cache_entries, push, registry_host  # noqa: F401 - the loopback registry
 

@@ -7,8 +7,9 @@ import os
 import pytest
 
 from harness_env.envs.harbor.config import trial_config
+from harness_env.envs.harbor.options import HarborOptions
 from harness_env.envs.harbor.task_dir import task_to_task_dir
-from harness_env.models import HarborOptions, Task
+from harness_env.models import Task
 from tests import needs
 
 needs.module("harbor.trial.trial", "uv sync --extra harbor")

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task, run_rollout
-from harness_env.models import HarborOptions
+from harness_env.envs.harbor.options import HarborOptions
 from tests.envs.test_vllm_contract import check_contract, tool_call_regex
 
 pytestmark = [
@@ -39,6 +39,6 @@ async def test_every_captured_turn_of_a_harbor_agent_is_what_the_real_engine_saw
     assert res.harbor.agent == AGENT, res.harbor
     check_contract(vllm_server, tap, res, f"harbor/{AGENT}")
     # Harbor's own record (the ATIF trajectory) has the calls the engine wrote, and no others.
-    written = [(name, json.loads(args)) for call in tap.policy_answers() for name, args in call.answer_choice()["tool_calls"]]
+    written = [(name, json.loads(args)) for name, args in tap.policy_tool_calls()]
     recorded = [(c["function_name"], c["arguments"]) for step in res.agent_trajectory["steps"] for c in step.get("tool_calls") or []]
     assert recorded == written and res.agent_tool_calls == len(written), (recorded, written)

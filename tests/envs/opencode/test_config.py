@@ -1,6 +1,6 @@
 import json
 
-from harness_env.envs.opencode.config import DISABLED_TOOLS, PROVIDER, deep_merge, opencode_argv, opencode_env, opencode_json
+from harness_env.envs.opencode.config import DISABLED_TOOLS, PROVIDER, opencode_argv, opencode_env, opencode_json
 
 
 def test_provider_points_at_the_proxy_with_the_session_key():
@@ -21,11 +21,6 @@ def test_user_config_is_deep_merged_last():
     assert cfg["permission"] == {**cfg["permission"], "bash": "ask"} and cfg["permission"]["edit"] == "allow"
     assert cfg["tools"]["todowrite"] is False and cfg["tools"]["webfetch"] is False
     assert cfg["provider"][PROVIDER]["options"] == {"baseURL": "u", "apiKey": "k", "timeout": 5}
-
-
-def test_deep_merge_does_not_mutate():
-    base = {"a": {"b": 1}}
-    assert deep_merge(base, {"a": {"c": 2}}) == {"a": {"b": 1, "c": 2}} and base == {"a": {"b": 1}}
 
 
 def test_offline_environment():

@@ -90,10 +90,11 @@ def test_a_store_that_refuses_the_result_still_ends_the_job_failed(start_server,
 async def test_a_result_that_does_not_serialise_is_stored_repaired(tmp_path, policy_server, monkeypatch) -> None:
     """Whatever else puts a lone surrogate into a result (the fault injected here: the engine's
     result carries one in a file name, a turn and a log), the job ends with its data made valid."""
+    from harness_env.core.engine import RolloutRun
+    from harness_env.core.sandbox.backends import SandboxSettings
     from harness_env.server.app import create_app
-    from harness_env.server.jobs import manager as jobs_module
 
-    real_execute = jobs_module.RolloutRun.execute
+    real_execute = RolloutRun.execute
 
     async def poisoned(self):
         result = await real_execute(self)
@@ -101,9 +102,9 @@ async def test_a_result_that_does_not_serialise_is_stored_repaired(tmp_path, pol
         result.agent_log_tail += "\ud800"
         return result
 
-    monkeypatch.setattr(jobs_module.RolloutRun, "execute", poisoned)
+    monkeypatch.setattr(RolloutRun, "execute", poisoned)
     body = hello_rollout(policy_server, "end-repaired")
-    make_app = partial(create_app, data_dir=tmp_path / "data", use_bwrap=False)
+    make_app = partial(create_app, data_dir=tmp_path / "data", sandbox_settings=SandboxSettings(use_bwrap=False))
     async with served_in_process(lambda url: make_app(public_url=url)) as url, httpx.AsyncClient(base_url=url, timeout=120) as client:
         r = await client.post("/rollout", json=body)
         assert r.status_code == 200, r.text

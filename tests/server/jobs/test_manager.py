@@ -61,7 +61,8 @@ def test_submit_watch_events_fetch_the_result_and_list(start_server, policy_serv
     events = sse_events(f"{server.url}/rollouts/{rid}/events")
     assert events[-1][1] == "end" and events[-1][2] == {"rollout_id": rid, "status": "finished", "reward": 1.0, "error_kind": None, "error": None}
     phases = [(d["phase"], d["status"]) for _, kind, d in events if kind == "phase"]
-    assert phases[0] == ("endpoint", "started") and phases[-1] == ("done", "finished")
+    # The wait for a running place is the first phase, an event like the engine's (core/runner.py).
+    assert phases[:3] == [("queue", "started"), ("queue", "finished"), ("endpoint", "started")] and phases[-1] == ("done", "finished")
     assert [int(i) for i, kind, _ in events if kind == "phase"] == list(range(len(phases)))
     resumed = sse_events(f"{server.url}/rollouts/{rid}/events", headers={"last-event-id": "5"})  # a reconnecting client
     assert resumed[0][0] == "6" and resumed[-1][1] == "end" and len(resumed) == len(events) - 6
@@ -69,7 +70,7 @@ def test_submit_watch_events_fetch_the_result_and_list(start_server, policy_serv
     job = httpx.get(f"{server.url}/rollouts/{rid}").json()
     assert job["status"] == "finished" and job["reward"] == 1.0 and job["harness"] == "whitebox" and job["model"] == "jobs-a"
     assert job["summary"]["rollout_id"] == rid and job["summary"]["reward"] == 1.0 and job["result"] is None
-    assert [p["phase"] for p in job["phases"]][:2] == ["endpoint", "endpoint"] and job["events"] == len(phases)
+    assert [p["phase"] for p in job["phases"]][:3] == ["queue", "queue", "endpoint"] and job["events"] == len(phases)
     full = httpx.get(f"{server.url}/rollouts/{rid}", params={"detail": "full"}).json()["result"]
     assert full["rollout_id"] == rid and full["reward"] == 1.0 and full["files"]["hello.txt"] == "hello\n"
     assert len(full["proxy_turns"]) == 2 and all(t["completion_token_ids"] for t in full["proxy_turns"])

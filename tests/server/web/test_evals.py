@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from harness_env.evals.report import headline
-from tests.evals.test_eval_cli import PerTaskPolicy, _task, _write_jsonl
 from tests.fakes.policy import FakePolicyServer
 from tests.server.web.driver import LOAD_TIMEOUT_MS, WebDriver
 from tests.server_process import ServerProcess
+from tests.test_cli_eval import PerTaskPolicy, _task, _write_jsonl
 
 pytestmark = pytest.mark.e2e
 DOCS = Path(__file__).resolve().parents[3] / "docs"

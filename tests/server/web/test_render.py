@@ -6,7 +6,8 @@ import math
 import re
 
 from harness_env.envs.harbor.harness import HarborHarness
-from harness_env.models import CommandResult, HarborRunInfo, PhaseEvent, RolloutResult, Turn
+from harness_env.envs.harbor.options import HarborRunInfo
+from harness_env.models import CommandResult, PhaseEvent, RolloutResult, Turn
 from harness_env.server.web import render
 
 

@@ -73,9 +73,9 @@ def add_export_parser(sub: Any) -> None:
     ex.set_defaults(handler=cmd_export)
 
 
-def eval_requests(args: argparse.Namespace) -> tuple[list[tuple[str, Any]], bool | None]:
-    """((task id, RolloutRequest) for every task of TASKS, as `run --task` makes them; use_bwrap);
-    bad input exits 2."""
+def eval_requests(args: argparse.Namespace) -> tuple[list[tuple[str, Any]], Any]:
+    """((task id, RolloutRequest) for every task of TASKS, as `run --task` makes them; the local
+    sandbox's settings, as cli_request.run_request gives them); bad input exits 2."""
     from harness_env.cli_flags import bad_input
     from harness_env.cli_request import run_request
     from harness_env.core.errors import InvalidRequestError
@@ -85,15 +85,17 @@ def eval_requests(args: argparse.Namespace) -> tuple[list[tuple[str, Any]], bool
         tasks = load_tasks(args.tasks, split=getattr(args, "split", None))
     except InvalidRequestError as e:
         bad_input(str(e))
-    out, use_bwrap = [], None
+    from harness_env.core.sandbox.backends import SandboxSettings
+
+    out, sandbox = [], SandboxSettings()
     for t in tasks:
         one = copy.copy(args)
         one.task, one.task_index = t.source, t.task_index
-        request, use_bwrap = run_request(one, t.data)
+        request, sandbox = run_request(one, t.data)
         if not request.task.task_id:
             request = request.model_copy(update={"task": request.task.model_copy(update={"task_id": t.task_id})})
         out.append((t.task_id, request))
-    return out, use_bwrap
+    return out, sandbox
 
 
 def _progress_printer(quiet: bool, out: str):
@@ -142,11 +144,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from harness_env.core.procs import make_undumpable
     from harness_env.evals.report import error_groups, error_lines, headline, table
     from harness_env.evals.run import attempt_errors, evaluate_async
+    from harness_env.rollout import local_sandboxes
 
     if args.attempts < 1 or args.concurrency < 1:
         bad_input("-n/--attempts and --concurrency must be at least 1")
     make_undumpable()  # as run: the upstream key in this process stays out of a plain sandbox's reach
-    requests, use_bwrap = eval_requests(args)
+    requests, sandbox = eval_requests(args)
     sweep_leftovers(args.quiet)
     recorder = _recorder(getattr(args, "data_dir", None))
     work = evaluate_async(
@@ -157,7 +160,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         threshold=args.threshold,
         server=args.server,
         token=args.token,
-        use_bwrap=use_bwrap,
+        sandbox_factory=local_sandboxes(sandbox),
         on_progress=_progress_printer(args.quiet, args.out),
         recorder=recorder,
     )

@@ -1,0 +1,1 @@
+"""What several harness packages share (envs/common/config.py); it names no harness."""
