@@ -162,16 +162,12 @@ class ModelCall:
                 async for chunk in resp.content.iter_any():
                     if not ttft:
                         ttft.append(time.monotonic() - started)
-                    chunk = redactor.feed(chunk)
+                    chunk = redactor.relay(chunk, translation.feed)
                     if chunk:
-                        chunk = translation.feed(chunk)
-                        if chunk:
-                            yield chunk
-                rest = redactor.flush()  # a last line without its line break
+                        yield chunk
+                rest = redactor.relay(b"", translation.feed, last=True)  # a last line without its line break
                 if rest:
-                    rest = translation.feed(rest)
-                    if rest:
-                        yield rest
+                    yield rest
             except (aiohttp.ClientError, TimeoutError, RuntimeError) as e:
                 broke = f"upstream stream broke: {type(e).__name__}: {e}"
                 draft.errors.append(broke)

@@ -230,7 +230,7 @@ async def streamed_reply(
     async def chunks() -> AsyncIterator[bytes]:
         nonlocal broke
         try:
-            data = translation.feed(redactor.feed(sent)) if sent else b""
+            data = redactor.relay(sent, translation.feed)
             if data:
                 yield data
             while broke is None and not reader.done:
@@ -238,17 +238,14 @@ async def streamed_reply(
                 if batch is None:
                     break
                 data, broke = await stream.events(batch)
-                data = translation.feed(redactor.feed(data)) if data else b""
+                data = redactor.relay(data, translation.feed)
                 if data:
                     yield data
             # the generate stream's own end is not relayed (GenerateReader keeps it): a chat client
             # waits for the end its engine would have sent
-            end = redactor.feed(b"data: [DONE]\n\n") if broke is None else b""
-            rest = end + redactor.flush()
+            rest = redactor.relay(b"data: [DONE]\n\n" if broke is None else b"", translation.feed, last=True)
             if rest:
-                rest = translation.feed(rest)
-                if rest:
-                    yield rest
+                yield rest
         except (aiohttp.ClientError, TimeoutError, RuntimeError) as e:
             broke = f"upstream stream broke: {type(e).__name__}: {e}"
         finally:

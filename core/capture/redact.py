@@ -23,7 +23,7 @@ import itertools
 import json
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import SecretStr
@@ -327,3 +327,11 @@ class StreamRedactor:
     def flush(self) -> bytes:
         rest, self._carry = self._carry, b""
         return self._r.redact_bytes(rest)
+
+    def relay(self, data: bytes, translate: Callable[[bytes], bytes], *, last: bool = False) -> bytes:
+        """What the client gets of upstream bytes: redacted, then put in its dialect by `translate`
+        (`last`: the stream ends here, so what was held back goes too)."""
+        out = self.feed(data) if data else b""
+        if last:
+            out += self.flush()
+        return translate(out) if out else b""
