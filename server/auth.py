@@ -14,12 +14,14 @@ Two more guards live here, because they are about who is asking:
   no page but the server's own can read /web or start a rollout with the user's cookie;
 - failed authentications are counted per client address (AuthFailureLimiter): past a few a
   minute, that address may try one new credential every few seconds (429 in between), so a token
-  cannot be guessed at speed, while the right token still gets in from there.
+  cannot be guessed at speed, while the right token still gets in from there. On loopback a
+  sandboxed agent (network "open") is counted apart from the host's processes (server/peer.py).
 Tokens and keys are masked from every log line by server/log_secrets.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import math
@@ -31,6 +33,7 @@ from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qs, urlsplit
 
 from harness_env.core.capture.asgi import Receive, Reply, Scope, Send, error_reply, header, send_reply
+from harness_env.server.peer import is_local_address, peer_key
 
 # Open without a token: liveness, "/" (only a redirect to the web UI, which asks for the token), and
 # what describes the API without running anything (OpenEnv's `validate --url` reads these, and a
@@ -149,6 +152,14 @@ class AuthFailureLimiter:
         left = self._last_failure.get(address, 0.0) + self.slow_interval_s - now
         return max(1, math.ceil(left)) if left > 0 else None
 
+    def slowing(self, address: str) -> bool:
+        """Some peer at `address` is being slowed now (the key may carry more than the address:
+        server/peer.py), so who is asking must be told apart before a check."""
+        if not self._slowed_until:
+            return False
+        now = self.clock()
+        return any(until > now and (key == address or key.startswith(address + "|")) for key, until in self._slowed_until.items())
+
     def failed(self, address: str, wrong: Iterable[tuple[str | bytes, str]] = ()) -> None:
         """Count a failure of `address`; `wrong`: the (credential, what it should have been)
         pairs it presented, remembered so that sending them again is not counted."""
@@ -264,17 +275,23 @@ class TokenAuth:
         address = client_address(scope)
         given = self._credentials(scope)
         # A wrong credential is a guess; none at all (a first visit) is not, and one that failed
-        # before tells nothing new: neither is throttled. A new one is checked unless the address
+        # before tells nothing new: neither is throttled. A new one is checked unless its sender
         # is being slowed down (then it waits its turn), and the right token always passes a check.
-        if given and not all(self.limiter.known_wrong(address, value, expected) for value, expected in given):
-            wait = self.limiter.retry_after(address)
+        # The sender is the address, told apart by mount namespace on loopback (server/peer.py):
+        # an agent on the host's network guessing does not slow the trainer beside it. /proc is
+        # read only while someone at the address is slowed, or to count a failure.
+        key = await self._peer(scope, address) if given and self.limiter.slowing(address) else address
+        if given and not all(self.limiter.known_wrong(key, value, expected) for value, expected in given):
+            wait = self.limiter.retry_after(key)
             if wait is not None:
                 await self._refuse(scope, send, too_many_failures(wait))
                 return
             if any(same_secret(value, expected) for value, expected in given):
                 await self.app(scope, receive, send)
                 return
-            self.limiter.failed(address, given)
+            if key == address:
+                key = await self._peer(scope, address)
+            self.limiter.failed(key, given)
         if scope["type"] == "http" and scope.get("method") == "GET" and path in (WEB_PREFIX, WEB_PREFIX + "/"):
             # A person opening the UI: ask for the token once, on the login form.
             location = (scope.get("root_path", "") + WEB_LOGIN_PATH).encode()
@@ -291,6 +308,10 @@ class TokenAuth:
                 "unauthorized",
             ),
         )
+
+    @staticmethod
+    async def _peer(scope: Scope, address: str) -> str:
+        return await asyncio.to_thread(peer_key, scope, address) if is_local_address(address) else address
 
     @staticmethod
     async def _refuse(scope: Scope, send: Send, reply: Reply) -> None:
