@@ -18,6 +18,7 @@ import socket
 import sys
 
 from harness_env.core.capture.asgi import Scope
+from harness_env.core.sandbox.envvars import MARKER_VAR
 
 
 def _proc_hex(host: str, port: int) -> tuple[str, str] | None:
@@ -74,6 +75,19 @@ def _mount_namespace(pid: int | str) -> int | None:
         return None
 
 
+def _sandbox_marker(pid: int) -> str | None:
+    """The rollout's sandbox id from the process's environment (every sandboxed command starts
+    with it): a namespace's inode is reused once the namespace is gone, a sandbox id never."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read(1 << 20)
+    except OSError:
+        return None
+    prefix = MARKER_VAR.encode() + b"="
+    value = next((item[len(prefix) :] for item in env.split(b"\0") if item.startswith(prefix)), b"")
+    return value[:128].decode("ascii", "replace") if value else None
+
+
 def peer_key(scope: Scope, address: str) -> str:
     """The limiter's key for this connection: the address, with the peer's mount namespace when the
     peer is a local process in one other than the server's (a sandbox). Blocking (reads /proc):
@@ -86,12 +100,17 @@ def peer_key(scope: Scope, address: str) -> str:
             return address
     except ValueError:
         return address
-    inode = _socket_inode((str(client[0]), int(client[1])), (str(server[0]), int(server[1])))
+    try:
+        inode = _socket_inode((str(client[0]), int(client[1])), (str(server[0]), int(server[1])))
+    except (TypeError, ValueError):  # a transport without ports (an in-process test client)
+        return address
     pid = _holder(inode) if inode and inode != "0" else None
     theirs = _mount_namespace(pid) if pid is not None else None
-    if theirs is None or theirs == _mount_namespace("self"):
+    if pid is None or theirs is None or theirs == _mount_namespace("self"):
         return address
-    return f"{address}|mnt:{theirs}"
+    # A process that dropped the marker is still apart from the host, by its namespace.
+    marker = _sandbox_marker(pid)
+    return f"{address}|sandbox:{marker}" if marker else f"{address}|mnt:{theirs}"
 
 
 def is_local_address(address: str) -> bool:
