@@ -307,7 +307,7 @@ class HarnessSession:
                     "prompt_token_ids": list(t.prompt_token_ids),
                     "completion_token_ids": list(t.completion_token_ids),
                     "per_token_logps": list(t.per_token_logps),
-                    "loss_mask": [0] * len(t.prompt_token_ids) + [1] * len(t.completion_token_ids),
+                    "loss_mask": [0] * len(t.prompt_token_ids) + t.completion_mask(),
                     "reward": res.reward,
                     "metadata": {
                         "node_id": f"{self.episode_id or res.sandbox_id}:{t.index}",

@@ -222,6 +222,7 @@ class RolloutRun:
             plain_sampling=request.plain_sampling,
             structured_regex=request.structured_regex,
             structured_calls=request.structured_calls,
+            mask_constrained=request.mask_constrained,
             max_weight_lag=request.max_weight_lag,
             continuity=request.continuity,
         )

@@ -13,7 +13,8 @@ turn order (a JSON string, like the trajectory):
                   prompt on a branch's first turn)
   completion_ids, logprobs           what the engine sampled, and its logprob of each
   loss_mask       aligned with prompt_ids + completion_ids: 0 on the prompt's, 1 on sampled tokens
-  weight_version, stale, constrained, capture_level   as on the turn (models/results.py)
+                  (0 on a masked turn's too: a constrained turn of a rollout with mask_constrained)
+  weight_version, stale, constrained, masked, capture_level   as on the turn (models/results.py)
 
 Why a column, not the trajectory's own fields: ATIF's `metrics.prompt_token_ids` is the whole
 prompt, history included (Harbor's Metrics and RolloutDetail say so), which grows with the square
@@ -58,10 +59,11 @@ def token_sidecar(result: RolloutResult, steps: dict[int, int] | None = None) ->
                 "prompt_ids": new,
                 "completion_ids": t.completion_token_ids,
                 "logprobs": t.per_token_logps,
-                "loss_mask": [0] * len(new) + [1] * len(t.completion_token_ids),
+                "loss_mask": [0] * len(new) + t.completion_mask(),
                 "weight_version": t.weight_version,
                 "stale": t.stale,
                 "constrained": t.constrained,
+                "masked": t.masked,
                 "capture_level": t.capture_level,
             }
         )
@@ -101,6 +103,7 @@ def rows_from_sidecar(
             weight_version=r["weight_version"],
             stale=r["stale"],
             constrained=r["constrained"],
+            masked=r.get("masked", False),  # an export from before mask_constrained: none masked
         )
         for r in sidecar
     ]

@@ -239,6 +239,10 @@ class RolloutOptions(CheckedText):
     structured_calls: int | None = option(
         None, "how many of the first policy calls `structured_regex` constrains; none: every one", group="capture", ge=0, le=100_000
     )
+    # Their logprobs are the grammar-masked sampler's: a trainer that wants only the model's own samples leaves them out.
+    mask_constrained: bool = option(
+        False, "loss_mask 0 on the turns `structured_regex` constrained (their tokens stay in the rows, as context); off: trained as sampled", group="capture"
+    )
     reward_mode: Literal["correctness", "tool_efficiency"] = option(
         "correctness", "correctness: the verify reward; tool_efficiency: correctness * (1 + 0.1 * 15 / (15 + tool calls))", group="reward"
     )

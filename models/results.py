@@ -95,6 +95,13 @@ class Turn(BaseModel):
     # Sampled under the rollout's `structured_regex`: its logprobs are the constrained sampler's
     # (the distribution the tokens were drawn from), not the model's own over the whole vocabulary.
     constrained: bool = False
+    # Left out of the loss (loss_mask 0 on its completion): a constrained turn of a rollout with
+    # `mask_constrained`. Its tokens stay in the row, as the context of what follows.
+    masked: bool = False
+
+    def completion_mask(self) -> list[int]:
+        """The loss mask over the completion's tokens: 1 where a trainer learns, 0 where not."""
+        return [0 if self.masked else 1] * len(self.completion_token_ids)
 
     @property
     def answered(self) -> bool:
@@ -299,7 +306,7 @@ def _branch_row(branch: int, turns: list[Turn], reward: float | None, task_id: s
         if not row.token_ids:
             row.prompt_length = len(new_prompt)
         row.token_ids += new_prompt + t.completion_token_ids
-        row.loss_mask += [0] * len(new_prompt) + [1] * len(t.completion_token_ids)
+        row.loss_mask += [0] * len(new_prompt) + t.completion_mask()
         row.logprobs += [0.0] * len(new_prompt) + t.per_token_logps
     return row
 

@@ -67,6 +67,7 @@ class CapturedTurn:
     capture_level: CaptureLevel = "none"
     weight_version: int | None = None
     constrained: bool = False
+    masked: bool = False  # left out of the loss (the policy's mask_constrained)
     retry_of: int | None = None  # a retry answered with this turn's answer (core/capture/retries.py): no tokens of its own
 
     @property
@@ -108,6 +109,7 @@ class CapturedTurn:
             capture_level=self.capture_level,
             weight_version=self.weight_version,
             constrained=self.constrained,
+            masked=self.masked,
             stale=stale,
             parent=self.retry_of,
             branch=None,

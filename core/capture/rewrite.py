@@ -51,6 +51,7 @@ class CapturePolicy:
     plain_sampling: bool = False  # drop SAMPLING_SHAPERS: logprobs are log_softmax(logits / T)
     structured_regex: str | None = None  # vLLM structured outputs on policy calls
     structured_calls: int | None = None  # on the first this many (None: all)
+    mask_constrained: bool = False  # those turns' tokens left out of the loss (Turn.masked)
     max_weight_lag: int | None = None  # weight versions a turn may lag the policy's at the end before it is stale
     continuity: str = "messages"  # "tokens": a call continuing a thread goes as token ids where the engine can (core/capture/continuity.py)
 

@@ -314,6 +314,7 @@ class CaptureSession:
             ttft_s=outcome.ttft_s,
             weight_version=request.weight_version,
             constrained=request.constrained,
+            masked=request.constrained and self.policy.mask_constrained,
             prompt=prompt,
             completion=pack_ids(answer.pop("completion_token_ids", [])),
             logps=pack_logps(answer.pop("per_token_logps", [])),
@@ -338,6 +339,7 @@ class CaptureSession:
             capture_level=original.capture_level if original else "none",
             weight_version=original.weight_version if original else None,
             constrained=original.constrained if original else False,
+            masked=original.masked if original else False,
             retry_of=answer.index,
         )
         self.log(f"turn {captured.index}: a retry of turn {answer.index}, given its answer again")

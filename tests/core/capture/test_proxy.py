@@ -577,3 +577,40 @@ async def test_structured_outputs_constrain_only_the_first_policy_calls(proxy_en
     # and each turn says whether it was: its logprobs are then the constrained sampler's
     assert [(t.purpose, t.constrained) for t in session.turns] == [("policy", True), ("policy", True), ("auxiliary", False), ("policy", False)]
     assert [t.to_turn().constrained for t in session.turns] == [True, True, False, False]
+
+
+@pytest.mark.parametrize("mask", [False, True])
+async def test_constrained_turns_are_left_out_of_the_loss_when_the_rollout_asks(proxy_env, mask):
+    """`mask_constrained`: loss_mask 0 on a constrained turn's completion in the rows, TRL's entries
+    and the export's sidecar (read back the same); off (the default), trained as sampled."""
+    from harness_env.evals.sidecar import rows_from_sidecar, token_sidecar
+    from harness_env.models import RolloutResult
+
+    proxy, policy, upstream, client = proxy_env
+    policy.scripts["m"] = [{"bash": "echo 1"}, {"text": "done"}]
+    session = proxy.open_session(_endpoint(upstream), CapturePolicy(structured_regex="x+", structured_calls=1, mask_constrained=mask))
+    h = {"authorization": f"Bearer {session.key}"}
+    first = _body(False)
+    r = await client.post("/chat/completions", json=first, headers=h)
+    assert r.status_code == 200, r.text
+    answer = r.json()["choices"][0]["message"]
+    r = await client.post(
+        "/chat/completions",
+        json={**first, "messages": [*first["messages"], answer, {"role": "tool", "tool_call_id": answer["tool_calls"][0]["id"], "content": "1"}]},
+        headers=h,
+    )
+    assert r.status_code == 200, r.text
+    turns = [t.to_turn() for t in session.turns]
+    for i, t in enumerate(turns):
+        t.branch = 0 if i == 0 or t.continues(turns[i - 1]) else i
+    assert [(t.constrained, t.masked) for t in turns] == [(True, mask), (False, False)]
+    assert turns[0].completion_mask() == [0 if mask else 1] * len(turns[0].completion_token_ids) and turns[0].completion_token_ids
+    result = RolloutResult(rollout_id="r", reward=1.0, proxy_turns=turns)
+    rows = [row for row in result.training_rows() if row.trainable]
+    assert rows, [row.untrainable_reason for row in result.training_rows()]
+    assert all(len(row.loss_mask) == len(row.token_ids) for row in rows)
+    assert sum(sum(row.loss_mask) for row in rows) == sum(len(t.completion_token_ids) for t in turns if not (mask and t.constrained))
+    sidecar = token_sidecar(result)
+    assert [rec["masked"] for rec in sidecar] == [mask, False]
+    back = rows_from_sidecar(sidecar, task_id=None, attempt=0, rollout_id="r", reward=1.0, mask_sample=False)
+    assert sum(sum(row["loss_mask"]) for row in back) == sum(sum(row.loss_mask) for row in rows)
