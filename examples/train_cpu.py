@@ -75,7 +75,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: `examples` is a directory of the checkout
     sys.path.insert(0, str(ROOT))
 
-from examples.cpu_policy import MODEL_NAME, Answer, ChatCompletionsApp, ChatModel, PolicyServer, load_smollm2, teacher_forced_logprobs  # noqa: E402
+from tests.cpu_policy import MODEL_NAME, Answer, ChatCompletionsApp, ChatModel, PolicyServer, load_smollm2, teacher_forced_logprobs  # noqa: E402
 from harness_env.client.trl import HarnessRolloutFunc, RunMany, harness_reward, main_row  # noqa: E402
 from harness_env.models import RolloutResult  # noqa: E402
 

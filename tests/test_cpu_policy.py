@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from examples.cpu_policy import CHAT_TEMPLATE, MODEL_NAME, Answer, ChatCompletionsApp, ChatModel, load_smollm2, parse_tool_calls
+from tests.cpu_policy import CHAT_TEMPLATE, MODEL_NAME, Answer, ChatCompletionsApp, ChatModel, load_smollm2, parse_tool_calls
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.sse import SSEDecoder
 from tests.fakes.loopback import LoopbackServer

@@ -94,7 +94,7 @@ def model_dir() -> Path:
     (a 400 "Out of range float values", or `null` in a stream). The token contract needs finite
     numbers, not sense; teacher forcing loads this same directory. Made once beside the converted
     model (hard links, a config of its own)."""
-    from examples.cpu_policy import CHAT_TEMPLATE, converted_model_dir
+    from tests.cpu_policy import CHAT_TEMPLATE, converted_model_dir
 
     src = converted_model_dir()
     path = src.parent / f"{src.name}-rope{LONG_CONTEXT}"
