@@ -14,7 +14,7 @@ white-box harness, TRL's GRPOTrainer with the project's rollout function) and pr
 
 Flags after `--` go to the example unchanged (`--learning-rate`, `--num-generations`, ...).
 The whole run with the defaults took 32 minutes on this 2-core machine (load average ~2 from
-other work); the model's weights are cached after the first load (examples/cpu_policy.py).
+other work); the model's weights are cached after the first load (tests/cpu_policy/smollm2.py).
 """
 
 from __future__ import annotations

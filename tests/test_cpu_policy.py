@@ -1,7 +1,8 @@
-"""The CPU training example's policy server (examples/cpu_policy.py) answers like vLLM: template-exact
-prompt ids, sampled ids whose logprobs are the model's processed logprobs (checked by teacher
-forcing), the same answer streamed or not, Hermes tool calls parsed. Streams are assembled with the
-capture proxy's own assembler. (The token contract against a real vLLM is tests/envs/test_vllm_contract.py.)"""
+"""The CPU stand-in for vLLM (tests/cpu_policy/, the CPU training example's policy server) answers
+like vLLM: template-exact prompt ids, sampled ids whose logprobs are the model's processed logprobs
+(checked by teacher forcing), the same answer streamed or not, Hermes tool calls parsed. Streams are
+assembled with the capture proxy's own assembler. (The token contract against a real vLLM is
+tests/envs/test_vllm_contract.py.)"""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cpu_policy import CHAT_TEMPLATE, MODEL_NAME, Answer, ChatCompletionsApp, ChatModel, load_smollm2, parse_tool_calls
 from harness_env.core.capture.assemble import TurnDraft
 from harness_env.core.capture.sse import SSEDecoder
+from tests.cpu_policy import CHAT_TEMPLATE, MODEL_NAME, Answer, ChatCompletionsApp, ChatModel, load_smollm2, parse_tool_calls
 from tests.fakes.loopback import LoopbackServer
 
 pytestmark = pytest.mark.real_model
@@ -44,7 +45,7 @@ RealModel = ChatModel
 
 
 class RealModelServer(LoopbackServer):
-    """The example's ChatCompletionsApp on a loopback port, from a background thread."""
+    """The stand-in's ChatCompletionsApp on a loopback port, from a background thread."""
 
     def __init__(self, model: ChatModel, *, max_tokens_cap: int = 64, force: Callable[[dict[str, Any]], str | None] | None = None) -> None:
         self.policy = ChatCompletionsApp(model, MODEL_NAME, max_tokens_cap, 0, force)

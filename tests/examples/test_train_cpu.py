@@ -2,7 +2,7 @@
 
 The example's own `train()`: TRL's GRPOTrainer with the project's rollout function, white-box
 rollouts in-process through the capture proxy, SmolLM2-135M-Instruct served by
-examples/cpu_policy.py with the trainer's weights loaded before every generation step. Checked:
+tests/cpu_policy/ with the trainer's weights loaded before every generation step. Checked:
 
 - every captured turn of generation step k was sampled from weight version k (the weights after k
   optimiser steps): the turns are joined to the server's answers on their exact token ids, and
