@@ -54,7 +54,6 @@ from harness_env.models.jobs import (
 from harness_env.models.options import (
     DEFAULT_HARNESS,
     HARNESS_OPTIONS,
-    LEGACY_OPTION_KEYS,
     NAMED_TASK_INSTRUCTION,
     OPTION_GROUPS,
     HarnessOptions,
@@ -64,6 +63,7 @@ from harness_env.models.options import (
     harness_options_model,
     option,
     option_group,
+    upgrade_request,
     use_harness_registry,
 )
 from harness_env.models.results import (
@@ -91,7 +91,6 @@ from harness_env.models.summary import MAX_SUMMARY_BYTES, Detail, RolloutSummary
 __all__ = [
     "DEFAULT_HARNESS",
     "HARNESS_OPTIONS",
-    "LEGACY_OPTION_KEYS",
     "MAX_COMMAND_CHARS",
     "MAX_COMMANDS",
     "MAX_FILE_CHARS",
@@ -136,6 +135,7 @@ __all__ = [
     "check_http_url",
     "check_text",
     "harness_options_model",
+    "upgrade_request",
     "use_harness_registry",
     "option",
     "option_group",

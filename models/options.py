@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationInfo, WithJsonSchema, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationInfo, WithJsonSchema, field_validator, model_validator
 
 from harness_env.models.base import (
     IMAGE_DESCRIPTION,
@@ -40,9 +40,6 @@ from harness_env.models.base import (
 )
 
 HARNESS_OPTIONS = "harness_options"
-# A harness's options once came under a key named after it; those keys are still read (for that
-# harness only), and `request.<key>` still reads them.
-LEGACY_OPTION_KEYS = ("harbor",)
 DEFAULT_HARNESS = "pi"
 # A task named by the harness options brings its own instruction, read when the request is prepared
 # (the harness's prepare); until then the request's Task carries this stand-in.
@@ -114,6 +111,14 @@ class HarnessOptions(CheckedText):
         return cls.model_validate(raw.model_dump() if isinstance(raw, BaseModel) else (raw or {}))
 
     @classmethod
+    def upgrade_request(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """A request (as sent: a dict) in the form these options have now, from a form an earlier
+        version of the harness took (its options under a key of their own, say); raise ValueError
+        (one line) for one that cannot be upgraded. Asked of every harness before any request is
+        validated where the harness registry is loaded. Default: as given."""
+        return data
+
+    @classmethod
     def from_command_line(cls, name: str, flags: dict[str, Any], shared: dict[str, tuple[str, ...]]) -> dict[str, Any] | None:
         """The options `harness-env run` gives harness `name`, or None when the command line is not
         for it. `flags`: the run command's values by destination (None: not given), this model's
@@ -163,7 +168,6 @@ class RolloutOptions(CheckedText):
     )
     harness_options: Annotated[Any, WithJsonSchema({"anyOf": [{"type": "object"}, {"type": "null"}]})] = Field(
         None,
-        validation_alias=AliasChoices(HARNESS_OPTIONS, *LEGACY_OPTION_KEYS),
         description="the harness's own options (an object; only for a harness that has options: see its options model)",
         json_schema_extra={"group": "harness"},
     )
@@ -291,14 +295,8 @@ class RolloutOptions(CheckedText):
 
     @model_validator(mode="before")
     @classmethod
-    def _legacy_key_for_its_harness(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for key in LEGACY_OPTION_KEYS:
-                harness = data.get("harness", DEFAULT_HARNESS)
-                if data.get(key) is not None and harness != key:
-                    check_text(data[key], key)  # say what is wrong with the value first, as for any field
-                    raise ValueError(f"`{key}` options are for harness={key!r}, not {harness!r}")
-        return data
+    def _upgraded(cls, data: Any) -> Any:
+        return upgrade_request(data)
 
     @field_validator("harness_options")
     @classmethod
@@ -317,20 +315,10 @@ class RolloutOptions(CheckedText):
             return value
         return model.model_validate(value.model_dump() if isinstance(value, BaseModel) else value)
 
-    def __getattr__(self, name: str) -> Any:
-        if name in LEGACY_OPTION_KEYS:  # request.<former key>: that harness's options, else None
-            return self.harness_options if self.harness == name else None
-        return super().__getattr__(name)
-
     @property
     def agent_calls_model(self) -> bool:
         """Whether the agent these options choose calls the policy (see HarnessOptions.calls_model)."""
         return _option_says(self.harness, self.harness_options, "calls_model", True)
-
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Self:
-        if update:  # a former key updates harness_options
-            update = {(HARNESS_OPTIONS if k in LEGACY_OPTION_KEYS else k): v for k, v in update.items()}
-        return super().model_copy(update=update, deep=deep)
 
 
 def _option_says(harness: Any, raw: Any, prop: str, default: bool) -> bool:
@@ -348,8 +336,21 @@ def _option_says(harness: Any, raw: Any, prop: str, default: bool) -> bool:
         return default
 
 
+def upgrade_request(data: Any) -> Any:
+    """A request as sent (a dict), each harness's earlier forms upgraded by that harness
+    (HarnessOptions.upgrade_request); as given where no harness registry is loaded (a client:
+    the server upgrades it)."""
+    if not isinstance(data, dict) or _harness_registry is None:
+        return data
+    for cls in _harness_registry.values():
+        model = getattr(cls, "options_model", None)
+        if model is not None:
+            data = model.upgrade_request(data)
+    return data
+
+
 def _raw_harness_options(data: dict[str, Any]) -> Any:
-    return next((data[k] for k in (HARNESS_OPTIONS, *LEGACY_OPTION_KEYS) if data.get(k) is not None), None)
+    return data.get(HARNESS_OPTIONS)
 
 
 def calls_model(data: dict[str, Any]) -> bool:
@@ -368,6 +369,7 @@ class RolloutRequest(RolloutOptions):
     @classmethod
     def _named_task_stand_in(cls, data: Any) -> Any:
         # A task the harness options name brings its own instruction: the Task may be left out.
+        data = upgrade_request(data)  # before RolloutOptions' own upgrade: the options say whether a task is named
         if isinstance(data, dict) and "task" not in data:
             if _option_says(data.get("harness", DEFAULT_HARNESS), _raw_harness_options(data), "names_task", False):
                 data = {**data, "task": Task(instruction=NAMED_TASK_INSTRUCTION)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, computed_field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SerializeAsAny, computed_field, model_validator
 
 from harness_env.models.base import Mode
 
@@ -195,6 +195,10 @@ class ServedBy(BaseModel):
     node: str | None = Field(None, description="the Ray node id, when it ran on a Ray cluster")
 
 
+# The key a harness's run info had before it was `run_info` (the one harness with one then).
+FORMER_RUN_INFO_KEY = "harbor"
+
+
 class RolloutResult(BaseModel):
     # pi_env-compatible fields
     task_id: str | None = None
@@ -241,10 +245,10 @@ class RolloutResult(BaseModel):
     # every turn was captured at token level; otherwise `eval`, and the reason says why.
     rollout_type: Literal["train", "eval"] = "eval"
     rollout_type_reason: str = ""
-    # A harness's own account of what it ran (its run-info model, a HarnessRunInfo), under the
-    # key named after that harness; the one such harness today keeps its key from before the
-    # options were declared once. A client reads it back as a HarnessRunInfo: same attributes.
-    harbor: SerializeAsAny[HarnessRunInfo] | None = None
+    # A harness's own account of what it ran (its run-info model, a HarnessRunInfo). A client reads
+    # it back as a HarnessRunInfo: same attributes. Results stored before it had this name carry it
+    # under the key of the one harness that had one ("harbor"): still read (FORMER_RUN_INFO_KEY).
+    run_info: SerializeAsAny[HarnessRunInfo] | None = Field(None, validation_alias=AliasChoices("run_info", FORMER_RUN_INFO_KEY))
     # The agent's ATIF trajectory (trajectory.json), when the harness's agent wrote one.
     agent_trajectory: dict[str, Any] | None = None
     # The server (replica, node) that ran it; None when it ran in-process, without a server.
@@ -271,6 +275,11 @@ class RolloutResult(BaseModel):
     def failure_reason(self) -> str | None:
         """Why, in words (error)."""
         return self.error
+
+    @property
+    def harbor(self) -> HarnessRunInfo | None:
+        """The former name of `run_info`."""
+        return self.run_info
 
     def training_rows(self) -> list[TrainingRow]:
         """One row per branch of the turn graph; auxiliary and failed turns are left out. Rows of a

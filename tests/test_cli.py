@@ -377,7 +377,6 @@ def test_a_harness_s_own_flags_select_it_and_fill_its_options(tmp_path, monkeypa
         "sandbox": "docker",
         "reward_key": "score",
     }
-    assert request.harbor is request.harness_options  # the former name still reads them
     request, _ = _request(tmp_path, monkeypatch, "--harness", "harbor", "--sandbox", "bwrap")  # the command's own value: Harbor's default
     assert request.harness_options.model_dump(exclude_defaults=True) == {} and request.task.instruction == "x"
 

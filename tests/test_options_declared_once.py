@@ -17,7 +17,7 @@ from harness_env.cli_flags import flag_name, shown_default
 from harness_env.cli_request import request_fields
 from harness_env.envs import harness_options_models
 from harness_env.families import family_names, get_family
-from harness_env.models import HARNESS_OPTIONS, LEGACY_OPTION_KEYS, RolloutOptions
+from harness_env.models import HARNESS_OPTIONS, RolloutOptions
 from harness_env.server.mcp.rollout import rollout_args, run_rollout_schema, run_rollout_tool_schema, short
 from harness_env.server.mcp.tools import McpToolServer
 from harness_env.server.web.form import harness_controls, option_controls
@@ -86,8 +86,9 @@ MCP_ARGUMENTS = [
     "temperature",
     "task_family",
     "family_options",
-    "harbor",
 ]
+# Accepted as before but no longer listed: Harbor's request upgrader moves it to harness_options.
+FORMER_MCP_ARGUMENTS = ["harbor"]
 
 
 def _run_actions() -> dict[str, argparse.Action]:
@@ -169,8 +170,6 @@ def test_every_harness_option_is_in_the_mcp_schema(tool_schema, harness, name):
     assert {"$ref": f"#/$defs/{model.__name__}"} in tool_schema["properties"][HARNESS_OPTIONS]["anyOf"]
     prop = tool_schema["$defs"][model.__name__]["properties"][name]
     assert prop["description"] == info.description and prop["default"] == info.default
-    if harness in LEGACY_OPTION_KEYS:  # the former key is described too
-        assert tool_schema["properties"][harness]["$ref"] == f"#/$defs/{model.__name__}"
 
 
 def test_every_argument_of_before_is_in_the_mcp_schema(tool_schema, listed_schema):
@@ -181,6 +180,9 @@ def test_every_argument_of_before_is_in_the_mcp_schema(tool_schema, listed_schem
     flat = {"instruction": "x", "harness": "harbor", "max_turns": 3, "temperature": 0.5, "harbor": {"task_index": 1}}
     nested_args = {"instruction": "x", "harness": "harbor", "options": {"max_turns": 3, "temperature": 0.5, "harbor": {"task_index": 1}}}
     assert rollout_args(flat) == rollout_args(nested_args)
+    current = {"instruction": "x", "harness": "harbor", "max_turns": 3, "temperature": 0.5, "harness_options": {"task_index": 1}}
+    assert rollout_args(flat) == rollout_args(current)
+    assert [a for a in FORMER_MCP_ARGUMENTS if a in tool_schema["properties"]] == []
 
 
 # -- the web form ------------------------------------------------------------------------------------

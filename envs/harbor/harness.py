@@ -40,7 +40,7 @@ from harness_env.envs.harbor.config import (
     trial_config,
     trial_deadline,
 )
-from harness_env.envs.harbor.options import HarborOptions, HarborRunInfo
+from harness_env.envs.harbor.options import HARNESS_NAME, HarborOptions, HarborRunInfo
 from harness_env.envs.harbor.task_dir import VERIFY_RESULTS_FILE, harbor_task_model, load_task_dir, script_budget, task_to_task_dir
 from harness_env.envs.harbor.trial import HarborTrialOutcome, count_tool_calls, read_trajectory, run_harbor_trial
 from harness_env.models import CommandResult, DatasetTaskInfo, Phase, RolloutRequest, RolloutResult
@@ -223,7 +223,7 @@ def _verify_results(out: HarborTrialOutcome, verify: list[str] | None) -> list[C
 
 
 class HarborHarness(HarnessBase):
-    name = "harbor"
+    name = HARNESS_NAME
     capabilities = ("harbor_tasks", "harbor_agents", "sandbox_providers", "atif_trajectory")
     options_model = HarborOptions  # its own options (envs/harbor/options.py): request.harness_options
     dialect = None  # its agent's: checked in prepare
@@ -244,7 +244,7 @@ class HarborHarness(HarnessBase):
     def result_facts(self, result: RolloutResult) -> list[RunFact] | None:
         """A trial's task, agent, sandbox, exception and verifier rewards; read back from JSON, the
         run info is a plain HarnessRunInfo with the same fields."""
-        info = result.harbor
+        info = result.run_info
         return None if info is None else HarborRunInfo.model_validate(info.model_dump()).facts()
 
     def local_tasks(self, path: Path, split: str | None) -> list[LocalTask] | None:
@@ -410,7 +410,7 @@ class HarborHarness(HarnessBase):
         res.sandbox_id = out.sandbox_id or ""
         res.sandbox_notes = [f"Harbor {HarborHarness().version()} trial, environment {opts.sandbox!r}", *res.sandbox_notes]
         agent_info = getattr(trial, "agent_info", None)
-        res.harbor = HarborRunInfo(
+        res.run_info = HarborRunInfo(
             task_name=ht.name,
             task_path="" if converted else str(ht.path),
             agent=opts.agent,

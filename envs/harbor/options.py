@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
-from harness_env.models.base import bounded_mapping
-from harness_env.models.options import NAMED_TASK_INSTRUCTION, HarnessOptions, option
+from harness_env.models.base import bounded_mapping, check_text
+from harness_env.models.options import DEFAULT_HARNESS, HARNESS_OPTIONS, NAMED_TASK_INSTRUCTION, HarnessOptions, option
 from harness_env.models.results import DatasetTaskInfo, HarnessRunInfo
 
 __all__ = ["HARBOR_INSTRUCTION_PLACEHOLDER", "HARBOR_NAME_PATTERN", "HarborOptions", "HarborRunInfo", "HarborTaskInfo"]
@@ -26,6 +26,8 @@ HARBOR_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 HARBOR_INSTRUCTION_PLACEHOLDER = NAMED_TASK_INSTRUCTION  # the former name
 HarborTaskInfo = DatasetTaskInfo  # the former name: one task of a dataset, as list_tasks shows it
 TASKS_DIR_VAR = "HARNESS_ENV_HARBOR_TASKS_DIR"
+HARNESS_NAME = "harbor"  # HarborHarness.name (harness.py imports this module)
+FORMER_KEY = "harbor"  # where a request once put these options (upgrade_request)
 DEFAULT_AGENT = "pi"
 LOCAL_SANDBOX = "local"
 # What a remote caller may set: options that change the agent's behaviour, not what it reads on
@@ -140,6 +142,24 @@ class HarborOptions(HarnessOptions):
 
         return self.agent not in MODEL_FREE_AGENTS
 
+    # -- requests in an earlier form ---------------------------------------------------------------
+    @classmethod
+    def upgrade_request(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """Harbor's options were once sent under `harbor` (before every harness's were
+        `harness_options`): read there still, for harness harbor only."""
+        if FORMER_KEY not in data:
+            return data
+        rest = {k: v for k, v in data.items() if k != FORMER_KEY}
+        value, harness = data[FORMER_KEY], data.get("harness", DEFAULT_HARNESS)
+        if value is None:
+            return rest
+        if harness != HARNESS_NAME:
+            check_text(value, FORMER_KEY)  # say what is wrong with the value first, as for any field
+            raise ValueError(f"`{FORMER_KEY}` options are for harness={HARNESS_NAME!r}, not {harness!r}")
+        if rest.get(HARNESS_OPTIONS) is not None:
+            raise ValueError(f"give {HARNESS_OPTIONS} or its former name `{FORMER_KEY}`, not both")
+        return {**rest, HARNESS_OPTIONS: value}
+
     # -- the command line -------------------------------------------------------------------------
     @classmethod
     def from_command_line(cls, name: str, flags: dict[str, Any], shared: dict[str, tuple[str, ...]]) -> dict[str, Any] | None:
@@ -196,7 +216,7 @@ class HarborOptions(HarnessOptions):
 
 
 class HarborRunInfo(HarnessRunInfo):
-    """What Harbor ran, in a harness="harbor" result (under `harbor`)."""
+    """What Harbor ran, in a harness="harbor" result (its `run_info`)."""
 
     task_name: str = ""
     task_path: str = ""

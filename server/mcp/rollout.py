@@ -25,7 +25,7 @@ from pydantic import ConfigDict, RootModel, ValidationError
 
 from harness_env.core.errors import describe_validation_error
 from harness_env.envs import harness_options_models
-from harness_env.models import HARNESS_OPTIONS, LEGACY_OPTION_KEYS, MAX_SUMMARY_BYTES, Detail, RolloutArgs, RolloutResult, RolloutSummary, option, summarize
+from harness_env.models import HARNESS_OPTIONS, MAX_SUMMARY_BYTES, Detail, RolloutArgs, RolloutResult, RolloutSummary, option, summarize, upgrade_request
 
 
 # -- arguments -----------------------------------------------------------------------------------
@@ -48,14 +48,18 @@ def _holds_json(annotation: Any) -> bool:
 
 
 # Arguments that hold a list or an object: some clients send those as JSON text.
-_JSON_ARGS = frozenset({*LEGACY_OPTION_KEYS, *(n for n, f in RolloutArgs.model_fields.items() if _holds_json(f.annotation))})
+_JSON_ARGS = frozenset(n for n, f in RolloutArgs.model_fields.items() if _holds_json(f.annotation))
 
 
 def rollout_args(arguments: dict[str, Any]) -> RunRolloutArgs:
     """run_rollout's arguments as sent, checked by RunRolloutArgs: those given as null are left to
     their defaults, a list or object sent as JSON text is read."""
     args = {}
-    for name, value in _with_options_unnested(arguments).items():
+    try:  # a harness's earlier form of its options (under a key of their own) first
+        given = upgrade_request(_with_options_unnested(arguments))
+    except ValueError as e:
+        raise ToolError(f"invalid request: {e}") from None
+    for name, value in given.items():
         if name in _JSON_ARGS and isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
             try:
                 value = json.loads(value)
@@ -114,16 +118,14 @@ def run_rollout_description() -> str:
 
 def run_rollout_schema() -> dict[str, Any]:
     """RunRolloutArgs' fields (description, default, bounds), harness_options being one of the
-    harnesses' own options models (also under their former keys)."""
+    harnesses' own options models."""
     schema = RunRolloutArgs.model_json_schema()
     defs, props, refs = schema.setdefault("$defs", {}), schema["properties"], []
-    for name, model in harness_options_models().items():
+    for model in harness_options_models().values():
         sub = model.model_json_schema()
         defs.update(sub.pop("$defs", {}))
         defs[model.__name__] = sub
         refs.append({"$ref": f"#/$defs/{model.__name__}"})
-        if name in LEGACY_OPTION_KEYS:
-            props[name] = {**refs[-1], "description": f"the former name of {HARNESS_OPTIONS}, for harness={name!r}"}
     props[HARNESS_OPTIONS] = {k: v for k, v in props[HARNESS_OPTIONS].items() if k != "anyOf"} | {"anyOf": [*refs, {"type": "null"}]}
     return schema
 

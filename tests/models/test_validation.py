@@ -171,11 +171,11 @@ def test_harness_options_under_their_own_name_and_the_former_key():
     from harness_env.envs.harbor.options import HarborOptions  # loads the registry: the options are typed
 
     new = _request(harness="harbor", harness_options={"agent": "oracle"})
-    old = _request(harness="harbor", harbor={"agent": "oracle"})
-    assert isinstance(new.harness_options, HarborOptions) and new == old and old.harbor == old.harness_options
-    assert old.model_copy(update={"harbor": HarborOptions(agent="nop")}).harness_options.agent == "nop"
+    old = _request(harness="harbor", harbor={"agent": "oracle"})  # upgraded by Harbor (HarborOptions.upgrade_request)
+    assert isinstance(new.harness_options, HarborOptions) and new == old
     assert "harbor" not in old.model_dump() and old.model_dump(mode="json")["harness_options"]["agent"] == "oracle"
-    assert _request().harbor is None  # another harness: none
+    assert _request(harness="harbor", harbor=None).harness_options is None  # a former key sent empty: nothing to read
+    _refused(RolloutArgs, _args(harness="harbor", harbor={"agent": "nop"}, harness_options={"agent": "oracle"}), "harbor", "not both")
     _refused(
         RolloutRequest,
         {**_request().model_dump(), "harness": "pi", "harness_options": {"agent": "nop"}},

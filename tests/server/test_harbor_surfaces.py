@@ -74,7 +74,10 @@ async def test_mcp_list_tasks_and_confinement(harbor_server, tasks):
             tools = {t.name: t for t in (await session.list_tools()).tools}
             assert "list_tasks" in tools
             run_schema = tools["run_rollout"].input_schema
-            assert "harbor" in run_schema["properties"]["options"]["properties"] and "instruction" not in run_schema.get("required", [])
+            listed_options = run_schema["properties"]["options"]["properties"]
+            # Harbor's options are harness_options, named in the description; the former key is not listed.
+            assert "harness_options" in listed_options and "harbor" not in listed_options
+            assert "harbor (" in tools["run_rollout"].description and "instruction" not in run_schema.get("required", [])
 
             out = await session.call_tool("list_tasks", {"dataset": "suite"})
             assert not out.is_error, out.content
@@ -111,7 +114,7 @@ async def test_mcp_list_tasks_and_confinement(harbor_server, tasks):
             bad = await session.call_tool(
                 "run_rollout", {"harness": "harbor", "harbor": {"dataset": "suite", "agnet": "oracle"}, "base_url": "http://127.0.0.1:9/v1", "model": "m"}
             )
-            assert bad.is_error and "harbor.agnet" in bad.content[0].text, bad.content
+            assert bad.is_error and "harness_options.agnet" in bad.content[0].text, bad.content
             bad = await session.call_tool("run_rollout", {"base_url": "http://127.0.0.1:9/v1", "model": "m"})  # no task at all
             assert bad.is_error and "instruction is required" in bad.content[0].text
 
@@ -139,8 +142,8 @@ async def test_mcp_harbor_rollouts_oracle_passes_nop_fails(harbor_server, policy
                 assert result["error"] is None, result["error"]
                 assert result["reward"] == reward, result
                 assert result["harness"] == "harbor" and result["task_id"] == ("alpha", "beta")[index]
-                assert result["harbor"]["agent"] == agent and result["harbor"]["sandbox"] == "local"
-                assert result["harbor"]["task_name"] == ("alpha", "beta")[index]
+                assert result["run_info"]["agent"] == agent and result["run_info"]["sandbox"] == "local"
+                assert result["run_info"]["task_name"] == ("alpha", "beta")[index]
     harbor_server.assert_no_rollout_left()
 
 
@@ -219,8 +222,8 @@ def test_http_client_runs_a_harbor_dataset_task(harbor_server, policy):
             model="m",
             agent_timeout_s=60,
         )
-    assert result.error is None and result.reward == 1.0 and result.harbor is not None
-    assert result.harbor.task_name == "gamma" and result.task_id == "gamma"
+    assert result.error is None and result.reward == 1.0 and result.run_info is not None
+    assert result.run_info.task_name == "gamma" and result.task_id == "gamma"
     harbor_server.assert_no_rollout_left()
 
 

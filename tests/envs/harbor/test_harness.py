@@ -62,7 +62,7 @@ async def test_oracle_passes_and_nop_fails(policy_server):
     ok = await run_rollout(harbor_request(policy_server, {"task_dir": str(HELLO_WORLD), "agent": "oracle"}))
     assert ok.error is None, ok.error
     assert ok.reward == 1.0 and ok.reward_source == "reward_file"
-    assert ok.task_id == "hello-world" and ok.harbor.task_name == "hello-world" and ok.harbor.agent == "oracle"
+    assert ok.task_id == "hello-world" and ok.run_info.task_name == "hello-world" and ok.run_info.agent == "oracle"
     assert ok.files == {"hello.txt": "Hello, world!\n"}
     assert [p.name for p in ok.phases] == ["endpoint", "sandbox", "setup", "agent", "verify", "collect"]
     assert ok.proxy_turns == []  # the oracle calls no model
@@ -96,7 +96,7 @@ async def test_harbor_agents_through_the_capture_proxy(policy_server, tmp_path, 
     assert res.agent_trajectory is not None and res.agent_trajectory["schema_version"].startswith("ATIF")
     assert res.agent_tool_calls == 1
     assert res.agent_final_text == "Wrote it."
-    assert res.harbor.agent == agent and res.harbor.agent_version == toolchain.pin_of(agent).version  # the pinned CLI ran
+    assert res.run_info.agent == agent and res.run_info.agent_version == toolchain.pin_of(agent).version  # the pinned CLI ran
     # The agent presented the per-rollout capture key; the upstream key stayed in the proxy.
     auths = {h.get("authorization") for h in policy_server.policy.headers[2:]}
     assert auths == {f"Bearer {UPSTREAM_KEY}"}, auths  # proxy -> fake: the real key, added by the proxy
@@ -146,7 +146,7 @@ async def test_harbor_vendor_api_agents_through_the_capture_proxy(policy_server,
     assert policy[0].tool_calls[0]["function"]["name"] == shell_tool
     rows = [r for r in res.training_rows() if r.trainable]
     assert len(rows) == res.graph.branches == 1 and rows[0].reward == 1.0  # one thread: the dialect replays history exactly
-    assert res.harbor.agent == agent and res.harbor.agent_version == toolchain.pin_of(agent).version  # the pinned CLI ran
+    assert res.run_info.agent == agent and res.run_info.agent_version == toolchain.pin_of(agent).version  # the pinned CLI ran
     # Harbor's ATIF trajectory and the tool-call count from it
     assert res.agent_trajectory is not None and res.agent_tool_calls == 1 and res.agent_final_text == "Wrote it."
     # The CLI presented the per-rollout capture key; the upstream key stayed in the proxy.
@@ -256,7 +256,7 @@ async def test_converted_task_gives_the_native_reward(policy_server, verify, exp
         (r.timed_out, r.exit_code) for r in native.verify_results if r.timed_out
     ]
     assert [r.cmd for r in via_harbor.verify_results] == verify
-    assert via_harbor.task_id == "uniform" and via_harbor.harbor.task_path == ""
+    assert via_harbor.task_id == "uniform" and via_harbor.run_info.task_path == ""
 
 
 def _reward_json_task(tmp_path, rewards: dict, name: str):
@@ -268,7 +268,7 @@ async def test_reward_json_map_and_reward_key(policy_server, tmp_path):
     task_dir = _reward_json_task(tmp_path, {"accuracy": 0.25, "reward": 0.75}, "two-keys")
     default = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle"}))
     assert default.error is None and default.reward == 0.75
-    assert default.harbor.verifier_rewards == {"accuracy": 0.25, "reward": 0.75}
+    assert default.run_info.verifier_rewards == {"accuracy": 0.25, "reward": 0.75}
     keyed = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "oracle", "reward_key": "accuracy"}))
     assert keyed.error is None and keyed.reward == 0.25
 
@@ -321,7 +321,7 @@ async def test_vendor_api_agents_pass_the_agent_check_on_a_provider_sandbox(poli
 async def test_agent_timeout_is_one_deadline(policy_server, tmp_path):
     task_dir = hello_task_dir(tmp_path, solve=False)
     res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "pi"}, script=[{"hang": 120}], agent_timeout_s=8))
-    assert res.reward is None and res.error_kind == "agent_timeout", (res.error, res.harbor)
+    assert res.reward is None and res.error_kind == "agent_timeout", (res.error, res.run_info)
     assert "AgentTimeoutError" in res.error
     _no_process_left(res.sandbox_id)
 
@@ -333,18 +333,18 @@ def test_prepare_reads_the_task_and_checks_names(tmp_path):
     endpoint = Endpoint(base_url="http://127.0.0.1:9", model="m")
     req = RolloutRequest(harness="harbor", harbor={"dataset": str(tmp_path / "dataset"), "split": "train", "task_index": 1}, endpoint=endpoint)
     ready = prepare(req, trusted=True)
-    assert ready.harbor.task_dir == str((dataset / "b-task").resolve())  # sorted, as Harbor lists them
+    assert ready.harness_options.task_dir == str((dataset / "b-task").resolve())  # sorted, as Harbor lists them
     assert ready.task.instruction == HELLO.instruction and ready.task.task_id == "b-task"
     assert [t.name for t in list_tasks(str(tmp_path / "dataset"), "train", trusted=True)] == ["a-task", "b-task"]
 
     with pytest.raises(InvalidRequestError, match="out of range"):
-        prepare(req.model_copy(update={"harbor": req.harbor.model_copy(update={"task_index": 5})}), trusted=True)
+        prepare(req.model_copy(update={"harness_options": req.harness_options.model_copy(update={"task_index": 5})}), trusted=True)
     with pytest.raises(InvalidRequestError, match="cannot run in the local sandbox"):
-        prepare(req.model_copy(update={"harbor": HarborOptions(task_dir=str(dataset / "a-task"), agent="aider")}), trusted=True)
+        prepare(req.model_copy(update={"harness_options": HarborOptions(task_dir=str(dataset / "a-task"), agent="aider")}), trusted=True)
     with pytest.raises(InvalidRequestError, match="runs the pinned pi"):
-        prepare(req.model_copy(update={"harbor": HarborOptions(task_dir=str(dataset / "a-task"), agent_kwargs={"version": "0.1.0"})}), trusted=True)
+        prepare(req.model_copy(update={"harness_options": HarborOptions(task_dir=str(dataset / "a-task"), agent_kwargs={"version": "0.1.0"})}), trusted=True)
     with pytest.raises(InvalidRequestError, match="unknown Harbor agent 'no-such-agent'"):
-        prepare(req.model_copy(update={"harbor": HarborOptions(task_dir=str(dataset / "a-task"), agent="no-such-agent")}), trusted=True)
+        prepare(req.model_copy(update={"harness_options": HarborOptions(task_dir=str(dataset / "a-task"), agent="no-such-agent")}), trusted=True)
     with pytest.raises(InvalidRequestError, match="HARNESS_ENV_HARBOR_TASKS_DIR"):
         prepare(req, trusted=False)  # a remote caller names paths only under the configured root
 
@@ -352,7 +352,7 @@ def test_prepare_reads_the_task_and_checks_names(tmp_path):
 async def test_a_failing_endpoint_stops_the_trial(policy_server, tmp_path):
     task_dir = hello_task_dir(tmp_path, solve=False)
     res = await run_rollout(harbor_request(policy_server, {"task_dir": str(task_dir), "agent": "pi"}, script=[{"status": 503}]))
-    assert res.reward is None and res.error_kind == "endpoint", (res.error, res.harbor)
+    assert res.reward is None and res.error_kind == "endpoint", (res.error, res.run_info)
     assert "503" in res.error and "the agent was stopped" in res.error  # stopped, not left to its own deadline
     _no_process_left(res.sandbox_id)
 
@@ -464,13 +464,13 @@ def test_remote_callers_cannot_name_server_files_through_kwargs(tmp_path, monkey
     def req(**harbor):
         return RolloutRequest(harness="harbor", harbor={"task_dir": "t", **harbor}, endpoint=endpoint)
 
-    assert prepare(req(agent_kwargs={"max_turns": 5}), trusted=False).harbor.agent_kwargs == {"max_turns": 5}
+    assert prepare(req(agent_kwargs={"max_turns": 5}), trusted=False).harness_options.agent_kwargs == {"max_turns": 5}
     with pytest.raises(InvalidRequestError, match="prompt_template_path"):
         prepare(req(agent_kwargs={"prompt_template_path": "/etc/hostname"}), trusted=False)
     with pytest.raises(InvalidRequestError, match="sandbox_kwargs"):
         prepare(req(sandbox="docker", agent="nop", sandbox_kwargs={"keep_containers": True}), trusted=False)
     trusted = RolloutRequest(harness="harbor", harbor={"task_dir": str(tmp_path / "t"), "agent_kwargs": {"prompt_template_path": "/x"}}, endpoint=endpoint)
-    assert prepare(trusted, trusted=True).harbor.agent_kwargs  # the CLI may
+    assert prepare(trusted, trusted=True).harness_options.agent_kwargs  # the CLI may
     with pytest.raises(InvalidRequestError, match="task_family"):
         prepare(req().model_copy(update={"task_family": "svg_icon"}), trusted=True)
 

@@ -36,7 +36,7 @@ async def test_every_captured_turn_of_a_harbor_agent_is_what_the_real_engine_saw
         agent_timeout_s=900,
     )
     res = await run_rollout(req)
-    assert res.harbor.agent == AGENT, res.harbor
+    assert res.run_info.agent == AGENT, res.run_info
     check_contract(vllm_server, tap, res, f"harbor/{AGENT}")
     # Harbor's own record (the ATIF trajectory) has the calls the engine wrote, and no others.
     written = [(name, json.loads(args)) for name, args in tap.policy_tool_calls()]

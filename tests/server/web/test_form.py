@@ -164,11 +164,11 @@ HARBOR_FILLED = dict(harbor=dict(agent="oracle", sandbox="docker", task_dir=" ta
 
 def test_harbor_form_sends_only_what_was_filled_in():
     uniform = to_args(WebForm(base_url="http://x/v1", model="m", harness=HARBOR, instruction="do nothing", verify="true"))
-    assert uniform.harbor.model_dump(exclude_defaults=True) == {}  # agent pi, sandbox local: the defaults
-    assert (uniform.harbor.agent, uniform.harbor.sandbox, uniform.harbor.task_dir) == ("pi", "local", None)
+    assert uniform.harness_options.model_dump(exclude_defaults=True) == {}  # agent pi, sandbox local: the defaults
+    assert (uniform.harness_options.agent, uniform.harness_options.sandbox, uniform.harness_options.task_dir) == ("pi", "local", None)
     assert uniform.instruction == "do nothing" and uniform.verify == ["true"]  # the task Harbor converts
     named = to_args(WebForm(base_url="http://x/v1", model="m", harness=HARBOR, instruction="", **HARBOR_FILLED))
-    assert named.harbor.model_dump(exclude_defaults=True) == {
+    assert named.harness_options.model_dump(exclude_defaults=True) == {
         "agent": "oracle",
         "sandbox": "docker",
         "task_dir": "tasks/hello",
@@ -184,8 +184,8 @@ def test_harbor_form_sends_only_what_was_filled_in():
             harbor=dict(dataset="bench", task_index=None, agent="", sandbox=" ", reward_key="  ", split=" ", agent_kwargs=" "),
         )
     )
-    assert dataset.harbor.model_dump(exclude_defaults=True) == {"dataset": "bench"}
-    assert (dataset.harbor.agent, dataset.harbor.sandbox) == ("pi", "local")  # blank dropdowns fall back to the defaults
+    assert dataset.harness_options.model_dump(exclude_defaults=True) == {"dataset": "bench"}
+    assert (dataset.harness_options.agent, dataset.harness_options.sandbox) == ("pi", "local")  # blank dropdowns fall back to the defaults
     split = to_args(
         WebForm(
             base_url="http://x/v1",
@@ -194,7 +194,7 @@ def test_harbor_form_sends_only_what_was_filled_in():
             harbor=dict(dataset="bench", split=" train ", task_index=2, agent_kwargs='{"reasoning_effort": "low"}'),
         )
     )
-    assert split.harbor.model_dump(exclude_defaults=True) == {
+    assert split.harness_options.model_dump(exclude_defaults=True) == {
         "dataset": "bench",
         "split": "train",
         "task_index": 2,
@@ -204,7 +204,7 @@ def test_harbor_form_sends_only_what_was_filled_in():
 
 def test_other_harnesses_send_nothing_harbor():
     args = to_args(WebForm(base_url="http://x/v1", model="m", harness="pi", instruction="i", verify="true", **HARBOR_FILLED))
-    assert args.harbor is None and "harbor" not in args.model_dump(exclude_defaults=True)
+    assert args.harness_options is None and "harbor" not in args.model_dump(exclude_defaults=True)
 
 
 def test_bad_harbor_input_is_one_line():

@@ -254,7 +254,7 @@ TRAJECTORY = {
 
 
 def test_a_harness_s_facts_show_escaped_with_its_maps_as_tables():
-    facts = HarborHarness().result_facts(RolloutResult(harbor=HARBOR_INFO))
+    facts = HarborHarness().result_facts(RolloutResult(run_info=HARBOR_INFO))
     html = render.run_facts_html(facts, None)
     assert '<tr data-fact="task"><th>task</th><td><code>hello-world (tasks/hello-world)</code></td></tr>' in html
     assert '<tr data-fact="agent"><th>agent</th><td><code>pi 1.6.0</code></td></tr>' in html and "<code>local</code>" in html
@@ -262,14 +262,17 @@ def test_a_harness_s_facts_show_escaped_with_its_maps_as_tables():
     assert '<tr data-key="reward"><td><code>reward</code></td><td>0.5</td></tr>' in html
     assert "&lt;style&gt;" in html and "<style>" not in html
     assert "no agent trajectory" in html
-    bare = render.run_facts_html(HarborHarness().result_facts(RolloutResult(harbor=HarborRunInfo(agent="nop", sandbox="local"))))
+    bare = render.run_facts_html(HarborHarness().result_facts(RolloutResult(run_info=HarborRunInfo(agent="nop", sandbox="local"))))
     assert "<td><code>nop</code></td>" in bare and '<tr data-fact="exception"><th>exception</th><td>none</td></tr>' in bare
     assert "nothing of this harness's own" in render.run_facts_html(None)
 
 
 def test_harbor_facts_come_back_from_a_stored_result():
-    stored = RolloutResult.model_validate_json(RolloutResult(harbor=HARBOR_INFO).model_dump_json())  # a plain HarnessRunInfo now
+    stored = RolloutResult.model_validate_json(RolloutResult(run_info=HARBOR_INFO).model_dump_json())  # a plain HarnessRunInfo now
     assert HarborHarness().result_facts(stored) == HARBOR_INFO.facts()
+    # stored before the field was run_info: under the harness's key, read all the same (and by that name)
+    before = RolloutResult.model_validate_json(stored.model_dump_json().replace('"run_info":', '"harbor":'))
+    assert HarborHarness().result_facts(before) == HARBOR_INFO.facts() and before.harbor is before.run_info
     assert HarborHarness().result_facts(RolloutResult()) is None
 
 
