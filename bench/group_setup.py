@@ -1,8 +1,14 @@
 """What one setup per group saves a GRPO step: a group of N identical white-box rollouts whose setup
-makes a Python venv with pip (a few seconds of real work, as a task's installs are), run with every
-member running setup and with one setup per group (the others start from a copy of what it left),
-interleaved, median of R, in one run. Verify runs the venv's pip by its script, whose first line
-names the directory setup ran in: it passes in every member either way.
+makes a Python venv with pip (a few seconds of real work, as a task's installs are), run three
+ways, interleaved, median of R, in one run: every member running setup ("each"), one setup per
+group with the other members copying the saved layer ("copy", HARNESS_ENV_SETUP_OVERLAY=0), and
+one setup per group with the others mounting it as overlays ("overlay", core/sandbox/setupfork.py;
+the copy where this host cannot mount overlays). Verify runs the venv's pip by its script, whose
+first line names the directory setup ran in: it passes in every member every way.
+
+Two figures per way: the group's start (from the call until every member's agent has started:
+the setup phase, saving the layer, and every member's sandbox) and its whole wall (setup, agents,
+verify, close). Then where the overlay group's start goes, from the results' phase timings.
 
     .venv/bin/python bench/group_setup.py [--members 8,16] [--repeats 3]
 """
@@ -24,15 +30,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.scripted_policy import scripted_policy  # noqa: E402
-from harness_env import Endpoint, RolloutRequest, Task, run_rollout  # noqa: E402
+from harness_env import Endpoint, RolloutRequest, RolloutResult, Task, run_rollout  # noqa: E402
 from harness_env.core.sandbox.factory import LocalSandboxFactory  # noqa: E402
+from harness_env.core.sandbox.setupfork import OVERLAY_VAR, overlay_refusal  # noqa: E402
 from harness_env.core.sandbox.setuplayers import SetupLayers  # noqa: E402
 
 SCRIPT = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
+WAYS = ("each", "copy", "overlay")
 
 
-async def group(base_url: str, n: int, shared: bool) -> tuple[float, int]:
-    """Wall seconds of a group of `n`, and how many members ran setup themselves."""
+def phase(r: RolloutResult, name: str):
+    return next(p for p in r.phases if p.name == name)
+
+
+async def group(base_url: str, n: int, way: str) -> tuple[float, float, list[RolloutResult]]:
+    """(start s, wall s, results) of a group of `n` run `way`."""
     nonce = uuid.uuid4().hex[:8]  # a group of its own: never one a former round saved
     task = Task(
         instruction="Create hello.txt containing hello.",
@@ -40,15 +52,25 @@ async def group(base_url: str, n: int, shared: bool) -> tuple[float, int]:
         verify=["grep -qx hello hello.txt", ".venv/bin/pip --version"],
     )
     req = RolloutRequest(task=task, endpoint=Endpoint(base_url=base_url, model="m"), harness="whitebox", agent_timeout_s=120, setup_timeout_s=600)
-    factory = LocalSandboxFactory(setup_layers=SetupLayers.from_env() if shared else None)
-    started = time.monotonic()
+    os.environ[OVERLAY_VAR] = "0" if way == "copy" else "1"
+    factory = LocalSandboxFactory(setup_layers=SetupLayers.from_env() if way != "each" else None)
+    t0 = time.time()
     results = await asyncio.gather(*(run_rollout(req, sandbox_factory=factory) for _ in range(n)))
-    wall = time.monotonic() - started
+    wall = time.time() - t0
     bad = [r for r in results if r.error or r.reward != 1.0]
     if bad:
-        raise SystemExit(f"n={n} shared={shared}: {bad[0].error_kind}: {bad[0].error} {bad[0].verify_results}")
-    ran = sum(1 for r in results if "run once for the group" not in next(p.detail for p in r.phases if p.name == "setup"))
-    return wall, ran
+        raise SystemExit(f"n={n} {way}: {bad[0].error_kind}: {bad[0].error} {bad[0].verify_results}")
+    start = max(phase(r, "agent").started for r in results) - t0
+    return start, wall, results
+
+
+def breakdown(results: list[RolloutResult]) -> tuple[float, float, float]:
+    """(the leader's setup s, saving its layer s, a member's sandbox s: the median) of one shared group."""
+    members = [r for r in results if "run once for the group" in phase(r, "setup").detail]
+    leader = next(r for r in results if r not in members)
+    setup = phase(leader, "setup")
+    saved = phase(leader, "agent").started - (setup.started + setup.duration_s)
+    return setup.duration_s, saved, statistics.median(phase(r, "sandbox").duration_s for r in members)
 
 
 async def main() -> None:
@@ -60,19 +82,31 @@ async def main() -> None:
     os.environ["HARNESS_ENV_SANDBOX_DIR"] = tmp + "/sandboxes"
     try:
         with scripted_policy(SCRIPT) as base_url:
-            await group(base_url, 1, False)  # warm-up (imports, page cache)
-            print(f"{os.cpu_count()} CPUs")
-            print(f"{'members':>7} {'each runs setup s':>18} {'one setup s':>12} {'ratio':>6}  setups run")
+            await group(base_url, 1, "each")  # warm-up (imports, page cache)
+            os.environ.pop(OVERLAY_VAR, None)
+            print(f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; overlay: {overlay_refusal() or 'mounted'}")
+            print(f"{'members':>7} {'way':>8} {'start s':>8} {'wall s':>7} {'start ratio':>12} {'wall ratio':>11}  setups run")
             for n in (int(x) for x in args.members.split(",")):
-                walls: dict[bool, list[float]] = {False: [], True: []}
-                ran: dict[bool, int] = {}
+                starts: dict[str, list[float]] = {w: [] for w in WAYS}
+                walls: dict[str, list[float]] = {w: [] for w in WAYS}
+                parts: list[tuple[float, float, float]] = []
+                ran: dict[str, int] = {}
                 for _ in range(args.repeats):
-                    for shared in (False, True):
-                        wall, ran[shared] = await group(base_url, n, shared)
-                        walls[shared].append(wall)
-                each, once = statistics.median(walls[False]), statistics.median(walls[True])
-                print(f"{n:7} {each:18.2f} {once:12.2f} {each / once:6.2f}  {ran[False]} vs {ran[True]}")
+                    for way in WAYS:
+                        start, wall, results = await group(base_url, n, way)
+                        starts[way].append(start)
+                        walls[way].append(wall)
+                        ran[way] = sum(1 for r in results if "run once for the group" not in phase(r, "setup").detail)
+                        if way == "overlay":
+                            parts.append(breakdown(results))
+                each_start, each_wall = statistics.median(starts["each"]), statistics.median(walls["each"])
+                for way in WAYS:
+                    start, wall = statistics.median(starts[way]), statistics.median(walls[way])
+                    print(f"{n:7} {way:>8} {start:8.2f} {wall:7.2f} {each_start / start:12.2f} {each_wall / wall:11.2f}  {ran[way]}")
+                setup, saved, sandbox = (statistics.median(p[i] for p in parts) for i in range(3))
+                print(f"{'':7} overlay start: setup {setup:.2f} s, saving its layer {saved:.2f} s, a member's sandbox {sandbox:.3f} s (medians)")
     finally:
+        os.environ.pop(OVERLAY_VAR, None)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -99,14 +99,15 @@ def mount_tmpfs(path: Path, size_bytes: int) -> bool:
 
 def mount_overlay(lower: str, upper: Path, work: Path, target: Path) -> str | None:
     """An overlay at `target`: `lower` read-only, every write going to `upper` (a task image's root
-    with the rollout's own layer); what went wrong, in words, or None. Needs root."""
+    with the rollout's own layer; a group member's directory on the saved setup); what went wrong,
+    in words, or None. Needs root."""
     for ch in (",", ":", "\\"):
         if any(ch in str(p) for p in (lower, upper, work)):
             return f"an overlay cannot take the path {lower!r} or {str(upper)!r}: it holds {ch!r}"
     opts = f"lowerdir={lower},upperdir={upper},workdir={work}".encode()
     if _libc.mount(b"overlay", str(target).encode(), b"overlay", _MS_NOSUID | _MS_NODEV, opts) == 0:
         return None
-    return f"could not mount the image's overlay at {target}: {os.strerror(ctypes.get_errno())}"
+    return f"could not mount an overlay at {target}: {os.strerror(ctypes.get_errno())}"
 
 
 def unmount(path: Path) -> str | None:

@@ -53,6 +53,7 @@ from harness_env.core.sandbox.limits import Limits, child_rlimits, entry_argv
 from harness_env.core.sandbox.processes import RolloutProcesses
 from harness_env.core.sandbox.processes import marked_pids as _marked_pids  # noqa: F401  (tests import it from here)
 from harness_env.core.sandbox.rolloutdir import AGENT_DIRS, XDG_DIRS, make_rollout_dir
+from harness_env.core.sandbox.setupfork import fork_setup
 from harness_env.core.sandbox.setuplayers import SetupLayer
 
 REWARD_FILE_NAME = "reward.txt"
@@ -403,7 +404,7 @@ def create_local_sandbox(
     are no extra binds, whose files the server writes as root): run commands as an unprivileged
     uid under bubblewrap. `image`: the task's image (images.py), pulled unless cached, as the root of
     every command (needs bubblewrap and a root server; a TaskImage: pulled already); its non-root
-    numeric User is the uid. `setup_layer`: a group's setup (setuplayers.py) to start from."""
+    numeric User is the uid. `setup_layer`: a group's setup to start from (setupfork.py)."""
     try:
         bwrap = _usable_bwrap(use_bwrap, extra_binds, image)
     except SandboxError:
@@ -418,8 +419,9 @@ def create_local_sandbox(
         run_as = (task_image.user[0], task_image.user[1] or run_as[1])
     if capture_socket is not None and (not bwrap or shutil.which("socat") is None):
         capture_socket = None  # no way to cut the network here; the sandbox's notes say so
+    fork = setup_layer if task_image is None else None  # mounted below (setupfork.py); an image's member copies it
     try:
-        made = make_rollout_dir(sandboxes_root(), limits, run_as, extra_binds, task_image, setup_layer)
+        made = make_rollout_dir(sandboxes_root(), limits, run_as, extra_binds, task_image, None if fork else setup_layer)
     finally:
         if task_image is not None:
             release_image(task_image.digest)  # mounted now (the mount keeps it), or never
@@ -439,4 +441,9 @@ def create_local_sandbox(
     )
     if task_image is not None:
         sandbox.notes.append(f"root: task image {task_image.ref} ({task_image.digest})")
+    try:
+        sandbox.notes.extend([fork_setup(fork, made.root, AGENT_DIRS)] if fork else [])
+    except BaseException:
+        sandbox._remove()  # its directory, cgroup and lease: nothing is left of a sandbox never returned
+        raise
     return sandbox

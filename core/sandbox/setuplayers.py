@@ -3,10 +3,12 @@ setup commands and the sandbox settings (a GRPO group, an eval's attempts) run s
 
 The first member runs it; what it left (the rollout's own directories: workspace, home, tmp, XDG,
 logs; with a task image, its writable layer too) is copied into a layer of this server's cache,
-and each later member's sandbox starts from a copy of that layer (`cp -a`, with reflinks where the
-file system has them): a member's writes stay in its own directory, never seen by another, and
-verify runs on the member's own copy only. A setup that fails is not cached; the members that
-waited for it end with the same `setup` failure, and later ones try again.
+and each later member's sandbox starts from that layer (setupfork.py): its directories are
+overlays with the layer read-only below and the member's own writes above, or, where this host
+cannot mount overlays, copies of it (`cp -a`, with reflinks where the file system has them).
+Either way a member's writes stay in its own directory, never seen by another, and verify runs
+on the member's own files only. A setup that fails is not cached; the members that waited for it
+end with the same `setup` failure, and later ones try again.
 
 A file setup wrote may name the directory it ran in (a venv's scripts name their interpreter by its
 path): under bubblewrap that path is a link to the member's own directory inside its sandbox.
@@ -14,7 +16,7 @@ path): under bubblewrap that path is a link to the member's own directory inside
 The cache belongs to one server process: a leased directory beside the image cache, removed when
 the process exits and swept at the next start when it was killed. It is bounded in size and age
 (HARNESS_ENV_SETUP_CACHE_MB, 0 turns sharing off; HARNESS_ENV_SETUP_CACHE_AGE_S); a layer a member
-is being made from is never evicted.
+is being made from, or that a member's overlay still has below it, is never evicted.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 
 from harness_env.core.errors import SandboxError
 from harness_env.core.sandbox.cachebound import CacheBound, evict
+from harness_env.core.sandbox.host import unescape_mount_path
 from harness_env.core.sandbox.images import image_cache_root
 from harness_env.core.sandbox.lease import TEMP_DIR_PREFIX, remove_leased, write_lease
 
@@ -58,6 +61,20 @@ def copy_tree(src: Path, dest: Path) -> None:
     proc = subprocess.run(["cp", "-a", "--reflink=auto", "--", f"{src}/.", f"{dest}/"], capture_output=True, text=True, timeout=COPY_TIMEOUT_S, check=False)
     if proc.returncode != 0:
         raise SandboxError(f"could not copy the group's setup layer: {proc.stderr.strip()[-300:]}")
+
+
+def mounted_layers(root: Path) -> set[str]:
+    """Names of the layers in `root` that a live overlay has below it (a member's: setupfork.py)."""
+    prefixes = {f"{root}/", f"{os.path.realpath(root)}/"}
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return set()
+    options = [f[3] for f in map(str.split, lines) if len(f) > 3 and f[2] == "overlay"]
+    lowers = [opt.removeprefix("lowerdir=") for opts in options for opt in opts.split(",") if opt.startswith("lowerdir=")]
+    paths = [unescape_mount_path(p) for lower in lowers for p in lower.split(":")]
+    return {p.removeprefix(prefix).split("/")[0] for p in paths for prefix in prefixes if p.startswith(prefix)}
 
 
 class SetupLayers:
@@ -137,7 +154,9 @@ class SetupLayers:
 
     def evict(self, now: float | None = None) -> list[str]:
         with self._guard:  # held throughout: no layer is taken while the cache is bounded
-            return evict(self._root(), self.bound, set(self._in_use), time.time() if now is None else now, entry=lambda name: len(name) == 64)
+            root = self._root()
+            in_use = set(self._in_use) | mounted_layers(root)
+            return evict(root, self.bound, in_use, time.time() if now is None else now, entry=lambda name: len(name) == 64)
 
 
 @functools.cache
