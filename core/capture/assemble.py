@@ -47,6 +47,7 @@ class TurnDraft:
     errors: list[str] = field(default_factory=list)
     logprobs_invalid: bool = False  # a logprob was null, NaN or infinite (vLLM past a model's positions)
     chunks: int = 0
+    unread: bytes | None = None  # a whole answer passed on as it came, read once the harness has it (`read_unread`)
 
     @property
     def has_prompt(self) -> bool:
@@ -71,6 +72,12 @@ class TurnDraft:
         return content
 
     # -- feeding ------------------------------------------------------------------------------
+    def read_unread(self) -> None:
+        """Read the whole answer kept `unread` (the turn is recorded from it)."""
+        if self.unread is not None:
+            content, self.unread = self.unread, None
+            self.add_response_body(content)
+
     def add_response_body(self, content: bytes) -> None:
         """A non-streaming answer as the engine sent it; what is not a JSON object is an error."""
         try:
@@ -111,6 +118,24 @@ class TurnDraft:
             return
         if not isinstance(chunk, dict):
             self.errors.append(f"malformed stream chunk (not an object): {data[:200]!r}")
+            return
+        self.add_chunk(chunk)
+
+    def add_chunk_bytes(self, data: bytes) -> None:
+        """One SSE `data:` payload as the stream's bytes: read as add_chunk_text reads its text,
+        without decoding it first; what is not a JSON object (or not UTF-8) goes the text's way,
+        for its errors and replacement characters."""
+        if data == b"[DONE]":
+            return
+        cut = not self.has_prompt and KEY in data
+        try:
+            chunk = fastjson.loads(self._cut(data) if cut else data)
+        except ValueError:
+            chunk = None
+        if not isinstance(chunk, dict):
+            if cut:
+                self.prompt_text = None  # as before this payload: the text's way cuts it again
+            self.add_chunk_text(data.decode("utf-8", errors="replace"))
             return
         self.add_chunk(chunk)
 

@@ -190,6 +190,7 @@ class ModelCall:
         waits for the send)."""
         session = self.session
         latency = time.monotonic() - self.started if latency is None else latency
+        draft.read_unread()
         error = session.redact("; ".join(draft.errors)[:2000]) if draft.errors else None
         turn = self.recorded = session.record(self.request, CallOutcome(self.status, error, latency, ttft), draft)
         session.log(

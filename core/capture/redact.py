@@ -106,14 +106,14 @@ _SHORT_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n
 _UNESCAPE = {v: k for k, v in _SHORT_ESCAPES.items()}
 
 
-def _escape_regexes(chars: set[str]) -> tuple[tuple[tuple[str, ...], str], ...]:
-    """Escapes that can stand for a character of a secret, as (plain marks one of them must
-    contain, regex): any `\\u` escape and the short escapes of the secrets' own characters only
-    (an ordinary `\\n` is no escape then), and any `%XX`."""
+def _escape_regexes(chars: set[str]) -> tuple[str, ...]:
+    """Regexes of the escapes that can stand for a character of a secret: any `\\u` escape and the
+    short escapes of the secrets' own characters only (an ordinary `\\n` is no escape then), and
+    any `%XX`. Each starts with a backslash or a percent sign (what `_gates` relies on)."""
     short = "".join(sorted(_SHORT_ESCAPES[c] for c in chars & set(_SHORT_ESCAPES)))
     alternative = f"|([{re.escape(short)}])" if short else ""
     backslashed = rf"\\\\{{0,{MAX_BACKSLASHES - 1}}}(?:u([0-9a-fA-F]{{4}}){alternative})"
-    return (("\\u", *("\\" + c for c in short)), backslashed), (("%",), r"%([0-9a-fA-F]{2})")
+    return backslashed, r"%([0-9a-fA-F]{2})"
 
 
 class _Decoded[T: (str, bytes)]:
@@ -204,6 +204,16 @@ class _Needle[T: (str, bytes)]:
         return found
 
 
+def _gates[T: (str, bytes)](needles: list[_Needle[T]], backslash: T, percent: T) -> tuple[T, ...]:
+    """What a text must hold for one of `needles` to be found in it, in any spelling: a backslash
+    or a percent sign (every escape starts with one), or the start or end of a spelling that holds
+    neither. One-character searches run at memchr speed, and most texts hold none of them."""
+    if not needles:
+        return ()
+    plain = {part for n in needles for part in (n.head, n.tail) if backslash not in part and percent not in part}
+    return (backslash, percent, *sorted(plain))
+
+
 class Redactor:
     """Masks a fixed set of secrets in str, bytes and JSON-like values. `partial=False` masks only
     whole secrets: for the policy's own answers, whose text a prefix match would corrupt (the model
@@ -216,8 +226,10 @@ class Redactor:
         self._str = [_Needle(f, partial) for f in sorted(forms)]
         self._bytes = [_Needle(f.encode(), partial) for f in sorted(forms)]
         escapes = _escape_regexes({c for s in kept for c in s})
-        self._escapes_str = tuple((marks, re.compile(e)) for marks, e in escapes)
-        self._escapes_bytes = tuple((tuple(m.encode() for m in marks), re.compile(e.encode())) for marks, e in escapes)
+        self._escapes_str = tuple(re.compile(e) for e in escapes)
+        self._escapes_bytes = tuple(re.compile(e.encode()) for e in escapes)
+        self._gates_str: tuple[str, ...] = _gates(self._str, "\\", "%")
+        self._gates_bytes: tuple[bytes, ...] = _gates(self._bytes, b"\\", b"%")
         # An escaped secret is longer than its plain form: up to a run of backslashes, "u" and 4
         # hex digits per character.
         self.longest = max((len(n.value) for n in self._bytes), default=0) * (MAX_BACKSLASHES + 5)
@@ -233,16 +245,16 @@ class Redactor:
                 spans += n.spans(text)
         return spans
 
-    def _all_spans[T: (str, bytes)](self, text: T, needles: list[_Needle[T]], escapes: tuple[tuple[T, re.Pattern[T]], ...]) -> list[tuple[int, int]]:
+    def _all_spans[T: (str, bytes)](self, text: T, needles: list[_Needle[T]], escapes: tuple[re.Pattern[T], ...]) -> list[tuple[int, int]]:
         """Where the secrets are in `text`: as written, and as a reader decodes it (each kind of
-        escape decoded in turn, looked for by a plain search first)."""
+        escape decoded in turn, where its regex finds one)."""
         spans = self._spans(text, needles)
         views: list[_Decoded[T]] = []
         view = text
         for _ in range(MAX_DECODING_PASSES):  # again while escapes are left: `%5Cu0073`, `\\u005cu0073`
             found = False
-            for marks, pattern in escapes:
-                if any(mark in view for mark in marks):
+            for pattern in escapes:
+                if pattern.search(view) is not None:  # faster than a plain search for "\\u" (a slow one to find)
                     views.append(_Decoded(view, pattern))
                     found, view = True, views[-1].view
             if not found:
@@ -254,7 +266,17 @@ class Redactor:
                 spans.append(span)
         return spans
 
-    def _apply[T: (str, bytes)](self, text: T, needles: list[_Needle[T]], escapes: tuple[tuple[T, re.Pattern[T]], ...], mask: T) -> T:
+    @staticmethod
+    def _clear[T: (str, bytes)](text: T, gates: tuple[T, ...]) -> bool:
+        """Whether `text` holds none of `gates`: then no secret is in it, in any spelling."""
+        for gate in gates:
+            if gate in text:
+                return False
+        return True
+
+    def _apply[T: (str, bytes)](self, text: T, needles: list[_Needle[T]], escapes: tuple[re.Pattern[T], ...], mask: T) -> T:
+        if self._clear(text, self._gates_bytes if isinstance(text, bytes) else self._gates_str):  # type: ignore[arg-type]
+            return text
         spans = self._all_spans(text, needles, escapes)
         if not spans:
             return text
@@ -278,7 +300,7 @@ class Redactor:
         return self._apply(data, self._bytes, self._escapes_bytes, MASK.encode()) if self._bytes and data else data
 
     def found_in(self, data: bytes) -> bool:
-        return bool(self._bytes) and bool(self._all_spans(data, self._bytes, self._escapes_bytes))
+        return bool(self._bytes) and not self._clear(data, self._gates_bytes) and bool(self._all_spans(data, self._bytes, self._escapes_bytes))
 
     def redact_value(self, value: Any) -> Any:
         """A copy of a JSON-like value (dicts, lists, strings) with every string redacted."""
@@ -315,6 +337,9 @@ class StreamRedactor:
         if not self._r:
             return chunk
         buf = self._carry + chunk if self._carry else chunk
+        if buf.endswith(b"\n"):  # the usual chunk, ending on a line break: nothing held back, nothing copied
+            self._carry = b""
+            return self._r.redact_bytes(buf)
         cut = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1  # SSE lines may also end in a lone CR
         if len(buf) - cut > MAX_STREAM_CARRY:
             # A huge line with no end yet: mask it whole, and keep back only what could be the

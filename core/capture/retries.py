@@ -46,7 +46,7 @@ async def _replayed(chunks: tuple[bytes, ...]) -> AsyncIterator[bytes]:
 
 def request_key(scope: Scope, raw: bytes) -> bytes:
     """The request's identity: its route, query (Gemini streams by `?alt=sse`) and body bytes."""
-    h = hashlib.blake2b(digest_size=20)
+    h = hashlib.sha256()  # OpenSSL's, on the CPU's SHA instructions where it has them: twice blake2b's speed here
     for part in (route_path(scope).encode(), scope.get("query_string", b""), raw):
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)

@@ -156,6 +156,8 @@ class CaptureSession:
 
     def note_dropped(self, names: set[str]) -> None:
         """Remember request fields the engine was not sent (at most MAX_DROPPED_FIELDS names)."""
+        if not names:
+            return
         for name in sorted(names - self.dropped_fields):
             if len(self.dropped_fields) >= MAX_DROPPED_FIELDS:
                 return

@@ -35,6 +35,25 @@ class SSEDecoder:
         self._line("", events)
         return events
 
+    @staticmethod
+    def payloads(stream: bytes) -> list[bytes]:
+        """The `data` payloads of a whole stream (what feed + flush decode), as its bytes: a
+        recorded stream is read once, after the client has it, without a decode per line."""
+        events: list[bytes] = []
+        data: list[bytes] = []
+        for line in stream.split(b"\n"):  # the last piece, without its line break, is a line too
+            line = line.rstrip(b"\r")
+            if line.startswith(b"data:"):
+                data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+            elif not line:
+                if data:
+                    events.append(b"\n".join(data))
+                    data = []
+            # comments and other fields (event:, id:, retry:) carry nothing we record
+        if data:
+            events.append(b"\n".join(data))
+        return events
+
     def _line(self, line: str, events: list[str]) -> None:
         if line == "":
             if self._data:

@@ -3,7 +3,8 @@
 The harness's request goes to the engine as sent (plus the session's policy), and the engine's
 answer comes back byte for byte but for masked secrets. Streams are relayed without being parsed:
 per chunk only a copy is kept (bounded), and the turn is assembled from the whole stream after the
-client has it all, off the latency path (bench/proxy.py measures the cost).
+client has it all, off the latency path (bench/proxy.py measures the cost); a whole answer is read
+into the turn after it is sent, too.
 """
 
 from __future__ import annotations
@@ -42,9 +43,8 @@ class ChatStreamRelay:
     def finish(self) -> None:
         if len(self._copy) >= MAX_RECORDED_STREAM_BYTES:
             self._draft.errors.append(f"stream over {MAX_RECORDED_STREAM_BYTES} bytes: recorded only its start")
-        decoder = SSEDecoder()
-        for data in [*decoder.feed(bytes(self._copy)), *decoder.flush()]:
-            self._draft.add_chunk_text(data)
+        for data in SSEDecoder.payloads(bytes(self._copy)):
+            self._draft.add_chunk_bytes(data)
 
 
 class ChatCompletions:
@@ -77,7 +77,7 @@ class ChatCompletions:
         return request.body
 
     def answer(self, request: ChatRequest, engine_body: bytes, content_type: str, draft: TurnDraft) -> tuple[bytes, str]:
-        draft.add_response_body(engine_body)
+        draft.unread = engine_body  # passed on as it is: read into the turn once the harness has it
         return engine_body, content_type
 
     def stream(self, request: ChatRequest, draft: TurnDraft) -> ChatStreamRelay:

@@ -124,3 +124,26 @@ def test_a_logprob_that_is_not_a_number_leaves_the_turns_logprobs_out_and_breaks
     assert f["completion_token_ids"] == [10, 11] and f["completion_text"] == "ab"
     assert f["per_token_logps"] == [] and f["top_logprobs"] == []
     assert len(d.errors) == 1 and "not a finite number (None) at completion token 1" in d.errors[0]
+
+
+def test_a_recorded_streams_bytes_are_read_as_its_decoded_text_is():
+    # The chat relay reads its copy of the stream as bytes (add_chunk_bytes); whatever the payloads,
+    # the turn is the one their decoded text gives (add_chunk_text).
+    ids = json.dumps({"choices": [{"index": 0, "delta": {"content": ""}}], "prompt_token_ids": [5, 6, 7]})
+    payloads = [
+        ids.encode(),
+        _chunk(delta={"content": "é"}, token_ids=[1], logprobs={"content": [{"token": "é", "logprob": -0.25}]}).encode(),
+        b" [DONE] ",
+        b'{"choices": [{"index": 0, "delta": {"content": "\xff"}}]}',  # not UTF-8
+        b'{"prompt_token_ids": [1, 2], "choices": [',  # malformed, holding the key
+        b"[1, 2]",
+        b'{"choices": [{"index": 0, "delta": {"content": "\\ud800"}, "finish_reason": "stop"}]}',  # a lone surrogate
+        b"[DONE]",
+    ]
+    for first in range(len(payloads)):  # each payload also as the first (the one whose ids are cut)
+        order = payloads[first:] + payloads[:first]
+        as_bytes, as_text = TurnDraft(), TurnDraft()
+        for p in order:
+            as_bytes.add_chunk_bytes(p)
+            as_text.add_chunk_text(p.decode("utf-8", errors="replace"))
+        assert as_bytes == as_text and as_bytes.prompt_text == as_text.prompt_text, first

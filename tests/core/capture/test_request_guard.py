@@ -175,6 +175,20 @@ async def test_the_400_says_which_field_is_wrong(proxy_client, route, field, val
     assert policy.requests == []
 
 
+def test_a_body_just_deep_enough_to_record_is_taken_and_one_level_more_is_refused():
+    # parse_body skips the recordable walk when the body has too few brackets to nest that deep:
+    # the bound is the walk's, to the level, whatever brackets its strings also hold.
+    from harness_env.core.capture import request_guard
+    from harness_env.core.errors import InvalidRequestError
+
+    for padding in ("", "[{" * 300):
+        depth = request_guard.MAX_RECORDED_DEPTH - 1  # with the body's own object: the deepest a record holds
+        ok = ('{"s": "' + padding + '", "x": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}").encode()
+        assert request_guard.parse_body(ok)["s"] == padding
+        with pytest.raises(InvalidRequestError, match="deeper than"):
+            request_guard.parse_body(('{"s": "' + padding + '", "x": ' + "[" * depth + "]" * depth + "}").encode())
+
+
 def test_lenient_parsing_keeps_data_and_makes_it_valid():
     """An engine's answer with an escaped lone surrogate is kept, the surrogate made U+FFFD, so the
     turn it goes into serialises; a pair stays its character."""

@@ -30,3 +30,19 @@ def test_utf8_split_inside_a_character():
 def test_encode_roundtrip():
     dec = SSEDecoder()
     assert dec.feed(encode_event("a\nb")) == ["a\nb"]
+
+
+STREAMS = [
+    b'data: {"a": 1}\n\ndata: {"b": 2}\r\n\r\n: keep-alive\n\ndata: [DONE]\n\n',
+    b"data: line1\ndata: line2\n\ndata:x",
+    b"data:no space\r\n\r\r\nevent: e\nid: 3\ndata:  two spaces\n\n\n\ndata: [DONE]",
+    'data: {"t": "é€"}\n\n'.encode() + b"data: \xff\xfe\n\n",
+    b"data: \r\ndata:\n\n:comment\r\ndata: last\r",
+]
+
+
+def test_a_whole_streams_payloads_are_what_feed_and_flush_decode():
+    for stream in STREAMS:
+        dec = SSEDecoder()
+        decoded = [*dec.feed(stream), *dec.flush()]
+        assert [p.decode("utf-8", errors="replace") for p in SSEDecoder.payloads(stream)] == decoded, stream
