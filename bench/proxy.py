@@ -1,14 +1,15 @@
 """Capture proxy overhead, measured side by side in one run against the same local upstream.
 
     .venv/bin/python bench/proxy.py [--requests 400] [--concurrency 32] [--json FILE]
-        [--only-realistic] [--only CASE] [--baseline-commit REV] [--bare-relay] [--openenv]
+        [--only-realistic] [--only CASE] [--baseline-commit REV] [--tree NAME=DIR] [--bare-relay] [--openenv]
         [--profile FILE] [--vllm | --vllm-port PORT] [--only-vllm] [--vllm-concurrency 8] [--vllm-rounds 4]
 
 Three processes: a minimal OpenAI-compatible upstream, the capture proxy (in transparent_proxy
 mode, so every call is rewritten, parsed and recorded), and this load generator, all on this
 machine. Direct and proxied calls are interleaved in rounds so machine noise hits both alike.
 `--baseline-commit REV` adds a fourth: the proxy of an earlier commit (from `git archive`), measured
-in the same rounds, so before and after come from one run. `--bare-relay` adds a relay on the same
+in the same rounds, so before and after come from one run (`--tree NAME=DIR`: the proxy of the
+package in DIR/harness_env, e.g. an experiment). `--bare-relay` adds a relay on the same
 stack that only passes bytes on (nothing parsed, rewritten, masked or recorded): the floor a
 Python relay on uvicorn, uvloop and aiohttp has on this machine. `--openenv` adds OpenEnv's capture
 server (OpenEnv 0.10.0 from its own venv, tests/openenv_env.py) on the chat-completions cases, its
@@ -71,6 +72,7 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--dialects", nargs="*", default=list(DIALECTS), choices=DIALECTS, help="the translating dialects to measure")
     ap.add_argument("--only-realistic", action="store_true", help="only the realistic cases (64 sessions, 16 KB prompts)")
     ap.add_argument("--baseline-commit", help="also run the proxy of this commit, side by side (before/after in one run)")
+    ap.add_argument("--tree", action="append", default=[], metavar="NAME=DIR", help="also run the proxy of the harness_env package in DIR, as NAME")
     ap.add_argument("--only", help="only the cases whose title contains this (for profiling one case)")
     ap.add_argument("--bare-relay", action="store_true", help="also measure a relay that only passes bytes on (the stack's floor)")
     ap.add_argument("--openenv", action="store_true", help="also measure OpenEnv's capture server (its own venv: tests/openenv_env.py)")
@@ -168,6 +170,7 @@ async def _targets(args: argparse.Namespace, procs: list[subprocess.Popen], upst
     trees = {"proxy": str(ROOT.parent)}
     if args.baseline_commit:
         trees[f"base {args.baseline_commit}"] = baseline_tree(args.baseline_commit, tmp)
+    trees.update(dict(tree.split("=", 1) for tree in args.tree))
     for name, tree in trees.items():
         profile = [f"{args.profile}.{name.split()[0]}"] if args.profile else []
         proxies[name] = await start_proxy(procs, tree, upstream, args.sessions, "m", profile)

@@ -140,20 +140,27 @@ class TurnDraft:
         self.add_chunk(chunk)
 
     def add_chunk(self, chunk: dict[str, Any]) -> None:
+        # Runs once per chunk of every stream: the common chunk (a piece of text, its ids and
+        # logprobs) takes as few calls and lookups as the reading allows.
         self.chunks += 1
         error = chunk.get("error")
         if isinstance(error, dict):
             self.errors.append(f"error in stream: {json.dumps(error)[:500]}")
-        self._top_level(chunk)
+        if "usage" in chunk or (self.prompt_text is None and not self.prompt_list):
+            self._top_level(chunk)
         for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta")
             if delta:
-                self._content(delta)
-                calls = delta.get("tool_calls")
-                if calls:
-                    self._tool_call_deltas(calls)
+                content = delta.get("content")
+                if type(content) is str and len(delta) == 1:
+                    self.text_parts.append(content)
+                else:
+                    self._content(delta)
+                    calls = delta.get("tool_calls")
+                    if calls:
+                        self._tool_call_deltas(calls)
             self._choice_common(choice)
 
     def _tool_call_deltas(self, calls: list[dict[str, Any]]) -> None:
@@ -204,8 +211,15 @@ class TurnDraft:
         if logprobs and isinstance(logprobs, dict):
             tokens, logps = self.completion_tokens, self.per_token_logps
             for item in logprobs.get("content") or ():
-                tokens.append(str(item.get("token", "")))
-                logp = _finite(item.get("logprob"))
+                token, logp = item.get("token", ""), item.get("logprob")
+                tokens.append(token if type(token) is str else str(token))
+                if type(logp) is float and logp - logp == 0.0:  # a finite float, as the engine writes them
+                    logps.append(logp)
+                    tops = item.get("top_logprobs")
+                    if tops:
+                        self._top_logprobs(tops)
+                    continue
+                logp = _finite(logp)
                 if logp is None and not self.logprobs_invalid:
                     self.logprobs_invalid = True
                     self.errors.append(
@@ -215,18 +229,21 @@ class TurnDraft:
                 logps.append(logp if logp is not None else 0.0)
                 tops = item.get("top_logprobs")
                 if tops:
-                    self.top_logprobs.append(
-                        [
-                            TopLogprob.model_construct(  # plain JSON values: no validation per token
-                                token=str(t.get("token", "")), logprob=lp, token_id=_token_id_from_str(str(t.get("token", "")))
-                            )
-                            for t in tops
-                            if (lp := _finite(t.get("logprob"))) is not None
-                        ]
-                    )
+                    self._top_logprobs(tops)
         finish = choice.get("finish_reason")
         if finish:
             self.finish_reason = finish
+
+    def _top_logprobs(self, tops: list[dict[str, Any]]) -> None:
+        self.top_logprobs.append(
+            [
+                TopLogprob.model_construct(  # plain JSON values: no validation per token
+                    token=str(t.get("token", "")), logprob=lp, token_id=_token_id_from_str(str(t.get("token", "")))
+                )
+                for t in tops
+                if (lp := _finite(t.get("logprob"))) is not None
+            ]
+        )
 
     # -- results ------------------------------------------------------------------------------
     def final_completion_ids(self) -> list[int]:

@@ -38,6 +38,9 @@ STREAMS = [
     b"data:no space\r\n\r\r\nevent: e\nid: 3\ndata:  two spaces\n\n\n\ndata: [DONE]",
     'data: {"t": "é€"}\n\n'.encode() + b"data: \xff\xfe\n\n",
     b"data: \r\ndata:\n\n:comment\r\ndata: last\r",
+    b"data: a\n\n\ndata: b\n\ndata: \n\n\n\ndata: c\ndata: d\n\n: c\ndata: e\n\ndata:f\n",
+    b"\n\ndata: x\n\ndata: y\n",
+    b"data: [DONE]",
 ]
 
 
