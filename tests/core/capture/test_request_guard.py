@@ -176,8 +176,7 @@ async def test_the_400_says_which_field_is_wrong(proxy_client, route, field, val
 
 
 def test_a_body_just_deep_enough_to_record_is_taken_and_one_level_more_is_refused():
-    # parse_body skips the recordable walk when the body has too few brackets to nest that deep:
-    # the bound is the walk's, to the level, whatever brackets its strings also hold.
+    # The bound is the record's, to the level, whatever brackets the body's strings also hold.
     from harness_env.core.capture import request_guard
     from harness_env.core.errors import InvalidRequestError
 
