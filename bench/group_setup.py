@@ -105,6 +105,7 @@ async def main() -> None:
                     print(f"{n:7} {way:>8} {start:8.2f} {wall:7.2f} {each_start / start:12.2f} {each_wall / wall:11.2f}  {ran[way]}")
                 setup, saved, sandbox = (statistics.median(p[i] for p in parts) for i in range(3))
                 print(f"{'':7} overlay start: setup {setup:.2f} s, saving its layer {saved:.2f} s, a member's sandbox {sandbox:.3f} s (medians)")
+            print(f"load average at the end {os.getloadavg()[0]:.1f}")
     finally:
         os.environ.pop(OVERLAY_VAR, None)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -53,7 +53,7 @@ from harness_env.core.sandbox.limits import Limits, child_rlimits, entry_argv
 from harness_env.core.sandbox.processes import RolloutProcesses
 from harness_env.core.sandbox.processes import marked_pids as _marked_pids  # noqa: F401  (tests import it from here)
 from harness_env.core.sandbox.rolloutdir import AGENT_DIRS, XDG_DIRS, make_rollout_dir
-from harness_env.core.sandbox.setupfork import fork_setup
+from harness_env.core.sandbox.setupfork import IMAGE_MEMBER_COPIES, fork_setup
 from harness_env.core.sandbox.setuplayers import SetupLayer
 
 REWARD_FILE_NAME = "reward.txt"
@@ -442,7 +442,7 @@ def create_local_sandbox(
     if task_image is not None:
         sandbox.notes.append(f"root: task image {task_image.ref} ({task_image.digest})")
     try:
-        sandbox.notes.extend([fork_setup(fork, made.root, AGENT_DIRS)] if fork else [])
+        sandbox.notes.extend([fork_setup(fork, made.root, AGENT_DIRS)] if fork else [IMAGE_MEMBER_COPIES] if setup_layer else [])
     except BaseException:
         sandbox._remove()  # its directory, cgroup and lease: nothing is left of a sandbox never returned
         raise

@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 OVERLAY_VAR = "HARNESS_ENV_SETUP_OVERLAY"  # "0": members copy the layer even where overlays work
 FORK_DIR = "setup-fork"  # below a member's rollout directory, the server's (0700): upper and work per directory
 BY_OVERLAY = "started from the group's setup layer by overlay (read-only below, its own writes above; nothing copied)"
+IMAGE_MEMBER_COPIES = "copied the group's setup layer (a task image's member: its image layer is seeded by copy)"
 
 
 @functools.cache

@@ -1,6 +1,7 @@
 """One setup per group, as a trainer sees it: a GRPO group of identical rollouts (in-process
 run_many, the white-box harness, bubblewrap) runs the task's setup once, every member starts from
-its own copy of what setup left, and a failing setup fails every member that waited for it."""
+what setup left (an overlay of its own on it, or its own copy), and a failing setup fails every
+member that waited for it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import threading
 import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task
+from harness_env.core.sandbox.setupfork import BY_OVERLAY, IMAGE_MEMBER_COPIES
 from harness_env.rollout import run_many
 from tests.core.sandbox.test_images import image_layout  # noqa: F401 - a tiny image with a world-writable /data
 
@@ -76,6 +78,7 @@ async def test_a_group_runs_setup_once_and_each_member_works_on_its_own_copy(pol
         assert [c.cmd for c in r.setup_results] == setup and all(c.exit_code == 0 for c in r.setup_results)
     shared = [r for r in results if "run once for the group" in next(p.detail for p in r.phases if p.name == "setup")]
     assert len(shared) == 3
+    assert all(BY_OVERLAY in r.sandbox_notes for r in shared)  # as root with overlayfs: mounted, not copied (test_setupfork.py)
 
     # The saved setup serves a later member too (an eval's next attempt): still one run.
     again = await run_many(_group(policy_server, 1, setup, verify, "echo agent >> log.txt"))
@@ -118,3 +121,4 @@ async def test_an_image_groups_setup_layer_is_copied_into_each_members_own_layer
     results = await run_many(requests, concurrency=3)
     assert [(r.error, r.reward) for r in results] == [(None, 1.0)] * 3, [(r.error, r.verify_results) for r in results]
     assert counter.count == 1
+    assert sum(IMAGE_MEMBER_COPIES in r.sandbox_notes for r in results) == 2
