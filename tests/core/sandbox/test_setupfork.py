@@ -23,7 +23,7 @@ from harness_env.core.sandbox.lease import remove_leased
 from harness_env.core.sandbox.local import create_local_sandbox
 from harness_env.core.sandbox.rolloutdir import AGENT_DIRS
 from harness_env.core.sandbox.setuplayers import SetupLayers, mounted_layers
-from harness_env.core.sandbox.sweep import sweep_sandboxes, sweep_temp_dirs
+from harness_env.core.sandbox.sweep import remove_rollout, sweep_sandboxes, sweep_temp_dirs
 
 pytestmark = pytest.mark.usefixtures("needs_bwrap")
 KEY = "a" * 64
@@ -193,3 +193,16 @@ def test_the_layers_some_overlay_has_below_it_are_found_by_name(layer, tmp_path)
     finally:
         subprocess.run(["umount", str(member_dir / "workspace")], check=True)
     assert mounted_layers(layers._root()) == set()
+
+
+async def test_a_dead_servers_member_named_by_the_job_store_is_removed_with_its_overlays(layer):
+    """server/jobs/upkeep.py removes the sandbox directory of a job whose server died (sweep.remove_rollout)."""
+    _, saved = layer
+    member = create_local_sandbox(setup_layer=saved)
+    try:
+        assert member.notes[-1] == setupfork.BY_OVERLAY and f"{member.root}/" in _mounts()
+        assert remove_rollout(str(member.root)) == "sandbox directory removed"
+        assert str(member.root) not in _mounts() and not member.root.exists()
+        assert (saved.path / "workspace" / "kept.txt").read_text() == "setup\n"
+    finally:
+        await member.close()
