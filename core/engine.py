@@ -241,7 +241,8 @@ class RolloutRun:
 
     async def sandbox_and_setup(self) -> bool:
         """Make the sandbox and run setup: once per group where the factory shares setups
-        (core/sandbox/setupgroups.py): the first member runs it, the others start from a copy."""
+        (core/sandbox/setupgroups.py): the first member runs it, the others start from what it left
+        (an overlay of it, or a copy: core/sandbox/setupfork.py)."""
         task, factory = self.request.task, self.factory
         part = factory.setup_group(self.limits, self.harness.readonly_paths()) if task.setup and isinstance(factory, SharesSetup) else None
         if part is None:
@@ -258,7 +259,7 @@ class RolloutRun:
             await self.make_sandbox()
             return await self.setup()
         with self.phase("setup") as ph:
-            ph.detail = "run once for the group: this rollout starts from a copy of what it left"
+            ph.detail = "run once for the group: this rollout starts from what it left (the sandbox notes say whether by overlay or copy)"
             if outcome.failure is not None:
                 self.fail("setup", outcome.failure)
                 ph.ok = False
