@@ -57,20 +57,20 @@ def test_run_harbor_task_dir_dataset_and_converted_task(tmp_path, policy_server)
     r = results["dir"]
     assert r["error"] is None and r["reward"] == 1.0, r
     assert r["harness"] == "harbor" and r["task_id"] == "alpha"
-    assert r["harbor"]["agent"] == "oracle" and r["harbor"]["sandbox"] == "local"
-    assert r["harbor"]["task_path"] == str((tmp_path / "ds" / "alpha").resolve())
+    assert r["run_info"]["agent"] == "oracle" and r["run_info"]["sandbox"] == "local"
+    assert r["run_info"]["task_path"] == str((tmp_path / "ds" / "alpha").resolve())
     for phase in ("sandbox", "agent", "verify"):
         assert f"{phase}: started" in out["dir"][1]
     assert "endpoint: finished - the agent calls no model" in out["dir"][1]
     assert (tmp_path / "rows.jsonl").read_text() == ""  # the oracle called no model: no training rows
 
     r = results["dataset"]
-    assert r["error"] is None and r["reward"] == 1.0 and r["task_id"] == "beta" and r["harbor"]["task_name"] == "beta"
+    assert r["error"] is None and r["reward"] == 1.0 and r["task_id"] == "beta" and r["run_info"]["task_name"] == "beta"
     assert out["dataset"][1] == ""  # --quiet
 
     r = results["converted"]  # a plain task file run through Harbor: nop leaves hi.txt unwritten
     assert r["error"] is None and r["reward"] == 0.0, r
-    assert r["harness"] == "harbor" and r["task_id"] == "plain" and r["harbor"]["agent"] == "nop" and r["harbor"]["task_path"] == ""
+    assert r["harness"] == "harbor" and r["task_id"] == "plain" and r["run_info"]["agent"] == "nop" and r["run_info"]["task_path"] == ""
 
 
 def test_harbor_tasks_table(tmp_path):
