@@ -122,16 +122,31 @@ def unescape_mount_path(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
+def mount_table() -> list[list[str]]:
+    """/proc/self/mounts, a list of fields per mount (device, mount point, type, options, ...; the
+    paths still escaped: unescape_mount_path); empty where it cannot be read."""
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as f:
+            return [line.split() for line in f.read().splitlines()]
+    except OSError:
+        return []
+
+
+def entries_below_overlays(root: Path) -> set[str]:
+    """Names of `root`'s entries that a live overlay on this machine has a lower layer in (the
+    task image cache's and the setup layers': such an entry is never evicted)."""
+    prefixes = {f"{root}/", f"{os.path.realpath(root)}/"}  # the mount table names real paths
+    options = [f[3] for f in mount_table() if len(f) > 3 and f[2] == "overlay"]
+    lowers = [opt.removeprefix("lowerdir=") for opts in options for opt in opts.split(",") if opt.startswith("lowerdir=")]
+    paths = [unescape_mount_path(p) for lower in lowers for p in lower.split(":")]
+    return {p.removeprefix(prefix).split("/")[0] for p in paths for prefix in prefixes if p.startswith(prefix)}
+
+
 def mounts_at_or_below(path: Path) -> list[str]:
     """Mount points at `path` or below it, deepest first. /proc/self/mounts names real paths, so
     the parent is resolved, never `path` itself: a link there must not lead to another tree."""
     top = os.path.join(os.path.realpath(os.path.dirname(os.path.normpath(str(path)))), os.path.basename(os.path.normpath(str(path))))
-    try:
-        with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return []
-    found = {unescape_mount_path(line.split()[1]) for line in lines if len(line.split()) > 1}
+    found = {unescape_mount_path(fields[1]) for fields in mount_table() if len(fields) > 1}
     below = [m for m in found if m == top or m.startswith(top + "/")]
     return sorted(below, key=lambda m: m.count("/"), reverse=True)
 

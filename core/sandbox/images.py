@@ -29,7 +29,7 @@ from pathlib import Path
 from harness_env.core.errors import InvalidRequestError, SandboxError
 from harness_env.core.sandbox import safefs
 from harness_env.core.sandbox.cachebound import CacheBound, evict
-from harness_env.core.sandbox.host import sandboxes_root, unescape_mount_path
+from harness_env.core.sandbox.host import entries_below_overlays, sandboxes_root
 from harness_env.core.sandbox.lease import TEMP_DIR_PREFIX, lease_path, write_lease
 from harness_env.models.base import LOCAL_IMAGE_TRANSPORTS, is_loopback
 
@@ -177,20 +177,7 @@ def image_cache_bound(env: dict[str, str] | None = None) -> CacheBound:
 
 def mounted_entries(cache: Path) -> set[str]:
     """Names of the cache's entries some overlay on this machine has as its lower layer."""
-    found, real = set(), cache.resolve()  # the mount table names real paths
-    try:
-        with open("/proc/self/mounts") as f:
-            mounts = f.read().splitlines()
-    except OSError:
-        return found
-    for line in mounts:
-        fields = line.split(" ")
-        if len(fields) > 3 and fields[2] == "overlay":
-            for opt in fields[3].split(","):
-                lower = Path(unescape_mount_path(opt.removeprefix("lowerdir="))) if opt.startswith("lowerdir=") else None
-                if lower is not None and lower.parent.parent in (cache, real):
-                    found.add(lower.parent.name)
-    return found
+    return entries_below_overlays(cache)
 
 
 def evict_images(bound: CacheBound | None = None, now: float | None = None) -> list[str]:

@@ -35,7 +35,7 @@ from typing import Any
 
 from harness_env.core.errors import SandboxError
 from harness_env.core.sandbox.cachebound import CacheBound, evict
-from harness_env.core.sandbox.host import unescape_mount_path
+from harness_env.core.sandbox.host import entries_below_overlays
 from harness_env.core.sandbox.images import image_cache_root
 from harness_env.core.sandbox.lease import TEMP_DIR_PREFIX, remove_leased, write_lease
 
@@ -65,16 +65,7 @@ def copy_tree(src: Path, dest: Path) -> None:
 
 def mounted_layers(root: Path) -> set[str]:
     """Names of the layers in `root` that a live overlay has below it (a member's: setupfork.py)."""
-    prefixes = {f"{root}/", f"{os.path.realpath(root)}/"}
-    try:
-        with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return set()
-    options = [f[3] for f in map(str.split, lines) if len(f) > 3 and f[2] == "overlay"]
-    lowers = [opt.removeprefix("lowerdir=") for opts in options for opt in opts.split(",") if opt.startswith("lowerdir=")]
-    paths = [unescape_mount_path(p) for lower in lowers for p in lower.split(":")]
-    return {p.removeprefix(prefix).split("/")[0] for p in paths for prefix in prefixes if p.startswith(prefix)}
+    return entries_below_overlays(root)
 
 
 class SetupLayers:
