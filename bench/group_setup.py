@@ -1,14 +1,16 @@
 """What one setup per group saves a GRPO step: a group of N identical white-box rollouts whose setup
-makes a Python venv with pip (a few seconds of real work, as a task's installs are), run three
+makes a Python venv with pip (a few seconds of real work, as a task's installs are), run four
 ways, interleaved, median of R, in one run: every member running setup ("each"), one setup per
-group with the other members copying the saved layer ("copy", HARNESS_ENV_SETUP_OVERLAY=0), and
-one setup per group with the others mounting it as overlays ("overlay", core/sandbox/setupfork.py;
-the copy where this host cannot mount overlays). Verify runs the venv's pip by its script, whose
-first line names the directory setup ran in: it passes in every member every way.
+group with the other members copying the saved layer ("copy", HARNESS_ENV_SETUP_OVERLAY=0), one
+setup per group with the others mounting it as overlays but the layer saved on disk
+("overlay-disk", HARNESS_ENV_SETUP_CACHE_MEMORY=0), and the default: overlays on a layer saved in
+the cache's own tmpfs ("overlay"; core/sandbox/setupfork.py and setuplayers.py; the copy, on disk,
+where this host cannot mount them). Verify runs the venv's pip by its script, whose first line
+names the directory setup ran in: it passes in every member every way.
 
 Two figures per way: the group's start (from the call until every member's agent has started:
 the setup phase, saving the layer, and every member's sandbox) and its whole wall (setup, agents,
-verify, close). Then where the overlay group's start goes, from the results' phase timings.
+verify, close). Then where the overlay groups' start goes, from the results' phase timings.
 
     .venv/bin/python bench/group_setup.py [--members 8,16] [--repeats 3]
 """
@@ -33,10 +35,10 @@ from bench.scripted_policy import scripted_policy  # noqa: E402
 from harness_env import Endpoint, RolloutRequest, RolloutResult, Task, run_rollout  # noqa: E402
 from harness_env.core.sandbox.factory import LocalSandboxFactory  # noqa: E402
 from harness_env.core.sandbox.setupfork import OVERLAY_VAR, overlay_refusal  # noqa: E402
-from harness_env.core.sandbox.setuplayers import SetupLayers  # noqa: E402
+from harness_env.core.sandbox.setuplayers import MEMORY_VAR, SetupLayers  # noqa: E402
 
 SCRIPT = [{"bash": "echo hello > hello.txt"}, {"text": "done"}]
-WAYS = ("each", "copy", "overlay")
+WAYS = ("each", "copy", "overlay-disk", "overlay")
 
 
 def phase(r: RolloutResult, name: str):
@@ -53,10 +55,13 @@ async def group(base_url: str, n: int, way: str) -> tuple[float, float, list[Rol
     )
     req = RolloutRequest(task=task, endpoint=Endpoint(base_url=base_url, model="m"), harness="whitebox", agent_timeout_s=120, setup_timeout_s=600)
     os.environ[OVERLAY_VAR] = "0" if way == "copy" else "1"
+    os.environ[MEMORY_VAR] = "0" if way == "overlay-disk" else "1"
     factory = LocalSandboxFactory(setup_layers=SetupLayers.from_env() if way != "each" else None)
     t0 = time.time()
     results = await asyncio.gather(*(run_rollout(req, sandbox_factory=factory) for _ in range(n)))
     wall = time.time() - t0
+    if factory.setup_layers is not None and way != "overlay-disk" and not factory.setup_layers.in_memory:
+        print(f"  ({way}: the setup cache is on disk here: the server cannot mount a tmpfs)")
     bad = [r for r in results if r.error or r.reward != 1.0]
     if bad:
         raise SystemExit(f"n={n} {way}: {bad[0].error_kind}: {bad[0].error} {bad[0].verify_results}")
@@ -85,11 +90,11 @@ async def main() -> None:
             await group(base_url, 1, "each")  # warm-up (imports, page cache)
             os.environ.pop(OVERLAY_VAR, None)
             print(f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; overlay: {overlay_refusal() or 'mounted'}")
-            print(f"{'members':>7} {'way':>8} {'start s':>8} {'wall s':>7} {'start ratio':>12} {'wall ratio':>11}  setups run")
+            print(f"{'members':>7} {'way':>12} {'start s':>8} {'wall s':>7} {'start ratio':>12} {'wall ratio':>11}  setups run")
             for n in (int(x) for x in args.members.split(",")):
                 starts: dict[str, list[float]] = {w: [] for w in WAYS}
                 walls: dict[str, list[float]] = {w: [] for w in WAYS}
-                parts: list[tuple[float, float, float]] = []
+                parts: dict[str, list[tuple[float, float, float]]] = {}
                 ran: dict[str, int] = {}
                 for _ in range(args.repeats):
                     for way in WAYS:
@@ -97,17 +102,19 @@ async def main() -> None:
                         starts[way].append(start)
                         walls[way].append(wall)
                         ran[way] = sum(1 for r in results if "run once for the group" not in phase(r, "setup").detail)
-                        if way == "overlay":
-                            parts.append(breakdown(results))
+                        if way.startswith("overlay"):
+                            parts.setdefault(way, []).append(breakdown(results))
                 each_start, each_wall = statistics.median(starts["each"]), statistics.median(walls["each"])
                 for way in WAYS:
                     start, wall = statistics.median(starts[way]), statistics.median(walls[way])
-                    print(f"{n:7} {way:>8} {start:8.2f} {wall:7.2f} {each_start / start:12.2f} {each_wall / wall:11.2f}  {ran[way]}")
-                setup, saved, sandbox = (statistics.median(p[i] for p in parts) for i in range(3))
-                print(f"{'':7} overlay start: setup {setup:.2f} s, saving its layer {saved:.2f} s, a member's sandbox {sandbox:.3f} s (medians)")
+                    print(f"{n:7} {way:>12} {start:8.2f} {wall:7.2f} {each_start / start:12.2f} {each_wall / wall:11.2f}  {ran[way]}")
+                for way, got in parts.items():
+                    setup, saved, sandbox = (statistics.median(p[i] for p in got) for i in range(3))
+                    print(f"{'':7} {way} start: setup {setup:.2f} s, saving its layer {saved:.2f} s, a member's sandbox {sandbox:.3f} s (medians)")
             print(f"load average at the end {os.getloadavg()[0]:.1f}")
     finally:
         os.environ.pop(OVERLAY_VAR, None)
+        os.environ.pop(MEMORY_VAR, None)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -88,12 +88,13 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
 
 
-def mount_tmpfs(path: Path, size_bytes: int) -> bool:
-    """A size-limited tmpfs at `path` (the rollout directory: its disk limit, and removal by
-    unmounting whatever tree the agent made). False where mounting is not allowed."""
+def mount_tmpfs(path: Path, size_bytes: int, mode: int = 0o755) -> bool:
+    """A size-limited tmpfs at `path` (a rollout directory: its disk limit, and removal by
+    unmounting whatever tree the agent made; the setup layers' cache: in memory). False where
+    mounting is not allowed."""
     if os.geteuid() != 0:
         return False
-    opts = f"size={size_bytes},mode=0755".encode()
+    opts = f"size={size_bytes},mode={mode:04o}".encode()
     return _libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts) == 0
 
 

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness_env.core.procs import process_starttime
 from harness_env.core.sandbox import safefs
+from harness_env.core.sandbox.host import unmount_tree
 
 LEASE_SUFFIX = ".lease"
 ROLLOUT_PREFIX = "rollout"  # a local rollout's directory: rollout-<12 hex digits>
@@ -158,8 +159,9 @@ def leased_temp_dir(purpose: str) -> Path:
 
 
 def remove_leased(path: Path) -> str | None:
-    """Remove a leased directory and then its lease; what could not be removed, or None."""
-    problem = safefs.remove_tree(path)
+    """Remove a leased directory (first unmounting what is mounted at or below it: the setup
+    layers' tmpfs) and then its lease; what could not be removed, or None."""
+    problem = unmount_tree(path) or safefs.remove_tree(path)
     if problem is None:
         try:
             os.unlink(lease_path(path))

@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from harness_env.core.errors import SandboxError
 from harness_env.core.sandbox import setupfork
 from harness_env.core.sandbox.cachebound import CacheBound
-from harness_env.core.sandbox.host import mounts_at_or_below, sandboxes_root
+from harness_env.core.sandbox.host import mount_table, mounts_at_or_below, sandboxes_root
 from harness_env.core.sandbox.images import image_cache_root
 from harness_env.core.sandbox.lease import remove_leased
 from harness_env.core.sandbox.local import create_local_sandbox
 from harness_env.core.sandbox.rolloutdir import AGENT_DIRS
-from harness_env.core.sandbox.setuplayers import SetupLayers, mounted_layers
+from harness_env.core.sandbox.setuplayers import MEMORY_VAR, SetupLayers, mounted_layers
 from harness_env.core.sandbox.sweep import remove_rollout, sweep_sandboxes, sweep_temp_dirs
 
 pytestmark = pytest.mark.usefixtures("needs_bwrap")
@@ -52,6 +53,11 @@ async def layer(as_root):
 
 def _mounts() -> str:
     with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        return f.read()
+
+
+def _proc_mounts() -> str:
+    with open("/proc/self/mounts", encoding="utf-8") as f:
         return f.read()
 
 
@@ -101,7 +107,7 @@ async def test_a_member_whose_server_is_killed_leaves_nothing_after_the_sweep(la
         import json, sys, time
         from harness_env.core.sandbox.cachebound import CacheBound
         from harness_env.core.sandbox.local import create_local_sandbox
-        from harness_env.core.sandbox.setuplayers import SetupLayers, mounted_layers
+        from harness_env.core.sandbox.setuplayers import MEMORY_VAR, SetupLayers, mounted_layers
         layers = SetupLayers(CacheBound(1 << 30, 3600.0))
         lead = create_local_sandbox()
         (lead.root / "workspace" / "f").write_text("setup")
@@ -123,8 +129,9 @@ async def test_a_member_whose_server_is_killed_leaves_nothing_after_the_sweep(la
     assert any("removed rollout" in n for n in notes), notes
     assert root not in _mounts() and layer_path not in _mounts()
     assert not Path(root).exists() and not any(sandboxes_root().iterdir())
+    assert f" {Path(layer_path).parent} tmpfs " in _proc_mounts()  # the dead server's cache, in memory
     sweep_temp_dirs(image_cache_root())  # the dead server's setup cache
-    assert not Path(layer_path).exists()
+    assert not Path(layer_path).exists() and str(Path(layer_path).parent) not in _proc_mounts()
 
 
 async def test_a_layer_under_a_live_member_is_never_evicted(layer):
@@ -206,3 +213,38 @@ async def test_a_dead_servers_member_named_by_the_job_store_is_removed_with_its_
         assert (saved.path / "workspace" / "kept.txt").read_text() == "setup\n"
     finally:
         await member.close()
+
+
+def test_the_setup_cache_is_a_tmpfs_of_its_own_that_goes_with_it_and_can_stay_on_disk(as_root, monkeypatch):
+    monkeypatch.delenv(MEMORY_VAR, raising=False)
+    layers = SetupLayers(CacheBound(64 << 20, 3600.0))
+    root = layers._root()
+    assert layers.in_memory
+    mine = [f for f in mount_table() if f[1] == os.path.realpath(root)]
+    assert [(f[2], "size=131072k" in f[3]) for f in mine] == [("tmpfs", True)]  # twice the bound
+    assert os.stat(root).st_mode & 0o777 == 0o700
+    assert remove_leased(root) is None
+    assert not root.exists() and os.path.realpath(root) not in _proc_mounts()
+
+    monkeypatch.setenv(MEMORY_VAR, "0")
+    on_disk = SetupLayers(CacheBound(64 << 20, 3600.0))
+    try:
+        assert not on_disk.in_memory and mounts_at_or_below(on_disk._root()) == []
+    finally:
+        assert remove_leased(on_disk._root()) is None
+
+
+async def test_a_layer_the_memory_cache_cannot_hold_is_not_saved_and_nothing_half_written_stays(as_root, monkeypatch):
+    """The tmpfs holds twice the bound: a setup that left more fails its save (the group's members
+    then run their own setup), and the cache keeps no part of it."""
+    monkeypatch.delenv(MEMORY_VAR, raising=False)
+    layers = SetupLayers(CacheBound(1 << 20, 3600.0))
+    lead = create_local_sandbox()
+    try:
+        assert (await lead.exec("head -c 3000000 /dev/zero > big.bin", timeout=30)).exit_code == 0
+        with pytest.raises(SandboxError, match="could not copy the group's setup layer: .*No space left"):
+            layers.save(KEY, lead.root, AGENT_DIRS, None, [])
+        assert list(layers._root().iterdir()) == [] and layers.find(KEY) is None
+    finally:
+        await lead.close()
+        assert remove_leased(layers._root()) is None
