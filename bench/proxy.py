@@ -1,7 +1,7 @@
 """Capture proxy overhead, measured side by side in one run against the same local upstream.
 
     .venv/bin/python bench/proxy.py [--requests 400] [--concurrency 32] [--json FILE]
-        [--only-realistic] [--only CASE] [--baseline-commit REV] [--tree NAME=DIR] [--bare-relay] [--openenv]
+        [--only-realistic] [--only CASE] [--baseline-commit REV] [--tree NAME=DIR] [--bare-relay] [--kernel-relay] [--openenv]
         [--profile FILE] [--vllm | --vllm-port PORT] [--only-vllm] [--vllm-concurrency 8] [--vllm-rounds 4]
 
 Three processes: a minimal OpenAI-compatible upstream, the capture proxy (in transparent_proxy
@@ -11,7 +11,8 @@ machine. Direct and proxied calls are interleaved in rounds so machine noise hit
 in the same rounds, so before and after come from one run (`--tree NAME=DIR`: the proxy of the
 package in DIR/harness_env, e.g. an experiment). `--bare-relay` adds a relay on the same
 stack that only passes bytes on (nothing parsed, rewritten, masked or recorded): the floor a
-Python relay on uvicorn, uvloop and aiohttp has on this machine. `--openenv` adds OpenEnv's capture
+Python relay on uvicorn, uvloop and aiohttp has on this machine; `--kernel-relay` adds socat
+relaying TCP bytes (a process per connection, no Python): the floor of any relay here. `--openenv` adds OpenEnv's capture
 server (OpenEnv 0.10.0 from its own venv, tests/openenv_env.py) on the chat-completions cases, its
 sessions registered as a trainer registers them. Every call's body is new (bench/proxy_stats.py):
 an equal one would be answered from the record, as a harness's retry is.
@@ -52,12 +53,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.proxy_servers import Target, baseline_tree, start_bare_relay, start_openenv, start_proxy, start_upstream, wait_up  # noqa: E402
+from bench.proxy_servers import Target, baseline_tree, start_bare_relay, start_kernel_relay, start_openenv, start_proxy, start_upstream, wait_up  # noqa: E402
 from bench.proxy_stats import HEADER, Shape, check, label, measure, peak_rss_mb, row  # noqa: E402
 from bench.proxy_vllm import vllm_cases  # noqa: E402
 
 DIALECTS = ("responses", "messages", "gemini")  # the translating dialects, each measured against direct chat completions
-CHAT_ONLY = ("bare relay", "openenv")  # targets that are measured on chat completions only
+CHAT_ONLY = ("bare relay", "kernel relay", "openenv")  # targets that are measured on chat completions only
 Case = tuple[str, bool, int, Shape, str, int, int]  # (title, stream, concurrency, shape, dialect, sessions, prompt bytes)
 Check = tuple[str, str, str, str, float]  # (summary name, case label, figure, op, bound)
 
@@ -75,6 +76,7 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--tree", action="append", default=[], metavar="NAME=DIR", help="also run the proxy of the harness_env package in DIR, as NAME")
     ap.add_argument("--only", help="only the cases whose title contains this (for profiling one case)")
     ap.add_argument("--bare-relay", action="store_true", help="also measure a relay that only passes bytes on (the stack's floor)")
+    ap.add_argument("--kernel-relay", action="store_true", help="also measure socat relaying the bytes (no Python: the floor of any relay here)")
     ap.add_argument("--openenv", action="store_true", help="also measure OpenEnv's capture server (its own venv: tests/openenv_env.py)")
     ap.add_argument("--profile", help="write a cProfile of each proxy process to FILE.<target> (costs time: not for figures)")
     ap.add_argument("--vllm", action="store_true", help="also measure against a real vLLM, started for the run (tests/vllm_engine.py)")
@@ -176,6 +178,8 @@ async def _targets(args: argparse.Namespace, procs: list[subprocess.Popen], upst
         proxies[name] = await start_proxy(procs, tree, upstream, args.sessions, "m", profile)
     if args.bare_relay:
         proxies["bare relay"] = await start_bare_relay(procs, upstream, args.sessions)
+    if args.kernel_relay:
+        proxies["kernel relay"] = await start_kernel_relay(procs, upstream, args.sessions)
     if args.openenv:
         proxies["openenv"] = await start_openenv(procs, upstream, args.sessions, "m")
     return proxies
@@ -185,7 +189,7 @@ def _summary(args: argparse.Namespace, proxies: dict[str, Target], figures: dict
     """Each proxy's peak memory and the targets' figures, printed against their bounds."""
     summary: dict[str, dict[str, float]] = {}
     for name, (_, _, _, pid) in proxies.items():
-        if name == "bare relay" or name not in figures:
+        if name in ("bare relay", "kernel relay") or name not in figures:
             continue
         print(f"\n{name}: peak RSS {peak_rss_mb(pid):.0f} MB ({args.sessions} sessions, up to 40 recorded turns each)")
         summary[name] = {"peak_rss_mb": peak_rss_mb(pid)}

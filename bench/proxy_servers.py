@@ -1,6 +1,6 @@
 """The processes bench/proxy.py measures, each in a process of its own: the modelled upstream, the
-capture proxy (this tree's or an earlier commit's), a bare relay on the same stack, and OpenEnv's
-capture server (OpenEnv 0.10.0 from its own venv, tests/openenv_env.py).
+capture proxy (this tree's or an earlier commit's), a bare relay on the same stack, a kernel relay
+(socat), and OpenEnv's capture server (OpenEnv 0.10.0 from its own venv, tests/openenv_env.py).
 """
 
 from __future__ import annotations
@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -234,6 +236,17 @@ async def start_proxy(procs: list[subprocess.Popen], tree: str, upstream: str, s
 async def start_bare_relay(procs: list[subprocess.Popen], upstream: str, sessions: int) -> Target:
     url, _, pid = await _started(procs, [sys.executable, "-c", BARE_RELAY, upstream], dict(os.environ))
     return (url, ["-"] * sessions, "chat", pid)
+
+
+async def start_kernel_relay(procs: list[subprocess.Popen], upstream: str, sessions: int) -> Target:
+    """socat relaying TCP bytes to the upstream (a process per connection, nothing in Python): the
+    floor any relay has on this machine, the kernel's loopback and a process switch each way."""
+    if shutil.which("socat") is None:
+        raise SystemExit("--kernel-relay needs socat (./dev installs it)")
+    port, up = free_port(), urlsplit(upstream)
+    procs.append(subprocess.Popen(["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,backlog=256,nodelay", f"TCP:{up.hostname}:{up.port},nodelay"]))
+    await wait_up(f"http://127.0.0.1:{port}/")
+    return (f"http://127.0.0.1:{port}/v1", ["-"] * sessions, "chat", None)  # its CPU is its children's, not counted
 
 
 async def start_openenv(procs: list[subprocess.Popen], upstream: str, sessions: int, model: str) -> Target:

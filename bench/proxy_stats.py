@@ -158,7 +158,7 @@ async def measure(
             "p99_ms": pct(d["lat"], 0.99) * 1000,
             "ttft_p50_ms": statistics.median(d["ttft"]) * 1000,
             "rps": d["count"] / d["wall"],
-            "cpu_ms_per_call": d["cpu"] / d["count"] * 1000,
+            "cpu_ms_per_call": d["cpu"] / d["count"] * 1000 if targets[name][3] else float("nan"),  # no pid: not counted
         }
         for name, d in out.items()
     }
