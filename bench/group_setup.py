@@ -14,7 +14,12 @@ Two figures per way: the group's start (from the call until every member's agent
 the setup phase, saving the layer, and every member's sandbox) and its whole wall (setup, agents,
 verify, close). Then where the overlay groups' start goes, from the results' phase timings.
 
-    .venv/bin/python bench/group_setup.py [--members 8,16] [--repeats 3]
+With `--groups G`, G groups (G tasks) start at once, as a GRPO step over G prompts does: one
+group alone cannot use more than one core for its one setup, while its N setups without sharing
+spread over every core, so on C cores one group's start ratio is at most about N/C; with G >= C
+groups both ways keep every core busy, and the ratio approaches N.
+
+    .venv/bin/python bench/group_setup.py [--members 8,16] [--repeats 3] [--groups 1]
 """
 
 from __future__ import annotations
@@ -47,27 +52,31 @@ def phase(r: RolloutResult, name: str):
     return next(p for p in r.phases if p.name == name)
 
 
-_last: dict[str, tuple[str, LocalSandboxFactory]] = {}  # the overlay group's task and cache, for "next step"
+_last: dict[str, tuple[list[str], LocalSandboxFactory]] = {}  # the overlay step's tasks and cache, for "next step"
 
 
-async def group(base_url: str, n: int, way: str) -> tuple[float, float, list[RolloutResult]]:
-    """(start s, wall s, results) of a group of `n` run `way`."""
-    nonce = uuid.uuid4().hex[:8]  # a group of its own: never one a former round saved
-    if way == "next step":  # the overlay group's task again, on the same server: its layer is kept
-        nonce, factory = _last["overlay"]
-    task = Task(
-        instruction="Create hello.txt containing hello.",
-        setup=[f": {nonce}", "python3 -m venv .venv"],
-        verify=["grep -qx hello hello.txt", ".venv/bin/pip --version"],
-    )
-    req = RolloutRequest(task=task, endpoint=Endpoint(base_url=base_url, model="m"), harness="whitebox", agent_timeout_s=120, setup_timeout_s=600)
+async def group(base_url: str, n: int, way: str, groups: int = 1) -> tuple[float, float, list[RolloutResult]]:
+    """(start s, wall s, results) of `groups` groups of `n` (a GRPO step over `groups` tasks) run `way`."""
+    nonces = [uuid.uuid4().hex[:8] for _ in range(groups)]  # groups of their own: never one a former round saved
+    if way == "next step":  # the overlay step's tasks again, on the same server: their layers are kept
+        nonces, factory = _last["overlay"]
+    tasks = [
+        Task(
+            instruction="Create hello.txt containing hello.",
+            setup=[f": {nonce}", "python3 -m venv .venv"],
+            verify=["grep -qx hello hello.txt", ".venv/bin/pip --version"],
+        )
+        for nonce in nonces
+    ]
+    endpoint = Endpoint(base_url=base_url, model="m")
+    reqs = [RolloutRequest(task=t, endpoint=endpoint, harness="whitebox", agent_timeout_s=120, setup_timeout_s=600) for t in tasks for _ in range(n)]
     os.environ[OVERLAY_VAR] = "0" if way == "copy" else "1"
     os.environ[MEMORY_VAR] = "0" if way == "overlay-disk" else "1"
     if way != "next step":
         factory = LocalSandboxFactory(setup_layers=SetupLayers.from_env() if way != "each" else None)
-        _last[way] = (nonce, factory)
+        _last[way] = (nonces, factory)
     t0 = time.time()
-    results = await asyncio.gather(*(run_rollout(req, sandbox_factory=factory) for _ in range(n)))
+    results = await asyncio.gather(*(run_rollout(req, sandbox_factory=factory) for req in reqs))
     wall = time.time() - t0
     if factory.setup_layers is not None and way != "overlay-disk" and not factory.setup_layers.in_memory:
         print(f"  ({way}: the setup cache is on disk here: the server cannot mount a tmpfs)")
@@ -79,18 +88,18 @@ async def group(base_url: str, n: int, way: str) -> tuple[float, float, list[Rol
 
 
 def breakdown(results: list[RolloutResult]) -> tuple[float, float, float]:
-    """(the leader's setup s, saving its layer s, a member's sandbox s: the median) of one shared group."""
+    """(a leader's setup s, saving its layer s, a member's sandbox s: medians) of shared groups."""
     members = [r for r in results if "run once for the group" in phase(r, "setup").detail]
-    leader = next(r for r in results if r not in members)
-    setup = phase(leader, "setup")
-    saved = phase(leader, "agent").started - (setup.started + setup.duration_s)
-    return setup.duration_s, saved, statistics.median(phase(r, "sandbox").duration_s for r in members)
+    leaders = [phase(r, "setup") for r in results if r not in members]
+    saved = statistics.median(phase(r, "agent").started - (s.started + s.duration_s) for r, s in zip([r for r in results if r not in members], leaders))
+    return statistics.median(s.duration_s for s in leaders), saved, statistics.median(phase(r, "sandbox").duration_s for r in members)
 
 
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--members", default="8,16")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--groups", type=int, default=1, help="groups at once, each its own task (a GRPO step over that many prompts)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="harness-env-bench-")
     os.environ["HARNESS_ENV_SANDBOX_DIR"] = tmp + "/sandboxes"
@@ -98,7 +107,7 @@ async def main() -> None:
         with scripted_policy(SCRIPT) as base_url:
             await group(base_url, 1, "each")  # warm-up (imports, page cache)
             os.environ.pop(OVERLAY_VAR, None)
-            print(f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; overlay: {overlay_refusal() or 'mounted'}")
+            print(f"{args.groups} group(s) at once; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; overlay: {overlay_refusal() or 'mounted'}")
             print(f"{'members':>7} {'way':>12} {'start s':>8} {'wall s':>7} {'start ratio':>12} {'wall ratio':>11}  setups run")
             for n in (int(x) for x in args.members.split(",")):
                 starts: dict[str, list[float]] = {w: [] for w in WAYS}
@@ -107,7 +116,7 @@ async def main() -> None:
                 ran: dict[str, int] = {}
                 for _ in range(args.repeats):
                     for way in WAYS:
-                        start, wall, results = await group(base_url, n, way)
+                        start, wall, results = await group(base_url, n, way, args.groups)
                         starts[way].append(start)
                         walls[way].append(wall)
                         ran[way] = sum(1 for r in results if "run once for the group" not in phase(r, "setup").detail)
