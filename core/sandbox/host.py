@@ -98,14 +98,15 @@ def mount_tmpfs(path: Path, size_bytes: int, mode: int = 0o755) -> bool:
     return _libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts) == 0
 
 
-def mount_overlay(lower: str, upper: Path, work: Path, target: Path) -> str | None:
-    """An overlay at `target`: `lower` read-only, every write going to `upper` (a task image's root
-    with the rollout's own layer; a group member's directory on the saved setup); what went wrong,
-    in words, or None. Needs root."""
+def mount_overlay(lower: str | list[str], upper: Path, work: Path, target: Path) -> str | None:
+    """An overlay at `target`: `lower` read-only (a list: stacked, the first on top), every write
+    going to `upper` (a task image's root with the rollout's own layer, over a group's saved one; a
+    group member's directory on the saved setup); what went wrong, in words, or None. Needs root."""
+    lowers = [lower] if isinstance(lower, str) else lower
     for ch in (",", ":", "\\"):
-        if any(ch in str(p) for p in (lower, upper, work)):
-            return f"an overlay cannot take the path {lower!r} or {str(upper)!r}: it holds {ch!r}"
-    opts = f"lowerdir={lower},upperdir={upper},workdir={work}".encode()
+        if any(ch in str(p) for p in (*lowers, upper, work)):
+            return f"an overlay cannot take the path {':'.join(lowers)!r} or {str(upper)!r}: it holds {ch!r}"
+    opts = f"lowerdir={':'.join(lowers)},upperdir={upper},workdir={work}".encode()
     if _libc.mount(b"overlay", str(target).encode(), b"overlay", _MS_NOSUID | _MS_NODEV, opts) == 0:
         return None
     return f"could not mount an overlay at {target}: {os.strerror(ctypes.get_errno())}"

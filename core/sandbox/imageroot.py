@@ -13,6 +13,7 @@ them). What the helper then starts is the image's.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import shutil
 import struct
@@ -24,6 +25,8 @@ from harness_env.core.sandbox.host import mount_overlay, mount_tmpfs
 from harness_env.core.sandbox.images import TaskImage
 from harness_env.core.sandbox.setuplayers import copy_tree
 
+logger = logging.getLogger(__name__)
+
 HOST_INSIDE = "/run/harness-env/host"  # the host's system directories, read-only, in an image's root
 HELPERS = ("setpriv", "bash", "socat", "sleep", "env")
 IMAGE_PRELOAD = "/etc/ld.so.preload"  # hidden in an image's root (/dev/null over it)
@@ -31,9 +34,11 @@ LAYER_DIR = "image"  # below the rollout directory: upper, work and the merged r
 NO_DISK_LIMIT_LAYER_BYTES = 4096 * 1024 * 1024  # the layer's size when the sandbox has no disk limit: disk_limit_mb's default
 
 
-def mount_image_root(image: TaskImage, rollout_dir: Path, on_tmpfs: bool, seed: Path | None = None) -> str:
-    """Mount `image` with a fresh writable layer below `rollout_dir` (a copy of `seed`, a group's
-    setup layer, when given); the merged root's host path."""
+def mount_image_root(image: TaskImage, rollout_dir: Path, on_tmpfs: bool, seed: Path | None = None, seed_below: bool = False) -> str:
+    """Mount `image` with a fresh writable layer below `rollout_dir`, on `seed` (a group's saved
+    image layer) when given: stacked read-only between the image and the rollout's own layer with
+    `seed_below` (nothing copied; where the kernel refuses the stack, copied after all), else copied
+    into the rollout's layer. The merged root's host path."""
     layer = rollout_dir / LAYER_DIR
     layer.mkdir(mode=0o700)  # the server's: inside, only the merged root bound at / is seen
     # An upper layer cannot live on the host's overlay root; a tmpfs of size 0 would be unbounded
@@ -46,15 +51,19 @@ def mount_image_root(image: TaskImage, rollout_dir: Path, on_tmpfs: bool, seed: 
     st = os.stat(image.rootfs)
     os.chmod(upper, st.st_mode & 0o7777)  # the merged root takes its upper directory's owner and mode
     os.chown(upper, st.st_uid, st.st_gid)
-    if seed is not None:
+    if seed is not None and not seed_below:
         copy_tree(seed, upper)
     # bubblewrap makes a missing parent of what it masks (IMAGE_PRELOAD) mode 0700: an image without
     # /etc would leave its user nothing readable there (openssl.cnf, a CLI's config). A distribution's is 0755.
     etc = os.path.dirname(IMAGE_PRELOAD).lstrip("/")
-    if not os.path.lexists(os.path.join(image.rootfs, etc)) and not os.path.lexists(upper / etc):
+    if not any(os.path.lexists(os.path.join(d, etc)) for d in (image.rootfs, upper, *([seed] if seed else []))):
         (upper / etc).mkdir()
         os.chmod(upper / etc, 0o755)  # whatever the server's umask
-    problem = mount_overlay(image.rootfs, upper, work, merged)
+    problem = mount_overlay([str(seed), image.rootfs] if seed is not None and seed_below else image.rootfs, upper, work, merged)
+    if problem and seed is not None and seed_below:
+        logger.warning("rollout %s copies the group's saved image layer: %s", rollout_dir.name, problem)
+        copy_tree(seed, upper)
+        problem = mount_overlay(image.rootfs, upper, work, merged)
     if problem:
         raise SandboxError(problem)
     return str(merged)

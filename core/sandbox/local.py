@@ -53,7 +53,7 @@ from harness_env.core.sandbox.limits import Limits, child_rlimits, entry_argv
 from harness_env.core.sandbox.processes import RolloutProcesses
 from harness_env.core.sandbox.processes import marked_pids as _marked_pids  # noqa: F401  (tests import it from here)
 from harness_env.core.sandbox.rolloutdir import AGENT_DIRS, XDG_DIRS, make_rollout_dir
-from harness_env.core.sandbox.setupfork import IMAGE_MEMBER_COPIES, fork_setup
+from harness_env.core.sandbox.setupfork import copied_note, fork_setup, overlay_refusal
 from harness_env.core.sandbox.setuplayers import SetupLayer
 
 REWARD_FILE_NAME = "reward.txt"
@@ -419,9 +419,9 @@ def create_local_sandbox(
         run_as = (task_image.user[0], task_image.user[1] or run_as[1])
     if capture_socket is not None and (not bwrap or shutil.which("socat") is None):
         capture_socket = None  # no way to cut the network here; the sandbox's notes say so
-    fork = setup_layer if task_image is None else None  # mounted below (setupfork.py); an image's member copies it
+    copy_why = overlay_refusal() if setup_layer is not None and task_image is not None else None  # else setupfork decides
     try:
-        made = make_rollout_dir(sandboxes_root(), limits, run_as, extra_binds, task_image, None if fork else setup_layer)
+        made = make_rollout_dir(sandboxes_root(), limits, run_as, extra_binds, task_image, setup_layer, setup_layer is not None and not copy_why)
     finally:
         if task_image is not None:
             release_image(task_image.digest)  # mounted now (the mount keeps it), or never
@@ -442,7 +442,7 @@ def create_local_sandbox(
     if task_image is not None:
         sandbox.notes.append(f"root: task image {task_image.ref} ({task_image.digest})")
     try:
-        sandbox.notes.extend([fork_setup(fork, made.root, AGENT_DIRS)] if fork else [IMAGE_MEMBER_COPIES] if setup_layer else [])
+        sandbox.notes.extend([] if setup_layer is None else [copied_note(copy_why)] if copy_why else [fork_setup(setup_layer, made.root, AGENT_DIRS)])
     except BaseException:
         sandbox._remove()  # its directory, cgroup and lease: nothing is left of a sandbox never returned
         raise

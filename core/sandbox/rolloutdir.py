@@ -1,6 +1,7 @@
 """A local rollout's directory, made: leased, on a size-limited tmpfs where the machine allows
 one, its agent directories owned by the sandbox's uid, a task image's overlay root mounted, and
-(for a member of a group) what the group's setup left copied in (setuplayers.py). All or nothing:
+(for a member of a group) what the group's setup left copied in, or its image layer stacked below
+(setuplayers.py, setupfork.py). All or nothing:
 a failure removes what was made and raises SandboxError."""
 
 from __future__ import annotations
@@ -34,8 +35,16 @@ class RolloutDir:
 
 
 def make_rollout_dir(
-    base: Path, limits: Limits, run_as: tuple[int, int] | None, extra_binds: dict[str, str] | None, task_image: TaskImage | None, setup_layer: SetupLayer | None
+    base: Path,
+    limits: Limits,
+    run_as: tuple[int, int] | None,
+    extra_binds: dict[str, str] | None,
+    task_image: TaskImage | None,
+    setup_layer: SetupLayer | None,
+    by_overlay: bool = False,
 ) -> RolloutDir:
+    """`setup_layer`: a group's, copied in; `by_overlay`: its agent directories are mounted later
+    (setupfork.py) and an image's saved layer is stacked below the rollout's own, not copied."""
     root = base / f"rollout-{uuid.uuid4().hex[:12]}"
     tmpfs = leased = False
     try:
@@ -55,11 +64,11 @@ def make_rollout_dir(
         for inside, rel in (extra_binds or {}).items():
             (root / rel).mkdir(parents=True, exist_ok=True)
             binds[inside] = str(root / rel)
-        if setup_layer is not None:  # the group's setup, then its image layer before the overlay is mounted
+        if setup_layer is not None and not by_overlay:  # the group's setup, then its image layer before the overlay is mounted
             for sub in AGENT_DIRS:
                 copy_tree(setup_layer.path / sub, root / sub)
         seed = setup_layer.path / UPPER if setup_layer is not None and task_image is not None else None
-        image_root = mount_image_root(task_image, root, tmpfs, seed) if task_image is not None else None
+        image_root = mount_image_root(task_image, root, tmpfs, seed, by_overlay) if task_image is not None else None
         if task_image is not None and task_image.workdir is not None and setup_layer is None:
             seed_workspace(task_image, root / "workspace", run_as)
         cgroup = RolloutCgroup.create(root.name, limits.cgroup_limits())

@@ -13,8 +13,9 @@ removing it (host.unmount_tree); a layer some member's overlay still names is ne
 Where overlays cannot be mounted (a server that is not root, a kernel without overlayfs, or
 HARNESS_ENV_SETUP_OVERLAY=0), each member copies the layer (`cp -a`) as before. The host's answer
 is looked up once and logged; each member's sandbox notes say which way it started, and why not by
-overlay when it copied (a member whose mounts fail copies too). A task image's member still copies:
-its image's writable layer is seeded from the saved one before that overlay is mounted (imageroot.py).
+overlay when it copied (a member whose mounts fail copies too). A task image's member stacks the
+saved image layer read-only between the image and its own writable layer (imageroot.py), so it
+copies nothing either; where overlays cannot be had it copies that layer into its own.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ logger = logging.getLogger(__name__)
 OVERLAY_VAR = "HARNESS_ENV_SETUP_OVERLAY"  # "0": members copy the layer even where overlays work
 FORK_DIR = "setup-fork"  # below a member's rollout directory, the server's (0700): upper and work per directory
 BY_OVERLAY = "started from the group's setup layer by overlay (read-only below, its own writes above; nothing copied)"
-IMAGE_MEMBER_COPIES = "copied the group's setup layer (a task image's member: its image layer is seeded by copy)"
 
 
 @functools.cache
@@ -76,6 +76,12 @@ def fork_setup(layer: SetupLayer, root: Path, dirs: tuple[str, ...]) -> str:
         logger.warning("rollout %s copies the group's setup layer: %s", root.name, refusal)
     for sub in dirs:
         copy_tree(layer.path / sub, root / sub)
+    return copied_note(refusal)
+
+
+def copied_note(refusal: str) -> str:
+    """A member's note when it copied the layer, and why (a task image's member copied its image
+    layer too)."""
     return f"copied the group's setup layer (no overlay: {refusal})"
 
 

@@ -11,7 +11,8 @@ import threading
 import pytest
 
 from harness_env import Endpoint, RolloutRequest, Task
-from harness_env.core.sandbox.setupfork import BY_OVERLAY, IMAGE_MEMBER_COPIES
+from harness_env.core.sandbox import imageroot, rolloutdir, setupfork
+from harness_env.core.sandbox.setupfork import BY_OVERLAY
 from harness_env.rollout import run_many
 from tests.core.sandbox.test_images import image_layout  # noqa: F401 - a tiny image with a world-writable /data
 
@@ -111,14 +112,23 @@ async def test_a_task_without_setup_commands_or_with_sharing_off_runs_its_own(po
         setuplayers.process_setup_layers.cache_clear()
 
 
-async def test_an_image_groups_setup_layer_is_copied_into_each_members_own_layer(policy_server, counter, image_layout):  # noqa: F811
+def _no_copy(src, dest) -> None:
+    raise AssertionError(f"a member copied {src}")
+
+
+@pytest.mark.parametrize(("overlay", "note"), [("1", BY_OVERLAY), ("0", "copied the group's setup layer (no overlay: HARNESS_ENV_SETUP_OVERLAY=0)")])
+async def test_an_image_groups_members_stack_its_setup_layer_below_their_own_or_copy_it(policy_server, counter, image_layout, monkeypatch, overlay, note):  # noqa: F811
+    monkeypatch.setenv("HARNESS_ENV_SETUP_OVERLAY", overlay)
+    if overlay == "1":  # a member that copied anything (its directories, its image layer) fails
+        for module in (imageroot, rolloutdir, setupfork):
+            monkeypatch.setattr(module, "copy_tree", _no_copy)
     setup = [counter.knock, "SECONDS=0; while [ $SECONDS -lt 2 ]; do :; done", "echo setup >> /data/log", "echo setup >> seed.txt"]  # the image has no sleep
     verify = ['test "$(< /data/log)" = "$(printf "setup\\nagent")"', 'test "$(< seed.txt)" = "$(printf "from the image\\nsetup")"']
-    requests = [
+    requests = [  # each member appends to a file setup made in the image: copied up into its own layer, unseen by the others
         r.model_copy(update={"task": r.task.model_copy(update={"image": image_layout})})
         for r in _group(policy_server, 3, setup, verify, "echo agent >> /data/log")
     ]
     results = await run_many(requests, concurrency=3)
     assert [(r.error, r.reward) for r in results] == [(None, 1.0)] * 3, [(r.error, r.verify_results) for r in results]
     assert counter.count == 1
-    assert sum(IMAGE_MEMBER_COPIES in r.sandbox_notes for r in results) == 2
+    assert sum(note in r.sandbox_notes for r in results) == 2
