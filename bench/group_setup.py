@@ -90,9 +90,9 @@ async def group(base_url: str, n: int, way: str, groups: int = 1) -> tuple[float
 def breakdown(results: list[RolloutResult]) -> tuple[float, float, float]:
     """(a leader's setup s, saving its layer s, a member's sandbox s: medians) of shared groups."""
     members = [r for r in results if "run once for the group" in phase(r, "setup").detail]
-    leaders = [phase(r, "setup") for r in results if r not in members]
-    saved = statistics.median(phase(r, "agent").started - (s.started + s.duration_s) for r, s in zip([r for r in results if r not in members], leaders))
-    return statistics.median(s.duration_s for s in leaders), saved, statistics.median(phase(r, "sandbox").duration_s for r in members)
+    setups = [(phase(r, "setup"), phase(r, "agent").started) for r in results if r not in members]  # the leaders'
+    saved = statistics.median(agent - (s.started + s.duration_s) for s, agent in setups)
+    return statistics.median(s.duration_s for s, _ in setups), saved, statistics.median(phase(r, "sandbox").duration_s for r in members)
 
 
 async def main() -> None:

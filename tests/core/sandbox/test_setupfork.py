@@ -56,9 +56,8 @@ def _mounts() -> str:
         return f.read()
 
 
-def _proc_mounts() -> str:
-    with open("/proc/self/mounts", encoding="utf-8") as f:
-        return f.read()
+def _tmpfs_at(path: str | Path) -> bool:
+    return any(f[1] == os.path.realpath(path) and f[2] == "tmpfs" for f in mount_table())
 
 
 def _tree(path: Path) -> dict[str, str]:
@@ -107,7 +106,7 @@ async def test_a_member_whose_server_is_killed_leaves_nothing_after_the_sweep(la
         import json, sys, time
         from harness_env.core.sandbox.cachebound import CacheBound
         from harness_env.core.sandbox.local import create_local_sandbox
-        from harness_env.core.sandbox.setuplayers import MEMORY_VAR, SetupLayers, mounted_layers
+        from harness_env.core.sandbox.setuplayers import SetupLayers, mounted_layers
         layers = SetupLayers(CacheBound(1 << 30, 3600.0))
         lead = create_local_sandbox()
         (lead.root / "workspace" / "f").write_text("setup")
@@ -129,9 +128,9 @@ async def test_a_member_whose_server_is_killed_leaves_nothing_after_the_sweep(la
     assert any("removed rollout" in n for n in notes), notes
     assert root not in _mounts() and layer_path not in _mounts()
     assert not Path(root).exists() and not any(sandboxes_root().iterdir())
-    assert f" {Path(layer_path).parent} tmpfs " in _proc_mounts()  # the dead server's cache, in memory
+    assert _tmpfs_at(Path(layer_path).parent)  # the dead server's cache, in memory
     sweep_temp_dirs(image_cache_root())  # the dead server's setup cache
-    assert not Path(layer_path).exists() and str(Path(layer_path).parent) not in _proc_mounts()
+    assert not Path(layer_path).exists() and not _tmpfs_at(Path(layer_path).parent)
 
 
 async def test_a_layer_under_a_live_member_is_never_evicted(layer):
@@ -224,7 +223,7 @@ def test_the_setup_cache_is_a_tmpfs_of_its_own_that_goes_with_it_and_can_stay_on
     assert [(f[2], "size=131072k" in f[3]) for f in mine] == [("tmpfs", True)]  # twice the bound
     assert os.stat(root).st_mode & 0o777 == 0o700
     assert remove_leased(root) is None
-    assert not root.exists() and os.path.realpath(root) not in _proc_mounts()
+    assert not root.exists() and not _tmpfs_at(root)
 
     monkeypatch.setenv(MEMORY_VAR, "0")
     on_disk = SetupLayers(CacheBound(64 << 20, 3600.0))
